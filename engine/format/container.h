@@ -1,0 +1,303 @@
+/* engine/format/container.h: the spill container, v1 (normative spec:
+ * docs/FORMAT.md). A container is a directory:
+ *
+ *   MODEL/manifest.json        architecture, tensor table, banks, file hashes
+ *   MODEL/trunk.bin            resident tensors at 64-byte aligned offsets
+ *   MODEL/experts-LLL.bin      one bank per MoE layer L (3 digits, zero padded)
+ *
+ * A bank is a 4096-byte header page followed by n_experts fixed-size records;
+ * record e starts at data_offset + e * record_bytes, is 4 KiB aligned and a
+ * whole number of 4 KiB pages, and holds a 64-byte record header followed by
+ * the gate, up and down matrices of one expert, so one aligned read returns
+ * one expert. All integers are little-endian.
+ *
+ * Everything read from disk is untrusted: every size, offset and dimension is
+ * bounds- and overflow-checked, and each failure names the file, layer and
+ * expert. This module knows nothing of the forward pass, the cache or I/O
+ * scheduling; it depends on engine/base only.
+ */
+#ifndef SPILL_FORMAT_CONTAINER_H
+#define SPILL_FORMAT_CONTAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPILL_FORMAT_VERSION 1
+#define SPILL_PAGE 4096u
+#define SPILL_TENSOR_ALIGN 64u
+#define SPILL_RECORD_HEADER_BYTES 64u
+#define SPILL_BANK_HEADER_BYTES 4096u
+#define SPILL_RECORD_MAGIC 0x52585053u /* "SPXR" */
+#define SPILL_BANK_MAGIC "SPILLBNK"
+#define SPILL_NAME_MAX 96
+#define SPILL_MAX_LAYERS 512
+#define SPILL_MAX_EXPERTS 65536
+#define SPILL_MAX_TOPK 64
+#define SPILL_MANIFEST_MAX_BYTES (64u << 20)
+
+/* Tensor formats. Values are stored in record headers: frozen. */
+typedef enum spill_dtype {
+  SPILL_DT_F32 = 0,
+  SPILL_DT_F16 = 1,
+  SPILL_DT_BF16 = 2,
+  SPILL_DT_Q8 = 3,   /* int8 values, then one f16 scale per group of `group` */
+  SPILL_DT_Q4 = 4,   /* 4-bit values (nibble - 8), then f16 scale per group */
+  SPILL_DT_RVQ3 = 5, /* 3 x 8-bit codebook indices per 8 weights, f16 row scale */
+  SPILL_DT_COUNT
+} spill_dtype;
+
+const char *spill_dtype_name(spill_dtype dt); /* "f32", ..., "rvq3" */
+/* Parses a dtype name; returns SPILL_OK or SPILL_E_FORMAT. */
+int spill_dtype_parse(const char *name, spill_dtype *out);
+/* Bytes of a (rows, cols) matrix in dtype with the given group size (q8/q4;
+ * ignored otherwise). Fails with SPILL_E_FORMAT on overflow, cols not a
+ * multiple of the group (q8/q4) or of 8 (rvq3), or an odd q4 group. */
+int spill_dtype_matrix_bytes(spill_dtype dt, uint64_t rows, uint64_t cols, uint32_t group,
+                             uint64_t *out, spill_err *e);
+
+/* rvq3 constants: 3 stages, 256-entry codebooks of 8-dim f32 vectors. The
+ * codebooks of layer L and matrix M are the trunk tensor
+ * "blk.L.ffn_M_exps.codebook", f32, shape (3, 256, 8) = rows 768, cols 8. */
+#define SPILL_RVQ_STAGES 3
+#define SPILL_RVQ_ENTRIES 256
+#define SPILL_RVQ_DIM 8
+
+typedef enum spill_attn_kind { SPILL_ATTN_GQA = 0, SPILL_ATTN_MLA = 1, SPILL_ATTN_KDA = 2 } spill_attn_kind;
+typedef enum spill_router_kind { SPILL_ROUTER_SIGMOID = 0, SPILL_ROUTER_SOFTMAX = 1 } spill_router_kind;
+typedef enum spill_act_kind { SPILL_ACT_SWIGLU = 0 } spill_act_kind;
+
+typedef struct spill_mla_cfg {
+  int n_heads;
+  int q_lora_rank;  /* 0 = full-rank q projection (attn_q) */
+  int kv_lora_rank; /* latent width d_c */
+  int qk_nope_dim;
+  int qk_rope_dim;
+  int v_head_dim;
+  int use_rope;     /* 0 = NoPE (K3): rope dims are kept but not rotated */
+  double rope_theta;
+} spill_mla_cfg;
+
+typedef struct spill_kda_cfg {
+  int n_heads;
+  int head_dim;       /* d_k = d_v */
+  int conv_kernel;    /* short causal conv width (4) */
+  int gate_rank;      /* low-rank decay gate f_a (rank, D) / f_b (H*dk, rank) */
+  int out_gate_rank;  /* 0 = full-rank output gate g_proj (H*dv, D) */
+  double decay_floor; /* log-decay g is clamped to >= this (K3: -5.0); 0 = none */
+} spill_kda_cfg;
+
+typedef struct spill_gqa_cfg {
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  double rope_theta;
+} spill_gqa_cfg;
+
+typedef struct spill_moe_cfg {
+  int n_experts;
+  int top_k;
+  int d_expert;    /* routed expert intermediate width */
+  int n_shared;    /* shared experts, merged into one SwiGLU of n_shared*d_shared */
+  int d_shared;    /* intermediate width of one shared expert */
+  int d_latent;    /* 0 = experts run on d_model; else the latent width */
+  spill_router_kind router;
+  int norm_topk;   /* renormalise the selected weights to sum to 1 */
+  double routed_scale;
+} spill_moe_cfg;
+
+typedef struct spill_arch {
+  char family[32];  /* informational: "k3", "olmoe", ... */
+  int vocab_size;
+  int d_model;
+  int n_layers;
+  int n_dense_layers; /* layers [0, n_dense_layers) have a dense FFN */
+  int d_ff;           /* dense FFN intermediate width */
+  double norm_eps;
+  spill_act_kind activation;
+  int bos_id, eos_id; /* -1 = none */
+  spill_attn_kind layer_attn[SPILL_MAX_LAYERS];
+  spill_mla_cfg mla;  /* meaningful when some layer is MLA */
+  spill_kda_cfg kda;
+  spill_gqa_cfg gqa;
+  spill_moe_cfg moe;  /* meaningful when n_layers > n_dense_layers */
+} spill_arch;
+
+typedef struct spill_tensor_info {
+  char name[SPILL_NAME_MAX];
+  spill_dtype dtype;
+  int ndim;          /* 1 or 2; a vector is (1, n) for byte sizing */
+  uint64_t shape[2]; /* (rows, cols); ndim 1: shape[0] = n, shape[1] = 1 */
+  uint32_t group;    /* q8/q4 group size along cols; 0 otherwise */
+  uint64_t offset;   /* in trunk.bin, multiple of SPILL_TENSOR_ALIGN */
+  uint64_t bytes;
+} spill_tensor_info;
+
+/* One matrix inside an expert record (offsets from the record start). */
+typedef struct spill_section_info {
+  uint32_t rows, cols;
+  uint32_t offset; /* multiple of 64, >= SPILL_RECORD_HEADER_BYTES */
+  uint32_t bytes;
+} spill_section_info;
+
+enum { SPILL_SEC_GATE = 0, SPILL_SEC_UP = 1, SPILL_SEC_DOWN = 2, SPILL_SEC_COUNT = 3 };
+
+typedef struct spill_bank_info {
+  int layer;
+  char file[SPILL_NAME_MAX]; /* relative name, no '/' */
+  uint32_t n_experts;
+  uint64_t record_bytes;
+  uint64_t data_offset; /* SPILL_BANK_HEADER_BYTES */
+} spill_bank_info;
+
+typedef struct spill_file_info {
+  char name[SPILL_NAME_MAX];
+  uint64_t bytes;
+  uint32_t crc32; /* of the whole file */
+} spill_file_info;
+
+typedef struct spill_manifest {
+  int version;
+  char name[64];
+  spill_arch arch;
+  int n_tensors;
+  spill_tensor_info *tensors;
+  /* expert record layout, shared by every bank */
+  spill_dtype expert_dtype;
+  uint32_t expert_group;
+  uint64_t record_bytes;
+  uint32_t payload_bytes; /* from the end of the header to the end of down */
+  spill_section_info sect[SPILL_SEC_COUNT];
+  int n_banks;
+  spill_bank_info *banks; /* banks[i] is MoE layer n_dense_layers + i */
+  int n_files;
+  spill_file_info *files;
+  char *generator_json; /* optional free-form object, serialised; may be NULL */
+} spill_manifest;
+
+/* Parses and validates manifest JSON (untrusted). src names the file for
+ * messages. On success m owns heap memory released by spill_manifest_free.
+ * Checks: types and ranges of every field, architecture consistency (layer
+ * kinds, dims, top_k <= n_experts), tensor sizes equal to the dtype's size of
+ * the shape, 64-byte alignment, banks one per MoE layer with the shared
+ * record layout, sections inside the record and non-overlapping. */
+int spill_manifest_parse(const char *json, size_t len, const char *src, spill_manifest *m,
+                         spill_err *e);
+/* Serialises m to JSON (malloc'd, caller frees with free()). */
+int spill_manifest_to_json(const spill_manifest *m, char **out, spill_err *e);
+void spill_manifest_free(spill_manifest *m); /* NULL and zeroed are fine */
+/* Tensor by exact name, or NULL. Linear scan: call at load time only. */
+const spill_tensor_info *spill_manifest_find(const spill_manifest *m, const char *name);
+/* Number of MoE layers and whether layer l is MoE. */
+int spill_arch_n_moe(const spill_arch *a);
+int spill_arch_is_moe(const spill_arch *a, int layer);
+
+/* Record layout for a dtype and arch (used by the writer and to validate):
+ * fills sect[], payload_bytes and record_bytes (rounded up to 4 KiB). */
+int spill_record_layout(const spill_arch *a, spill_dtype dt, uint32_t group,
+                        spill_section_info sect[SPILL_SEC_COUNT], uint32_t *payload_bytes,
+                        uint64_t *record_bytes, spill_err *e);
+
+/* The 64-byte record header. */
+typedef struct spill_record_header {
+  uint32_t magic;     /* SPILL_RECORD_MAGIC */
+  uint16_t version;   /* 1 */
+  uint16_t dtype;     /* spill_dtype */
+  uint32_t layer;
+  uint32_t expert;
+  uint32_t payload_offset; /* SPILL_RECORD_HEADER_BYTES */
+  uint32_t payload_bytes;
+  uint32_t payload_crc32;
+  uint32_t header_crc32; /* crc32 of the 64 header bytes with this field zero */
+  uint32_t sect_offset[SPILL_SEC_COUNT];
+  uint32_t n_sections; /* 3 */
+} spill_record_header;
+
+void spill_record_header_encode(const spill_record_header *h, uint8_t out[64]);
+void spill_record_header_decode(const uint8_t in[64], spill_record_header *h);
+/* Validates a record buffer read for (layer, expert) of bank file `file`:
+ * magic, version, header crc, dtype, layer and expert ids, payload bounds and
+ * section offsets against the manifest; with verify != 0 also the payload
+ * crc32. Errors name file, layer and expert. */
+int spill_record_check(const spill_manifest *m, const char *file, int layer, uint32_t expert,
+                       const void *rec, size_t len, int verify, spill_err *e);
+
+/* Bank header page. */
+typedef struct spill_bank_header {
+  uint32_t version, layer, n_experts, dtype;
+  uint64_t record_bytes, data_offset;
+} spill_bank_header;
+void spill_bank_header_encode(const spill_bank_header *h, uint8_t out[SPILL_BANK_HEADER_BYTES]);
+int spill_bank_header_check(const spill_manifest *m, const spill_bank_info *b, const void *page,
+                            size_t len, spill_err *e);
+
+/* ---- Reading a container ---- */
+
+/* An open container: manifest parsed and validated against the files on disk
+ * (sizes), bank headers checked. Does not read the trunk or any record. */
+typedef struct spill_container {
+  char *dir;
+  spill_manifest m;
+  int trunk_fd;         /* O_RDONLY */
+  uint64_t trunk_bytes;
+  int *bank_fd;         /* n_banks buffered O_RDONLY fds (I/O layers open their own) */
+} spill_container;
+
+int spill_container_open(const char *dir, spill_container *c, spill_err *e);
+void spill_container_close(spill_container *c); /* NULL/zeroed fine */
+/* Path of a file of the container into buf (size n). */
+int spill_container_path(const spill_container *c, const char *name, char *buf, size_t n,
+                         spill_err *e);
+/* Reads a trunk tensor's bytes into dst (dst_bytes >= t->bytes). */
+int spill_container_read_tensor(const spill_container *c, const spill_tensor_info *t, void *dst,
+                                size_t dst_bytes, spill_err *e);
+/* Reads one expert record with pread into rec (record_bytes) and checks it. */
+int spill_container_read_record(const spill_container *c, int layer, uint32_t expert, void *rec,
+                                int verify, spill_err *e);
+/* Bank of MoE layer `layer`, or NULL. */
+const spill_bank_info *spill_container_bank(const spill_container *c, int layer);
+
+/* Full offline audit: every file's size and crc32, every bank header, every
+ * record header and payload crc. progress (may be NULL) gets bytes done/total.
+ * Returns the first defect found. */
+typedef void (*spill_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+int spill_container_verify(const char *dir, spill_progress_fn progress, void *ctx,
+                           spill_err *e);
+
+/* ---- Writing a container ---- */
+
+/* The writer streams a container to disk: trunk tensors in any order, then
+ * every record of every bank (any order within a bank). It computes record
+ * and file crc32s on the way and writes manifest.json last (atomically), so a
+ * crashed write never looks like a valid container. */
+typedef struct spill_writer spill_writer;
+
+/* `m` supplies name, arch, expert dtype/group and the tensor list (names,
+ * dtypes, shapes, groups; offsets/bytes are computed here). The writer copies
+ * what it needs. */
+int spill_writer_open(const char *dir, const spill_manifest *m, spill_writer **out,
+                      spill_err *e);
+/* Writes tensor `name`'s bytes (exactly its size). */
+int spill_writer_tensor(spill_writer *w, const char *name, const void *data, size_t bytes,
+                        spill_err *e);
+/* Writes record (layer, expert): `payload` is payload_bytes long laid out as
+ * in m.sect (offsets minus SPILL_RECORD_HEADER_BYTES); header and padding are
+ * added here. Within a bank records must come in expert order 0..n-1 (so the
+ * file crc32 streams); banks may interleave. Not thread-safe per writer. */
+int spill_writer_record(spill_writer *w, int layer, uint32_t expert, const void *payload,
+                        spill_err *e);
+/* Layout the writer computed (record_bytes, sections, tensor offsets). */
+const spill_manifest *spill_writer_manifest(const spill_writer *w);
+/* Checks completeness, writes file hashes and manifest.json. Frees w. */
+int spill_writer_finish(spill_writer *w, spill_err *e);
+void spill_writer_abort(spill_writer *w); /* frees w, leaves no manifest */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,85 @@
+/* engine/quant/kernels.h: the compute kernels of the forward pass.
+ *
+ * Every kernel has a scalar `__ref` twin that is always built; AVX2 and
+ * AVX-512 versions are compiled with their ISA enabled per file and selected
+ * once at start-up by CPUID (spill_k_init). The dispatching names (no
+ * suffix) call the selected version. Kernels work on a row range [r0, r1) so
+ * callers split work across threads by rows: each output element is computed
+ * by exactly one thread with a fixed summation order, so results are
+ * bit-identical for any thread count. For a given ISA results are
+ * deterministic; across ISAs they differ within the per-format ceilings
+ * stated in kernels_test.cc.
+ *
+ * Layouts are those of docs/FORMAT.md: a (rows, cols) matrix is row-major.
+ *   f32/f16/bf16: rows*cols elements.
+ *   q8: rows*cols int8, then rows*(cols/group) f16 scales; w = s * q.
+ *   q4: rows*cols/2 bytes (element 2i low nibble, 2i+1 high), then
+ *       rows*(cols/group) f16 scales; w = s * (nibble - 8).
+ *   rvq3: rows*(cols/8)*3 uint8 indices (row, group, stage), then rows f16
+ *       scales; w[r][8g+j] = s[r] * (cb0[i0][j] + cb1[i1][j] + cb2[i2][j]),
+ *       codebooks f32 (3, 256, 8).
+ * Depends on engine/base only; knows nothing of containers or models.
+ */
+#ifndef SPILL_QUANT_KERNELS_H
+#define SPILL_QUANT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum spill_isa { SPILL_ISA_REF = 0, SPILL_ISA_AVX2 = 1, SPILL_ISA_AVX512 = 2 } spill_isa;
+
+/* Detects the CPU once (thread-safe, idempotent) and selects the best ISA;
+ * SPILL_ISA env var ("ref", "avx2", "avx512") may lower it. Returns it. */
+spill_isa spill_k_init(void);
+/* Whether the CPU (and OS) support an ISA. */
+int spill_k_isa_supported(spill_isa isa);
+/* Forces an ISA (tests/benchmarks); returns 0 if unsupported. */
+int spill_k_set_isa(spill_isa isa);
+spill_isa spill_k_isa(void);
+const char *spill_k_isa_name(spill_isa isa);
+
+/* A weight matrix view (no ownership). */
+typedef struct spill_qmat {
+  int dtype;           /* spill_dtype value (engine/format/container.h) */
+  uint32_t rows, cols;
+  uint32_t group;      /* q8/q4 */
+  const void *data;    /* values / indices */
+  const uint16_t *scales; /* q8/q4/rvq3: f16 scales (points into the same buffer) */
+  const float *codebook;  /* rvq3: (3, 256, 8) */
+} spill_qmat;
+
+/* y[r] = sum_c W[r][c] * x[c] for r in [r0, r1), for f32/f16/bf16/q8/q4.
+ * x has cols floats. For q8/q4 the row is computed group by group:
+ * y = sum_g s_g * (sum_{c in g} q_c * x_c). */
+void spill_k_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1);
+void spill_k_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1);
+
+/* rvq3 lookup table for input x (cols floats): lut[(s*(cols/8) + g)*256 + k]
+ * = dot(cb[s][k], x[8g .. 8g+8)). lut holds 3*(cols/8)*256 floats. Built
+ * once per (input, codebook) and shared by every expert of a layer that uses
+ * the same codebook. Groups [g0, g1) only, for threading. */
+void spill_k_rvq3_lut(const float *codebook, const float *x, uint32_t cols, float *lut,
+                      uint32_t g0, uint32_t g1);
+void spill_k_rvq3_lut__ref(const float *codebook, const float *x, uint32_t cols, float *lut,
+                           uint32_t g0, uint32_t g1);
+/* y[r] = s[r] * sum_g (lut0[g][i0] + lut1[g][i1] + lut2[g][i2]) for r in [r0, r1). */
+void spill_k_rvq3_apply(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                        uint32_t r1);
+void spill_k_rvq3_apply__ref(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                             uint32_t r1);
+
+/* Dequantises row r of any dtype into out (cols floats), e.g. embeddings. */
+void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out);
+
+/* Small vector helpers used on the hot path (ref only is fine for these). */
+void spill_k_rmsnorm(const float *x, const float *w, float *y, uint32_t n, float eps);
+float spill_k_dot(const float *a, const float *b, uint32_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
