@@ -1,0 +1,12 @@
+/* cli/commands.h: one entry point per `spill` subcommand (argv[0] is the
+ * subcommand name). Each returns the process exit code: 0 ok, 1 failure,
+ * 2 usage error. */
+#ifndef SPILL_CLI_COMMANDS_H
+#define SPILL_CLI_COMMANDS_H
+
+int cmd_gen(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+
+#endif

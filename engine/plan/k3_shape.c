@@ -1,0 +1,90 @@
+/* engine/plan/k3_shape.c: the published Kimi K3 shape (from
+ * ../shared/reference/k3-published.md) as a spill_arch, and a trunk-size
+ * estimate for any arch from the tensor list of docs/MODEL.md with spill's
+ * own formats: q4 (groups of 128, f16 scale) for the bulk, q8 (groups of 32)
+ * for tok_embd and output, f32 for norms, routers, biases, conv weights and
+ * rvq3 codebooks. Where the published figures do not give a dimension we
+ * state our assumption here and in docs/PLAN.md. */
+#include <string.h>
+
+#include "engine/plan/ram_plan.h"
+
+static uint64_t q4(uint64_t rows, uint64_t cols) { return rows * cols / 2 + rows * (cols / 128) * 2; }
+static uint64_t q8(uint64_t rows, uint64_t cols) { return rows * cols + rows * (cols / 32) * 2; }
+static uint64_t f32(uint64_t n) { return n * 4; }
+
+uint64_t spill_plan_trunk_estimate(const spill_arch *a) {
+  const uint64_t D = (uint64_t)a->d_model, V = (uint64_t)a->vocab_size;
+  uint64_t t = q8(V, D) * 2 + f32(D); /* tok_embd, output, output_norm */
+  for (int l = 0; l < a->n_layers && l < SPILL_MAX_LAYERS; l++) {
+    t += f32(2 * D); /* attn_norm, ffn_norm */
+    if (a->layer_attn[l] == SPILL_ATTN_KDA) {
+      const spill_kda_cfg *k = &a->kda;
+      uint64_t hd = (uint64_t)k->n_heads * (uint64_t)k->head_dim;
+      t += 3 * q4(hd, D) + q4(D, hd);                         /* q, k, v, output */
+      t += k->out_gate_rank ? q4((uint64_t)k->out_gate_rank, D) + q4(hd, (uint64_t)k->out_gate_rank)
+                            : q4(hd, D);                      /* output gate */
+      t += q4((uint64_t)k->gate_rank, D) + q4(hd, (uint64_t)k->gate_rank); /* f_a, f_b */
+      t += q4((uint64_t)k->n_heads, D);                       /* beta (attn_b) */
+      t += f32(3 * hd * (uint64_t)k->conv_kernel);            /* conv weights */
+      t += f32(hd + (uint64_t)k->n_heads + (uint64_t)k->head_dim); /* dt_bias, a_log, o_norm */
+    } else if (a->layer_attn[l] == SPILL_ATTN_MLA) {
+      const spill_mla_cfg *m = &a->mla;
+      uint64_t H = (uint64_t)m->n_heads, dq = (uint64_t)(m->qk_nope_dim + m->qk_rope_dim);
+      if (m->q_lora_rank)
+        t += q4((uint64_t)m->q_lora_rank, D) + q4(H * dq, (uint64_t)m->q_lora_rank) +
+             f32((uint64_t)m->q_lora_rank);
+      else
+        t += q4(H * dq, D);
+      t += q4((uint64_t)(m->kv_lora_rank + m->qk_rope_dim), D) + f32((uint64_t)m->kv_lora_rank);
+      t += q4(H * (uint64_t)(m->qk_nope_dim + m->v_head_dim), (uint64_t)m->kv_lora_rank);
+      t += q4(D, H * (uint64_t)m->v_head_dim);
+    } else {
+      const spill_gqa_cfg *g = &a->gqa;
+      uint64_t hq = (uint64_t)g->n_heads * (uint64_t)g->head_dim;
+      uint64_t hk = (uint64_t)g->n_kv_heads * (uint64_t)g->head_dim;
+      t += q4(hq, D) + 2 * q4(hk, D) + q4(D, hq);
+    }
+    if (!spill_arch_is_moe(a, l)) {
+      t += 3 * q4((uint64_t)a->d_ff, D);
+    } else {
+      const spill_moe_cfg *m = &a->moe;
+      t += f32((uint64_t)m->n_experts * D + (uint64_t)m->n_experts); /* router + bias */
+      uint64_t S = (uint64_t)m->n_shared * (uint64_t)m->d_shared;
+      if (S) t += 3 * q4(S, D);
+      if (m->d_latent) t += 2 * q4((uint64_t)m->d_latent, D) + f32((uint64_t)m->d_latent);
+      t += 3 * f32(3 * 256 * 8); /* rvq3 codebooks of gate, up, down */
+    }
+  }
+  return t;
+}
+
+int spill_plan_k3_shape(spill_arch *a, uint64_t *record_bytes, uint64_t *trunk_bytes,
+                        spill_err *e) {
+  memset(a, 0, sizeof *a);
+  strcpy(a->family, "k3");
+  a->vocab_size = 163840;
+  a->d_model = 7168;
+  a->n_layers = 93;
+  a->n_dense_layers = 1;
+  a->d_ff = 18432; /* assumption: not in the published figures; DeepSeek-V3's dense width */
+  a->norm_eps = 1e-6;
+  a->activation = SPILL_ACT_SWIGLU;
+  a->bos_id = a->eos_id = -1;
+  /* 69 KDA + 24 MLA: every fourth layer starting at 0 is MLA (24 of 93). */
+  for (int l = 0; l < 93; l++) a->layer_attn[l] = (l % 4 == 0) ? SPILL_ATTN_MLA : SPILL_ATTN_KDA;
+  a->mla = (spill_mla_cfg){.n_heads = 96, .q_lora_rank = 1536, .kv_lora_rank = 512,
+                           .qk_nope_dim = 128, .qk_rope_dim = 64, .v_head_dim = 128,
+                           .use_rope = 0, .rope_theta = 10000.0};
+  a->kda = (spill_kda_cfg){.n_heads = 96, .head_dim = 128, .conv_kernel = 4,
+                           .gate_rank = 128, /* assumption: Kimi-Linear's low-rank width */
+                           .out_gate_rank = 0, .decay_floor = -5.0};
+  a->moe = (spill_moe_cfg){.n_experts = 896, .top_k = 16, .d_expert = 3072, .n_shared = 2,
+                           .d_shared = 3072, .d_latent = 3584, .router = SPILL_ROUTER_SIGMOID,
+                           .norm_topk = 1, .routed_scale = 1.0};
+  spill_section_info sect[SPILL_SEC_COUNT];
+  uint32_t payload;
+  SPILL_TRY(spill_record_layout(a, SPILL_DT_RVQ3, 0, sect, &payload, record_bytes, e));
+  *trunk_bytes = spill_plan_trunk_estimate(a);
+  return SPILL_OK;
+}

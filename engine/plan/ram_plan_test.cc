@@ -1,0 +1,163 @@
+// Tests for engine/plan: the planner against the published K3 figures
+// (../shared/reference/k3-published.md), the default budget rule, refusal
+// below the floor, and size parsing.
+#include "engine/plan/ram_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace {
+
+constexpr double GiB = 1073741824.0;
+
+class K3PlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spill_err e = {};
+    ASSERT_EQ(spill_plan_k3_shape(&arch_, &record_, &trunk_, &e), SPILL_OK) << e.msg;
+  }
+  spill_plan Plan(int ctx) {
+    spill_plan p;
+    spill_err e = {};
+    EXPECT_EQ(spill_plan_compute(&arch_, record_, trunk_, ctx, 1, &p, &e), SPILL_OK) << e.msg;
+    return p;
+  }
+  spill_arch arch_;
+  uint64_t record_ = 0, trunk_ = 0;
+};
+
+TEST_F(K3PlanTest, RecordMatchesPublishedExactly) {
+  // Published: 12,406,784 B (3029 pages of 4 KiB).
+  EXPECT_EQ(record_, 12406784u);
+}
+
+TEST_F(K3PlanTest, WorkingSetWithinOnePercentOfPublished) {
+  // Published true per-token set over 92 MoE layers: 17.0 GiB.
+  spill_plan p = Plan(4096);
+  EXPECT_NEAR(p.ws / GiB, 17.0, 17.0 * 0.01);
+}
+
+TEST_F(K3PlanTest, StateAt4KWithinTwoPercentOfPublished) {
+  // Published: 659 MiB (414 KDA recurrent, 216 MLA latent, ~30 conv).
+  spill_plan p = Plan(4096);
+  EXPECT_NEAR(p.state.total / 1048576.0, 659.0, 659.0 * 0.02);
+  EXPECT_NEAR(p.state.kda_state / 1048576.0, 414.0, 414.0 * 0.02);
+  EXPECT_NEAR(p.state.mla_latent / 1048576.0, 216.0, 216.0 * 0.02);
+  EXPECT_NEAR(p.state.kda_conv / 1048576.0, 30.0, 30.0 * 0.05);
+}
+
+TEST_F(K3PlanTest, FloorGrowthWithContextWithinTwoPercentOfPublished) {
+  // Published floor: 29.06 GB at 4K, 30.54 at 32K, 35.64 at 128K, 83.22 at 1M:
+  // growth +1.48 / +6.58 / +54.16 GB (the source's "GB" are GiB).
+  double f4 = Plan(4096).floor / GiB;
+  EXPECT_NEAR(Plan(32768).floor / GiB - f4, 1.48, 1.48 * 0.02);
+  EXPECT_NEAR(Plan(131072).floor / GiB - f4, 6.58, 6.58 * 0.02);
+  EXPECT_NEAR(Plan(1048576).floor / GiB - f4, 54.16, 54.16 * 0.02);
+}
+
+TEST_F(K3PlanTest, MlaLatentCostsKvLoraPlusRopeFloatsPerToken) {
+  uint64_t a = Plan(1000).state.mla_latent, b = Plan(1001).state.mla_latent;
+  EXPECT_EQ(b - a, (512u + 64u) * 4u * 24u);  // 24 MLA layers
+  EXPECT_EQ(Plan(10).state.kda_state, Plan(100000).state.kda_state);
+}
+
+TEST_F(K3PlanTest, DefaultBudgetOn64GiBTakesOneWorkingSet) {
+  spill_plan p = Plan(4096);
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_budget(&p, (uint64_t)(64 * GiB), 0, &e), SPILL_OK);
+  EXPECT_EQ(p.cap, (uint64_t)(56 * GiB));
+  // floor + 2ws > 56 GiB, floor + 1ws fits: the published rule's outcome.
+  EXPECT_GT(p.floor + 2 * p.ws, p.cap);
+  EXPECT_EQ(p.budget_ws, 1);
+  EXPECT_EQ(p.budget, p.floor + p.ws);
+  EXPECT_EQ(p.expert_cache, p.ws + p.min_cache);
+  EXPECT_EQ(p.cache_slots, p.expert_cache / p.record_bytes);
+}
+
+TEST(RamPlanTest, DefaultRuleStepsDownInWholeWorkingSets) {
+  spill_arch a = {};
+  a.n_layers = 3;
+  a.n_dense_layers = 1;
+  a.d_model = 64;
+  a.d_ff = 128;
+  a.vocab_size = 256;
+  for (int l = 0; l < 3; l++) a.layer_attn[l] = SPILL_ATTN_GQA;
+  a.gqa = {4, 2, 16, 10000.0};
+  a.moe.n_experts = 8;
+  a.moe.top_k = 2;
+  a.moe.d_expert = 32;
+  spill_plan p;
+  spill_err e = {};
+  const uint64_t rec = 1 << 20, trunk = 100 << 20;
+  ASSERT_EQ(spill_plan_compute(&a, rec, trunk, 128, 1, &p, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(p.ws, rec * 2 * 2);
+  EXPECT_EQ(p.min_cache, 2 * 2 * rec);
+  EXPECT_EQ(p.recommended, p.floor + 3 * p.ws);
+  // Plenty of RAM: floor + 3 ws.
+  ASSERT_EQ(spill_plan_budget(&p, 8ull << 30, 0, &e), SPILL_OK);
+  EXPECT_EQ(p.budget_ws, 3);
+  // Cap just below floor + 3ws but above floor + 2ws.
+  uint64_t ram = (p.floor + 3 * p.ws - 1) * 8 / 7;
+  ASSERT_EQ(spill_plan_budget(&p, ram, 0, &e), SPILL_OK);
+  EXPECT_EQ(p.budget_ws, 2);
+  // Cap below floor + 1 ws: the floor with a warning.
+  ram = (p.floor + p.ws / 2) * 8 / 7;
+  ASSERT_EQ(spill_plan_budget(&p, ram, 0, &e), SPILL_OK);
+  EXPECT_EQ(p.budget_ws, 0);
+  EXPECT_EQ(p.budget, p.floor);
+  EXPECT_EQ(p.below_recommended_warning, 1);
+}
+
+TEST(RamPlanTest, ExplicitBudgetBelowFloorIsRefusedWithTheFloor) {
+  spill_arch a = {};
+  a.n_layers = 2;
+  a.n_dense_layers = 1;
+  a.d_model = 64;
+  a.d_ff = 128;
+  a.vocab_size = 256;
+  a.layer_attn[0] = a.layer_attn[1] = SPILL_ATTN_GQA;
+  a.gqa = {4, 2, 16, 10000.0};
+  a.moe.n_experts = 8;
+  a.moe.top_k = 2;
+  a.moe.d_expert = 32;
+  spill_plan p;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_compute(&a, 1 << 20, 1 << 30, 128, 1, &p, &e), SPILL_OK);
+  EXPECT_EQ(spill_plan_budget(&p, 16ull << 30, p.floor - 1, &e), SPILL_E_RAM_BUDGET);
+  EXPECT_NE(std::string(e.msg).find("below the RAM floor"), std::string::npos) << e.msg;
+  EXPECT_EQ(spill_plan_budget(&p, 16ull << 30, p.floor, &e), SPILL_OK);
+  EXPECT_EQ(p.expert_cache, p.min_cache);
+}
+
+TEST(RamPlanTest, ParsesSizesAndRejectsGarbage) {
+  EXPECT_EQ(spill_plan_parse_size("8G"), 8ull << 30);
+  EXPECT_EQ(spill_plan_parse_size("512M"), 512ull << 20);
+  EXPECT_EQ(spill_plan_parse_size("8GiB"), 8ull << 30);
+  EXPECT_EQ(spill_plan_parse_size("1.5G"), 3ull << 29);
+  EXPECT_EQ(spill_plan_parse_size("4096"), 4096u);
+  EXPECT_EQ(spill_plan_parse_size("x"), 0u);
+  EXPECT_EQ(spill_plan_parse_size("8Q"), 0u);
+  EXPECT_EQ(spill_plan_parse_size("-1G"), 0u);
+  EXPECT_EQ(spill_plan_parse_size(""), 0u);
+  EXPECT_GT(spill_plan_usable_ram(), 0u);
+}
+
+TEST(RamPlanTest, OverflowingArchIsAnErrorNotAWrap) {
+  spill_arch a = {};
+  a.n_layers = 2;
+  a.n_dense_layers = 1;
+  a.d_model = 64;
+  a.vocab_size = 256;
+  a.layer_attn[0] = a.layer_attn[1] = SPILL_ATTN_MLA;
+  a.mla.n_heads = 1 << 30;
+  a.mla.kv_lora_rank = 1 << 30;
+  a.moe.n_experts = 8;
+  a.moe.top_k = 2;
+  a.moe.d_expert = 32;
+  spill_plan p;
+  spill_err e = {};
+  EXPECT_EQ(spill_plan_compute(&a, 1ull << 40, 1ull << 40, 1 << 30, 1, &p, &e), SPILL_E_RANGE);
+}
+
+}  // namespace
