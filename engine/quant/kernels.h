@@ -78,6 +78,16 @@ void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out);
 /* Small vector helpers used on the hot path (ref only is fine for these). */
 void spill_k_rmsnorm(const float *x, const float *w, float *y, uint32_t n, float eps);
 float spill_k_dot(const float *a, const float *b, uint32_t n);
+/* g[i] = silu(g[i]) * u[i] (the SwiGLU gate), in place on g. */
+void spill_k_silu_mul(float *g, const float *u, uint32_t n);
+/* y[i] += a * x[i] (expert outputs summed in selection order). */
+void spill_k_axpy(float *y, float a, const float *x, uint32_t n);
+/* In-place softmax, max-subtracted; n >= 1. */
+void spill_k_softmax(float *x, uint32_t n);
+/* Indices of the k largest of score[0..n), by descending score, ties broken
+ * by the lower index (docs/MODEL.md "Top-k"); NaN ranks below every number.
+ * idx holds k entries; k <= n. */
+void spill_k_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,213 @@
+// bench/kernels_bench.cc: throughput of the quant kernels per ISA, 1 and 2
+// threads.
+//
+// Arg(0|1|2) selects the twin (ref, avx2, avx512); an ISA the CPU lacks is
+// reported as an error row, not silently skipped. Threads(2) splits the rows
+// (groups for the LUT build) in two halves, one per thread, as the forward
+// pass does; UseRealTime makes the rates aggregate over both threads, so the
+// 1- vs 2-thread ratio is the scaling. SetItemsProcessed counts weights (LUT
+// entries for the LUT build), SetBytesProcessed the weight bytes read (LUT
+// bytes written for the LUT build). Shapes: K3 routed experts (gate/up
+// 3072 x 3584, down 3584 x 3072), the twin-scale expert (1024 x 1280) and a
+// trunk-sized matrix (4096 x 3584; q8 group 32, q4 group 128).
+// BM_Rvq3ApplyGather_* measure the undispatched gather versions (Arg 1|2).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "engine/base/half.h"
+#include "engine/quant/kernels.h"
+#include "engine/quant/kernels_isa.h"
+
+namespace {
+
+typedef void (*matvec_fn)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
+typedef void (*lut_fn)(const float *, const float *, uint32_t, float *, uint32_t, uint32_t);
+typedef void (*apply_fn)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
+
+const matvec_fn kMatvec[3] = {spill_k_matvec__ref, spill_k_matvec__avx2, spill_k_matvec__avx512};
+const lut_fn kLut[3] = {spill_k_rvq3_lut__ref, spill_k_rvq3_lut__avx2, spill_k_rvq3_lut__avx512};
+const apply_fn kApply[3] = {spill_k_rvq3_apply__ref, spill_k_rvq3_apply__avx2,
+                            spill_k_rvq3_apply__avx512};
+
+// A weight matrix with random contents, its input and output buffers.
+struct Problem {
+  std::vector<uint8_t> buf;
+  std::vector<float> codebook, x, y, lut;
+  spill_qmat m{};
+  size_t weight_bytes = 0;
+};
+
+std::unique_ptr<Problem> Make(int dtype, uint32_t rows, uint32_t cols, uint32_t group) {
+  auto p = std::make_unique<Problem>();
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  size_t vb = 0, ns = 0;
+  switch (dtype) {
+    case SPILL_K_DT_F16: vb = (size_t)rows * cols * 2; break;
+    case SPILL_K_DT_Q8: vb = (size_t)rows * cols; ns = (size_t)rows * cols / group; break;
+    case SPILL_K_DT_Q4: vb = (size_t)rows * cols / 2; ns = (size_t)rows * cols / group; break;
+    case SPILL_K_DT_RVQ3: vb = (size_t)rows * (cols / 8) * 3; ns = rows; break;
+    default: vb = (size_t)rows * cols * 4; break;
+  }
+  p->buf.resize(vb + 2 * ns);
+  for (size_t i = 0; i < vb; i++) p->buf[i] = (uint8_t)(rng() & 0xFF);
+  if (dtype == SPILL_K_DT_F16 || dtype == SPILL_K_DT_F32) {  // finite values, not random bits
+    for (size_t i = 0; i < vb / 2; i++) {
+      uint16_t h = spill_f32_to_f16(d(rng));
+      std::memcpy(p->buf.data() + 2 * i, &h, 2);
+    }
+  }
+  for (size_t i = 0; i < ns; i++) {
+    uint16_t h = spill_f32_to_f16(0.01f + 0.05f * (float)(i % 7));
+    std::memcpy(p->buf.data() + vb + 2 * i, &h, 2);
+  }
+  p->codebook.resize(3 * 256 * 8);
+  for (auto &f : p->codebook) f = d(rng);
+  p->x.resize(cols);
+  for (auto &f : p->x) f = d(rng);
+  p->y.resize(rows);
+  p->lut.resize((size_t)3 * (cols / 8) * 256);
+  p->m.dtype = dtype;
+  p->m.rows = rows;
+  p->m.cols = cols;
+  p->m.group = group;
+  p->m.data = p->buf.data();
+  p->m.scales = reinterpret_cast<const uint16_t *>(p->buf.data() + vb);
+  p->m.codebook = p->codebook.data();
+  p->weight_bytes = vb + 2 * ns;
+  if (dtype == SPILL_K_DT_RVQ3)
+    spill_k_rvq3_lut__ref(p->codebook.data(), p->x.data(), cols, p->lut.data(), 0, cols / 8);
+  return p;
+}
+
+// One problem per shape, built once under a lock (benchmark's threads share
+// it; each writes only its own half of y).
+Problem &Get(int dtype, uint32_t rows, uint32_t cols, uint32_t group) {
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<Problem>> all;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto &p : all)
+    if (p->m.dtype == dtype && p->m.rows == rows && p->m.cols == cols && p->m.group == group)
+      return *p;
+  all.push_back(Make(dtype, rows, cols, group));
+  return *all.back();
+}
+
+bool IsaOk(benchmark::State &state) {
+  const spill_isa isa = (spill_isa)state.range(0);
+  if (!spill_k_isa_supported(isa)) {
+    state.SkipWithError("CPU lacks this ISA");
+    return false;
+  }
+  state.SetLabel(spill_k_isa_name(isa));
+  return true;
+}
+
+// This thread's half of [0, n).
+void Split(const benchmark::State &state, uint32_t n, uint32_t *lo, uint32_t *hi) {
+  const uint32_t t = (uint32_t)state.thread_index(), nt = (uint32_t)state.threads();
+  *lo = (uint32_t)((uint64_t)n * t / nt);
+  *hi = (uint32_t)((uint64_t)n * (t + 1) / nt);
+}
+
+void RunMatvec(benchmark::State &state, int dtype, uint32_t rows, uint32_t cols, uint32_t group) {
+  if (!IsaOk(state)) return;
+  Problem &p = Get(dtype, rows, cols, group);
+  const matvec_fn f = kMatvec[state.range(0)];
+  uint32_t r0, r1;
+  Split(state, rows, &r0, &r1);
+  for (auto _ : state) {
+    f(&p.m, p.x.data(), p.y.data(), r0, r1);
+    benchmark::ClobberMemory();
+  }
+  const double share = (double)(r1 - r0) / rows;
+  state.SetItemsProcessed((int64_t)(state.iterations() * (double)rows * cols * share));
+  state.SetBytesProcessed((int64_t)(state.iterations() * (double)p.weight_bytes * share));
+}
+
+void RunApply(benchmark::State &state, uint32_t rows, uint32_t cols) {
+  if (!IsaOk(state)) return;
+  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  const apply_fn f = kApply[state.range(0)];
+  uint32_t r0, r1;
+  Split(state, rows, &r0, &r1);
+  for (auto _ : state) {
+    f(&p.m, p.lut.data(), p.y.data(), r0, r1);
+    benchmark::ClobberMemory();
+  }
+  const double share = (double)(r1 - r0) / rows;
+  state.SetItemsProcessed((int64_t)(state.iterations() * (double)rows * cols * share));
+  state.SetBytesProcessed((int64_t)(state.iterations() * (double)p.weight_bytes * share));
+}
+
+void RunApplyGather(benchmark::State &state, uint32_t rows, uint32_t cols) {
+  if (state.range(0) == 0) {
+    state.SkipWithError("no ref gather version (compare with BM_Rvq3Apply_*/0)");
+    return;
+  }
+  if (!IsaOk(state)) return;
+  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  const apply_fn f = state.range(0) == 1 ? spill_k_rvq3_apply_gather__avx2
+                                         : spill_k_rvq3_apply_gather__avx512;
+  uint32_t r0, r1;
+  Split(state, rows, &r0, &r1);
+  for (auto _ : state) {
+    f(&p.m, p.lut.data(), p.y.data(), r0, r1);
+    benchmark::ClobberMemory();
+  }
+  const double share = (double)(r1 - r0) / rows;
+  state.SetItemsProcessed((int64_t)(state.iterations() * (double)rows * cols * share));
+  state.SetBytesProcessed((int64_t)(state.iterations() * (double)p.weight_bytes * share));
+}
+
+void RunLut(benchmark::State &state, uint32_t rows, uint32_t cols) {
+  if (!IsaOk(state)) return;
+  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  const lut_fn f = kLut[state.range(0)];
+  // The LUT of the problem is shared read-only by the apply benchmarks:
+  // build into a private buffer.
+  std::vector<float> lut(p.lut.size());
+  uint32_t g0, g1;
+  Split(state, cols / 8, &g0, &g1);
+  for (auto _ : state) {
+    f(p.codebook.data(), p.x.data(), cols, lut.data(), g0, g1);
+    benchmark::ClobberMemory();
+  }
+  const int64_t entries = (int64_t)3 * (g1 - g0) * 256;
+  state.SetItemsProcessed(state.iterations() * entries);
+  state.SetBytesProcessed(state.iterations() * entries * 4);
+}
+
+void BM_Rvq3Apply_K3Gate(benchmark::State &s) { RunApply(s, 3072, 3584); }
+void BM_Rvq3Apply_K3Down(benchmark::State &s) { RunApply(s, 3584, 3072); }
+void BM_Rvq3Apply_Twin(benchmark::State &s) { RunApply(s, 1024, 1280); }
+void BM_Rvq3ApplyGather_K3Gate(benchmark::State &s) { RunApplyGather(s, 3072, 3584); }
+void BM_Rvq3ApplyGather_Twin(benchmark::State &s) { RunApplyGather(s, 1024, 1280); }
+void BM_Rvq3Lut_K3Gate(benchmark::State &s) { RunLut(s, 3072, 3584); }
+void BM_Rvq3Lut_K3Down(benchmark::State &s) { RunLut(s, 3584, 3072); }
+void BM_Q8Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q8, 4096, 3584, 32); }
+void BM_Q4Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q4, 4096, 3584, 128); }
+void BM_F16Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_F16, 4096, 3584, 0); }
+void BM_F32Matvec_Router(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_F32, 384, 3584, 0); }
+
+#define KB(fn) BENCHMARK(fn)->DenseRange(0, 2)->Threads(1)->Threads(2)->UseRealTime()
+KB(BM_Rvq3Apply_K3Gate);
+KB(BM_Rvq3Apply_K3Down);
+KB(BM_Rvq3Apply_Twin);
+#define KB12(fn) BENCHMARK(fn)->DenseRange(1, 2)->Threads(1)->Threads(2)->UseRealTime()
+KB12(BM_Rvq3ApplyGather_K3Gate);
+KB12(BM_Rvq3ApplyGather_Twin);
+KB(BM_Rvq3Lut_K3Gate);
+KB(BM_Rvq3Lut_K3Down);
+KB(BM_Q8Matvec_Trunk);
+KB(BM_Q4Matvec_Trunk);
+KB(BM_F16Matvec_Trunk);
+KB(BM_F32Matvec_Router);
+
+}  // namespace

@@ -1,0 +1,269 @@
+/* engine/quant/kernels_avx2.c: AVX2 + FMA + F16C twins of the kernels.
+ *
+ * Compiled with -mavx2 -mfma -mf16c in its own cc_library and only called
+ * after spill_k_isa_supported(SPILL_ISA_AVX2). Each output row is computed by
+ * a fixed instruction sequence that depends only on the row and the matrix
+ * shape, never on [r0, r1), so any row split gives bit-identical results.
+ *
+ * matvec: 8-wide FMA with four accumulators for f32/f16/bf16; q8/q4 keep a
+ * vector group sum and fold it into the row accumulator with the group scale
+ * (needs group % 8 == 0 for q8, % 16 for q4, else the __ref path is used).
+ * rvq3 apply: two versions. The gather one takes 8 consecutive groups of a
+ * row at a time, de-interleaves their 24 index bytes into three vectors of 8
+ * stage indices with two pshufb per stage, offsets them by 256 per group and
+ * gathers from the LUT (_mm256_i32gather_ps). The dispatched one uses wide
+ * index loads and scalar LUT loads in four chains, which is faster where
+ * gathers are slow (AMD Zen; see the comment above it).
+ * rvq3 LUT: the codebook of a stage is transposed once per call to (8, 256)
+ * so each LUT entry block is eight broadcast-FMAs.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/base/half.h"
+#include "engine/quant/kernels.h"
+#include "engine/quant/kernels_isa.h"
+
+static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+static inline __m256 ld_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline __m256 ld_f16(const uint16_t *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline __m256 ld_bf16(const uint16_t *p) {
+  __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+static inline float sc_f32(const float *p) { return *p; }
+static inline float sc_f16(const uint16_t *p) { return spill_f16_to_f32(*p); }
+static inline float sc_bf16(const uint16_t *p) { return spill_bf16_to_f32(*p); }
+
+/* One row of a dense matrix: four 8-wide accumulators over 32 columns, one
+ * over the remaining blocks of 8, then a scalar tail. */
+#define DENSE_ROW(NAME, T, LD, SC)                                               \
+  static float NAME(const T *w, const float *x, uint32_t n) {                   \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                  \
+    uint32_t c = 0;                                                              \
+    for (; c + 32 <= n; c += 32) {                                               \
+      a0 = _mm256_fmadd_ps(LD(w + c), _mm256_loadu_ps(x + c), a0);               \
+      a1 = _mm256_fmadd_ps(LD(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);       \
+      a2 = _mm256_fmadd_ps(LD(w + c + 16), _mm256_loadu_ps(x + c + 16), a2);     \
+      a3 = _mm256_fmadd_ps(LD(w + c + 24), _mm256_loadu_ps(x + c + 24), a3);     \
+    }                                                                            \
+    for (; c + 8 <= n; c += 8) a0 = _mm256_fmadd_ps(LD(w + c), _mm256_loadu_ps(x + c), a0); \
+    float acc = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));  \
+    for (; c < n; c++) acc += SC(w + c) * x[c];                                  \
+    return acc;                                                                  \
+  }
+
+DENSE_ROW(row_f32, float, ld_f32, sc_f32)
+DENSE_ROW(row_f16, uint16_t, ld_f16, sc_f16)
+DENSE_ROW(row_bf16, uint16_t, ld_bf16, sc_bf16)
+
+static float row_q8(const int8_t *q, const uint16_t *s, const float *x, uint32_t cols,
+                    uint32_t group) {
+  __m256 acc = _mm256_setzero_ps();
+  for (uint32_t c0 = 0; c0 < cols; c0 += group) {
+    __m256 g0 = _mm256_setzero_ps(), g1 = g0;
+    uint32_t c = c0;
+    for (; c + 16 <= c0 + group; c += 16) {
+      __m128i b = _mm_loadu_si128((const __m128i *)(q + c));
+      __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+      __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+      g0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), g0);
+      g1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c + 8), g1);
+    }
+    if (c < c0 + group) { /* group % 16 == 8 */
+      __m128i b = _mm_loadl_epi64((const __m128i *)(q + c));
+      g0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_loadu_ps(x + c), g0);
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(spill_f16_to_f32(s[c0 / group])), _mm256_add_ps(g0, g1),
+                          acc);
+  }
+  return hsum8(acc);
+}
+
+static float row_q4(const uint8_t *q, const uint16_t *s, const float *x, uint32_t cols,
+                    uint32_t group) {
+  const __m128i m0f = _mm_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi32(8);
+  __m256 acc = _mm256_setzero_ps();
+  for (uint32_t c0 = 0; c0 < cols; c0 += group) {
+    __m256 g0 = _mm256_setzero_ps(), g1 = g0;
+    for (uint32_t c = c0; c < c0 + group; c += 16) {
+      __m128i b = _mm_loadl_epi64((const __m128i *)(q + c / 2));
+      __m128i lo = _mm_and_si128(b, m0f);
+      __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m0f);
+      __m128i e = _mm_unpacklo_epi8(lo, hi); /* elements c .. c+15 in order */
+      __m256 w0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(e), eight));
+      __m256 w1 =
+          _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(e, 8)), eight));
+      g0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), g0);
+      g1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c + 8), g1);
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(spill_f16_to_f32(s[c0 / group])), _mm256_add_ps(g0, g1),
+                          acc);
+  }
+  return hsum8(acc);
+}
+
+void spill_k_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                          uint32_t r1) {
+  const size_t cols = w->cols;
+  switch (w->dtype) {
+    case SPILL_K_DT_F32:
+      for (uint32_t r = r0; r < r1; r++)
+        y[r] = row_f32((const float *)w->data + r * cols, x, (uint32_t)cols);
+      return;
+    case SPILL_K_DT_F16:
+      for (uint32_t r = r0; r < r1; r++)
+        y[r] = row_f16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols);
+      return;
+    case SPILL_K_DT_BF16:
+      for (uint32_t r = r0; r < r1; r++)
+        y[r] = row_bf16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols);
+      return;
+    case SPILL_K_DT_Q8:
+      if (w->group % 8 != 0) break;
+      for (uint32_t r = r0; r < r1; r++)
+        y[r] = row_q8((const int8_t *)w->data + r * cols, w->scales + r * (cols / w->group), x,
+                      (uint32_t)cols, w->group);
+      return;
+    case SPILL_K_DT_Q4:
+      if (w->group % 16 != 0) break;
+      for (uint32_t r = r0; r < r1; r++)
+        y[r] = row_q4((const uint8_t *)w->data + r * cols / 2, w->scales + r * (cols / w->group),
+                      x, (uint32_t)cols, w->group);
+      return;
+    default:
+      break;
+  }
+  spill_k_matvec__ref(w, x, y, r0, r1);
+}
+
+/* ------------------------------------------------------------- rvq3 */
+
+void spill_k_rvq3_lut__avx2(const float *codebook, const float *x, uint32_t cols, float *lut,
+                            uint32_t g0, uint32_t g1) {
+  const size_t ng = cols / 8;
+  float cbt[8 * 256] __attribute__((aligned(32))); /* (dim, entry) of one stage */
+  for (uint32_t s = 0; s < 3; s++) {
+    const float *cb = codebook + (size_t)s * 256 * 8;
+    for (uint32_t k = 0; k < 256; k++)
+      for (uint32_t j = 0; j < 8; j++) cbt[j * 256 + k] = cb[k * 8 + j];
+    for (uint32_t g = g0; g < g1; g++) {
+      const float *xg = x + (size_t)g * 8;
+      const __m256 x0 = _mm256_set1_ps(xg[0]), x1 = _mm256_set1_ps(xg[1]);
+      const __m256 x2 = _mm256_set1_ps(xg[2]), x3 = _mm256_set1_ps(xg[3]);
+      const __m256 x4 = _mm256_set1_ps(xg[4]), x5 = _mm256_set1_ps(xg[5]);
+      const __m256 x6 = _mm256_set1_ps(xg[6]), x7 = _mm256_set1_ps(xg[7]);
+      float *out = lut + ((size_t)s * ng + g) * 256;
+      for (uint32_t k = 0; k < 256; k += 8) {
+        __m256 a = _mm256_mul_ps(x0, _mm256_load_ps(cbt + 0 * 256 + k));
+        __m256 b = _mm256_mul_ps(x1, _mm256_load_ps(cbt + 1 * 256 + k));
+        a = _mm256_fmadd_ps(x2, _mm256_load_ps(cbt + 2 * 256 + k), a);
+        b = _mm256_fmadd_ps(x3, _mm256_load_ps(cbt + 3 * 256 + k), b);
+        a = _mm256_fmadd_ps(x4, _mm256_load_ps(cbt + 4 * 256 + k), a);
+        b = _mm256_fmadd_ps(x5, _mm256_load_ps(cbt + 5 * 256 + k), b);
+        a = _mm256_fmadd_ps(x6, _mm256_load_ps(cbt + 6 * 256 + k), a);
+        b = _mm256_fmadd_ps(x7, _mm256_load_ps(cbt + 7 * 256 + k), b);
+        _mm256_storeu_ps(out + k, _mm256_add_ps(a, b));
+      }
+    }
+  }
+}
+
+/* pshufb masks that pick stage s of 8 consecutive (i0, i1, i2) triples:
+ * groups 0..4 from the bytes [0, 16) of the chunk, groups 5..7 from [8, 24). */
+#define Z (char)0x80
+static const char k_shuf_a[3][16] __attribute__((aligned(16))) = {
+    {0, 3, 6, 9, 12, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z},
+    {1, 4, 7, 10, 13, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z},
+    {2, 5, 8, 11, 14, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z},
+};
+static const char k_shuf_b[3][16] __attribute__((aligned(16))) = {
+    {Z, Z, Z, Z, Z, 7, 10, 13, Z, Z, Z, Z, Z, Z, Z, Z},
+    {Z, Z, Z, Z, Z, 8, 11, 14, Z, Z, Z, Z, Z, Z, Z, Z},
+    {Z, Z, Z, Z, Z, 9, 12, 15, Z, Z, Z, Z, Z, Z, Z, Z},
+};
+#undef Z
+
+void spill_k_rvq3_apply_gather__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                                     uint32_t r1) {
+  const size_t ng = w->cols / 8;
+  const size_t ng8 = ng & ~(size_t)7;
+  const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
+  const __m128i sa0 = _mm_load_si128((const __m128i *)k_shuf_a[0]);
+  const __m128i sa1 = _mm_load_si128((const __m128i *)k_shuf_a[1]);
+  const __m128i sa2 = _mm_load_si128((const __m128i *)k_shuf_a[2]);
+  const __m128i sb0 = _mm_load_si128((const __m128i *)k_shuf_b[0]);
+  const __m128i sb1 = _mm_load_si128((const __m128i *)k_shuf_b[1]);
+  const __m128i sb2 = _mm_load_si128((const __m128i *)k_shuf_b[2]);
+  const __m256i offs = _mm256_setr_epi32(0, 256, 512, 768, 1024, 1280, 1536, 1792);
+  for (uint32_t r = r0; r < r1; r++) {
+    const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
+    __m256 acc = _mm256_setzero_ps();
+    size_t g = 0;
+    for (; g < ng8; g += 8, p += 24) {
+      const __m128i a = _mm_loadu_si128((const __m128i *)p);
+      const __m128i b = _mm_loadu_si128((const __m128i *)(p + 8));
+      __m256i i0 = _mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, sa0), _mm_shuffle_epi8(b, sb0)));
+      __m256i i1 = _mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, sa1), _mm_shuffle_epi8(b, sb1)));
+      __m256i i2 = _mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, sa2), _mm_shuffle_epi8(b, sb2)));
+      const __m256 v0 = _mm256_i32gather_ps(l0 + g * 256, _mm256_add_epi32(i0, offs), 4);
+      const __m256 v1 = _mm256_i32gather_ps(l1 + g * 256, _mm256_add_epi32(i1, offs), 4);
+      const __m256 v2 = _mm256_i32gather_ps(l2 + g * 256, _mm256_add_epi32(i2, offs), 4);
+      acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_add_ps(v0, v1), v2));
+    }
+    float sum = hsum8(acc);
+    for (; g < ng; g++, p += 3)
+      sum += l0[g * 256 + p[0]] + l1[g * 256 + p[1]] + l2[g * 256 + p[2]];
+    y[r] = spill_f16_to_f32(w->scales[r]) * sum;
+  }
+}
+
+/* The dispatched apply: scalar loads, not gathers. On the AMD EPYC (Zen 5)
+ * of the dev machines vpgatherdd runs at about the speed of the plain __ref
+ * loop (BM_Rvq3ApplyGather_K3Gate vs BM_Rvq3Apply_K3Gate/0), while the limit
+ * of the lookup is the load ports: this loop reads the 24 index bytes of 8
+ * groups with three 8-byte loads (instead of 24 byte loads), extracts the
+ * indices with shifts, and adds into four independent chains so the adds
+ * never wait on each other. Per row: chains (a0+a1)+(a2+a3), then the
+ * leftover groups, then the scale; nothing depends on [r0, r1). */
+void spill_k_rvq3_apply__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                              uint32_t r1) {
+  const size_t ng = w->cols / 8;
+  const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
+  for (uint32_t r = r0; r < r1; r++) {
+    const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    size_t g = 0;
+    for (; g + 8 <= ng; g += 8, p += 24) {
+      uint64_t u, v, t; /* triples of groups g..g+7: u = bytes 0-7, v = 8-15, t = 16-23 */
+      memcpy(&u, p, 8);
+      memcpy(&v, p + 8, 8);
+      memcpy(&t, p + 16, 8);
+      const float *b0 = l0 + g * 256, *b1 = l1 + g * 256, *b2 = l2 + g * 256;
+      a0 += b0[u & 255] + b1[(u >> 8) & 255] + b2[(u >> 16) & 255];
+      a1 += b0[256 + ((u >> 24) & 255)] + b1[256 + ((u >> 32) & 255)] + b2[256 + ((u >> 40) & 255)];
+      a2 += b0[512 + ((u >> 48) & 255)] + b1[512 + (u >> 56)] + b2[512 + (v & 255)];
+      a3 += b0[768 + ((v >> 8) & 255)] + b1[768 + ((v >> 16) & 255)] + b2[768 + ((v >> 24) & 255)];
+      a0 += b0[1024 + ((v >> 32) & 255)] + b1[1024 + ((v >> 40) & 255)] +
+            b2[1024 + ((v >> 48) & 255)];
+      a1 += b0[1280 + (v >> 56)] + b1[1280 + (t & 255)] + b2[1280 + ((t >> 8) & 255)];
+      a2 += b0[1536 + ((t >> 16) & 255)] + b1[1536 + ((t >> 24) & 255)] +
+            b2[1536 + ((t >> 32) & 255)];
+      a3 += b0[1792 + ((t >> 40) & 255)] + b1[1792 + ((t >> 48) & 255)] + b2[1792 + (t >> 56)];
+    }
+    float sum = (a0 + a1) + (a2 + a3);
+    for (; g < ng; g++, p += 3)
+      sum += l0[g * 256 + p[0]] + l1[g * 256 + p[1]] + l2[g * 256 + p[2]];
+    y[r] = spill_f16_to_f32(w->scales[r]) * sum;
+  }
+}

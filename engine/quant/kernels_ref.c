@@ -1,0 +1,330 @@
+/* engine/quant/kernels_ref.c: the scalar reference kernels, the small vector
+ * helpers and the CPUID dispatch.
+ *
+ * The __ref kernels define the numerics every SIMD twin is tested against:
+ * plain f32 arithmetic, one accumulator per row, summed in column order
+ * (group by group for q8/q4, scale applied per group; rvq3 adds the three
+ * stage lookups of a group before adding them to the row sum). They are
+ * always built and run on any x86-64 (and any other CPU).
+ *
+ * Dispatch: spill_k_init picks the best ISA the CPU and OS support
+ * (__builtin_cpu_supports checks the OS-enabled XSAVE state too), lowered by
+ * the SPILL_ISA environment variable; unknown values are ignored (the library
+ * never prints). The selection lives in one atomic so that a dispatching call
+ * costs one relaxed load. Depends on engine/base only.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/base/half.h"
+#include "engine/quant/kernels.h"
+#include "engine/quant/kernels_isa.h"
+
+/* ---------------------------------------------------------------- ref */
+
+static float dot_f32(const float *w, const float *x, uint32_t n) {
+  float acc = 0.0f;
+  for (uint32_t c = 0; c < n; c++) acc += w[c] * x[c];
+  return acc;
+}
+
+static float row_q8(const int8_t *q, const uint16_t *s, const float *x, uint32_t cols,
+                    uint32_t group) {
+  float acc = 0.0f;
+  for (uint32_t c0 = 0; c0 < cols; c0 += group) {
+    float g = 0.0f;
+    for (uint32_t c = c0; c < c0 + group; c++) g += (float)q[c] * x[c];
+    acc += spill_f16_to_f32(s[c0 / group]) * g;
+  }
+  return acc;
+}
+
+static float row_q4(const uint8_t *q, const uint16_t *s, const float *x, uint32_t cols,
+                    uint32_t group) {
+  /* q points at the row's first byte; cols and group are even. */
+  float acc = 0.0f;
+  for (uint32_t c0 = 0; c0 < cols; c0 += group) {
+    float g = 0.0f;
+    for (uint32_t c = c0; c < c0 + group; c += 2) {
+      uint8_t b = q[c / 2];
+      g += (float)((int)(b & 0x0F) - 8) * x[c];
+      g += (float)((int)(b >> 4) - 8) * x[c + 1];
+    }
+    acc += spill_f16_to_f32(s[c0 / group]) * g;
+  }
+  return acc;
+}
+
+void spill_k_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                         uint32_t r1) {
+  const size_t cols = w->cols;
+  for (uint32_t r = r0; r < r1; r++) {
+    float acc = 0.0f;
+    switch (w->dtype) {
+      case SPILL_K_DT_F32:
+        acc = dot_f32((const float *)w->data + (size_t)r * cols, x, (uint32_t)cols);
+        break;
+      case SPILL_K_DT_F16: {
+        const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
+        for (size_t c = 0; c < cols; c++) acc += spill_f16_to_f32(p[c]) * x[c];
+        break;
+      }
+      case SPILL_K_DT_BF16: {
+        const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
+        for (size_t c = 0; c < cols; c++) acc += spill_bf16_to_f32(p[c]) * x[c];
+        break;
+      }
+      case SPILL_K_DT_Q8:
+        acc = row_q8((const int8_t *)w->data + (size_t)r * cols,
+                     w->scales + (size_t)r * (cols / w->group), x, (uint32_t)cols, w->group);
+        break;
+      case SPILL_K_DT_Q4:
+        acc = row_q4((const uint8_t *)w->data + (size_t)r * cols / 2,
+                     w->scales + (size_t)r * (cols / w->group), x, (uint32_t)cols, w->group);
+        break;
+      default: /* rvq3 goes through the LUT kernels; unknown dtypes: caller bug */
+        acc = NAN;
+        break;
+    }
+    y[r] = acc;
+  }
+}
+
+void spill_k_rvq3_lut__ref(const float *codebook, const float *x, uint32_t cols, float *lut,
+                           uint32_t g0, uint32_t g1) {
+  const size_t ng = cols / 8;
+  for (uint32_t s = 0; s < 3; s++) {
+    const float *cb = codebook + (size_t)s * 256 * 8;
+    for (uint32_t g = g0; g < g1; g++) {
+      float *out = lut + ((size_t)s * ng + g) * 256;
+      const float *xg = x + (size_t)g * 8;
+      for (uint32_t k = 0; k < 256; k++) out[k] = dot_f32(cb + k * 8, xg, 8);
+    }
+  }
+}
+
+void spill_k_rvq3_apply__ref(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                             uint32_t r1) {
+  const size_t ng = w->cols / 8;
+  const uint8_t *idx = (const uint8_t *)w->data;
+  const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
+  for (uint32_t r = r0; r < r1; r++) {
+    const uint8_t *p = idx + (size_t)r * ng * 3;
+    float acc = 0.0f;
+    for (size_t g = 0; g < ng; g++, p += 3)
+      acc += l0[g * 256 + p[0]] + l1[g * 256 + p[1]] + l2[g * 256 + p[2]];
+    y[r] = spill_f16_to_f32(w->scales[r]) * acc;
+  }
+}
+
+/* ------------------------------------------------------------ helpers */
+
+void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out) {
+  const size_t cols = w->cols;
+  switch (w->dtype) {
+    case SPILL_K_DT_F32:
+      memcpy(out, (const float *)w->data + (size_t)r * cols, cols * sizeof(float));
+      return;
+    case SPILL_K_DT_F16: {
+      const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
+      for (size_t c = 0; c < cols; c++) out[c] = spill_f16_to_f32(p[c]);
+      return;
+    }
+    case SPILL_K_DT_BF16: {
+      const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
+      for (size_t c = 0; c < cols; c++) out[c] = spill_bf16_to_f32(p[c]);
+      return;
+    }
+    case SPILL_K_DT_Q8: {
+      const int8_t *q = (const int8_t *)w->data + (size_t)r * cols;
+      const uint16_t *s = w->scales + (size_t)r * (cols / w->group);
+      for (size_t c = 0; c < cols; c++) out[c] = spill_f16_to_f32(s[c / w->group]) * (float)q[c];
+      return;
+    }
+    case SPILL_K_DT_Q4: {
+      const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols / 2;
+      const uint16_t *s = w->scales + (size_t)r * (cols / w->group);
+      for (size_t c = 0; c < cols; c++) {
+        int nib = (c & 1) ? (q[c / 2] >> 4) : (q[c / 2] & 0x0F);
+        out[c] = spill_f16_to_f32(s[c / w->group]) * (float)(nib - 8);
+      }
+      return;
+    }
+    case SPILL_K_DT_RVQ3: {
+      const size_t ng = cols / 8;
+      const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
+      const float sc = spill_f16_to_f32(w->scales[r]);
+      const float *cb = w->codebook;
+      for (size_t g = 0; g < ng; g++, p += 3)
+        for (size_t j = 0; j < 8; j++)
+          out[g * 8 + j] = sc * (cb[(0 * 256 + p[0]) * 8 + j] + cb[(1 * 256 + p[1]) * 8 + j] +
+                                 cb[(2 * 256 + p[2]) * 8 + j]);
+      return;
+    }
+    default:
+      for (size_t c = 0; c < cols; c++) out[c] = NAN;
+      return;
+  }
+}
+
+void spill_k_rmsnorm(const float *x, const float *w, float *y, uint32_t n, float eps) {
+  float ss = 0.0f;
+  for (uint32_t i = 0; i < n; i++) ss += x[i] * x[i];
+  const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+  for (uint32_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
+}
+
+float spill_k_dot(const float *a, const float *b, uint32_t n) { return dot_f32(a, b, n); }
+
+void spill_k_silu_mul(float *g, const float *u, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void spill_k_axpy(float *y, float a, const float *x, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void spill_k_softmax(float *x, uint32_t n) {
+  float m = x[0];
+  for (uint32_t i = 1; i < n; i++)
+    if (x[i] > m) m = x[i];
+  float sum = 0.0f;
+  for (uint32_t i = 0; i < n; i++) {
+    x[i] = expf(x[i] - m);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (uint32_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* a ranks before b: larger score, then lower index; NaN after every number. */
+static int topk_before(float a, uint32_t ia, float b, uint32_t ib) {
+  if (isnan(a) || isnan(b)) return isnan(b) && (!isnan(a) || ia < ib);
+  return a > b || (a == b && ia < ib);
+}
+
+void spill_k_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx) {
+  /* Insertion into a sorted list of k: O(n k), k is small (<= 64). */
+  uint32_t have = 0;
+  for (uint32_t i = 0; i < n && k > 0; i++) {
+    if (have == k && !topk_before(score[i], i, score[idx[k - 1]], idx[k - 1])) continue;
+    uint32_t pos = have < k ? have++ : k - 1;
+    while (pos > 0 && topk_before(score[i], i, score[idx[pos - 1]], idx[pos - 1])) {
+      idx[pos] = idx[pos - 1];
+      pos--;
+    }
+    idx[pos] = i;
+  }
+}
+
+/* ----------------------------------------------------------- dispatch */
+
+typedef struct k_table {
+  void (*matvec)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
+  void (*lut)(const float *, const float *, uint32_t, float *, uint32_t, uint32_t);
+  void (*apply)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
+} k_table;
+
+static const k_table k_tables[3] = {
+    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref},
+#if defined(__x86_64__)
+    {spill_k_matvec__avx2, spill_k_rvq3_lut__avx2, spill_k_rvq3_apply__avx2},
+    {spill_k_matvec__avx512, spill_k_rvq3_lut__avx512, spill_k_rvq3_apply__avx512},
+#else
+    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref},
+    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref},
+#endif
+};
+
+static _Atomic(const k_table *) k_current;
+static _Atomic int k_current_isa;
+static pthread_once_t k_once = PTHREAD_ONCE_INIT;
+
+int spill_k_isa_supported(spill_isa isa) {
+  switch (isa) {
+    case SPILL_ISA_REF:
+      return 1;
+#if defined(__x86_64__)
+    case SPILL_ISA_AVX2:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    case SPILL_ISA_AVX512:
+      __builtin_cpu_init();
+      return spill_k_isa_supported(SPILL_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq");
+#endif
+    default:
+      return 0;
+  }
+}
+
+static void k_select(spill_isa isa) {
+  atomic_store(&k_current_isa, (int)isa);
+  atomic_store(&k_current, &k_tables[isa]);
+}
+
+static void k_detect(void) {
+  spill_isa best = SPILL_ISA_REF;
+  if (spill_k_isa_supported(SPILL_ISA_AVX512)) best = SPILL_ISA_AVX512;
+  else if (spill_k_isa_supported(SPILL_ISA_AVX2)) best = SPILL_ISA_AVX2;
+  const char *env = getenv("SPILL_ISA");
+  if (env) {
+    spill_isa want = best;
+    if (strcmp(env, "ref") == 0) want = SPILL_ISA_REF;
+    else if (strcmp(env, "avx2") == 0) want = SPILL_ISA_AVX2;
+    else if (strcmp(env, "avx512") == 0) want = SPILL_ISA_AVX512;
+    if (want < best) best = want; /* the variable may only lower the choice */
+  }
+  k_select(best);
+}
+
+spill_isa spill_k_init(void) {
+  pthread_once(&k_once, k_detect);
+  return (spill_isa)atomic_load(&k_current_isa);
+}
+
+int spill_k_set_isa(spill_isa isa) {
+  if ((int)isa < 0 || (int)isa > SPILL_ISA_AVX512 || !spill_k_isa_supported(isa)) return 0;
+  spill_k_init();
+  k_select(isa);
+  return 1;
+}
+
+spill_isa spill_k_isa(void) { return spill_k_init(); }
+
+const char *spill_k_isa_name(spill_isa isa) {
+  switch (isa) {
+    case SPILL_ISA_REF: return "ref";
+    case SPILL_ISA_AVX2: return "avx2";
+    case SPILL_ISA_AVX512: return "avx512";
+    default: return "unknown";
+  }
+}
+
+static inline const k_table *k_table_get(void) {
+  const k_table *t = atomic_load_explicit(&k_current, memory_order_acquire);
+  if (!t) {
+    spill_k_init();
+    t = atomic_load(&k_current);
+  }
+  return t;
+}
+
+void spill_k_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1) {
+  k_table_get()->matvec(w, x, y, r0, r1);
+}
+
+void spill_k_rvq3_lut(const float *codebook, const float *x, uint32_t cols, float *lut,
+                      uint32_t g0, uint32_t g1) {
+  k_table_get()->lut(codebook, x, cols, lut, g0, g1);
+}
+
+void spill_k_rvq3_apply(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                        uint32_t r1) {
+  k_table_get()->apply(w, lut, y, r0, r1);
+}

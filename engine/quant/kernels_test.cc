@@ -1,0 +1,509 @@
+// engine/quant/kernels_test.cc: the kernels against hand-computed values and
+// every SIMD twin against its __ref on random data.
+//
+// Error measure: for an output y[r] = sum_c w[r][c] x[c] the error of a twin
+// is |y_isa - y_ref| / sum_c |w[r][c] x[c]| (relative to the magnitude bound
+// of the sum, so cancellation in y cannot blow it up). The twins see the
+// same dequantised weights as __ref; they differ only in summation order and
+// FMA rounding, so every ceiling below is a few f32 ulps of the bound, which
+// any correct order meets and any wrong index, nibble, scale or group (an
+// O(1e-2) or larger error) does not. Twins the CPU lacks are skipped with
+// GTEST_SKIP and a printed reason.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/base/half.h"
+#include "engine/quant/kernels.h"
+#include "engine/quant/kernels_isa.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+// f32/f16/bf16 matvec: weights convert exactly to f32, only the summation
+// order (4-8 vector accumulators, FMA) differs: ~sqrt(n) ulps in practice,
+// 1e-6 = ~8 ulps of the bound leaves a 10x margin at the tested sizes.
+constexpr double kDenseCeiling = 1e-6;
+// q8/q4: as dense, plus the group scale multiplies a vector of partial group
+// sums instead of one scalar sum (one more rounding per group).
+constexpr double kQuantCeiling = 1e-6;
+// rvq3 LUT: one 8-term dot per entry; FMA vs separate mul+add: <= 8 ulps.
+constexpr double kRvq3LutCeiling = 1e-6;
+// rvq3 apply from the same LUT: only the order of the 3*(cols/8) additions.
+constexpr double kRvq3ApplyCeiling = 1e-6;
+// rvq3 LUT+apply vs dequantise-then-matvec (in f64): the LUT rounds each
+// stage's dot product, dequant rounds the summed codebook vector; the bound
+// uses |cb0|+|cb1|+|cb2| per weight. A few ulps per term of the bound.
+constexpr double kRvq3VsDequantCeiling = 2e-6;
+
+typedef void (*matvec_fn)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
+typedef void (*lut_fn)(const float *, const float *, uint32_t, float *, uint32_t, uint32_t);
+typedef void (*apply_fn)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
+
+struct Twins {
+  spill_isa isa;
+  matvec_fn matvec;
+  lut_fn lut;
+  apply_fn apply;
+  apply_fn apply_gather;  // the undispatched gather version (ref: itself)
+};
+
+const Twins kTwins[] = {
+    {SPILL_ISA_REF, spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref,
+     spill_k_rvq3_apply__ref},
+    {SPILL_ISA_AVX2, spill_k_matvec__avx2, spill_k_rvq3_lut__avx2, spill_k_rvq3_apply__avx2,
+     spill_k_rvq3_apply_gather__avx2},
+    {SPILL_ISA_AVX512, spill_k_matvec__avx512, spill_k_rvq3_lut__avx512,
+     spill_k_rvq3_apply__avx512, spill_k_rvq3_apply_gather__avx512},
+};
+
+// A matrix in one of the kernel layouts plus its view.
+struct Mat {
+  std::vector<uint8_t> buf;  // values/indices then scales, as on disk
+  std::vector<float> codebook;
+  spill_qmat m{};
+};
+
+std::vector<float> RandVec(std::mt19937 &rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto &f : v) f = d(rng);
+  return v;
+}
+
+void SetScales(Mat &m, size_t value_bytes, size_t n_scales, std::mt19937 &rng) {
+  m.buf.resize(value_bytes + 2 * n_scales);
+  std::uniform_real_distribution<float> d(0.01f, 0.1f);
+  std::vector<uint16_t> s(n_scales);
+  for (auto &h : s) h = spill_f32_to_f16(d(rng));
+  if (n_scales) std::memcpy(m.buf.data() + value_bytes, s.data(), 2 * n_scales);
+}
+
+void Finish(Mat &m, size_t value_bytes) {
+  m.m.data = m.buf.data();
+  m.m.scales = reinterpret_cast<const uint16_t *>(m.buf.data() + value_bytes);
+  m.m.codebook = m.codebook.empty() ? nullptr : m.codebook.data();
+}
+
+Mat MakeMat(int dtype, uint32_t rows, uint32_t cols, uint32_t group, std::mt19937 &rng) {
+  Mat m;
+  m.m.dtype = dtype;
+  m.m.rows = rows;
+  m.m.cols = cols;
+  m.m.group = group;
+  const size_t n = (size_t)rows * cols;
+  size_t vb = 0;
+  switch (dtype) {
+    case SPILL_K_DT_F32: {
+      vb = n * 4;
+      auto v = RandVec(rng, n);
+      m.buf.resize(vb);
+      std::memcpy(m.buf.data(), v.data(), vb);
+      break;
+    }
+    case SPILL_K_DT_F16:
+    case SPILL_K_DT_BF16: {
+      vb = n * 2;
+      auto v = RandVec(rng, n);
+      std::vector<uint16_t> h(n);
+      for (size_t i = 0; i < n; i++)
+        h[i] = dtype == SPILL_K_DT_F16 ? spill_f32_to_f16(v[i]) : spill_f32_to_bf16(v[i]);
+      m.buf.resize(vb);
+      std::memcpy(m.buf.data(), h.data(), vb);
+      break;
+    }
+    case SPILL_K_DT_Q8:
+      vb = n;
+      SetScales(m, vb, n / group, rng);
+      for (size_t i = 0; i < vb; i++) m.buf[i] = (uint8_t)(rng() & 0xFF);  // any int8
+      break;
+    case SPILL_K_DT_Q4:
+      vb = n / 2;
+      SetScales(m, vb, n / group, rng);
+      for (size_t i = 0; i < vb; i++) m.buf[i] = (uint8_t)(rng() & 0xFF);
+      break;
+    case SPILL_K_DT_RVQ3:
+      vb = (size_t)rows * (cols / 8) * 3;
+      SetScales(m, vb, rows, rng);
+      for (size_t i = 0; i < vb; i++) m.buf[i] = (uint8_t)(rng() & 0xFF);
+      m.codebook = RandVec(rng, 3 * 256 * 8);
+      break;
+  }
+  Finish(m, vb);
+  return m;
+}
+
+// sum_c |w[r][c] x[c]| with w dequantised by spill_k_dequant_row.
+std::vector<double> Bound(const spill_qmat &w, const float *x) {
+  std::vector<double> b(w.rows);
+  std::vector<float> row(w.cols);
+  for (uint32_t r = 0; r < w.rows; r++) {
+    spill_k_dequant_row(&w, r, row.data());
+    double s = 0;
+    for (uint32_t c = 0; c < w.cols; c++) s += std::fabs((double)row[c] * x[c]);
+    b[r] = s + 1e-30;
+  }
+  return b;
+}
+
+// Largest |a - b| / bound over rows.
+double MaxRelErr(const std::vector<float> &a, const std::vector<float> &b,
+                 const std::vector<double> &bound) {
+  double e = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    e = std::max(e, std::fabs((double)a[i] - b[i]) / bound[i]);
+  }
+  return e;
+}
+
+std::string DtName(int dt) {
+  static const char *n[] = {"f32", "f16", "bf16", "q8", "q4", "rvq3"};
+  return n[dt];
+}
+
+// Bound of the rvq3 LUT terms: s * sum_g sum_stage sum_j |cb_stage[i][j] x_j|.
+std::vector<double> Rvq3Bound(const spill_qmat &w, const float *x) {
+  std::vector<double> b(w.rows);
+  const uint32_t ng = w.cols / 8;
+  const uint8_t *idx = static_cast<const uint8_t *>(w.data);
+  for (uint32_t r = 0; r < w.rows; r++) {
+    double s = 0;
+    for (uint32_t g = 0; g < ng; g++)
+      for (int st = 0; st < 3; st++) {
+        const float *e = w.codebook + ((size_t)st * 256 + idx[((size_t)r * ng + g) * 3 + st]) * 8;
+        for (int j = 0; j < 8; j++) s += std::fabs((double)e[j] * x[g * 8 + j]);
+      }
+    b[r] = std::fabs(spill_f16_to_f32(w.scales[r])) * s + 1e-30;
+  }
+  return b;
+}
+
+class KernelsIsaTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    tw_ = kTwins[GetParam()];
+    if (!spill_k_isa_supported(tw_.isa))
+      GTEST_SKIP() << "CPU lacks " << (tw_.isa == SPILL_ISA_AVX2 ? "AVX2" : "AVX-512");
+  }
+  Twins tw_{};
+};
+
+struct Shape {
+  int dtype;
+  uint32_t rows, cols, group;
+};
+
+const Shape kShapes[] = {
+    {SPILL_K_DT_F32, 37, 301, 0},  {SPILL_K_DT_F32, 5, 7, 0},     {SPILL_K_DT_F32, 19, 1024, 0},
+    {SPILL_K_DT_F16, 37, 301, 0},  {SPILL_K_DT_F16, 3, 64, 0},    {SPILL_K_DT_BF16, 37, 301, 0},
+    {SPILL_K_DT_BF16, 3, 80, 0},   {SPILL_K_DT_Q8, 37, 384, 32},  {SPILL_K_DT_Q8, 37, 384, 64},
+    {SPILL_K_DT_Q8, 37, 384, 128}, {SPILL_K_DT_Q8, 17, 48, 16},   {SPILL_K_DT_Q8, 17, 40, 8},
+    {SPILL_K_DT_Q8, 9, 60, 6},     {SPILL_K_DT_Q4, 37, 384, 32},  {SPILL_K_DT_Q4, 37, 384, 64},
+    {SPILL_K_DT_Q4, 37, 384, 128}, {SPILL_K_DT_Q4, 17, 48, 16},   {SPILL_K_DT_Q4, 9, 60, 6},
+};
+
+TEST_P(KernelsIsaTest, MatvecMatchesRefWithinCeiling) {
+  std::mt19937 rng(1234);
+  for (const Shape &sh : kShapes) {
+    Mat m = MakeMat(sh.dtype, sh.rows, sh.cols, sh.group, rng);
+    auto x = RandVec(rng, sh.cols);
+    std::vector<float> yr(sh.rows), yi(sh.rows);
+    spill_k_matvec__ref(&m.m, x.data(), yr.data(), 0, sh.rows);
+    tw_.matvec(&m.m, x.data(), yi.data(), 0, sh.rows);
+    const double ceil =
+        (sh.dtype == SPILL_K_DT_Q8 || sh.dtype == SPILL_K_DT_Q4) ? kQuantCeiling : kDenseCeiling;
+    EXPECT_LE(MaxRelErr(yi, yr, Bound(m.m, x.data())), ceil)
+        << DtName(sh.dtype) << " " << sh.rows << "x" << sh.cols << " group " << sh.group;
+  }
+}
+
+TEST_P(KernelsIsaTest, MatvecRowSplitIsBitExactAndWritesOnlyItsRows) {
+  std::mt19937 rng(99);
+  for (const Shape &sh : kShapes) {
+    Mat m = MakeMat(sh.dtype, sh.rows, sh.cols, sh.group, rng);
+    auto x = RandVec(rng, sh.cols);
+    std::vector<float> whole(sh.rows), split(sh.rows, -7.0f);
+    tw_.matvec(&m.m, x.data(), whole.data(), 0, sh.rows);
+    const uint32_t k = sh.rows / 3 + 1;
+    tw_.matvec(&m.m, x.data(), split.data(), k, sh.rows);
+    for (uint32_t r = 0; r < k; r++) ASSERT_EQ(split[r], -7.0f) << "row " << r << " written";
+    tw_.matvec(&m.m, x.data(), split.data(), 0, k);
+    EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), sh.rows * sizeof(float)))
+        << DtName(sh.dtype) << " " << sh.rows << "x" << sh.cols;
+  }
+}
+
+// 8 = one group; 72/136/200 leave 1, 9 and 25 groups past the 8/16-group steps.
+const uint32_t kRvq3Cols[] = {8, 64, 72, 136, 200, 1280, 3584};
+
+TEST_P(KernelsIsaTest, Rvq3LutMatchesRefWithinCeiling) {
+  std::mt19937 rng(7);
+  auto cb = RandVec(rng, 3 * 256 * 8);
+  for (uint32_t cols : kRvq3Cols) {
+    auto x = RandVec(rng, cols);
+    const uint32_t ng = cols / 8;
+    std::vector<float> lr(3 * ng * 256), li(3 * ng * 256);
+    spill_k_rvq3_lut__ref(cb.data(), x.data(), cols, lr.data(), 0, ng);
+    tw_.lut(cb.data(), x.data(), cols, li.data(), 0, ng);
+    double worst = 0;
+    for (uint32_t s = 0; s < 3; s++)
+      for (uint32_t g = 0; g < ng; g++)
+        for (uint32_t k = 0; k < 256; k++) {
+          double b = 1e-30;
+          for (int j = 0; j < 8; j++) b += std::fabs((double)cb[(s * 256 + k) * 8 + j] * x[g * 8 + j]);
+          const size_t i = ((size_t)s * ng + g) * 256 + k;
+          worst = std::max(worst, std::fabs((double)li[i] - lr[i]) / b);
+        }
+    EXPECT_LE(worst, kRvq3LutCeiling) << "cols " << cols;
+  }
+}
+
+TEST_P(KernelsIsaTest, Rvq3LutGroupSplitIsBitExact) {
+  std::mt19937 rng(8);
+  auto cb = RandVec(rng, 3 * 256 * 8);
+  const uint32_t cols = 200, ng = cols / 8;
+  auto x = RandVec(rng, cols);
+  std::vector<float> whole(3 * ng * 256), split(3 * ng * 256);
+  tw_.lut(cb.data(), x.data(), cols, whole.data(), 0, ng);
+  tw_.lut(cb.data(), x.data(), cols, split.data(), 0, 11);
+  tw_.lut(cb.data(), x.data(), cols, split.data(), 11, ng);
+  EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)));
+}
+
+TEST_P(KernelsIsaTest, Rvq3ApplyMatchesRefAndRowSplitIsBitExact) {
+  std::mt19937 rng(11);
+  for (uint32_t cols : kRvq3Cols) {
+    const uint32_t rows = 37;
+    Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+    auto x = RandVec(rng, cols);
+    std::vector<float> lut(3 * (cols / 8) * 256);
+    spill_k_rvq3_lut__ref(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
+    std::vector<float> yr(rows);
+    spill_k_rvq3_apply__ref(&m.m, lut.data(), yr.data(), 0, rows);
+    for (apply_fn f : {tw_.apply, tw_.apply_gather}) {
+      const char *which = f == tw_.apply ? "dispatched" : "gather";
+      std::vector<float> yi(rows), ys(rows);
+      f(&m.m, lut.data(), yi.data(), 0, rows);
+      EXPECT_LE(MaxRelErr(yi, yr, Rvq3Bound(m.m, x.data())), kRvq3ApplyCeiling)
+          << which << " cols " << cols;
+      f(&m.m, lut.data(), ys.data(), 0, 16);
+      f(&m.m, lut.data(), ys.data(), 16, rows);
+      EXPECT_EQ(0, std::memcmp(yi.data(), ys.data(), rows * sizeof(float)))
+          << which << " cols " << cols;
+    }
+  }
+}
+
+TEST_P(KernelsIsaTest, Rvq3ApplyEqualsDequantThenMatvec) {
+  std::mt19937 rng(12);
+  for (uint32_t cols : kRvq3Cols) {
+    const uint32_t rows = 21;
+    Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+    auto x = RandVec(rng, cols);
+    std::vector<float> lut(3 * (cols / 8) * 256), y(rows), yd(rows), row(cols);
+    tw_.lut(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
+    tw_.apply(&m.m, lut.data(), y.data(), 0, rows);
+    for (uint32_t r = 0; r < rows; r++) {
+      spill_k_dequant_row(&m.m, r, row.data());
+      double s = 0;
+      for (uint32_t c = 0; c < cols; c++) s += (double)row[c] * x[c];
+      yd[r] = (float)s;
+    }
+    EXPECT_LE(MaxRelErr(y, yd, Rvq3Bound(m.m, x.data())), kRvq3VsDequantCeiling) << "cols " << cols;
+  }
+}
+
+TEST_P(KernelsIsaTest, DispatchCallsTheSelectedTwin) {
+  ASSERT_TRUE(spill_k_set_isa(tw_.isa));
+  EXPECT_EQ(spill_k_isa(), tw_.isa);
+  std::mt19937 rng(5);
+  Mat m = MakeMat(SPILL_K_DT_Q4, 9, 256, 128, rng);
+  auto x = RandVec(rng, 256);
+  std::vector<float> a(9), b(9);
+  spill_k_matvec(&m.m, x.data(), a.data(), 0, 9);
+  tw_.matvec(&m.m, x.data(), b.data(), 0, 9);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
+  Mat q = MakeMat(SPILL_K_DT_RVQ3, 9, 136, 0, rng);
+  std::vector<float> la(3 * 17 * 256), lb(la.size());
+  spill_k_rvq3_lut(q.m.codebook, x.data(), 136, la.data(), 0, 17);
+  tw_.lut(q.m.codebook, x.data(), 136, lb.data(), 0, 17);
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), sizeof(float) * la.size()));
+  spill_k_rvq3_apply(&q.m, la.data(), a.data(), 0, 9);
+  tw_.apply(&q.m, la.data(), b.data(), 0, 9);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
+  spill_k_set_isa(SPILL_ISA_REF);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, KernelsIsaTest, ::testing::Values(0, 1, 2),
+                         [](const ::testing::TestParamInfo<int> &i) {
+                           return std::string(spill_k_isa_name(kTwins[i.param].isa));
+                         });
+
+// ---- hand-computed cases for the reference (exact in f32) ----
+
+TEST(KernelsRefTest, MatvecF32F16Bf16HandComputed) {
+  const float w[6] = {1.0f, -2.0f, 0.5f, 4.0f, 0.25f, -1.5f};  // (2, 3)
+  const float x[3] = {2.0f, 1.0f, -4.0f};
+  uint16_t h[6], b[6];
+  for (int i = 0; i < 6; i++) {
+    h[i] = spill_f32_to_f16(w[i]);
+    b[i] = spill_f32_to_bf16(w[i]);
+  }
+  const void *datas[3] = {w, h, b};
+  for (int dt = 0; dt < 3; dt++) {
+    spill_qmat m{};
+    m.dtype = dt;
+    m.rows = 2;
+    m.cols = 3;
+    m.data = datas[dt];
+    float y[2];
+    spill_k_matvec__ref(&m, x, y, 0, 2);
+    EXPECT_EQ(y[0], 2.0f - 2.0f - 2.0f) << DtName(dt);  // -2
+    EXPECT_EQ(y[1], 8.0f + 0.25f + 6.0f) << DtName(dt);  // 14.25
+  }
+}
+
+TEST(KernelsRefTest, MatvecQ8HandComputed) {
+  // (2, 32), group 16. Row 0: q = 1 everywhere, scales 0.5 and 2:
+  // 0.5*16 + 2*16 = 40. Row 1: q[c] = c - 16, scales 1 and 0.25:
+  // sum(-16..-1) + 0.25*sum(0..15) = -136 + 30 = -106. x = 1.
+  std::vector<uint8_t> buf(64 + 8);
+  for (int c = 0; c < 32; c++) {
+    buf[c] = 1;
+    buf[32 + c] = (uint8_t)(int8_t)(c - 16);
+  }
+  const uint16_t s[4] = {spill_f32_to_f16(0.5f), spill_f32_to_f16(2.0f), spill_f32_to_f16(1.0f),
+                         spill_f32_to_f16(0.25f)};
+  std::memcpy(buf.data() + 64, s, 8);
+  spill_qmat m{};
+  m.dtype = SPILL_K_DT_Q8;
+  m.rows = 2;
+  m.cols = 32;
+  m.group = 16;
+  m.data = buf.data();
+  m.scales = reinterpret_cast<const uint16_t *>(buf.data() + 64);
+  std::vector<float> x(32, 1.0f);
+  float y[2];
+  spill_k_matvec__ref(&m, x.data(), y, 0, 2);
+  EXPECT_EQ(y[0], 40.0f);
+  EXPECT_EQ(y[1], -106.0f);
+  float row[32];
+  spill_k_dequant_row(&m, 1, row);
+  EXPECT_EQ(row[0], -16.0f);
+  EXPECT_EQ(row[31], 0.25f * 15.0f);
+}
+
+TEST(KernelsRefTest, MatvecQ4HandComputed) {
+  // (2, 16), group 16, x[c] = c. Row 0: bytes 0x98 -> even elements 8-8 = 0,
+  // odd elements 9-8 = 1; scale 0.5: 0.5*(1+3+...+15) = 32. Row 1: bytes
+  // 0x0F -> even 15-8 = 7, odd 0-8 = -8; scale 2:
+  // 2*(7*(0+2+...+14) - 8*(1+3+...+15)) = 2*(392 - 512) = -240.
+  std::vector<uint8_t> buf(16 + 4);
+  for (int i = 0; i < 8; i++) {
+    buf[i] = 0x98;
+    buf[8 + i] = 0x0F;
+  }
+  const uint16_t s[2] = {spill_f32_to_f16(0.5f), spill_f32_to_f16(2.0f)};
+  std::memcpy(buf.data() + 16, s, 4);
+  spill_qmat m{};
+  m.dtype = SPILL_K_DT_Q4;
+  m.rows = 2;
+  m.cols = 16;
+  m.group = 16;
+  m.data = buf.data();
+  m.scales = reinterpret_cast<const uint16_t *>(buf.data() + 16);
+  float x[16];
+  for (int c = 0; c < 16; c++) x[c] = (float)c;
+  float y[2];
+  spill_k_matvec__ref(&m, x, y, 0, 2);
+  EXPECT_EQ(y[0], 32.0f);
+  EXPECT_EQ(y[1], -240.0f);
+  float row[16];
+  spill_k_dequant_row(&m, 1, row);
+  EXPECT_EQ(row[0], 14.0f);
+  EXPECT_EQ(row[1], -16.0f);
+}
+
+TEST(KernelsRefTest, Rvq3HandComputed) {
+  // One row of 16 columns (2 groups), scale 2, x = 1. Codebooks are zero
+  // except cb0[1] = 1, cb1[2] = (0,1,0,1,...), cb2[3] = 0.5. Group 0 uses
+  // (1, 2, 3): weights 2*(1.5, 2.5, 1.5, 2.5, ...); group 1 uses (0, 0, 0): 0.
+  // y = 2 * (4*1.5 + 4*2.5) = 32.
+  std::vector<float> cb(3 * 256 * 8, 0.0f);
+  for (int j = 0; j < 8; j++) {
+    cb[(0 * 256 + 1) * 8 + j] = 1.0f;
+    cb[(1 * 256 + 2) * 8 + j] = (float)(j & 1);
+    cb[(2 * 256 + 3) * 8 + j] = 0.5f;
+  }
+  uint8_t buf[6 + 2] = {1, 2, 3, 0, 0, 0};
+  const uint16_t s = spill_f32_to_f16(2.0f);
+  std::memcpy(buf + 6, &s, 2);
+  spill_qmat m{};
+  m.dtype = SPILL_K_DT_RVQ3;
+  m.rows = 1;
+  m.cols = 16;
+  m.data = buf;
+  m.scales = reinterpret_cast<const uint16_t *>(buf + 6);
+  m.codebook = cb.data();
+  std::vector<float> x(16, 1.0f), lut(3 * 2 * 256);
+  spill_k_rvq3_lut__ref(cb.data(), x.data(), 16, lut.data(), 0, 2);
+  EXPECT_EQ(lut[(0 * 2 + 0) * 256 + 1], 8.0f);
+  EXPECT_EQ(lut[(1 * 2 + 1) * 256 + 2], 4.0f);
+  EXPECT_EQ(lut[(2 * 2 + 0) * 256 + 3], 4.0f);
+  float y = 0;
+  spill_k_rvq3_apply__ref(&m, lut.data(), &y, 0, 1);
+  EXPECT_EQ(y, 32.0f);
+  float row[16];
+  spill_k_dequant_row(&m, 0, row);
+  EXPECT_EQ(row[0], 3.0f);
+  EXPECT_EQ(row[1], 5.0f);
+  EXPECT_EQ(row[8], 0.0f);
+}
+
+TEST(KernelsRefTest, TopkOrdersByScoreThenLowerIndexAndPutsNanLast) {
+  const float s[7] = {0.5f, 2.0f, NAN, 2.0f, -1.0f, 3.0f, 0.5f};
+  uint32_t idx[5];
+  spill_k_topk(s, 7, 5, idx);
+  const uint32_t want[5] = {5, 1, 3, 0, 6};
+  for (int i = 0; i < 5; i++) EXPECT_EQ(idx[i], want[i]) << i;
+  uint32_t all[7];
+  spill_k_topk(s, 7, 7, all);
+  EXPECT_EQ(all[5], 4u);
+  EXPECT_EQ(all[6], 2u);
+}
+
+TEST(KernelsRefTest, SoftmaxRmsnormSiluAxpyDot) {
+  float v[3] = {1000.0f, 1000.0f, -INFINITY};  // max-subtraction keeps it finite
+  spill_k_softmax(v, 3);
+  EXPECT_EQ(v[0], 0.5f);
+  EXPECT_EQ(v[1], 0.5f);
+  EXPECT_EQ(v[2], 0.0f);
+  const float x[4] = {1.0f, -1.0f, 1.0f, -1.0f}, w[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  float y[4];
+  spill_k_rmsnorm(x, w, y, 4, 0.0f);  // rms = 1
+  EXPECT_EQ(y[1], -2.0f);
+  EXPECT_EQ(y[3], -4.0f);
+  float g[2] = {0.0f, 20.0f};
+  const float u[2] = {3.0f, 2.0f};
+  spill_k_silu_mul(g, u, 2);
+  EXPECT_EQ(g[0], 0.0f);
+  EXPECT_NEAR(g[1], 40.0f, 1e-4);
+  float acc[2] = {1.0f, 1.0f};
+  spill_k_axpy(acc, 0.5f, u, 2);
+  EXPECT_EQ(acc[0], 2.5f);
+  EXPECT_EQ(spill_k_dot(x, w, 4), -2.0f);
+}
+
+TEST(KernelsDispatchTest, InitPicksASupportedIsaAndRejectsUnknown) {
+  const spill_isa isa = spill_k_init();
+  EXPECT_TRUE(spill_k_isa_supported(isa));
+  EXPECT_EQ(spill_k_init(), isa);  // idempotent
+  EXPECT_FALSE(spill_k_set_isa((spill_isa)7));
+  EXPECT_STREQ(spill_k_isa_name(SPILL_ISA_AVX512), "avx512");
+}
+
+}  // namespace
