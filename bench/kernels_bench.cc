@@ -166,6 +166,35 @@ void RunApplyGather(benchmark::State &state, uint32_t rows, uint32_t cols) {
   state.SetBytesProcessed((int64_t)(state.iterations() * (double)p.weight_bytes * share));
 }
 
+// Candidates: 0 ref apply, 1 blocked LUT apply, 2 rvq3 matvec ref, 3 rvq3 matvec avx2,
+// 4 rvq3 matvec avx512.
+void RunCand(benchmark::State &state, uint32_t rows, uint32_t cols) {
+  const int c = (int)state.range(0);
+  if (!spill_k_isa_supported(c == 4 ? SPILL_ISA_AVX512 : c == 0 || c == 2 ? SPILL_ISA_REF : SPILL_ISA_AVX2)) {
+    state.SkipWithError("CPU lacks this ISA");
+    return;
+  }
+  static const char *names[] = {"apply_ref", "apply_blocked", "matvec_ref", "matvec_avx2",
+                                "matvec_avx512"};
+  state.SetLabel(names[c]);
+  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  uint32_t r0, r1;
+  Split(state, rows, &r0, &r1);
+  for (auto _ : state) {
+    switch (c) {
+      case 0: spill_k_rvq3_apply__ref(&p.m, p.lut.data(), p.y.data(), r0, r1); break;
+      case 1: spill_k_rvq3_apply_blocked__avx2(&p.m, p.lut.data(), p.y.data(), r0, r1); break;
+      case 2: spill_k_rvq3_matvec__ref(&p.m, p.x.data(), p.y.data(), r0, r1); break;
+      case 3: spill_k_rvq3_matvec__avx2(&p.m, p.x.data(), p.y.data(), r0, r1); break;
+      default: spill_k_rvq3_matvec__avx512(&p.m, p.x.data(), p.y.data(), r0, r1); break;
+    }
+    benchmark::ClobberMemory();
+  }
+  const double share = (double)(r1 - r0) / rows;
+  state.SetItemsProcessed((int64_t)(state.iterations() * (double)rows * cols * share));
+  state.SetBytesProcessed((int64_t)(state.iterations() * (double)p.weight_bytes * share));
+}
+
 void RunLut(benchmark::State &state, uint32_t rows, uint32_t cols) {
   if (!IsaOk(state)) return;
   Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
@@ -189,6 +218,10 @@ void BM_Rvq3Apply_K3Down(benchmark::State &s) { RunApply(s, 3584, 3072); }
 void BM_Rvq3Apply_Twin(benchmark::State &s) { RunApply(s, 1024, 1280); }
 void BM_Rvq3ApplyGather_K3Gate(benchmark::State &s) { RunApplyGather(s, 3072, 3584); }
 void BM_Rvq3ApplyGather_Twin(benchmark::State &s) { RunApplyGather(s, 1024, 1280); }
+void BM_Rvq3Cand_K3Gate(benchmark::State &s) { RunCand(s, 3072, 3584); }
+void BM_Rvq3Cand_K3Down(benchmark::State &s) { RunCand(s, 3584, 3072); }
+void BM_Rvq3Cand_Twin(benchmark::State &s) { RunCand(s, 1024, 1280); }
+void BM_Rvq3Cand_TwinDown(benchmark::State &s) { RunCand(s, 1280, 1024); }
 void BM_Rvq3Lut_K3Gate(benchmark::State &s) { RunLut(s, 3072, 3584); }
 void BM_Rvq3Lut_K3Down(benchmark::State &s) { RunLut(s, 3584, 3072); }
 void BM_Q8Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q8, 4096, 3584, 32); }
@@ -203,6 +236,11 @@ KB(BM_Rvq3Apply_Twin);
 #define KB12(fn) BENCHMARK(fn)->DenseRange(1, 2)->Threads(1)->Threads(2)->UseRealTime()
 KB12(BM_Rvq3ApplyGather_K3Gate);
 KB12(BM_Rvq3ApplyGather_Twin);
+#define KC(fn) BENCHMARK(fn)->DenseRange(0, 4)->Threads(1)->Threads(2)->UseRealTime()
+KC(BM_Rvq3Cand_K3Gate);
+KC(BM_Rvq3Cand_K3Down);
+KC(BM_Rvq3Cand_Twin);
+KC(BM_Rvq3Cand_TwinDown);
 KB(BM_Rvq3Lut_K3Gate);
 KB(BM_Rvq3Lut_K3Down);
 KB(BM_Q8Matvec_Trunk);

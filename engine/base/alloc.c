@@ -1,6 +1,6 @@
 /* engine/base/alloc.c: posix_memalign behind a live/peak byte tally (relaxed
-#define _POSIX_C_SOURCE 200809L
  * atomics: the tally is for accounting, not synchronisation). */
+#define _POSIX_C_SOURCE 200809L
 #include "engine/base/alloc.h"
 
 #include <stdatomic.h>

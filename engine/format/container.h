@@ -136,6 +136,7 @@ typedef struct spill_tensor_info {
   uint32_t group;    /* q8/q4 group size along cols; 0 otherwise */
   uint64_t offset;   /* in trunk.bin, multiple of SPILL_TENSOR_ALIGN */
   uint64_t bytes;
+  uint32_t crc32;    /* of the tensor's bytes (computed by the writer) */
 } spill_tensor_info;
 
 /* One matrix inside an expert record (offsets from the record start). */
@@ -232,7 +233,12 @@ typedef struct spill_bank_header {
   uint32_t version, layer, n_experts, dtype;
   uint64_t record_bytes, data_offset;
 } spill_bank_header;
+/* Encodes the page (magic, fields, header crc32, zero reserved bytes). */
 void spill_bank_header_encode(const spill_bank_header *h, uint8_t out[SPILL_BANK_HEADER_BYTES]);
+/* Decodes the fields only (no check; the crc is not part of the struct). */
+void spill_bank_header_decode(const uint8_t in[SPILL_BANK_HEADER_BYTES], spill_bank_header *h);
+/* Checks magic, version, header crc32, reserved bytes and every field against
+ * the manifest's bank b. Errors name b->file. */
 int spill_bank_header_check(const spill_manifest *m, const spill_bank_info *b, const void *page,
                             size_t len, spill_err *e);
 
@@ -287,7 +293,8 @@ int spill_writer_tensor(spill_writer *w, const char *name, const void *data, siz
                         spill_err *e);
 /* Writes record (layer, expert): `payload` is payload_bytes long laid out as
  * in m.sect (offsets minus SPILL_RECORD_HEADER_BYTES); header and padding are
- * added here. Within a bank records must come in expert order 0..n-1 (so the
+ * added here (bytes of `payload` between sections are ignored: zeros are
+ * written there). Within a bank records must come in expert order 0..n-1 (so the
  * file crc32 streams); banks may interleave. Not thread-safe per writer. */
 int spill_writer_record(spill_writer *w, int layer, uint32_t expert, const void *payload,
                         spill_err *e);

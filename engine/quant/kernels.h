@@ -72,6 +72,12 @@ void spill_k_rvq3_apply(const spill_qmat *w, const float *lut, float *y, uint32_
 void spill_k_rvq3_apply__ref(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
                              uint32_t r1);
 
+/* rvq3 without a LUT: y[r] = s[r] * sum_g sum_j (cb0[i0][j] + cb1[i1][j] +
+ * cb2[i2][j]) * x[8g + j] for r in [r0, r1); x has cols floats. */
+void spill_k_rvq3_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1);
+void spill_k_rvq3_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                              uint32_t r1);
+
 /* Dequantises row r of any dtype into out (cols floats), e.g. embeddings. */
 void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out);
 

@@ -267,3 +267,80 @@ void spill_k_rvq3_apply__avx2(const spill_qmat *w, const float *lut, float *y, u
     y[r] = spill_f16_to_f32(w->scales[r]) * sum;
   }
 }
+
+/* ---- candidate: column-blocked LUT apply (bit-exact with __ref) ---- */
+
+#define RVQ3_BLK 8 /* groups per block: 3 * 8 KiB of LUT, L1-resident */
+
+static inline float grp(const float *b0, const float *b1, const float *b2, const uint8_t *p) {
+  return (b0[p[0]] + b1[p[1]]) + b2[p[2]];
+}
+
+void spill_k_rvq3_apply_blocked__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                                      uint32_t r1) {
+  const size_t ng = w->cols / 8, rs = ng * 3;
+  const uint8_t *idx = (const uint8_t *)w->data;
+  const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
+  for (uint32_t r = r0; r < r1; r++) y[r] = 0.0f;
+  for (size_t gb = 0; gb < ng; gb += RVQ3_BLK) {
+    const size_t ge = gb + RVQ3_BLK < ng ? gb + RVQ3_BLK : ng;
+    uint32_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+      const uint8_t *p0 = idx + (size_t)r * rs + gb * 3, *p1 = p0 + rs, *p2 = p1 + rs, *p3 = p2 + rs;
+      float a0 = y[r], a1 = y[r + 1], a2 = y[r + 2], a3 = y[r + 3];
+      for (size_t g = gb; g < ge; g++, p0 += 3, p1 += 3, p2 += 3, p3 += 3) {
+        const float *b0 = l0 + g * 256, *b1 = l1 + g * 256, *b2 = l2 + g * 256;
+        a0 += grp(b0, b1, b2, p0);
+        a1 += grp(b0, b1, b2, p1);
+        a2 += grp(b0, b1, b2, p2);
+        a3 += grp(b0, b1, b2, p3);
+      }
+      y[r] = a0, y[r + 1] = a1, y[r + 2] = a2, y[r + 3] = a3;
+    }
+    for (; r < r1; r++) {
+      const uint8_t *p = idx + (size_t)r * rs + gb * 3;
+      float a = y[r];
+      for (size_t g = gb; g < ge; g++, p += 3) a += grp(l0 + g * 256, l1 + g * 256, l2 + g * 256, p);
+      y[r] = a;
+    }
+  }
+  for (uint32_t r = r0; r < r1; r++) y[r] = spill_f16_to_f32(w->scales[r]) * y[r];
+}
+
+/* ---- candidate: dequantise from the codebooks, FMA with x ---- */
+
+static inline __m256 cbsum(const float *c0, const float *c1, const float *c2, const uint8_t *p) {
+  return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(c0 + (size_t)p[0] * 8),
+                                     _mm256_loadu_ps(c1 + (size_t)p[1] * 8)),
+                       _mm256_loadu_ps(c2 + (size_t)p[2] * 8));
+}
+
+void spill_k_rvq3_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                               uint32_t r1) {
+  const size_t ng = w->cols / 8, rs = ng * 3;
+  const uint8_t *idx = (const uint8_t *)w->data;
+  const float *c0 = w->codebook, *c1 = c0 + 256 * 8, *c2 = c1 + 256 * 8;
+  uint32_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    const uint8_t *p0 = idx + (size_t)r * rs, *p1 = p0 + rs, *p2 = p1 + rs, *p3 = p2 + rs;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t g = 0; g < ng; g++, p0 += 3, p1 += 3, p2 += 3, p3 += 3) {
+      const __m256 xv = _mm256_loadu_ps(x + g * 8);
+      a0 = _mm256_fmadd_ps(cbsum(c0, c1, c2, p0), xv, a0);
+      a1 = _mm256_fmadd_ps(cbsum(c0, c1, c2, p1), xv, a1);
+      a2 = _mm256_fmadd_ps(cbsum(c0, c1, c2, p2), xv, a2);
+      a3 = _mm256_fmadd_ps(cbsum(c0, c1, c2, p3), xv, a3);
+    }
+    y[r] = spill_f16_to_f32(w->scales[r]) * hsum8(a0);
+    y[r + 1] = spill_f16_to_f32(w->scales[r + 1]) * hsum8(a1);
+    y[r + 2] = spill_f16_to_f32(w->scales[r + 2]) * hsum8(a2);
+    y[r + 3] = spill_f16_to_f32(w->scales[r + 3]) * hsum8(a3);
+  }
+  for (; r < r1; r++) {
+    const uint8_t *p = idx + (size_t)r * rs;
+    __m256 a = _mm256_setzero_ps();
+    for (size_t g = 0; g < ng; g++, p += 3)
+      a = _mm256_fmadd_ps(cbsum(c0, c1, c2, p), _mm256_loadu_ps(x + g * 8), a);
+    y[r] = spill_f16_to_f32(w->scales[r]) * hsum8(a);
+  }
+}

@@ -253,3 +253,59 @@ void spill_k_rvq3_apply__avx512(const spill_qmat *w, const float *lut, float *y,
                                 uint32_t r1) {
   spill_k_rvq3_apply__avx2(w, lut, y, r0, r1);
 }
+
+/* ---- candidate: dequantise two groups per zmm, FMA with x ---- */
+
+static inline __m512 cbsum2(const float *c0, const float *c1, const float *c2, const uint8_t *p) {
+  const __m512 v0 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(c0 + (size_t)p[0] * 8)),
+                                       _mm256_loadu_ps(c0 + (size_t)p[3] * 8), 1);
+  const __m512 v1 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(c1 + (size_t)p[1] * 8)),
+                                       _mm256_loadu_ps(c1 + (size_t)p[4] * 8), 1);
+  const __m512 v2 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(c2 + (size_t)p[2] * 8)),
+                                       _mm256_loadu_ps(c2 + (size_t)p[5] * 8), 1);
+  return _mm512_add_ps(_mm512_add_ps(v0, v1), v2);
+}
+
+static inline float rvq3_row_tail(const float *c0, const float *c1, const float *c2,
+                                  const uint8_t *p, const float *x, __m512 acc, size_t g, size_t ng) {
+  float s = hsum16(acc);
+  if (g < ng) { /* odd ng: the last group */
+    const __m256 v = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(c0 + (size_t)p[0] * 8),
+                                                 _mm256_loadu_ps(c1 + (size_t)p[1] * 8)),
+                                   _mm256_loadu_ps(c2 + (size_t)p[2] * 8));
+    s += hsum8(_mm256_mul_ps(v, _mm256_loadu_ps(x + g * 8)));
+  }
+  return s;
+}
+
+void spill_k_rvq3_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                                 uint32_t r1) {
+  const size_t ng = w->cols / 8, rs = ng * 3, ng2 = ng & ~(size_t)1;
+  const uint8_t *idx = (const uint8_t *)w->data;
+  const float *c0 = w->codebook, *c1 = c0 + 256 * 8, *c2 = c1 + 256 * 8;
+  uint32_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    const uint8_t *p0 = idx + (size_t)r * rs, *p1 = p0 + rs, *p2 = p1 + rs, *p3 = p2 + rs;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t g = 0;
+    for (; g < ng2; g += 2, p0 += 6, p1 += 6, p2 += 6, p3 += 6) {
+      const __m512 xv = _mm512_loadu_ps(x + g * 8);
+      a0 = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p0), xv, a0);
+      a1 = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p1), xv, a1);
+      a2 = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p2), xv, a2);
+      a3 = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p3), xv, a3);
+    }
+    y[r] = spill_f16_to_f32(w->scales[r]) * rvq3_row_tail(c0, c1, c2, p0, x, a0, g, ng);
+    y[r + 1] = spill_f16_to_f32(w->scales[r + 1]) * rvq3_row_tail(c0, c1, c2, p1, x, a1, g, ng);
+    y[r + 2] = spill_f16_to_f32(w->scales[r + 2]) * rvq3_row_tail(c0, c1, c2, p2, x, a2, g, ng);
+    y[r + 3] = spill_f16_to_f32(w->scales[r + 3]) * rvq3_row_tail(c0, c1, c2, p3, x, a3, g, ng);
+  }
+  for (; r < r1; r++) {
+    const uint8_t *p = idx + (size_t)r * rs;
+    __m512 a = _mm512_setzero_ps();
+    size_t g = 0;
+    for (; g < ng2; g += 2, p += 6)
+      a = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p), _mm512_loadu_ps(x + g * 8), a);
+    y[r] = spill_f16_to_f32(w->scales[r]) * rvq3_row_tail(c0, c1, c2, p, x, a, g, ng);
+  }
+}

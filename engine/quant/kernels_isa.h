@@ -44,6 +44,14 @@ void spill_k_rvq3_apply_gather__avx2(const spill_qmat *w, const float *lut, floa
 void spill_k_rvq3_apply_gather__avx512(const spill_qmat *w, const float *lut, float *y,
                                        uint32_t r0, uint32_t r1);
 
+/* Candidates under measurement. */
+void spill_k_rvq3_apply_blocked__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                                      uint32_t r1);
+void spill_k_rvq3_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                               uint32_t r1);
+void spill_k_rvq3_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                                 uint32_t r1);
+
 void spill_k_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0,
                             uint32_t r1);
 void spill_k_rvq3_lut__avx512(const float *codebook, const float *x, uint32_t cols, float *lut,

@@ -120,6 +120,21 @@ void spill_k_rvq3_apply__ref(const spill_qmat *w, const float *lut, float *y, ui
   }
 }
 
+void spill_k_rvq3_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                              uint32_t r1) {
+  const size_t ng = w->cols / 8;
+  const float *c0 = w->codebook, *c1 = c0 + 256 * 8, *c2 = c1 + 256 * 8;
+  for (uint32_t r = r0; r < r1; r++) {
+    const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
+    float acc = 0.0f;
+    for (size_t g = 0; g < ng; g++, p += 3) {
+      const float *e0 = c0 + p[0] * 8, *e1 = c1 + p[1] * 8, *e2 = c2 + p[2] * 8;
+      for (size_t j = 0; j < 8; j++) acc += ((e0[j] + e1[j]) + e2[j]) * x[g * 8 + j];
+    }
+    y[r] = spill_f16_to_f32(w->scales[r]) * acc;
+  }
+}
+
 /* ------------------------------------------------------------ helpers */
 
 void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out) {
@@ -322,6 +337,10 @@ void spill_k_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, 
 void spill_k_rvq3_lut(const float *codebook, const float *x, uint32_t cols, float *lut,
                       uint32_t g0, uint32_t g1) {
   k_table_get()->lut(codebook, x, cols, lut, g0, g1);
+}
+
+void spill_k_rvq3_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1) {
+  spill_k_rvq3_matvec__ref(w, x, y, r0, r1); /* TEMP: dispatch decided after measuring */
 }
 
 void spill_k_rvq3_apply(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
