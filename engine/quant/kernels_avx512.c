@@ -256,6 +256,29 @@ void spill_k_rvq3_apply__avx512(const spill_qmat *w, const float *lut, float *y,
 
 /* ---- candidate: dequantise two groups per zmm, FMA with x ---- */
 
+/* Byte offset in a stage codebook of entry (byte k of u): 32 * index. */
+static inline __attribute__((always_inline)) size_t cb_off(uint64_t u, int k) {
+  return k == 0 ? (size_t)((u << 5) & 0x1FE0) : (size_t)((u >> (8 * k - 5)) & 0x1FE0);
+}
+#define CB_LD(c, b) _mm256_loadu_ps((const float *)((const char *)(c) + cb_off(q[(b) >> 3], (b) & 7)))
+#define CB_LD2(c, b) \
+  _mm512_insertf32x8(_mm512_castps256_ps512(CB_LD(c, b)), CB_LD(c, (b) + 3), 1)
+
+/* Groups 2j, 2j+1 of an 8-group chunk whose 24 index bytes are in q[0..3). */
+#define PAIR(j) \
+  _mm512_add_ps(_mm512_add_ps(CB_LD2(c0, 6 * (j)), CB_LD2(c1, 6 * (j) + 1)), CB_LD2(c2, 6 * (j) + 2))
+
+static inline __m512 chunk8(const float *c0, const float *c1, const float *c2, const uint8_t *p,
+                            const float *x, __m512 acc) {
+  uint64_t q[3];
+  memcpy(q, p, 24);
+  acc = _mm512_fmadd_ps(PAIR(0), _mm512_loadu_ps(x), acc);
+  acc = _mm512_fmadd_ps(PAIR(1), _mm512_loadu_ps(x + 16), acc);
+  acc = _mm512_fmadd_ps(PAIR(2), _mm512_loadu_ps(x + 32), acc);
+  acc = _mm512_fmadd_ps(PAIR(3), _mm512_loadu_ps(x + 48), acc);
+  return acc;
+}
+
 static inline __m512 cbsum2(const float *c0, const float *c1, const float *c2, const uint8_t *p) {
   const __m512 v0 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(c0 + (size_t)p[0] * 8)),
                                        _mm256_loadu_ps(c0 + (size_t)p[3] * 8), 1);
@@ -266,8 +289,11 @@ static inline __m512 cbsum2(const float *c0, const float *c1, const float *c2, c
   return _mm512_add_ps(_mm512_add_ps(v0, v1), v2);
 }
 
-static inline float rvq3_row_tail(const float *c0, const float *c1, const float *c2,
-                                  const uint8_t *p, const float *x, __m512 acc, size_t g, size_t ng) {
+/* The groups past the 8-group chunks (ng % 8), then the horizontal sum. */
+static inline float row_rest(const float *c0, const float *c1, const float *c2, const uint8_t *p,
+                             const float *x, __m512 acc, size_t g, size_t ng) {
+  for (; g + 2 <= ng; g += 2, p += 6)
+    acc = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p), _mm512_loadu_ps(x + g * 8), acc);
   float s = hsum16(acc);
   if (g < ng) { /* odd ng: the last group */
     const __m256 v = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(c0 + (size_t)p[0] * 8),
@@ -280,7 +306,7 @@ static inline float rvq3_row_tail(const float *c0, const float *c1, const float 
 
 void spill_k_rvq3_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0,
                                  uint32_t r1) {
-  const size_t ng = w->cols / 8, rs = ng * 3, ng2 = ng & ~(size_t)1;
+  const size_t ng = w->cols / 8, rs = ng * 3, ng8 = ng & ~(size_t)7;
   const uint8_t *idx = (const uint8_t *)w->data;
   const float *c0 = w->codebook, *c1 = c0 + 256 * 8, *c2 = c1 + 256 * 8;
   uint32_t r = r0;
@@ -288,24 +314,22 @@ void spill_k_rvq3_matvec__avx512(const spill_qmat *w, const float *x, float *y, 
     const uint8_t *p0 = idx + (size_t)r * rs, *p1 = p0 + rs, *p2 = p1 + rs, *p3 = p2 + rs;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     size_t g = 0;
-    for (; g < ng2; g += 2, p0 += 6, p1 += 6, p2 += 6, p3 += 6) {
-      const __m512 xv = _mm512_loadu_ps(x + g * 8);
-      a0 = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p0), xv, a0);
-      a1 = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p1), xv, a1);
-      a2 = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p2), xv, a2);
-      a3 = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p3), xv, a3);
+    for (; g < ng8; g += 8, p0 += 24, p1 += 24, p2 += 24, p3 += 24) {
+      a0 = chunk8(c0, c1, c2, p0, x + g * 8, a0);
+      a1 = chunk8(c0, c1, c2, p1, x + g * 8, a1);
+      a2 = chunk8(c0, c1, c2, p2, x + g * 8, a2);
+      a3 = chunk8(c0, c1, c2, p3, x + g * 8, a3);
     }
-    y[r] = spill_f16_to_f32(w->scales[r]) * rvq3_row_tail(c0, c1, c2, p0, x, a0, g, ng);
-    y[r + 1] = spill_f16_to_f32(w->scales[r + 1]) * rvq3_row_tail(c0, c1, c2, p1, x, a1, g, ng);
-    y[r + 2] = spill_f16_to_f32(w->scales[r + 2]) * rvq3_row_tail(c0, c1, c2, p2, x, a2, g, ng);
-    y[r + 3] = spill_f16_to_f32(w->scales[r + 3]) * rvq3_row_tail(c0, c1, c2, p3, x, a3, g, ng);
+    y[r] = spill_f16_to_f32(w->scales[r]) * row_rest(c0, c1, c2, p0, x, a0, g, ng);
+    y[r + 1] = spill_f16_to_f32(w->scales[r + 1]) * row_rest(c0, c1, c2, p1, x, a1, g, ng);
+    y[r + 2] = spill_f16_to_f32(w->scales[r + 2]) * row_rest(c0, c1, c2, p2, x, a2, g, ng);
+    y[r + 3] = spill_f16_to_f32(w->scales[r + 3]) * row_rest(c0, c1, c2, p3, x, a3, g, ng);
   }
   for (; r < r1; r++) {
     const uint8_t *p = idx + (size_t)r * rs;
     __m512 a = _mm512_setzero_ps();
     size_t g = 0;
-    for (; g < ng2; g += 2, p += 6)
-      a = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p), _mm512_loadu_ps(x + g * 8), a);
-    y[r] = spill_f16_to_f32(w->scales[r]) * rvq3_row_tail(c0, c1, c2, p, x, a, g, ng);
+    for (; g < ng8; g += 8, p += 24) a = chunk8(c0, c1, c2, p, x + g * 8, a);
+    y[r] = spill_f16_to_f32(w->scales[r]) * row_rest(c0, c1, c2, p, x, a, g, ng);
   }
 }
