@@ -1,0 +1,312 @@
+// Tests of the writer, the reader and the verifier on tiny containers written
+// into $TEST_TMPDIR (container_write.c, container_read.c, container_verify.c):
+// what is written reads back bit for bit, and every kind of damage on disk
+// (truncation, wrong magic, swapped records, flipped bits, lying manifest)
+// yields its specific error naming the file, layer and expert.
+#include <gtest/gtest.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/base/alloc.h"
+#include "engine/format/container.h"
+#include "engine/format/container_test_util.h"
+
+namespace {
+
+using spill_test::Contains;
+using spill_test::ReadAll;
+using spill_test::TinyModel;
+using spill_test::WriteAll;
+
+std::string Written(const std::string &name, spill_dtype dt = SPILL_DT_RVQ3) {
+  std::string dir = spill_test::TmpDir(name);
+  TinyModel tm(dt);
+  spill_err e = {};
+  EXPECT_EQ(spill_test::WriteTiny(dir, tm, &e), SPILL_OK) << e.msg;
+  return dir;
+}
+
+// Flips one bit of a file in place.
+void FlipBit(const std::string &path, uint64_t off, int bit = 0) {
+  std::string d = ReadAll(path);
+  ASSERT_LT(off, d.size());
+  d[off] = (char)(d[off] ^ (1 << bit));
+  WriteAll(path, d);
+}
+
+struct Progress {
+  uint64_t last = 0, total = 0;
+  int calls = 0;
+  bool monotonic = true;
+  static void Cb(void *ctx, uint64_t done, uint64_t total) {
+    Progress *p = static_cast<Progress *>(ctx);
+    if (done < p->last) p->monotonic = false;
+    p->last = done;
+    p->total = total;
+    p->calls++;
+  }
+};
+
+class ContainerRoundTripTest : public ::testing::TestWithParam<spill_dtype> {};
+
+TEST_P(ContainerRoundTripTest, ReadsBackWhatWasWrittenAndVerifies) {
+  spill_dtype dt = GetParam();
+  std::string dir = Written(std::string("rt_") + spill_dtype_name(dt), dt);
+  spill_container c;
+  spill_err e = {};
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(c.m.expert_dtype, dt);
+  EXPECT_EQ(c.m.record_bytes % SPILL_PAGE, 0u);
+  for (int i = 0; i < c.m.n_tensors; i++) {
+    const spill_tensor_info *t = &c.m.tensors[i];
+    EXPECT_EQ(t->offset % SPILL_TENSOR_ALIGN, 0u);
+    std::vector<uint8_t> got(t->bytes);
+    ASSERT_EQ(spill_container_read_tensor(&c, t, got.data(), got.size(), &e), SPILL_OK) << e.msg;
+    EXPECT_EQ(got, spill_test::Pattern(t->bytes, (uint32_t)i)) << t->name;
+  }
+  void *rec = spill_alloc(c.m.record_bytes, SPILL_PAGE);
+  for (int l = 1; l <= 2; l++) {
+    ASSERT_NE(spill_container_bank(&c, l), nullptr);
+    for (uint32_t x = 0; x < 4; x++) {
+      ASSERT_EQ(spill_container_read_record(&c, l, x, rec, 1, &e), SPILL_OK) << e.msg;
+      std::vector<uint8_t> want = spill_test::Pattern(c.m.payload_bytes, spill_test::RecordSalt(l, x));
+      const uint8_t *r = static_cast<const uint8_t *>(rec);
+      for (int s = 0; s < SPILL_SEC_COUNT; s++) {
+        uint32_t off = c.m.sect[s].offset;
+        EXPECT_EQ(memcmp(r + off, want.data() + off - SPILL_RECORD_HEADER_BYTES,
+                         c.m.sect[s].bytes), 0)
+            << "layer " << l << " expert " << x << " section " << s;
+      }
+      spill_record_header h;
+      spill_record_header_decode(r, &h);
+      EXPECT_EQ(h.layer, (uint32_t)l);
+      EXPECT_EQ(h.expert, x);
+    }
+  }
+  EXPECT_EQ(spill_container_bank(&c, 0), nullptr);
+  EXPECT_EQ(spill_container_read_record(&c, 0, 0, rec, 0, &e), SPILL_E_RANGE);
+  EXPECT_EQ(spill_container_read_record(&c, 1, 4, rec, 0, &e), SPILL_E_RANGE);
+  EXPECT_EQ(spill_container_read_record(&c, 3, 0, rec, 0, &e), SPILL_E_RANGE);
+  spill_free(rec, c.m.record_bytes);
+  spill_container_close(&c);
+  spill_container_close(&c);  // closing twice (zeroed) is fine
+
+  Progress p;
+  ASSERT_EQ(spill_container_verify(dir.c_str(), Progress::Cb, &p, &e), SPILL_OK) << e.msg;
+  EXPECT_TRUE(p.monotonic);
+  EXPECT_GT(p.calls, 2);
+  EXPECT_EQ(p.last, p.total);
+  struct stat st;
+  uint64_t sum = 0;
+  for (const char *f : {"/trunk.bin", "/experts-001.bin", "/experts-002.bin"}) {
+    ASSERT_EQ(stat((dir + f).c_str(), &st), 0);
+    sum += (uint64_t)st.st_size;
+  }
+  EXPECT_EQ(p.total, sum);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllExpertDtypes, ContainerRoundTripTest,
+                         ::testing::Values(SPILL_DT_F32, SPILL_DT_F16, SPILL_DT_BF16, SPILL_DT_Q8,
+                                           SPILL_DT_Q4, SPILL_DT_RVQ3));
+
+TEST(ContainerTest, TruncatedBankIsRejectedAtOpenNamingTheFile) {
+  std::string dir = Written("trunc_bank");
+  ASSERT_EQ(truncate((dir + "/experts-002.bin").c_str(), 4096 + 3 * 4096), 0);
+  spill_container c;
+  spill_err e = {};
+  EXPECT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "experts-002.bin: 16384 bytes on disk, the manifest says 20480 (truncated)"))
+      << e.msg;
+  EXPECT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "truncated")) << e.msg;
+}
+
+TEST(ContainerTest, TruncatedTrunkIsRejectedAtOpenNamingTheFile) {
+  std::string dir = Written("trunc_trunk");
+  ASSERT_EQ(truncate((dir + "/trunk.bin").c_str(), 100), 0);
+  spill_container c;
+  spill_err e = {};
+  EXPECT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "trunk.bin: 100 bytes on disk")) << e.msg;
+  ASSERT_EQ(unlink((dir + "/trunk.bin").c_str()), 0);
+  EXPECT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_E_IO);
+  EXPECT_TRUE(Contains(e.msg, "trunk.bin: cannot open")) << e.msg;
+}
+
+TEST(ContainerTest, WrongRecordMagicIsAFormatError) {
+  std::string dir = Written("magic");
+  FlipBit(dir + "/experts-001.bin", 4096 + 2 * 4096 + 1);  // expert 2, magic byte 1
+  spill_container c;
+  spill_err e = {};
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  void *rec = spill_alloc(c.m.record_bytes, SPILL_PAGE);
+  EXPECT_EQ(spill_container_read_record(&c, 1, 1, rec, 0, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_container_read_record(&c, 1, 2, rec, 0, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "experts-001.bin: layer 1 expert 2: bad record magic")) << e.msg;
+  spill_free(rec, c.m.record_bytes);
+  spill_container_close(&c);
+  EXPECT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "layer 1 expert 2: bad record magic")) << e.msg;
+}
+
+TEST(ContainerTest, SwappedRecordsAreCaughtByTheirIds) {
+  std::string dir = Written("swap");
+  std::string path = dir + "/experts-002.bin";
+  std::string d = ReadAll(path);
+  std::string r1 = d.substr(4096 + 4096, 4096), r3 = d.substr(4096 + 3 * 4096, 4096);
+  d.replace(4096 + 4096, 4096, r3);
+  d.replace(4096 + 3 * 4096, 4096, r1);
+  WriteAll(path, d);
+  spill_container c;
+  spill_err e = {};
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  void *rec = spill_alloc(c.m.record_bytes, SPILL_PAGE);
+  // Each swapped record is internally consistent (crcs pass); only its ids
+  // tell that it is in the wrong place.
+  EXPECT_EQ(spill_container_read_record(&c, 2, 1, rec, 1, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "layer 2 expert 1: record holds layer 2 expert 3")) << e.msg;
+  EXPECT_EQ(spill_container_read_record(&c, 2, 0, rec, 1, &e), SPILL_OK) << e.msg;
+  spill_free(rec, c.m.record_bytes);
+  spill_container_close(&c);
+  EXPECT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "swapped")) << e.msg;
+}
+
+TEST(ContainerTest, FlippedPayloadBitIsCaughtOnlyWithVerification) {
+  std::string dir = Written("flip");
+  spill_container c;
+  spill_err e = {};
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  uint64_t off = c.m.banks[0].data_offset + 3 * c.m.record_bytes + c.m.sect[SPILL_SEC_UP].offset + 5;
+  spill_container_close(&c);
+  FlipBit(dir + "/experts-001.bin", off, 6);
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  void *rec = spill_alloc(c.m.record_bytes, SPILL_PAGE);
+  EXPECT_EQ(spill_container_read_record(&c, 1, 3, rec, 0, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_container_read_record(&c, 1, 3, rec, 1, &e), SPILL_E_CHECKSUM);
+  EXPECT_TRUE(Contains(e.msg, "experts-001.bin: layer 1 expert 3: payload checksum mismatch"))
+      << e.msg;
+  spill_free(rec, c.m.record_bytes);
+  spill_container_close(&c);
+  Progress p;
+  EXPECT_EQ(spill_container_verify(dir.c_str(), Progress::Cb, &p, &e), SPILL_E_CHECKSUM);
+  EXPECT_TRUE(Contains(e.msg, "experts-001.bin: layer 1 expert 3: payload checksum mismatch"))
+      << e.msg;
+  EXPECT_LT(p.last, p.total);
+}
+
+TEST(ContainerTest, FlippedHeaderBitIsAHeaderChecksumError) {
+  std::string dir = Written("flip_hdr");
+  FlipBit(dir + "/experts-001.bin", 4096 + 20);  // expert 0, payload_bytes field
+  spill_container c;
+  spill_err e = {};
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  void *rec = spill_alloc(c.m.record_bytes, SPILL_PAGE);
+  EXPECT_EQ(spill_container_read_record(&c, 1, 0, rec, 0, &e), SPILL_E_CHECKSUM);
+  EXPECT_TRUE(Contains(e.msg, "record header checksum mismatch")) << e.msg;
+  spill_free(rec, c.m.record_bytes);
+  spill_container_close(&c);
+}
+
+TEST(ContainerTest, VerifyCatchesTrunkBitAndNonZeroPadding) {
+  std::string dir = Written("flip_trunk");
+  spill_container c;
+  spill_err e = {};
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  const spill_tensor_info *t = spill_manifest_find(&c.m, "blk.0.ffn_up");
+  ASSERT_NE(t, nullptr);
+  uint64_t off = t->offset + 17, tail = c.m.banks[1].data_offset + c.m.record_bytes - 1;
+  spill_container_close(&c);
+  FlipBit(dir + "/trunk.bin", off);
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  t = spill_manifest_find(&c.m, "blk.0.ffn_up");
+  std::vector<uint8_t> buf(t->bytes);
+  EXPECT_EQ(spill_container_read_tensor(&c, t, buf.data(), buf.size(), &e), SPILL_E_CHECKSUM);
+  EXPECT_TRUE(Contains(e.msg, "trunk.bin: tensor blk.0.ffn_up: checksum mismatch")) << e.msg;
+  EXPECT_EQ(spill_container_read_tensor(&c, t, buf.data(), buf.size() - 1, &e),
+            SPILL_E_INVALID_ARG);
+  spill_container_close(&c);
+  EXPECT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_E_CHECKSUM);
+  EXPECT_TRUE(Contains(e.msg, "tensor blk.0.ffn_up: checksum mismatch")) << e.msg;
+  FlipBit(dir + "/trunk.bin", off);  // restore
+  ASSERT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_OK) << e.msg;
+  // Record tail padding is outside the payload crc: verify checks it is zero.
+  FlipBit(dir + "/experts-002.bin", tail);
+  EXPECT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "layer 2 expert 0: padding after the payload is not zero")) << e.msg;
+}
+
+TEST(ContainerTest, CorruptBankHeaderIsRejectedAtOpen) {
+  std::string dir = Written("bank_hdr");
+  FlipBit(dir + "/experts-002.bin", 16);  // n_experts
+  spill_container c;
+  spill_err e = {};
+  EXPECT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_E_CHECKSUM);
+  EXPECT_TRUE(Contains(e.msg, "experts-002.bin: bank header checksum mismatch")) << e.msg;
+}
+
+TEST(ContainerTest, ManifestLyingAboutRecordSizeIsRejected) {
+  std::string dir = Written("lie");
+  std::string json = ReadAll(dir + "/manifest.json");
+  size_t at = json.find("\"record_bytes\":\t4096");
+  ASSERT_NE(at, std::string::npos) << json;
+  json.replace(at, strlen("\"record_bytes\":\t4096"), "\"record_bytes\":\t8192");
+  WriteAll(dir + "/manifest.json", json);
+  spill_container c;
+  spill_err e = {};
+  EXPECT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "manifest.json: experts.record_bytes: 8192")) << e.msg;
+}
+
+TEST(ContainerTest, WriterRejectsMisuseAndLeavesNoManifest) {
+  std::string dir = spill_test::TmpDir("misuse");
+  TinyModel tm(SPILL_DT_F32);
+  spill_writer *w = nullptr;
+  spill_err e = {};
+  ASSERT_EQ(spill_writer_open(dir.c_str(), &tm.m, &w, &e), SPILL_OK) << e.msg;
+  const spill_manifest *lm = spill_writer_manifest(w);
+  std::vector<uint8_t> p(lm->payload_bytes, 1);
+  EXPECT_EQ(spill_writer_record(w, 1, 1, p.data(), &e), SPILL_E_INVALID_ARG);
+  EXPECT_TRUE(Contains(e.msg, "out of order (expected 0)")) << e.msg;
+  EXPECT_EQ(spill_writer_record(w, 0, 0, p.data(), &e), SPILL_E_RANGE);
+  EXPECT_EQ(spill_writer_record(w, 1, 4, p.data(), &e), SPILL_E_RANGE);
+  EXPECT_EQ(spill_writer_record(w, 1, 0, p.data(), &e), SPILL_OK) << e.msg;
+  std::vector<uint8_t> t(10);
+  EXPECT_EQ(spill_writer_tensor(w, "tok_embd", t.data(), t.size(), &e), SPILL_E_INVALID_ARG);
+  EXPECT_EQ(spill_writer_tensor(w, "nope", t.data(), t.size(), &e), SPILL_E_INVALID_ARG);
+  EXPECT_EQ(spill_writer_finish(w, &e), SPILL_E_INVALID_ARG);  // frees w
+  EXPECT_TRUE(Contains(e.msg, "never written")) << e.msg;
+  struct stat st;
+  EXPECT_NE(stat((dir + "/manifest.json").c_str(), &st), 0);
+  EXPECT_NE(stat((dir + "/trunk.bin").c_str(), &st), 0);
+
+  ASSERT_EQ(spill_writer_open(dir.c_str(), &tm.m, &w, &e), SPILL_OK) << e.msg;
+  spill_writer_abort(w);
+  EXPECT_NE(stat((dir + "/manifest.json").c_str(), &st), 0);
+  spill_writer_abort(nullptr);
+
+  tm.m.arch.moe.top_k = 5;  // > n_experts: rejected before any file is made
+  EXPECT_EQ(spill_writer_open(dir.c_str(), &tm.m, &w, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "arch.moe.top_k: 5 out of range [1, 4]")) << e.msg;
+  EXPECT_EQ(w, nullptr);
+}
+
+TEST(ContainerTest, RewritingAContainerReplacesIt) {
+  std::string dir = Written("rewrite", SPILL_DT_RVQ3);
+  TinyModel tm(SPILL_DT_F32);
+  spill_err e = {};
+  ASSERT_EQ(spill_test::WriteTiny(dir, tm, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_OK) << e.msg;
+  spill_container c;
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(c.m.expert_dtype, SPILL_DT_F32);
+  char path[8];  // too small for any "<dir>/trunk.bin"
+  EXPECT_EQ(spill_container_path(&c, "trunk.bin", path, sizeof path, &e), SPILL_E_INVALID_ARG);
+  spill_container_close(&c);
+}
+
+}  // namespace

@@ -1,0 +1,225 @@
+/* engine/format/dtype.c: dtype names and byte sizes, the expert record
+ * layout, architecture helpers, and the small utilities (CRC-32 combination,
+ * full pread/pwrite) the other files of the module share.
+ *
+ * Byte sizes are the single source of truth for every reader and writer:
+ * all products go through the overflow-checked spill_mul_u64, and anything
+ * larger than 2^53 is rejected so that sizes survive a JSON round trip.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/base/alloc.h"
+#include "engine/base/crc32.h"
+#include "engine/format/container.h"
+#include "engine/format/format_internal.h"
+
+static const char *const kDtypeNames[SPILL_DT_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "rvq3"};
+
+const char *spill_dtype_name(spill_dtype dt) {
+  if ((int)dt < 0 || dt >= SPILL_DT_COUNT) return "?";
+  return kDtypeNames[dt];
+}
+
+int spill_dtype_parse(const char *name, spill_dtype *out) {
+  if (!name) return SPILL_E_FORMAT;
+  for (int i = 0; i < SPILL_DT_COUNT; i++) {
+    if (strcmp(name, kDtypeNames[i]) == 0) {
+      *out = (spill_dtype)i;
+      return SPILL_OK;
+    }
+  }
+  return SPILL_E_FORMAT;
+}
+
+int spill_dtype_matrix_bytes(spill_dtype dt, uint64_t rows, uint64_t cols, uint32_t group,
+                             uint64_t *out, spill_err *e) {
+  const char *name = spill_dtype_name(dt);
+  uint64_t n, vals, scales, total;
+  SPILL_FAIL_IF(e, (int)dt < 0 || dt >= SPILL_DT_COUNT, SPILL_E_FORMAT, "unknown dtype %d",
+                (int)dt);
+  SPILL_FAIL_IF(e, rows == 0 || cols == 0, SPILL_E_FORMAT, "%s (%llu, %llu): empty dimension",
+                name, (unsigned long long)rows, (unsigned long long)cols);
+  int ovf = !spill_mul_u64(rows, cols, &n);
+  switch (dt) {
+    case SPILL_DT_F32:
+      ovf = ovf || !spill_mul_u64(n, 4, &total);
+      break;
+    case SPILL_DT_F16:
+    case SPILL_DT_BF16:
+      ovf = ovf || !spill_mul_u64(n, 2, &total);
+      break;
+    case SPILL_DT_Q8:
+    case SPILL_DT_Q4:
+      SPILL_FAIL_IF(e, group == 0, SPILL_E_FORMAT, "%s: group size 0", name);
+      SPILL_FAIL_IF(e, dt == SPILL_DT_Q4 && (group & 1u), SPILL_E_FORMAT,
+                    "q4: group size %u is odd", group);
+      SPILL_FAIL_IF(e, cols % group != 0, SPILL_E_FORMAT,
+                    "%s: cols %llu not a multiple of the group size %u", name,
+                    (unsigned long long)cols, group);
+      vals = dt == SPILL_DT_Q8 ? n : n / 2; /* q4: cols is even since group is */
+      ovf = ovf || !spill_mul_u64(rows, (cols / group) * 2, &scales) ||
+            !spill_add_u64(vals, scales, &total);
+      break;
+    case SPILL_DT_RVQ3:
+      SPILL_FAIL_IF(e, cols % 8 != 0, SPILL_E_FORMAT, "rvq3: cols %llu not a multiple of 8",
+                    (unsigned long long)cols);
+      ovf = ovf || !spill_mul_u64(rows, (cols / 8) * 3, &vals) ||
+            !spill_mul_u64(rows, 2, &scales) || !spill_add_u64(vals, scales, &total);
+      break;
+    default:
+      return spill_err_set(e, SPILL_E_FORMAT, "unknown dtype %d", (int)dt);
+  }
+  SPILL_FAIL_IF(e, ovf || total > (uint64_t)SPILL_JSON_INT_MAX, SPILL_E_FORMAT,
+                "%s (%llu, %llu): byte size overflows", name, (unsigned long long)rows,
+                (unsigned long long)cols);
+  *out = total;
+  return SPILL_OK;
+}
+
+int spill_arch_n_moe(const spill_arch *a) {
+  if (!a || a->n_layers <= a->n_dense_layers) return 0;
+  return a->n_layers - a->n_dense_layers;
+}
+
+int spill_arch_is_moe(const spill_arch *a, int layer) {
+  return a && layer >= a->n_dense_layers && layer < a->n_layers && layer >= 0;
+}
+
+int spill_record_layout(const spill_arch *a, spill_dtype dt, uint32_t group,
+                        spill_section_info sect[SPILL_SEC_COUNT], uint32_t *payload_bytes,
+                        uint64_t *record_bytes, spill_err *e) {
+  SPILL_FAIL_IF(e, !a, SPILL_E_INVALID_ARG, "record layout: no architecture");
+  const spill_moe_cfg *moe = &a->moe;
+  SPILL_FAIL_IF(e, moe->d_expert <= 0, SPILL_E_FORMAT, "record layout: d_expert %d <= 0",
+                moe->d_expert);
+  int64_t d_in = moe->d_latent > 0 ? moe->d_latent : a->d_model;
+  SPILL_FAIL_IF(e, d_in <= 0, SPILL_E_FORMAT, "record layout: expert input width %lld <= 0",
+                (long long)d_in);
+  const uint64_t dims[SPILL_SEC_COUNT][2] = {
+      {(uint64_t)moe->d_expert, (uint64_t)d_in},
+      {(uint64_t)moe->d_expert, (uint64_t)d_in},
+      {(uint64_t)d_in, (uint64_t)moe->d_expert},
+  };
+  static const char *const kSect[SPILL_SEC_COUNT] = {"gate", "up", "down"};
+  uint64_t off = SPILL_RECORD_HEADER_BYTES;
+  spill_section_info s[SPILL_SEC_COUNT];
+  for (int i = 0; i < SPILL_SEC_COUNT; i++) {
+    uint64_t bytes, end;
+    int rc = spill_dtype_matrix_bytes(dt, dims[i][0], dims[i][1], group, &bytes, e);
+    if (rc < 0) {
+      spill_err_prefix(e, "expert section %s", kSect[i]);
+      return rc;
+    }
+    SPILL_FAIL_IF(e, !spill_round_up_u64(off, SPILL_TENSOR_ALIGN, &off) ||
+                         !spill_add_u64(off, bytes, &end) || end > UINT32_MAX,
+                  SPILL_E_FORMAT, "expert section %s: record offsets exceed 32 bits", kSect[i]);
+    s[i].rows = (uint32_t)dims[i][0];
+    s[i].cols = (uint32_t)dims[i][1];
+    s[i].offset = (uint32_t)off;
+    s[i].bytes = (uint32_t)bytes;
+    off = end;
+  }
+  uint64_t rec;
+  SPILL_FAIL_IF(e, !spill_round_up_u64(off, SPILL_PAGE, &rec), SPILL_E_FORMAT,
+                "record size overflows");
+  memcpy(sect, s, sizeof s);
+  *payload_bytes = (uint32_t)(off - SPILL_RECORD_HEADER_BYTES);
+  *record_bytes = rec;
+  return SPILL_OK;
+}
+
+/* ---- shared utilities ---- */
+
+/* CRC-32 combination by multiplication modulo the CRC polynomial (the method
+ * of zlib >= 1.2.12): crc(A||B) = crc(A) * x^(8 len(B)) mod P  xor  crc(B).
+ * Lets the writer and the verifier derive a file's CRC from per-piece CRCs
+ * without hashing the bytes twice. */
+#define SPILL_CRC_POLY 0xEDB88320u
+
+static uint32_t multmodp(uint32_t a, uint32_t b) {
+  uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = (b & 1) ? (b >> 1) ^ SPILL_CRC_POLY : b >> 1;
+  }
+  return p;
+}
+
+/* x^(n * 2^k) mod P. x^(2^j) repeats with period 32 in j because the order
+ * of x divides 2^32 - 1. */
+static uint32_t x2nmodp(uint64_t n, unsigned k) {
+  uint32_t tab[32];
+  uint32_t p = 1u << 30; /* x^1 */
+  tab[0] = p;
+  for (int i = 1; i < 32; i++) tab[i] = p = multmodp(p, p);
+  p = 1u << 31; /* x^0 */
+  while (n) {
+    if (n & 1) p = multmodp(tab[k & 31], p);
+    n >>= 1;
+    k++;
+  }
+  return p;
+}
+
+uint32_t spill_fmt_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return multmodp(x2nmodp(len_b, 3), crc_a) ^ crc_b;
+}
+
+static const uint8_t kZeros[4096];
+
+uint32_t spill_fmt_crc32_zeros(uint32_t crc, uint64_t n) {
+  while (n) {
+    size_t k = n < sizeof kZeros ? (size_t)n : sizeof kZeros;
+    crc = spill_crc32(crc, kZeros, k);
+    n -= k;
+  }
+  return crc;
+}
+
+int spill_fmt_all_zero(const void *p, size_t n) {
+  const uint8_t *b = p;
+  while (n >= sizeof kZeros) {
+    if (memcmp(b, kZeros, sizeof kZeros) != 0) return 0;
+    b += sizeof kZeros;
+    n -= sizeof kZeros;
+  }
+  return memcmp(b, kZeros, n) == 0;
+}
+
+ssize_t spill_fmt_pread_full(int fd, void *buf, size_t n, uint64_t off) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+int spill_fmt_pwrite_full(int fd, const void *buf, size_t n, uint64_t off) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = EIO;
+      return -1;
+    }
+    done += (size_t)w;
+  }
+  return 0;
+}
+
+void spill_fmt_bank_name(int layer, char buf[SPILL_NAME_MAX]) {
+  snprintf(buf, SPILL_NAME_MAX, "experts-%03d.bin", layer);
+}

@@ -1,0 +1,277 @@
+// Tests of manifest.json parsing and serialisation (manifest_parse.c,
+// manifest_json.c): the round trip, and one specific error code and message
+// per validation rule. Malformed input must fail cleanly, never crash.
+#include <cjson/cJSON.h>
+#include <gtest/gtest.h>
+#include <string.h>
+
+#include <functional>
+#include <string>
+
+#include "engine/format/container.h"
+#include "engine/format/container_test_util.h"
+
+namespace {
+
+using spill_test::Contains;
+
+// manifest.json of a freshly written tiny container.
+std::string ValidJson(spill_dtype dt) {
+  std::string dir = spill_test::TmpDir(std::string("manifest_") + spill_dtype_name(dt));
+  spill_test::TinyModel tm(dt);
+  spill_err e = {};
+  EXPECT_EQ(spill_test::WriteTiny(dir, tm, &e), SPILL_OK) << e.msg;
+  return spill_test::ReadAll(dir + "/manifest.json");
+}
+
+std::string Mutate(const std::string &json, const std::function<void(cJSON *)> &f) {
+  cJSON *root = cJSON_Parse(json.c_str());
+  EXPECT_NE(root, nullptr);
+  f(root);
+  char *txt = cJSON_PrintUnformatted(root);
+  std::string out(txt);
+  cJSON_free(txt);
+  cJSON_Delete(root);
+  return out;
+}
+
+cJSON *At(cJSON *root, const char *a, const char *b = nullptr, const char *c = nullptr) {
+  cJSON *o = cJSON_GetObjectItemCaseSensitive(root, a);
+  if (b) o = cJSON_GetObjectItemCaseSensitive(o, b);
+  if (c) o = cJSON_GetObjectItemCaseSensitive(o, c);
+  return o;
+}
+
+void SetNum(cJSON *obj, const char *key, double v) {
+  cJSON_ReplaceItemInObjectCaseSensitive(obj, key, cJSON_CreateNumber(v));
+}
+
+int Parse(const std::string &json, spill_err *e) {
+  spill_manifest m;
+  int rc = spill_manifest_parse(json.data(), json.size(), "manifest.json", &m, e);
+  spill_manifest_free(&m);
+  return rc;
+}
+
+TEST(ManifestTest, RoundTripsThroughJson) {
+  for (spill_dtype dt : {SPILL_DT_F32, SPILL_DT_RVQ3, SPILL_DT_Q8, SPILL_DT_Q4}) {
+    std::string json = ValidJson(dt);
+    spill_manifest m, m2;
+    spill_err e = {};
+    ASSERT_EQ(spill_manifest_parse(json.data(), json.size(), "manifest.json", &m, &e), SPILL_OK)
+        << e.msg;
+    char *out = nullptr;
+    ASSERT_EQ(spill_manifest_to_json(&m, &out, &e), SPILL_OK) << e.msg;
+    EXPECT_EQ(std::string(out), json);
+    ASSERT_EQ(spill_manifest_parse(out, strlen(out), "again", &m2, &e), SPILL_OK) << e.msg;
+    free(out);
+    EXPECT_EQ(memcmp(&m.arch, &m2.arch, sizeof m.arch), 0);
+    ASSERT_EQ(m.n_tensors, m2.n_tensors);
+    EXPECT_EQ(memcmp(m.tensors, m2.tensors, sizeof *m.tensors * m.n_tensors), 0);
+    ASSERT_EQ(m.n_banks, 2);
+    EXPECT_EQ(memcmp(m.banks, m2.banks, sizeof *m.banks * m.n_banks), 0);
+    EXPECT_EQ(memcmp(m.files, m2.files, sizeof *m.files * m.n_files), 0);
+    EXPECT_EQ(memcmp(m.sect, m2.sect, sizeof m.sect), 0);
+    EXPECT_EQ(m.record_bytes, m2.record_bytes);
+    EXPECT_EQ(m.expert_dtype, dt);
+    EXPECT_EQ(m.arch.layer_attn[1], SPILL_ATTN_MLA);
+    EXPECT_EQ(m.arch.moe.routed_scale, 2.5);
+    EXPECT_EQ(m.arch.kda.decay_floor, -5.0);
+    ASSERT_NE(spill_manifest_find(&m, "output"), nullptr);
+    EXPECT_EQ(spill_manifest_find(&m, "output")->group, 8u);
+    EXPECT_EQ(spill_manifest_find(&m, "nope"), nullptr);
+    EXPECT_EQ(spill_arch_n_moe(&m.arch), 2);
+    EXPECT_TRUE(spill_arch_is_moe(&m.arch, 2));
+    EXPECT_FALSE(spill_arch_is_moe(&m.arch, 0));
+    EXPECT_FALSE(spill_arch_is_moe(&m.arch, 3));
+    spill_manifest_free(&m);
+    spill_manifest_free(&m2);
+  }
+  spill_manifest_free(nullptr);
+}
+
+TEST(ManifestTest, GeneratorObjectIsKeptVerbatim) {
+  std::string json = Mutate(ValidJson(SPILL_DT_F32), [](cJSON *r) {
+    cJSON *g = cJSON_AddObjectToObject(r, "generator");
+    cJSON_AddStringToObject(g, "tool", "unit");
+    cJSON_AddNumberToObject(g, "seed", 42);
+  });
+  spill_manifest m;
+  spill_err e = {};
+  ASSERT_EQ(spill_manifest_parse(json.data(), json.size(), "m", &m, &e), SPILL_OK) << e.msg;
+  ASSERT_NE(m.generator_json, nullptr);
+  EXPECT_STREQ(m.generator_json, "{\"tool\":\"unit\",\"seed\":42}");
+  spill_manifest_free(&m);
+}
+
+struct BadCase {
+  const char *what;
+  std::function<void(cJSON *)> mutate;
+  int code;
+  const char *msg;
+};
+
+TEST(ManifestTest, EachValidationRuleHasItsOwnError) {
+  const std::string base = ValidJson(SPILL_DT_RVQ3);
+  const BadCase cases[] = {
+      {"top_k > n_experts", [](cJSON *r) { SetNum(At(r, "arch", "moe"), "top_k", 20); },
+       SPILL_E_FORMAT, "manifest.json: arch.moe.top_k: 20 out of range [1, 4]"},
+      {"wrong type", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(At(r, "arch"), "d_model", cJSON_CreateString("16"));
+       }, SPILL_E_FORMAT, "manifest.json: arch.d_model: expected integer"},
+      {"fractional integer", [](cJSON *r) { SetNum(At(r, "arch"), "n_layers", 2.5); },
+       SPILL_E_FORMAT, "arch.n_layers: expected integer"},
+      {"missing key", [](cJSON *r) { cJSON_DeleteItemFromObject(At(r, "arch", "moe"), "top_k"); },
+       SPILL_E_FORMAT, "manifest.json: arch.moe.top_k: missing key"},
+      {"missing arch", [](cJSON *r) { cJSON_DeleteItemFromObject(r, "arch"); }, SPILL_E_FORMAT,
+       "manifest.json: arch: missing key"},
+      {"unknown key", [](cJSON *r) { cJSON_AddNumberToObject(r, "bogus", 1); }, SPILL_E_FORMAT,
+       "manifest.json: bogus: unknown key"},
+      {"unknown nested key", [](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch", "kda"), "x", 1); },
+       SPILL_E_FORMAT, "arch.kda.x: unknown key"},
+      {"version", [](cJSON *r) { SetNum(r, "version", 2); }, SPILL_E_VERSION,
+       "version: 2, this reader reads version 1"},
+      {"format", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(r, "format", cJSON_CreateString("gguf"));
+       }, SPILL_E_FORMAT, "format: \"gguf\""},
+      {"layer_attn length", [](cJSON *r) {
+         cJSON_DeleteItemFromArray(At(r, "arch", "layer_attn"), 0);
+       }, SPILL_E_FORMAT, "arch.layer_attn: 2 entries, n_layers is 3"},
+      {"bad attention kind", [](cJSON *r) {
+         cJSON_ReplaceItemInArray(At(r, "arch", "layer_attn"), 1, cJSON_CreateString("mha"));
+       }, SPILL_E_FORMAT, "arch.layer_attn[1]"},
+      {"used config missing", [](cJSON *r) { cJSON_DeleteItemFromObject(At(r, "arch"), "mla"); },
+       SPILL_E_FORMAT, "arch.mla: missing key"},
+      {"non-positive dim", [](cJSON *r) { SetNum(At(r, "arch", "gqa"), "head_dim", 0); },
+       SPILL_E_FORMAT, "arch.gqa.head_dim: 0 out of range"},
+      {"kv heads do not divide", [](cJSON *r) {
+         SetNum(At(r, "arch", "gqa"), "n_heads", 3);
+         SetNum(At(r, "arch", "gqa"), "n_kv_heads", 2);
+       }, SPILL_E_FORMAT, "arch.gqa.n_kv_heads: 2 does not divide"},
+      {"norm_eps zero", [](cJSON *r) { SetNum(At(r, "arch"), "norm_eps", 0); }, SPILL_E_FORMAT,
+       "arch.norm_eps: must be > 0"},
+      {"bos out of vocab", [](cJSON *r) { SetNum(At(r, "arch"), "bos_id", 256); }, SPILL_E_FORMAT,
+       "arch.bos_id: 256 out of range [-1, 255]"},
+      {"misaligned tensor", [](cJSON *r) {
+         SetNum(cJSON_GetArrayItem(At(r, "tensors"), 1), "offset", 65568);
+       }, SPILL_E_FORMAT, "tensors[1].offset: 65568 is not a multiple of 64"},
+      {"tensor bytes lie", [](cJSON *r) {
+         SetNum(cJSON_GetArrayItem(At(r, "tensors"), 0), "bytes", 16000);
+       }, SPILL_E_FORMAT, "tensors[0].bytes: 16000, but f32 of this shape takes 16384"},
+      {"offset past end", [](cJSON *r) {
+         SetNum(cJSON_GetArrayItem(At(r, "tensors"), 1), "offset", 1 << 30);
+       }, SPILL_E_FORMAT, "tensors[1] (output_norm): [1073741824, 1073741888) extends past the end"},
+      {"dimension overflow", [](cJSON *r) {
+         cJSON *t = cJSON_GetArrayItem(At(r, "tensors"), 0);
+         cJSON *sh = cJSON_CreateArray();
+         cJSON_AddItemToArray(sh, cJSON_CreateNumber(1099511627776.0));
+         cJSON_AddItemToArray(sh, cJSON_CreateNumber(1099511627776.0));
+         cJSON_ReplaceItemInObjectCaseSensitive(t, "shape", sh);
+       }, SPILL_E_FORMAT, "tensors[0] (tok_embd): f32 (1099511627776, 1099511627776): byte size overflows"},
+      {"3-d shape", [](cJSON *r) {
+         cJSON_AddItemToArray(At(cJSON_GetArrayItem(At(r, "tensors"), 0), "shape"),
+                              cJSON_CreateNumber(1));
+       }, SPILL_E_FORMAT, "tensors[0].shape: 3 dimensions"},
+      {"negative dim", [](cJSON *r) {
+         cJSON_ReplaceItemInArray(At(cJSON_GetArrayItem(At(r, "tensors"), 0), "shape"), 0,
+                                  cJSON_CreateNumber(-4));
+       }, SPILL_E_FORMAT, "tensors[0].shape[0]: expected an integer"},
+      {"overlap", [](cJSON *r) {
+         SetNum(cJSON_GetArrayItem(At(r, "tensors"), 1), "offset", 64);
+       }, SPILL_E_FORMAT, "overlaps"},
+      {"duplicate name", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetArrayItem(At(r, "tensors"), 1), "name",
+                                                cJSON_CreateString("tok_embd"));
+       }, SPILL_E_FORMAT, "duplicate name \"tok_embd\""},
+      {"group on f32", [](cJSON *r) {
+         cJSON_AddNumberToObject(cJSON_GetArrayItem(At(r, "tensors"), 0), "group", 8);
+       }, SPILL_E_FORMAT, "tensors[0].group: only q8 and q4"},
+      {"unknown dtype", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetArrayItem(At(r, "tensors"), 0), "dtype",
+                                                cJSON_CreateString("f64"));
+       }, SPILL_E_FORMAT, "tensors[0].dtype: unknown dtype \"f64\""},
+      {"missing codebook", [](cJSON *r) {
+         cJSON *ts = At(r, "tensors");
+         cJSON_DeleteItemFromArray(ts, cJSON_GetArraySize(ts) - 1);
+       }, SPILL_E_FORMAT, "codebook tensor \"blk.2.ffn_down_exps.codebook\""},
+      {"record size lie", [](cJSON *r) { SetNum(At(r, "experts"), "record_bytes", 8192); },
+       SPILL_E_FORMAT, "experts.record_bytes: 8192, but the layout of rvq3 experts (8 x 16) needs 4096"},
+      {"section lie", [](cJSON *r) {
+         SetNum(cJSON_GetArrayItem(At(r, "experts", "sections"), 2), "offset", 256);
+       }, SPILL_E_FORMAT, "experts.sections[2].offset: 256, but the layout needs 192"},
+      {"bank layer order", [](cJSON *r) {
+         SetNum(cJSON_GetArrayItem(At(r, "banks"), 0), "layer", 2);
+       }, SPILL_E_FORMAT, "banks[0].layer: 2, expected 1"},
+      {"bank file name", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetArrayItem(At(r, "banks"), 0), "file",
+                                                cJSON_CreateString("../etc/passwd"));
+       }, SPILL_E_FORMAT, "banks[0].file: \"../etc/passwd\", expected \"experts-001.bin\""},
+      {"missing bank", [](cJSON *r) { cJSON_DeleteItemFromArray(At(r, "banks"), 1); },
+       SPILL_E_FORMAT, "banks: 1 entries, the model has 2 MoE layers"},
+      {"file size lie", [](cJSON *r) {
+         SetNum(cJSON_GetArrayItem(At(r, "files"), 1), "bytes", 4096);
+       }, SPILL_E_FORMAT, "files[1].bytes: 4096, but experts-001.bin must be 20480 bytes"},
+      {"crc out of range", [](cJSON *r) {
+         SetNum(cJSON_GetArrayItem(At(r, "files"), 0), "crc32", 4294967296.0);
+       }, SPILL_E_FORMAT, "files[0].crc32: 4294967296 out of range"},
+      {"experts without MoE", [](cJSON *r) {
+         SetNum(At(r, "arch"), "n_dense_layers", 3);
+         cJSON_DeleteItemFromObject(r, "banks");
+         cJSON_AddArrayToObject(r, "banks");
+       }, SPILL_E_FORMAT, "experts: present, but the model has no MoE layers"},
+      {"tensors not an array", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(r, "tensors", cJSON_CreateObject());
+       }, SPILL_E_FORMAT, "manifest.json: tensors: expected array"},
+      {"bool as number", [](cJSON *r) { SetNum(At(r, "arch", "moe"), "norm_topk", 1); },
+       SPILL_E_FORMAT, "arch.moe.norm_topk: expected true or false"},
+  };
+  for (const BadCase &c : cases) {
+    spill_err e = {};
+    std::string json = Mutate(base, c.mutate);
+    EXPECT_EQ(Parse(json, &e), c.code) << c.what << ": " << e.msg;
+    EXPECT_TRUE(Contains(e.msg, c.msg)) << c.what << ": got \"" << e.msg << "\", want \"" << c.msg
+                                        << "\"";
+  }
+}
+
+TEST(ManifestTest, RejectsMalformedJsonText) {
+  spill_err e = {};
+  EXPECT_EQ(Parse("", &e), SPILL_E_FORMAT);
+  EXPECT_EQ(Parse("[1, 2]", &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "expected a JSON object")) << e.msg;
+  EXPECT_EQ(Parse("{\"format\": \"spill\"", &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "not valid JSON")) << e.msg;
+  std::string base = ValidJson(SPILL_DT_F32);
+  EXPECT_EQ(Parse(base + " x", &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "trailing bytes")) << e.msg;
+  std::string dup = "{\"format\": \"spill\", \"format\": \"spill\"}";
+  EXPECT_EQ(Parse(dup, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "format: duplicate key")) << e.msg;
+  spill_manifest m;
+  EXPECT_EQ(spill_manifest_parse(base.data(), SPILL_MANIFEST_MAX_BYTES + 1ull, "m", &m, &e),
+            SPILL_E_FORMAT);
+}
+
+// Every prefix and many single-byte corruptions of a valid manifest must be
+// rejected or accepted cleanly (run under --config=asan for memory errors).
+TEST(ManifestTest, TruncatedOrCorruptedTextNeverCrashes) {
+  std::string base = ValidJson(SPILL_DT_Q4);
+  spill_err e = {};
+  for (size_t n = 0; n < base.size() - 2; n++) {
+    std::string cut = base.substr(0, n);
+    EXPECT_LT(Parse(cut, &e), 0) << n;
+  }
+  int accepted = 0;
+  for (size_t i = 0; i < base.size(); i += 3) {
+    for (char c : {'0', '9', '"', '{', ']', '-', 'e'}) {
+      std::string bad = base;
+      if (bad[i] == c) continue;
+      bad[i] = c;
+      if (Parse(bad, &e) == SPILL_OK) accepted++;
+    }
+  }
+  // Some corruptions (inside a crc value) are still valid manifests; most are not.
+  EXPECT_LT(accepted, (int)base.size());
+}
+
+}  // namespace
