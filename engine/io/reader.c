@@ -1,0 +1,577 @@
+/* engine/io/reader.c: the backend-independent half of the reader: options,
+ * files (O_DIRECT with buffered fallback, mappings), request validation, the
+ * completion ring, counters, the latency histograms, the token bucket and
+ * page-cache eviction. The backends (reader_pread.c, reader_uring.c) move
+ * requests through the device; this file decides what a request is and
+ * records what became of it.
+ *
+ * Latency is kept in two fixed log-linear histograms (16 sub-buckets per
+ * power of two of nanoseconds) updated with relaxed atomics, so recording a
+ * read allocates nothing and takes no lock; percentiles are read from the
+ * bucket counts. The bandwidth cap is a GCRA token bucket: each read
+ * reserves len/rate seconds of a shared timeline and may not complete
+ * before that reservation minus a 50 ms burst allowance.
+ */
+#define _GNU_SOURCE
+#include "engine/io/reader_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/base/alloc.h"
+#include "engine/base/clock.h"
+
+const char *spill_io_backend_name(spill_io_backend b) {
+  switch (b) {
+    case SPILL_IO_BACKEND_PREAD: return "pread";
+    case SPILL_IO_BACKEND_URING: return "uring";
+  }
+  return "unknown";
+}
+
+const char *spill_io_mode_name(spill_io_mode m) {
+  switch (m) {
+    case SPILL_IO_MODE_DIRECT: return "direct";
+    case SPILL_IO_MODE_PAGECACHE: return "pagecache";
+    case SPILL_IO_MODE_MMAP: return "mmap";
+  }
+  return "unknown";
+}
+
+static const char *errno_str(int e, char *buf, size_t n) {
+  return strerror_r(e, buf, n); /* GNU variant: returns the message */
+}
+
+void spill_io__sleep_until(uint64_t deadline_ns) {
+  for (;;) {
+    uint64_t now = spill_clock_ns();
+    if (now >= deadline_ns) return;
+    uint64_t d = deadline_ns - now;
+    struct timespec ts = {(time_t)(d / 1000000000ull),
+                          (long)(d % 1000000000ull)};
+    nanosleep(&ts, NULL); /* EINTR: loop re-checks the clock */
+  }
+}
+
+/* ---- open / close ---- */
+
+int spill_io_open(const spill_io_opts *opts, spill_io **out, spill_err *err) {
+  SPILL_FAIL_IF(err, opts == NULL || out == NULL, SPILL_E_INVALID_ARG,
+                "spill_io_open: NULL argument");
+  *out = NULL;
+  spill_io_opts o = *opts;
+  SPILL_FAIL_IF(err,
+                o.backend != SPILL_IO_BACKEND_PREAD &&
+                    o.backend != SPILL_IO_BACKEND_URING,
+                SPILL_E_INVALID_ARG, "io: unknown backend %d", (int)o.backend);
+  SPILL_FAIL_IF(err,
+                o.mode != SPILL_IO_MODE_DIRECT &&
+                    o.mode != SPILL_IO_MODE_PAGECACHE &&
+                    o.mode != SPILL_IO_MODE_MMAP,
+                SPILL_E_INVALID_ARG, "io: unknown mode %d", (int)o.mode);
+  SPILL_FAIL_IF(err,
+                o.mode == SPILL_IO_MODE_MMAP &&
+                    o.backend == SPILL_IO_BACKEND_URING,
+                SPILL_E_INVALID_ARG,
+                "io: mmap mode reads through page faults, not read calls, so "
+                "it has nothing to queue on io_uring; use backend pread");
+  if (o.threads == 0) o.threads = 4;
+  if (o.depth == 0) o.depth = 32;
+  if (o.max_files == 0) o.max_files = 1024;
+  SPILL_FAIL_IF(err, o.threads < 1 || o.threads > SPILL_IO_MAX_THREADS,
+                SPILL_E_INVALID_ARG, "io: threads %d not in [1, %d]",
+                o.threads, SPILL_IO_MAX_THREADS);
+  SPILL_FAIL_IF(err, o.depth < 1 || o.depth > SPILL_IO_MAX_DEPTH,
+                SPILL_E_INVALID_ARG, "io: depth %d not in [1, %d]", o.depth,
+                SPILL_IO_MAX_DEPTH);
+  if (o.max_pending == 0) o.max_pending = o.depth * 4 > 1024 ? o.depth * 4 : 1024;
+  SPILL_FAIL_IF(err, o.max_pending < o.depth || o.max_pending > (1 << 24),
+                SPILL_E_INVALID_ARG,
+                "io: max_pending %d must be in [depth=%d, 16M]", o.max_pending,
+                o.depth);
+  SPILL_FAIL_IF(err, o.max_files < 1 || o.max_files > (1 << 20),
+                SPILL_E_INVALID_ARG, "io: max_files %d not in [1, 1M]",
+                o.max_files);
+
+  spill_io *io = calloc(1, sizeof(*io));
+  SPILL_FAIL_IF(err, io == NULL, SPILL_E_NOMEM, "io: out of memory");
+  io->opts = o;
+  io->files = calloc((size_t)o.max_files, sizeof(*io->files));
+  io->reqs = calloc((size_t)o.depth, sizeof(*io->reqs));
+  io->free_stack = calloc((size_t)o.depth, sizeof(int));
+  io->queue = calloc((size_t)o.depth, sizeof(int));
+  io->ring = calloc((size_t)o.max_pending, sizeof(*io->ring));
+  if (!io->files || !io->reqs || !io->free_stack || !io->queue || !io->ring) {
+    free(io->files), free(io->reqs), free(io->free_stack), free(io->queue);
+    free(io->ring), free(io);
+    return spill_err_set(err, SPILL_E_NOMEM, "io: out of memory");
+  }
+  for (int i = 0; i < o.depth; i++) io->free_stack[i] = o.depth - 1 - i;
+  io->free_top = o.depth;
+  pthread_mutex_init(&io->mu, NULL);
+  pthread_mutex_init(&io->throttle_mu, NULL);
+  pthread_cond_init(&io->done_cv, NULL);
+  pthread_cond_init(&io->work_cv, NULL);
+
+  int rc = o.backend == SPILL_IO_BACKEND_URING ? spill_io__uring_start(io, err)
+                                               : spill_io__pool_start(io, err);
+  if (rc < 0) {
+    io->opts.backend = SPILL_IO_BACKEND_PREAD; /* nothing to stop */
+    io->n_workers = 0;
+    spill_io_close(io);
+    return rc;
+  }
+  *out = io;
+  return SPILL_OK;
+}
+
+void spill_io_close(spill_io *io) {
+  if (io == NULL) return;
+  if (io->opts.backend == SPILL_IO_BACKEND_URING)
+    spill_io__uring_stop(io);
+  else
+    spill_io__pool_stop(io);
+  uint32_t n = atomic_load(&io->n_files);
+  for (uint32_t i = 0; i < n; i++) {
+    spill_io_file *f = &io->files[i];
+    if (f->map) munmap(f->map, f->map_len);
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
+  }
+  pthread_mutex_destroy(&io->mu);
+  pthread_mutex_destroy(&io->throttle_mu);
+  pthread_cond_destroy(&io->done_cv);
+  pthread_cond_destroy(&io->work_cv);
+  free(io->files), free(io->reqs), free(io->free_stack), free(io->queue);
+  free(io->ring);
+  free(io);
+}
+
+/* ---- files ---- */
+
+/* 1 if an aligned O_DIRECT read of fd works, 0 if the filesystem refuses it
+ * with EINVAL (some accept the open flag but not the read). Other errors
+ * are left for the real reads to report. */
+static int direct_read_works(int fd, uint64_t size) {
+  if (size < SPILL_IO_ALIGN) return 1; /* nothing to probe without EOF */
+  void *buf = spill_alloc_nozero(SPILL_IO_ALIGN, SPILL_IO_ALIGN);
+  if (buf == NULL) return 1;
+  ssize_t n;
+  do n = pread(fd, buf, SPILL_IO_ALIGN, 0); while (n < 0 && errno == EINTR);
+  int ok = !(n < 0 && errno == EINVAL);
+  spill_free(buf, SPILL_IO_ALIGN);
+  return ok;
+}
+
+int spill_io_add_file(spill_io *io, const char *path, uint32_t *file_id,
+                      spill_err *err) {
+  SPILL_FAIL_IF(err, io == NULL || path == NULL || file_id == NULL,
+                SPILL_E_INVALID_ARG, "spill_io_add_file: NULL argument");
+  uint32_t id = atomic_load(&io->n_files);
+  SPILL_FAIL_IF(err, id >= (uint32_t)io->opts.max_files, SPILL_E_RANGE,
+                "io: cannot add '%s': max_files (%d) reached", path,
+                io->opts.max_files);
+  char eb[128];
+  int want_direct = io->opts.mode == SPILL_IO_MODE_DIRECT;
+  int direct = 0, fd = -1;
+  if (want_direct) {
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (fd >= 0) {
+      direct = 1;
+    } else if (errno != EINVAL) {
+      return spill_err_set(err, SPILL_E_IO, "io: open '%s': %s", path,
+                           errno_str(errno, eb, sizeof eb));
+    }
+  }
+  if (fd < 0) {
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    SPILL_FAIL_IF(err, fd < 0, SPILL_E_IO, "io: open '%s': %s", path,
+                  errno_str(errno, eb, sizeof eb));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    close(fd);
+    return spill_err_set(err, SPILL_E_IO, "io: '%s': %s", path,
+                         errno_str(e, eb, sizeof eb));
+  }
+  uint64_t size = (uint64_t)st.st_size;
+  if (direct && !direct_read_works(fd, size)) {
+    close(fd);
+    direct = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    SPILL_FAIL_IF(err, fd < 0, SPILL_E_IO, "io: open '%s': %s", path,
+                  errno_str(errno, eb, sizeof eb));
+  }
+  spill_io_file f = {0};
+  f.fd = fd;
+  f.direct = direct;
+  f.size = size;
+  if (io->opts.mode == SPILL_IO_MODE_MMAP && size > 0) {
+    if (size > (uint64_t)SIZE_MAX) {
+      close(fd);
+      return spill_err_set(err, SPILL_E_IO, "io: '%s' too large to map", path);
+    }
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+      int e = errno;
+      close(fd);
+      return spill_err_set(err, SPILL_E_IO, "io: mmap '%s' (%llu bytes): %s",
+                           path, (unsigned long long)size,
+                           errno_str(e, eb, sizeof eb));
+    }
+    f.map = m;
+    f.map_len = (size_t)size;
+  }
+  f.path = strdup(path);
+  if (f.path == NULL) {
+    if (f.map) munmap(f.map, f.map_len);
+    close(fd);
+    return spill_err_set(err, SPILL_E_NOMEM, "io: out of memory");
+  }
+  io->files[id] = f;
+  if (want_direct && !direct) atomic_fetch_add(&io->n_fallback, 1);
+  atomic_store_explicit(&io->n_files, id + 1, memory_order_release);
+  *file_id = id;
+  return SPILL_OK;
+}
+
+int spill_io_file_is_direct(const spill_io *io, uint32_t file_id) {
+  if (io == NULL || file_id >= atomic_load(&((spill_io *)io)->n_files))
+    return SPILL_E_RANGE;
+  return io->files[file_id].direct;
+}
+
+uint64_t spill_io_file_size(const spill_io *io, uint32_t file_id) {
+  if (io == NULL || file_id >= atomic_load(&((spill_io *)io)->n_files))
+    return 0;
+  return io->files[file_id].size;
+}
+
+const char *spill_io_file_path(const spill_io *io, uint32_t file_id) {
+  if (io == NULL || file_id >= atomic_load(&((spill_io *)io)->n_files))
+    return NULL;
+  return io->files[file_id].path;
+}
+
+/* ---- submit / wait ---- */
+
+int spill_io_submit(spill_io *io, uint32_t file_id, uint64_t offset,
+                    size_t len, void *dst, uint64_t tag) {
+  if (io == NULL || len == 0) return SPILL_E_INVALID_ARG;
+  if (file_id >= atomic_load_explicit(&io->n_files, memory_order_acquire))
+    return SPILL_E_RANGE;
+  if (dst == NULL && io->opts.mode != SPILL_IO_MODE_MMAP)
+    return SPILL_E_INVALID_ARG;
+  if (offset > UINT64_MAX - len) return SPILL_E_INVALID_ARG;
+  if (io->opts.mode == SPILL_IO_MODE_DIRECT &&
+      ((uintptr_t)dst % SPILL_IO_ALIGN != 0 || offset % SPILL_IO_ALIGN != 0 ||
+       len % SPILL_IO_ALIGN != 0))
+    return SPILL_E_INVALID_ARG;
+  spill_io_req r = {0};
+  r.tag = tag;
+  r.file_id = file_id;
+  r.offset = offset;
+  r.len = len;
+  r.dst = dst;
+  return io->opts.backend == SPILL_IO_BACKEND_URING
+             ? spill_io__uring_submit(io, &r)
+             : spill_io__pool_submit(io, &r);
+}
+
+int spill_io_wait(spill_io *io, spill_io_completion *out, int max,
+                  int min_wait) {
+  if (io == NULL || out == NULL || max < 1 || min_wait < 0)
+    return SPILL_E_INVALID_ARG;
+  if (min_wait > max) min_wait = max;
+  return io->opts.backend == SPILL_IO_BACKEND_URING
+             ? spill_io__uring_wait(io, out, max, min_wait)
+             : spill_io__pool_wait(io, out, max, min_wait);
+}
+
+int spill_io_outstanding(const spill_io *io) {
+  if (io == NULL) return 0;
+  spill_io *m = (spill_io *)io;
+  pthread_mutex_lock(&m->mu);
+  int n = m->outstanding;
+  pthread_mutex_unlock(&m->mu);
+  return n;
+}
+
+int spill_io__pop_locked(spill_io *io, spill_io_completion *out, int max) {
+  int n = io->ring_count < max ? io->ring_count : max;
+  for (int i = 0; i < n; i++) {
+    out[i] = io->ring[io->ring_head];
+    io->ring_head = (io->ring_head + 1) % io->opts.max_pending;
+  }
+  io->ring_count -= n;
+  io->outstanding -= n;
+  return n;
+}
+
+/* ---- latency histogram ---- */
+
+static int hist_index(uint64_t v) {
+  if (v < SPILL_IO_HIST_SUB) return (int)v;
+  int e = 63 - __builtin_clzll(v); /* >= 4 */
+  int sub = (int)((v >> (e - 4)) & (SPILL_IO_HIST_SUB - 1));
+  return SPILL_IO_HIST_SUB + (e - 4) * SPILL_IO_HIST_SUB + sub;
+}
+
+/* Midpoint of bucket i, the value reported for it. */
+static uint64_t hist_value(int i) {
+  if (i < SPILL_IO_HIST_SUB) return (uint64_t)i;
+  int e = (i - SPILL_IO_HIST_SUB) / SPILL_IO_HIST_SUB + 4;
+  uint64_t sub = (uint64_t)((i - SPILL_IO_HIST_SUB) % SPILL_IO_HIST_SUB);
+  uint64_t width = 1ull << (e - 4);
+  return (1ull << e) + sub * width + width / 2;
+}
+
+static void hist_record(spill_io_hist *h, uint64_t v) {
+  atomic_fetch_add_explicit(&h->bucket[hist_index(v)], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
+  uint64_t m = atomic_load_explicit(&h->max, memory_order_relaxed);
+  while (v > m && !atomic_compare_exchange_weak_explicit(
+                      &h->max, &m, v, memory_order_relaxed,
+                      memory_order_relaxed)) {
+  }
+}
+
+static void hist_reset(spill_io_hist *h) {
+  for (int i = 0; i < SPILL_IO_HIST_BUCKETS; i++)
+    atomic_store_explicit(&h->bucket[i], 0, memory_order_relaxed);
+  atomic_store(&h->count, 0);
+  atomic_store(&h->sum, 0);
+  atomic_store(&h->max, 0);
+}
+
+static void hist_read(const spill_io_hist *hc, spill_io_latency_pct *p) {
+  spill_io_hist *h = (spill_io_hist *)hc;
+  memset(p, 0, sizeof *p);
+  uint64_t total = 0;
+  for (int i = 0; i < SPILL_IO_HIST_BUCKETS; i++)
+    total += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+  if (total == 0) return;
+  /* Rank r (1-based) is the smallest with r >= q * total. */
+  uint64_t r50 = (total * 50 + 99) / 100, r99 = (total * 99 + 99) / 100;
+  uint64_t cum = 0;
+  for (int i = 0; i < SPILL_IO_HIST_BUCKETS; i++) {
+    uint64_t c = atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+    if (c == 0) continue;
+    uint64_t before = cum;
+    cum += c;
+    if (before < r50 && cum >= r50) p->p50_ns = hist_value(i);
+    if (before < r99 && cum >= r99) p->p99_ns = hist_value(i);
+  }
+  p->count = total;
+  p->max_ns = atomic_load(&h->max);
+  /* The exact max bounds the bucket midpoints from above. */
+  if (p->p50_ns > p->max_ns) p->p50_ns = p->max_ns;
+  if (p->p99_ns > p->max_ns) p->p99_ns = p->max_ns;
+  uint64_t cnt = atomic_load(&h->count);
+  p->mean_ns = cnt ? atomic_load(&h->sum) / cnt : 0;
+}
+
+void spill_io_get_latency(const spill_io *io, spill_io_latency_stats *out) {
+  if (out == NULL) return;
+  memset(out, 0, sizeof *out);
+  if (io == NULL) return;
+  hist_read(&io->h_latency, &out->latency);
+  hist_read(&io->h_service, &out->service);
+}
+
+void spill_io_latency_reset(spill_io *io) {
+  if (io == NULL) return;
+  hist_reset(&io->h_latency);
+  hist_reset(&io->h_service);
+}
+
+/* ---- completion bookkeeping ---- */
+
+void spill_io__mark_done(spill_io *io, spill_io_req *r, uint64_t now) {
+  r->t_done = now;
+  if (r->throttle_deadline > now)
+    atomic_fetch_add_explicit(&io->st_throttle_wait_ns,
+                              r->throttle_deadline - now, memory_order_relaxed);
+}
+
+void spill_io__deliver_locked(spill_io *io, int slot, uint64_t now) {
+  spill_io_req *r = &io->reqs[slot];
+  const spill_io_file *f = &io->files[r->file_id];
+  spill_io_completion *c =
+      &io->ring[(io->ring_head + io->ring_count) % io->opts.max_pending];
+  c->tag = r->tag;
+  c->status = r->status;
+  c->sys_errno = r->sys_errno;
+  c->file_id = r->file_id;
+  c->offset = r->offset;
+  c->len = r->len;
+  c->bytes = r->done;
+  c->latency_ns = now - r->t_submit;
+  c->service_ns = now - r->t_start;
+  if (r->status == SPILL_OK)
+    c->data = r->dst ? (const void *)r->dst
+                     : (const void *)(f->map + r->offset);
+  else
+    c->data = NULL;
+  io->ring_count++;
+
+  if (r->status == SPILL_OK) {
+    atomic_fetch_add_explicit(&io->st_reads_ok, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&io->st_bytes_read, r->done,
+                              memory_order_relaxed);
+    _Atomic uint64_t *by = io->opts.mode == SPILL_IO_MODE_MMAP ? &io->st_bytes_mmap
+                           : f->direct ? &io->st_bytes_direct
+                                       : &io->st_bytes_buffered;
+    atomic_fetch_add_explicit(by, r->done, memory_order_relaxed);
+  } else {
+    atomic_fetch_add_explicit(&io->st_reads_failed, 1, memory_order_relaxed);
+  }
+  hist_record(&io->h_latency, c->latency_ns);
+  hist_record(&io->h_service, c->service_ns);
+
+  io->free_stack[io->free_top++] = slot;
+  io->in_device--;
+  pthread_cond_broadcast(&io->done_cv);
+}
+
+/* ---- faults and throttle ---- */
+
+spill_io_fault spill_io__consult_fault(spill_io *io, const spill_io_req *r,
+                                       size_t len) {
+  spill_io_fault f = {0};
+  uint64_t seq = atomic_fetch_add_explicit(&io->attempt_seq, 1,
+                                           memory_order_relaxed);
+  if (io->fault_fn == NULL) return f;
+  spill_io_fault_site s;
+  s.file_id = r->file_id;
+  s.offset = r->offset + r->done;
+  s.len = len;
+  s.request_seq = r->request_seq;
+  s.attempt_seq = seq;
+  s.attempt = r->attempt;
+  io->fault_fn(io->fault_ctx, &s, &f);
+  if (f.kind == SPILL_IO_FAULT_ERROR && f.err <= 0) f.err = EIO;
+  return f;
+}
+
+size_t spill_io__short_len(const spill_io *io, size_t len, size_t short_len) {
+  size_t n = short_len < len ? short_len : len;
+  if (io->opts.mode == SPILL_IO_MODE_DIRECT) {
+    n -= n % SPILL_IO_ALIGN;
+    if (n == 0) n = SPILL_IO_ALIGN < len ? SPILL_IO_ALIGN : len;
+  } else if (n == 0) {
+    n = 1; /* a zero-length read would look like EOF */
+  }
+  return n;
+}
+
+void spill_io__throttle_reserve(spill_io *io, spill_io_req *r) {
+  uint64_t rate = io->opts.throttle_bytes_per_s;
+  if (rate == 0) return;
+  uint64_t cost = (uint64_t)((double)r->len * 1e9 / (double)rate);
+  pthread_mutex_lock(&io->throttle_mu);
+  uint64_t now = spill_clock_ns();
+  if (io->throttle_tat_ns < now) io->throttle_tat_ns = now;
+  io->throttle_tat_ns += cost;
+  uint64_t tat = io->throttle_tat_ns;
+  pthread_mutex_unlock(&io->throttle_mu);
+  uint64_t deadline = tat > SPILL_IO_THROTTLE_BURST_NS
+                          ? tat - SPILL_IO_THROTTLE_BURST_NS
+                          : 0;
+  if (deadline > now) {
+    r->throttle_deadline = deadline;
+    if (deadline > r->not_before) r->not_before = deadline;
+  }
+}
+
+void spill_io_set_fault_hook(spill_io *io, spill_io_fault_fn fn, void *ctx) {
+  if (io == NULL) return;
+  pthread_mutex_lock(&io->mu);
+  io->fault_fn = fn;
+  io->fault_ctx = fn ? ctx : NULL;
+  pthread_mutex_unlock(&io->mu);
+}
+
+/* ---- reporting ---- */
+
+int spill_io_describe(const spill_io *io, const spill_io_completion *c,
+                      spill_err *e) {
+  if (c == NULL) return SPILL_E_INVALID_ARG;
+  const char *path = spill_io_file_path(io, c->file_id);
+  if (path == NULL) path = "?";
+  char eb[128];
+  switch (c->status) {
+    case SPILL_OK:
+      spill_err_clear(e);
+      return SPILL_OK;
+    case SPILL_E_SHORT_READ:
+      return spill_err_set(e, c->status,
+                           "short read of '%s' at offset %llu: %zu of %zu "
+                           "bytes before end of file",
+                           path, (unsigned long long)c->offset, c->bytes,
+                           c->len);
+    case SPILL_E_IO:
+      return spill_err_set(e, c->status,
+                           "read of '%s' at offset %llu (%zu bytes, %zu "
+                           "done): %s",
+                           path, (unsigned long long)c->offset, c->len,
+                           c->bytes, errno_str(c->sys_errno, eb, sizeof eb));
+    default:
+      return spill_err_set(e, c->status, "read of '%s' at offset %llu: %s",
+                           path, (unsigned long long)c->offset,
+                           spill_status_str(c->status));
+  }
+}
+
+void spill_io_get_stats(const spill_io *io, spill_io_stats *out) {
+  if (out == NULL) return;
+  memset(out, 0, sizeof *out);
+  if (io == NULL) return;
+  spill_io *m = (spill_io *)io;
+  out->reads_ok = atomic_load(&m->st_reads_ok);
+  out->reads_failed = atomic_load(&m->st_reads_failed);
+  out->bytes_read = atomic_load(&m->st_bytes_read);
+  out->bytes_direct = atomic_load(&m->st_bytes_direct);
+  out->bytes_buffered = atomic_load(&m->st_bytes_buffered);
+  out->bytes_mmap = atomic_load(&m->st_bytes_mmap);
+  out->attempts = atomic_load(&m->st_attempts);
+  out->short_retries = atomic_load(&m->st_short_retries);
+  out->eintr_retries = atomic_load(&m->st_eintr_retries);
+  out->throttle_wait_ns = atomic_load(&m->st_throttle_wait_ns);
+  out->files = atomic_load(&m->n_files);
+  out->files_direct_fallback = atomic_load(&m->n_fallback);
+}
+
+/* ---- eviction ---- */
+
+int spill_io_evict_fd(int fd, spill_err *err) {
+  SPILL_FAIL_IF(err, fd < 0, SPILL_E_INVALID_ARG, "io: evict: bad fd %d", fd);
+  int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  char eb[128];
+  SPILL_FAIL_IF(err, rc != 0, SPILL_E_IO, "io: posix_fadvise(DONTNEED): %s",
+                errno_str(rc, eb, sizeof eb));
+  return SPILL_OK;
+}
+
+int spill_io_evict_file(spill_io *io, uint32_t file_id, spill_err *err) {
+  SPILL_FAIL_IF(err, io == NULL, SPILL_E_INVALID_ARG, "io: evict: NULL io");
+  SPILL_FAIL_IF(err, file_id >= atomic_load(&io->n_files), SPILL_E_RANGE,
+                "io: evict: unknown file id %u", file_id);
+  spill_io_file *f = &io->files[file_id];
+  char eb[128];
+  /* Our own mapping pins pages; unmap them from this process first. */
+  if (f->map && madvise(f->map, f->map_len, MADV_DONTNEED) != 0)
+    return spill_err_set(err, SPILL_E_IO, "io: madvise(DONTNEED) '%s': %s",
+                         f->path, errno_str(errno, eb, sizeof eb));
+  int rc = spill_io_evict_fd(f->fd, err);
+  if (rc < 0) spill_err_prefix(err, "'%s'", f->path);
+  return rc;
+}
