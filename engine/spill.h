@@ -28,17 +28,59 @@ extern "C" {
 
 /* ------------------------------------------------------------------------ */
 /* Configuration: every knob of the engine. The same names (snake_case) are
- * CLI flags (--kebab-case) and experiment-config keys. */
+ * experiment-config keys and, in kebab-case, CLI flags (--io-threads ...). */
+
+typedef enum spill_storage {
+  SPILL_STORAGE_DIRECT = 0,    /* O_DIRECT reads into cache slots (page cache bypassed) */
+  SPILL_STORAGE_PAGECACHE = 1, /* buffered reads into cache slots */
+  SPILL_STORAGE_MMAP = 2,      /* experts are views into a read-only mapping, no app cache */
+} spill_storage;
+
+typedef enum spill_trunk_mode {
+  SPILL_TRUNK_READ = 0,  /* trunk read into anonymous memory */
+  SPILL_TRUNK_MMAP = 1,  /* trunk is a file-backed read-only mapping (evictable) */
+  SPILL_TRUNK_MLOCK = 2, /* read into anonymous memory and mlock()ed */
+} spill_trunk_mode;
+
+typedef enum spill_io_backend_kind {
+  SPILL_IO_PREAD = 0, /* pread worker pool */
+  SPILL_IO_URING = 1, /* io_uring */
+} spill_io_backend_kind;
 
 typedef struct spill_config {
-  uint64_t budget_bytes; /* RAM budget; 0 = the default rule (docs/PLAN.md) */
-  int ctx;               /* max context length (tokens); default 4096 */
-  int threads;           /* compute threads; default 2 */
-  int verify;            /* crc32-check every expert record read; default 0 */
+  uint64_t budget_bytes;  /* budget: RAM budget; 0 = the default rule (docs/PLAN.md) */
+  uint64_t usable_ram;    /* RAM the default rule plans for; 0 = this machine */
+  int64_t cache_slots;    /* cache_slots: -1 = from the budget; 0 = no expert cache */
+  int ctx;                /* ctx: max context in tokens (4096) */
+  int threads;            /* threads: compute threads (2) */
+  int prefill_chunk;      /* prefill_chunk: prompt tokens per chunk (16; 1 = sequential) */
+  int io_threads;         /* io_threads: pread workers (4) */
+  int io_depth;           /* io_depth: reads in flight (32) */
+  spill_io_backend_kind io_backend; /* io_backend: pread | uring */
+  spill_storage storage;  /* storage: direct | pagecache | mmap */
+  spill_trunk_mode trunk; /* trunk: read | mmap | mlock */
+  char policy[16];        /* policy: lru | lfru | wtinylfu (default lfru) */
+  int lookahead;          /* lookahead: experts prefetched per predicted layer (0 = off) */
+  int lookahead_depth;    /* lookahead_depth: 1 or 2 layers ahead */
+  int lookahead_prefill;  /* lookahead_prefill: also prefetch during chunked prefill (0) */
+  int verify;             /* verify: crc32-check every expert record read (0) */
+  uint64_t io_throttle;   /* io_throttle: emulated device bandwidth, bytes/s (0 = none) */
+  uint64_t seed;          /* seed: cache policy seed (1) */
+  const char *profile_path; /* profile: per-token JSONL profile (NULL = none) */
+  const char *trace_path;   /* trace: router trace JSONL (NULL = none) */
+  uint64_t trace_max_bytes; /* stop writing the trace past this size (0 = no cap) */
 } spill_config;
 
 /* Fills the defaults above. */
 void spill_config_default(spill_config *cfg);
+/* Sets knob `key` (snake_case, as above) from its text form ("8G", "uring",
+ * "true"); SPILL_E_CONFIG with the reason on an unknown key or bad value.
+ * String knobs (profile, trace) keep the pointer: it must outlive cfg. */
+int spill_config_set(spill_config *cfg, const char *key, const char *value, spill_err *e);
+/* Names for reports. */
+const char *spill_storage_name(spill_storage s);
+const char *spill_trunk_mode_name(spill_trunk_mode t);
+const char *spill_io_backend_kind_name(spill_io_backend_kind b);
 
 /* ------------------------------------------------------------------------ */
 /* Model information (from the manifest; no weights are read). */
@@ -97,6 +139,95 @@ typedef struct spill_gen_request {
  * Deterministic for a seed. progress may be NULL. */
 int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
               void *user, spill_err *e);
+
+/* ------------------------------------------------------------------------ */
+/* The engine: a model opened for inference. */
+
+typedef struct spill_engine spill_engine;
+
+/* Opens MODEL_DIR with cfg (NULL = defaults): plans the RAM budget (an
+ * explicit budget below the floor fails with SPILL_E_RAM_BUDGET), reads or
+ * maps the trunk, sizes the expert cache, starts the I/O and compute threads.
+ * cfg is copied (profile/trace paths are opened here). On success *out is
+ * owned by the caller: spill_engine_close. */
+int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engine **out,
+                      spill_err *e);
+void spill_engine_close(spill_engine *eng); /* NULL fine */
+
+/* The plan the engine runs under and its model info (borrowed, valid until close). */
+const spill_plan *spill_engine_plan(const spill_engine *eng);
+const spill_info *spill_engine_info(const spill_engine *eng);
+const spill_config *spill_engine_config(const spill_engine *eng);
+/* Human-readable warnings from open (O_DIRECT fallback, budget at the floor,
+ * io_uring unavailable, ...), one per line; "" if none. */
+const char *spill_engine_warnings(const spill_engine *eng);
+
+/* Text <-> tokens (the model's tokenizer; synthetic models: bytes). add_bos
+ * prepends BOS when the model has one. Writes at most max ids; *n_out gets
+ * the count (SPILL_E_RANGE if more than max were needed). */
+int spill_tokenize(spill_engine *eng, const char *text, int add_bos, int *tokens, int max,
+                   int *n_out, spill_err *e);
+/* Bytes of one token into buf (NUL-terminated); returns the byte count. */
+int spill_token_to_text(spill_engine *eng, int token, char *buf, size_t n);
+int spill_vocab_size(const spill_engine *eng);
+
+/* Runs tokens[0..n) from position 0 (the sequence is reset) and writes the
+ * last position's logits (vocab floats) into logits_last, and, when
+ * logits_all is not NULL, every position's logits ((n, vocab) floats; this
+ * runs token by token). chunked != 0 uses chunked prefill. */
+int spill_eval(spill_engine *eng, const int *tokens, int n, int chunked, float *logits_last,
+               float *logits_all, spill_err *e);
+
+/* Sampling: temperature 0 = greedy (argmax, lowest id on ties). */
+typedef struct spill_sampling {
+  float temperature;
+  int top_k;     /* 0 = off */
+  float top_p;   /* 1 = off */
+  uint64_t seed;
+} spill_sampling;
+
+/* Counters of one generate/eval run, or of one token. Deterministic counters
+ * (reads, bytes, hits, misses) are exact; times are wall clock. */
+typedef struct spill_run_stats {
+  int tokens_prefill, tokens_decode;
+  double prefill_s, decode_s;
+  double decode_tok_per_s;
+  uint64_t experts_requested;   /* demand: distinct (layer, expert) per chunk */
+  uint64_t demand_hits, demand_misses;
+  uint64_t spec_issued, spec_used, spec_wasted;
+  uint64_t reads;               /* records read from storage */
+  uint64_t bytes_read, bytes_read_demand, bytes_read_spec;
+  uint64_t evictions;
+  uint64_t major_faults;        /* getrusage ru_majflt delta */
+  double io_wait_s;             /* compute thread blocked on expert reads */
+  double read_p50_ms, read_p99_ms;
+  uint64_t peak_rss_bytes;      /* VmHWM at the end */
+  uint64_t lookahead_predicted; /* ids predicted (and prefetched when absent) */
+  uint64_t lookahead_correct;   /* ... that the real router then selected */
+} spill_run_stats;
+
+/* Called after every generated token with its text; return non-zero to stop. */
+typedef int (*spill_token_cb)(void *user, int token, const char *text,
+                              const spill_run_stats *token_stats);
+
+/* Generates up to n_new tokens after prompt[0..n_prompt) (the sequence is
+ * reset first). Stops at EOS, at ctx, when cb returns non-zero, or when
+ * *stop_flag (may be NULL) becomes non-zero (e.g. set by a signal handler):
+ * then it returns SPILL_E_INTERRUPTED with the stats of what was made. */
+int spill_generate(spill_engine *eng, const int *prompt, int n_prompt, int n_new,
+                   const spill_sampling *s, spill_token_cb cb, void *user,
+                   volatile int *stop_flag, spill_run_stats *stats, spill_err *e);
+
+/* Experiment support: drop every cached expert (and reset the counters when
+ * reset_counters), change the budget (re-plans the cache: slots grow or
+ * shrink in place; below the floor is SPILL_E_RAM_BUDGET), evict the
+ * container from the page cache (pagecache/mmap cold runs). */
+int spill_engine_clear_cache(spill_engine *eng, int reset_counters, spill_err *e);
+int spill_engine_set_budget(spill_engine *eng, uint64_t budget_bytes, spill_err *e);
+int spill_engine_evict_page_cache(spill_engine *eng, spill_err *e);
+/* Knobs that can change between runs without reopening: lookahead,
+ * lookahead_depth, lookahead_prefill, verify, io_throttle, prefill_chunk. */
+int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value, spill_err *e);
 
 #ifdef __cplusplus
 }

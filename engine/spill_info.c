@@ -10,12 +10,6 @@
 #include "engine/gen/synth.h"
 #include "engine/spill.h"
 
-void spill_config_default(spill_config *cfg) {
-  memset(cfg, 0, sizeof *cfg);
-  cfg->ctx = 4096;
-  cfg->threads = 2;
-}
-
 /* Weights in a tensor (vectors count their length). */
 static uint64_t tensor_params(const spill_tensor_info *t) { return t->shape[0] * t->shape[1]; }
 
