@@ -1,0 +1,686 @@
+/* engine/gen/synth_plan.c: presets, the twin derivation and the tensor list.
+ *
+ * A plan is an architecture (spill_arch) plus the ordered list of trunk
+ * tensors with, for each, how its values are drawn (spill_gen_init). The
+ * tensor names and shapes are those of docs/MODEL.md; the planner is the only
+ * place that decides them, and the writer and the coverage probe both read
+ * the plan, so what is measured is what is written.
+ *
+ * Weight scales keep the residual stream bounded over many layers: inputs of
+ * projections have unit rms (they follow an rmsnorm), so reading matrices get
+ * std 1/sqrt(cols); every matrix that writes into the residual stream gets
+ * an extra 1/sqrt(2 n_layers) (there are 2 n_layers additions), and SwiGLU
+ * outputs are divided by ~0.6, the rms of silu(g) * u for unit Gaussians.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/gen/synth_internal.h"
+
+/* The shape knobs a preset sets; everything else is derived from them. */
+typedef struct gen_shape {
+  const char *name;
+  int vocab, d_model, n_layers, n_dense, d_ff;
+  int mix; /* 0 k3, 1 mla, 2 kda, 3 gqa */
+  int heads, head_dim;               /* KDA, MLA and GQA heads */
+  int kv_heads;                      /* GQA */
+  int q_lora, kv_lora, nope, rope, vdim, use_rope;
+  int gate_rank, out_gate_rank;
+  int n_experts, top_k, d_expert, n_shared, d_shared, d_latent;
+  int softmax_router;
+  uint32_t trunk_group;
+} gen_shape;
+
+enum { MIX_K3 = 0, MIX_MLA = 1, MIX_KDA = 2, MIX_GQA = 3 };
+
+static int round64(double x) {
+  int v = (int)floor(x / 64.0 + 0.5) * 64;
+  return v < 64 ? 64 : v;
+}
+
+void spill_gen_opts_init(spill_gen_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->preset = "nano";
+  o->ram_bytes = SPILL_GEN_DEFAULT_RAM;
+  o->disk_bytes = SPILL_GEN_DEFAULT_DISK;
+  o->seed = 1;
+  o->attn_mix = "k3";
+  o->trunk = SPILL_GEN_TRUNK_Q4;
+  o->expert_dtype = SPILL_DT_RVQ3;
+  o->skew = -1.0;
+  o->threads = 1;
+}
+
+static spill_attn_kind layer_kind(int mix, int l, int n_layers) {
+  switch (mix) {
+    case MIX_MLA: return SPILL_ATTN_MLA;
+    case MIX_KDA: return SPILL_ATTN_KDA;
+    case MIX_GQA: return SPILL_ATTN_GQA;
+    default: /* K3: every 4th layer and the last are MLA (93 -> 69 KDA + 24 MLA) */
+      return (l % 4 == 3 || l == n_layers - 1) ? SPILL_ATTN_MLA : SPILL_ATTN_KDA;
+  }
+}
+
+/* ---------------------------------------------------------------- tensor list */
+
+typedef struct tlist {
+  spill_tensor_info *t;
+  spill_gen_init *init;
+  int n, cap;
+  int oom;
+} tlist;
+
+enum { CLS_BULK = 0, CLS_EMBD = 1, CLS_F32 = 2 };
+
+static void tl_add(tlist *tl, const spill_gen_opts *o, uint32_t group, int cls, int ndim,
+                   uint64_t rows, uint64_t cols, spill_gen_init_kind kind, float a,
+                   const char *fmt, ...) __attribute__((format(printf, 10, 11)));
+
+static void tl_add(tlist *tl, const spill_gen_opts *o, uint32_t group, int cls, int ndim,
+                   uint64_t rows, uint64_t cols, spill_gen_init_kind kind, float a,
+                   const char *fmt, ...) {
+  if (tl->oom) return;
+  if (tl->n == tl->cap) {
+    int cap = tl->cap ? tl->cap * 2 : 256;
+    spill_tensor_info *t = realloc(tl->t, (size_t)cap * sizeof *t);
+    if (!t) { tl->oom = 1; return; }
+    tl->t = t;
+    spill_gen_init *in = realloc(tl->init, (size_t)cap * sizeof *in);
+    if (!in) { tl->oom = 1; return; }
+    tl->init = in;
+    tl->cap = cap;
+  }
+  spill_tensor_info *t = &tl->t[tl->n];
+  memset(t, 0, sizeof *t);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t->name, sizeof t->name, fmt, ap);
+  va_end(ap);
+  t->ndim = ndim;
+  t->shape[0] = rows;
+  t->shape[1] = ndim == 1 ? 1 : cols;
+  uint64_t c = t->shape[1];
+  t->dtype = SPILL_DT_F32;
+  if (o->trunk == SPILL_GEN_TRUNK_Q4 && ndim == 2 && c % group == 0) {
+    if (cls == CLS_BULK) t->dtype = SPILL_DT_Q4;
+    if (cls == CLS_EMBD) t->dtype = SPILL_DT_Q8;
+  }
+  t->group = (t->dtype == SPILL_DT_Q4 || t->dtype == SPILL_DT_Q8) ? group : 0;
+  tl->init[tl->n].kind = kind;
+  tl->init[tl->n].a = a;
+  tl->n++;
+}
+
+static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bias_spread,
+                          tlist *tl) {
+  const uint32_t g = s->trunk_group;
+  const int D = s->d_model, L = s->n_layers;
+  const float ro = 1.0f / sqrtf(2.0f * (float)L);  /* residual writers */
+  const float sw = 1.0f / 0.6f;                    /* swiglu output rms */
+  const float inD = 1.0f / sqrtf((float)D);
+#define M(cls, r, c, a, ...) tl_add(tl, o, g, cls, 2, r, c, SPILL_GEN_INIT_GAUSS, a, __VA_ARGS__)
+#define NORM(n, ...) tl_add(tl, o, g, CLS_F32, 1, n, 1, SPILL_GEN_INIT_NORM, 0.02f, __VA_ARGS__)
+  M(CLS_EMBD, s->vocab, D, 1.0f, "tok_embd");
+  for (int l = 0; l < L; l++) {
+    NORM(D, "blk.%d.attn_norm", l);
+    spill_attn_kind k = layer_kind(s->mix, l, L);
+    const int H = s->heads, hd = s->head_dim;
+    if (k == SPILL_ATTN_GQA) {
+      M(CLS_BULK, H * hd, D, inD, "blk.%d.attn_q", l);
+      M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_k", l);
+      M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_v", l);
+      M(CLS_BULK, D, H * hd, ro / sqrtf((float)(H * hd)), "blk.%d.attn_output", l);
+    } else if (k == SPILL_ATTN_MLA) {
+      const int qd = H * (s->nope + s->rope);
+      if (s->q_lora > 0) {
+        M(CLS_BULK, s->q_lora, D, inD, "blk.%d.attn_q_a", l);
+        NORM(s->q_lora, "blk.%d.attn_q_a_norm", l);
+        M(CLS_BULK, qd, s->q_lora, 1.0f / sqrtf((float)s->q_lora), "blk.%d.attn_q_b", l);
+      } else {
+        M(CLS_BULK, qd, D, inD, "blk.%d.attn_q", l);
+      }
+      M(CLS_BULK, s->kv_lora + s->rope, D, inD, "blk.%d.attn_kv_a", l);
+      NORM(s->kv_lora, "blk.%d.attn_kv_a_norm", l);
+      M(CLS_BULK, H * (s->nope + s->vdim), s->kv_lora, 1.0f / sqrtf((float)s->kv_lora),
+        "blk.%d.attn_kv_b", l);
+      M(CLS_BULK, D, H * s->vdim, ro / sqrtf((float)(H * s->vdim)), "blk.%d.attn_output", l);
+    } else {
+      const int C = H * hd, K = 4;
+      M(CLS_BULK, C, D, inD, "blk.%d.attn_q", l);
+      M(CLS_BULK, C, D, inD, "blk.%d.attn_k", l);
+      M(CLS_BULK, C, D, inD, "blk.%d.attn_v", l);
+      tl_add(tl, o, g, CLS_F32, 2, C, K, SPILL_GEN_INIT_CONV, 0.5f / sqrtf((float)K),
+             "blk.%d.attn_q_conv", l);
+      tl_add(tl, o, g, CLS_F32, 2, C, K, SPILL_GEN_INIT_CONV, 0.5f / sqrtf((float)K),
+             "blk.%d.attn_k_conv", l);
+      tl_add(tl, o, g, CLS_F32, 2, C, K, SPILL_GEN_INIT_CONV, 0.5f / sqrtf((float)K),
+             "blk.%d.attn_v_conv", l);
+      M(CLS_BULK, s->gate_rank, D, inD, "blk.%d.attn_f_a", l);
+      M(CLS_BULK, C, s->gate_rank, 0.5f / sqrtf((float)s->gate_rank), "blk.%d.attn_f_b", l);
+      tl_add(tl, o, g, CLS_F32, 1, C, 1, SPILL_GEN_INIT_DT_BIAS, 0.0f, "blk.%d.attn_dt_bias", l);
+      tl_add(tl, o, g, CLS_F32, 1, H, 1, SPILL_GEN_INIT_A_LOG, 0.0f, "blk.%d.attn_a_log", l);
+      M(CLS_BULK, H, D, inD, "blk.%d.attn_b", l);
+      if (s->out_gate_rank == 0) {
+        M(CLS_BULK, C, D, inD, "blk.%d.attn_g", l);
+      } else {
+        M(CLS_BULK, s->out_gate_rank, D, inD, "blk.%d.attn_g_a", l);
+        M(CLS_BULK, C, s->out_gate_rank, 1.0f / sqrtf((float)s->out_gate_rank),
+          "blk.%d.attn_g_b", l);
+      }
+      NORM(hd, "blk.%d.attn_o_norm", l);
+      /* o = rmsnorm(o) * sigmoid(gate): rms ~0.5 */
+      M(CLS_BULK, D, C, 2.0f * ro / sqrtf((float)C), "blk.%d.attn_output", l);
+    }
+    NORM(D, "blk.%d.ffn_norm", l);
+    if (l < s->n_dense) {
+      M(CLS_BULK, s->d_ff, D, inD, "blk.%d.ffn_gate", l);
+      M(CLS_BULK, s->d_ff, D, inD, "blk.%d.ffn_up", l);
+      M(CLS_BULK, D, s->d_ff, sw * ro / sqrtf((float)s->d_ff), "blk.%d.ffn_down", l);
+      continue;
+    }
+    const int E = s->n_experts;
+    /* router: f32, logits ~N(0, 1) for unit-rms h */
+    tl_add(tl, o, g, CLS_F32, 2, E, D, SPILL_GEN_INIT_GAUSS, inD, "blk.%d.ffn_gate_inp", l);
+    if (!s->softmax_router)
+      tl_add(tl, o, g, CLS_F32, 1, E, 1, SPILL_GEN_INIT_PROBS_B, bias_spread,
+             "blk.%d.exp_probs_b", l);
+    if (s->d_latent > 0) {
+      M(CLS_BULK, s->d_latent, D, inD, "blk.%d.moe_down_proj", l);
+      NORM(s->d_latent, "blk.%d.moe_latent_norm", l);
+      /* y = weighted mean of unit-rms expert outputs */
+      M(CLS_BULK, D, s->d_latent, 2.0f * ro / sqrtf((float)s->d_latent), "blk.%d.moe_up_proj",
+        l);
+    }
+    if (s->n_shared > 0) {
+      const int S = s->n_shared * s->d_shared;
+      M(CLS_BULK, S, D, inD, "blk.%d.ffn_gate_shexp", l);
+      M(CLS_BULK, S, D, inD, "blk.%d.ffn_up_shexp", l);
+      M(CLS_BULK, D, S, sw * ro / sqrtf((float)S), "blk.%d.ffn_down_shexp", l);
+    }
+    if (o->expert_dtype == SPILL_DT_RVQ3) {
+      static const char *mat[3] = {"gate", "up", "down"};
+      for (int m = 0; m < 3; m++)
+        tl_add(tl, o, g, CLS_F32, 2, SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES, SPILL_RVQ_DIM,
+               SPILL_GEN_INIT_CODEBOOK, 1.0f, "blk.%d.ffn_%s_exps.codebook", l, mat[m]);
+    }
+  }
+  NORM(D, "output_norm");
+  M(CLS_EMBD, s->vocab, D, 2.0f * inD, "output");
+#undef M
+#undef NORM
+}
+
+/* ---------------------------------------------------------------- arch */
+
+static void fill_arch(const gen_shape *s, spill_arch *a) {
+  memset(a, 0, sizeof *a);
+  snprintf(a->family, sizeof a->family, "%s", s->mix == MIX_GQA ? "olmoe" : "k3");
+  a->vocab_size = s->vocab;
+  a->d_model = s->d_model;
+  a->n_layers = s->n_layers;
+  a->n_dense_layers = s->n_dense;
+  a->d_ff = s->d_ff;
+  a->norm_eps = 1e-5;
+  a->activation = SPILL_ACT_SWIGLU;
+  a->bos_id = 256;
+  a->eos_id = 257;
+  for (int l = 0; l < s->n_layers; l++) a->layer_attn[l] = layer_kind(s->mix, l, s->n_layers);
+  if (s->mix == MIX_K3 || s->mix == MIX_MLA) {
+    a->mla.n_heads = s->heads;
+    a->mla.q_lora_rank = s->q_lora;
+    a->mla.kv_lora_rank = s->kv_lora;
+    a->mla.qk_nope_dim = s->nope;
+    a->mla.qk_rope_dim = s->rope;
+    a->mla.v_head_dim = s->vdim;
+    a->mla.use_rope = s->use_rope;
+    a->mla.rope_theta = 10000.0;
+  }
+  if (s->mix == MIX_K3 || s->mix == MIX_KDA) {
+    a->kda.n_heads = s->heads;
+    a->kda.head_dim = s->head_dim;
+    a->kda.conv_kernel = 4;
+    a->kda.gate_rank = s->gate_rank;
+    a->kda.out_gate_rank = s->out_gate_rank;
+    a->kda.decay_floor = -5.0;
+  }
+  if (s->mix == MIX_GQA) {
+    a->gqa.n_heads = s->heads;
+    a->gqa.n_kv_heads = s->kv_heads;
+    a->gqa.head_dim = s->head_dim;
+    a->gqa.rope_theta = 10000.0;
+  }
+  a->moe.n_experts = s->n_experts;
+  a->moe.top_k = s->top_k;
+  a->moe.d_expert = s->d_expert;
+  a->moe.n_shared = s->n_shared;
+  a->moe.d_shared = s->d_shared;
+  a->moe.d_latent = s->d_latent;
+  a->moe.router = s->softmax_router ? SPILL_ROUTER_SOFTMAX : SPILL_ROUTER_SIGMOID;
+  a->moe.norm_topk = s->softmax_router ? 0 : 1;
+  a->moe.routed_scale = 1.0;
+}
+
+/* ---------------------------------------------------------------- presets */
+
+static int parse_mix(const char *m) {
+  if (!m || !strcmp(m, "k3")) return MIX_K3;
+  if (!strcmp(m, "mla")) return MIX_MLA;
+  if (!strcmp(m, "kda")) return MIX_KDA;
+  if (!strcmp(m, "gqa")) return MIX_GQA;
+  return -1;
+}
+
+static void shape_nano(gen_shape *s, int mix) {
+  memset(s, 0, sizeof *s);
+  s->name = "nano";
+  s->vocab = 320;
+  s->d_model = 64;
+  s->n_layers = 4;
+  s->n_dense = 1;
+  s->d_ff = 128;
+  s->mix = mix;
+  s->heads = 4;
+  s->head_dim = 16;
+  s->kv_heads = 2;
+  s->q_lora = mix == MIX_MLA ? 0 : 32; /* the mla variant covers the attn_q path */
+  s->kv_lora = 32;
+  s->nope = 16;
+  s->rope = 8;
+  s->vdim = 16;
+  s->use_rope = mix == MIX_MLA; /* k3 is NoPE; the mla variant covers RoPE */
+  s->gate_rank = 16;
+  s->out_gate_rank = mix == MIX_KDA ? 16 : 0;
+  s->n_experts = 16;
+  s->top_k = 4;
+  s->d_expert = 32;
+  s->n_shared = 1;
+  s->d_shared = 32;
+  s->d_latent = mix == MIX_GQA ? 0 : 32;
+  s->softmax_router = mix == MIX_GQA;
+  s->trunk_group = 32;
+}
+
+static void shape_mini(gen_shape *s, int mix) {
+  memset(s, 0, sizeof *s);
+  s->name = "mini";
+  s->vocab = 320;
+  s->d_model = 1024;
+  s->n_layers = 16;
+  s->n_dense = 1;
+  s->d_ff = 2624; /* 18432 * 1024 / 7168 */
+  s->mix = mix;
+  s->heads = 8;
+  s->head_dim = 128;
+  s->kv_heads = 2;
+  s->q_lora = 256;
+  s->kv_lora = 128;
+  s->nope = 64;
+  s->rope = 32;
+  s->vdim = 64;
+  s->use_rope = 0;
+  s->gate_rank = 64;
+  s->out_gate_rank = 0;
+  s->n_experts = 256;
+  s->top_k = 8;
+  s->d_expert = 448;
+  s->n_shared = 2;
+  s->d_shared = 448;
+  s->d_latent = mix == MIX_GQA ? 0 : 512;
+  s->softmax_router = mix == MIX_GQA;
+  s->trunk_group = 128;
+}
+
+/* The twin's dims for a given d_latent and head count (n_experts set later). */
+static void shape_twin(gen_shape *s, int mix, int d_latent, int heads) {
+  memset(s, 0, sizeof *s);
+  s->name = "twin";
+  const int D = 2 * d_latent;
+  const double f = (double)D / 7168.0;
+  s->vocab = round64(163840.0 * f);
+  if (s->vocab < 320) s->vocab = 320;
+  s->d_model = D;
+  s->n_layers = 93;
+  s->n_dense = 1;
+  s->d_ff = round64(18432.0 * f);
+  s->mix = mix;
+  s->heads = heads;
+  s->head_dim = 128;
+  s->kv_heads = heads % 4 == 0 ? heads / 4 : heads;
+  s->q_lora = round64(1536.0 * f);
+  s->kv_lora = round64(512.0 * f);
+  s->nope = 128;
+  s->rope = 64;
+  s->vdim = 128;
+  s->use_rope = 0;
+  s->gate_rank = 128;
+  s->out_gate_rank = 0;
+  s->top_k = 16;
+  s->d_expert = round64((double)d_latent * 3072.0 / 3584.0);
+  s->n_shared = 2;
+  s->d_shared = s->d_expert;
+  s->d_latent = mix == MIX_GQA ? 0 : d_latent;
+  s->softmax_router = mix == MIX_GQA;
+  s->trunk_group = 128;
+  s->n_experts = s->top_k;
+}
+
+/* ---------------------------------------------------------------- sizing */
+
+static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
+
+/* Fills offsets/bytes of tl and returns the trunk size. */
+static int size_tensors(tlist *tl, uint64_t *trunk, spill_err *e) {
+  uint64_t off = 0;
+  for (int i = 0; i < tl->n; i++) {
+    spill_tensor_info *t = &tl->t[i];
+    SPILL_TRY(spill_dtype_matrix_bytes(t->dtype, t->shape[0], t->shape[1], t->group, &t->bytes, e));
+    t->offset = off;
+    off = align64(off + t->bytes);
+  }
+  *trunk = off;
+  return SPILL_OK;
+}
+
+static uint32_t expert_group_for(const gen_shape *s, spill_dtype dt) {
+  if (dt != SPILL_DT_Q8 && dt != SPILL_DT_Q4) return 0;
+  int din = s->d_latent > 0 ? s->d_latent : s->d_model;
+  for (uint32_t g = 128; g >= 32; g /= 2)
+    if (din % g == 0 && s->d_expert % g == 0) return g;
+  return 32;
+}
+
+static int record_bytes_for(const gen_shape *s, spill_dtype dt, uint64_t *rec, spill_err *e) {
+  spill_arch a;
+  fill_arch(s, &a);
+  spill_section_info sect[SPILL_SEC_COUNT];
+  uint32_t payload;
+  return spill_record_layout(&a, dt, expert_group_for(s, dt), sect, &payload, rec, e);
+}
+
+/* Conservative manifest.json size: per tensor/bank/file entries + arch. */
+static uint64_t manifest_estimate(int n_tensors, int n_banks) {
+  return 65536u + 512u * (uint64_t)n_tensors + 512u * (uint64_t)n_banks;
+}
+
+typedef struct sized {
+  uint64_t trunk, record, container;
+  int n_tensors;
+} sized;
+
+static int measure(const gen_shape *s, const spill_gen_opts *o, sized *z, spill_err *e) {
+  tlist tl = {0};
+  build_tensors(s, o, 1.0f, &tl);
+  int rc = tl.oom ? spill_err_set(e, SPILL_E_NOMEM, "gen: tensor list") : SPILL_OK;
+  if (rc == SPILL_OK) rc = size_tensors(&tl, &z->trunk, e);
+  if (rc == SPILL_OK) rc = record_bytes_for(s, o->expert_dtype, &z->record, e);
+  z->n_tensors = tl.n;
+  free(tl.t);
+  free(tl.init);
+  if (rc != SPILL_OK) return rc;
+  int n_moe = s->n_layers - s->n_dense;
+  z->container = z->trunk + (uint64_t)n_moe * (SPILL_BANK_HEADER_BYTES +
+                                               (uint64_t)s->n_experts * z->record) +
+                 manifest_estimate(z->n_tensors, n_moe);
+  return SPILL_OK;
+}
+
+/* Largest n_experts whose container fits in disk (routers grow with it). */
+static int fit_experts(gen_shape *s, const spill_gen_opts *o, uint64_t disk, sized *z,
+                       spill_err *e) {
+  const int n_moe = s->n_layers - s->n_dense;
+  s->n_experts = s->top_k;
+  SPILL_TRY(measure(s, o, z, e));
+  if (z->container > disk)
+    return spill_err_set(e, SPILL_E_CONFIG,
+                         "gen: disk cap %" PRIu64 " B too small: %d experts need %" PRIu64 " B",
+                         disk, s->top_k, z->container);
+  /* per extra expert: one record and one router row (+ bias) per MoE layer */
+  uint64_t per = (uint64_t)n_moe * (z->record + 4u * (uint64_t)s->d_model + 4u + 64u);
+  uint64_t extra = (disk - z->container) / per;
+  uint64_t n = (uint64_t)s->top_k + extra;
+  if (n > SPILL_MAX_EXPERTS) n = SPILL_MAX_EXPERTS;
+  s->n_experts = (int)n;
+  SPILL_TRY(measure(s, o, z, e));
+  while (z->container > disk && s->n_experts > s->top_k) {
+    s->n_experts--;
+    SPILL_TRY(measure(s, o, z, e));
+  }
+  return SPILL_OK;
+}
+
+static double absdiff(double a, double b) { return a > b ? a - b : b - a; }
+
+#define TWIN_TRUNK_FRAC 0.43
+#define TWIN_WS_FRAC 0.27
+
+static int plan_twin(const spill_gen_opts *o, int mix, gen_shape *s, spill_gen_summary *sum,
+                     spill_err *e) {
+  const uint64_t ram = o->ram_bytes ? o->ram_bytes : SPILL_GEN_DEFAULT_RAM;
+  const uint64_t disk = o->disk_bytes ? o->disk_bytes : SPILL_GEN_DEFAULT_DISK;
+  const int n_moe = 92, top_k = 16;
+  const double ws_target = TWIN_WS_FRAC * (double)ram;
+  const double trunk_target = TWIN_TRUNK_FRAC * (double)ram;
+  /* 1. d_latent from the working set */
+  int best_lat = 0;
+  uint64_t best_rec = 0;
+  double best_err = 0;
+  for (int lat = 64; lat <= 16384; lat += 64) {
+    gen_shape t;
+    shape_twin(&t, mix, lat, 1);
+    uint64_t rec;
+    SPILL_TRY(record_bytes_for(&t, o->expert_dtype, &rec, e));
+    double ws = (double)rec * top_k * n_moe;
+    double err = absdiff(ws, ws_target);
+    if (!best_lat || err < best_err) best_lat = lat, best_rec = rec, best_err = err;
+    if (ws > 2 * ws_target) break;
+  }
+  /* 3. heads from the trunk, with experts fitted to the disk each time */
+  int best_h = 0;
+  double best_terr = 0;
+  int max_h = 4 * 96;
+  for (int h = 1; h <= max_h; h++) {
+    gen_shape t;
+    shape_twin(&t, mix, best_lat, h);
+    sized z;
+    int rc = fit_experts(&t, o, disk, &z, e);
+    if (rc == SPILL_E_CONFIG) break; /* more heads only make it worse */
+    SPILL_TRY(rc);
+    double err = absdiff((double)z.trunk, trunk_target);
+    if (!best_h || err < best_terr) best_h = h, best_terr = err;
+    if ((double)z.trunk > trunk_target) break;
+  }
+  if (!best_h)
+    return spill_err_set(e, SPILL_E_CONFIG,
+                         "gen: twin at %" PRIu64 " B RAM does not fit in a %" PRIu64
+                         " B disk cap",
+                         ram, disk);
+  shape_twin(s, mix, best_lat, best_h);
+  sized z;
+  SPILL_TRY(fit_experts(s, o, disk, &z, e));
+  if (sum) {
+    const double gib = 1073741824.0;
+    sum->ram_bytes = ram;
+    snprintf(
+        sum->text, sizeof sum->text,
+        "twin of Kimi K3 scaled to RAM R = %.2f GiB (K3: trunk 27.28 GB = 42.6%%, per-token "
+        "expert set 17.0 GiB = 26.6%% of 64 GiB)\n"
+        "  1. working set target 0.27 R = %.3f GiB = record x %d x %d -> d_latent %d, "
+        "d_expert %d (= round64(d_latent x 3072/3584)), record %" PRIu64 " B; "
+        "d_model = 2 d_latent = %d\n"
+        "  2. K3 dims x d_model/7168: vocab %d, dense d_ff %d, q_lora %d, kv_lora %d; head "
+        "dims KDA %d, MLA %d/%d/%d; 2 shared experts of %d\n"
+        "  3. trunk target 0.43 R = %.3f GiB -> %d heads (K3: 96), trunk %.3f GiB\n"
+        "  4. experts per layer to fill disk cap %.2f GB: %d (K3: 896), container %.2f GB\n",
+        ram / gib, ws_target / gib, top_k, n_moe, best_lat, s->d_expert, best_rec, s->d_model,
+        s->vocab, s->d_ff, s->q_lora, s->kv_lora, s->head_dim, s->nope, s->rope, s->vdim,
+        s->d_shared, trunk_target / gib, best_h, (double)z.trunk / gib, disk / 1e9,
+        s->n_experts, (double)z.container / 1e9);
+  }
+  return SPILL_OK;
+}
+
+/* ---------------------------------------------------------------- plan */
+
+static const char *human(uint64_t b, char buf[32]) {
+  if (b >= 1000000000ull) snprintf(buf, 32, "%.3f GB", b / 1e9);
+  else if (b >= 1000000ull) snprintf(buf, 32, "%.1f MB", b / 1e6);
+  else snprintf(buf, 32, "%.1f kB", b / 1e3);
+  return buf;
+}
+
+void spill_gen_plan_full_free(spill_gen_plan_full *p) {
+  if (!p) return;
+  spill_manifest_free(&p->m);
+  free(p->init);
+  memset(p, 0, sizeof *p);
+}
+
+int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, spill_err *e) {
+  memset(p, 0, sizeof *p);
+  SPILL_FAIL_IF(e, !o, SPILL_E_INVALID_ARG, "gen: no options");
+  const char *preset = o->preset ? o->preset : "nano";
+  int mix = parse_mix(o->attn_mix);
+  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, mla, kda, gqa)",
+                o->attn_mix);
+  spill_dtype edt = o->expert_dtype;
+  SPILL_FAIL_IF(e,
+                edt != SPILL_DT_RVQ3 && edt != SPILL_DT_F32 && edt != SPILL_DT_Q8 &&
+                    edt != SPILL_DT_Q4,
+                SPILL_E_UNSUPPORTED, "gen: expert dtype %d not generated (rvq3, f32, q8, q4)",
+                (int)edt);
+  SPILL_FAIL_IF(e, o->trunk != SPILL_GEN_TRUNK_Q4 && o->trunk != SPILL_GEN_TRUNK_F32,
+                SPILL_E_CONFIG, "gen: unknown trunk dtype %d", (int)o->trunk);
+  const uint64_t disk = o->disk_bytes ? o->disk_bytes : SPILL_GEN_DEFAULT_DISK;
+  const float skew = (float)(o->skew < 0 ? SPILL_GEN_DEFAULT_SKEW : o->skew);
+  gen_shape s;
+  memset(&s, 0, sizeof s);
+  spill_gen_summary *sum = &p->sum;
+  memset(sum, 0, sizeof *sum);
+  if (!strcmp(preset, "nano")) {
+    shape_nano(&s, mix);
+  } else if (!strcmp(preset, "mini")) {
+    shape_mini(&s, mix);
+  } else if (!strcmp(preset, "twin") || !strcmp(preset, "k3")) {
+    SPILL_TRY(plan_twin(o, mix, &s, sum, e));
+  } else {
+    return spill_err_set(e, SPILL_E_CONFIG, "gen: unknown preset '%s' (nano, mini, twin)",
+                         preset);
+  }
+
+  float cal = 0.0f;
+  if (!s.softmax_router && s.n_layers > s.n_dense)
+    SPILL_TRY(spill_gen_calibrate_bias(s.n_experts, s.top_k, &cal, e));
+  tlist tl = {0};
+  build_tensors(&s, o, skew * cal, &tl);
+  if (tl.oom) {
+    free(tl.t);
+    free(tl.init);
+    return spill_err_set(e, SPILL_E_NOMEM, "gen: tensor list");
+  }
+  spill_manifest *m = &p->m;
+  m->version = SPILL_FORMAT_VERSION;
+  m->tensors = tl.t;
+  m->n_tensors = tl.n;
+  p->init = tl.init;
+  fill_arch(&s, &m->arch);
+  snprintf(m->name, sizeof m->name, "%s-%s-s%" PRIu64, s.name, o->attn_mix ? o->attn_mix : "k3",
+           o->seed);
+  uint64_t trunk;
+  int rc = size_tensors(&tl, &trunk, e);
+  m->expert_dtype = edt;
+  m->expert_group = expert_group_for(&s, edt);
+  if (rc == SPILL_OK)
+    rc = spill_record_layout(&m->arch, edt, m->expert_group, m->sect, &m->payload_bytes,
+                             &m->record_bytes, e);
+  const int n_moe = s.n_layers - s.n_dense;
+  if (rc == SPILL_OK) {
+    m->banks = calloc((size_t)n_moe, sizeof *m->banks);
+    if (!m->banks) rc = spill_err_set(e, SPILL_E_NOMEM, "gen: banks");
+  }
+  if (rc == SPILL_OK) {
+    m->n_banks = n_moe;
+    for (int i = 0; i < n_moe; i++) {
+      spill_bank_info *b = &m->banks[i];
+      b->layer = s.n_dense + i;
+      snprintf(b->file, sizeof b->file, "experts-%03d.bin", b->layer);
+      b->n_experts = (uint32_t)s.n_experts;
+      b->record_bytes = m->record_bytes;
+      b->data_offset = SPILL_BANK_HEADER_BYTES;
+    }
+    char js[512];
+    snprintf(js, sizeof js,
+             "{\"preset\":\"%s\",\"attn_mix\":\"%s\",\"seed\":%" PRIu64
+             ",\"skew\":%.4f,\"bias_spread\":%.6f,\"trunk\":\"%s\",\"expert_dtype\":\"%s\",\"ram_bytes\":%" PRIu64
+             ",\"disk_bytes\":%" PRIu64 "}",
+             s.name, o->attn_mix ? o->attn_mix : "k3", o->seed, (double)skew, (double)(skew * cal),
+             o->trunk == SPILL_GEN_TRUNK_Q4 ? "q4" : "f32", spill_dtype_name(edt),
+             sum->ram_bytes, disk);
+    m->generator_json = strdup(js);
+    if (!m->generator_json) rc = spill_err_set(e, SPILL_E_NOMEM, "gen: generator json");
+  }
+  if (rc != SPILL_OK) {
+    spill_gen_plan_full_free(p);
+    return rc;
+  }
+  p->trunk_group = s.trunk_group;
+  p->seed = o->seed;
+  p->skew = skew;
+  p->bias_spread = skew * cal;
+  const int din = s.d_latent > 0 ? s.d_latent : s.d_model;
+  p->expert_sigma_in = 1.0f / sqrtf((float)din);
+  /* latent: unit-rms expert outputs (moe_up_proj scales them); else the
+   * expert writes the residual stream directly */
+  p->expert_sigma_out = (1.0f / 0.6f) / sqrtf((float)s.d_expert) *
+                        (s.d_latent > 0 ? 1.0f : 2.0f / sqrtf(2.0f * (float)s.n_layers));
+
+  sum->trunk_bytes = trunk;
+  sum->record_bytes = m->record_bytes;
+  sum->ws_bytes = m->record_bytes * (uint64_t)s.top_k * (uint64_t)n_moe;
+  sum->expert_bytes = (uint64_t)n_moe * (SPILL_BANK_HEADER_BYTES +
+                                         (uint64_t)s.n_experts * m->record_bytes);
+  sum->container_bytes = trunk + sum->expert_bytes + manifest_estimate(tl.n, n_moe);
+  if (sum->ram_bytes) {
+    sum->trunk_frac = (double)trunk / (double)sum->ram_bytes;
+    sum->ws_frac = (double)sum->ws_bytes / (double)sum->ram_bytes;
+  }
+  size_t used = strlen(sum->text);
+  char tb[32], wb[32], cb[32];
+  snprintf(
+      sum->text + used, sizeof sum->text - used,
+      "%s: %d layers (%d dense), d_model %d, vocab %d, %d experts/layer top-%d, d_expert %d, "
+      "d_latent %d, %d shared; record %" PRIu64 " B, trunk %s, per-token experts %s, "
+      "container ~%s%s",
+      m->name, s.n_layers, s.n_dense, s.d_model, s.vocab, s.n_experts, s.top_k, s.d_expert,
+      s.d_latent, s.n_shared, m->record_bytes, human(trunk, tb), human(sum->ws_bytes, wb),
+      human(sum->container_bytes, cb), sum->ram_bytes ? "" : "\n");
+  if (sum->ram_bytes) {
+    used = strlen(sum->text);
+    snprintf(sum->text + used, sizeof sum->text - used,
+             " (trunk %.1f%%, working set %.1f%% of RAM)\n", 100 * sum->trunk_frac,
+             100 * sum->ws_frac);
+  }
+  return SPILL_OK;
+}
+
+int spill_gen_plan(const spill_gen_opts *o, spill_manifest *out, spill_err *e) {
+  SPILL_FAIL_IF(e, !out, SPILL_E_INVALID_ARG, "gen: no output manifest");
+  spill_gen_plan_full p;
+  SPILL_TRY(spill_gen_plan_full_make(o, &p, e));
+  *out = p.m;
+  free(p.init);
+  return SPILL_OK;
+}
+
+int spill_gen_summarize(const spill_gen_opts *o, spill_gen_summary *s, spill_err *e) {
+  SPILL_FAIL_IF(e, !s, SPILL_E_INVALID_ARG, "gen: no summary");
+  spill_gen_plan_full p;
+  SPILL_TRY(spill_gen_plan_full_make(o, &p, e));
+  *s = p.sum;
+  spill_gen_plan_full_free(&p);
+  return SPILL_OK;
+}

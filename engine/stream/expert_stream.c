@@ -1,0 +1,627 @@
+/* engine/stream/expert_stream.c: demand + speculative expert reads over the
+ * cache and the reader. See expert_stream.h for the contract.
+ *
+ * Bookkeeping: `items` is the current demand request (one per id, in router
+ * order); `inf` is the table of reads in flight, indexed by the I/O tag; a
+ * read may serve a demand item (req >= 0), be a prefetch (spec), or both
+ * when a demand request finds its expert still loading from a prefetch.
+ * Delivered records stay pinned until release(); `pins` maps (layer, id) to
+ * what must be unpinned. Hit/miss is decided once, at request time, by the
+ * stream itself (the cache's own counters would count a retried claim
+ * twice), so hits + misses == requested always holds. */
+#define _POSIX_C_SOURCE 200809L
+#include "engine/stream/expert_stream.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/base/alloc.h"
+#include "engine/base/clock.h"
+#include "engine/cache/expert_cache.h"
+#include "engine/io/reader.h"
+
+enum { IT_PENDING = 0, IT_READY = 1, IT_DELIVERED = 2, IT_DEFERRED = 3, IT_DROPPED = 4 };
+#define N_BOUNCE 2
+
+typedef struct item {
+  uint32_t id;
+  int state;
+  int hit;
+  spill_cache_entry *ent; /* pinned entry, or NULL */
+  int bounce;             /* bounce buffer index, or -1 */
+  const uint8_t *data;
+} item;
+
+typedef struct inflight {
+  int used;
+  uint32_t layer, id;
+  spill_cache_entry *ent; /* slot being filled, or NULL (bounce / mmap view) */
+  int bounce;
+  int req;  /* demand item waiting for it, or -1 */
+  int spec; /* issued as a prefetch (holds its own pin on ent) */
+  int orphan_pin; /* a detached demand pin to drop on completion */
+} inflight;
+
+typedef struct pin {
+  uint32_t layer, id;
+  spill_cache_entry *ent;
+  int bounce;
+} pin;
+
+struct spill_stream {
+  const spill_container *c;
+  spill_stream_opts o;
+  spill_io *io;
+  uint32_t *file_of_bank; /* io file id per bank index */
+  spill_cache *cache;     /* NULL: no cache (or mmap) */
+  uint64_t rec_bytes;
+  int mmap_mode;
+  int direct_fallback;
+  /* current demand request */
+  int layer, n, cap;
+  item *items;
+  int *ready_q, rq_head, rq_tail; /* ring of item indices, capacity cap */
+  int n_waiting;                  /* items whose read is in flight */
+  int n_deferred;
+  uint8_t *last_hits;
+  int n_last_hits;
+  /* reads in flight */
+  inflight *inf;
+  int inf_cap, inf_used;
+  /* bounce buffers */
+  uint8_t *bounce[N_BOUNCE];
+  int bounce_busy[N_BOUNCE];
+  /* delivered, not released */
+  pin *pins;
+  int n_pins, pins_cap;
+  spill_stream_counters k;
+  spill_io_completion comp[64];
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static const spill_bank_info *bank_of(const spill_stream *s, int layer, int *bi) {
+  const spill_manifest *m = &s->c->m;
+  int i = layer - m->arch.n_dense_layers;
+  if (i < 0 || i >= m->n_banks) return NULL;
+  *bi = i;
+  return &m->banks[i];
+}
+
+static int grow(void **p, int *cap, int need, size_t elem) {
+  if (need <= *cap) return 0;
+  int nc = *cap ? *cap : 16;
+  while (nc < need) nc *= 2;
+  void *q = realloc(*p, (size_t)nc * elem);
+  if (!q) return -1;
+  memset((char *)q + (size_t)*cap * elem, 0, (size_t)(nc - *cap) * elem);
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
+static int inf_alloc(spill_stream *s, spill_err *e) {
+  for (int i = 0; i < s->inf_cap; i++)
+    if (!s->inf[i].used) {
+      memset(&s->inf[i], 0, sizeof s->inf[i]);
+      s->inf[i].used = 1;
+      s->inf[i].req = -1;
+      s->inf[i].bounce = -1;
+      s->inf_used++;
+      return i;
+    }
+  int old = s->inf_cap;
+  if (grow((void **)&s->inf, &s->inf_cap, old + 1, sizeof(inflight)))
+    return spill_err_set(e, SPILL_E_NOMEM, "stream: cannot grow the in-flight table");
+  s->inf[old].used = 1;
+  s->inf[old].req = -1;
+  s->inf[old].bounce = -1;
+  s->inf_used++;
+  return old;
+}
+
+static int submit(spill_stream *s, int layer, uint32_t id, void *dst, int tag, spill_err *e) {
+  int bi;
+  const spill_bank_info *b = bank_of(s, layer, &bi);
+  SPILL_FAIL_IF(e, !b, SPILL_E_RANGE, "stream: layer %d has no expert bank", layer);
+  SPILL_FAIL_IF(e, id >= b->n_experts, SPILL_E_RANGE, "stream: %s: expert %u out of range (%u)",
+                b->file, id, b->n_experts);
+  uint64_t off = b->data_offset + (uint64_t)id * b->record_bytes;
+  int rc = spill_io_submit(s->io, s->file_of_bank[bi], off, (size_t)s->rec_bytes, dst,
+                           (uint64_t)tag);
+  if (rc < 0)
+    return spill_err_set(e, rc, "stream: %s layer %d expert %u: submit failed (%s)", b->file,
+                         layer, id, spill_status_name(rc));
+  return SPILL_OK;
+}
+
+static int take_bounce(spill_stream *s) {
+  for (int i = 0; i < N_BOUNCE; i++)
+    if (!s->bounce_busy[i]) {
+      s->bounce_busy[i] = 1;
+      return i;
+    }
+  return -1;
+}
+
+static void rq_push(spill_stream *s, int i) {
+  s->ready_q[s->rq_tail % s->cap] = i;
+  s->rq_tail++;
+  s->items[i].state = IT_READY;
+}
+
+/* Starts the read of demand item i into a cache slot, a bounce buffer or (mmap)
+ * a view. Returns 1 if started or satisfied, 0 if it must stay deferred. */
+static int start_item(spill_stream *s, int i, int first, spill_err *e) {
+  item *it = &s->items[i];
+  if (s->mmap_mode) {
+    int t = inf_alloc(s, e);
+    SPILL_TRY(t);
+    s->inf[t].layer = (uint32_t)s->layer;
+    s->inf[t].id = it->id;
+    s->inf[t].req = i;
+    SPILL_TRY(submit(s, s->layer, it->id, NULL, t, e));
+    s->n_waiting++;
+    return 1;
+  }
+  if (s->cache) {
+    spill_cache_entry *ent = NULL;
+    int out;
+    if (first) {
+      out = spill_cache_acquire(s->cache, (uint32_t)s->layer, it->id, &ent);
+      it->hit = (out == SPILL_CACHE_HIT);
+    } else {
+      out = spill_cache_claim(s->cache, (uint32_t)s->layer, it->id, 0, &ent);
+      if (out == SPILL_CACHE_PRESENT) {
+        ent = spill_cache_get(s->cache, (uint32_t)s->layer, it->id);
+        out = ent ? SPILL_CACHE_HIT : SPILL_CACHE_ALL_PINNED;
+      }
+    }
+    if (out == SPILL_CACHE_HIT) {
+      it->ent = ent;
+      if (spill_cache_entry_state(s->cache, ent) == SPILL_CACHE_READY) {
+        it->data = ent->data;
+        rq_push(s, i);
+        return 1;
+      }
+      /* Still loading (a prefetch): wait for that read. */
+      for (int t = 0; t < s->inf_cap; t++)
+        if (s->inf[t].used && s->inf[t].ent == ent && s->inf[t].req < 0) {
+          s->inf[t].req = i;
+          s->n_waiting++;
+          return 1;
+        }
+      spill_cache_release(s->cache, ent);
+      it->ent = NULL;
+      return spill_err_set(e, SPILL_E_INTERNAL,
+                           "stream: layer %d expert %u is loading but no read is in flight",
+                           s->layer, it->id);
+    }
+    if (out == SPILL_CACHE_INSERTED) {
+      int t = inf_alloc(s, e);
+      if (t < 0) {
+        spill_cache_release(s->cache, ent);
+        return t;
+      }
+      it->ent = ent;
+      s->inf[t].layer = (uint32_t)s->layer;
+      s->inf[t].id = it->id;
+      s->inf[t].ent = ent;
+      s->inf[t].req = i;
+      int rc = submit(s, s->layer, it->id, ent->data, t, e);
+      if (rc < 0) {
+        spill_cache_discard(s->cache, ent);
+        spill_cache_release(s->cache, ent);
+        it->ent = NULL;
+        s->inf[t].used = 0;
+        s->inf_used--;
+        return rc;
+      }
+      s->n_waiting++;
+      return 1;
+    }
+    /* ALL_PINNED: fall through to a bounce buffer unless this is the first
+     * try (then wait for releases). */
+    if (first) return 0;
+  }
+  int b = take_bounce(s);
+  if (b < 0) return 0;
+  int t = inf_alloc(s, e);
+  if (t < 0) {
+    s->bounce_busy[b] = 0;
+    return t;
+  }
+  it->bounce = b;
+  s->inf[t].layer = (uint32_t)s->layer;
+  s->inf[t].id = it->id;
+  s->inf[t].bounce = b;
+  s->inf[t].req = i;
+  SPILL_TRY(submit(s, s->layer, it->id, s->bounce[b], t, e));
+  s->k.bounce_reads++;
+  s->n_waiting++;
+  return 1;
+}
+
+/* Handles one completion; a demand failure is returned as an error. */
+static int on_complete(spill_stream *s, const spill_io_completion *c, spill_err *e) {
+  inflight *f = &s->inf[c->tag];
+  int rc = SPILL_OK;
+  spill_err err = {0};
+  if (c->status != SPILL_OK) {
+    spill_io_describe(s->io, c, &err);
+    rc = c->status;
+  } else {
+    int bi;
+    const spill_bank_info *b = bank_of(s, (int)f->layer, &bi);
+    rc = spill_record_check(&s->c->m, b->file, (int)f->layer, f->id, c->data, c->bytes,
+                            s->o.verify, &err);
+  }
+  s->k.reads += (rc == SPILL_OK);
+  if (rc == SPILL_OK) {
+    if (f->spec) s->k.bytes_read_spec += c->bytes;
+    else s->k.bytes_read_demand += c->bytes;
+    if (f->ent) spill_cache_ready(s->cache, f->ent, c->bytes);
+  } else if (f->ent) {
+    spill_cache_discard(s->cache, f->ent);
+  }
+  if (f->req >= 0) {
+    item *it = &s->items[f->req];
+    s->n_waiting--;
+    if (rc == SPILL_OK) {
+      it->data = c->data;
+      rq_push(s, f->req);
+    } else {
+      /* the demand pin on a failed entry is dropped; the error goes up */
+      if (it->ent) spill_cache_release(s->cache, it->ent);
+      if (it->bounce >= 0) s->bounce_busy[it->bounce] = 0;
+      it->ent = NULL;
+      it->bounce = -1;
+      it->state = IT_DROPPED;
+      spill_err_set(e, rc, "%s", err.msg);
+    }
+  } else if (f->bounce >= 0) {
+    s->bounce_busy[f->bounce] = 0; /* an abandoned demand read */
+  }
+  if (f->spec && f->ent) spill_cache_release(s->cache, f->ent);
+  if (f->orphan_pin && f->ent) spill_cache_release(s->cache, f->ent);
+  f->used = 0;
+  s->inf_used--;
+  return (f->req >= 0 && rc != SPILL_OK) ? rc : SPILL_OK;
+}
+
+static int reap(spill_stream *s, int min_wait, spill_err *e) {
+  uint64_t t0 = spill_clock_ns();
+  int n = spill_io_wait(s->io, s->comp, (int)(sizeof s->comp / sizeof s->comp[0]), min_wait);
+  s->k.wait_ns += spill_clock_ns() - t0;
+  SPILL_FAIL_IF(e, n < 0, n, "stream: waiting for reads failed (%s)", spill_status_name(n));
+  int first_err = SPILL_OK;
+  for (int i = 0; i < n; i++) {
+    int rc = on_complete(s, &s->comp[i], first_err ? NULL : e);
+    if (rc < 0 && !first_err) first_err = rc;
+  }
+  return first_err;
+}
+
+/* Drops the undelivered part of the current request. */
+static void abandon_request(spill_stream *s) {
+  for (int i = 0; i < s->n; i++) {
+    item *it = &s->items[i];
+    if (it->state == IT_READY) {
+      if (it->ent) spill_cache_release(s->cache, it->ent);
+      if (it->bounce >= 0) s->bounce_busy[it->bounce] = 0;
+    }
+    if (it->state == IT_READY || it->state == IT_DEFERRED || it->state == IT_PENDING)
+      it->state = IT_DROPPED;
+  }
+  for (int t = 0; t < s->inf_cap; t++) {
+    inflight *f = &s->inf[t];
+    if (!f->used || f->req < 0) continue;
+    if (s->items[f->req].ent && f->ent) f->orphan_pin = 1;
+    f->req = -1;
+  }
+  s->n_waiting = 0;
+  s->n_deferred = 0;
+  s->rq_head = s->rq_tail = 0;
+  s->n = 0;
+}
+
+/* ---------------------------------------------------------------- source */
+
+static int src_request(void *ctx, int layer, const uint32_t *ids, int n, spill_err *e) {
+  spill_stream *s = ctx;
+  abandon_request(s);
+  SPILL_FAIL_IF(e, n < 0, SPILL_E_INVALID_ARG, "stream: negative request");
+  if (grow((void **)&s->items, &s->cap, n, sizeof(item)) ||
+      !(s->ready_q = realloc(s->ready_q, (size_t)s->cap * sizeof(int))) ||
+      !(s->last_hits = realloc(s->last_hits, (size_t)s->cap)))
+    return spill_err_set(e, SPILL_E_NOMEM, "stream: cannot grow request tables");
+  s->layer = layer;
+  s->n = n;
+  s->k.requested += (uint64_t)n;
+  for (int i = 0; i < n; i++) {
+    item *it = &s->items[i];
+    memset(it, 0, sizeof *it);
+    it->id = ids[i];
+    it->bounce = -1;
+    it->state = IT_PENDING;
+    int rc = start_item(s, i, 1, e);
+    if (rc < 0) return rc;
+    if (rc == 0) {
+      it->state = IT_DEFERRED;
+      s->n_deferred++;
+    }
+    if (it->hit) s->k.demand_hits++;
+    else s->k.demand_misses++;
+    s->last_hits[i] = (uint8_t)it->hit;
+  }
+  s->n_last_hits = n;
+  return SPILL_OK;
+}
+
+static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err *e) {
+  spill_stream *s = ctx;
+  for (;;) {
+    if (s->rq_head < s->rq_tail) {
+      int i = s->ready_q[s->rq_head % s->cap];
+      s->rq_head++;
+      item *it = &s->items[i];
+      it->state = IT_DELIVERED;
+      if (grow((void **)&s->pins, &s->pins_cap, s->n_pins + 1, sizeof(pin)))
+        return spill_err_set(e, SPILL_E_NOMEM, "stream: cannot grow the pin table");
+      s->pins[s->n_pins++] = (pin){(uint32_t)s->layer, it->id, it->ent, it->bounce};
+      *idx = i;
+      *record = it->data;
+      return SPILL_OK;
+    }
+    if (s->n_waiting > 0) {
+      SPILL_TRY(reap(s, 1, e));
+      continue;
+    }
+    if (s->n_deferred > 0) {
+      int started = 0;
+      for (int i = 0; i < s->n && s->n_deferred > 0; i++) {
+        if (s->items[i].state != IT_DEFERRED) continue;
+        int rc = start_item(s, i, 0, e);
+        if (rc < 0) return rc;
+        if (rc == 1) {
+          if (s->items[i].state == IT_DEFERRED) s->items[i].state = IT_PENDING;
+          s->n_deferred--;
+          started++;
+        }
+      }
+      if (started) continue;
+      if (s->inf_used > 0) { /* prefetches may free slots when they land */
+        SPILL_TRY(reap(s, 1, e));
+        continue;
+      }
+      return spill_err_set(e, SPILL_E_INTERNAL,
+                           "stream: layer %d: every cache slot and bounce buffer is pinned "
+                           "(%d records held unreleased)",
+                           s->layer, s->n_pins);
+    }
+    return spill_err_set(e, SPILL_E_INTERNAL, "stream: next_ready with nothing requested");
+  }
+}
+
+static void src_release(void *ctx, int layer, uint32_t id) {
+  spill_stream *s = ctx;
+  for (int i = s->n_pins - 1; i >= 0; i--) {
+    pin *p = &s->pins[i];
+    if (p->layer != (uint32_t)layer || p->id != id) continue;
+    if (p->ent) spill_cache_release(s->cache, p->ent);
+    if (p->bounce >= 0) s->bounce_busy[p->bounce] = 0;
+    s->pins[i] = s->pins[--s->n_pins];
+    return;
+  }
+}
+
+static int src_prefetch(void *ctx, int layer, const uint32_t *ids, int n, spill_err *e) {
+  spill_stream *s = ctx;
+  if (!s->cache) return SPILL_OK; /* nowhere to keep a prefetched record */
+  int bi;
+  if (!bank_of(s, layer, &bi)) return SPILL_OK;
+  for (int i = 0; i < n; i++) {
+    if (spill_cache_contains(s->cache, (uint32_t)layer, ids[i])) continue;
+    spill_cache_entry *ent = NULL;
+    int out = spill_cache_claim(s->cache, (uint32_t)layer, ids[i], SPILL_CACHE_SPECULATIVE, &ent);
+    if (out != SPILL_CACHE_INSERTED) continue;
+    int t = inf_alloc(s, e);
+    if (t < 0) {
+      spill_cache_release(s->cache, ent);
+      return t;
+    }
+    s->inf[t].layer = (uint32_t)layer;
+    s->inf[t].id = ids[i];
+    s->inf[t].ent = ent;
+    s->inf[t].spec = 1;
+    int rc = submit(s, layer, ids[i], ent->data, t, e);
+    if (rc < 0) {
+      spill_cache_discard(s->cache, ent);
+      spill_cache_release(s->cache, ent);
+      s->inf[t].used = 0;
+      s->inf_used--;
+      return rc;
+    }
+  }
+  return SPILL_OK;
+}
+
+/* ---------------------------------------------------------------- public */
+
+int spill_stream_open(const spill_container *c, const spill_stream_opts *o, spill_stream **out,
+                      spill_err *e) {
+  spill_stream *s = calloc(1, sizeof *s);
+  SPILL_FAIL_IF(e, !s, SPILL_E_NOMEM, "stream: out of memory");
+  s->c = c;
+  s->o = *o;
+  s->rec_bytes = c->m.record_bytes;
+  s->mmap_mode = (o->storage == 2);
+  spill_io_opts io = {0};
+  io.backend = o->backend == 1 ? SPILL_IO_BACKEND_URING : SPILL_IO_BACKEND_PREAD;
+  io.mode = o->storage == 1 ? SPILL_IO_MODE_PAGECACHE
+                            : o->storage == 2 ? SPILL_IO_MODE_MMAP : SPILL_IO_MODE_DIRECT;
+  io.threads = o->io_threads;
+  io.depth = o->io_depth;
+  io.max_files = c->m.n_banks + 1;
+  io.throttle_bytes_per_s = o->throttle;
+  int rc = spill_io_open(&io, &s->io, e);
+  if (rc < 0) goto fail;
+  s->file_of_bank = calloc((size_t)(c->m.n_banks ? c->m.n_banks : 1), sizeof(uint32_t));
+  if (!s->file_of_bank) {
+    rc = spill_err_set(e, SPILL_E_NOMEM, "stream: out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < c->m.n_banks; i++) {
+    char path[4096];
+    rc = spill_container_path(c, c->m.banks[i].file, path, sizeof path, e);
+    if (rc < 0) goto fail;
+    rc = spill_io_add_file(s->io, path, &s->file_of_bank[i], e);
+    if (rc < 0) goto fail;
+    if (io.mode == SPILL_IO_MODE_DIRECT && !spill_io_file_is_direct(s->io, s->file_of_bank[i]))
+      s->direct_fallback = 1;
+  }
+  if (!s->mmap_mode) {
+    for (int b = 0; b < N_BOUNCE; b++) {
+      s->bounce[b] = spill_alloc_nozero(s->rec_bytes ? s->rec_bytes : 4096, 4096);
+      if (!s->bounce[b]) {
+        rc = spill_err_set(e, SPILL_E_NOMEM, "stream: cannot allocate a %llu-byte bounce buffer",
+                           (unsigned long long)s->rec_bytes);
+        goto fail;
+      }
+    }
+    if (o->cache_slots > 0) {
+      spill_cache_config cc = {0};
+      cc.n_slots = o->cache_slots;
+      cc.slot_bytes = (size_t)s->rec_bytes;
+      cc.policy = o->policy;
+      cc.seed = o->seed;
+      rc = spill_cache_init(&s->cache, &cc, e);
+      if (rc < 0) goto fail;
+    }
+  }
+  *out = s;
+  return SPILL_OK;
+fail:
+  spill_stream_close(s);
+  return rc;
+}
+
+static int drain(spill_stream *s, spill_err *e) {
+  abandon_request(s);
+  while (s->inf_used > 0) {
+    int rc = reap(s, 1, e);
+    if (rc < 0 && rc != SPILL_E_IO && rc != SPILL_E_SHORT_READ && rc != SPILL_E_CHECKSUM &&
+        rc != SPILL_E_FORMAT)
+      return rc;
+  }
+  return SPILL_OK;
+}
+
+void spill_stream_close(spill_stream *s) {
+  if (!s) return;
+  if (s->io) {
+    drain(s, NULL);
+    spill_io_close(s->io);
+  }
+  for (int i = 0; i < s->n_pins; i++)
+    if (s->pins[i].ent) spill_cache_release(s->cache, s->pins[i].ent);
+  spill_cache_free(s->cache);
+  for (int b = 0; b < N_BOUNCE; b++) spill_free(s->bounce[b], s->rec_bytes ? s->rec_bytes : 4096);
+  free(s->file_of_bank);
+  free(s->items);
+  free(s->ready_q);
+  free(s->last_hits);
+  free(s->inf);
+  free(s->pins);
+  free(s);
+}
+
+void spill_stream_source(spill_stream *s, spill_expert_source *out) {
+  out->ctx = s;
+  out->request = src_request;
+  out->next_ready = src_next_ready;
+  out->release = src_release;
+  out->prefetch = src_prefetch;
+}
+
+void spill_stream_get_counters(spill_stream *s, spill_stream_counters *out) {
+  *out = s->k;
+  if (s->cache) {
+    spill_cache_counters cc;
+    spill_cache_get_counters(s->cache, &cc);
+    out->spec_issued = cc.spec_issued;
+    out->spec_used = cc.spec_used;
+    out->spec_wasted = cc.spec_wasted;
+    out->evictions = cc.evictions;
+  }
+}
+
+void spill_stream_reset_counters(spill_stream *s) {
+  memset(&s->k, 0, sizeof s->k);
+  if (s->cache) spill_cache_reset_counters(s->cache);
+}
+
+void spill_stream_read_latency(spill_stream *s, uint64_t *p50_ns, uint64_t *p99_ns) {
+  spill_io_latency_stats st;
+  spill_io_get_latency(s->io, &st);
+  *p50_ns = st.latency.p50_ns;
+  *p99_ns = st.latency.p99_ns;
+}
+
+void spill_stream_latency_reset(spill_stream *s) { spill_io_latency_reset(s->io); }
+
+int spill_stream_last_hits(const spill_stream *s, uint8_t *hits, int max) {
+  int n = s->n_last_hits < max ? s->n_last_hits : max;
+  if (n > 0) memcpy(hits, s->last_hits, (size_t)n);
+  return n;
+}
+
+int spill_stream_clear(spill_stream *s, int reset_counters, spill_err *e) {
+  SPILL_TRY(drain(s, e));
+  SPILL_FAIL_IF(e, s->n_pins > 0, SPILL_E_INVALID_ARG,
+                "stream: cannot clear with %d records still pinned", s->n_pins);
+  if (s->cache) spill_cache_clear(s->cache, reset_counters ? SPILL_CACHE_CLEAR_COUNTERS : 0);
+  if (reset_counters) memset(&s->k, 0, sizeof s->k);
+  return SPILL_OK;
+}
+
+int spill_stream_resize(spill_stream *s, uint32_t cache_slots, spill_err *e) {
+  SPILL_TRY(drain(s, e));
+  SPILL_FAIL_IF(e, s->n_pins > 0, SPILL_E_INVALID_ARG,
+                "stream: cannot resize with %d records still pinned", s->n_pins);
+  if (s->mmap_mode) {
+    s->o.cache_slots = cache_slots;
+    return SPILL_OK;
+  }
+  if (cache_slots == 0) {
+    spill_cache_free(s->cache);
+    s->cache = NULL;
+  } else if (!s->cache) {
+    spill_cache_config cc = {0};
+    cc.n_slots = cache_slots;
+    cc.slot_bytes = (size_t)s->rec_bytes;
+    cc.policy = s->o.policy;
+    cc.seed = s->o.seed;
+    SPILL_TRY(spill_cache_init(&s->cache, &cc, e));
+  } else {
+    SPILL_TRY(spill_cache_resize(s->cache, cache_slots, NULL, 0, e));
+  }
+  s->o.cache_slots = cache_slots;
+  return SPILL_OK;
+}
+
+uint32_t spill_stream_cache_slots(const spill_stream *s) {
+  return s->cache ? spill_cache_n_slots(s->cache) : 0;
+}
+
+int spill_stream_evict_page_cache(spill_stream *s, spill_err *e) {
+  for (int i = 0; i < s->c->m.n_banks; i++) SPILL_TRY(spill_io_evict_file(s->io, s->file_of_bank[i], e));
+  return SPILL_OK;
+}
+
+void spill_stream_set_verify(spill_stream *s, int verify) { s->o.verify = verify; }
+int spill_stream_direct_fallback(const spill_stream *s) { return s->direct_fallback; }
+const char *spill_stream_policy(const spill_stream *s) {
+  return s->cache ? spill_cache_policy_name(s->cache) : "none";
+}

@@ -1,0 +1,94 @@
+/* engine/stream/expert_stream.h: the streaming expert source.
+ *
+ * Implements spill_expert_source (engine/model/expert_source.h) over the
+ * expert cache (engine/cache) and the reader (engine/io): a layer's experts
+ * are requested at once; cached ones are ready immediately, the others are
+ * read in parallel into cache slots (direct or buffered) and handed to the
+ * forward pass in arrival order; mmap mode hands out views of a read-only
+ * mapping with no application cache. Prefetch hints (router lookahead) claim
+ * slots speculatively and read in the background; a demand request that
+ * finds its expert still loading waits for that read instead of issuing
+ * another. When every slot is pinned the request waits for releases and, as
+ * a last resort, reads into a bounce buffer, so any cache size (even 0)
+ * makes progress. Every record is checked on arrival (header always, payload
+ * crc32 with verify). One consumer thread; the I/O threads never touch
+ * engine state. Depends on base, format, cache, io and model (for the
+ * source interface) only.
+ */
+#ifndef SPILL_STREAM_EXPERT_STREAM_H
+#define SPILL_STREAM_EXPERT_STREAM_H
+
+#include <stdint.h>
+
+#include "engine/base/status.h"
+#include "engine/format/container.h"
+#include "engine/model/expert_source.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spill_stream_opts {
+  int storage;          /* 0 direct, 1 pagecache, 2 mmap (spill_storage) */
+  int backend;          /* 0 pread pool, 1 io_uring */
+  int io_threads;       /* pread workers */
+  int io_depth;         /* reads in flight */
+  uint64_t throttle;    /* bytes/s, 0 = none */
+  uint32_t cache_slots; /* 0 = no cache (bounce buffers only); ignored in mmap mode */
+  const char *policy;   /* cache policy name */
+  uint64_t seed;
+  int verify;
+} spill_stream_opts;
+
+/* Deterministic counters, cumulative since open or the last reset. */
+typedef struct spill_stream_counters {
+  uint64_t requested;        /* demand ids requested */
+  uint64_t demand_hits;      /* found in the cache (ready or loading) */
+  uint64_t demand_hits_loading; /* ... of which a prefetch was still reading */
+  uint64_t demand_misses;
+  uint64_t spec_issued, spec_used, spec_wasted;
+  uint64_t reads;            /* records read from storage (demand + spec) */
+  uint64_t bytes_read_demand, bytes_read_spec;
+  uint64_t bounce_reads;     /* demand reads that went to a bounce buffer */
+  uint64_t evictions;
+  uint64_t wait_ns;          /* time blocked in next_ready waiting for reads */
+} spill_stream_counters;
+
+typedef struct spill_stream spill_stream;
+
+/* Opens a stream over container c (borrowed; must outlive the stream).
+ * Errors: SPILL_E_UNSUPPORTED (io_uring refused), SPILL_E_NOMEM (cache
+ * slots), SPILL_E_IO. On success *out is owned by the caller. */
+int spill_stream_open(const spill_container *c, const spill_stream_opts *o, spill_stream **out,
+                      spill_err *e);
+void spill_stream_close(spill_stream *s); /* NULL fine; waits for reads in flight */
+
+/* The source to give the model (valid while the stream lives). */
+void spill_stream_source(spill_stream *s, spill_expert_source *out);
+
+void spill_stream_get_counters(spill_stream *s, spill_stream_counters *out);
+void spill_stream_reset_counters(spill_stream *s);
+/* Per-read latency (submit -> completion) since the last reset, in ns. */
+void spill_stream_read_latency(spill_stream *s, uint64_t *p50_ns, uint64_t *p99_ns);
+void spill_stream_latency_reset(spill_stream *s);
+/* Hit (1) / miss (0) of each id of the last demand request, in request
+ * order; returns the count (<= max). */
+int spill_stream_last_hits(const spill_stream *s, uint8_t *hits, int max);
+
+/* Drops every cached expert (waits for prefetches in flight first). */
+int spill_stream_clear(spill_stream *s, int reset_counters, spill_err *e);
+/* Changes the number of cache slots in place (drops everything). */
+int spill_stream_resize(spill_stream *s, uint32_t cache_slots, spill_err *e);
+uint32_t spill_stream_cache_slots(const spill_stream *s);
+/* Evicts the banks from the OS page cache (cold runs of pagecache/mmap). */
+int spill_stream_evict_page_cache(spill_stream *s, spill_err *e);
+/* Emulated bandwidth and verify can change between runs. */
+void spill_stream_set_verify(spill_stream *s, int verify);
+/* 1 if a direct-mode bank fell back to buffered reads (filesystem refused O_DIRECT). */
+int spill_stream_direct_fallback(const spill_stream *s);
+const char *spill_stream_policy(const spill_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
