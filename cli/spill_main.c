@@ -15,6 +15,10 @@ static const struct {
     {"info", cmd_info, "describe a model container"},
     {"verify", cmd_verify, "audit a container: every header, crc and file hash"},
     {"plan", cmd_plan, "RAM budget term by term (a model, or --shape k3)"},
+    {"run", cmd_run, "generate text, streaming experts (engine knobs as flags)"},
+    {"eval", cmd_eval, "logits of a prompt (top-k, or all positions to a file)"},
+    {"bench", cmd_bench, "fixed decode workload: tok/s, hits, bytes read"},
+    {"trace", cmd_trace, "router traces: stats, replay through cache policies and Belady"},
 };
 
 static void usage(FILE *f) {

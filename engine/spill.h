@@ -226,7 +226,8 @@ int spill_engine_clear_cache(spill_engine *eng, int reset_counters, spill_err *e
 int spill_engine_set_budget(spill_engine *eng, uint64_t budget_bytes, spill_err *e);
 int spill_engine_evict_page_cache(spill_engine *eng, spill_err *e);
 /* Knobs that can change between runs without reopening: lookahead,
- * lookahead_depth, lookahead_prefill, verify, io_throttle, prefill_chunk. */
+ * lookahead_depth, lookahead_prefill, verify, budget. Others give
+ * SPILL_E_CONFIG ("reopen the engine"). */
 int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value, spill_err *e);
 
 #ifdef __cplusplus

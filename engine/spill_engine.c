@@ -1,0 +1,592 @@
+/* engine/spill_engine.c: the engine behind spill.h: plans the RAM budget,
+ * opens the model with the streaming expert source, runs router lookahead,
+ * and writes the per-token profile and the router trace.
+ *
+ * Lookahead: when MoE layer L has routed (observer on_route), the routers of
+ * layers L+1..L+depth are run on L's residual stream and their top-n
+ * experts become prefetch hints. The hints are issued right after layer L's
+ * demand request (the source wrapper below), so prefetches queue behind the
+ * reads the current layer is waiting for. The real router still decides, so
+ * logits do not depend on lookahead (tested). Predictions are scored by rank
+ * when their layer routes.
+ *
+ * Profile rows are one per forward call (one per decoded token; one per
+ * prefill chunk); trace rows are one per (token, layer), schema in
+ * docs/TRACE.md. Both go to files opened at spill_engine_open. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "engine/base/clock.h"
+#include "engine/format/container.h"
+#include "engine/model/model.h"
+#include "engine/model/sampler.h"
+#include "engine/model/tokenizer.h"
+#include "engine/spill.h"
+#include "engine/stream/expert_stream.h"
+
+#define MAX_PRED 64
+
+typedef struct layer_rec {
+  /* routing of the current forward call: (n_tok, k) */
+  int n_tok;
+  uint32_t *ids;
+  float *w;
+  /* the distinct ids requested and their hit flags */
+  int n_req;
+  uint32_t *req;
+  uint8_t *hit;
+  /* lookahead predictions made for this layer (by the layer before) and,
+   * once scored, kept for the trace row */
+  int n_pred, n_tpred;
+  uint32_t pred[MAX_PRED], tpred[MAX_PRED];
+} layer_rec;
+
+struct spill_engine {
+  spill_config cfg;
+  char *dir;
+  spill_plan plan;
+  spill_info info;
+  spill_model *m;
+  spill_stream *st;
+  spill_expert_source inner; /* the stream's source */
+  spill_expert_source outer; /* wrapper issuing deferred prefetches */
+  const spill_arch *a;
+  int vocab, top_k, cap_tok;
+  layer_rec *L;
+  /* pending prefetch hints, issued after the next demand request */
+  int n_hint;
+  int hint_layer[2];
+  int hint_n[2];
+  uint32_t hint_ids[2][MAX_PRED];
+  int in_prefill;
+  /* lookahead scoring by rank */
+  uint64_t la_rank_total[MAX_PRED], la_rank_hit[MAX_PRED];
+  uint64_t la_predicted, la_correct;
+  FILE *profile, *trace;
+  uint64_t trace_bytes;
+  int trace_capped;
+  int tok_counter; /* token index for trace rows */
+  float *logits;
+  char warnings[1024];
+  spill_err last;
+};
+
+/* ------------------------------------------------------------ wrappers */
+
+static int wrap_request(void *ctx, int layer, const uint32_t *ids, int n, spill_err *e) {
+  spill_engine *g = ctx;
+  SPILL_TRY(g->inner.request(g->inner.ctx, layer, ids, n, e));
+  layer_rec *r = &g->L[layer];
+  if (n > r->n_req) {
+    uint32_t *q = realloc(r->req, (size_t)n * sizeof *q);
+    uint8_t *h = realloc(r->hit, (size_t)n);
+    if (!q || !h) {
+      free(q ? q : NULL);
+      return spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
+    }
+    r->req = q;
+    r->hit = h;
+  }
+  memcpy(r->req, ids, (size_t)n * sizeof *ids);
+  r->n_req = spill_stream_last_hits(g->st, r->hit, n);
+  for (int i = 0; i < g->n_hint; i++)
+    SPILL_TRY(g->inner.prefetch(g->inner.ctx, g->hint_layer[i], g->hint_ids[i], g->hint_n[i], e));
+  g->n_hint = 0;
+  return SPILL_OK;
+}
+static int wrap_next(void *ctx, int *idx, const uint8_t **rec, spill_err *e) {
+  spill_engine *g = ctx;
+  return g->inner.next_ready(g->inner.ctx, idx, rec, e);
+}
+static void wrap_release(void *ctx, int layer, uint32_t id) {
+  spill_engine *g = ctx;
+  g->inner.release(g->inner.ctx, layer, id);
+}
+static int wrap_prefetch(void *ctx, int layer, const uint32_t *ids, int n, spill_err *e) {
+  spill_engine *g = ctx;
+  return g->inner.prefetch(g->inner.ctx, layer, ids, n, e);
+}
+
+static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
+                    const uint32_t *ids, const float *weights, int k) {
+  (void)pos0;
+  spill_engine *g = ctx;
+  layer_rec *r = &g->L[layer];
+  if (n_tok > g->cap_tok) n_tok = g->cap_tok; /* trace keeps the first cap_tok tokens */
+  r->n_tok = n_tok;
+  memcpy(r->ids, ids, (size_t)n_tok * (size_t)k * sizeof *ids);
+  memcpy(r->w, weights, (size_t)n_tok * (size_t)k * sizeof *weights);
+  /* score the predictions made for this layer (decode: one token) */
+  if (r->n_pred > 0 && n_tok >= 1) {
+    const uint32_t *sel = ids + (size_t)(n_tok - 1) * (size_t)k;
+    for (int p = 0; p < r->n_pred; p++) {
+      int hit = 0;
+      for (int j = 0; j < k; j++) hit |= (sel[j] == r->pred[p]);
+      g->la_rank_total[p]++;
+      g->la_rank_hit[p] += (uint64_t)hit;
+      g->la_predicted++;
+      g->la_correct += (uint64_t)hit;
+    }
+  }
+  r->n_tpred = r->n_pred;
+  memcpy(r->tpred, r->pred, (size_t)r->n_pred * sizeof *r->pred);
+  r->n_pred = 0;
+  int width = g->cfg.lookahead;
+  if (width <= 0 || (g->in_prefill && !g->cfg.lookahead_prefill)) return SPILL_OK;
+  if (width > MAX_PRED) width = MAX_PRED;
+  if (width > g->a->moe.n_experts) width = g->a->moe.n_experts;
+  g->n_hint = 0;
+  spill_err e = {0};
+  for (int d = 1; d <= g->cfg.lookahead_depth && d <= 2; d++) {
+    int nl = layer + d;
+    if (nl >= g->a->n_layers || !spill_arch_is_moe(g->a, nl)) break;
+    /* every token of the chunk predicts; hints are their union */
+    int nh = 0;
+    uint32_t tmp[MAX_PRED];
+    for (int t = 0; t < n_tok; t++) {
+      int rc = spill_model_router_topk(g->m, nl, x + (size_t)t * (size_t)g->a->d_model, width,
+                                       tmp, NULL, &e);
+      if (rc < 0) return rc;
+      for (int i = 0; i < width && nh < MAX_PRED; i++) {
+        int dup = 0;
+        for (int j = 0; j < nh; j++) dup |= (g->hint_ids[g->n_hint][j] == tmp[i]);
+        if (!dup) g->hint_ids[g->n_hint][nh++] = tmp[i];
+      }
+    }
+    if (n_tok == 1 && d == 1) { /* depth-1 predictions are scored when nl routes */
+      memcpy(g->L[nl].pred, tmp, (size_t)width * sizeof *tmp);
+      g->L[nl].n_pred = width;
+    }
+    g->hint_layer[g->n_hint] = nl;
+    g->hint_n[g->n_hint] = nh;
+    g->n_hint++;
+  }
+  return SPILL_OK;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+static void warn(spill_engine *g, const char *msg) {
+  size_t n = strlen(g->warnings);
+  snprintf(g->warnings + n, sizeof g->warnings - n, "%s\n", msg);
+}
+
+static int open_outputs(spill_engine *g, spill_err *e) {
+  if (g->cfg.profile_path) {
+    g->profile = fopen(g->cfg.profile_path, "w");
+    SPILL_FAIL_IF(e, !g->profile, SPILL_E_IO, "profile %s: %s", g->cfg.profile_path,
+                  strerror(errno));
+  }
+  if (g->cfg.trace_path) {
+    g->trace = fopen(g->cfg.trace_path, "w");
+    SPILL_FAIL_IF(e, !g->trace, SPILL_E_IO, "trace %s: %s", g->cfg.trace_path, strerror(errno));
+  }
+  g->cfg.profile_path = g->cfg.trace_path = NULL; /* not owned past open */
+  return SPILL_OK;
+}
+
+int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engine **out,
+                      spill_err *e) {
+  spill_engine *g = calloc(1, sizeof *g);
+  SPILL_FAIL_IF(e, !g, SPILL_E_NOMEM, "engine: out of memory");
+  int rc;
+  if (cfg) g->cfg = *cfg;
+  else spill_config_default(&g->cfg);
+  g->dir = strdup(model_dir);
+  if (!g->dir) {
+    free(g);
+    return spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
+  }
+  if ((rc = spill_info_read(model_dir, &g->info, e)) < 0) goto fail;
+  if ((rc = spill_plan_model(model_dir, g->cfg.ctx, g->cfg.threads, g->cfg.budget_bytes,
+                             g->cfg.usable_ram, &g->plan, e)) < 0)
+    goto fail;
+  if (g->plan.below_recommended_warning)
+    warn(g, "budget: the default rule fell back to the RAM floor (less than floor + 1 ws fits)");
+  if (g->cfg.trunk != SPILL_TRUNK_READ) {
+    rc = spill_err_set(e, SPILL_E_UNSUPPORTED, "trunk mode '%s' is not implemented yet",
+                       spill_trunk_mode_name(g->cfg.trunk));
+    goto fail;
+  }
+  spill_model_opts mo = {0};
+  mo.n_threads = g->cfg.threads;
+  mo.ctx = g->cfg.ctx;
+  mo.max_chunk = g->cfg.prefill_chunk;
+  mo.verify = g->cfg.verify;
+  if ((rc = spill_model_open(model_dir, &mo, &g->m, e)) < 0) goto fail;
+  g->a = spill_model_arch(g->m);
+  g->vocab = g->a->vocab_size;
+  g->top_k = spill_arch_n_moe(g->a) ? g->a->moe.top_k : 0;
+  g->cap_tok = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 16;
+  g->L = calloc((size_t)g->a->n_layers, sizeof *g->L);
+  g->logits = malloc((size_t)g->vocab * sizeof(float));
+  if (!g->L || !g->logits) {
+    rc = spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
+    goto fail;
+  }
+  for (int l = 0; l < g->a->n_layers; l++) {
+    size_t n = (size_t)g->cap_tok * (size_t)(g->top_k ? g->top_k : 1);
+    g->L[l].ids = calloc(n, sizeof(uint32_t));
+    g->L[l].w = calloc(n, sizeof(float));
+    if (!g->L[l].ids || !g->L[l].w) {
+      rc = spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
+      goto fail;
+    }
+  }
+  spill_stream_opts so = {0};
+  so.storage = (int)g->cfg.storage;
+  so.backend = (int)g->cfg.io_backend;
+  so.io_threads = g->cfg.io_threads;
+  so.io_depth = g->cfg.io_depth;
+  so.throttle = g->cfg.io_throttle;
+  int64_t slots = g->cfg.cache_slots >= 0 ? g->cfg.cache_slots : (int64_t)g->plan.cache_slots;
+  if (slots > 0x7fffffff) slots = 0x7fffffff;
+  so.cache_slots = g->cfg.storage == SPILL_STORAGE_MMAP ? 0 : (uint32_t)slots;
+  so.policy = g->cfg.policy;
+  so.seed = g->cfg.seed;
+  so.verify = g->cfg.verify;
+  if ((rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e)) < 0) goto fail;
+  if (spill_stream_direct_fallback(g->st))
+    warn(g, "storage: the filesystem refused O_DIRECT; expert reads are buffered");
+  spill_stream_source(g->st, &g->inner);
+  g->outer = (spill_expert_source){g, wrap_request, wrap_next, wrap_release, wrap_prefetch};
+  spill_model_set_expert_source(g->m, &g->outer);
+  spill_model_observer obs = {g, on_route};
+  spill_model_set_observer(g->m, &obs);
+  if ((rc = open_outputs(g, e)) < 0) goto fail;
+  *out = g;
+  return SPILL_OK;
+fail:
+  spill_engine_close(g);
+  return rc;
+}
+
+void spill_engine_close(spill_engine *g) {
+  if (!g) return;
+  if (g->m) spill_model_set_expert_source(g->m, NULL);
+  spill_stream_close(g->st);
+  spill_model_close(g->m);
+  if (g->L)
+    for (int l = 0; g->a && l < g->a->n_layers; l++) {
+      free(g->L[l].ids);
+      free(g->L[l].w);
+      free(g->L[l].req);
+      free(g->L[l].hit);
+    }
+  free(g->L);
+  free(g->logits);
+  if (g->profile) fclose(g->profile);
+  if (g->trace) fclose(g->trace);
+  free(g->dir);
+  free(g);
+}
+
+const spill_plan *spill_engine_plan(const spill_engine *g) { return &g->plan; }
+const spill_info *spill_engine_info(const spill_engine *g) { return &g->info; }
+const spill_config *spill_engine_config(const spill_engine *g) { return &g->cfg; }
+const char *spill_engine_warnings(const spill_engine *g) { return g->warnings; }
+int spill_vocab_size(const spill_engine *g) { return g->vocab; }
+
+int spill_tokenize(spill_engine *g, const char *text, int add_bos, int *tokens, int max,
+                   int *n_out, spill_err *e) {
+  return spill_tokenizer_encode(g->a, text, strlen(text), add_bos, tokens, max, n_out, e);
+}
+
+int spill_token_to_text(spill_engine *g, int token, char *buf, size_t n) {
+  char tmp[16];
+  int len = spill_tokenizer_decode_token(g->a, token, tmp);
+  if (len < 0) len = 0;
+  if ((size_t)len >= n) len = n ? (int)n - 1 : 0;
+  memcpy(buf, tmp, (size_t)len);
+  if (n) buf[len] = 0;
+  return len;
+}
+
+/* ------------------------------------------------------------ running */
+
+typedef struct snap {
+  uint64_t t_ns;
+  spill_stream_counters k;
+  uint64_t majflt;
+} snap;
+
+static uint64_t majflt_now(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (uint64_t)ru.ru_majflt;
+}
+
+static uint64_t status_kb(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t v = 0;
+  size_t kl = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, kl)) {
+      v = strtoull(line + kl, NULL, 10);
+      break;
+    }
+  fclose(f);
+  return v * 1024;
+}
+
+static void take(spill_engine *g, snap *s) {
+  s->t_ns = spill_clock_ns();
+  spill_stream_get_counters(g->st, &s->k);
+  s->majflt = majflt_now();
+}
+
+/* Adds the difference b - a into st. */
+static void accumulate(spill_run_stats *st, const snap *a, const snap *b) {
+  st->experts_requested += b->k.requested - a->k.requested;
+  st->demand_hits += b->k.demand_hits - a->k.demand_hits;
+  st->demand_misses += b->k.demand_misses - a->k.demand_misses;
+  st->spec_issued += b->k.spec_issued - a->k.spec_issued;
+  st->spec_used += b->k.spec_used - a->k.spec_used;
+  st->spec_wasted += b->k.spec_wasted - a->k.spec_wasted;
+  st->reads += b->k.reads - a->k.reads;
+  st->bytes_read_demand += b->k.bytes_read_demand - a->k.bytes_read_demand;
+  st->bytes_read_spec += b->k.bytes_read_spec - a->k.bytes_read_spec;
+  st->bytes_read = st->bytes_read_demand + st->bytes_read_spec;
+  st->evictions += b->k.evictions - a->k.evictions;
+  st->major_faults += b->majflt - a->majflt;
+  st->io_wait_s += (double)(b->k.wait_ns - a->k.wait_ns) / 1e9;
+}
+
+static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, const snap *a,
+                          const snap *b) {
+  if (!g->profile) return;
+  const spill_model_stats *ms = spill_model_last_stats(g->m);
+  uint64_t p50 = 0, p99 = 0;
+  spill_stream_read_latency(g->st, &p50, &p99);
+  fprintf(g->profile,
+          "{\"pos\": %d, \"phase\": \"%s\", \"n_tokens\": %d, \"wall_ms\": %.3f, "
+          "\"compute_ms\": {\"attention\": %.3f, \"router\": %.3f, \"expert_matmul\": %.3f, "
+          "\"table_build\": %.3f, \"lm_head\": %.3f, \"other\": %.3f}, \"io_wait_ms\": %.3f, "
+          "\"reads\": %llu, \"bytes_read\": %llu, \"demand_hits\": %llu, \"demand_misses\": %llu, "
+          "\"spec_issued\": %llu, \"spec_used\": %llu, \"spec_wasted\": %llu, "
+          "\"read_p50_ms\": %.3f, \"read_p99_ms\": %.3f, \"major_faults\": %llu, "
+          "\"rss_bytes\": %llu}\n",
+          pos, prefill ? "prefill" : "decode", n_tok, (double)(b->t_ns - a->t_ns) / 1e6,
+          ms->ns_attn / 1e6, ms->ns_router / 1e6, ms->ns_expert / 1e6, ms->ns_lut / 1e6,
+          ms->ns_lm_head / 1e6, ms->ns_other / 1e6, (double)(b->k.wait_ns - a->k.wait_ns) / 1e6,
+          (unsigned long long)(b->k.reads - a->k.reads),
+          (unsigned long long)(b->k.bytes_read_demand + b->k.bytes_read_spec -
+                               a->k.bytes_read_demand - a->k.bytes_read_spec),
+          (unsigned long long)(b->k.demand_hits - a->k.demand_hits),
+          (unsigned long long)(b->k.demand_misses - a->k.demand_misses),
+          (unsigned long long)(b->k.spec_issued - a->k.spec_issued),
+          (unsigned long long)(b->k.spec_used - a->k.spec_used),
+          (unsigned long long)(b->k.spec_wasted - a->k.spec_wasted), p50 / 1e6, p99 / 1e6,
+          (unsigned long long)(b->majflt - a->majflt),
+          (unsigned long long)status_kb("VmRSS:"));
+  fflush(g->profile);
+}
+
+static void write_trace(spill_engine *g, int pos, int prefill) {
+  if (!g->trace || g->trace_capped) return;
+  int k = g->top_k;
+  for (int t = 0;; t++) {
+    int any = 0;
+    for (int l = 0; l < g->a->n_layers; l++) {
+      layer_rec *r = &g->L[l];
+      if (!spill_arch_is_moe(g->a, l) || t >= r->n_tok) continue;
+      any = 1;
+      char line[8192];
+      int n = snprintf(line, sizeof line,
+                       "{\"tok\": %d, \"pos\": %d, \"phase\": \"%s\", \"layer\": %d, \"ids\": [",
+                       g->tok_counter + t, pos + t, prefill ? "prefill" : "decode", l);
+      for (int j = 0; j < k && n < (int)sizeof line - 64; j++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s%u", j ? ", " : "",
+                      r->ids[(size_t)t * (size_t)k + (size_t)j]);
+      n += snprintf(line + n, sizeof line - (size_t)n, "], \"weights\": [");
+      for (int j = 0; j < k && n < (int)sizeof line - 64; j++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s%.6g", j ? ", " : "",
+                      r->w[(size_t)t * (size_t)k + (size_t)j]);
+      n += snprintf(line + n, sizeof line - (size_t)n, "], \"pred\": [");
+      if (r->n_tok == 1)
+        for (int j = 0; j < r->n_tpred && n < (int)sizeof line - 64; j++)
+          n += snprintf(line + n, sizeof line - (size_t)n, "%s%u", j ? ", " : "", r->tpred[j]);
+      n += snprintf(line + n, sizeof line - (size_t)n, "], \"hit\": [");
+      for (int j = 0; j < k && n < (int)sizeof line - 64; j++) {
+        uint32_t id = r->ids[(size_t)t * (size_t)k + (size_t)j];
+        int h = 0;
+        for (int q = 0; q < r->n_req; q++)
+          if (r->req[q] == id) h = r->hit[q];
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s%d", j ? ", " : "", h);
+      }
+      n += snprintf(line + n, sizeof line - (size_t)n, "]}\n");
+      if (g->cfg.trace_max_bytes && g->trace_bytes + (uint64_t)n > g->cfg.trace_max_bytes) {
+        g->trace_capped = 1;
+        fflush(g->trace);
+        return;
+      }
+      fwrite(line, 1, (size_t)n, g->trace);
+      g->trace_bytes += (uint64_t)n;
+    }
+    if (!any) break;
+  }
+  fflush(g->trace);
+}
+
+/* One forward call with bookkeeping. */
+static int step(spill_engine *g, const int *toks, int n, int pos, int prefill, float *logits,
+                spill_run_stats *st, spill_err *e) {
+  snap a, b;
+  for (int l = 0; l < g->a->n_layers; l++) g->L[l].n_tok = g->L[l].n_tpred = 0;
+  spill_stream_latency_reset(g->st);
+  take(g, &a);
+  g->in_prefill = prefill;
+  int rc = spill_model_forward(g->m, toks, n, pos, logits, e);
+  g->in_prefill = 0;
+  take(g, &b);
+  if (rc < 0) return rc;
+  if (st) accumulate(st, &a, &b);
+  write_profile(g, pos, n, prefill, &a, &b);
+  write_trace(g, pos, prefill);
+  g->tok_counter += n;
+  return SPILL_OK;
+}
+
+static void finish_stats(spill_engine *g, spill_run_stats *st) {
+  uint64_t p50 = 0, p99 = 0;
+  spill_stream_read_latency(g->st, &p50, &p99);
+  st->read_p50_ms = p50 / 1e6;
+  st->read_p99_ms = p99 / 1e6;
+  st->peak_rss_bytes = status_kb("VmHWM:");
+  st->lookahead_predicted = g->la_predicted;
+  st->lookahead_correct = g->la_correct;
+  st->decode_tok_per_s = st->decode_s > 0 ? st->tokens_decode / st->decode_s : 0;
+}
+
+int spill_eval(spill_engine *g, const int *tokens, int n, int chunked, float *logits_last,
+               float *logits_all, spill_err *e) {
+  SPILL_FAIL_IF(e, n < 1, SPILL_E_INVALID_ARG, "eval: no tokens");
+  spill_model_reset(g->m);
+  g->tok_counter = 0;
+  if (logits_all || !chunked) {
+    for (int i = 0; i < n; i++) {
+      float *out = logits_all ? logits_all + (size_t)i * (size_t)g->vocab : g->logits;
+      SPILL_TRY(step(g, tokens + i, 1, i, 1, out, NULL, e));
+    }
+    if (logits_last)
+      memcpy(logits_last, logits_all ? logits_all + (size_t)(n - 1) * (size_t)g->vocab : g->logits,
+             (size_t)g->vocab * sizeof(float));
+    return SPILL_OK;
+  }
+  return step(g, tokens, n, 0, 1, logits_last ? logits_last : g->logits, NULL, e);
+}
+
+int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
+                   const spill_sampling *s, spill_token_cb cb, void *user,
+                   volatile int *stop_flag, spill_run_stats *stats, spill_err *e) {
+  spill_run_stats local;
+  spill_run_stats *st = stats ? stats : &local;
+  memset(st, 0, sizeof *st);
+  SPILL_FAIL_IF(e, n_prompt < 1, SPILL_E_INVALID_ARG, "generate: empty prompt");
+  SPILL_FAIL_IF(e, n_prompt + n_new > g->cfg.ctx, SPILL_E_RANGE,
+                "generate: %d prompt + %d new tokens exceed ctx %d", n_prompt, n_new, g->cfg.ctx);
+  spill_sampler_opts so = {0};
+  if (s) {
+    so.temperature = s->temperature;
+    so.top_k = s->top_k;
+    so.top_p = s->top_p;
+    so.seed = s->seed;
+  }
+  spill_sampler smp;
+  SPILL_TRY(spill_sampler_init(&smp, &so, g->vocab, e));
+  spill_model_reset(g->m);
+  g->tok_counter = 0;
+  g->la_predicted = g->la_correct = 0;
+  int rc = SPILL_OK;
+  uint64_t t0 = spill_clock_ns();
+  if (g->cfg.prefill_chunk <= 1) {
+    for (int i = 0; i < n_prompt && rc == SPILL_OK; i++)
+      rc = step(g, prompt + i, 1, i, 1, g->logits, st, e);
+  } else {
+    rc = step(g, prompt, n_prompt, 0, 1, g->logits, st, e);
+  }
+  st->prefill_s = (double)(spill_clock_ns() - t0) / 1e9;
+  st->tokens_prefill = n_prompt;
+  int pos = n_prompt;
+  uint64_t t1 = spill_clock_ns();
+  for (int i = 0; i < n_new && rc == SPILL_OK; i++) {
+    if (stop_flag && *stop_flag) {
+      rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d tokens", i);
+      break;
+    }
+    int tok = spill_sampler_sample(&smp, g->logits);
+    spill_run_stats tok_stats;
+    memset(&tok_stats, 0, sizeof tok_stats);
+    snap a, b;
+    take(g, &a);
+    uint64_t ts = spill_clock_ns();
+    if (tok != g->a->eos_id || g->a->eos_id < 0) {
+      rc = step(g, &tok, 1, pos, 0, g->logits, &tok_stats, e);
+      if (rc < 0) break;
+    }
+    take(g, &b);
+    tok_stats.tokens_decode = 1;
+    tok_stats.decode_s = (double)(spill_clock_ns() - ts) / 1e9;
+    /* fold this token into the run */
+    st->tokens_decode++;
+    accumulate(st, &a, &b);
+    pos++;
+    char text[16];
+    spill_token_to_text(g, tok, text, sizeof text);
+    if (cb && cb(user, tok, text, &tok_stats)) break;
+    if (tok == g->a->eos_id && g->a->eos_id >= 0) break;
+  }
+  st->decode_s = (double)(spill_clock_ns() - t1) / 1e9;
+  finish_stats(g, st);
+  spill_sampler_free(&smp);
+  return rc;
+}
+
+/* ------------------------------------------------------------ experiment support */
+
+int spill_engine_clear_cache(spill_engine *g, int reset_counters, spill_err *e) {
+  return spill_stream_clear(g->st, reset_counters, e);
+}
+
+int spill_engine_set_budget(spill_engine *g, uint64_t budget_bytes, spill_err *e) {
+  spill_plan p = g->plan;
+  SPILL_TRY(spill_plan_budget(&p, g->cfg.usable_ram ? g->cfg.usable_ram : spill_plan_usable_ram(),
+                              budget_bytes, e));
+  if (g->cfg.storage != SPILL_STORAGE_MMAP) {
+    uint64_t slots = p.cache_slots > 0x7fffffffull ? 0x7fffffffull : p.cache_slots;
+    SPILL_TRY(spill_stream_resize(g->st, (uint32_t)slots, e));
+  }
+  g->plan = p;
+  g->cfg.budget_bytes = budget_bytes;
+  return SPILL_OK;
+}
+
+int spill_engine_evict_page_cache(spill_engine *g, spill_err *e) {
+  return spill_stream_evict_page_cache(g->st, e);
+}
+
+int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, spill_err *e) {
+  spill_config c = g->cfg;
+  SPILL_TRY(spill_config_set(&c, key, value, e));
+  if (!strcmp(key, "lookahead") || !strcmp(key, "lookahead_depth") ||
+      !strcmp(key, "lookahead_prefill")) {
+    g->cfg = c;
+    return SPILL_OK;
+  }
+  if (!strcmp(key, "verify")) {
+    g->cfg = c;
+    spill_stream_set_verify(g->st, c.verify);
+    return SPILL_OK;
+  }
+  if (!strcmp(key, "budget")) return spill_engine_set_budget(g, c.budget_bytes, e);
+  return spill_err_set(e, SPILL_E_CONFIG,
+                       "knob '%s' cannot change on an open engine (reopen it)", key);
+}
