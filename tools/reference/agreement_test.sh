@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Agreement of the C engine with the independent numpy reference (f64):
+# for each attention mix (k3 = 3 KDA : 1 MLA, mla, kda, gqa) and each weight
+# format pair (trunk/experts: f32/f32, q4/rvq3, f32/q8, q4/q4), a nano
+# container is generated, 19 tokens (prefill and decode positions) are run
+# token by token through `spill eval --all-positions` and through
+# spill_ref.py, and every position's logits must agree within 1e-4 of the
+# logit scale (max |diff| / max |ref|). The last position of chunked prefill
+# is checked the same way. Prints one line per case.
+set -uo pipefail
+SPILL="$1"
+REF="$2"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}"
+TOKENS="256,72,101,108,108,111,32,119,111,114,108,100,33,32,84,104,101,32,113"
+fail=0
+cases=0
+for mix in k3 mla kda gqa; do
+  for pair in f32/f32 q4/rvq3 f32/q8 q4/q4; do
+    trunk=${pair%/*}
+    experts=${pair#*/}
+    dir="$TMP/nano-$mix-$trunk-$experts"
+    rm -rf "$dir"
+    "$SPILL" gen --preset nano --attn "$mix" --trunk-dtype "$trunk" --expert-dtype "$experts" \
+      "$dir" 2>/dev/null || { echo "FAIL $mix $pair: gen"; fail=1; continue; }
+    "$SPILL" eval "$dir" --tokens "$TOKENS" --all-positions --logits-out "$TMP/all.f32" \
+      >/dev/null 2>&1 || { echo "FAIL $mix $pair: eval"; fail=1; continue; }
+    "$SPILL" eval "$dir" --tokens "$TOKENS" --logits-out "$TMP/last.f32" --prefill-chunk 8 \
+      >/dev/null 2>&1 || { echo "FAIL $mix $pair: eval chunked"; fail=1; continue; }
+    for what in all last; do
+      cases=$((cases + 1))
+      out=$(/usr/bin/python3 "$REF" "$dir" --tokens "$TOKENS" --compare "$TMP/$what.f32" \
+        --tol 1e-4 2>&1)
+      rc=$?
+      line=$(printf "%s\n" "$out" | grep "max_abs_diff" | head -1)
+      if [ $rc -eq 0 ]; then
+        echo "ok   $mix trunk=$trunk experts=$experts positions=$what: $line"
+      else
+        echo "FAIL $mix trunk=$trunk experts=$experts positions=$what (rc $rc):"
+        printf '%s\n' "$out" | tail -5
+        fail=1
+      fi
+    done
+  done
+done
+echo "$cases comparisons"
+exit $fail
