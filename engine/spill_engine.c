@@ -507,11 +507,11 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   g->la_predicted = g->la_correct = 0;
   int rc = SPILL_OK;
   uint64_t t0 = spill_clock_ns();
-  if (g->cfg.prefill_chunk <= 1) {
-    for (int i = 0; i < n_prompt && rc == SPILL_OK; i++)
-      rc = step(g, prompt + i, 1, i, 1, g->logits, st, e);
-  } else {
-    rc = step(g, prompt, n_prompt, 0, 1, g->logits, st, e);
+  /* one forward call (and one profile row) per prefill chunk */
+  int chunk = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 1;
+  for (int i = 0; i < n_prompt && rc == SPILL_OK; i += chunk) {
+    int n = n_prompt - i < chunk ? n_prompt - i : chunk;
+    rc = step(g, prompt + i, n, i, 1, g->logits, st, e);
   }
   st->prefill_s = (double)(spill_clock_ns() - t0) / 1e9;
   st->tokens_prefill = n_prompt;
@@ -545,6 +545,14 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
     if (tok == g->a->eos_id && g->a->eos_id >= 0) break;
   }
   st->decode_s = (double)(spill_clock_ns() - t1) / 1e9;
+  /* prefetches still in flight belong to this run: wait for them so the
+   * counters are exact (reads == misses + prefetches issued) */
+  snap qa, qb;
+  take(g, &qa);
+  int qrc = spill_stream_quiesce(g->st, rc == SPILL_OK ? e : NULL);
+  if (rc == SPILL_OK) rc = qrc;
+  take(g, &qb);
+  accumulate(st, &qa, &qb);
   finish_stats(g, st);
   spill_sampler_free(&smp);
   return rc;

@@ -518,6 +518,11 @@ static int drain(spill_stream *s, spill_err *e) {
   return SPILL_OK;
 }
 
+int spill_stream_quiesce(spill_stream *s, spill_err *e) {
+  while (s->inf_used > 0 && s->n_waiting == 0) SPILL_TRY(reap(s, 1, e));
+  return SPILL_OK;
+}
+
 void spill_stream_close(spill_stream *s) {
   if (!s) return;
   if (s->io) {

@@ -75,6 +75,9 @@ void spill_stream_latency_reset(spill_stream *s);
  * order; returns the count (<= max). */
 int spill_stream_last_hits(const spill_stream *s, uint8_t *hits, int max);
 
+/* Waits for every read in flight (prefetches included) to land; nothing
+ * requested stays undelivered. Call between runs for exact counters. */
+int spill_stream_quiesce(spill_stream *s, spill_err *e);
 /* Drops every cached expert (waits for prefetches in flight first). */
 int spill_stream_clear(spill_stream *s, int reset_counters, spill_err *e);
 /* Changes the number of cache slots in place (drops everything). */
