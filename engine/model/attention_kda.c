@@ -1,0 +1,141 @@
+/* engine/model/attention_kda.c: Kimi Delta Attention, docs/MODEL.md
+ * "ATTN KDA". A linear attention with a fixed-size state per layer: per head
+ * a (d, d) matrix S (rows = key channels) plus rings with the K-1 previous
+ * pre-conv q, k, v inputs for the short causal convolution. Nothing grows
+ * with context. Per token: projections, causal conv + SiLU, per-channel decay
+ * alpha = exp(max(-exp(A_log) softplus(f_b f_a h + dt_bias), floor)), then
+ * per head the gated delta rule
+ *   S = diag(alpha) S;  S += kh (beta (vh - S^T kh))^T;  o = S^T qh
+ * and an rmsnorm'd, sigmoid-gated output. Heads run in parallel on the pool,
+ * each by one thread in a fixed order (rows of S ascending).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/model/model_internal.h"
+
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* y[c] = silu(sum_{i<K} w[c][i] * x_{pos-K+1+i}[c]) with the ring holding
+ * the K-1 previous inputs (slot = position mod (K-1)); then stores x. */
+static void causal_conv(const float *x, const float *w, float *ring, int n, int K, int pos,
+                        float *y) {
+  const int K1 = K - 1;
+  for (int c = 0; c < n; c++) {
+    float acc = 0.0f;
+    for (int i = 0; i < K1; i++) {
+      const int t = pos - K1 + i;
+      if (t >= 0) acc += w[(size_t)c * K + i] * ring[(size_t)(t % K1) * n + c];
+    }
+    acc += w[(size_t)c * K + K1] * x[c];
+    y[c] = spill_model_silu(acc);
+  }
+  if (K1 > 0) memcpy(ring + (size_t)(pos % K1) * n, x, (size_t)n * sizeof(float));
+}
+
+typedef struct kda_job {
+  const float *q, *k, *v; /* (H*d) after conv */
+  const float *alpha;     /* (H*d) */
+  const float *beta;      /* (H) */
+  const float *gate;      /* (H*d) output gate pre-sigmoid */
+  const float *o_norm;    /* (d) */
+  float *S;               /* (H, d, d) */
+  float *tmp;             /* (n_threads, d) */
+  float *o;               /* (H*d) */
+  int d;
+  float eps;
+} kda_job;
+
+static void kda_head(void *ctx, int j, int thread) {
+  const kda_job *g = ctx;
+  const int d = g->d;
+  const size_t off = (size_t)j * d;
+  float *S = g->S + (size_t)j * d * d; /* (d, d) */
+  float *u = g->tmp + (size_t)thread * d; /* (d) */
+  float *o = g->o + off;                  /* (d) */
+  const float *alpha = g->alpha + off;
+
+  /* qh = l2norm(q_j) / sqrt(d), kh = l2norm(k_j): applied as scalars on the fly */
+  const float *qj = g->q + off, *kj = g->k + off, *vj = g->v + off;
+  float qs = 0.0f, ks = 0.0f;
+  for (int i = 0; i < d; i++) {
+    qs += qj[i] * qj[i];
+    ks += kj[i] * kj[i];
+  }
+  const float qn = 1.0f / (sqrtf(qs + 1e-6f) * sqrtf((float)d));
+  const float kn = 1.0f / sqrtf(ks + 1e-6f);
+
+  /* pass 1: decay rows, u = S^T kh */
+  memset(u, 0, (size_t)d * sizeof(float));
+  for (int a = 0; a < d; a++) {
+    float *row = S + (size_t)a * d;
+    const float al = alpha[a], kh = kj[a] * kn;
+    for (int b = 0; b < d; b++) {
+      row[b] *= al;
+      u[b] += row[b] * kh;
+    }
+  }
+  const float beta = g->beta[j];
+  for (int b = 0; b < d; b++) u[b] = beta * (vj[b] - u[b]);
+  /* pass 2: S += kh u^T; o = S^T qh */
+  memset(o, 0, (size_t)d * sizeof(float));
+  for (int a = 0; a < d; a++) {
+    float *row = S + (size_t)a * d;
+    const float kh = kj[a] * kn, qh = qj[a] * qn;
+    for (int b = 0; b < d; b++) {
+      row[b] += kh * u[b];
+      o[b] += row[b] * qh;
+    }
+  }
+  /* o = rmsnorm(o, o_norm) * sigmoid(gate) */
+  spill_k_rmsnorm(o, g->o_norm, o, (uint32_t)d, g->eps);
+  for (int b = 0; b < d; b++) o[b] *= spill_model_sigmoid(g->gate[off + b]);
+}
+
+int spill_model_attn_kda(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
+  (void)e;
+  const spill_kda_cfg *c = &m->a.kda;
+  const spill_layer_weights *L = &m->L[l];
+  const int H = c->n_heads, d = c->head_dim, K = c->conv_kernel, n = H * d;
+  const size_t ring_n = (size_t)(K - 1) * n;
+  spill_model_scratch *s = &m->s;
+  float *q = s->q, *k = s->k, *v = s->v;    /* (H*d) pre-conv projections */
+  float *qc = s->kq, *kc = s->kk, *vc = s->kv; /* (H*d) after conv + silu */
+  float *fa = s->kfa;                        /* (max(r, og)) */
+  float *alpha = s->kalpha;                  /* (H*d) */
+  float *beta = s->kbeta;                    /* (H) */
+  float *gate = s->qa;                       /* (H*d) */
+
+  spill_model_matvec(m, &L->attn_q, h, q);
+  spill_model_matvec2(m, &L->attn_k, h, NULL, k, &L->attn_v, h, NULL, v);
+  causal_conv(q, L->attn_q_conv, L->kda_ring, n, K, pos, qc);
+  causal_conv(k, L->attn_k_conv, L->kda_ring + ring_n, n, K, pos, kc);
+  causal_conv(v, L->attn_v_conv, L->kda_ring + 2 * ring_n, n, K, pos, vc);
+
+  /* decay: alpha = exp(max(-exp(A_log_j) * softplus(f_b f_a h + dt_bias), floor)) */
+  spill_model_matvec(m, &L->attn_f_a, h, fa);
+  spill_model_matvec(m, &L->attn_f_b, fa, alpha);
+  for (int j = 0; j < H; j++) {
+    const float A = -expf(L->attn_a_log[j]);
+    for (int i = 0; i < d; i++) {
+      const int ch = j * d + i;
+      float g = A * softplus(alpha[ch] + L->attn_dt_bias[ch]);
+      if (c->decay_floor < 0 && g < (float)c->decay_floor) g = (float)c->decay_floor;
+      alpha[ch] = expf(g);
+    }
+  }
+  spill_model_matvec(m, &L->attn_b, h, beta);
+  for (int j = 0; j < H; j++) beta[j] = spill_model_sigmoid(beta[j]);
+  if (c->out_gate_rank == 0) {
+    spill_model_matvec(m, &L->attn_g, h, gate);
+  } else {
+    spill_model_matvec(m, &L->attn_g_a, h, fa);
+    spill_model_matvec(m, &L->attn_g_b, fa, gate);
+  }
+
+  kda_job g = {qc, kc, vc, alpha, beta, gate, L->attn_o_norm, L->kda_s, s->ku, s->o, d,
+               (float)m->a.norm_eps};
+  spill_model_run_tasks(m, kda_head, &g, H, (uint64_t)H * 4u * (uint64_t)d * (uint64_t)d);
+  spill_model_matvec(m, &L->attn_output, s->o, out); /* (D) from (H*d) */
+  return SPILL_OK;
+}

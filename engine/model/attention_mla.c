@@ -1,0 +1,104 @@
+/* engine/model/attention_mla.c: multi-head latent attention with kv_b
+ * absorbed (DeepSeek-V3 / Kimi), docs/MODEL.md "ATTN MLA".
+ *
+ * The cache holds per token only the normalised latent c (dc) and the shared
+ * rope key kr (dr): dc + dr floats per token per layer. Per head j the query
+ * is absorbed into latent space, qa_j = Wuk_j^T qn_j (dc), the scores are
+ * qa_j . c_t + qr_j . kr_t, the latent output ol_j = sum_t a_t c_t and the
+ * head output o_j = Wuv_j ol_j. Wuk_j^T qn_j is computed by dequantising the
+ * dn rows of Wuk_j one at a time (any trunk dtype) and accumulating them in
+ * row order. Heads run in parallel on the pool; each head is computed by one
+ * thread in a fixed order, so results do not depend on the thread count.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/model/model_internal.h"
+
+typedef struct mla_job {
+  spill_model *m;
+  const spill_layer_weights *L;
+  const float *q;   /* (H, dn+dr) */
+  const float *cache; /* (ctx, dc+dr) */
+  float *qa;        /* (H, dc) */
+  float *att;       /* (n_threads, ctx): one row per thread */
+  float *ol;        /* (H, dc) */
+  float *o;         /* (H, dv) */
+  float *rowtmp;    /* (n_threads, dc) */
+  int dn, dr, dv, dc, n_t, ctx;
+  float scale;
+} mla_job;
+
+static void mla_head(void *ctx, int j, int thread) {
+  const mla_job *g = ctx;
+  const int dn = g->dn, dr = g->dr, dv = g->dv, dc = g->dc, w = dc + dr;
+  const float *qn = g->q + (size_t)j * (dn + dr); /* (dn) */
+  const float *qr = qn + dn;                     /* (dr) */
+  float *qa = g->qa + (size_t)j * dc;            /* (dc) */
+  float *row = g->rowtmp + (size_t)thread * dc;  /* (dc) */
+  const uint32_t r0 = (uint32_t)j * (uint32_t)(dn + dv);
+
+  /* qa = Wuk_j^T qn: rows r0 .. r0+dn of kv_b, accumulated in row order */
+  memset(qa, 0, (size_t)dc * sizeof(float));
+  for (int i = 0; i < dn; i++) {
+    spill_k_dequant_row(&g->L->attn_kv_b, r0 + (uint32_t)i, row);
+    const float s = qn[i];
+    for (int c = 0; c < dc; c++) qa[c] += s * row[c];
+  }
+  /* scores over the cache */
+  float *att = g->att + (size_t)thread * g->ctx; /* (n_t) this thread's row */
+  for (int t = 0; t < g->n_t; t++) {
+    const float *ct = g->cache + (size_t)t * w;
+    float sc = spill_k_dot(qa, ct, (uint32_t)dc);
+    if (dr > 0) sc += spill_k_dot(qr, ct + dc, (uint32_t)dr);
+    att[t] = sc * g->scale;
+  }
+  spill_model_softmax(att, g->n_t);
+  /* latent output, then o_j = Wuv_j ol_j */
+  float *ol = g->ol + (size_t)j * dc; /* (dc) */
+  memset(ol, 0, (size_t)dc * sizeof(float));
+  for (int t = 0; t < g->n_t; t++) {
+    const float *ct = g->cache + (size_t)t * w;
+    const float at = att[t];
+    for (int c = 0; c < dc; c++) ol[c] += at * ct[c];
+  }
+  const spill_qmat wuv = spill_model_qmat_rows(&g->L->attn_kv_b, r0 + (uint32_t)dn, (uint32_t)dv);
+  spill_k_matvec(&wuv, ol, g->o + (size_t)j * dv, 0, (uint32_t)dv);
+}
+
+int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
+  (void)e;
+  const spill_mla_cfg *c = &m->a.mla;
+  const spill_layer_weights *L = &m->L[l];
+  const int H = c->n_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim, dv = c->v_head_dim,
+            dc = c->kv_lora_rank, w = dc + dr;
+  const float eps = (float)m->a.norm_eps;
+  float *q = m->s.q;                      /* (H, dn+dr) */
+  float *kv = m->s.k;                     /* (dc+dr) */
+  float *cache_t = L->cache + (size_t)pos * w; /* (dc+dr) this token's slot: [c, kr] */
+  float *cs = m->s.rope_cs;               /* (dr/2 cos, dr/2 sin) */
+
+  if (c->q_lora_rank > 0) {
+    float *cq = m->s.cq; /* (q_lora) */
+    spill_model_matvec(m, &L->attn_q_a, h, cq);
+    spill_k_rmsnorm(cq, L->attn_q_a_norm, cq, (uint32_t)c->q_lora_rank, eps);
+    spill_model_matvec(m, &L->attn_q_b, cq, q);
+  } else {
+    spill_model_matvec(m, &L->attn_q, h, q);
+  }
+  spill_model_matvec(m, &L->attn_kv_a, h, kv);
+  spill_k_rmsnorm(kv, L->attn_kv_a_norm, cache_t, (uint32_t)dc, eps); /* c: the cached latent */
+  memcpy(cache_t + dc, kv + dc, (size_t)dr * sizeof(float));           /* kr: shared rope key */
+  if (c->use_rope && dr > 0) {
+    spill_model_rope_table(cs, dr, pos, c->rope_theta);
+    for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * (dn + dr) + dn, dr, cs);
+    spill_model_rope_apply(cache_t + dc, dr, cs);
+  }
+
+  mla_job g = {m, L, q, L->cache, m->s.qa, m->s.att, m->s.ol, m->s.o, m->s.rowtmp,
+               dn, dr, dv, dc, pos + 1, m->o.ctx, 1.0f / sqrtf((float)(dn + dr))};
+  const uint64_t per_head = (uint64_t)dn * dc + (uint64_t)(pos + 1) * (2u * dc + dr) + (uint64_t)dv * dc;
+  spill_model_run_tasks(m, mla_head, &g, H, (uint64_t)H * per_head);
+  spill_model_matvec(m, &L->attn_output, m->s.o, out); /* (D) from (H*dv) */
+  return SPILL_OK;
+}

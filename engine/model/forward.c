@@ -1,0 +1,275 @@
+/* engine/model/forward.c: the forward pass, top to bottom (docs/MODEL.md).
+ *
+ * spill_model_forward splits the tokens into chunks of max_chunk; a chunk
+ * runs layer by layer: attention token by token in order (each token sees
+ * the cache up to itself), then the FFN of the whole chunk (dense per token,
+ * MoE through moe.c so each distinct expert is fetched once per layer and
+ * chunk). Only the last token's logits are computed.
+ *
+ * Parallelism: every matvec is split by rows into fixed chunks run on the
+ * pool; a row is always computed whole by one thread with the kernel's fixed
+ * summation order, so logits are bit-identical for any thread count. Tiny
+ * matvecs run on the caller (same numbers, no dispatch cost).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/base/clock.h"
+#include "engine/model/model_internal.h"
+
+#define ROWS_PER_TASK_MIN 16u
+
+/* ---- pool helpers ---- */
+
+typedef struct mv_job {
+  const spill_qmat *w[2];
+  const float *x[2];
+  const float *lut[2];
+  float *y[2];
+  uint32_t rows_per_task;
+  int tasks0; /* tasks of matrix 0 */
+} mv_job;
+
+static void mv_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const mv_job *j = ctx;
+  const int mi = task < j->tasks0 ? 0 : 1;
+  const int t = mi ? task - j->tasks0 : task;
+  const spill_qmat *w = j->w[mi];
+  const uint32_t r0 = (uint32_t)t * j->rows_per_task;
+  uint32_t r1 = r0 + j->rows_per_task;
+  if (r1 > w->rows) r1 = w->rows;
+  if (j->lut[mi])
+    spill_k_rvq3_apply(w, j->lut[mi], j->y[mi], r0, r1);
+  else
+    spill_k_matvec(w, j->x[mi], j->y[mi], r0, r1);
+}
+
+static uint32_t rows_per_task(const spill_model *m, uint32_t rows) {
+  const uint32_t nt = (uint32_t)m->o.n_threads;
+  uint32_t r = (rows + 4 * nt - 1) / (4 * nt);
+  if (r < ROWS_PER_TASK_MIN) r = ROWS_PER_TASK_MIN;
+  return r;
+}
+
+void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, const float *lut0,
+                         float *y0, const spill_qmat *w1, const float *x1, const float *lut1,
+                         float *y1) {
+  mv_job j = {{w0, w1}, {x0, x1}, {lut0, lut1}, {y0, y1}, 0, 0};
+  const uint64_t work = (uint64_t)w0->rows * w0->cols + (w1 ? (uint64_t)w1->rows * w1->cols : 0);
+  if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
+    j.rows_per_task = w0->rows;
+    j.tasks0 = 1;
+    mv_task(&j, 0, 0);
+    if (w1) {
+      j.rows_per_task = w1->rows;
+      mv_task(&j, 1, 0);
+    }
+    return;
+  }
+  uint32_t rows = w0->rows > (w1 ? w1->rows : 0) ? w0->rows : w1->rows;
+  j.rows_per_task = rows_per_task(m, rows);
+  j.tasks0 = (int)((w0->rows + j.rows_per_task - 1) / j.rows_per_task);
+  const int tasks1 = w1 ? (int)((w1->rows + j.rows_per_task - 1) / j.rows_per_task) : 0;
+  spill_pool_run(m->pool, mv_task, &j, j.tasks0 + tasks1);
+}
+
+void spill_model_run_tasks(spill_model *m, spill_pool_fn fn, void *ctx, int n_tasks,
+                           uint64_t work) {
+  if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
+    for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
+    return;
+  }
+  spill_pool_run(m->pool, fn, ctx, n_tasks);
+}
+
+void spill_model_matvec(spill_model *m, const spill_qmat *w, const float *x, float *y) {
+  spill_model_matvec2(m, w, x, NULL, y, NULL, NULL, NULL, NULL);
+}
+
+void spill_model_rvq3_apply(spill_model *m, const spill_qmat *w, const float *lut, float *y) {
+  spill_model_matvec2(m, w, NULL, lut, y, NULL, NULL, NULL, NULL);
+}
+
+typedef struct lut_job {
+  const float *cb, *x;
+  uint32_t cols, groups_per_task, n_groups;
+  float *lut;
+} lut_job;
+
+static void lut_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const lut_job *j = ctx;
+  const uint32_t g0 = (uint32_t)task * j->groups_per_task;
+  uint32_t g1 = g0 + j->groups_per_task;
+  if (g1 > j->n_groups) g1 = j->n_groups;
+  spill_k_rvq3_lut(j->cb, j->x, j->cols, j->lut, g0, g1);
+}
+
+void spill_model_lut(spill_model *m, const float *codebook, const float *x, uint32_t cols,
+                     float *lut) {
+  lut_job j = {codebook, x, cols, 0, cols / SPILL_RVQ_DIM, lut};
+  /* work per group: 3 stages x 256 entries x 8 = 6144 MACs */
+  if (m->o.n_threads == 1 || (uint64_t)j.n_groups * 6144u < (uint64_t)m->o.par_min_weights ||
+      j.n_groups < 2) {
+    j.groups_per_task = j.n_groups;
+    lut_task(&j, 0, 0);
+    return;
+  }
+  j.groups_per_task = (j.n_groups + 2 * (uint32_t)m->o.n_threads - 1) / (2 * (uint32_t)m->o.n_threads);
+  spill_pool_run(m->pool, lut_task, &j, (int)((j.n_groups + j.groups_per_task - 1) / j.groups_per_task));
+}
+
+/* ---- small math ---- */
+
+void spill_model_rope_table(float *cs, int d, int pos, double theta) {
+  const int half = d / 2;
+  for (int i = 0; i < half; i++) {
+    const double f = pow(theta, -2.0 * i / (double)d);
+    const double a = (double)pos * f;
+    cs[i] = (float)cos(a);
+    cs[half + i] = (float)sin(a);
+  }
+}
+
+void spill_model_rope_apply(float *v, int d, const float *cs) {
+  const int half = d / 2;
+  for (int i = 0; i < half; i++) {
+    const float c = cs[i], s = cs[half + i];
+    const float v0 = v[i], v1 = v[i + half];
+    v[i] = v0 * c - v1 * s;
+    v[i + half] = v0 * s + v1 * c;
+  }
+}
+
+void spill_model_softmax(float *x, int n) {
+  float mx = x[0];
+  for (int i = 1; i < n; i++)
+    if (x[i] > mx) mx = x[i];
+  float sum = 0.0f;
+  for (int i = 0; i < n; i++) {
+    x[i] = expf(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* ---- blocks ---- */
+
+/* out (D) = W_down (silu(W_gate h) * (W_up h)) */
+static void swiglu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
+                   const spill_qmat *down, const float *h, float *out) {
+  float *g = m->s.ff_g; /* (F) */
+  float *u = m->s.ff_u; /* (F) */
+  spill_model_matvec2(m, gate, h, NULL, g, up, h, NULL, u);
+  for (uint32_t i = 0; i < gate->rows; i++) g[i] = spill_model_silu(g[i]) * u[i];
+  spill_model_matvec(m, down, g, out);
+}
+
+int spill_model_dense_ffn(spill_model *m, int l, const float *h, float *out) {
+  const spill_layer_weights *L = &m->L[l];
+  swiglu(m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, h, out);
+  return SPILL_OK;
+}
+
+/* Shared experts of MoE layer l, added to out (D). */
+void spill_model_shared_experts(spill_model *m, int l, const float *h, float *out) {
+  const spill_layer_weights *L = &m->L[l];
+  float *tmp = m->s.attn_out; /* (D), free during the FFN */
+  swiglu(m, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, h, tmp);
+  for (int i = 0; i < m->a.d_model; i++) out[i] += tmp[i];
+}
+
+/* ---- forward ---- */
+
+static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spill_err *e) {
+  const spill_arch *a = &m->a;
+  const int D = a->d_model;
+  const float eps = (float)a->norm_eps;
+  spill_model_scratch *s = &m->s;
+  float *x = s->x;               /* (T, D) residual stream */
+  float *h = s->h;               /* (T, D) normed sub-block input */
+  float *attn_out = s->attn_out; /* (D) */
+  float *ffn_out = s->ffn_out;   /* (T, D) */
+
+  for (int t = 0; t < T; t++) spill_k_dequant_row(&m->tok_embd, (uint32_t)tokens[t], x + (size_t)t * D);
+
+  for (int l = 0; l < a->n_layers; l++) {
+    const spill_layer_weights *L = &m->L[l];
+    /* attention, token by token in order */
+    uint64_t t0 = spill_clock_ns();
+    for (int t = 0; t < T; t++) {
+      float *xt = x + (size_t)t * D;
+      spill_k_rmsnorm(xt, L->attn_norm, h, (uint32_t)D, eps);
+      int rc;
+      switch (L->kind) {
+        case SPILL_ATTN_GQA: rc = spill_model_attn_gqa(m, l, h, pos0 + t, attn_out, e); break;
+        case SPILL_ATTN_MLA: rc = spill_model_attn_mla(m, l, h, pos0 + t, attn_out, e); break;
+        case SPILL_ATTN_KDA: rc = spill_model_attn_kda(m, l, h, pos0 + t, attn_out, e); break;
+        default: rc = spill_err_set(e, SPILL_E_INTERNAL, "layer %d: bad attention kind", l);
+      }
+      if (rc < 0) return rc;
+      for (int i = 0; i < D; i++) xt[i] += attn_out[i];
+    }
+    m->stats.ns_attn += spill_clock_ns() - t0;
+
+    /* FFN of the whole chunk */
+    for (int t = 0; t < T; t++)
+      spill_k_rmsnorm(x + (size_t)t * D, L->ffn_norm, h + (size_t)t * D, (uint32_t)D, eps);
+    if (!L->is_moe) {
+      t0 = spill_clock_ns();
+      for (int t = 0; t < T; t++)
+        spill_model_dense_ffn(m, l, h + (size_t)t * D, ffn_out + (size_t)t * D);
+      m->stats.ns_expert += spill_clock_ns() - t0;
+    } else {
+      SPILL_TRY(spill_model_moe(m, l, x, h, T, pos0, ffn_out, e));
+    }
+    for (size_t i = 0; i < (size_t)T * D; i++) x[i] += ffn_out[i];
+  }
+  return SPILL_OK;
+}
+
+int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float *logits_last,
+                        spill_err *e) {
+  SPILL_FAIL_IF(e, !m || !tokens || n < 1, SPILL_E_INVALID_ARG, "forward: no tokens");
+  SPILL_FAIL_IF(e, pos != 0 && pos != m->n_past, SPILL_E_INVALID_ARG,
+                "forward: pos %d but %d tokens run since reset (pos must be 0 or %d)", pos,
+                m->n_past, m->n_past);
+  SPILL_FAIL_IF(e, pos > m->o.ctx - n, SPILL_E_RANGE,
+                "forward: positions %d..%d exceed ctx %d", pos, pos + n - 1, m->o.ctx);
+  for (int i = 0; i < n; i++)
+    SPILL_FAIL_IF(e, tokens[i] < 0 || tokens[i] >= m->a.vocab_size, SPILL_E_RANGE,
+                  "forward: token %d at index %d out of range (vocab %d)", tokens[i], i,
+                  m->a.vocab_size);
+  if (pos == 0) spill_model_reset(m);
+  memset(&m->stats, 0, sizeof m->stats);
+  const uint64_t t_start = spill_clock_ns();
+  const int D = m->a.d_model;
+
+  int T = 0;
+  for (int c = 0; c < n; c += T) {
+    T = n - c < m->o.max_chunk ? n - c : m->o.max_chunk;
+    int rc = forward_chunk(m, tokens + c, T, pos + c, e);
+    if (rc < 0) {
+      m->n_past = 0; /* state is partial: only pos 0 (a reset) is accepted next */
+      return rc;
+    }
+    m->n_past = pos + c + T;
+  }
+
+  if (logits_last) {
+    const uint64_t t0 = spill_clock_ns();
+    float *xl = m->s.x + (size_t)(T - 1) * D; /* (D) last token of the last chunk */
+    float *h = m->s.h;                        /* (D) */
+    spill_k_rmsnorm(xl, m->output_norm, h, (uint32_t)D, (float)m->a.norm_eps);
+    spill_model_matvec(m, &m->output, h, logits_last); /* (vocab) */
+    m->stats.ns_lm_head += spill_clock_ns() - t0;
+  }
+  m->stats.n_tokens = n;
+  m->stats.ns_total = spill_clock_ns() - t_start;
+  const uint64_t named = m->stats.ns_attn + m->stats.ns_router + m->stats.ns_lut +
+                         m->stats.ns_expert + m->stats.ns_expert_wait + m->stats.ns_lm_head;
+  m->stats.ns_other = m->stats.ns_total > named ? m->stats.ns_total - named : 0;
+  return SPILL_OK;
+}

@@ -1,0 +1,135 @@
+/* engine/model/model.h: the K3-family forward pass (docs/MODEL.md).
+ *
+ * A spill_model owns: the open container, the whole trunk in one aligned
+ * allocation, per-layer views of every trunk tensor (resolved by name once at
+ * open), the sequence state (MLA latent cache, KDA recurrent state and conv
+ * rings, GQA KV cache) sized for a maximum context, all scratch buffers (no
+ * allocation per token) and a thread pool. Routed experts come through a
+ * spill_expert_source (expert_source.h); placement (cache, disk, prefetch)
+ * and thread count never change the logits: experts are accumulated per
+ * selection slot and summed in router order, and matvecs are split by rows.
+ *
+ * Errors: every call returns SPILL_OK or a negative spill_status and fills
+ * the spill_err (may be NULL) with a specific message. Thread safety: a model
+ * is used by one thread at a time (it runs its own pool internally).
+ * Depends on engine/base, engine/format, engine/quant.
+ */
+#ifndef SPILL_MODEL_MODEL_H
+#define SPILL_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/base/status.h"
+#include "engine/format/container.h"
+#include "engine/model/expert_source.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spill_model spill_model;
+
+/* Observation hook, called by the forward pass (on the forward's thread). */
+typedef struct spill_model_observer {
+  void *ctx;
+  /* After routing MoE layer `layer` for the n_tok tokens of a chunk starting
+   * at position pos0 and requesting its experts from the source, before they
+   * are consumed. x (n_tok, d_model) is the residual stream entering the MoE
+   * (after attention): a lookahead prefetcher may call
+   * spill_model_router_topk(m, layer + 1, x + t*D, ...) and its source's
+   * prefetch here (queued behind this layer's demand reads). ids/weights (n_tok, top_k) in selection order, final weights (after
+   * norm_topk and routed_scale). All pointers valid during the call only. A
+   * negative return aborts the forward with that status. May be NULL. */
+  int (*on_route)(void *ctx, int layer, int pos0, int n_tok, const float *x,
+                  const uint32_t *ids, const float *weights, int k);
+} spill_model_observer;
+
+typedef struct spill_model_opts {
+  int n_threads;   /* threads of the pool including the caller; <= 0: 1 */
+  int ctx;         /* maximum context in tokens; <= 0: 4096 */
+  int max_chunk;   /* tokens per prefill chunk; <= 0: 16 */
+  int verify;      /* built-in source: crc32 every expert payload it reads */
+  /* Matvecs / LUT builds with fewer weight MACs run on the calling thread
+   * (same numbers, no dispatch cost). <= 0: 32768. Tests set 1 to force
+   * every matvec through the pool. */
+  int par_min_weights;
+  /* NULL: the built-in synchronous source over this container. Otherwise
+   * copied; the source must outlive the model (or be replaced first). */
+  const spill_expert_source *experts;
+  const spill_model_observer *observer; /* copied; may be NULL */
+} spill_model_opts;
+
+/* Time split and counters of the last spill_model_forward call (all tokens
+ * of that call). ns_other = ns_total minus the named parts. */
+typedef struct spill_model_stats {
+  int n_tokens;
+  uint64_t ns_total;
+  uint64_t ns_attn;        /* norms + attention of every layer */
+  uint64_t ns_router;      /* router matvec, scores, top-k, latent down-projection */
+  uint64_t ns_lut;         /* rvq3 LUT builds (layer input and per-expert down) */
+  uint64_t ns_expert;      /* routed and shared expert matvecs, dense FFN, latent up */
+  uint64_t ns_expert_wait; /* blocked in the source's next_ready */
+  uint64_t ns_lm_head;     /* final norm + output projection */
+  uint64_t ns_other;
+  uint64_t n_expert_requests; /* ids passed to request() (distinct per layer & chunk) */
+  uint64_t n_expert_uses;     /* (token, expert) pairs computed */
+} spill_model_stats;
+
+/* Opens the container in `dir`, reads the trunk, resolves and checks every
+ * tensor against the arch (an error names the missing or misshaped tensor),
+ * allocates state and scratch for o->ctx tokens and starts the pool. o may
+ * be NULL (defaults). On success *out is owned by the caller: close with
+ * spill_model_close. */
+int spill_model_open(const char *dir, const spill_model_opts *o, spill_model **out,
+                     spill_err *e);
+void spill_model_close(spill_model *m); /* NULL fine */
+
+/* Clears the sequence state (caches, KDA state, position) for a new sequence. */
+void spill_model_reset(spill_model *m);
+
+/* Runs tokens[0..n) at positions pos..pos+n-1 and writes the logits of the
+ * last one into logits_last (vocab floats; may be NULL). pos must be 0 (which
+ * resets the state) or the number of tokens run since the last reset;
+ * pos + n <= ctx (SPILL_E_RANGE otherwise). n > 1 is chunked prefill
+ * (chunks of max_chunk). Token ids out of [0, vocab) give SPILL_E_RANGE. After
+ * a failure the sequence state is undefined: reset before reuse. */
+int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float *logits_last,
+                        spill_err *e);
+
+/* Lookahead hook: applies blk.layer.ffn_norm and the router of MoE layer
+ * `layer` to the residual stream `hidden` (d_model) and writes the k
+ * (1..min(n_experts, SPILL_MAX_TOPK)) best experts by selection score
+ * (sigmoid + bias, or softmax) in selection order into ids_out and their selection scores into
+ * scores_out (may be NULL). Uses its own scratch: may be called from the
+ * observer during a forward, not concurrently with itself. */
+int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int k,
+                            uint32_t *ids_out, float *scores_out, spill_err *e);
+
+/* Replaces the expert source (NULL: back to the built-in one). Copied; the
+ * source must outlive its use. Call between forwards only. */
+void spill_model_set_expert_source(spill_model *m, const spill_expert_source *src);
+void spill_model_set_observer(spill_model *m, const spill_model_observer *obs);
+
+/* Borrowed views, valid until close. */
+const spill_arch *spill_model_arch(const spill_model *m);
+const spill_container *spill_model_container(const spill_model *m);
+const spill_model_stats *spill_model_last_stats(const spill_model *m);
+int spill_model_n_past(const spill_model *m); /* tokens run since reset */
+int spill_model_ctx(const spill_model *m);
+
+/* Bytes of sequence state for `ctx` tokens: per MLA layer ctx*(kv_lora_rank
+ * + qk_rope_dim) floats, per GQA layer ctx*2*n_kv_heads*head_dim floats, per
+ * KDA layer H*d*d + 3*(K-1)*H*d floats (independent of ctx). Saturates at
+ * UINT64_MAX on overflow. */
+uint64_t spill_model_state_bytes(const spill_arch *a, int ctx);
+/* Bytes of forward scratch for a ctx, thread count and prefill chunk
+ * (includes rvq3 LUTs whatever the expert dtype: an upper bound). */
+uint64_t spill_model_scratch_bytes(const spill_arch *a, int ctx, int n_threads, int max_chunk);
+/* Bytes of the resident trunk allocation of an open model. */
+uint64_t spill_model_trunk_bytes(const spill_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,183 @@
+/* engine/model/model_internal.h: the model's private structures, shared by
+ * the files of engine/model (weights.c, model.c, forward.c, attention_*.c,
+ * moe.c). Not part of any public API.
+ *
+ * Invariants: every spill_qmat points into the trunk allocation (or into an
+ * expert record while pinned); every scratch buffer is allocated once in
+ * spill_model_open for (ctx, n_threads, max_chunk) and only reused after.
+ */
+#ifndef SPILL_MODEL_INTERNAL_H
+#define SPILL_MODEL_INTERNAL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/format/container.h"
+#include "engine/model/expert_source.h"
+#include "engine/model/model.h"
+#include "engine/model/thread_pool.h"
+#include "engine/quant/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Trunk tensors of one layer (only the ones its kind uses are set). */
+typedef struct spill_layer_weights {
+  spill_attn_kind kind;
+  int is_moe;
+  const float *attn_norm, *ffn_norm; /* (D), (D) */
+  /* GQA: q (H*d, D), k/v (Hk*d, D), o (D, H*d); KDA: q/k/v (H*d, D) */
+  spill_qmat attn_q, attn_k, attn_v, attn_output;
+  /* MLA */
+  spill_qmat attn_q_a, attn_q_b, attn_kv_a, attn_kv_b; /* (q_lora, D) (H*(dn+dr), q_lora) (dc+dr, D) (H*(dn+dv), dc) */
+  const float *attn_q_a_norm, *attn_kv_a_norm;         /* (q_lora), (dc) */
+  /* KDA */
+  const float *attn_q_conv, *attn_k_conv, *attn_v_conv; /* (H*d, K) each */
+  spill_qmat attn_f_a, attn_f_b, attn_b, attn_g, attn_g_a, attn_g_b; /* (r, D) (H*d, r) (H, D) (H*d, D) (og, D) (H*d, og) */
+  const float *attn_dt_bias, *attn_a_log, *attn_o_norm; /* (H*d), (H), (d) */
+  /* dense FFN */
+  spill_qmat ffn_gate, ffn_up, ffn_down; /* (d_ff, D) (d_ff, D) (D, d_ff) */
+  /* MoE */
+  spill_qmat ffn_gate_inp;                 /* (E, D) */
+  const float *exp_probs_b;                /* (E), sigmoid router only */
+  spill_qmat moe_down_proj, moe_up_proj;   /* (d_latent, D), (D, d_latent) */
+  const float *moe_latent_norm;            /* (d_latent) */
+  spill_qmat ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* (S, D) (S, D) (D, S) */
+  const float *codebook[SPILL_SEC_COUNT];  /* rvq3: (3*256, 8) for gate, up, down */
+  /* state (sequence) */
+  float *cache;  /* MLA: (ctx, dc+dr); GQA: (ctx, Hk*d) keys */
+  float *cache_v; /* GQA: (ctx, Hk*d) values */
+  float *kda_s;  /* KDA: (H, d, d) */
+  float *kda_ring; /* KDA: (3, K-1, H*d) previous pre-conv q, k, v */
+} spill_layer_weights;
+
+/* Scratch of the forward pass; shapes in comments, T = max_chunk. */
+typedef struct spill_model_scratch {
+  float *x;        /* (T, D) residual stream */
+  float *h;        /* (T, D) normed input of a sub-block */
+  float *attn_out; /* (D) */
+  float *ffn_out;  /* (T, D) */
+  /* attention, one token at a time */
+  float *q;        /* (max(H*(dn+dr), H*d, Hq*d)) */
+  float *k, *v;    /* (max(H*d, Hk*d, dc+dr)) */
+  float *cq;       /* (q_lora) */
+  float *att;      /* (n_threads, ctx) attention weights of the head a thread runs */
+  float *qa;       /* (H, dc) absorbed MLA queries, or KDA gate_out (H*d) */
+  float *ol;       /* (H, dc) MLA latent outputs */
+  float *o;        /* (H * max(dv, d)) concatenated head outputs */
+  float *rowtmp;   /* (n_threads, dc) dequantised kv_b rows */
+  float *rope_cs;  /* (2, max rope dim / 2) cos, sin of this position */
+  float *kq, *kk, *kv; /* KDA (H*d) convolved q, k, v */
+  float *kfa;      /* (max(r, og)) */
+  float *kalpha;   /* (H*d) decay */
+  float *kbeta;    /* (H) */
+  float *ku;       /* (n_threads, d) delta-rule temp */
+  /* FFN / MoE */
+  float *ff_g, *ff_u; /* (max(d_ff, S, d_expert)) */
+  float *router;   /* (T, E) router scores */
+  float *router_sel; /* (E) selection scores (score + bias) */
+  uint32_t *sel;   /* (T, k) selected ids in selection order */
+  float *selw;     /* (T, k) final weights */
+  float *u;        /* (T, d_in) expert input (latent or h copy) */
+  float *lut_g, *lut_u; /* (T, 3*(d_in/8)*256) rvq3 LUTs of u */
+  float *lut_d;    /* (3*(d_expert/8)*256) rvq3 LUT of one expert's activation */
+  float *eg, *eu;  /* (d_expert) expert gate/up outputs */
+  float *slot;     /* (T, k, d_in) each selection's expert output */
+  float *y;        /* (d_in) */
+  uint32_t *uniq;  /* (T*k) distinct experts of a chunk, first-use order */
+  int *use_start;  /* (T*k + 1) CSR of uses per distinct expert */
+  int *use;        /* (T*k) uses: t*k + slot */
+  int *use_fill;   /* (T*k) */
+  uint32_t *stamp; /* (E) epoch stamp per expert */
+  int *stamp_idx;  /* (E) index into uniq */
+  uint8_t *delivered; /* (T*k) */
+  float *logits;   /* (vocab) */
+  /* router lookahead (spill_model_router_topk) */
+  float *la_h;     /* (D) */
+  float *la_s;     /* (E) */
+} spill_model_scratch;
+
+struct spill_model {
+  spill_container c;
+  int container_open;
+  spill_arch a;        /* copy of c.m.arch */
+  spill_model_opts o;  /* resolved options */
+  uint8_t *trunk;      /* trunk.bin contents, SPILL_TENSOR_ALIGN aligned */
+  size_t trunk_bytes;
+  spill_layer_weights *L; /* (n_layers) */
+  spill_qmat tok_embd, output; /* (vocab, D) each */
+  const float *output_norm;    /* (D) */
+  /* expert record layout */
+  spill_dtype expert_dtype;
+  int d_in;           /* d_latent or D */
+  /* state */
+  float *state;       /* one allocation for all layers */
+  size_t state_bytes;
+  int n_past;
+  /* scratch */
+  spill_model_scratch s;
+  void *scratch_mem;
+  size_t scratch_bytes;
+  uint32_t epoch;
+  spill_pool *pool;
+  spill_expert_source builtin;  /* sync source over c */
+  int builtin_open;
+  spill_expert_source src;      /* in use */
+  spill_model_observer obs;
+  int has_obs;
+  spill_model_stats stats;
+};
+
+/* weights.c */
+int spill_model_load_weights(spill_model *m, spill_err *e);
+/* A view of rows [r0, r0 + n) of a trunk matrix (any non-rvq3 dtype, or rvq3). */
+spill_qmat spill_model_qmat_rows(const spill_qmat *w, uint32_t r0, uint32_t n);
+/* Fills a view of section `sec` of an expert record. */
+void spill_model_expert_qmat(const spill_model *m, int layer, const uint8_t *rec, int sec,
+                             spill_qmat *out);
+
+/* forward.c helpers used by attention_*.c and moe.c */
+/* y = W x over all rows, split by rows across the pool. */
+void spill_model_matvec(spill_model *m, const spill_qmat *w, const float *x, float *y);
+/* y0 = W0 x0 and y1 = W1 x1 in one pool dispatch (either may use a LUT). */
+void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, const float *lut0,
+                         float *y0, const spill_qmat *w1, const float *x1, const float *lut1,
+                         float *y1);
+/* Runs fn over n_tasks independent tasks (e.g. attention heads) on the pool,
+ * or inline when the total work (MACs) is below par_min_weights. */
+void spill_model_run_tasks(spill_model *m, spill_pool_fn fn, void *ctx, int n_tasks,
+                           uint64_t work);
+/* rvq3 LUT of x (cols floats) for a codebook, split by groups across the pool. */
+void spill_model_lut(spill_model *m, const float *codebook, const float *x, uint32_t cols,
+                     float *lut);
+/* y = W lut (rvq3) over all rows. */
+void spill_model_rvq3_apply(spill_model *m, const spill_qmat *w, const float *lut, float *y);
+/* RoPE (rotate-half) of v (d floats) with the cos/sin table cs (d/2 + d/2). */
+void spill_model_rope_table(float *cs, int d, int pos, double theta);
+void spill_model_rope_apply(float *v, int d, const float *cs);
+void spill_model_softmax(float *x, int n);
+static inline float spill_model_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float spill_model_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* forward.c: dense FFN out (D) = DENSE(l)(h); shared experts of layer l added to out (D). */
+int spill_model_dense_ffn(spill_model *m, int l, const float *h, float *out);
+void spill_model_shared_experts(spill_model *m, int l, const float *h, float *out);
+
+/* attention_*.c: out (D) = ATTN(l)(h (D), pos); updates the layer's state. */
+int spill_model_attn_gqa(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
+int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
+int spill_model_attn_kda(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
+
+/* moe.c */
+/* out (T, D) = MOE(l)(h (T, D)) for a chunk at pos0; x (T, D) is passed to the observer. */
+int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
+                    float *out, spill_err *e);
+/* top-k of scores (n) into ids/vals in selection order; O(n k), no allocation. */
+void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *vals);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

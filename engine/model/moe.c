@@ -1,0 +1,246 @@
+/* engine/model/moe.c: the routed mixture of experts of one layer for a chunk
+ * of T tokens (docs/MODEL.md "MOE(l)" and "Chunked prefill").
+ *
+ * 1. Route every token: router logits, sigmoid (+ selection-only bias) or
+ *    softmax scores, top-k in selection order (descending, lower id on
+ *    ties), optional renormalisation, routed_scale.
+ * 2. Expert input u: the latent projection rmsnorm(down_proj h) or h; for
+ *    rvq3 experts the LUTs of u for the gate and up codebooks are built once
+ *    per token and layer and shared by all selected experts.
+ * 3. The distinct experts of the chunk (first-use order) are requested from
+ *    the expert source at once; each arriving expert is applied to every
+ *    (token, slot) that chose it, its output kept in that slot's own buffer.
+ * 4. Per token the slots are summed in selection order, so arrival order,
+ *    placement and thread count never change a bit of the result.
+ * No allocation: all buffers are scratch sized at open for max_chunk tokens.
+ */
+#include <string.h>
+
+#include "engine/base/clock.h"
+#include "engine/model/model_internal.h"
+
+void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *vals) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    const float s = scores[i];
+    if (m == k) {
+      if (!(s > vals[k - 1])) continue; /* equal score: the lower id already in wins */
+      m--;
+    }
+    int j = m;
+    while (j > 0 && s > vals[j - 1]) {
+      vals[j] = vals[j - 1];
+      ids[j] = ids[j - 1];
+      j--;
+    }
+    vals[j] = s;
+    ids[j] = (uint32_t)i;
+    m++;
+  }
+}
+
+/* Router of one token: ids/w (K) from h (D). */
+static void route(spill_model *m, const spill_layer_weights *L, const float *h, float *s,
+                  uint32_t *ids, float *w) {
+  const spill_moe_cfg *c = &m->a.moe;
+  const int E = c->n_experts, K = c->top_k;
+  float vals[SPILL_MAX_TOPK];
+  spill_model_matvec(m, &L->ffn_gate_inp, h, s); /* (E) router logits */
+  if (c->router == SPILL_ROUTER_SIGMOID) {
+    float *sel = m->s.router_sel; /* (E) score + bias: selection only */
+    for (int i = 0; i < E; i++) {
+      s[i] = spill_model_sigmoid(s[i]);
+      sel[i] = s[i] + L->exp_probs_b[i];
+    }
+    spill_model_topk(sel, E, K, ids, vals);
+    for (int i = 0; i < K; i++) w[i] = s[ids[i]];
+  } else {
+    spill_model_softmax(s, E);
+    spill_model_topk(s, E, K, ids, vals);
+    for (int i = 0; i < K; i++) w[i] = vals[i];
+  }
+  if (c->norm_topk) {
+    float sum = 0.0f;
+    for (int i = 0; i < K; i++) sum += w[i];
+    if (sum > 0.0f)
+      for (int i = 0; i < K; i++) w[i] /= sum;
+  }
+  const float rs = (float)c->routed_scale;
+  for (int i = 0; i < K; i++) w[i] *= rs;
+}
+
+/* After a failure, take and release whatever is still outstanding so the
+ * source is left clean for the next request (errors are ignored here). */
+static void drain(spill_model *m, int l, const uint32_t *uniq, int remaining) {
+  for (; remaining > 0; remaining--) {
+    int idx;
+    const uint8_t *rec;
+    spill_err e2 = {0};
+    if (m->src.next_ready(m->src.ctx, &idx, &rec, &e2) < 0) return;
+    m->src.release(m->src.ctx, l, uniq[idx]);
+  }
+}
+
+/* One expert applied to one token: slot (d_in) = down(silu(gate u) * (up u)). */
+static void expert_apply(spill_model *m, const spill_layer_weights *L, const spill_qmat *G,
+                         const spill_qmat *U, const spill_qmat *Dn, const float *u,
+                         const float *lut_g, const float *lut_u, float *slot) {
+  const int de = m->a.moe.d_expert;
+  float *eg = m->s.eg; /* (d_expert) */
+  float *eu = m->s.eu; /* (d_expert) */
+  uint64_t t0 = spill_clock_ns();
+  if (m->expert_dtype == SPILL_DT_RVQ3) {
+    spill_model_matvec2(m, G, NULL, lut_g, eg, U, NULL, lut_u, eu);
+    for (int i = 0; i < de; i++) eg[i] = spill_model_silu(eg[i]) * eu[i];
+    uint64_t t1 = spill_clock_ns();
+    spill_model_lut(m, L->codebook[SPILL_SEC_DOWN], eg, (uint32_t)de, m->s.lut_d);
+    uint64_t t2 = spill_clock_ns();
+    spill_model_rvq3_apply(m, Dn, m->s.lut_d, slot);
+    m->stats.ns_lut += t2 - t1;
+    m->stats.ns_expert += (t1 - t0) + (spill_clock_ns() - t2);
+  } else {
+    spill_model_matvec2(m, G, u, NULL, eg, U, u, NULL, eu);
+    for (int i = 0; i < de; i++) eg[i] = spill_model_silu(eg[i]) * eu[i];
+    spill_model_matvec(m, Dn, eg, slot);
+    m->stats.ns_expert += spill_clock_ns() - t0;
+  }
+}
+
+int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
+                    float *out, spill_err *e) {
+  const spill_moe_cfg *c = &m->a.moe;
+  const spill_layer_weights *L = &m->L[l];
+  spill_model_scratch *s = &m->s;
+  const int D = m->a.d_model, E = c->n_experts, K = c->top_k, din = m->d_in;
+  const int rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
+  const size_t lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
+  float *router = s->router; /* (T, E) */
+  uint32_t *sel = s->sel;    /* (T, K) */
+  float *selw = s->selw;     /* (T, K) */
+  float *u = s->u;           /* (T, d_in) */
+  float *slot = s->slot;     /* (T, K, d_in) */
+  float *y = s->y;           /* (d_in) */
+
+  /* 1-2. routing and expert input */
+  uint64_t t0 = spill_clock_ns();
+  for (int t = 0; t < T; t++) {
+    const float *ht = h + (size_t)t * D;
+    route(m, L, ht, router + (size_t)t * E, sel + (size_t)t * K, selw + (size_t)t * K);
+    float *ut = u + (size_t)t * din;
+    if (c->d_latent > 0) {
+      spill_model_matvec(m, &L->moe_down_proj, ht, ut);
+      spill_k_rmsnorm(ut, L->moe_latent_norm, ut, (uint32_t)din, (float)m->a.norm_eps);
+    } else {
+      memcpy(ut, ht, (size_t)D * sizeof(float));
+    }
+  }
+
+  /* 3. distinct experts in first-use order, with their (token, slot) uses (CSR) */
+  if (++m->epoch == 0) {
+    memset(s->stamp, 0, (size_t)E * sizeof *s->stamp);
+    m->epoch = 1;
+  }
+  int n_u = 0;
+  for (int i = 0; i < T * K; i++) {
+    const uint32_t id = sel[i];
+    if (s->stamp[id] != m->epoch) {
+      s->stamp[id] = m->epoch;
+      s->stamp_idx[id] = n_u;
+      s->uniq[n_u] = id;
+      s->use_start[n_u + 1] = 0;
+      n_u++;
+    }
+    s->use_start[s->stamp_idx[id] + 1]++;
+  }
+  s->use_start[0] = 0;
+  for (int i = 0; i < n_u; i++) {
+    s->use_start[i + 1] += s->use_start[i];
+    s->use_fill[i] = s->use_start[i];
+  }
+  for (int i = 0; i < T * K; i++) s->use[s->use_fill[s->stamp_idx[sel[i]]]++] = i;
+  m->stats.ns_router += spill_clock_ns() - t0;
+
+  /* 3'. request everything at once, build the shared LUTs while the reads
+   * are in flight, then apply experts in arrival order */
+  int rc = m->src.request(m->src.ctx, l, s->uniq, n_u, e);
+  if (rc < 0) return rc;
+  m->stats.n_expert_requests += (uint64_t)n_u;
+  /* The observer runs after the demand request (so lookahead prefetches it
+   * issues queue behind it) and before the experts are consumed. */
+  if (m->has_obs && m->obs.on_route) {
+    rc = m->obs.on_route(m->obs.ctx, l, pos0, T, x, sel, selw, K);
+    if (rc < 0) {
+      drain(m, l, s->uniq, n_u);
+      return spill_err_set(e, rc, "layer %d: stopped by the route observer", l);
+    }
+  }
+  if (rvq3) {
+    t0 = spill_clock_ns();
+    for (int t = 0; t < T; t++) {
+      const float *ut = u + (size_t)t * din;
+      spill_model_lut(m, L->codebook[SPILL_SEC_GATE], ut, (uint32_t)din, s->lut_g + (size_t)t * lut_n);
+      spill_model_lut(m, L->codebook[SPILL_SEC_UP], ut, (uint32_t)din, s->lut_u + (size_t)t * lut_n);
+    }
+    m->stats.ns_lut += spill_clock_ns() - t0;
+  }
+  memset(s->delivered, 0, (size_t)n_u);
+  for (int got = 0; got < n_u; got++) {
+    int idx = -1;
+    const uint8_t *rec = NULL;
+    t0 = spill_clock_ns();
+    rc = m->src.next_ready(m->src.ctx, &idx, &rec, e);
+    m->stats.ns_expert_wait += spill_clock_ns() - t0;
+    if (rc < 0) return rc;
+    if (idx < 0 || idx >= n_u || s->delivered[idx] || !rec) {
+      if (idx >= 0 && idx < n_u && rec) m->src.release(m->src.ctx, l, s->uniq[idx]);
+      drain(m, l, s->uniq, n_u - got - 1);
+      return spill_err_set(e, SPILL_E_INTERNAL,
+                           "layer %d: expert source returned index %d (of %d) twice or out of range",
+                           l, idx, n_u);
+    }
+    s->delivered[idx] = 1;
+    const uint32_t id = s->uniq[idx];
+    spill_record_header rh;
+    spill_record_header_decode(rec, &rh);
+    if (rh.magic != SPILL_RECORD_MAGIC || rh.layer != (uint32_t)l || rh.expert != id ||
+        rh.dtype != (uint16_t)m->expert_dtype) {
+      m->src.release(m->src.ctx, l, id);
+      drain(m, l, s->uniq, n_u - got - 1);
+      return spill_err_set(e, SPILL_E_FORMAT,
+                           "layer %d expert %u: source delivered a record of layer %u expert %u "
+                           "(magic 0x%08x dtype %u)", l, id, rh.layer, rh.expert, rh.magic, rh.dtype);
+    }
+    spill_qmat G, U, Dn;
+    spill_model_expert_qmat(m, l, rec, SPILL_SEC_GATE, &G);
+    spill_model_expert_qmat(m, l, rec, SPILL_SEC_UP, &U);
+    spill_model_expert_qmat(m, l, rec, SPILL_SEC_DOWN, &Dn);
+    for (int k = s->use_start[idx]; k < s->use_start[idx + 1]; k++) {
+      const int ts = s->use[k], t = ts / K;
+      expert_apply(m, L, &G, &U, &Dn, u + (size_t)t * din,
+                   rvq3 ? s->lut_g + (size_t)t * lut_n : NULL,
+                   rvq3 ? s->lut_u + (size_t)t * lut_n : NULL, slot + (size_t)ts * din);
+    }
+    m->stats.n_expert_uses += (uint64_t)(s->use_start[idx + 1] - s->use_start[idx]);
+    m->src.release(m->src.ctx, l, id);
+  }
+
+  /* 4. combine in selection order, latent up-projection, shared experts */
+  t0 = spill_clock_ns();
+  for (int t = 0; t < T; t++) {
+    const float *wt = selw + (size_t)t * K;
+    memset(y, 0, (size_t)din * sizeof(float));
+    for (int i = 0; i < K; i++) {
+      const float *st = slot + ((size_t)t * K + i) * din;
+      const float wi = wt[i];
+      for (int j = 0; j < din; j++) y[j] += wi * st[j];
+    }
+    float *ot = out + (size_t)t * D; /* (D) */
+    if (c->d_latent > 0)
+      spill_model_matvec(m, &L->moe_up_proj, y, ot);
+    else
+      memcpy(ot, y, (size_t)D * sizeof(float));
+    if (c->n_shared > 0) spill_model_shared_experts(m, l, h + (size_t)t * D, ot);
+  }
+  m->stats.ns_expert += spill_clock_ns() - t0;
+  return SPILL_OK;
+}

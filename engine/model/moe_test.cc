@@ -1,0 +1,247 @@
+// engine/model/moe_test.cc: the MoE's contract with expert sources. Arrival
+// order never changes a bit of the logits; a chunk requests each distinct
+// expert of a layer exactly once; the lookahead router hook reproduces the
+// forward's own selection; top-k orders by score then id.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "engine/base/alloc.h"
+#include "engine/model/model_test_util.h"
+
+using spill_test::Nano;
+using spill_test::Open;
+using spill_test::Prompt;
+using spill_test::RunSeq;
+
+namespace {
+
+// Reads every requested record at request time, then hands them out in
+// reverse or shuffled order. Records requests for inspection.
+struct TestSource {
+  const spill_container *c = nullptr;
+  int mode = 0;  // 0 = request order, 1 = reverse, 2 = shuffled
+  std::mt19937 rng{1234};
+  int layer = -1;
+  std::vector<uint32_t> ids;
+  std::vector<uint8_t *> bufs;
+  std::vector<int> order;
+  std::vector<bool> pinned;
+  size_t next = 0;
+  size_t rec_bytes = 0;
+  std::vector<std::pair<int, std::vector<uint32_t>>> requests;
+  int errors = 0;
+
+  ~TestSource() { FreeBufs(); }
+  void FreeBufs() {
+    for (uint8_t *b : bufs) spill_free(b, rec_bytes);
+    bufs.clear();
+  }
+
+  static int Request(void *ctx, int layer, const uint32_t *ids, int n, spill_err *e) {
+    TestSource *s = static_cast<TestSource *>(ctx);
+    for (bool p : s->pinned)
+      if (p) s->errors++;  // previous request not fully released
+    s->FreeBufs();
+    s->rec_bytes = s->c->m.record_bytes;
+    s->layer = layer;
+    s->ids.assign(ids, ids + n);
+    s->requests.emplace_back(layer, s->ids);
+    s->order.resize(n);
+    for (int i = 0; i < n; i++) s->order[i] = i;
+    if (s->mode == 1) std::reverse(s->order.begin(), s->order.end());
+    if (s->mode == 2) std::shuffle(s->order.begin(), s->order.end(), s->rng);
+    for (int i = 0; i < n; i++) {
+      uint8_t *b = static_cast<uint8_t *>(spill_alloc_nozero(s->rec_bytes, 4096));
+      s->bufs.push_back(b);
+      SPILL_TRY(spill_container_read_record(s->c, layer, ids[i], b, 1, e));
+    }
+    s->pinned.assign(n, false);
+    s->next = 0;
+    return SPILL_OK;
+  }
+  static int NextReady(void *ctx, int *idx, const uint8_t **rec, spill_err *e) {
+    TestSource *s = static_cast<TestSource *>(ctx);
+    if (s->next >= s->order.size()) return spill_err_set(e, SPILL_E_INTERNAL, "test source: empty");
+    *idx = s->order[s->next++];
+    *rec = s->bufs[*idx];
+    s->pinned[*idx] = true;
+    return SPILL_OK;
+  }
+  static void Release(void *ctx, int layer, uint32_t id) {
+    TestSource *s = static_cast<TestSource *>(ctx);
+    for (size_t i = 0; i < s->ids.size(); i++)
+      if (s->ids[i] == id && layer == s->layer && s->pinned[i]) {
+        s->pinned[i] = false;
+        return;
+      }
+    s->errors++;  // release of something not pinned
+  }
+  spill_expert_source Make() {
+    spill_expert_source src = {};
+    src.ctx = this;
+    src.request = Request;
+    src.next_ready = NextReady;
+    src.release = Release;
+    return src;
+  }
+};
+
+TEST(MoeTest, ShuffledExpertArrivalGivesBitIdenticalLogits) {
+  for (const char *mix : {"k3", "gqa"}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(mix) + " threads " + std::to_string(threads));
+      spill_test::ModelHandle base;
+      base.m = Open(Nano(mix), threads, 4);
+      ASSERT_NE(base.m, nullptr);
+      const std::vector<float> want = RunSeq(base.m, Prompt(9), 3);
+      for (int mode : {1, 2}) {
+        spill_test::ModelHandle h;
+        h.m = Open(Nano(mix), threads, 4);
+        ASSERT_NE(h.m, nullptr);
+        TestSource ts;
+        ts.c = spill_model_container(h.m);
+        ts.mode = mode;
+        spill_expert_source src = ts.Make();
+        spill_model_set_expert_source(h.m, &src);
+        const std::vector<float> got = RunSeq(h.m, Prompt(9), 3);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(0, memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "mode " << mode;
+        EXPECT_EQ(ts.errors, 0);
+        EXPECT_FALSE(ts.requests.empty());
+        spill_model_set_expert_source(h.m, nullptr);
+      }
+    }
+  }
+}
+
+// Observer: remembers the union of the selections of the last routed layer
+// and checks the lookahead hook against the forward's own routing.
+struct RouteLog {
+  spill_model *m = nullptr;
+  int layer = -1;
+  std::set<uint32_t> uni;
+  std::vector<std::pair<int, std::set<uint32_t>>> unions;
+  int mismatches = 0, calls = 0, tokens = 0;
+  static int OnRoute(void *ctx, int layer, int pos0, int n_tok, const float *x, const uint32_t *ids,
+                     const float *w, int k) {
+    (void)pos0;
+    (void)w;
+    RouteLog *r = static_cast<RouteLog *>(ctx);
+    r->calls++;
+    r->tokens += n_tok;
+    r->layer = layer;
+    r->uni.clear();
+    const int D = spill_model_arch(r->m)->d_model;
+    for (int t = 0; t < n_tok; t++) {
+      uint32_t la[SPILL_MAX_TOPK];
+      float sc[SPILL_MAX_TOPK];
+      spill_err e = {};
+      if (spill_model_router_topk(r->m, layer, x + (size_t)t * D, k, la, sc, &e) != SPILL_OK) {
+        r->mismatches++;
+        continue;
+      }
+      for (int i = 0; i < k; i++) {
+        r->uni.insert(ids[t * k + i]);
+        if (la[i] != ids[t * k + i]) r->mismatches++;
+        if (i > 0 && sc[i] > sc[i - 1]) r->mismatches++;
+      }
+    }
+    r->unions.emplace_back(layer, r->uni);
+    return 0;
+  }
+};
+
+struct CountingSource {
+  spill_expert_source inner = {};
+  std::vector<std::pair<int, std::set<uint32_t>>> sets;
+  int requests = 0, bad = 0;
+  uint64_t ids_requested = 0;
+  static int Request(void *ctx, int layer, const uint32_t *ids, int n, spill_err *e) {
+    CountingSource *s = static_cast<CountingSource *>(ctx);
+    s->requests++;
+    s->ids_requested += (uint64_t)n;
+    std::set<uint32_t> got(ids, ids + n);
+    if ((int)got.size() != n) s->bad++;  // duplicate id
+    s->sets.emplace_back(layer, got);
+    return s->inner.request(s->inner.ctx, layer, ids, n, e);
+  }
+  static int NextReady(void *ctx, int *idx, const uint8_t **rec, spill_err *e) {
+    CountingSource *s = static_cast<CountingSource *>(ctx);
+    return s->inner.next_ready(s->inner.ctx, idx, rec, e);
+  }
+  static void Release(void *ctx, int layer, uint32_t id) {
+    CountingSource *s = static_cast<CountingSource *>(ctx);
+    s->inner.release(s->inner.ctx, layer, id);
+  }
+};
+
+TEST(MoeTest, ChunkRequestsEachDistinctExpertOncePerLayer) {
+  spill_test::ModelHandle h;
+  h.m = Open(Nano("k3"), 2, 8);
+  ASSERT_NE(h.m, nullptr);
+  const spill_arch *a = spill_model_arch(h.m);
+  RouteLog log;
+  log.m = h.m;
+  spill_model_observer obs = {&log, RouteLog::OnRoute};
+  spill_model_set_observer(h.m, &obs);
+  CountingSource cs;
+  spill_err e = {};
+  ASSERT_EQ(spill_expert_source_sync_open(spill_model_container(h.m), 0, 1, &cs.inner, &e), SPILL_OK)
+      << e.msg;
+  spill_expert_source src = {&cs, CountingSource::Request, CountingSource::NextReady,
+                             CountingSource::Release, nullptr};
+  spill_model_set_expert_source(h.m, &src);
+
+  const std::vector<int> p = Prompt(20);  // chunks of 8, 8, 4
+  std::vector<float> lg(a->vocab_size);
+  ASSERT_EQ(spill_model_forward(h.m, p.data(), 20, 0, lg.data(), &e), SPILL_OK) << e.msg;
+  const int n_moe = spill_arch_n_moe(a);
+  EXPECT_EQ(cs.requests, 3 * n_moe);
+  EXPECT_EQ(log.calls, 3 * n_moe);
+  EXPECT_EQ(log.tokens, 20 * n_moe);
+  EXPECT_EQ(cs.bad, 0);
+  EXPECT_EQ(cs.sets, log.unions);  // each request is exactly its chunk's union
+  EXPECT_EQ(log.mismatches, 0);
+  EXPECT_EQ(spill_model_last_stats(h.m)->n_expert_requests, cs.ids_requested);
+  // a chunk of 8 tokens x top-4 over 16 experts must share experts
+  EXPECT_LT(cs.ids_requested, (uint64_t)20 * a->moe.top_k * n_moe);
+  spill_model_set_expert_source(h.m, nullptr);
+  spill_model_set_observer(h.m, nullptr);
+  spill_expert_source_sync_close(&cs.inner);
+}
+
+TEST(MoeTest, RouterTopkRejectsDenseLayerAndBadK) {
+  spill_test::ModelHandle h;
+  h.m = Open(Nano("k3"), 1);
+  ASSERT_NE(h.m, nullptr);
+  std::vector<float> x(64, 0.5f);
+  uint32_t ids[SPILL_MAX_TOPK];
+  spill_err e = {};
+  EXPECT_EQ(spill_model_router_topk(h.m, 0, x.data(), 4, ids, nullptr, &e), SPILL_E_RANGE);
+  EXPECT_EQ(spill_model_router_topk(h.m, 1, x.data(), 17, ids, nullptr, &e), SPILL_E_RANGE);
+  EXPECT_EQ(spill_model_router_topk(h.m, 1, x.data(), 6, ids, nullptr, &e), SPILL_OK) << e.msg;
+}
+
+}  // namespace
+
+extern "C" void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *vals);
+
+namespace {
+
+TEST(MoeTest, TopkOrdersByScoreThenLowerId) {
+  const float s[8] = {0.5f, 0.9f, 0.1f, 0.9f, -1.0f, 0.5f, 0.7f, 0.5f};
+  uint32_t ids[8];
+  float v[8];
+  spill_model_topk(s, 8, 5, ids, v);
+  const uint32_t want[5] = {1, 3, 6, 0, 5};
+  for (int i = 0; i < 5; i++) EXPECT_EQ(ids[i], want[i]) << i;
+  spill_model_topk(s, 8, 1, ids, v);
+  EXPECT_EQ(ids[0], 1u);
+  spill_model_topk(s, 8, 8, ids, v);
+  const uint32_t all[8] = {1, 3, 6, 0, 5, 7, 2, 4};
+  for (int i = 0; i < 8; i++) EXPECT_EQ(ids[i], all[i]) << i;
+}
+
+}  // namespace

@@ -1,0 +1,34 @@
+/* engine/model/thread_pool.h: the small pthread pool of the forward pass.
+ *
+ * spill_pool_run(fn, ctx, n_tasks) runs fn(ctx, task, thread) for every task
+ * in [0, n_tasks) on n_threads threads (the caller is thread 0) and returns
+ * when all are done. Tasks are claimed dynamically, so callers must make
+ * each task's result independent of which thread runs it (the forward pass
+ * splits matvecs by rows; kernels are row-deterministic), which keeps logits
+ * bit-identical for any thread count. Workers spin briefly, then sleep.
+ * One caller at a time (not re-entrant); depends on engine/base only.
+ */
+#ifndef SPILL_MODEL_THREAD_POOL_H
+#define SPILL_MODEL_THREAD_POOL_H
+
+#include "engine/base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spill_pool spill_pool;
+typedef void (*spill_pool_fn)(void *ctx, int task, int thread);
+
+/* n_threads >= 1 counts the caller; n_threads - 1 workers are started.
+ * On success *out owns the threads; close with spill_pool_close. */
+int spill_pool_open(int n_threads, spill_pool **out, spill_err *e);
+void spill_pool_close(spill_pool *p); /* joins the workers; NULL fine */
+int spill_pool_n_threads(const spill_pool *p);
+/* Runs all tasks; fn must not call spill_pool_run on the same pool. */
+void spill_pool_run(spill_pool *p, spill_pool_fn fn, void *ctx, int n_tasks);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,313 @@
+/* engine/model/weights.c: loading the trunk and resolving tensors.
+ *
+ * The whole trunk.bin is read into one SPILL_TENSOR_ALIGN-aligned
+ * spill_alloc buffer (tensor i at its manifest offset). Every tensor the arch
+ * needs is then looked up by name exactly once and turned into a spill_qmat
+ * view or an f32 pointer inside that buffer, after checking its shape (and,
+ * for vectors, conv weights and codebooks, that it is f32). Missing or
+ * misshaped tensors fail with SPILL_E_FORMAT naming the tensor. The hot path
+ * never does a string lookup. Also: views of expert records (sections of
+ * a pinned record) and row sub-views of matrices.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/base/alloc.h"
+#include "engine/model/model_internal.h"
+
+/* Bytes of one row's values, and scales per row (f16 count). */
+static void row_layout(int dtype, uint32_t cols, uint32_t group, size_t *row_bytes,
+                       size_t *row_scales) {
+  switch (dtype) {
+    case SPILL_DT_F32: *row_bytes = (size_t)cols * 4; *row_scales = 0; break;
+    case SPILL_DT_F16:
+    case SPILL_DT_BF16: *row_bytes = (size_t)cols * 2; *row_scales = 0; break;
+    case SPILL_DT_Q8: *row_bytes = cols; *row_scales = group ? cols / group : 0; break;
+    case SPILL_DT_Q4: *row_bytes = cols / 2; *row_scales = group ? cols / group : 0; break;
+    case SPILL_DT_RVQ3: *row_bytes = (size_t)(cols / 8) * 3; *row_scales = 1; break;
+    default: *row_bytes = 0; *row_scales = 0; break;
+  }
+}
+
+/* Fills a view of a (rows, cols) matrix whose bytes start at p. */
+static void make_qmat(int dtype, uint32_t rows, uint32_t cols, uint32_t group,
+                      const float *codebook, const uint8_t *p, spill_qmat *w) {
+  size_t rb, rs;
+  row_layout(dtype, cols, group, &rb, &rs);
+  memset(w, 0, sizeof *w);
+  w->dtype = dtype;
+  w->rows = rows;
+  w->cols = cols;
+  w->group = group;
+  w->data = p;
+  w->scales = rs ? (const uint16_t *)(const void *)(p + rb * rows) : NULL;
+  w->codebook = codebook;
+}
+
+spill_qmat spill_model_qmat_rows(const spill_qmat *w, uint32_t r0, uint32_t n) {
+  size_t rb, rs;
+  row_layout(w->dtype, w->cols, w->group, &rb, &rs);
+  spill_qmat v = *w;
+  v.rows = n;
+  v.data = (const uint8_t *)w->data + rb * r0;
+  v.scales = w->scales ? w->scales + rs * r0 : NULL;
+  return v;
+}
+
+void spill_model_expert_qmat(const spill_model *m, int layer, const uint8_t *rec, int sec,
+                             spill_qmat *out) {
+  const spill_section_info *si = &m->c.m.sect[sec];
+  make_qmat(m->expert_dtype, si->rows, si->cols, m->c.m.expert_group,
+            m->L[layer].codebook[sec], rec + si->offset, out);
+}
+
+/* ---- name resolution ---- */
+
+typedef struct loader {
+  spill_model *m;
+  char name[SPILL_NAME_MAX + 32];
+} loader;
+
+static const spill_tensor_info *find(loader *ld, int layer, const char *suffix) {
+  if (layer >= 0)
+    snprintf(ld->name, sizeof ld->name, "blk.%d.%s", layer, suffix);
+  else
+    snprintf(ld->name, sizeof ld->name, "%s", suffix);
+  return spill_manifest_find(&ld->m->c.m, ld->name);
+}
+
+static int shape_err(loader *ld, const spill_tensor_info *t, uint64_t rows, uint64_t cols,
+                     int vec, spill_err *e) {
+  if (vec)
+    return spill_err_set(e, SPILL_E_FORMAT,
+                         "tensor %s: shape (%" PRIu64 ", %" PRIu64 ") ndim %d, arch expects "
+                         "vector (%" PRIu64 ")",
+                         ld->name, t->shape[0], t->shape[1], t->ndim, rows);
+  return spill_err_set(e, SPILL_E_FORMAT,
+                       "tensor %s: shape (%" PRIu64 ", %" PRIu64 ") ndim %d, arch expects "
+                       "(%" PRIu64 ", %" PRIu64 ")",
+                       ld->name, t->shape[0], t->shape[1], t->ndim, rows, cols);
+}
+
+/* A matrix used through the matvec kernel: any dtype but rvq3. */
+static int get_mat(loader *ld, int layer, const char *suffix, uint64_t rows, uint64_t cols,
+                   spill_qmat *w, spill_err *e) {
+  const spill_tensor_info *t = find(ld, layer, suffix);
+  if (!t) return spill_err_set(e, SPILL_E_FORMAT, "tensor %s: missing from the manifest", ld->name);
+  if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+    return shape_err(ld, t, rows, cols, 0, e);
+  if (t->dtype == SPILL_DT_RVQ3 || (int)t->dtype < 0 || t->dtype >= SPILL_DT_COUNT)
+    return spill_err_set(e, SPILL_E_UNSUPPORTED, "tensor %s: dtype %s not supported in the trunk",
+                         ld->name, spill_dtype_name(t->dtype));
+  if (t->offset > ld->m->trunk_bytes || t->bytes > ld->m->trunk_bytes - t->offset)
+    return spill_err_set(e, SPILL_E_FORMAT, "tensor %s: outside trunk.bin", ld->name);
+  make_qmat(t->dtype, (uint32_t)rows, (uint32_t)cols, t->group, NULL, ld->m->trunk + t->offset, w);
+  return SPILL_OK;
+}
+
+/* An f32 array: a vector (n) when cols == 0, else an f32 matrix (rows, cols). */
+static int get_f32(loader *ld, int layer, const char *suffix, uint64_t rows, uint64_t cols,
+                   const float **out, spill_err *e) {
+  const spill_tensor_info *t = find(ld, layer, suffix);
+  if (!t) return spill_err_set(e, SPILL_E_FORMAT, "tensor %s: missing from the manifest", ld->name);
+  if (cols == 0) {
+    if (t->ndim != 1 || t->shape[0] != rows) return shape_err(ld, t, rows, 0, 1, e);
+  } else if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
+    return shape_err(ld, t, rows, cols, 0, e);
+  }
+  if (t->dtype != SPILL_DT_F32)
+    return spill_err_set(e, SPILL_E_UNSUPPORTED, "tensor %s: dtype %s, expected f32", ld->name,
+                         spill_dtype_name(t->dtype));
+  if (t->offset > ld->m->trunk_bytes || t->bytes > ld->m->trunk_bytes - t->offset)
+    return spill_err_set(e, SPILL_E_FORMAT, "tensor %s: outside trunk.bin", ld->name);
+  *out = (const float *)(const void *)(ld->m->trunk + t->offset);
+  return SPILL_OK;
+}
+
+static int load_attn(loader *ld, int l, spill_err *e) {
+  const spill_arch *a = &ld->m->a;
+  spill_layer_weights *L = &ld->m->L[l];
+  const uint64_t D = (uint64_t)a->d_model;
+  if (L->kind == SPILL_ATTN_GQA) {
+    const uint64_t H = a->gqa.n_heads, Hk = a->gqa.n_kv_heads, d = a->gqa.head_dim;
+    SPILL_TRY(get_mat(ld, l, "attn_q", H * d, D, &L->attn_q, e));
+    SPILL_TRY(get_mat(ld, l, "attn_k", Hk * d, D, &L->attn_k, e));
+    SPILL_TRY(get_mat(ld, l, "attn_v", Hk * d, D, &L->attn_v, e));
+    SPILL_TRY(get_mat(ld, l, "attn_output", D, H * d, &L->attn_output, e));
+  } else if (L->kind == SPILL_ATTN_MLA) {
+    const spill_mla_cfg *c = &a->mla;
+    const uint64_t H = c->n_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim,
+                   dv = c->v_head_dim, dc = c->kv_lora_rank, ql = c->q_lora_rank;
+    if (ql > 0) {
+      SPILL_TRY(get_mat(ld, l, "attn_q_a", ql, D, &L->attn_q_a, e));
+      SPILL_TRY(get_f32(ld, l, "attn_q_a_norm", ql, 0, &L->attn_q_a_norm, e));
+      SPILL_TRY(get_mat(ld, l, "attn_q_b", H * (dn + dr), ql, &L->attn_q_b, e));
+    } else {
+      SPILL_TRY(get_mat(ld, l, "attn_q", H * (dn + dr), D, &L->attn_q, e));
+    }
+    SPILL_TRY(get_mat(ld, l, "attn_kv_a", dc + dr, D, &L->attn_kv_a, e));
+    SPILL_TRY(get_f32(ld, l, "attn_kv_a_norm", dc, 0, &L->attn_kv_a_norm, e));
+    SPILL_TRY(get_mat(ld, l, "attn_kv_b", H * (dn + dv), dc, &L->attn_kv_b, e));
+    SPILL_TRY(get_mat(ld, l, "attn_output", D, H * dv, &L->attn_output, e));
+  } else if (L->kind == SPILL_ATTN_KDA) {
+    const spill_kda_cfg *c = &a->kda;
+    const uint64_t H = c->n_heads, d = c->head_dim, K = c->conv_kernel, r = c->gate_rank,
+                   og = c->out_gate_rank;
+    SPILL_TRY(get_mat(ld, l, "attn_q", H * d, D, &L->attn_q, e));
+    SPILL_TRY(get_mat(ld, l, "attn_k", H * d, D, &L->attn_k, e));
+    SPILL_TRY(get_mat(ld, l, "attn_v", H * d, D, &L->attn_v, e));
+    SPILL_TRY(get_f32(ld, l, "attn_q_conv", H * d, K, &L->attn_q_conv, e));
+    SPILL_TRY(get_f32(ld, l, "attn_k_conv", H * d, K, &L->attn_k_conv, e));
+    SPILL_TRY(get_f32(ld, l, "attn_v_conv", H * d, K, &L->attn_v_conv, e));
+    SPILL_TRY(get_mat(ld, l, "attn_f_a", r, D, &L->attn_f_a, e));
+    SPILL_TRY(get_mat(ld, l, "attn_f_b", H * d, r, &L->attn_f_b, e));
+    SPILL_TRY(get_f32(ld, l, "attn_dt_bias", H * d, 0, &L->attn_dt_bias, e));
+    SPILL_TRY(get_f32(ld, l, "attn_a_log", H, 0, &L->attn_a_log, e));
+    SPILL_TRY(get_mat(ld, l, "attn_b", H, D, &L->attn_b, e));
+    if (og == 0) {
+      SPILL_TRY(get_mat(ld, l, "attn_g", H * d, D, &L->attn_g, e));
+    } else {
+      SPILL_TRY(get_mat(ld, l, "attn_g_a", og, D, &L->attn_g_a, e));
+      SPILL_TRY(get_mat(ld, l, "attn_g_b", H * d, og, &L->attn_g_b, e));
+    }
+    SPILL_TRY(get_f32(ld, l, "attn_o_norm", d, 0, &L->attn_o_norm, e));
+    SPILL_TRY(get_mat(ld, l, "attn_output", D, H * d, &L->attn_output, e));
+  } else {
+    return spill_err_set(e, SPILL_E_FORMAT, "layer %d: unknown attention kind %d", l, (int)L->kind);
+  }
+  return SPILL_OK;
+}
+
+static int load_ffn(loader *ld, int l, spill_err *e) {
+  spill_model *m = ld->m;
+  const spill_arch *a = &m->a;
+  spill_layer_weights *L = &m->L[l];
+  const uint64_t D = (uint64_t)a->d_model;
+  if (!L->is_moe) {
+    const uint64_t F = (uint64_t)a->d_ff;
+    SPILL_TRY(get_mat(ld, l, "ffn_gate", F, D, &L->ffn_gate, e));
+    SPILL_TRY(get_mat(ld, l, "ffn_up", F, D, &L->ffn_up, e));
+    SPILL_TRY(get_mat(ld, l, "ffn_down", D, F, &L->ffn_down, e));
+    return SPILL_OK;
+  }
+  const spill_moe_cfg *c = &a->moe;
+  const uint64_t E = (uint64_t)c->n_experts;
+  SPILL_TRY(get_mat(ld, l, "ffn_gate_inp", E, D, &L->ffn_gate_inp, e));
+  if (c->router == SPILL_ROUTER_SIGMOID)
+    SPILL_TRY(get_f32(ld, l, "exp_probs_b", E, 0, &L->exp_probs_b, e));
+  if (c->d_latent > 0) {
+    const uint64_t dl = (uint64_t)c->d_latent;
+    SPILL_TRY(get_mat(ld, l, "moe_down_proj", dl, D, &L->moe_down_proj, e));
+    SPILL_TRY(get_f32(ld, l, "moe_latent_norm", dl, 0, &L->moe_latent_norm, e));
+    SPILL_TRY(get_mat(ld, l, "moe_up_proj", D, dl, &L->moe_up_proj, e));
+  }
+  if (c->n_shared > 0) {
+    const uint64_t S = (uint64_t)c->n_shared * (uint64_t)c->d_shared;
+    SPILL_TRY(get_mat(ld, l, "ffn_gate_shexp", S, D, &L->ffn_gate_shexp, e));
+    SPILL_TRY(get_mat(ld, l, "ffn_up_shexp", S, D, &L->ffn_up_shexp, e));
+    SPILL_TRY(get_mat(ld, l, "ffn_down_shexp", D, S, &L->ffn_down_shexp, e));
+  }
+  if (m->expert_dtype == SPILL_DT_RVQ3) {
+    static const char *const cb[SPILL_SEC_COUNT] = {
+        "ffn_gate_exps.codebook", "ffn_up_exps.codebook", "ffn_down_exps.codebook"};
+    for (int s = 0; s < SPILL_SEC_COUNT; s++)
+      SPILL_TRY(get_f32(ld, l, cb[s], SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES, SPILL_RVQ_DIM,
+                        &L->codebook[s], e));
+  }
+  return SPILL_OK;
+}
+
+/* Checks the expert record layout against the arch. */
+static int check_experts(spill_model *m, spill_err *e) {
+  const spill_manifest *mf = &m->c.m;
+  const spill_arch *a = &m->a;
+  if (spill_arch_n_moe(a) == 0) return SPILL_OK;
+  const uint32_t din = (uint32_t)m->d_in, de = (uint32_t)a->moe.d_expert;
+  const uint32_t want[SPILL_SEC_COUNT][2] = {{de, din}, {de, din}, {din, de}};
+  static const char *const nm[SPILL_SEC_COUNT] = {"gate", "up", "down"};
+  if (mf->expert_dtype == SPILL_DT_RVQ3 && ((din % 8) != 0 || (de % 8) != 0))
+    return spill_err_set(e, SPILL_E_FORMAT, "rvq3 experts need d_in %u and d_expert %u divisible by 8",
+                         din, de);
+  for (int s = 0; s < SPILL_SEC_COUNT; s++) {
+    const spill_section_info *si = &mf->sect[s];
+    if (si->rows != want[s][0] || si->cols != want[s][1])
+      return spill_err_set(e, SPILL_E_FORMAT,
+                           "expert section %s: shape (%u, %u), arch expects (%u, %u)", nm[s],
+                           si->rows, si->cols, want[s][0], want[s][1]);
+    if ((uint64_t)si->offset + si->bytes > mf->record_bytes)
+      return spill_err_set(e, SPILL_E_FORMAT, "expert section %s: outside the record", nm[s]);
+  }
+  if (a->moe.top_k < 1 || a->moe.top_k > SPILL_MAX_TOPK || a->moe.top_k > a->moe.n_experts)
+    return spill_err_set(e, SPILL_E_FORMAT, "moe.top_k %d out of range (1..%d, <= n_experts %d)",
+                         a->moe.top_k, SPILL_MAX_TOPK, a->moe.n_experts);
+  return SPILL_OK;
+}
+
+/* Arch limits the forward pass relies on beyond the manifest's own checks. */
+static int check_arch(const spill_arch *a, spill_err *e) {
+  SPILL_FAIL_IF(e, a->d_model <= 0 || a->vocab_size < 1 || a->n_layers < 1 ||
+                       a->n_layers > SPILL_MAX_LAYERS,
+                SPILL_E_FORMAT, "arch: bad d_model %d / vocab %d / n_layers %d", a->d_model,
+                a->vocab_size, a->n_layers);
+  int has[3] = {0, 0, 0};
+  for (int l = 0; l < a->n_layers; l++)
+    if ((int)a->layer_attn[l] >= 0 && (int)a->layer_attn[l] < 3) has[a->layer_attn[l]] = 1;
+  if (has[SPILL_ATTN_GQA]) {
+    const spill_gqa_cfg *g = &a->gqa;
+    SPILL_FAIL_IF(e, g->n_heads <= 0 || g->n_kv_heads <= 0 || g->head_dim <= 0 ||
+                         (g->head_dim & 1) || g->n_heads % g->n_kv_heads,
+                  SPILL_E_FORMAT, "arch.gqa: heads %d, kv heads %d, head_dim %d inconsistent",
+                  g->n_heads, g->n_kv_heads, g->head_dim);
+  }
+  if (has[SPILL_ATTN_MLA]) {
+    const spill_mla_cfg *c = &a->mla;
+    SPILL_FAIL_IF(e, c->n_heads <= 0 || c->kv_lora_rank <= 0 || c->qk_nope_dim <= 0 ||
+                         c->qk_rope_dim < 0 || (c->qk_rope_dim & 1) || c->v_head_dim <= 0 ||
+                         c->q_lora_rank < 0,
+                  SPILL_E_FORMAT, "arch.mla: dimensions out of range");
+  }
+  if (has[SPILL_ATTN_KDA]) {
+    const spill_kda_cfg *c = &a->kda;
+    SPILL_FAIL_IF(e, c->n_heads <= 0 || c->head_dim <= 0 || c->conv_kernel < 1 ||
+                         c->gate_rank <= 0 || c->out_gate_rank < 0,
+                  SPILL_E_FORMAT, "arch.kda: dimensions out of range");
+  }
+  return SPILL_OK;
+}
+
+int spill_model_load_weights(spill_model *m, spill_err *e) {
+  const spill_manifest *mf = &m->c.m;
+  SPILL_TRY(check_arch(&m->a, e));
+  SPILL_FAIL_IF(e, m->c.trunk_bytes > (uint64_t)SIZE_MAX, SPILL_E_NOMEM, "trunk too large");
+  m->trunk_bytes = (size_t)m->c.trunk_bytes;
+  m->trunk = spill_alloc_nozero(m->trunk_bytes ? m->trunk_bytes : 1, 4096);
+  SPILL_FAIL_IF(e, !m->trunk, SPILL_E_NOMEM, "trunk: cannot allocate %zu bytes", m->trunk_bytes);
+  for (int i = 0; i < mf->n_tensors; i++) {
+    const spill_tensor_info *t = &mf->tensors[i];
+    SPILL_FAIL_IF(e, t->offset > m->trunk_bytes || t->bytes > m->trunk_bytes - t->offset,
+                  SPILL_E_FORMAT, "tensor %s: [%" PRIu64 ", +%" PRIu64 ") outside trunk.bin (%zu B)",
+                  t->name, t->offset, t->bytes, m->trunk_bytes);
+    SPILL_TRY(spill_container_read_tensor(&m->c, t, m->trunk + t->offset,
+                                          m->trunk_bytes - t->offset, e));
+  }
+  m->expert_dtype = mf->expert_dtype;
+  m->d_in = m->a.moe.d_latent > 0 ? m->a.moe.d_latent : m->a.d_model;
+  SPILL_TRY(check_experts(m, e));
+
+  loader ld = {.m = m};
+  const uint64_t D = (uint64_t)m->a.d_model, V = (uint64_t)m->a.vocab_size;
+  SPILL_TRY(get_mat(&ld, -1, "tok_embd", V, D, &m->tok_embd, e));
+  SPILL_TRY(get_f32(&ld, -1, "output_norm", D, 0, &m->output_norm, e));
+  SPILL_TRY(get_mat(&ld, -1, "output", V, D, &m->output, e));
+  for (int l = 0; l < m->a.n_layers; l++) {
+    spill_layer_weights *L = &m->L[l];
+    L->kind = m->a.layer_attn[l];
+    L->is_moe = spill_arch_is_moe(&m->a, l);
+    SPILL_TRY(get_f32(&ld, l, "attn_norm", D, 0, &L->attn_norm, e));
+    SPILL_TRY(get_f32(&ld, l, "ffn_norm", D, 0, &L->ffn_norm, e));
+    SPILL_TRY(load_attn(&ld, l, e));
+    SPILL_TRY(load_ffn(&ld, l, e));
+  }
+  return SPILL_OK;
+}
