@@ -4,9 +4,9 @@
  *
  * Lookahead: when MoE layer L has routed (observer on_route), the routers of
  * layers L+1..L+depth are run on L's residual stream and their top-n
- * experts become prefetch hints. The hints are issued right after layer L's
- * demand request (the source wrapper below), so prefetches queue behind the
- * reads the current layer is waiting for. The real router still decides, so
+ * experts are prefetched. on_route runs after layer L's demand request, so
+ * the prefetches queue behind the reads the current layer is waiting for.
+ * The source wrapper records each request's ids and hit flags for the trace. The real router still decides, so
  * logits do not depend on lookahead (tested). Predictions are scored by rank
  * when their layer routes.
  *
@@ -55,15 +55,11 @@ struct spill_engine {
   spill_model *m;
   spill_stream *st;
   spill_expert_source inner; /* the stream's source */
-  spill_expert_source outer; /* wrapper issuing deferred prefetches */
+  spill_expert_source outer; /* wrapper recording requests for the trace */
   const spill_arch *a;
   int vocab, top_k, cap_tok;
   layer_rec *L;
-  /* pending prefetch hints, issued after the next demand request */
-  int n_hint;
-  int hint_layer[2];
-  int hint_n[2];
-  uint32_t hint_ids[2][MAX_PRED];
+  uint32_t hint_ids[1][MAX_PRED]; /* union of a chunk's predictions */
   int in_prefill;
   /* lookahead scoring by rank */
   uint64_t la_rank_total[MAX_PRED], la_rank_hit[MAX_PRED];
@@ -95,9 +91,6 @@ static int wrap_request(void *ctx, int layer, const uint32_t *ids, int n, spill_
   }
   memcpy(r->req, ids, (size_t)n * sizeof *ids);
   r->n_req = spill_stream_last_hits(g->st, r->hit, n);
-  for (int i = 0; i < g->n_hint; i++)
-    SPILL_TRY(g->inner.prefetch(g->inner.ctx, g->hint_layer[i], g->hint_ids[i], g->hint_n[i], e));
-  g->n_hint = 0;
   return SPILL_OK;
 }
 static int wrap_next(void *ctx, int *idx, const uint8_t **rec, spill_err *e) {
@@ -141,7 +134,6 @@ static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
   if (width <= 0 || (g->in_prefill && !g->cfg.lookahead_prefill)) return SPILL_OK;
   if (width > MAX_PRED) width = MAX_PRED;
   if (width > g->a->moe.n_experts) width = g->a->moe.n_experts;
-  g->n_hint = 0;
   spill_err e = {0};
   for (int d = 1; d <= g->cfg.lookahead_depth && d <= 2; d++) {
     int nl = layer + d;
@@ -155,17 +147,17 @@ static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
       if (rc < 0) return rc;
       for (int i = 0; i < width && nh < MAX_PRED; i++) {
         int dup = 0;
-        for (int j = 0; j < nh; j++) dup |= (g->hint_ids[g->n_hint][j] == tmp[i]);
-        if (!dup) g->hint_ids[g->n_hint][nh++] = tmp[i];
+        for (int j = 0; j < nh; j++) dup |= (g->hint_ids[0][j] == tmp[i]);
+        if (!dup) g->hint_ids[0][nh++] = tmp[i];
       }
     }
     if (n_tok == 1 && d == 1) { /* depth-1 predictions are scored when nl routes */
       memcpy(g->L[nl].pred, tmp, (size_t)width * sizeof *tmp);
       g->L[nl].n_pred = width;
     }
-    g->hint_layer[g->n_hint] = nl;
-    g->hint_n[g->n_hint] = nh;
-    g->n_hint++;
+    /* on_route runs after layer's demand request: these reads queue behind it */
+    int rc = g->inner.prefetch(g->inner.ctx, nl, g->hint_ids[0], nh, &e);
+    if (rc < 0) return rc;
   }
   return SPILL_OK;
 }
