@@ -201,16 +201,12 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
     goto fail;
   if (g->plan.below_recommended_warning)
     warn(g, "budget: the default rule fell back to the RAM floor (less than floor + 1 ws fits)");
-  if (g->cfg.trunk != SPILL_TRUNK_READ) {
-    rc = spill_err_set(e, SPILL_E_UNSUPPORTED, "trunk mode '%s' is not implemented yet",
-                       spill_trunk_mode_name(g->cfg.trunk));
-    goto fail;
-  }
   spill_model_opts mo = {0};
   mo.n_threads = g->cfg.threads;
   mo.ctx = g->cfg.ctx;
   mo.max_chunk = g->cfg.prefill_chunk;
   mo.verify = g->cfg.verify;
+  mo.trunk_mode = (int)g->cfg.trunk;
   if ((rc = spill_model_open(model_dir, &mo, &g->m, e)) < 0) goto fail;
   g->a = spill_model_arch(g->m);
   g->vocab = g->a->vocab_size;

@@ -182,6 +182,16 @@ TEST(EngineTest, StreamingEngineMatchesTheSynchronousSource) {
   EXPECT_EQ(0, memcmp(logits.data(), r.logits.data(), logits.size() * sizeof(float)));
 }
 
+TEST(EngineTest, TrunkModesGiveIdenticalLogits) {
+  spill_config r = Cfg(), m = Cfg(), l = Cfg();
+  m.trunk = SPILL_TRUNK_MMAP;
+  l.trunk = SPILL_TRUNK_MLOCK;
+  Outcome a = Generate(r, Nano()), b = Generate(m, Nano()), c = Generate(l, Nano());
+  ExpectIdentical(a, b, "trunk read vs mmap");
+  if (c.rc == SPILL_E_NOMEM) GTEST_SKIP() << "mlock refused here: " << c.err;
+  ExpectIdentical(a, c, "trunk read vs mlock");
+}
+
 TEST(EngineTest, AccountingInvariantsHold) {
   spill_config cfg = Cfg();
   cfg.lookahead = 6;

@@ -14,6 +14,8 @@
 #include "engine/base/alloc.h"
 #include "engine/model/model_internal.h"
 
+#include <sys/mman.h>
+
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 
 /* ---- state ---- */
@@ -275,7 +277,12 @@ void spill_model_close(spill_model *m) {
   if (m->builtin_open) spill_expert_source_sync_close(&m->builtin);
   spill_free(m->scratch_mem, m->scratch_bytes);
   spill_free(m->state, m->state_bytes ? m->state_bytes : 64);
-  spill_free(m->trunk, m->trunk_bytes ? m->trunk_bytes : 1);
+  if (m->trunk_mapped) {
+    munmap(m->trunk, m->trunk_bytes);
+  } else {
+    if (m->trunk_locked) munlock(m->trunk, m->trunk_bytes);
+    spill_free(m->trunk, m->trunk_bytes ? m->trunk_bytes : 1);
+  }
   free(m->L);
   if (m->container_open) spill_container_close(&m->c);
   free(m);

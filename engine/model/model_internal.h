@@ -105,6 +105,8 @@ struct spill_model {
   spill_arch a;        /* copy of c.m.arch */
   spill_model_opts o;  /* resolved options */
   uint8_t *trunk;      /* trunk.bin contents, SPILL_TENSOR_ALIGN aligned */
+  int trunk_mapped;    /* trunk is an mmap of trunk.bin (trunk_mode 1) */
+  int trunk_locked;    /* trunk is mlock()ed (trunk_mode 2) */
   size_t trunk_bytes;
   spill_layer_weights *L; /* (n_layers) */
   spill_qmat tok_embd, output; /* (vocab, D) each */

@@ -16,6 +16,12 @@
 #include "engine/base/alloc.h"
 #include "engine/model/model_internal.h"
 
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "engine/base/crc32.h"
+
 /* Bytes of one row's values, and scales per row (f16 count). */
 static void row_layout(int dtype, uint32_t cols, uint32_t group, size_t *row_bytes,
                        size_t *row_scales) {
@@ -281,15 +287,35 @@ int spill_model_load_weights(spill_model *m, spill_err *e) {
   SPILL_TRY(check_arch(&m->a, e));
   SPILL_FAIL_IF(e, m->c.trunk_bytes > (uint64_t)SIZE_MAX, SPILL_E_NOMEM, "trunk too large");
   m->trunk_bytes = (size_t)m->c.trunk_bytes;
-  m->trunk = spill_alloc_nozero(m->trunk_bytes ? m->trunk_bytes : 1, 4096);
-  SPILL_FAIL_IF(e, !m->trunk, SPILL_E_NOMEM, "trunk: cannot allocate %zu bytes", m->trunk_bytes);
+  if (m->o.trunk_mode == 1 && m->trunk_bytes > 0) {
+    /* file-backed: pages come and go with memory pressure like any file */
+    void *p = mmap(NULL, m->trunk_bytes, PROT_READ, MAP_SHARED, m->c.trunk_fd, 0);
+    SPILL_FAIL_IF(e, p == MAP_FAILED, SPILL_E_IO, "trunk.bin: mmap of %zu bytes failed: %s",
+                  m->trunk_bytes, strerror(errno));
+    m->trunk = p;
+    m->trunk_mapped = 1;
+  } else {
+    m->trunk = spill_alloc_nozero(m->trunk_bytes ? m->trunk_bytes : 1, 4096);
+    SPILL_FAIL_IF(e, !m->trunk, SPILL_E_NOMEM, "trunk: cannot allocate %zu bytes", m->trunk_bytes);
+  }
   for (int i = 0; i < mf->n_tensors; i++) {
     const spill_tensor_info *t = &mf->tensors[i];
     SPILL_FAIL_IF(e, t->offset > m->trunk_bytes || t->bytes > m->trunk_bytes - t->offset,
                   SPILL_E_FORMAT, "tensor %s: [%" PRIu64 ", +%" PRIu64 ") outside trunk.bin (%zu B)",
                   t->name, t->offset, t->bytes, m->trunk_bytes);
+    if (m->trunk_mapped) {
+      if (m->o.verify && spill_crc32(0, m->trunk + t->offset, (size_t)t->bytes) != t->crc32)
+        return spill_err_set(e, SPILL_E_CHECKSUM, "trunk.bin: tensor %s: crc32 mismatch", t->name);
+      continue;
+    }
     SPILL_TRY(spill_container_read_tensor(&m->c, t, m->trunk + t->offset,
                                           m->trunk_bytes - t->offset, e));
+  }
+  if (m->o.trunk_mode == 2 && m->trunk_bytes > 0) {
+    SPILL_FAIL_IF(e, mlock(m->trunk, m->trunk_bytes) != 0, SPILL_E_NOMEM,
+                  "trunk: mlock of %zu bytes refused (%s; see RLIMIT_MEMLOCK / ulimit -l)",
+                  m->trunk_bytes, strerror(errno));
+    m->trunk_locked = 1;
   }
   m->expert_dtype = mf->expert_dtype;
   m->d_in = m->a.moe.d_latent > 0 ? m->a.moe.d_latent : m->a.d_model;
