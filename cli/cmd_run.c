@@ -29,7 +29,7 @@ static int engine_flag(int argc, char **argv, int *i, spill_config *cfg) {
   static const char *const valued[] = {"budget", "usable-ram", "cache-slots", "ctx", "threads",
                                        "prefill-chunk", "io-threads", "io-depth", "io-backend",
                                        "storage", "trunk", "policy", "lookahead",
-                                       "lookahead-depth", "io-throttle", "seed", "profile",
+                                       "lookahead-depth", "io-throttle", "seed", "profile", "overlap",
                                        "trace", "trace-max-bytes", NULL};
   char key[64];
   snprintf(key, sizeof key, "%s", a + 2);
@@ -58,7 +58,8 @@ static const char *k_knob_help =
     "engine knobs: --budget SIZE --ctx N --threads N --prefill-chunk N --io-threads N\n"
     "  --io-depth N --io-backend pread|uring --storage direct|pagecache|mmap\n"
     "  --trunk read|mmap|mlock --policy lru|lfru|wtinylfu --lookahead N --lookahead-depth N\n"
-    "  --lookahead-prefill --verify --io-throttle RATE --cache-slots N --seed N\n"
+    "  --lookahead-prefill --verify --overlap true|false --io-throttle RATE --cache-slots N\n"
+    "  --seed N\n"
     "  --profile FILE --trace FILE --trace-max-bytes SIZE --usable-ram SIZE\n";
 
 static int open_engine(const char *cmd, const char *model, const spill_config *cfg,

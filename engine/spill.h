@@ -64,6 +64,8 @@ typedef struct spill_config {
   int lookahead_depth;    /* lookahead_depth: 1 or 2 layers ahead */
   int lookahead_prefill;  /* lookahead_prefill: also prefetch during chunked prefill (0) */
   int verify;             /* verify: crc32-check every expert record read (0) */
+  int overlap;            /* overlap: issue a layer's reads at once, compute in arrival
+                             order (1); 0 = one read at a time, waited for (baseline) */
   uint64_t io_throttle;   /* io_throttle: emulated device bandwidth, bytes/s (0 = none) */
   uint64_t seed;          /* seed: cache policy seed (1) */
   const char *profile_path; /* profile: per-token JSONL profile (NULL = none) */
@@ -200,6 +202,7 @@ typedef struct spill_run_stats {
   uint64_t evictions;
   uint64_t major_faults;        /* getrusage ru_majflt delta */
   double io_wait_s;             /* compute thread blocked on expert reads */
+  uint64_t max_reads_in_flight; /* most demand reads outstanding at once */
   double read_p50_ms, read_p99_ms;
   uint64_t peak_rss_bytes;      /* VmHWM at the end */
   uint64_t lookahead_predicted; /* ids predicted (and prefetched when absent) */

@@ -24,6 +24,7 @@ void spill_config_default(spill_config *cfg) {
   cfg->lookahead = 0;
   cfg->lookahead_depth = 1;
   cfg->seed = 1;
+  cfg->overlap = 1;
 }
 
 const char *spill_storage_name(spill_storage s) {
@@ -121,6 +122,8 @@ int spill_config_set(spill_config *c, const char *key, const char *v, spill_err 
     c->lookahead_depth = (int)x;
   } else if (!strcmp(key, "lookahead_prefill")) {
     SPILL_TRY(parse_bool(key, v, &c->lookahead_prefill, e));
+  } else if (!strcmp(key, "overlap")) {
+    SPILL_TRY(parse_bool(key, v, &c->overlap, e));
   } else if (!strcmp(key, "verify")) {
     SPILL_TRY(parse_bool(key, v, &c->verify, e));
   } else if (!strcmp(key, "io_throttle")) {

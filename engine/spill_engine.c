@@ -239,6 +239,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   so.policy = g->cfg.policy;
   so.seed = g->cfg.seed;
   so.verify = g->cfg.verify;
+  so.overlap = g->cfg.overlap;
   if ((rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e)) < 0) goto fail;
   if (spill_stream_direct_fallback(g->st))
     warn(g, "storage: the filesystem refused O_DIRECT; expert reads are buffered");
@@ -346,6 +347,7 @@ static void accumulate(spill_run_stats *st, const snap *a, const snap *b) {
   st->evictions += b->k.evictions - a->k.evictions;
   st->major_faults += b->majflt - a->majflt;
   st->io_wait_s += (double)(b->k.wait_ns - a->k.wait_ns) / 1e9;
+  if (b->k.max_waiting > st->max_reads_in_flight) st->max_reads_in_flight = b->k.max_waiting;
 }
 
 static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, const snap *a,

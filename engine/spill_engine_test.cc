@@ -182,6 +182,26 @@ TEST(EngineTest, StreamingEngineMatchesTheSynchronousSource) {
   EXPECT_EQ(0, memcmp(logits.data(), r.logits.data(), logits.size() * sizeof(float)));
 }
 
+TEST(EngineTest, OverlapOnAndOffGiveIdenticalLogitsAndCounters) {
+  for (int slots : {-1, 0}) {
+    spill_config on = Cfg(), off = Cfg();
+    on.cache_slots = off.cache_slots = slots;
+    off.overlap = 0;
+    Outcome a = Generate(on, Nano()), b = Generate(off, Nano());
+    ExpectIdentical(a, b, "overlap on vs off");
+    EXPECT_EQ(a.st.demand_hits, b.st.demand_hits);
+    EXPECT_EQ(a.st.demand_misses, b.st.demand_misses);
+    EXPECT_EQ(a.st.reads, b.st.reads);
+    EXPECT_GT(a.st.max_reads_in_flight, 1u);  // the arms really differ
+    EXPECT_EQ(b.st.max_reads_in_flight, 1u);
+  }
+  spill_config m = Cfg();
+  m.storage = SPILL_STORAGE_MMAP;
+  m.overlap = 0;
+  Outcome c = Generate(m, Nano());
+  EXPECT_EQ(c.rc, SPILL_OK) << c.err;
+}
+
 TEST(EngineTest, TrunkModesGiveIdenticalLogits) {
   spill_config r = Cfg(), m = Cfg(), l = Cfg();
   m.trunk = SPILL_TRUNK_MMAP;

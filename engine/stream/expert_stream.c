@@ -21,7 +21,8 @@
 #include "engine/cache/expert_cache.h"
 #include "engine/io/reader.h"
 
-enum { IT_PENDING = 0, IT_READY = 1, IT_DELIVERED = 2, IT_DEFERRED = 3, IT_DROPPED = 4 };
+enum { IT_PENDING = 0, IT_READY = 1, IT_DELIVERED = 2, IT_DEFERRED = 3, IT_DROPPED = 4,
+       IT_UNREAD = 5 /* slot claimed, read not yet issued (overlap off) */ };
 #define N_BOUNCE 2
 
 typedef struct item {
@@ -64,6 +65,7 @@ struct spill_stream {
   int *ready_q, rq_head, rq_tail; /* ring of item indices, capacity cap */
   int n_waiting;                  /* items whose read is in flight */
   int n_deferred;
+  int n_unread;                   /* IT_UNREAD items (overlap off) */
   uint8_t *last_hits;
   int n_last_hits;
   /* reads in flight */
@@ -156,6 +158,7 @@ static void rq_push(spill_stream *s, int i) {
 static int start_item(spill_stream *s, int i, int first, spill_err *e) {
   item *it = &s->items[i];
   if (s->mmap_mode) {
+    if (first && !s->o.overlap) return 0; /* serial: issued one at a time */
     int t = inf_alloc(s, e);
     SPILL_TRY(t);
     s->inf[t].layer = (uint32_t)s->layer;
@@ -163,6 +166,7 @@ static int start_item(spill_stream *s, int i, int first, spill_err *e) {
     s->inf[t].req = i;
     SPILL_TRY(submit(s, s->layer, it->id, NULL, t, e));
     s->n_waiting++;
+    if ((uint64_t)s->n_waiting > s->k.max_waiting) s->k.max_waiting = (uint64_t)s->n_waiting;
     return 1;
   }
   if (s->cache) {
@@ -190,6 +194,7 @@ static int start_item(spill_stream *s, int i, int first, spill_err *e) {
         if (s->inf[t].used && s->inf[t].ent == ent && s->inf[t].req < 0) {
           s->inf[t].req = i;
           s->n_waiting++;
+    if ((uint64_t)s->n_waiting > s->k.max_waiting) s->k.max_waiting = (uint64_t)s->n_waiting;
           return 1;
         }
       spill_cache_release(s->cache, ent);
@@ -197,6 +202,12 @@ static int start_item(spill_stream *s, int i, int first, spill_err *e) {
       return spill_err_set(e, SPILL_E_INTERNAL,
                            "stream: layer %d expert %u is loading but no read is in flight",
                            s->layer, it->id);
+    }
+    if (out == SPILL_CACHE_INSERTED && first && !s->o.overlap) {
+      it->ent = ent; /* read issued later, one at a time, by next_ready */
+      it->state = IT_UNREAD;
+      s->n_unread++;
+      return 1;
     }
     if (out == SPILL_CACHE_INSERTED) {
       int t = inf_alloc(s, e);
@@ -219,11 +230,14 @@ static int start_item(spill_stream *s, int i, int first, spill_err *e) {
         return rc;
       }
       s->n_waiting++;
+    if ((uint64_t)s->n_waiting > s->k.max_waiting) s->k.max_waiting = (uint64_t)s->n_waiting;
       return 1;
     }
     /* ALL_PINNED: fall through to a bounce buffer unless this is the first
      * try (then wait for releases). */
     if (first) return 0;
+  } else if (first && !s->o.overlap) {
+    return 0;
   }
   int b = take_bounce(s);
   if (b < 0) return 0;
@@ -240,6 +254,7 @@ static int start_item(spill_stream *s, int i, int first, spill_err *e) {
   SPILL_TRY(submit(s, s->layer, it->id, s->bounce[b], t, e));
   s->k.bounce_reads++;
   s->n_waiting++;
+    if ((uint64_t)s->n_waiting > s->k.max_waiting) s->k.max_waiting = (uint64_t)s->n_waiting;
   return 1;
 }
 
@@ -311,7 +326,9 @@ static void abandon_request(spill_stream *s) {
       if (it->ent) spill_cache_release(s->cache, it->ent);
       if (it->bounce >= 0) s->bounce_busy[it->bounce] = 0;
     }
-    if (it->state == IT_READY || it->state == IT_DEFERRED || it->state == IT_PENDING)
+    if (it->state == IT_UNREAD) spill_cache_release(s->cache, it->ent); /* never loaded: discarded */
+    if (it->state == IT_READY || it->state == IT_DEFERRED || it->state == IT_PENDING ||
+        it->state == IT_UNREAD)
       it->state = IT_DROPPED;
   }
   for (int t = 0; t < s->inf_cap; t++) {
@@ -322,6 +339,7 @@ static void abandon_request(spill_stream *s) {
   }
   s->n_waiting = 0;
   s->n_deferred = 0;
+  s->n_unread = 0;
   s->rq_head = s->rq_tail = 0;
   s->n = 0;
 }
@@ -378,6 +396,25 @@ static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err
       SPILL_TRY(reap(s, 1, e));
       continue;
     }
+    if (s->n_unread > 0) { /* overlap off: the next read, then wait for it */
+      for (int i = 0; i < s->n; i++) {
+        item *it = &s->items[i];
+        if (it->state != IT_UNREAD) continue;
+        int t = inf_alloc(s, e);
+        SPILL_TRY(t);
+        s->inf[t].layer = (uint32_t)s->layer;
+        s->inf[t].id = it->id;
+        s->inf[t].ent = it->ent;
+        s->inf[t].req = i;
+        it->state = IT_PENDING;
+        s->n_unread--;
+        SPILL_TRY(submit(s, s->layer, it->id, it->ent->data, t, e));
+        s->n_waiting++;
+    if ((uint64_t)s->n_waiting > s->k.max_waiting) s->k.max_waiting = (uint64_t)s->n_waiting;
+        break;
+      }
+      continue;
+    }
     if (s->n_deferred > 0) {
       int started = 0;
       for (int i = 0; i < s->n && s->n_deferred > 0; i++) {
@@ -388,6 +425,7 @@ static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err
           if (s->items[i].state == IT_DEFERRED) s->items[i].state = IT_PENDING;
           s->n_deferred--;
           started++;
+          if (!s->o.overlap) break; /* serial: one read at a time */
         }
       }
       if (started) continue;

@@ -38,6 +38,9 @@ typedef struct spill_stream_opts {
   const char *policy;   /* cache policy name */
   uint64_t seed;
   int verify;
+  int overlap;          /* 1: a layer's reads are all issued at once and consumed in
+                           arrival order; 0: one read at a time, each waited for
+                           before the next (the no-overlap baseline) */
 } spill_stream_opts;
 
 /* Deterministic counters, cumulative since open or the last reset. */
@@ -52,6 +55,7 @@ typedef struct spill_stream_counters {
   uint64_t bounce_reads;     /* demand reads that went to a bounce buffer */
   uint64_t evictions;
   uint64_t wait_ns;          /* time blocked in next_ready waiting for reads */
+  uint64_t max_waiting;      /* most demand reads in flight at once (1 with overlap off) */
 } spill_stream_counters;
 
 typedef struct spill_stream spill_stream;
