@@ -33,6 +33,10 @@ int cmd_gen(int argc, char **argv) {
       long s;
       if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 0x7fffffffL, &s)) return 2;
       r.seed = (uint64_t)s;
+    } else if (!strcmp(a, "--experts")) {
+      long x;
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 65536, &x)) return 2;
+      r.experts = (int)x;
     } else if (!strcmp(a, "--attn")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
       r.attn_mix = v;
@@ -56,7 +60,7 @@ int cmd_gen(int argc, char **argv) {
     fprintf(stderr,
             "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
             "                 [--seed N] [--attn k3|mla|kda|gqa] [--trunk-dtype q4|f32]\n"
-            "                 [--expert-dtype rvq3|f32|q8|q4] OUT_DIR\n");
+            "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N] OUT_DIR\n");
     return 2;
   }
   if (r.ram_bytes && strcmp(r.preset, "twin") != 0) {

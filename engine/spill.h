@@ -135,6 +135,7 @@ typedef struct spill_gen_request {
   const char *attn_mix; /* "k3" (default), "mla", "kda", "gqa" */
   const char *trunk_dtype;  /* "q4" (default: q4 bulk, q8 embeddings) or "f32" */
   const char *expert_dtype; /* "rvq3" (default), "f32", "q8", "q4" */
+  int experts;          /* > 0: experts per MoE layer instead of the preset's */
 } spill_gen_request;
 
 /* Writes a container into out_dir (created; must not hold a manifest).

@@ -92,6 +92,7 @@ int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_
                            req->expert_dtype);
     o.expert_dtype = dt;
   }
+  if (req->experts > 0) o.n_experts = req->experts;
   o.progress = progress;
   o.progress_ctx = user;
   return spill_gen_write(out_dir, &o, e);

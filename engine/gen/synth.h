@@ -100,6 +100,8 @@ typedef struct spill_gen_opts {
   spill_dtype expert_dtype; /* rvq3 (default), f32, q8, q4 */
   double skew;            /* popularity skew, 0 = uniform bias; < 0 = default */
   int threads;            /* generator threads besides the writer: 0 or 1 */
+  int n_experts;          /* > 0: experts per MoE layer instead of the preset's
+                             (twin: instead of what the disk cap allows) */
   spill_progress_fn progress; /* may be NULL; (ctx, bytes done, bytes total) */
   void *progress_ctx;
 } spill_gen_opts;

@@ -572,6 +572,12 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
                          preset);
   }
 
+  if (o->n_experts > 0) { /* override of the preset's experts per layer */
+    SPILL_FAIL_IF(e, o->n_experts < s.top_k || o->n_experts > SPILL_MAX_EXPERTS, SPILL_E_CONFIG,
+                  "gen: experts %d must be in [top_k %d, %d]", o->n_experts, s.top_k,
+                  SPILL_MAX_EXPERTS);
+    s.n_experts = o->n_experts;
+  }
   float cal = 0.0f;
   if (!s.softmax_router && s.n_layers > s.n_dense)
     SPILL_TRY(spill_gen_calibrate_bias(s.n_experts, s.top_k, &cal, e));
