@@ -11,6 +11,9 @@
 // 3072 x 3584, down 3584 x 3072), the twin-scale expert (1024 x 1280) and a
 // trunk-sized matrix (4096 x 3584; q8 group 32, q4 group 128).
 // BM_Rvq3ApplyGather_* measure the undispatched gather versions (Arg 1|2).
+// BM_Rvq3Var_* compare the rvq3 variants (see RunRvq3) at K3 gate/up
+// (3072 x 3584), K3 down (3584 x 3072), twin up (1024 x 1280) and twin down
+// (1280 x 1024); BM_Rvq3Qlut_* times the int16 LUT quantisation.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -39,6 +42,7 @@ const apply_fn kApply[3] = {spill_k_rvq3_apply__ref, spill_k_rvq3_apply__avx2,
 struct Problem {
   std::vector<uint8_t> buf;
   std::vector<float> codebook, x, y, lut;
+  std::vector<uint8_t> qlut;
   spill_qmat m{};
   size_t weight_bytes = 0;
 };
@@ -82,7 +86,11 @@ std::unique_ptr<Problem> Make(int dtype, uint32_t rows, uint32_t cols, uint32_t 
   p->m.codebook = p->codebook.data();
   p->weight_bytes = vb + 2 * ns;
   if (dtype == SPILL_K_DT_RVQ3)
+  {
     spill_k_rvq3_lut__ref(p->codebook.data(), p->x.data(), cols, p->lut.data(), 0, cols / 8);
+    p->qlut.resize(spill_k_rvq3_qlut_bytes(cols));
+    spill_k_rvq3_qlut(p->lut.data(), cols, p->qlut.data(), 0, cols / 8);
+  }
   return p;
 }
 
@@ -166,16 +174,21 @@ void RunApplyGather(benchmark::State &state, uint32_t rows, uint32_t cols) {
   state.SetBytesProcessed((int64_t)(state.iterations() * (double)p.weight_bytes * share));
 }
 
-// Candidates: 0 ref apply, 1 blocked LUT apply, 2 rvq3 matvec ref, 3 rvq3 matvec avx2,
-// 4 rvq3 matvec avx512.
-void RunCand(benchmark::State &state, uint32_t rows, uint32_t cols) {
+// rvq3 variants side by side (Arg): 0 spill_k_rvq3_apply__ref, 1 the
+// dispatched f32-LUT apply (column-blocked, __avx2), 2 the int16-LUT apply
+// with AVX-512 VBMI, 3 spill_k_rvq3_matvec__avx2 (dequantise + FMA, no LUT),
+// 4 spill_k_rvq3_apply_q__ref. Compare ratios within one invocation.
+void RunRvq3(benchmark::State &state, uint32_t rows, uint32_t cols) {
   const int c = (int)state.range(0);
-  if (!spill_k_isa_supported(c == 4 ? SPILL_ISA_AVX512 : c == 0 || c == 2 ? SPILL_ISA_REF : SPILL_ISA_AVX2)) {
+  const bool ok = c == 0 || c == 4 ? true
+                  : c == 2         ? spill_k_vbmi_supported() != 0
+                                   : spill_k_isa_supported(SPILL_ISA_AVX2) != 0;
+  if (!ok) {
     state.SkipWithError("CPU lacks this ISA");
     return;
   }
-  static const char *names[] = {"apply_ref", "apply_blocked", "matvec_ref", "matvec_avx2",
-                                "matvec_avx512"};
+  static const char *names[] = {"apply_ref", "apply_avx2", "apply_q_vbmi", "matvec_avx2",
+                                "apply_q_ref"};
   state.SetLabel(names[c]);
   Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
   uint32_t r0, r1;
@@ -183,16 +196,28 @@ void RunCand(benchmark::State &state, uint32_t rows, uint32_t cols) {
   for (auto _ : state) {
     switch (c) {
       case 0: spill_k_rvq3_apply__ref(&p.m, p.lut.data(), p.y.data(), r0, r1); break;
-      case 1: spill_k_rvq3_apply_blocked__avx2(&p.m, p.lut.data(), p.y.data(), r0, r1); break;
-      case 2: spill_k_rvq3_matvec__ref(&p.m, p.x.data(), p.y.data(), r0, r1); break;
+      case 1: spill_k_rvq3_apply__avx2(&p.m, p.lut.data(), p.y.data(), r0, r1); break;
+      case 2: spill_k_rvq3_apply_q__vbmi(&p.m, p.qlut.data(), p.y.data(), r0, r1); break;
       case 3: spill_k_rvq3_matvec__avx2(&p.m, p.x.data(), p.y.data(), r0, r1); break;
-      default: spill_k_rvq3_matvec__avx512(&p.m, p.x.data(), p.y.data(), r0, r1); break;
+      default: spill_k_rvq3_apply_q__ref(&p.m, p.qlut.data(), p.y.data(), r0, r1); break;
     }
     benchmark::ClobberMemory();
   }
   const double share = (double)(r1 - r0) / rows;
   state.SetItemsProcessed((int64_t)(state.iterations() * (double)rows * cols * share));
   state.SetBytesProcessed((int64_t)(state.iterations() * (double)p.weight_bytes * share));
+}
+
+void RunQlut(benchmark::State &state, uint32_t rows, uint32_t cols) {
+  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  std::vector<uint8_t> q(p.qlut.size());
+  uint32_t g0, g1;
+  Split(state, cols / 8, &g0, &g1);
+  for (auto _ : state) {
+    spill_k_rvq3_qlut(p.lut.data(), cols, q.data(), g0, g1);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * (int64_t)3 * (g1 - g0) * 256);
 }
 
 void RunLut(benchmark::State &state, uint32_t rows, uint32_t cols) {
@@ -218,10 +243,11 @@ void BM_Rvq3Apply_K3Down(benchmark::State &s) { RunApply(s, 3584, 3072); }
 void BM_Rvq3Apply_Twin(benchmark::State &s) { RunApply(s, 1024, 1280); }
 void BM_Rvq3ApplyGather_K3Gate(benchmark::State &s) { RunApplyGather(s, 3072, 3584); }
 void BM_Rvq3ApplyGather_Twin(benchmark::State &s) { RunApplyGather(s, 1024, 1280); }
-void BM_Rvq3Cand_K3Gate(benchmark::State &s) { RunCand(s, 3072, 3584); }
-void BM_Rvq3Cand_K3Down(benchmark::State &s) { RunCand(s, 3584, 3072); }
-void BM_Rvq3Cand_Twin(benchmark::State &s) { RunCand(s, 1024, 1280); }
-void BM_Rvq3Cand_TwinDown(benchmark::State &s) { RunCand(s, 1280, 1024); }
+void BM_Rvq3Var_K3Gate(benchmark::State &s) { RunRvq3(s, 3072, 3584); }
+void BM_Rvq3Var_K3Down(benchmark::State &s) { RunRvq3(s, 3584, 3072); }
+void BM_Rvq3Var_Twin(benchmark::State &s) { RunRvq3(s, 1024, 1280); }
+void BM_Rvq3Var_TwinDown(benchmark::State &s) { RunRvq3(s, 1280, 1024); }
+void BM_Rvq3Qlut_K3Gate(benchmark::State &s) { RunQlut(s, 3072, 3584); }
 void BM_Rvq3Lut_K3Gate(benchmark::State &s) { RunLut(s, 3072, 3584); }
 void BM_Rvq3Lut_K3Down(benchmark::State &s) { RunLut(s, 3584, 3072); }
 void BM_Q8Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q8, 4096, 3584, 32); }
@@ -236,11 +262,12 @@ KB(BM_Rvq3Apply_Twin);
 #define KB12(fn) BENCHMARK(fn)->DenseRange(1, 2)->Threads(1)->Threads(2)->UseRealTime()
 KB12(BM_Rvq3ApplyGather_K3Gate);
 KB12(BM_Rvq3ApplyGather_Twin);
-#define KC(fn) BENCHMARK(fn)->DenseRange(0, 4)->Threads(1)->Threads(2)->UseRealTime()
-KC(BM_Rvq3Cand_K3Gate);
-KC(BM_Rvq3Cand_K3Down);
-KC(BM_Rvq3Cand_Twin);
-KC(BM_Rvq3Cand_TwinDown);
+#define KV(fn) BENCHMARK(fn)->DenseRange(0, 4)->Threads(1)->Threads(2)->UseRealTime()
+KV(BM_Rvq3Var_K3Gate);
+KV(BM_Rvq3Var_K3Down);
+KV(BM_Rvq3Var_Twin);
+KV(BM_Rvq3Var_TwinDown);
+BENCHMARK(BM_Rvq3Qlut_K3Gate)->Threads(1)->Threads(2)->UseRealTime();
 KB(BM_Rvq3Lut_K3Gate);
 KB(BM_Rvq3Lut_K3Down);
 KB(BM_Q8Matvec_Trunk);

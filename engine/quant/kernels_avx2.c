@@ -11,9 +11,10 @@
  * rvq3 apply: two versions. The gather one takes 8 consecutive groups of a
  * row at a time, de-interleaves their 24 index bytes into three vectors of 8
  * stage indices with two pshufb per stage, offsets them by 256 per group and
- * gathers from the LUT (_mm256_i32gather_ps). The dispatched one uses wide
- * index loads and scalar LUT loads in four chains, which is faster where
- * gathers are slow (AMD Zen; see the comment above it).
+ * gathers from the LUT (_mm256_i32gather_ps); gathers are slow on AMD Zen,
+ * so it is not dispatched. The dispatched one is column-blocked scalar
+ * lookups, bit-identical to __ref (see the comment above it).
+ * rvq3 matvec (no LUT): dequantise each group from the codebooks and FMA.
  * rvq3 LUT: the codebook of a stage is transposed once per call to (8, 256)
  * so each LUT entry block is eight broadcast-FMAs.
  */
@@ -228,56 +229,25 @@ void spill_k_rvq3_apply_gather__avx2(const spill_qmat *w, const float *lut, floa
   }
 }
 
-/* The dispatched apply: scalar loads, not gathers. On the AMD EPYC (Zen 5)
- * of the dev machines vpgatherdd runs at about the speed of the plain __ref
- * loop (BM_Rvq3ApplyGather_K3Gate vs BM_Rvq3Apply_K3Gate/0), while the limit
- * of the lookup is the load ports: this loop reads the 24 index bytes of 8
- * groups with three 8-byte loads (instead of 24 byte loads), extracts the
- * indices with shifts, and adds into four independent chains so the adds
- * never wait on each other. Per row: chains (a0+a1)+(a2+a3), then the
- * leftover groups, then the scale; nothing depends on [r0, r1). */
-void spill_k_rvq3_apply__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                              uint32_t r1) {
-  const size_t ng = w->cols / 8;
-  const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
-  for (uint32_t r = r0; r < r1; r++) {
-    const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    size_t g = 0;
-    for (; g + 8 <= ng; g += 8, p += 24) {
-      uint64_t u, v, t; /* triples of groups g..g+7: u = bytes 0-7, v = 8-15, t = 16-23 */
-      memcpy(&u, p, 8);
-      memcpy(&v, p + 8, 8);
-      memcpy(&t, p + 16, 8);
-      const float *b0 = l0 + g * 256, *b1 = l1 + g * 256, *b2 = l2 + g * 256;
-      a0 += b0[u & 255] + b1[(u >> 8) & 255] + b2[(u >> 16) & 255];
-      a1 += b0[256 + ((u >> 24) & 255)] + b1[256 + ((u >> 32) & 255)] + b2[256 + ((u >> 40) & 255)];
-      a2 += b0[512 + ((u >> 48) & 255)] + b1[512 + (u >> 56)] + b2[512 + (v & 255)];
-      a3 += b0[768 + ((v >> 8) & 255)] + b1[768 + ((v >> 16) & 255)] + b2[768 + ((v >> 24) & 255)];
-      a0 += b0[1024 + ((v >> 32) & 255)] + b1[1024 + ((v >> 40) & 255)] +
-            b2[1024 + ((v >> 48) & 255)];
-      a1 += b0[1280 + (v >> 56)] + b1[1280 + (t & 255)] + b2[1280 + ((t >> 8) & 255)];
-      a2 += b0[1536 + ((t >> 16) & 255)] + b1[1536 + ((t >> 24) & 255)] +
-            b2[1536 + ((t >> 32) & 255)];
-      a3 += b0[1792 + ((t >> 40) & 255)] + b1[1792 + ((t >> 48) & 255)] + b2[1792 + (t >> 56)];
-    }
-    float sum = (a0 + a1) + (a2 + a3);
-    for (; g < ng; g++, p += 3)
-      sum += l0[g * 256 + p[0]] + l1[g * 256 + p[1]] + l2[g * 256 + p[2]];
-    y[r] = spill_f16_to_f32(w->scales[r]) * sum;
-  }
-}
+/* The dispatched apply: column-blocked. The f32 LUT of a K3 expert input is
+ * 3 * 448 KiB = 1.38 MB, more than the 1 MB L2 of the Zen 5 dev machines,
+ * and a row touches a random line of every group's slice, so the row-by-row
+ * loop waits on L3 (ref K3 gate 3.8G weights/s vs 6.3G at the twin's
+ * L2-resident 480 KB). Here the groups are taken 8 at a time (3 * 8 KiB of
+ * LUT, L1-resident) and every row of [r0, r1) adds its 8 groups to its
+ * partial sum, kept in y[r], 4 rows interleaved for independent add chains.
+ * Each row still adds (l0 + l1) + l2 group by group in column order from
+ * 0.0f, so the result is bit-identical to __ref for any row split. */
 
-/* ---- candidate: column-blocked LUT apply (bit-exact with __ref) ---- */
+#define RVQ3_BLK 8 /* groups per block */
 
-#define RVQ3_BLK 8 /* groups per block: 3 * 8 KiB of LUT, L1-resident */
-
-static inline float grp(const float *b0, const float *b1, const float *b2, const uint8_t *p) {
+static inline __attribute__((always_inline)) float grp(const float *b0, const float *b1,
+                                                       const float *b2, const uint8_t *p) {
   return (b0[p[0]] + b1[p[1]]) + b2[p[2]];
 }
 
-void spill_k_rvq3_apply_blocked__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                                      uint32_t r1) {
+void spill_k_rvq3_apply__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                              uint32_t r1) {
   const size_t ng = w->cols / 8, rs = ng * 3;
   const uint8_t *idx = (const uint8_t *)w->data;
   const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
@@ -286,7 +256,8 @@ void spill_k_rvq3_apply_blocked__avx2(const spill_qmat *w, const float *lut, flo
     const size_t ge = gb + RVQ3_BLK < ng ? gb + RVQ3_BLK : ng;
     uint32_t r = r0;
     for (; r + 4 <= r1; r += 4) {
-      const uint8_t *p0 = idx + (size_t)r * rs + gb * 3, *p1 = p0 + rs, *p2 = p1 + rs, *p3 = p2 + rs;
+      const uint8_t *p0 = idx + (size_t)r * rs + gb * 3, *p1 = p0 + rs, *p2 = p1 + rs,
+                    *p3 = p2 + rs;
       float a0 = y[r], a1 = y[r + 1], a2 = y[r + 2], a3 = y[r + 3];
       for (size_t g = gb; g < ge; g++, p0 += 3, p1 += 3, p2 += 3, p3 += 3) {
         const float *b0 = l0 + g * 256, *b1 = l1 + g * 256, *b2 = l2 + g * 256;
@@ -300,19 +271,25 @@ void spill_k_rvq3_apply_blocked__avx2(const spill_qmat *w, const float *lut, flo
     for (; r < r1; r++) {
       const uint8_t *p = idx + (size_t)r * rs + gb * 3;
       float a = y[r];
-      for (size_t g = gb; g < ge; g++, p += 3) a += grp(l0 + g * 256, l1 + g * 256, l2 + g * 256, p);
+      for (size_t g = gb; g < ge; g++, p += 3)
+        a += grp(l0 + g * 256, l1 + g * 256, l2 + g * 256, p);
       y[r] = a;
     }
   }
   for (uint32_t r = r0; r < r1; r++) y[r] = spill_f16_to_f32(w->scales[r]) * y[r];
 }
 
-/* ---- candidate: dequantise from the codebooks, FMA with x ---- */
+/* rvq3 without a LUT: each group's weights are dequantised from the
+ * codebooks (three 8-float loads, two adds; 24 KiB of codebook stays in L1)
+ * and FMA'd with x into one 8-lane accumulator per row, 4 rows at a time
+ * sharing the x load. Per row: lanes summed by hsum8, times the row scale;
+ * the same sequence in the 4-row and 1-row loops. */
 
-static inline __m256 cbsum(const float *c0, const float *c1, const float *c2, const uint8_t *p) {
-  return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(c0 + (size_t)p[0] * 8),
-                                     _mm256_loadu_ps(c1 + (size_t)p[1] * 8)),
-                       _mm256_loadu_ps(c2 + (size_t)p[2] * 8));
+static inline __attribute__((always_inline)) __m256 cbsum(const float *c0, const float *c1,
+                                                          const float *c2, const uint8_t *p) {
+  return _mm256_add_ps(
+      _mm256_add_ps(_mm256_loadu_ps(c0 + (size_t)p[0] * 8), _mm256_loadu_ps(c1 + (size_t)p[1] * 8)),
+      _mm256_loadu_ps(c2 + (size_t)p[2] * 8));
 }
 
 void spill_k_rvq3_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
@@ -342,5 +319,56 @@ void spill_k_rvq3_matvec__avx2(const spill_qmat *w, const float *x, float *y, ui
     for (size_t g = 0; g < ng; g++, p += 3)
       a = _mm256_fmadd_ps(cbsum(c0, c1, c2, p), _mm256_loadu_ps(x + g * 8), a);
     y[r] = spill_f16_to_f32(w->scales[r]) * hsum8(a);
+  }
+}
+
+/* The int16 rvq3 LUT (spill_k_rvq3_qlut): bit-identical to the __ref loop
+ * (the same scalar scale, v * inv rounded to nearest-even by cvtps2dq as
+ * nearbyintf does in the default rounding mode, the same clamp); a group
+ * holding a NaN or an infinity is left to __ref. 16 entries per step:
+ * packssdw + vpermq give them in order as int16, then the low and high bytes
+ * are split with and/shift + packuswb into the two planes. */
+void spill_k_rvq3_qlut__avx2(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
+                             uint32_t g1) {
+  const size_t ng = cols / 8;
+  uint8_t *qt = (uint8_t *)qlut;
+  float *scale = (float *)(qt + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i qmax = _mm256_set1_epi32(10922), qmin = _mm256_set1_epi32(-10922);
+  const __m256i ff = _mm256_set1_epi16(0xFF);
+  for (size_t g = g0; g < g1; g++) {
+    __m256 m = _mm256_setzero_ps(), unord = _mm256_setzero_ps();
+    for (size_t s = 0; s < 3; s++)
+      for (size_t k = 0; k < 256; k += 8) {
+        const __m256 v = _mm256_loadu_ps(lut + (s * ng + g) * 256 + k);
+        unord = _mm256_or_ps(unord, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = _mm256_max_ps(m, _mm256_and_ps(v, absmask));
+      }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float mx = _mm_cvtss_f32(h);
+    if (_mm256_movemask_ps(unord) || mx > 3.4e38f) { /* NaN or inf: the __ref rules */
+      spill_k_rvq3_qlut__ref(lut, cols, qlut, (uint32_t)g, (uint32_t)g + 1);
+      continue;
+    }
+    const float inv = mx > 0.0f ? 10922.0f / mx : 0.0f;
+    scale[g] = mx / 10922.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (size_t s = 0; s < 3; s++) {
+      const float *src = lut + (s * ng + g) * 256;
+      uint8_t *t = qt + g * SPILL_K_RVQ3_QLUT_GROUP_BYTES + s * 512;
+      for (size_t k = 0; k < 256; k += 16) {
+        __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + k), vinv));
+        __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + k + 8), vinv));
+        q0 = _mm256_max_epi32(_mm256_min_epi32(q0, qmax), qmin);
+        q1 = _mm256_max_epi32(_mm256_min_epi32(q1, qmax), qmin);
+        const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+        const __m256i b = _mm256_permute4x64_epi64(
+            _mm256_packus_epi16(_mm256_and_si256(w, ff), _mm256_srli_epi16(w, 8)), 0xD8);
+        _mm_storeu_si128((__m128i *)(t + k), _mm256_castsi256_si128(b));
+        _mm_storeu_si128((__m128i *)(t + 256 + k), _mm256_extracti128_si256(b, 1));
+      }
+    }
   }
 }

@@ -7,6 +7,9 @@
  *
  * matvec: q8 needs group % 16 == 0 and q4 group % 32 == 0, else the AVX2
  * twin handles the matrix (which itself falls back to __ref).
+ * rvq3 apply_q (int16 LUT, VBMI byte permutes, 64 rows at a time): see the
+ * comment above spill_k_rvq3_apply_q__vbmi; its functions carry the VBMI
+ * target attribute so nothing else in this file may use VBMI.
  * rvq3 apply (gather version, kept to re-measure on CPUs with fast gathers):
  * 16 groups (48 index bytes) at a time; each half of 8 groups is
  * de-interleaved with pshufb as in the AVX2 twin, the two halves joined and
@@ -211,17 +214,21 @@ void spill_k_rvq3_apply_gather__avx512(const spill_qmat *w, const float *lut, fl
   const __m128i sb0 = _mm_load_si128((const __m128i *)k_shuf_b[0]);
   const __m128i sb1 = _mm_load_si128((const __m128i *)k_shuf_b[1]);
   const __m128i sb2 = _mm_load_si128((const __m128i *)k_shuf_b[2]);
-  const __m512i offs = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(256));
+  const __m512i offs =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(256));
   const __m256i offs8 = _mm512_castsi512_si256(offs);
   for (uint32_t r = r0; r < r1; r++) {
     const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
     __m512 acc = _mm512_setzero_ps();
     size_t g = 0;
     for (; g < ng16; g += 16, p += 48) {
-      __m512i i0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(idx8(p, sa0, sb0), idx8(p + 24, sa0, sb0)));
-      __m512i i1 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(idx8(p, sa1, sb1), idx8(p + 24, sa1, sb1)));
-      __m512i i2 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(idx8(p, sa2, sb2), idx8(p + 24, sa2, sb2)));
+      __m512i i0 =
+          _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(idx8(p, sa0, sb0), idx8(p + 24, sa0, sb0)));
+      __m512i i1 =
+          _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(idx8(p, sa1, sb1), idx8(p + 24, sa1, sb1)));
+      __m512i i2 =
+          _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(idx8(p, sa2, sb2), idx8(p + 24, sa2, sb2)));
       const __m512 v0 = _mm512_i32gather_ps(_mm512_add_epi32(i0, offs), l0 + g * 256, 4);
       const __m512 v1 = _mm512_i32gather_ps(_mm512_add_epi32(i1, offs), l1 + g * 256, 4);
       const __m512 v2 = _mm512_i32gather_ps(_mm512_add_epi32(i2, offs), l2 + g * 256, 4);
@@ -239,97 +246,171 @@ void spill_k_rvq3_apply_gather__avx512(const spill_qmat *w, const float *lut, fl
       g += 8;
       p += 24;
     }
-    for (; g < ng; g++, p += 3)
-      sum += l0[g * 256 + p[0]] + l1[g * 256 + p[1]] + l2[g * 256 + p[2]];
+    for (; g < ng; g++, p += 3) sum += l0[g * 256 + p[0]] + l1[g * 256 + p[1]] + l2[g * 256 + p[2]];
     y[r] = spill_f16_to_f32(w->scales[r]) * sum;
   }
 }
 
-/* The dispatched apply is the AVX2 twin's scalar-load loop: the 16-lane
- * gather above is no faster than 8-lane ones on Zen 5 (measured by
- * BM_Rvq3ApplyGather_K3Gate), and the loop is load-port bound, not width
- * bound. */
+/* The dispatched apply is the AVX2 twin's column-blocked scalar loop: the
+ * 16-lane gather above is no faster than 8-lane ones on Zen 5 (measured by
+ * BM_Rvq3ApplyGather_K3Gate). */
 void spill_k_rvq3_apply__avx512(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
                                 uint32_t r1) {
   spill_k_rvq3_apply__avx2(w, lut, y, r0, r1);
 }
 
-/* ---- candidate: dequantise two groups per zmm, FMA with x ---- */
+/* ---- rvq3 apply over the int16 LUT with AVX-512 VBMI byte permutes ----
+ *
+ * 64 rows at a time, one byte lane per row. Index bytes are brought to
+ * group-major order on the fly, 8 groups (24 bytes per row) at a time: a
+ * masked 32-byte load per row, 7 qword permutes per 8 rows, then per 8-byte
+ * column a vpermb per 8 rows (8x8 byte transpose) and an 8x8 qword
+ * transpose (24 vpermt2q) give one 64-byte vector per (group, stage) whose
+ * lane l is row rb + l. (Qword gathers instead of the loads ran at 14G
+ * weights/s vs 25G with plain loads: gathers are slow on Zen 5.) A 256-entry byte
+ * table is two vpermt2b (128 entries each) and a blend on the index's top
+ * bit; the low and high byte planes of the int16 entries are looked up
+ * separately and interleaved into int16 lanes, summed over the 3 stages in
+ * int16 (|q| <= 10922, so no overflow), widened to int32, converted to f32
+ * (exact) and added to the row accumulators as acc + f * scale_g, exactly
+ * the arithmetic of spill_k_rvq3_apply_q__ref, so results are bit-identical
+ * to it for any row split. */
+#define VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
 
-/* Byte offset in a stage codebook of entry (byte k of u): 32 * index. */
-static inline __attribute__((always_inline)) size_t cb_off(uint64_t u, int k) {
-  return k == 0 ? (size_t)((u << 5) & 0x1FE0) : (size_t)((u >> (8 * k - 5)) & 0x1FE0);
-}
-#define CB_LD(c, b) _mm256_loadu_ps((const float *)((const char *)(c) + cb_off(q[(b) >> 3], (b) & 7)))
-#define CB_LD2(c, b) \
-  _mm512_insertf32x8(_mm512_castps256_ps512(CB_LD(c, b)), CB_LD(c, (b) + 3), 1)
-
-/* Groups 2j, 2j+1 of an 8-group chunk whose 24 index bytes are in q[0..3). */
-#define PAIR(j) \
-  _mm512_add_ps(_mm512_add_ps(CB_LD2(c0, 6 * (j)), CB_LD2(c1, 6 * (j) + 1)), CB_LD2(c2, 6 * (j) + 2))
-
-static inline __m512 chunk8(const float *c0, const float *c1, const float *c2, const uint8_t *p,
-                            const float *x, __m512 acc) {
-  uint64_t q[3];
-  memcpy(q, p, 24);
-  acc = _mm512_fmadd_ps(PAIR(0), _mm512_loadu_ps(x), acc);
-  acc = _mm512_fmadd_ps(PAIR(1), _mm512_loadu_ps(x + 16), acc);
-  acc = _mm512_fmadd_ps(PAIR(2), _mm512_loadu_ps(x + 32), acc);
-  acc = _mm512_fmadd_ps(PAIR(3), _mm512_loadu_ps(x + 48), acc);
-  return acc;
+static VBMI inline __m512i qpos(int a, int b, int c, int d, int e, int f, int g, int h) {
+  return _mm512_setr_epi64(a, b, c, d, e, f, g, h);
 }
 
-static inline __m512 cbsum2(const float *c0, const float *c1, const float *c2, const uint8_t *p) {
-  const __m512 v0 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(c0 + (size_t)p[0] * 8)),
-                                       _mm256_loadu_ps(c0 + (size_t)p[3] * 8), 1);
-  const __m512 v1 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(c1 + (size_t)p[1] * 8)),
-                                       _mm256_loadu_ps(c1 + (size_t)p[4] * 8), 1);
-  const __m512 v2 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(c2 + (size_t)p[2] * 8)),
-                                       _mm256_loadu_ps(c2 + (size_t)p[5] * 8), 1);
-  return _mm512_add_ps(_mm512_add_ps(v0, v1), v2);
-}
+/* vpermb index of an 8x8 byte transpose: byte 8j+i <- byte 8i+j. */
+static const uint8_t k_tb[64] __attribute__((aligned(64))) = {
+    0,  8,  16, 24, 32, 40, 48, 56, 1,  9,  17, 25, 33, 41, 49, 57, 2,  10, 18, 26, 34, 42,
+    50, 58, 3,  11, 19, 27, 35, 43, 51, 59, 4,  12, 20, 28, 36, 44, 52, 60, 5,  13, 21, 29,
+    37, 45, 53, 61, 6,  14, 22, 30, 38, 46, 54, 62, 7,  15, 23, 31, 39, 47, 55, 63};
 
-/* The groups past the 8-group chunks (ng % 8), then the horizontal sum. */
-static inline float row_rest(const float *c0, const float *c1, const float *c2, const uint8_t *p,
-                             const float *x, __m512 acc, size_t g, size_t ng) {
-  for (; g + 2 <= ng; g += 2, p += 6)
-    acc = _mm512_fmadd_ps(cbsum2(c0, c1, c2, p), _mm512_loadu_ps(x + g * 8), acc);
-  float s = hsum16(acc);
-  if (g < ng) { /* odd ng: the last group */
-    const __m256 v = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(c0 + (size_t)p[0] * 8),
-                                                 _mm256_loadu_ps(c1 + (size_t)p[1] * 8)),
-                                   _mm256_loadu_ps(c2 + (size_t)p[2] * 8));
-    s += hsum8(_mm256_mul_ps(v, _mm256_loadu_ps(x + g * 8)));
+/* Qword c (c < 3) of the 24 index bytes at base + row * rs of rows
+ * 8k .. 8k+7 into M[c] (qword i = row 8k+i; rows >= n read as zero). */
+static VBMI inline __attribute__((always_inline)) void vbmi_load_octet(const uint8_t *base,
+                                                                       size_t rs, uint32_t k,
+                                                                       uint32_t n, __m512i M[3]) {
+  __m256i Y[8];
+  for (uint32_t i = 0; i < 8; i++) {
+    const uint32_t row = 8 * k + i;
+    Y[i] = row < n ? _mm256_maskz_loadu_epi8(0xFFFFFF, base + row * rs) : _mm256_setzero_si256();
   }
-  return s;
+  __m512i Z[4]; /* Z[j] = rows j, j+4: [rj.q0 .. rj.q3, rj4.q0 .. rj4.q3] */
+  for (int j = 0; j < 4; j++) Z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(Y[j]), Y[j + 4], 1);
+  const __m512i pa = qpos(0, 8, 4, 12, 1, 9, 5, 13), pb = qpos(2, 10, 6, 14, 3, 11, 7, 15);
+  const __m512i A = _mm512_permutex2var_epi64(Z[0], pa, Z[1]); /* r0 r1 r4 r5 .q0, .q1 */
+  const __m512i B = _mm512_permutex2var_epi64(Z[0], pb, Z[1]); /* r0 r1 r4 r5 .q2, .q3 */
+  const __m512i C = _mm512_permutex2var_epi64(Z[2], pa, Z[3]); /* r2 r3 r6 r7 .q0, .q1 */
+  const __m512i D = _mm512_permutex2var_epi64(Z[2], pb, Z[3]); /* r2 r3 r6 r7 .q2, .q3 */
+  const __m512i lo = qpos(0, 1, 8, 9, 2, 3, 10, 11), hi = qpos(4, 5, 12, 13, 6, 7, 14, 15);
+  M[0] = _mm512_permutex2var_epi64(A, lo, C);
+  M[1] = _mm512_permutex2var_epi64(A, hi, C);
+  M[2] = _mm512_permutex2var_epi64(B, lo, D);
 }
 
-void spill_k_rvq3_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0,
-                                 uint32_t r1) {
+/* V[j] (j < 8): byte j of qword k of M[k'] for the 64 lanes 8k' + i, i.e.
+ * lane l is row l: a vpermb per register (8x8 byte transpose) and an 8x8
+ * qword transpose. */
+static VBMI void vbmi_transpose(const __m512i In[8], __m512i V[8]) {
+  const __m512i tb = _mm512_load_si512(k_tb);
+  __m512i M[8], A[8], B[8];
+  for (int k = 0; k < 8; k++) M[k] = _mm512_permutexvar_epi8(tb, In[k]);
+  const __m512i s1a = qpos(0, 1, 2, 3, 8, 9, 10, 11), s1b = qpos(4, 5, 6, 7, 12, 13, 14, 15);
+  const __m512i s2a = qpos(0, 1, 8, 9, 4, 5, 12, 13), s2b = qpos(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i s3a = qpos(0, 8, 2, 10, 4, 12, 6, 14), s3b = qpos(1, 9, 3, 11, 5, 13, 7, 15);
+  for (int k = 0; k < 4; k++) {
+    A[k] = _mm512_permutex2var_epi64(M[k], s1a, M[k + 4]);
+    A[k + 4] = _mm512_permutex2var_epi64(M[k], s1b, M[k + 4]);
+  }
+  for (int k = 0; k < 8; k += (k & 1) ? 3 : 1) { /* 0, 1, 4, 5 */
+    B[k] = _mm512_permutex2var_epi64(A[k], s2a, A[k + 2]);
+    B[k + 2] = _mm512_permutex2var_epi64(A[k], s2b, A[k + 2]);
+  }
+  for (int k = 0; k < 8; k += 2) {
+    V[k] = _mm512_permutex2var_epi64(B[k], s3a, B[k + 1]);
+    V[k + 1] = _mm512_permutex2var_epi64(B[k], s3b, B[k + 1]);
+  }
+}
+
+/* int16 entries of the 64 lanes' indices v in one stage table; w_lo gets
+ * rows {0-7, 16-23, 32-39, 48-55}, w_hi the others (unpack order). */
+static VBMI inline __attribute__((always_inline)) void vbmi_look(const int8_t *t, __m512i v,
+                                                                 __m512i *w_lo, __m512i *w_hi) {
+  const __mmask64 top = _mm512_movepi8_mask(v);
+  const __m512i lo = _mm512_mask_blend_epi8(
+      top, _mm512_permutex2var_epi8(_mm512_loadu_si512(t), v, _mm512_loadu_si512(t + 64)),
+      _mm512_permutex2var_epi8(_mm512_loadu_si512(t + 128), v, _mm512_loadu_si512(t + 192)));
+  const __m512i hi = _mm512_mask_blend_epi8(
+      top, _mm512_permutex2var_epi8(_mm512_loadu_si512(t + 256), v, _mm512_loadu_si512(t + 320)),
+      _mm512_permutex2var_epi8(_mm512_loadu_si512(t + 384), v, _mm512_loadu_si512(t + 448)));
+  *w_lo = _mm512_unpacklo_epi8(lo, hi);
+  *w_hi = _mm512_unpackhi_epi8(lo, hi);
+}
+
+VBMI void spill_k_rvq3_apply_q__vbmi(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
+                                     uint32_t r1) {
   const size_t ng = w->cols / 8, rs = ng * 3, ng8 = ng & ~(size_t)7;
+  const int8_t *qt = (const int8_t *)qlut;
+  const float *scale = (const float *)(qt + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
   const uint8_t *idx = (const uint8_t *)w->data;
-  const float *c0 = w->codebook, *c1 = c0 + 256 * 8, *c2 = c1 + 256 * 8;
-  uint32_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    const uint8_t *p0 = idx + (size_t)r * rs, *p1 = p0 + rs, *p2 = p1 + rs, *p3 = p2 + rs;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    size_t g = 0;
-    for (; g < ng8; g += 8, p0 += 24, p1 += 24, p2 += 24, p3 += 24) {
-      a0 = chunk8(c0, c1, c2, p0, x + g * 8, a0);
-      a1 = chunk8(c0, c1, c2, p1, x + g * 8, a1);
-      a2 = chunk8(c0, c1, c2, p2, x + g * 8, a2);
-      a3 = chunk8(c0, c1, c2, p3, x + g * 8, a3);
+  uint8_t pad[64 * 24] __attribute__((aligned(64)));
+  for (uint32_t rb = r0; rb < r1; rb += 64) {
+    const uint32_t n = r1 - rb < 64 ? r1 - rb : 64;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    const uint8_t *rowp = idx + (size_t)rb * rs;
+    for (size_t g0 = 0; g0 < ng; g0 += 8) {
+      const size_t cnt = g0 < ng8 ? 8 : ng - g0;
+      const uint8_t *base = rowp + g0 * 3;
+      size_t stride = rs;
+      if (cnt < 8) { /* the row tails: copy into a zero-padded block */
+        memset(pad, 0, sizeof pad);
+        for (uint32_t i = 0; i < n; i++)
+          memcpy(pad + 24 * i, rowp + (size_t)i * rs + g0 * 3, cnt * 3);
+        base = pad;
+        stride = 24;
+      }
+      __m512i M[3][8], O[3], V[24];
+      for (uint32_t k = 0; k < 8; k++) {
+        vbmi_load_octet(base, stride, k, n, O);
+        M[0][k] = O[0], M[1][k] = O[1], M[2][k] = O[2];
+      }
+      vbmi_transpose(M[0], V);
+      vbmi_transpose(M[1], V + 8);
+      vbmi_transpose(M[2], V + 16);
+      for (size_t j = 0; j < cnt; j++) {
+        const size_t g = g0 + j;
+        const int8_t *t = qt + g * SPILL_K_RVQ3_QLUT_GROUP_BYTES;
+        __m512i a_lo, a_hi, b_lo, b_hi, c_lo, c_hi;
+        vbmi_look(t, V[3 * j], &a_lo, &a_hi);
+        vbmi_look(t + 512, V[3 * j + 1], &b_lo, &b_hi);
+        vbmi_look(t + 1024, V[3 * j + 2], &c_lo, &c_hi);
+        const __m512i s_lo = _mm512_add_epi16(_mm512_add_epi16(a_lo, b_lo), c_lo);
+        const __m512i s_hi = _mm512_add_epi16(_mm512_add_epi16(a_hi, b_hi), c_hi);
+        const __m512 sc = _mm512_set1_ps(scale[g]);
+        const __m512i q0 = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(s_lo));
+        const __m512i q1 = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(s_lo, 1));
+        const __m512i q2 = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(s_hi));
+        const __m512i q3 = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(s_hi, 1));
+        acc[0] = _mm512_add_ps(acc[0], _mm512_mul_ps(_mm512_cvtepi32_ps(q0), sc));
+        acc[1] = _mm512_add_ps(acc[1], _mm512_mul_ps(_mm512_cvtepi32_ps(q1), sc));
+        acc[2] = _mm512_add_ps(acc[2], _mm512_mul_ps(_mm512_cvtepi32_ps(q2), sc));
+        acc[3] = _mm512_add_ps(acc[3], _mm512_mul_ps(_mm512_cvtepi32_ps(q3), sc));
+      }
     }
-    y[r] = spill_f16_to_f32(w->scales[r]) * row_rest(c0, c1, c2, p0, x, a0, g, ng);
-    y[r + 1] = spill_f16_to_f32(w->scales[r + 1]) * row_rest(c0, c1, c2, p1, x, a1, g, ng);
-    y[r + 2] = spill_f16_to_f32(w->scales[r + 2]) * row_rest(c0, c1, c2, p2, x, a2, g, ng);
-    y[r + 3] = spill_f16_to_f32(w->scales[r + 3]) * row_rest(c0, c1, c2, p3, x, a3, g, ng);
-  }
-  for (; r < r1; r++) {
-    const uint8_t *p = idx + (size_t)r * rs;
-    __m512 a = _mm512_setzero_ps();
-    size_t g = 0;
-    for (; g < ng8; g += 8, p += 24) a = chunk8(c0, c1, c2, p, x + g * 8, a);
-    y[r] = spill_f16_to_f32(w->scales[r]) * row_rest(c0, c1, c2, p, x, a, g, ng);
+    /* acc[0]: rows 0-7, 16-23; acc[1]: 32-39, 48-55; acc[2]: 8-15, 24-31;
+     * acc[3]: 40-47, 56-63. */
+    float tmp[64] __attribute__((aligned(64)));
+    static const uint8_t base_row[4] = {0, 32, 8, 40};
+    for (int q = 0; q < 4; q++) {
+      _mm512_store_ps(tmp + 16 * q, acc[q]);
+      for (int m = 0; m < 16; m++) {
+        const uint32_t row = base_row[q] + (m < 8 ? m : 8 + m);
+        if (row < n) y[rb + row] = spill_f16_to_f32(w->scales[rb + row]) * tmp[16 * q + m];
+      }
+    }
   }
 }
+#undef VBMI

@@ -44,13 +44,20 @@ void spill_k_rvq3_apply_gather__avx2(const spill_qmat *w, const float *lut, floa
 void spill_k_rvq3_apply_gather__avx512(const spill_qmat *w, const float *lut, float *y,
                                        uint32_t r0, uint32_t r1);
 
-/* Candidates under measurement. */
-void spill_k_rvq3_apply_blocked__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                                      uint32_t r1);
+/* Dequantise-and-FMA rvq3 matvec (spill_k_rvq3_matvec); also used on
+ * AVX-512 CPUs (a 2-groups-per-zmm twin measured no faster). */
 void spill_k_rvq3_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
                                uint32_t r1);
-void spill_k_rvq3_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0,
-                                 uint32_t r1);
+
+/* The int16-LUT apply with AVX-512 VBMI byte permutes (kernels_avx512.c);
+ * only when spill_k_vbmi_supported(). Bit-identical to
+ * spill_k_rvq3_apply_q__ref. */
+void spill_k_rvq3_apply_q__vbmi(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
+                                uint32_t r1);
+int spill_k_vbmi_supported(void);
+/* spill_k_rvq3_qlut, AVX2; bit-identical to spill_k_rvq3_qlut__ref. */
+void spill_k_rvq3_qlut__avx2(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
+                             uint32_t g1);
 
 void spill_k_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0,
                             uint32_t r1);

@@ -5,7 +5,11 @@
  * plain f32 arithmetic, one accumulator per row, summed in column order
  * (group by group for q8/q4, scale applied per group; rvq3 adds the three
  * stage lookups of a group before adding them to the row sum). They are
- * always built and run on any x86-64 (and any other CPU).
+ * always built and run on any x86-64 (and any other CPU). The int16 rvq3
+ * LUT (spill_k_rvq3_qlut) is built here for every ISA, and
+ * spill_k_rvq3_apply_q__ref defines the exact arithmetic of the VBMI twin
+ * (int sum of three stage entries, f32 convert, times the group scale, added
+ * to the row sum; no FMA contraction in C11 mode).
  *
  * Dispatch: spill_k_init picks the best ISA the CPU and OS support
  * (__builtin_cpu_supports checks the OS-enabled XSAVE state too), lowered by
@@ -135,6 +139,63 @@ void spill_k_rvq3_matvec__ref(const spill_qmat *w, const float *x, float *y, uin
   }
 }
 
+size_t spill_k_rvq3_qlut_bytes(uint32_t cols) {
+  return (size_t)(cols / 8) * (SPILL_K_RVQ3_QLUT_GROUP_BYTES + sizeof(float));
+}
+
+void spill_k_rvq3_qlut__ref(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
+                            uint32_t g1) {
+  const size_t ng = cols / 8;
+  uint8_t *qt = (uint8_t *)qlut;
+  float *scale = (float *)(qt + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
+  for (size_t g = g0; g < g1; g++) {
+    float m = 0.0f;
+    int nan = 0;
+    for (size_t s = 0; s < 3; s++)
+      for (size_t k = 0; k < 256; k++) {
+        const float v = lut[(s * ng + g) * 256 + k];
+        nan |= isnan(v);
+        m = fmaxf(m, fabsf(v));
+      }
+    /* A non-finite input poisons the group (scale NaN, entries 0) so that
+     * every row's output is NaN, as the f32 path would (nearly) give. */
+    const int bad = nan || isinf(m);
+    const float inv = m > 0.0f && !bad ? 10922.0f / m : 0.0f;
+    scale[g] = bad ? NAN : m / 10922.0f;
+    for (size_t s = 0; s < 3; s++) {
+      uint8_t *t = qt + g * SPILL_K_RVQ3_QLUT_GROUP_BYTES + s * 512;
+      for (size_t k = 0; k < 256; k++) {
+        float v = nearbyintf(lut[(s * ng + g) * 256 + k] * inv);
+        if (v > 10922.0f) v = 10922.0f;
+        if (v < -10922.0f) v = -10922.0f;
+        const uint16_t q = (uint16_t)(int16_t)v;
+        t[k] = (uint8_t)(q & 0xFF);
+        t[256 + k] = (uint8_t)(q >> 8);
+      }
+    }
+  }
+}
+
+void spill_k_rvq3_apply_q__ref(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
+                               uint32_t r1) {
+  const size_t ng = w->cols / 8;
+  const uint8_t *qt = (const uint8_t *)qlut;
+  const float *scale = (const float *)(qt + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
+  for (uint32_t r = r0; r < r1; r++) {
+    const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
+    float acc = 0.0f;
+    for (size_t g = 0; g < ng; g++, p += 3) {
+      const uint8_t *t = qt + g * SPILL_K_RVQ3_QLUT_GROUP_BYTES;
+      int sum = 0;
+      for (size_t s = 0; s < 3; s++)
+        sum += (int16_t)(uint16_t)(t[s * 512 + p[s]] | (t[s * 512 + 256 + p[s]] << 8));
+      const float prod = (float)sum * scale[g];
+      acc = acc + prod;
+    }
+    y[r] = spill_f16_to_f32(w->scales[r]) * acc;
+  }
+}
+
 /* ------------------------------------------------------------ helpers */
 
 void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out) {
@@ -241,16 +302,19 @@ typedef struct k_table {
   void (*matvec)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
   void (*lut)(const float *, const float *, uint32_t, float *, uint32_t, uint32_t);
   void (*apply)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
+  void (*rvq3_matvec)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
 } k_table;
 
 static const k_table k_tables[3] = {
-    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref},
+    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref, spill_k_rvq3_matvec__ref},
 #if defined(__x86_64__)
-    {spill_k_matvec__avx2, spill_k_rvq3_lut__avx2, spill_k_rvq3_apply__avx2},
-    {spill_k_matvec__avx512, spill_k_rvq3_lut__avx512, spill_k_rvq3_apply__avx512},
+    {spill_k_matvec__avx2, spill_k_rvq3_lut__avx2, spill_k_rvq3_apply__avx2,
+     spill_k_rvq3_matvec__avx2},
+    {spill_k_matvec__avx512, spill_k_rvq3_lut__avx512, spill_k_rvq3_apply__avx512,
+     spill_k_rvq3_matvec__avx2},
 #else
-    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref},
-    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref},
+    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref, spill_k_rvq3_matvec__ref},
+    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref, spill_k_rvq3_matvec__ref},
 #endif
 };
 
@@ -339,11 +403,45 @@ void spill_k_rvq3_lut(const float *codebook, const float *x, uint32_t cols, floa
   k_table_get()->lut(codebook, x, cols, lut, g0, g1);
 }
 
-void spill_k_rvq3_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1) {
-  spill_k_rvq3_matvec__ref(w, x, y, r0, r1); /* TEMP: dispatch decided after measuring */
+int spill_k_vbmi_supported(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return spill_k_isa_supported(SPILL_ISA_AVX512) && __builtin_cpu_supports("avx512vbmi");
+#else
+  return 0;
+#endif
+}
+
+void spill_k_rvq3_qlut(const float *lut, uint32_t cols, void *qlut, uint32_t g0, uint32_t g1) {
+#if defined(__x86_64__)
+  if (spill_k_init() != SPILL_ISA_REF) {
+    spill_k_rvq3_qlut__avx2(lut, cols, qlut, g0, g1);
+    return;
+  }
+#endif
+  spill_k_rvq3_qlut__ref(lut, cols, qlut, g0, g1);
+}
+
+int spill_k_rvq3_qlut_fast(void) {
+  return spill_k_init() == SPILL_ISA_AVX512 && spill_k_vbmi_supported();
+}
+
+void spill_k_rvq3_apply_q(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
+                          uint32_t r1) {
+#if defined(__x86_64__)
+  if (spill_k_rvq3_qlut_fast()) {
+    spill_k_rvq3_apply_q__vbmi(w, qlut, y, r0, r1);
+    return;
+  }
+#endif
+  spill_k_rvq3_apply_q__ref(w, qlut, y, r0, r1);
 }
 
 void spill_k_rvq3_apply(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
                         uint32_t r1) {
   k_table_get()->apply(w, lut, y, r0, r1);
+}
+
+void spill_k_rvq3_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1) {
+  k_table_get()->rvq3_matvec(w, x, y, r0, r1);
 }

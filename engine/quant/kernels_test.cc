@@ -10,6 +10,7 @@
 // O(1e-2) or larger error) does not. Twins the CPU lacks are skipped with
 // GTEST_SKIP and a printed reason.
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -33,7 +34,25 @@ constexpr double kQuantCeiling = 1e-6;
 // rvq3 LUT: one 8-term dot per entry; FMA vs separate mul+add: <= 8 ulps.
 constexpr double kRvq3LutCeiling = 1e-6;
 // rvq3 apply from the same LUT: only the order of the 3*(cols/8) additions.
+// (The dispatched AVX2/AVX-512 apply keeps __ref's order and is checked
+// bit-exact; the gather twins reorder.)
 constexpr double kRvq3ApplyCeiling = 1e-6;
+// rvq3 dequantise-and-FMA matvec vs its __ref: both round the summed
+// codebook vector per weight; only the order (8 lanes, FMA) differs.
+constexpr double kRvq3MatvecCeiling = 1e-6;
+// rvq3 int16-LUT apply vs the f32-LUT __ref. Each lookup is off by at most
+// half a step, scale_g / 2 with scale_g = (max |LUT entry| of group g) /
+// 10922, so |error| <= s * sum_g 1.5 scale_g: checked per row as a hard
+// bound (plus f32 rounding). Relative to sum |w x| the per-lookup errors are
+// independent and partly cancel, so the relative error falls with the
+// number of groups: measured (this test's printout) 2.5e-6 at 3584 columns
+// and 4.6e-6 at 1280 with uniform x, up to 1.3e-5 at 1280 when every 37th
+// channel of x is 300x larger (outliers inflate a group's scale); 5e-5 to
+// 1.7e-4 at 8-200 columns. Ceilings: 2e-5 for model-sized rows (>= 1024
+// columns; the brief's per-dot budget for 1e-4 logits is ~1e-5 typical) and
+// 2e-4 for the tiny shapes. A wrong lane, scale or byte plane gives O(1).
+constexpr double kRvq3QuantCeiling = 2e-5;
+constexpr double kRvq3QuantSmallCeiling = 2e-4;
 // rvq3 LUT+apply vs dequantise-then-matvec (in f64): the LUT rounds each
 // stage's dot product, dequant rounds the summed codebook vector; the bound
 // uses |cb0|+|cb1|+|cb2| per weight. A few ulps per term of the bound.
@@ -49,15 +68,16 @@ struct Twins {
   lut_fn lut;
   apply_fn apply;
   apply_fn apply_gather;  // the undispatched gather version (ref: itself)
+  matvec_fn rvq3_matvec;
 };
 
 const Twins kTwins[] = {
     {SPILL_ISA_REF, spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref,
-     spill_k_rvq3_apply__ref},
+     spill_k_rvq3_apply__ref, spill_k_rvq3_matvec__ref},
     {SPILL_ISA_AVX2, spill_k_matvec__avx2, spill_k_rvq3_lut__avx2, spill_k_rvq3_apply__avx2,
-     spill_k_rvq3_apply_gather__avx2},
+     spill_k_rvq3_apply_gather__avx2, spill_k_rvq3_matvec__avx2},
     {SPILL_ISA_AVX512, spill_k_matvec__avx512, spill_k_rvq3_lut__avx512,
-     spill_k_rvq3_apply__avx512, spill_k_rvq3_apply_gather__avx512},
+     spill_k_rvq3_apply__avx512, spill_k_rvq3_apply_gather__avx512, spill_k_rvq3_matvec__avx2},
 };
 
 // A matrix in one of the kernel layouts plus its view.
@@ -254,7 +274,8 @@ TEST_P(KernelsIsaTest, Rvq3LutMatchesRefWithinCeiling) {
       for (uint32_t g = 0; g < ng; g++)
         for (uint32_t k = 0; k < 256; k++) {
           double b = 1e-30;
-          for (int j = 0; j < 8; j++) b += std::fabs((double)cb[(s * 256 + k) * 8 + j] * x[g * 8 + j]);
+          for (int j = 0; j < 8; j++)
+            b += std::fabs((double)cb[(s * 256 + k) * 8 + j] * x[g * 8 + j]);
           const size_t i = ((size_t)s * ng + g) * 256 + k;
           worst = std::max(worst, std::fabs((double)li[i] - lr[i]) / b);
         }
@@ -317,6 +338,37 @@ TEST_P(KernelsIsaTest, Rvq3ApplyEqualsDequantThenMatvec) {
   }
 }
 
+TEST_P(KernelsIsaTest, Rvq3DispatchedApplyIsBitExactWithRef) {
+  std::mt19937 rng(13);
+  for (uint32_t cols : kRvq3Cols) {
+    const uint32_t rows = 71;  // 17 blocks of 4 rows and 3 single rows
+    Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+    auto x = RandVec(rng, cols);
+    std::vector<float> lut(3 * (cols / 8) * 256), yr(rows), yi(rows);
+    spill_k_rvq3_lut__ref(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
+    spill_k_rvq3_apply__ref(&m.m, lut.data(), yr.data(), 0, rows);
+    tw_.apply(&m.m, lut.data(), yi.data(), 0, rows);
+    EXPECT_EQ(0, std::memcmp(yr.data(), yi.data(), rows * sizeof(float))) << "cols " << cols;
+  }
+}
+
+TEST_P(KernelsIsaTest, Rvq3MatvecMatchesRefAndRowSplitIsBitExact) {
+  std::mt19937 rng(14);
+  for (uint32_t cols : kRvq3Cols) {
+    const uint32_t rows = 39;
+    Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+    auto x = RandVec(rng, cols);
+    std::vector<float> yr(rows), yi(rows), ys(rows, -7.0f);
+    spill_k_rvq3_matvec__ref(&m.m, x.data(), yr.data(), 0, rows);
+    tw_.rvq3_matvec(&m.m, x.data(), yi.data(), 0, rows);
+    EXPECT_LE(MaxRelErr(yi, yr, Rvq3Bound(m.m, x.data())), kRvq3MatvecCeiling) << "cols " << cols;
+    tw_.rvq3_matvec(&m.m, x.data(), ys.data(), 5, rows);
+    ASSERT_EQ(ys[4], -7.0f);
+    tw_.rvq3_matvec(&m.m, x.data(), ys.data(), 0, 5);
+    EXPECT_EQ(0, std::memcmp(yi.data(), ys.data(), rows * sizeof(float))) << "cols " << cols;
+  }
+}
+
 TEST_P(KernelsIsaTest, DispatchCallsTheSelectedTwin) {
   ASSERT_TRUE(spill_k_set_isa(tw_.isa));
   EXPECT_EQ(spill_k_isa(), tw_.isa);
@@ -335,6 +387,17 @@ TEST_P(KernelsIsaTest, DispatchCallsTheSelectedTwin) {
   spill_k_rvq3_apply(&q.m, la.data(), a.data(), 0, 9);
   tw_.apply(&q.m, la.data(), b.data(), 0, 9);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
+  spill_k_rvq3_matvec(&q.m, x.data(), a.data(), 0, 9);
+  tw_.rvq3_matvec(&q.m, x.data(), b.data(), 0, 9);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
+  std::vector<uint8_t> ql(spill_k_rvq3_qlut_bytes(136));
+  spill_k_rvq3_qlut(la.data(), 136, ql.data(), 0, 17);
+  spill_k_rvq3_apply_q(&q.m, ql.data(), a.data(), 0, 9);
+  if (tw_.isa == SPILL_ISA_AVX512 && spill_k_vbmi_supported())
+    spill_k_rvq3_apply_q__vbmi(&q.m, ql.data(), b.data(), 0, 9);
+  else
+    spill_k_rvq3_apply_q__ref(&q.m, ql.data(), b.data(), 0, 9);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
   spill_k_set_isa(SPILL_ISA_REF);
 }
 
@@ -342,6 +405,138 @@ INSTANTIATE_TEST_SUITE_P(AllIsas, KernelsIsaTest, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int> &i) {
                            return std::string(spill_k_isa_name(kTwins[i.param].isa));
                          });
+
+// ---- the int16 rvq3 LUT ----
+
+// An rvq3 problem with its f32 LUT and quantised LUT.
+struct QProblem {
+  Mat m;
+  std::vector<float> x, lut;
+  std::vector<uint8_t> qlut;
+};
+
+QProblem MakeQ(uint32_t rows, uint32_t cols, std::mt19937 &rng, float x_outlier = 1.0f) {
+  QProblem p;
+  p.m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+  p.x = RandVec(rng, cols);
+  for (uint32_t c = 0; c < cols; c += 37) p.x[c] *= x_outlier;
+  const uint32_t ng = cols / 8;
+  p.lut.resize(3 * ng * 256);
+  spill_k_rvq3_lut__ref(p.m.m.codebook, p.x.data(), cols, p.lut.data(), 0, ng);
+  p.qlut.resize(spill_k_rvq3_qlut_bytes(cols));
+  spill_k_rvq3_qlut(p.lut.data(), cols, p.qlut.data(), 0, ng / 2);  // two calls: by groups
+  spill_k_rvq3_qlut(p.lut.data(), cols, p.qlut.data(), ng / 2, ng);
+  return p;
+}
+
+TEST(KernelsRvq3QuantTest, QlutStoresRoundedEntriesInTwoBytePlanes) {
+  // One group (cols 8): x = (1, 0, ...), so lut[s][0][k] = cb[s][k][0].
+  std::vector<float> cb(3 * 256 * 8, 0.0f);
+  cb[(0 * 256 + 5) * 8] = 2.0f;   // the group's max: q = 10922
+  cb[(1 * 256 + 7) * 8] = -1.0f;  // q = -5461
+  cb[(2 * 256 + 9) * 8] = 0.25f;  // 1365.25 -> 1365
+  std::vector<float> x(8, 0.0f), lut(3 * 256);
+  x[0] = 1.0f;
+  spill_k_rvq3_lut__ref(cb.data(), x.data(), 8, lut.data(), 0, 1);
+  std::vector<uint8_t> q(spill_k_rvq3_qlut_bytes(8));
+  ASSERT_EQ(q.size(), SPILL_K_RVQ3_QLUT_GROUP_BYTES + 4u);
+  spill_k_rvq3_qlut(lut.data(), 8, q.data(), 0, 1);
+  auto entry = [&](int s, int k) {
+    return (int16_t)(uint16_t)(q[s * 512 + k] | (q[s * 512 + 256 + k] << 8));
+  };
+  EXPECT_EQ(entry(0, 5), 10922);
+  EXPECT_EQ(entry(1, 7), -5461);
+  EXPECT_EQ(entry(2, 9), 1365);
+  EXPECT_EQ(entry(2, 10), 0);
+  float scale;
+  std::memcpy(&scale, q.data() + SPILL_K_RVQ3_QLUT_GROUP_BYTES, 4);
+  EXPECT_EQ(scale, 2.0f / 10922.0f);
+}
+
+TEST(KernelsRvq3QuantTest, ApplyQRefIsWithinTheQuantisationBoundOfTheF32Lut) {
+  std::mt19937 rng(21);
+  for (float outlier : {1.0f, 30.0f, 300.0f}) {
+    for (uint32_t cols : kRvq3Cols) {
+      const uint32_t rows = 33, ng = cols / 8;
+      QProblem p = MakeQ(rows, cols, rng, outlier);
+      std::vector<float> yf(rows), yq(rows);
+      spill_k_rvq3_apply__ref(&p.m.m, p.lut.data(), yf.data(), 0, rows);
+      spill_k_rvq3_apply_q__ref(&p.m.m, p.qlut.data(), yq.data(), 0, rows);
+      const float *scale =
+          reinterpret_cast<const float *>(p.qlut.data() + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
+      double steps = 0;
+      for (uint32_t g = 0; g < ng; g++) steps += 1.5 * scale[g];
+      const auto bound = Rvq3Bound(p.m.m, p.x.data());
+      for (uint32_t r = 0; r < rows; r++) {
+        const double hard =
+            std::fabs(spill_f16_to_f32(p.m.m.scales[r])) * steps * (1 + 1e-5) + 2e-6 * bound[r];
+        EXPECT_LE(std::fabs((double)yq[r] - yf[r]), hard) << "cols " << cols << " row " << r;
+      }
+      const double rel = MaxRelErr(yq, yf, bound);
+      std::printf("apply_q error: cols %u outlier %g: %.3g of sum |w x|\n", cols, outlier, rel);
+      EXPECT_LE(rel, cols >= 1024 ? kRvq3QuantCeiling : kRvq3QuantSmallCeiling)
+          << "cols " << cols << " outlier " << outlier;
+    }
+  }
+}
+
+TEST(KernelsRvq3QuantTest, QlutAvx2IsBitExactWithRef) {
+  if (!spill_k_isa_supported(SPILL_ISA_AVX2)) GTEST_SKIP() << "CPU lacks AVX2";
+  std::mt19937 rng(24);
+  for (uint32_t cols : kRvq3Cols) {
+    QProblem p = MakeQ(1, cols, rng, 30.0f);
+    const uint32_t ng = cols / 8;
+    p.lut[(2 * ng + ng / 2) * 256 + 3] = NAN;  // one poisoned group
+    std::vector<uint8_t> qr(p.qlut.size(), 0xAB), qa(p.qlut.size(), 0xCD);
+    spill_k_rvq3_qlut__ref(p.lut.data(), cols, qr.data(), 0, ng);
+    spill_k_rvq3_qlut__avx2(p.lut.data(), cols, qa.data(), 0, ng / 3);
+    spill_k_rvq3_qlut__avx2(p.lut.data(), cols, qa.data(), ng / 3, ng);
+    EXPECT_EQ(0, std::memcmp(qr.data(), qa.data(), ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES)) << cols;
+    for (uint32_t g = 0; g < ng; g++) {  // scales: bitwise, NaN included
+      uint32_t a, b;
+      std::memcpy(&a, qr.data() + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES + 4 * g, 4);
+      std::memcpy(&b, qa.data() + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES + 4 * g, 4);
+      EXPECT_EQ(a, b) << "cols " << cols << " group " << g;
+    }
+  }
+}
+
+TEST(KernelsRvq3QuantTest, NanInputGivesNanRowsNotGarbage) {
+  std::mt19937 rng(23);
+  QProblem p = MakeQ(5, 64, rng);
+  p.x[9] = NAN;  // group 1
+  spill_k_rvq3_lut__ref(p.m.m.codebook, p.x.data(), 64, p.lut.data(), 0, 8);
+  spill_k_rvq3_qlut(p.lut.data(), 64, p.qlut.data(), 0, 8);
+  std::vector<float> y(5);
+  spill_k_rvq3_apply_q__ref(&p.m.m, p.qlut.data(), y.data(), 0, 5);
+  for (float v : y) EXPECT_TRUE(std::isnan(v));
+  if (spill_k_vbmi_supported()) {
+    std::vector<float> yv(5);
+    spill_k_rvq3_apply_q__vbmi(&p.m.m, p.qlut.data(), yv.data(), 0, 5);
+    for (float v : yv) EXPECT_TRUE(std::isnan(v));
+  }
+}
+
+TEST(KernelsRvq3QuantTest, ApplyQVbmiIsBitExactWithRefForAnyRowSplit) {
+  if (!spill_k_vbmi_supported()) GTEST_SKIP() << "CPU lacks AVX-512 VBMI";
+  std::mt19937 rng(22);
+  for (uint32_t rows : {1u, 37u, 64u, 130u}) {
+    for (uint32_t cols : kRvq3Cols) {
+      QProblem p = MakeQ(rows, cols, rng, 5.0f);
+      std::vector<float> yr(rows), yv(rows), ys(rows, -7.0f);
+      spill_k_rvq3_apply_q__ref(&p.m.m, p.qlut.data(), yr.data(), 0, rows);
+      spill_k_rvq3_apply_q__vbmi(&p.m.m, p.qlut.data(), yv.data(), 0, rows);
+      EXPECT_EQ(0, std::memcmp(yr.data(), yv.data(), rows * sizeof(float)))
+          << rows << "x" << cols;
+      const uint32_t k = rows / 3;
+      spill_k_rvq3_apply_q__vbmi(&p.m.m, p.qlut.data(), ys.data(), k, rows);
+      for (uint32_t r = 0; r < k; r++) ASSERT_EQ(ys[r], -7.0f) << "row " << r << " written";
+      spill_k_rvq3_apply_q__vbmi(&p.m.m, p.qlut.data(), ys.data(), 0, k);
+      EXPECT_EQ(0, std::memcmp(yr.data(), ys.data(), rows * sizeof(float)))
+          << rows << "x" << cols << " split at " << k;
+    }
+  }
+}
 
 // ---- hand-computed cases for the reference (exact in f32) ----
 
