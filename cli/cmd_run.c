@@ -57,7 +57,7 @@ bad:
 static const char *k_knob_help =
     "engine knobs: --budget SIZE --ctx N --threads N --prefill-chunk N --io-threads N\n"
     "  --io-depth N --io-backend pread|uring --storage direct|pagecache|mmap\n"
-    "  --trunk read|mmap|mlock --policy lru|lfru|wtinylfu --lookahead N --lookahead-depth N\n"
+    "  --trunk read|mmap|mlock --policy lru|lfru|wtinylfu|nextuse --lookahead N --lookahead-depth N\n"
     "  --lookahead-prefill --verify --overlap true|false --io-throttle RATE --cache-slots N\n"
     "  --seed N\n"
     "  --profile FILE --trace FILE --trace-max-bytes SIZE --usable-ram SIZE\n";

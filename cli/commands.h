@@ -8,6 +8,10 @@ int cmd_gen(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_exp(int argc, char **argv);     /* cli/cmd_exp.c (harness) */
+int cmd_report(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_refuted(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

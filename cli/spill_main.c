@@ -19,6 +19,10 @@ static const struct {
     {"eval", cmd_eval, "logits of a prompt (top-k, or all positions to a file)"},
     {"bench", cmd_bench, "fixed decode workload: tok/s, hits, bytes read"},
     {"trace", cmd_trace, "router traces: stats, replay through cache policies and Belady"},
+    {"exp", cmd_exp, "run an experiment config (docs/EXPERIMENTS.md)"},
+    {"report", cmd_report, "regenerate tables and plots of a results directory"},
+    {"compare", cmd_compare, "compare two results directories cell by cell"},
+    {"refuted", cmd_refuted, "list refuted hypotheses (refuted/)"},
 };
 
 static void usage(FILE *f) {

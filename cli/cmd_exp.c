@@ -1,0 +1,247 @@
+/* cli/cmd_exp.c: the research-harness commands: `spill exp` (run an
+ * experiment config), `spill report` (regenerate tables and plots from a
+ * results directory), `spill compare` (two results directories) and
+ * `spill refuted list`. Thin: the work is in harness/ (docs/EXPERIMENTS.md). */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "harness/exp_config.h"
+#include "harness/exp_report.h"
+#include "harness/exp_runner.h"
+#include "harness/refuted.h"
+
+static volatile int g_stop;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+/* `bazel run` starts us in the runfiles tree; work where the user was. */
+static void enter_workspace(void) {
+  const char *wd = getenv("BUILD_WORKING_DIRECTORY");
+  if (wd && chdir(wd) != 0) fprintf(stderr, "spill: cannot enter %s\n", wd);
+}
+
+static void on_progress(void *user, const spill_exp_progress *p) {
+  (void)user;
+  int tty = isatty(2);
+  if (!strcmp(p->phase, "model")) {
+    fprintf(stderr, "%sgenerating model: %d / %d MiB", tty ? "\r" : "", p->done, p->total);
+    if (!tty || p->done >= p->total) fprintf(stderr, "\n");
+    return;
+  }
+  if (!strcmp(p->phase, "run"))
+    fprintf(stderr, "[%d/%d] %-48s %8.2f tok/s  elapsed %5.0fs  eta %5.0fs\n", p->done, p->total,
+            p->key, p->last_tok_per_s, p->elapsed_s, p->eta_s);
+  else if (!strcmp(p->phase, "warmup"))
+    fprintf(stderr, "[%d/%d] %-48s (warmup, not recorded)\n", p->done, p->total, p->key);
+  else if (!strcmp(p->phase, "copy"))
+    fprintf(stderr, "copying %s to storage_path\n", p->key ? p->key : "");
+  else if (!strcmp(p->phase, "report"))
+    fprintf(stderr, "writing summary, tables and plots\n");
+}
+
+int cmd_exp(int argc, char **argv) {
+  enter_workspace();
+  const char *config = NULL, *resume_dir = NULL, *results = "results", *refuted = "refuted";
+  int resume = 0, dry = 0, validate = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--resume")) {
+      resume = 1;
+      if (i + 1 < argc && argv[i + 1][0] != '-' && config) resume_dir = argv[++i];
+    } else if (!strcmp(a, "--dry-run")) dry = 1;
+    else if (!strcmp(a, "--validate")) validate = 1;
+    else if (!strcmp(a, "--results") && i + 1 < argc) results = argv[++i];
+    else if (!strcmp(a, "--no-refuted")) refuted = NULL;
+    else if (a[0] == '-') {
+      fprintf(stderr, "spill exp: unknown option %s\n", a);
+      return 2;
+    } else if (!config) config = a;
+    else {
+      fprintf(stderr, "spill exp: unexpected argument %s\n", a);
+      return 2;
+    }
+  }
+  if (!config) {
+    fprintf(stderr,
+            "usage: spill exp CONFIG.json [--dry-run] [--validate] [--resume [RESULTS_DIR]]\n"
+            "                 [--results DIR] [--no-refuted]\n"
+            "Runs an experiment (schema: docs/EXPERIMENTS.md); results go to\n"
+            "results/<name>/<UTC time>-<commit>/. --resume continues the latest (or the given)\n"
+            "results directory of the same config, skipping finished runs.\n");
+    return 2;
+  }
+  spill_exp_config cfg;
+  spill_err e = {0};
+  int rc = spill_exp_config_load(config, &cfg, &e);
+  if (rc < 0) {
+    fprintf(stderr, "spill exp: %s\n", e.msg);
+    return 1;
+  }
+  if (validate) {
+    printf("%s: ok (%d cells x %d arms x %d repeats)\n", config, spill_exp_config_n_cells(&cfg),
+           cfg.n_arms, cfg.repeats);
+    spill_exp_config_free(&cfg);
+    return 0;
+  }
+  if (dry) {
+    spill_exp_run *runs;
+    int n;
+    rc = spill_exp_plan_runs(&cfg, &runs, &n, &e);
+    if (rc == 0) {
+      char *json = spill_exp_config_resolved_json(&cfg);
+      printf("%s\n", json ? json : "");
+      free(json);
+      char model[1024];
+      spill_exp_model_dir(&cfg, "cache/models", model, sizeof model);
+      printf("model directory: %s\n%d measured runs (+ %d warmup runs per cell x arm):\n", model, n,
+             cfg.warmup);
+      for (int i = 0; i < n; i++) printf("  %4d  %s\n", i, runs[i].key);
+      free(runs);
+    }
+    spill_exp_config_free(&cfg);
+    if (rc < 0) fprintf(stderr, "spill exp: %s\n", e.msg);
+    return rc < 0;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  spill_exp_opts o;
+  memset(&o, 0, sizeof o);
+  o.results_root = results;
+  o.cache_root = "cache/models";
+  o.refuted_dir = refuted;
+  o.resume = resume;
+  o.resume_dir = resume_dir;
+  o.stop = &g_stop;
+  o.progress = on_progress;
+  char dir[1024] = "";
+  rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &e);
+  spill_exp_config_free(&cfg);
+  if (dir[0]) {
+    char tbl[1100];
+    snprintf(tbl, sizeof tbl, "%s/table.md", dir);
+    FILE *f = fopen(tbl, "r");
+    if (f) {
+      char buf[4096];
+      size_t r;
+      while ((r = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, r, stdout);
+      fclose(f);
+    }
+    printf("\nresults: %s\n", dir);
+    char plots[1100];
+    snprintf(plots, sizeof plots, "%s/plots", dir);
+    if (access(plots, F_OK) == 0) printf("plots:   %s/*.png, *.svg\n", plots);
+  }
+  if (rc == SPILL_E_INTERRUPTED) {
+    fprintf(stderr, "spill exp: interrupted; finished runs are kept (continue with --resume)\n");
+    return 1;
+  }
+  if (rc < 0) {
+    fprintf(stderr, "spill exp: %s (%s)\n", e.msg, spill_status_name(rc));
+    return 1;
+  }
+  return 0;
+}
+
+int cmd_report(int argc, char **argv) {
+  enter_workspace();
+  if (argc != 2 || argv[1][0] == '-') {
+    fprintf(stderr, "usage: spill report RESULTS_DIR\n"
+                    "Regenerates summary.json, table.md, table.csv and plots from runs.jsonl.\n");
+    return 2;
+  }
+  spill_exp_report_result *res = calloc(1, sizeof *res);
+  spill_err e = {0};
+  int rc = res ? spill_exp_report(argv[1], res, &e) : SPILL_E_NOMEM;
+  if (rc < 0) {
+    fprintf(stderr, "spill report: %s\n", e.msg);
+    free(res);
+    return 1;
+  }
+  printf("%s\n", res->table_md);
+  if (res->has_hypothesis)
+    printf("hypothesis: %s\nverdict: %s\n%s\n", res->claim, spill_verdict_name(res->verdict),
+           res->result_text);
+  if (res->plots[0]) printf("plots: %s\n", res->plots);
+  free(res);
+  return 0;
+}
+
+int cmd_compare(int argc, char **argv) {
+  enter_workspace();
+  if (argc != 3) {
+    fprintf(stderr, "usage: spill compare RESULTS_DIR_A RESULTS_DIR_B\n");
+    return 2;
+  }
+  char *md = NULL;
+  spill_err e = {0};
+  if (spill_exp_compare(argv[1], argv[2], &md, &e) < 0) {
+    fprintf(stderr, "spill compare: %s\n", e.msg);
+    return 1;
+  }
+  printf("%s", md);
+  free(md);
+  return 0;
+}
+
+int cmd_refuted(int argc, char **argv) {
+  enter_workspace();
+  int json = 0;
+  const char *dir = "refuted";
+  if (argc < 2 || strcmp(argv[1], "list")) {
+    fprintf(stderr, "usage: spill refuted list [--json] [--dir DIR]\n");
+    return 2;
+  }
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) json = 1;
+    else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+    else {
+      fprintf(stderr, "spill refuted list: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  spill_refuted_entry *v;
+  int n;
+  spill_err e = {0};
+  if (spill_refuted_list(dir, &v, &n, &e) < 0 || spill_refuted_index(dir, &e) < 0) {
+    fprintf(stderr, "spill refuted: %s\n", e.msg);
+    return 1;
+  }
+  if (json) {
+    printf("[");
+    for (int i = 0; i < n; i++) {
+      /* field values come from our own entries; escape quotes and backslashes */
+      printf("%s\n  {", i ? "," : "");
+      const char *k[] = {"id", "file", "date", "hypothesis", "metric", "result", "verdict", "results"};
+      const char *val[] = {v[i].id, v[i].file, v[i].date, v[i].hypothesis, v[i].metric,
+                           v[i].result, v[i].verdict, v[i].results};
+      for (int j = 0; j < 8; j++) {
+        printf("%s\"%s\": \"", j ? ", " : "", k[j]);
+        for (const char *c = val[j]; *c; c++) {
+          if (*c == '"' || *c == '\\') putchar('\\');
+          putchar(*c);
+        }
+        putchar('"');
+      }
+      printf("}");
+    }
+    printf("%s]\n", n ? "\n" : "");
+  } else {
+    if (!n) printf("no refuted hypotheses yet (%s/)\n", dir);
+    for (int i = 0; i < n; i++)
+      printf("%s  %s  %s\n      %s\n      %s\n", v[i].id, v[i].date, v[i].hypothesis, v[i].result,
+             v[i].results);
+  }
+  free(v);
+  return 0;
+}

@@ -1,0 +1,327 @@
+/* cli/cmd_trace.c: `spill trace stats|replay`: locality statistics of a
+ * router trace and its replay through the engine's cache policies and
+ * Belady's MIN (engine/trace/router_trace.h; schema in docs/TRACE.md).
+ * Results on stdout (--json for machines), errors on stderr. The miss-ratio
+ * curve plot is drawn by gnuplot (pngcairo/png and svg terminals) from a
+ * .tsv written next to the images.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "engine/trace/router_trace.h"
+
+#define MAX_LIST 64
+
+static int usage(void) {
+  fprintf(stderr,
+          "usage: spill trace stats [--json] [--experts N] [--tokens A:B] FILE\n"
+          "       spill trace replay [--json] --policy P[,P...]|all\n"
+          "                          (--slots N[,N...] | --curve MIN:MAX:STEP [--plot OUT])\n"
+          "                          [--seed S] [--experts N] [--tokens A:B] FILE\n"
+          "policies: ");
+  for (size_t i = 0; spill_trace_policy_name_at(i); i++)
+    fprintf(stderr, "%s%s", i ? ", " : "", spill_trace_policy_name_at(i));
+  fprintf(stderr,
+          "\n--tokens A:B replays/analyses tokens [A, B) only (0-based, B empty = to the end)\n"
+          "--plot OUT writes OUT.tsv, OUT.png and OUT.svg (miss ratio vs slots)\n");
+  return 2;
+}
+
+/* "A:B" or "A:" -> [a, b) with b = 0 meaning the end. */
+static int parse_window(const char *v, uint32_t *a, uint32_t *b) {
+  char *end;
+  unsigned long x = strtoul(v, &end, 10);
+  if (end == v || *end != ':') return -1;
+  const char *s = end + 1;
+  unsigned long y = 0;
+  if (*s) {
+    y = strtoul(s, &end, 10);
+    if (end == s || *end || y <= x) return -1;
+  }
+  if (x > UINT32_MAX || y > UINT32_MAX) return -1;
+  *a = (uint32_t)x;
+  *b = (uint32_t)y;
+  return 0;
+}
+
+static int read_trace(const char *file, long experts, spill_trace *t) {
+  spill_trace_read_opts o = {0};
+  o.n_experts = (uint32_t)experts;
+  spill_err e = {0};
+  int rc = spill_trace_read_file(file, &o, t, &e);
+  if (rc) return cli_fail("trace", rc, e.msg);
+  return 0;
+}
+
+static int cmd_stats(int argc, char **argv) {
+  int json = 0;
+  long experts = 0;
+  uint32_t a = 0, b = 0;
+  const char *file = NULL, *v;
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--json")) json = 1;
+    else if (!strcmp(s, "--experts")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1L << 20, &experts)) return 2;
+    } else if (!strcmp(s, "--tokens")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (parse_window(v, &a, &b)) {
+        fprintf(stderr, "spill trace: --tokens: expected A:B with A < B\n");
+        return 2;
+      }
+    } else if (s[0] == '-') {
+      fprintf(stderr, "spill trace stats: unknown option %s\n", s);
+      return 2;
+    } else if (file) return usage();
+    else file = s;
+  }
+  if (!file) return usage();
+  spill_trace t;
+  if (read_trace(file, experts, &t)) return 1;
+  spill_trace_stats st;
+  spill_err e = {0};
+  int rc = spill_trace_compute_stats(&t, a, b, &st, &e);
+  if (rc) {
+    spill_trace_free(&t);
+    return cli_fail("trace", rc, e.msg);
+  }
+  if (json) {
+    printf("{\"file\": \"%s\", \"format\": \"%s\", \"tokens\": %u, \"layers\": %u, "
+           "\"experts\": %u, \"top_k\": %u, \"accesses\": %llu, \"pool\": %u, "
+           "\"touched_per_token\": %.4f, \"touched_per_token_frac\": %.6f, "
+           "\"touched_total\": %u, \"reuse_next\": %.6f, "
+           "\"coverage\": {\"p50\": {\"pairs\": %u, \"frac\": %.6f}, "
+           "\"p80\": {\"pairs\": %u, \"frac\": %.6f}, \"p95\": {\"pairs\": %u, \"frac\": %.6f}}, "
+           "\"gini_mean\": %.6f, \"top10_share_mean\": %.6f",
+           file, t.format == SPILL_TRACE_SIMPLE ? "simple" : "router", st.n_tokens, st.n_layers,
+           st.n_experts, st.top_k, (unsigned long long)st.accesses, st.pool,
+           st.touched_per_token, st.touched_per_token / st.pool, st.touched_total, st.reuse_next,
+           st.cover_pairs[0], st.cover_frac[0], st.cover_pairs[1], st.cover_frac[1],
+           st.cover_pairs[2], st.cover_frac[2], st.gini_mean, st.top10_share_mean);
+    if (st.recorded_hit_rate >= 0) printf(", \"recorded_hit_rate\": %.6f", st.recorded_hit_rate);
+    if (st.lookahead_precision >= 0)
+      printf(", \"lookahead_precision\": %.6f", st.lookahead_precision);
+    printf(", \"per_layer\": [");
+    for (uint32_t l = 0; l < st.n_layers; l++)
+      printf("%s{\"layer\": %u, \"distinct\": %u, \"gini\": %.6f, \"top10_share\": %.6f}",
+             l ? ", " : "", st.layers[l].layer, st.layers[l].distinct, st.layers[l].gini,
+             st.layers[l].top10_share);
+    printf("]}\n");
+  } else {
+    printf("trace %s (%s format): %u tokens, %u layers, %u experts, top-%u, %llu accesses\n",
+           file, t.format == SPILL_TRACE_SIMPLE ? "simple" : "router", st.n_tokens, st.n_layers,
+           st.n_experts, st.top_k, (unsigned long long)st.accesses);
+    printf("pairs touched per token   %.1f of %u (%.1f%%); %u distinct over the trace\n",
+           st.touched_per_token, st.pool, 100.0 * st.touched_per_token / st.pool,
+           st.touched_total);
+    printf("next-token reuse          %.1f%% of a token's pairs were used by the previous one\n",
+           100.0 * st.reuse_next);
+    printf("coverage                  50%%: %u pairs (%.1f%%)  80%%: %u (%.1f%%)  95%%: %u "
+           "(%.1f%%) of the pool\n",
+           st.cover_pairs[0], 100 * st.cover_frac[0], st.cover_pairs[1], 100 * st.cover_frac[1],
+           st.cover_pairs[2], 100 * st.cover_frac[2]);
+    printf("popularity skew           gini %.3f, top-10%% share %.1f%% (mean over layers)\n",
+           st.gini_mean, 100 * st.top10_share_mean);
+    if (st.recorded_hit_rate >= 0)
+      printf("recorded hit rate         %.1f%%\n", 100 * st.recorded_hit_rate);
+    if (st.lookahead_precision >= 0)
+      printf("lookahead precision       %.1f%%\n", 100 * st.lookahead_precision);
+    printf("\n%6s %9s %7s %9s\n", "layer", "distinct", "gini", "top10%");
+    for (uint32_t l = 0; l < st.n_layers; l++)
+      printf("%6u %9u %7.3f %8.1f%%\n", st.layers[l].layer, st.layers[l].distinct,
+             st.layers[l].gini, 100 * st.layers[l].top10_share);
+  }
+  spill_trace_stats_free(&st);
+  spill_trace_free(&t);
+  return 0;
+}
+
+/* Splits a comma list in place into at most MAX_LIST items. */
+static int split(char *s, char **items) {
+  int n = 0;
+  for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+    if (n == MAX_LIST) return -1;
+    items[n++] = tok;
+  }
+  return n;
+}
+
+static int plot(const char *out, char **pols, int np, const uint32_t *slots, int ns,
+                const double *miss, const char *title) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.tsv", out);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "spill trace: cannot write %s\n", path);
+    return 1;
+  }
+  fprintf(f, "slots");
+  for (int p = 0; p < np; p++) fprintf(f, "\t%s", pols[p]);
+  fprintf(f, "\n");
+  for (int s = 0; s < ns; s++) {
+    fprintf(f, "%u", slots[s]);
+    for (int p = 0; p < np; p++) fprintf(f, "\t%.6f", miss[p * ns + s]);
+    fprintf(f, "\n");
+  }
+  if (fclose(f) != 0) {
+    fprintf(stderr, "spill trace: cannot write %s\n", path);
+    return 1;
+  }
+  static const char *const terms[2][2] = {{"pngcairo size 900,600", "png"},
+                                          {"svg size 900,600 dynamic", "svg"}};
+  FILE *g = popen("gnuplot", "w");
+  if (!g) {
+    fprintf(stderr, "spill trace: cannot run gnuplot\n");
+    return 1;
+  }
+  for (int k = 0; k < 2; k++) {
+    fprintf(g, "set terminal %s\nset output '%s.%s'\n", terms[k][0], out, terms[k][1]);
+    fprintf(g, "set title '%s' noenhanced\nset xlabel 'cache slots'\n"
+               "set ylabel 'miss ratio'\nset yrange [0:1]\nset grid\nset key top right\n",
+            title);
+    fprintf(g, "plot ");
+    for (int p = 0; p < np; p++)
+      fprintf(g, "%s'%s.tsv' using 1:%d with linespoints title '%s' noenhanced", p ? ", " : "",
+              out, p + 2, pols[p]);
+    fprintf(g, "\nunset output\n");
+  }
+  int rc = pclose(g);
+  if (rc != 0) {
+    fprintf(stderr, "spill trace: gnuplot failed (status %d)\n", rc);
+    return 1;
+  }
+  fprintf(stderr, "wrote %s.tsv, %s.png, %s.svg\n", out, out, out);
+  return 0;
+}
+
+static int cmd_replay(int argc, char **argv) {
+  int json = 0;
+  long experts = 0, seed = 1;
+  uint32_t a = 0, b = 0;
+  const char *file = NULL, *v, *policy = NULL, *slots_s = NULL, *curve = NULL, *plot_out = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--json")) json = 1;
+    else if (!strcmp(s, "--experts")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1L << 20, &experts)) return 2;
+    } else if (!strcmp(s, "--seed")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 0, 1L << 62, &seed)) return 2;
+    } else if (!strcmp(s, "--tokens")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (parse_window(v, &a, &b)) {
+        fprintf(stderr, "spill trace: --tokens: expected A:B with A < B\n");
+        return 2;
+      }
+    } else if (!strcmp(s, "--policy")) {
+      if (!(policy = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(s, "--slots")) {
+      if (!(slots_s = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(s, "--curve")) {
+      if (!(curve = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(s, "--plot")) {
+      if (!(plot_out = cli_value(argc, argv, &i))) return 2;
+    } else if (s[0] == '-') {
+      fprintf(stderr, "spill trace replay: unknown option %s\n", s);
+      return 2;
+    } else if (file) return usage();
+    else file = s;
+  }
+  if (!file || !policy || !!slots_s == !!curve || (plot_out && !curve)) return usage();
+
+  char pol_buf[1024], *pols[MAX_LIST];
+  int np;
+  if (!strcmp(policy, "all")) {
+    np = 0;
+    for (size_t i = 0; spill_trace_policy_name_at(i) && np < MAX_LIST; i++)
+      pols[np++] = (char *)spill_trace_policy_name_at(i);
+  } else {
+    snprintf(pol_buf, sizeof pol_buf, "%s", policy);
+    np = split(pol_buf, pols);
+    if (np <= 0) return usage();
+    for (int p = 0; p < np; p++) {
+      size_t i = 0;
+      while (spill_trace_policy_name_at(i) && strcmp(spill_trace_policy_name_at(i), pols[p])) i++;
+      if (!spill_trace_policy_name_at(i)) {
+        fprintf(stderr, "spill trace: unknown policy '%s'\n", pols[p]);
+        return usage();
+      }
+    }
+  }
+
+  uint32_t slots[1024];
+  int ns = 0;
+  if (slots_s) {
+    char buf[4096], *items[MAX_LIST];
+    snprintf(buf, sizeof buf, "%s", slots_s);
+    int n = split(buf, items);
+    if (n <= 0) return usage();
+    for (int i = 0; i < n; i++) {
+      long x;
+      if (cli_int("--slots", items[i], 1, 1L << 28, &x)) return 2;
+      slots[ns++] = (uint32_t)x;
+    }
+  } else {
+    unsigned long lo, hi, step;
+    char extra;
+    if (sscanf(curve, "%lu:%lu:%lu%c", &lo, &hi, &step, &extra) != 3 || lo < 1 || hi < lo ||
+        step < 1 || (hi - lo) / step + 1 > 1024 || hi > (1ul << 28)) {
+      fprintf(stderr, "spill trace: --curve: expected MIN:MAX:STEP, 1 <= MIN <= MAX, "
+                      "at most 1024 points\n");
+      return 2;
+    }
+    for (unsigned long x = lo; x <= hi; x += step) slots[ns++] = (uint32_t)x;
+  }
+
+  spill_trace t;
+  if (read_trace(file, experts, &t)) return 1;
+  double *miss = (double *)calloc((size_t)np * ns, sizeof(double));
+  if (!miss) {
+    spill_trace_free(&t);
+    return cli_fail("trace", SPILL_E_NOMEM, "out of memory");
+  }
+  int first = 1, status = 0;
+  if (json) printf("[");
+  else {
+    printf("%-14s", "policy");
+    for (int s = 0; s < ns; s++) printf(" %8u", slots[s]);
+    printf("   (hit rate, %u tokens)\n", (b ? b : t.n_tokens) - a);
+  }
+  for (int p = 0; p < np && !status; p++) {
+    if (!json) printf("%-14s", pols[p]);
+    for (int s = 0; s < ns; s++) {
+      spill_trace_replay_result r;
+      spill_err e = {0};
+      int rc = spill_trace_replay(&t, pols[p], slots[s], (uint64_t)seed, a, b, &r, &e);
+      if (rc) {
+        if (!json) printf("\n");
+        status = cli_fail("trace", rc, e.msg);
+        break;
+      }
+      miss[p * ns + s] = 1.0 - r.hit_rate;
+      if (json)
+        printf("%s\n  {\"policy\": \"%s\", \"slots\": %u, \"hits\": %llu, \"accesses\": %llu, "
+               "\"hit_rate\": %.6f}",
+               first ? "" : ",", pols[p], slots[s], (unsigned long long)r.hits,
+               (unsigned long long)r.accesses, r.hit_rate);
+      else printf(" %7.2f%%", 100.0 * r.hit_rate);
+      first = 0;
+    }
+    if (!json && !status) printf("\n");
+  }
+  if (json && !status) printf("\n]\n");
+  if (!status && plot_out) status = plot(plot_out, pols, np, slots, ns, miss, file);
+  free(miss);
+  spill_trace_free(&t);
+  return status;
+}
+
+int cmd_trace(int argc, char **argv) {
+  if (argc < 2) return usage();
+  if (!strcmp(argv[1], "stats")) return cmd_stats(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 1, argv + 1);
+  return usage();
+}

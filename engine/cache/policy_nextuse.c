@@ -1,0 +1,288 @@
+/* engine/cache/policy_nextuse.c: "nextuse", an online approximation of
+ * Belady's MIN for MoE routing: evict the expert whose next use is expected
+ * farthest away.
+ *
+ * Model. A decode step touches layer 0..L-1 in order, so time is counted in
+ * tokens (a token starts when the layer of the accesses wraps around) and a
+ * key (layer, expert) can be reused at most once per token. Its chance p of
+ * being used by a given token is estimated from two terms measured on the
+ * OLMoE trace (docs/CACHE.md): a long-run rate, an exponentially decayed use
+ * count with a half-life of NU_HALF_LIFE tokens (LRFU's CRF; survives
+ * eviction in a bounded ghost table), plus a recency bonus NU_RECENCY / d
+ * for a key last used d tokens ago (43.7% of keys used by one token are used
+ * by the next, against 12.5% on average). The expected distance to the next
+ * use is then 1/p tokens plus the layer phase: how far the key's layer lies
+ * ahead of the layer being served, as a fraction of a token (layer-aware:
+ * of two equally likely keys, the one whose layer comes later is needed
+ * later). The victim has the largest expected distance.
+ *
+ * Admission: when a newly inserted key would itself be the best victim, it
+ * becomes the "scratch" entry and is the next one evicted, so a cold key
+ * cannot push out a warm one (Belady with bypass, emulated in a cache that
+ * must place every miss). A hit clears the mark.
+ *
+ * Cost: choose_victim and a full-cache insert each scan the slots once
+ * (O(n_slots), no allocation); the ghost table is 8-way set-associative,
+ * NU_GHOST_PER_SLOT entries per slot (at least NU_GHOST_MIN), 24 bytes each.
+ * Deterministic for a seed (it salts the ghost hash); single-threaded.
+ * Constants were tuned on the first half of the OLMoE trace only; refuted/
+ * 0101-0104 hold the variants that did not pay.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "engine/cache/cache_policy.h"
+
+#define NU_HALF_LIFE 32.0 /* tokens */
+#define NU_RECENCY 0.2    /* bonus probability for a key used by the previous token */
+#define NU_PHASE 1.0      /* weight of the layer phase, in tokens */
+#define NU_WAYS 8u
+#define NU_GHOST_PER_SLOT 32u
+#define NU_GHOST_MIN 8192u
+#define NU_RESCALE_TOKENS 2048u /* renormalise values every this many tokens */
+#define NU_EMPTY_KEY UINT64_MAX
+
+typedef struct nu_state {
+  uint32_t n_slots, n_resident;
+  uint64_t seed, salt;
+  double rate_gain; /* 1 - 2^(-1/H): turns a decayed count into a per-token rate */
+  /* per slot */
+  uint8_t *resident;  /* (n_slots) */
+  uint64_t *key;      /* (n_slots) */
+  double *val;        /* (n_slots) sum of 2^((t_i - base) / H) over uses t_i */
+  uint64_t *last;     /* (n_slots) token of the last use */
+  uint32_t scratch;   /* slot marked for eviction first, or SPILL_CACHE_NIL */
+  /* ghost history of evicted keys */
+  uint32_t n_sets;    /* power of two */
+  uint64_t *g_key;    /* (n_sets * NU_WAYS) */
+  double *g_val;      /* (n_sets * NU_WAYS) */
+  uint64_t *g_last;   /* (n_sets * NU_WAYS) */
+  /* token clock */
+  uint64_t tok, base;
+  double w_now;       /* 2^((tok - base) / H) */
+  uint32_t hi_layer;  /* highest layer seen in the current token */
+  uint32_t max_layer; /* highest layer ever seen */
+  uint32_t cur_layer; /* layer of the last observed access */
+  int seen_any;
+} nu_state;
+
+static void nu_reset(void *p) {
+  nu_state *s = (nu_state *)p;
+  for (uint32_t i = 0; i < s->n_slots; i++) {
+    s->resident[i] = 0;
+    s->key[i] = 0;
+    s->val[i] = 0;
+    s->last[i] = 0;
+  }
+  for (size_t i = 0; i < (size_t)s->n_sets * NU_WAYS; i++) {
+    s->g_key[i] = NU_EMPTY_KEY;
+    s->g_val[i] = 0;
+    s->g_last[i] = 0;
+  }
+  s->n_resident = 0;
+  s->scratch = SPILL_CACHE_NIL;
+  uint64_t rng = s->seed;
+  s->salt = spill_cache_rng_next(&rng);
+  s->tok = s->base = 0;
+  s->w_now = 1.0;
+  s->hi_layer = s->max_layer = s->cur_layer = 0;
+  s->seen_any = 0;
+}
+
+static void nu_destroy(void *p) {
+  nu_state *s = (nu_state *)p;
+  if (!s) return;
+  free(s->resident);
+  free(s->key);
+  free(s->val);
+  free(s->last);
+  free(s->g_key);
+  free(s->g_val);
+  free(s->g_last);
+  free(s);
+}
+
+static void *nu_create(uint32_t n_slots, uint64_t seed) {
+  if (n_slots == 0 || n_slots > (UINT32_MAX >> 8)) return NULL;
+  nu_state *s = (nu_state *)calloc(1, sizeof(*s));
+  if (!s) return NULL;
+  s->n_slots = n_slots;
+  s->seed = seed;
+  s->rate_gain = 1.0 - exp2(-1.0 / NU_HALF_LIFE);
+  uint64_t want = (uint64_t)n_slots * NU_GHOST_PER_SLOT;
+  if (want < NU_GHOST_MIN) want = NU_GHOST_MIN;
+  uint32_t sets = 1;
+  while ((uint64_t)sets * NU_WAYS < want) sets <<= 1;
+  s->n_sets = sets;
+  size_t g = (size_t)sets * NU_WAYS;
+  s->resident = (uint8_t *)calloc(n_slots, 1);
+  s->key = (uint64_t *)calloc(n_slots, sizeof(uint64_t));
+  s->val = (double *)calloc(n_slots, sizeof(double));
+  s->last = (uint64_t *)calloc(n_slots, sizeof(uint64_t));
+  s->g_key = (uint64_t *)calloc(g, sizeof(uint64_t));
+  s->g_val = (double *)calloc(g, sizeof(double));
+  s->g_last = (uint64_t *)calloc(g, sizeof(uint64_t));
+  if (!s->resident || !s->key || !s->val || !s->last || !s->g_key || !s->g_val || !s->g_last) {
+    nu_destroy(s);
+    return NULL;
+  }
+  nu_reset(s);
+  return s;
+}
+
+static inline uint32_t key_layer(uint64_t key) { return (uint32_t)(key >> 32); }
+
+/* Moves the value base to the current token so values stay far from
+ * overflow; every value is scaled by the same factor, so no order changes. */
+static void nu_rescale(nu_state *s) {
+  double f = 1.0 / s->w_now;
+  for (uint32_t i = 0; i < s->n_slots; i++) s->val[i] *= f;
+  for (size_t i = 0; i < (size_t)s->n_sets * NU_WAYS; i++) {
+    if (s->g_key[i] == NU_EMPTY_KEY) continue;
+    s->g_val[i] *= f;
+    if (s->g_val[i] < 1e-12) s->g_key[i] = NU_EMPTY_KEY; /* faded to nothing */
+  }
+  s->base = s->tok;
+  s->w_now = 1.0;
+}
+
+/* Advances the token clock on the access of key: a new token starts when the
+ * layer falls back below the current token's highest layer by more than the
+ * lookahead slack (prefetches run up to 2 layers ahead of demand). */
+static void nu_observe(nu_state *s, uint64_t key) {
+  uint32_t l = key_layer(key);
+  if (!s->seen_any) {
+    s->seen_any = 1;
+    s->hi_layer = s->max_layer = s->cur_layer = l;
+    return;
+  }
+  uint32_t slack = s->max_layer >= 4 ? 2 : 0;
+  if (l < s->hi_layer && s->hi_layer - l > slack) {
+    s->tok++;
+    s->hi_layer = l;
+    if (s->tok - s->base >= NU_RESCALE_TOKENS) {
+      s->w_now = exp2((double)(s->tok - s->base) / NU_HALF_LIFE);
+      nu_rescale(s);
+    } else {
+      s->w_now = exp2((double)(s->tok - s->base) / NU_HALF_LIFE);
+    }
+  }
+  if (l > s->hi_layer) s->hi_layer = l;
+  if (l > s->max_layer) s->max_layer = l;
+  s->cur_layer = l;
+}
+
+/* Expected tokens until key's next use (larger = better victim). */
+static double nu_distance(const nu_state *s, uint64_t key, double val, uint64_t last) {
+  double p = s->rate_gain * val / s->w_now;
+  uint64_t d = s->tok > last ? s->tok - last : 1;
+  p += NU_RECENCY / (double)d;
+  if (p < 1e-9) p = 1e-9;
+  uint32_t L = s->max_layer + 1, kl = key_layer(key), l = s->cur_layer;
+  double phase = kl == l ? 1.0 : (double)((kl + L - l % L) % L) / (double)L;
+  if (kl > s->max_layer) phase = 1.0;
+  return 1.0 / p + NU_PHASE * phase;
+}
+
+static size_t ghost_set(const nu_state *s, uint64_t key) {
+  return (size_t)(spill_cache_mix64(key ^ s->salt) & (s->n_sets - 1)) * NU_WAYS;
+}
+
+/* Takes key out of the ghost table: its value and last use (0, 0 if absent). */
+static void ghost_take(nu_state *s, uint64_t key, double *val, uint64_t *last) {
+  size_t b = ghost_set(s, key);
+  *val = 0;
+  *last = 0;
+  for (uint32_t w = 0; w < NU_WAYS; w++) {
+    if (s->g_key[b + w] != key) continue;
+    *val = s->g_val[b + w];
+    *last = s->g_last[b + w];
+    s->g_key[b + w] = NU_EMPTY_KEY;
+    return;
+  }
+}
+
+/* Remembers an evicted key, replacing the set's empty or smallest entry. */
+static void ghost_put(nu_state *s, uint64_t key, double val, uint64_t last) {
+  size_t b = ghost_set(s, key), v = b;
+  for (uint32_t w = 0; w < NU_WAYS; w++) {
+    if (s->g_key[b + w] == NU_EMPTY_KEY) {
+      v = b + w;
+      break;
+    }
+    if (s->g_val[b + w] < s->g_val[v]) v = b + w;
+  }
+  s->g_key[v] = key;
+  s->g_val[v] = val;
+  s->g_last[v] = last;
+}
+
+static void nu_use(nu_state *s, uint32_t slot) {
+  s->val[slot] += s->w_now;
+  s->last[slot] = s->tok;
+}
+
+static void nu_on_hit(void *p, uint32_t slot, uint64_t key) {
+  nu_state *s = (nu_state *)p;
+  if (!s->resident[slot]) return;
+  nu_observe(s, key);
+  nu_use(s, slot);
+  if (s->scratch == slot) s->scratch = SPILL_CACHE_NIL;
+}
+
+static void nu_on_insert(void *p, uint32_t slot, uint64_t key) {
+  nu_state *s = (nu_state *)p;
+  if (s->resident[slot]) return;
+  nu_observe(s, key);
+  s->resident[slot] = 1;
+  s->n_resident++;
+  s->key[slot] = key;
+  ghost_take(s, key, &s->val[slot], &s->last[slot]);
+  nu_use(s, slot);
+  if (s->scratch == slot) s->scratch = SPILL_CACHE_NIL;
+  if (s->n_resident < s->n_slots) return;
+  /* Full: admit only if some other resident is a better victim. */
+  double mine = nu_distance(s, key, s->val[slot], s->last[slot]);
+  for (uint32_t i = 0; i < s->n_slots; i++)
+    if (i != slot && s->resident[i] && nu_distance(s, s->key[i], s->val[i], s->last[i]) > mine)
+      return;
+  s->scratch = slot;
+}
+
+static void nu_on_evict(void *p, uint32_t slot, uint64_t key) {
+  nu_state *s = (nu_state *)p;
+  if (!s->resident[slot]) return;
+  ghost_put(s, key, s->val[slot], s->last[slot]);
+  s->resident[slot] = 0;
+  s->n_resident--;
+  s->val[slot] = 0;
+  if (s->scratch == slot) s->scratch = SPILL_CACHE_NIL;
+}
+
+static int64_t nu_choose_victim(void *p, uint64_t incoming_key, const uint8_t *evictable) {
+  nu_state *s = (nu_state *)p;
+  nu_observe(s, incoming_key);
+  if (s->scratch != SPILL_CACHE_NIL && evictable[s->scratch]) return (int64_t)s->scratch;
+  uint32_t best = SPILL_CACHE_NIL;
+  double best_d = -1.0;
+  for (uint32_t i = 0; i < s->n_slots; i++) {
+    if (!evictable[i]) continue;
+    double d = nu_distance(s, s->key[i], s->val[i], s->last[i]);
+    if (best == SPILL_CACHE_NIL || d > best_d) {
+      best = i;
+      best_d = d;
+    }
+  }
+  return best == SPILL_CACHE_NIL ? -1 : (int64_t)best;
+}
+
+const spill_cache_policy spill_cache_policy_nextuse = {
+    .name = "nextuse",
+    .create = nu_create,
+    .destroy = nu_destroy,
+    .reset = nu_reset,
+    .on_hit = nu_on_hit,
+    .on_insert = nu_on_insert,
+    .choose_victim = nu_choose_victim,
+    .on_evict = nu_on_evict,
+};

@@ -1,0 +1,147 @@
+/* engine/trace/router_trace.h: router traces in memory, their statistics,
+ * and their replay through the expert cache (online policies and Belady).
+ *
+ * Role: the offline side of expert caching. A trace is the routed experts of
+ * every token (docs/TRACE.md: the simple per-token format and the engine's
+ * per-(token, layer) router format). Reading validates untrusted JSONL and
+ * fails with "FILE:LINE: json.path: reason"; stats summarise locality;
+ * replay drives the very spill_cache code the engine uses (simulation mode,
+ * spill_cache_access) or the offline optimum (Belady's MIN).
+ *
+ * Invariants of a spill_trace: every token has the same n_layers layers and
+ * the same top_k ids per layer, ids are distinct within a layer and lie in
+ * [0, n_experts). Depends on engine/base and engine/cache only; the library
+ * never prints. Not thread-safe per object; distinct objects are independent.
+ */
+#ifndef SPILL_TRACE_ROUTER_TRACE_H
+#define SPILL_TRACE_ROUTER_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ read */
+
+typedef enum spill_trace_format {
+  SPILL_TRACE_SIMPLE = 0, /* {"tok": n, "layers": [[ids], ...]}, one line per token */
+  SPILL_TRACE_ROUTER = 1, /* {"tok","pos","phase","layer","ids",...}, one line per (tok, layer) */
+} spill_trace_format;
+
+typedef enum spill_trace_phase {
+  SPILL_TRACE_PHASE_NONE = 0, /* simple format: not recorded */
+  SPILL_TRACE_PHASE_DECODE = 1,
+  SPILL_TRACE_PHASE_PREFILL = 2,
+} spill_trace_phase;
+
+typedef struct spill_trace {
+  spill_trace_format format;
+  uint32_t n_tokens, n_layers, n_experts, top_k;
+  uint32_t *layer_ids; /* (n_layers) model layer index of each traced layer, ascending */
+  int64_t *tok;        /* (n_tokens) the "tok" field, in order of first appearance */
+  int64_t *pos;        /* (n_tokens) router format: "pos"; simple: -1 */
+  uint8_t *phase;      /* (n_tokens) spill_trace_phase */
+  uint32_t *ids;       /* (n_tokens, n_layers, top_k) expert ids in selection order */
+  /* Router format only (zero for simple traces): engine-recorded outcomes. */
+  uint64_t n_recorded_hits; /* sum of "hit" flags */
+  uint64_t n_pred;          /* lookahead ids predicted ("pred" entries) */
+  uint64_t n_pred_correct;  /* ... that are among the layer's "ids" */
+} spill_trace;
+
+typedef struct spill_trace_read_opts {
+  uint32_t n_experts;  /* 0 = infer (max id + 1); else ids must be < n_experts */
+  const char *name;    /* name used in errors for spill_trace_parse (NULL: "trace") */
+} spill_trace_read_opts;
+
+/* Parses a JSONL trace held in buf[0..len) (need not be NUL-terminated).
+ * Blank lines are skipped. Lines of the router format are grouped by "tok"
+ * (tokens in order of first appearance, layers sorted ascending). On success
+ * *out is filled and owned by the caller (spill_trace_free). Errors:
+ * SPILL_E_TRACE with "NAME:LINE: path: reason" (bad JSON, wrong types, ids
+ * out of range, duplicate ids, inconsistent layer or id counts, mixed
+ * formats, empty trace), SPILL_E_NOMEM. opts may be NULL. */
+int spill_trace_parse(const char *buf, size_t len, const spill_trace_read_opts *opts,
+                      spill_trace *out, spill_err *e);
+/* Reads FILE (at most 4 GiB) and parses it; errors are named after FILE.
+ * SPILL_E_IO if it cannot be read. */
+int spill_trace_read_file(const char *file, const spill_trace_read_opts *opts, spill_trace *out,
+                          spill_err *e);
+/* Frees the arrays and zeroes *t. Accepts NULL and a zeroed trace. */
+void spill_trace_free(spill_trace *t);
+
+/* ids of token t, layer index l (0..n_layers-1): top_k entries. */
+static inline const uint32_t *spill_trace_ids(const spill_trace *t, uint32_t tok, uint32_t l) {
+  return t->ids + ((size_t)tok * t->n_layers + l) * t->top_k;
+}
+
+/* ----------------------------------------------------------------- stats */
+
+typedef struct spill_trace_layer_stats {
+  uint32_t layer;          /* model layer index */
+  uint32_t distinct;       /* experts used at least once */
+  double gini;             /* Gini coefficient of the n_experts use counts (0 = uniform) */
+  double top10_share;      /* share of activations of the top ceil(10%) experts */
+} spill_trace_layer_stats;
+
+typedef struct spill_trace_stats {
+  uint32_t n_tokens, n_layers, n_experts, top_k;
+  uint64_t accesses;         /* n_tokens * n_layers * top_k */
+  uint32_t pool;             /* n_layers * n_experts (layer, expert) pairs */
+  double touched_per_token;  /* distinct (layer, expert) pairs per token, mean */
+  uint32_t touched_total;    /* distinct pairs over the whole trace */
+  double reuse_next;         /* pairs of token t also used by t-1 / pairs of t, t >= 1 */
+  /* Smallest number of pairs that carry >= 50/80/95% of all activations, and
+   * as a fraction of the pool. */
+  uint32_t cover_pairs[3];
+  double cover_frac[3];
+  double gini_mean, top10_share_mean; /* means over layers */
+  spill_trace_layer_stats *layers;    /* (n_layers), owned: spill_trace_stats_free */
+  /* Router format: engine-recorded hit rate and lookahead precision (-1 if n/a). */
+  double recorded_hit_rate, lookahead_precision;
+} spill_trace_stats;
+
+/* Computes the statistics of tokens [tok_begin, tok_end) of t (tok_end 0 =
+ * n_tokens). SPILL_E_INVALID_ARG on an empty or out-of-range window,
+ * SPILL_E_NOMEM. *out owns its layers array: spill_trace_stats_free. */
+int spill_trace_compute_stats(const spill_trace *t, uint32_t tok_begin, uint32_t tok_end,
+                              spill_trace_stats *out, spill_err *e);
+void spill_trace_stats_free(spill_trace_stats *s); /* accepts NULL */
+
+/* ---------------------------------------------------------------- replay */
+
+typedef struct spill_trace_replay_result {
+  uint64_t hits, accesses;
+  double hit_rate; /* hits / accesses */
+} spill_trace_replay_result;
+
+/* Replays tokens [tok_begin, tok_end) (tok_end 0 = all) from a cold cache of
+ * n_slots slots: for each token, its layers in order, each layer's ids in
+ * selection order, one demand access per (layer, expert). policy is a cache
+ * policy name (spill_cache_policy_find: the engine's own implementation,
+ * driven through spill_cache_access in simulation mode), "belady" (offline
+ * MIN: always insert on a miss, evict the resident used farthest in the
+ * future) or "belady-bypass" (MIN that may also decline to insert a key whose
+ * next use is farther than every resident's). Errors: SPILL_E_INVALID_ARG
+ * (unknown policy, n_slots 0, bad window), SPILL_E_NOMEM. */
+int spill_trace_replay(const spill_trace *t, const char *policy, uint32_t n_slots, uint64_t seed,
+                       uint32_t tok_begin, uint32_t tok_end, spill_trace_replay_result *out,
+                       spill_err *e);
+
+/* Belady on a raw access sequence of dense keys in [0, n_keys): hits of MIN
+ * with n_slots slots; bypass != 0 allows declining insertion. Returns the
+ * hit count, or -1 on allocation failure / a key out of range. */
+int64_t spill_trace_belady_hits(const uint32_t *keys, size_t n, uint32_t n_keys,
+                                uint32_t n_slots, int bypass);
+
+/* The i-th replayable policy name (the cache's policies, then "belady",
+ * "belady-bypass"), or NULL past the end. */
+const char *spill_trace_policy_name_at(size_t i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
