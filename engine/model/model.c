@@ -149,6 +149,7 @@ static void plan_scratch(const spill_arch *a, int ctx, int n_threads, int T, car
   s->h = carve(cv, Tn * D, 4);
   s->attn_out = carve(cv, D, 4);
   s->ffn_out = carve(cv, Tn * D, 4);
+  s->shared_out = carve(cv, Tn * D, 4);
   s->q = carve(cv, q, 4);
   s->k = carve(cv, kv, 4);
   s->v = carve(cv, kv, 4);

@@ -59,6 +59,7 @@ typedef struct spill_model_scratch {
   float *h;        /* (T, D) normed input of a sub-block */
   float *attn_out; /* (D) */
   float *ffn_out;  /* (T, D) */
+  float *shared_out; /* (T, D) shared-expert outputs, computed while reads fly */
   /* attention, one token at a time */
   float *q;        /* (max(H*(dn+dr), H*d, Hq*d)) */
   float *k, *v;    /* (max(H*d, Hk*d, dc+dr)) */

@@ -174,6 +174,16 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
       return spill_err_set(e, rc, "layer %d: stopped by the route observer", l);
     }
   }
+  /* shared experts need no routed expert: run them while the reads fly */
+  if (c->n_shared > 0) {
+    t0 = spill_clock_ns();
+    for (int t = 0; t < T; t++) {
+      float *sh = s->shared_out + (size_t)t * D; /* (D) */
+      memset(sh, 0, (size_t)D * sizeof(float));
+      spill_model_shared_experts(m, l, h + (size_t)t * D, sh);
+    }
+    m->stats.ns_expert += spill_clock_ns() - t0;
+  }
   if (rvq3) {
     t0 = spill_clock_ns();
     for (int t = 0; t < T; t++) {
@@ -239,7 +249,10 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
       spill_model_matvec(m, &L->moe_up_proj, y, ot);
     else
       memcpy(ot, y, (size_t)D * sizeof(float));
-    if (c->n_shared > 0) spill_model_shared_experts(m, l, h + (size_t)t * D, ot);
+    if (c->n_shared > 0) {
+      const float *sh = s->shared_out + (size_t)t * D;
+      for (int i = 0; i < D; i++) ot[i] += sh[i];
+    }
   }
   m->stats.ns_expert += spill_clock_ns() - t0;
   return SPILL_OK;
