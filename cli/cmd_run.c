@@ -89,6 +89,18 @@ static void print_summary(spill_engine *eng, const spill_run_stats *st) {
           cli_bytes(st->bytes_read, b, sizeof b), (unsigned long long)st->reads,
           spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
           c->lookahead);
+  if (c->io_throttle)
+    fprintf(stderr, "spill: EMULATED device: expert reads throttled to %.2f GB/s (--io-throttle)\n",
+            c->io_throttle / 1e9);
+  if (c->lookahead > 0 && st->lookahead_predicted > 0) {
+    fprintf(stderr, "spill: lookahead precision %.1f%% (%llu predicted); by rank:",
+            100.0 * st->lookahead_correct / st->lookahead_predicted,
+            (unsigned long long)st->lookahead_predicted);
+    for (int r = 0; r < c->lookahead && r < SPILL_LA_RANKS; r++)
+      if (st->lookahead_rank_made[r])
+        fprintf(stderr, " %.0f%%", 100.0 * st->lookahead_rank_correct[r] / st->lookahead_rank_made[r]);
+    fprintf(stderr, "\n");
+  }
   if (st->tokens_decode > 0 && st->major_faults > (uint64_t)st->tokens_decode)
     fprintf(stderr,
             "spill: WARNING: %llu major page faults during %d tokens: the machine is paging "
@@ -370,14 +382,25 @@ int cmd_bench(int argc, char **argv) {
            "\"prefill_s\": %.4f, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, "
            "\"bytes_read\": %llu, \"reads\": %llu, \"io_wait_s\": %.4f, \"major_faults\": %llu, "
            "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
-           "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d}\n",
+           "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
+           "\"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
+           "\"lookahead_precision_by_rank\": [",
            model, st.tokens_decode, st.decode_tok_per_s, st.decode_s, st.prefill_s,
            (unsigned long long)st.demand_hits, (unsigned long long)st.demand_misses,
            acc ? (double)st.demand_hits / acc : 0.0, (unsigned long long)st.bytes_read,
            (unsigned long long)st.reads, st.io_wait_s, (unsigned long long)st.major_faults,
            spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
            c->lookahead, (unsigned long long)spill_engine_plan(eng)->cache_slots,
-           (unsigned long long)spill_engine_plan(eng)->budget, c->threads);
+           (unsigned long long)spill_engine_plan(eng)->budget, c->threads,
+           (unsigned long long)st.max_reads_in_flight, (unsigned long long)c->io_throttle,
+           c->io_throttle ? "true" : "false");
+    int nr = c->lookahead < SPILL_LA_RANKS ? c->lookahead : SPILL_LA_RANKS;
+    for (int r = 0; r < nr; r++)
+      printf("%s%.4f", r ? ", " : "",
+             st.lookahead_rank_made[r]
+                 ? (double)st.lookahead_rank_correct[r] / st.lookahead_rank_made[r]
+                 : 0.0);
+    printf("]}\n");
   } else {
     print_summary(eng, &st);
   }

@@ -189,6 +189,8 @@ typedef struct spill_sampling {
   uint64_t seed;
 } spill_sampling;
 
+#define SPILL_LA_RANKS 16
+
 /* Counters of one generate/eval run, or of one token. Deterministic counters
  * (reads, bytes, hits, misses) are exact; times are wall clock. */
 typedef struct spill_run_stats {
@@ -208,6 +210,9 @@ typedef struct spill_run_stats {
   uint64_t peak_rss_bytes;      /* VmHWM at the end */
   uint64_t lookahead_predicted; /* ids predicted (and prefetched when absent) */
   uint64_t lookahead_correct;   /* ... that the real router then selected */
+  /* depth-1 predictions by rank (0 = the predicted top-1): how many were made
+   * and how many the real router selected (precision at rank r = correct/made) */
+  uint64_t lookahead_rank_made[SPILL_LA_RANKS], lookahead_rank_correct[SPILL_LA_RANKS];
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop. */

@@ -453,6 +453,10 @@ static void finish_stats(spill_engine *g, spill_run_stats *st) {
   st->peak_rss_bytes = status_kb("VmHWM:");
   st->lookahead_predicted = g->la_predicted;
   st->lookahead_correct = g->la_correct;
+  for (int r = 0; r < SPILL_LA_RANKS; r++) {
+    st->lookahead_rank_made[r] = g->la_rank_total[r];
+    st->lookahead_rank_correct[r] = g->la_rank_hit[r];
+  }
   st->decode_tok_per_s = st->decode_s > 0 ? st->tokens_decode / st->decode_s : 0;
 }
 
@@ -495,6 +499,8 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   spill_model_reset(g->m);
   g->tok_counter = 0;
   g->la_predicted = g->la_correct = 0;
+  memset(g->la_rank_total, 0, sizeof g->la_rank_total);
+  memset(g->la_rank_hit, 0, sizeof g->la_rank_hit);
   int rc = SPILL_OK;
   uint64_t t0 = spill_clock_ns();
   /* one forward call (and one profile row) per prefill chunk */
