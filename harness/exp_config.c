@@ -1,0 +1,784 @@
+/* harness/exp_config.c: experiment config parsing and validation.
+ *
+ * Every check names the JSON path of the offending value. The order is:
+ * shape (known keys, types), then values (knobs through spill_config_set on
+ * a scratch config, sizes, enums), then cross-checks (arms vs sweep overlap,
+ * hypothesis arms and metric, plots that need a budget sweep). Nothing here
+ * touches a model or starts a process.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "harness/exp_config.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/exp_metrics.h"
+
+uint64_t spill_exp_fnv1a(const void *data, size_t n, uint64_t h) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* The error prefix: "<source>: ". */
+typedef struct ctx {
+  const char *src;
+  spill_err *e;
+} ctx;
+
+static int fail(ctx *c, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(ctx *c, const char *path, const char *fmt, ...) {
+  char reason[384];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  return spill_err_set(c->e, SPILL_E_CONFIG, "%s: %s: %s", c->src, path, reason);
+}
+
+static const char *type_name(const cJSON *j) {
+  if (cJSON_IsString(j)) return "a string";
+  if (cJSON_IsNumber(j)) return "a number";
+  if (cJSON_IsBool(j)) return "a boolean";
+  if (cJSON_IsArray(j)) return "an array";
+  if (cJSON_IsObject(j)) return "an object";
+  if (cJSON_IsNull(j)) return "null";
+  return "invalid";
+}
+
+static int only_keys(ctx *c, const cJSON *obj, const char *path, const char *const *allowed) {
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    int ok = 0;
+    for (const char *const *a = allowed; *a; a++)
+      if (!strcmp(it->string, *a)) ok = 1;
+    if (!ok) {
+      char list[256] = "";
+      for (const char *const *a = allowed; *a; a++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", a == allowed ? "" : ", ",
+                 *a);
+      return fail(c, path[0] ? path : "(top)", "unknown key \"%s\" (expected one of: %s)",
+                  it->string, list);
+    }
+  }
+  return SPILL_OK;
+}
+
+static void join(char *out, size_t n, const char *path, const char *key) {
+  if (path[0]) snprintf(out, n, "%s.%s", path, key);
+  else snprintf(out, n, "%s", key);
+}
+
+static int get_str(ctx *c, const cJSON *obj, const char *path, const char *key, int required,
+                   char *out, size_t cap) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+  char p[256];
+  join(p, sizeof p, path, key);
+  if (!it) return required ? fail(c, p, "missing (required)") : SPILL_OK;
+  if (!cJSON_IsString(it)) return fail(c, p, "expected a string, got %s", type_name(it));
+  size_t len = strlen(it->valuestring);
+  if (len == 0) return fail(c, p, "empty string");
+  if (len >= cap) return fail(c, p, "too long (%zu bytes, at most %zu)", len, cap - 1);
+  memcpy(out, it->valuestring, len + 1);
+  return SPILL_OK;
+}
+
+static int get_int(ctx *c, const cJSON *obj, const char *path, const char *key, long lo,
+                   long hi, long dflt, long *out) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+  char p[256];
+  join(p, sizeof p, path, key);
+  *out = dflt;
+  if (!it) return SPILL_OK;
+  if (!cJSON_IsNumber(it)) return fail(c, p, "expected an integer, got %s", type_name(it));
+  double v = it->valuedouble;
+  if (!isfinite(v) || v != floor(v)) return fail(c, p, "%g: expected an integer", v);
+  if (v < lo || v > hi) return fail(c, p, "%.0f: out of range [%ld, %ld]", v, lo, hi);
+  *out = (long)v;
+  return SPILL_OK;
+}
+
+static int get_num(ctx *c, const cJSON *obj, const char *path, const char *key, double lo,
+                   double hi, double dflt, double *out) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+  char p[256];
+  join(p, sizeof p, path, key);
+  *out = dflt;
+  if (!it) return SPILL_OK;
+  if (!cJSON_IsNumber(it)) return fail(c, p, "expected a number, got %s", type_name(it));
+  double v = it->valuedouble;
+  if (!isfinite(v) || v < lo || v > hi) return fail(c, p, "%g: out of range [%g, %g]", v, lo, hi);
+  *out = v;
+  return SPILL_OK;
+}
+
+static int get_bool(ctx *c, const cJSON *obj, const char *path, const char *key, int dflt,
+                    int *out) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+  char p[256];
+  join(p, sizeof p, path, key);
+  *out = dflt;
+  if (!it) return SPILL_OK;
+  if (!cJSON_IsBool(it)) return fail(c, p, "expected true or false, got %s", type_name(it));
+  *out = cJSON_IsTrue(it);
+  return SPILL_OK;
+}
+
+/* A size given as "8G" or as a number of bytes. */
+static int get_size(ctx *c, const cJSON *it, const char *p, uint64_t *out) {
+  if (cJSON_IsNumber(it)) {
+    double v = it->valuedouble;
+    if (!isfinite(v) || v != floor(v) || v < 1 || v > 1.8e19)
+      return fail(c, p, "%g: not a size (a positive number of bytes or e.g. \"8G\")", v);
+    *out = (uint64_t)v;
+    return SPILL_OK;
+  }
+  if (!cJSON_IsString(it)) return fail(c, p, "expected a size such as \"8G\", got %s", type_name(it));
+  uint64_t b = spill_plan_parse_size(it->valuestring);
+  if (!b) return fail(c, p, "\"%s\": not a size", it->valuestring);
+  *out = b;
+  return SPILL_OK;
+}
+
+/* A knob value in text form: strings as they are, integers in decimal,
+ * other numbers with %.17g, booleans as true/false. */
+static int knob_text(ctx *c, const cJSON *it, const char *p, char *out, size_t cap) {
+  if (cJSON_IsString(it)) {
+    if (strlen(it->valuestring) >= cap) return fail(c, p, "value too long");
+    snprintf(out, cap, "%s", it->valuestring);
+  } else if (cJSON_IsBool(it)) {
+    snprintf(out, cap, "%s", cJSON_IsTrue(it) ? "true" : "false");
+  } else if (cJSON_IsNumber(it)) {
+    double v = it->valuedouble;
+    if (!isfinite(v)) return fail(c, p, "not a finite number");
+    if (v == floor(v) && fabs(v) < 9.007e15) snprintf(out, cap, "%lld", (long long)v);
+    else snprintf(out, cap, "%.17g", v);
+  } else {
+    return fail(c, p, "expected a string, number or boolean, got %s", type_name(it));
+  }
+  return SPILL_OK;
+}
+
+/* Knobs the runner owns (per-run paths) and may not be set by a config. */
+static const char *runner_owned(const char *key) {
+  if (!strcmp(key, "profile")) return "set by the runner per run: use outputs.profile";
+  if (!strcmp(key, "trace")) return "set by the runner per run: use outputs.trace";
+  if (!strcmp(key, "trace_max_bytes")) return "use outputs.trace_max_bytes";
+  if (!strcmp(key, "usable_ram")) return "use machine.emulate_ram";
+  return NULL;
+}
+
+/* Validates one knob through the engine's own parser. */
+static int check_knob(ctx *c, const char *p, const char *key, const char *value) {
+  const char *why = runner_owned(key);
+  if (why) return fail(c, p, "%s", why);
+  if (!strcmp(key, "budget") && strcmp(value, "default") && strcmp(value, "0") &&
+      !spill_plan_parse_size(value))
+    return fail(c, p, "\"%s\": not a size", value);
+  spill_config scratch;
+  spill_config_default(&scratch);
+  spill_err ke = {0};
+  if (spill_config_set(&scratch, key, value, &ke) < 0) return fail(c, p, "\"%s\": %s", value, ke.msg);
+  return SPILL_OK;
+}
+
+static int parse_knobs(ctx *c, const cJSON *obj, const char *path, spill_exp_knob *out,
+                       int *n_out) {
+  if (!cJSON_IsObject(obj)) return fail(c, path, "expected an object of knobs, got %s", type_name(obj));
+  int n = 0;
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    char p[256];
+    join(p, sizeof p, path, it->string);
+    if (n >= SPILL_EXP_MAX_KNOBS) return fail(c, p, "too many knobs (at most %d)", SPILL_EXP_MAX_KNOBS);
+    if (strlen(it->string) >= sizeof out[n].key) return fail(c, p, "unknown knob");
+    snprintf(out[n].key, sizeof out[n].key, "%s", it->string);
+    SPILL_TRY(knob_text(c, it, p, out[n].value, sizeof out[n].value));
+    SPILL_TRY(check_knob(c, p, out[n].key, out[n].value));
+    n++;
+  }
+  *n_out = n;
+  return SPILL_OK;
+}
+
+static const spill_exp_knob *find_knob(const spill_exp_knob *k, int n, const char *key) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(k[i].key, key)) return &k[i];
+  return NULL;
+}
+
+static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
+  if (!m) return fail(c, "model", "missing (required): a container path or a recipe such as {\"preset\": \"mini\"}");
+  if (cJSON_IsString(m)) {
+    if (!m->valuestring[0]) return fail(c, "model", "empty path");
+    if (strlen(m->valuestring) >= sizeof cfg->model_path) return fail(c, "model", "path too long");
+    snprintf(cfg->model_path, sizeof cfg->model_path, "%s", m->valuestring);
+    return SPILL_OK;
+  }
+  if (!cJSON_IsObject(m))
+    return fail(c, "model", "expected a path or a recipe object, got %s", type_name(m));
+  static const char *const keys[] = {"preset", "like", "ram", "disk", "seed", "attn_mix",
+                                     "expert_dtype", "trunk_dtype", NULL};
+  SPILL_TRY(only_keys(c, m, "model", keys));
+  cfg->model_recipe = 1;
+  char like[16] = "";
+  SPILL_TRY(get_str(c, m, "model", "preset", 0, cfg->recipe_preset, sizeof cfg->recipe_preset));
+  SPILL_TRY(get_str(c, m, "model", "like", 0, like, sizeof like));
+  if (!!cfg->recipe_preset[0] == !!like[0])
+    return fail(c, "model", "give exactly one of \"preset\" (nano, mini) or \"like\" (k3)");
+  if (like[0]) {
+    if (strcmp(like, "k3")) return fail(c, "model.like", "\"%s\": only \"k3\" is known", like);
+    snprintf(cfg->recipe_preset, sizeof cfg->recipe_preset, "twin");
+  } else if (strcmp(cfg->recipe_preset, "nano") && strcmp(cfg->recipe_preset, "mini") &&
+             strcmp(cfg->recipe_preset, "twin")) {
+    return fail(c, "model.preset", "\"%s\": expected nano, mini or twin", cfg->recipe_preset);
+  }
+  const cJSON *it;
+  if ((it = cJSON_GetObjectItemCaseSensitive(m, "ram"))) {
+    if (strcmp(cfg->recipe_preset, "twin")) return fail(c, "model.ram", "only for \"like\": \"k3\" twins");
+    SPILL_TRY(get_size(c, it, "model.ram", &cfg->recipe_ram));
+  } else if (!strcmp(cfg->recipe_preset, "twin")) {
+    cfg->recipe_ram = 8ull << 30;
+  }
+  if ((it = cJSON_GetObjectItemCaseSensitive(m, "disk"))) {
+    if (strcmp(cfg->recipe_preset, "twin")) return fail(c, "model.disk", "only for \"like\": \"k3\" twins");
+    SPILL_TRY(get_size(c, it, "model.disk", &cfg->recipe_disk));
+  }
+  long seed;
+  SPILL_TRY(get_int(c, m, "model", "seed", 1, 0x7fffffffL, 1, &seed));
+  cfg->recipe_seed = (uint64_t)seed;
+  snprintf(cfg->recipe_attn_mix, sizeof cfg->recipe_attn_mix, "k3");
+  snprintf(cfg->recipe_expert_dtype, sizeof cfg->recipe_expert_dtype, "rvq3");
+  snprintf(cfg->recipe_trunk_dtype, sizeof cfg->recipe_trunk_dtype, "q4");
+  SPILL_TRY(get_str(c, m, "model", "attn_mix", 0, cfg->recipe_attn_mix, sizeof cfg->recipe_attn_mix));
+  SPILL_TRY(get_str(c, m, "model", "expert_dtype", 0, cfg->recipe_expert_dtype,
+                    sizeof cfg->recipe_expert_dtype));
+  SPILL_TRY(get_str(c, m, "model", "trunk_dtype", 0, cfg->recipe_trunk_dtype,
+                    sizeof cfg->recipe_trunk_dtype));
+  static const char *const mixes[] = {"k3", "mla", "kda", "gqa", NULL};
+  static const char *const edt[] = {"rvq3", "f32", "q8", "q4", NULL};
+  static const char *const tdt[] = {"q4", "f32", NULL};
+  struct {
+    const char *path, *v;
+    const char *const *ok;
+  } enums[] = {{"model.attn_mix", cfg->recipe_attn_mix, mixes},
+               {"model.expert_dtype", cfg->recipe_expert_dtype, edt},
+               {"model.trunk_dtype", cfg->recipe_trunk_dtype, tdt}};
+  for (int i = 0; i < 3; i++) {
+    int ok = 0;
+    for (const char *const *o = enums[i].ok; *o; o++) ok |= !strcmp(*o, enums[i].v);
+    if (!ok) return fail(c, enums[i].path, "\"%s\": not a known value", enums[i].v);
+  }
+  char canon[256];
+  int n = snprintf(canon, sizeof canon, "preset=%s;ram=%llu;disk=%llu;seed=%llu;attn=%s;edt=%s;tdt=%s",
+                   cfg->recipe_preset, (unsigned long long)cfg->recipe_ram,
+                   (unsigned long long)cfg->recipe_disk, (unsigned long long)cfg->recipe_seed,
+                   cfg->recipe_attn_mix, cfg->recipe_expert_dtype, cfg->recipe_trunk_dtype);
+  snprintf(cfg->recipe_hash, sizeof cfg->recipe_hash, "%016llx",
+           (unsigned long long)spill_exp_fnv1a(canon, (size_t)n, SPILL_EXP_FNV_SEED));
+  return SPILL_OK;
+}
+
+static int read_text_file(ctx *c, const char *p, const char *file, char **out) {
+  FILE *f = fopen(file, "rb");
+  if (!f) return fail(c, p, "\"%s\": cannot open", file);
+  char *buf = malloc((1 << 20) + 1);
+  if (!buf) {
+    fclose(f);
+    return spill_err_set(c->e, SPILL_E_NOMEM, "prompt_file: no memory");
+  }
+  size_t n = fread(buf, 1, 1 << 20, f);
+  int big = !feof(f) && fgetc(f) != EOF;
+  fclose(f);
+  if (big) {
+    free(buf);
+    return fail(c, p, "\"%s\": larger than 1 MiB", file);
+  }
+  if (n == 0) {
+    free(buf);
+    return fail(c, p, "\"%s\": empty", file);
+  }
+  buf[n] = 0;
+  *out = buf;
+  return SPILL_OK;
+}
+
+static int parse_workload(ctx *c, const cJSON *w, spill_exp_config *cfg) {
+  if (!w) return fail(c, "workload", "missing (required)");
+  if (!cJSON_IsObject(w)) return fail(c, "workload", "expected an object, got %s", type_name(w));
+  static const char *const keys[] = {"prompt", "prompt_file", "decode_tokens", "prefill",
+                                     "routing", NULL};
+  SPILL_TRY(only_keys(c, w, "workload", keys));
+  const cJSON *pr = cJSON_GetObjectItemCaseSensitive(w, "prompt");
+  SPILL_TRY(get_str(c, w, "workload", "prompt_file", 0, cfg->prompt_file, sizeof cfg->prompt_file));
+  if (!!pr == !!cfg->prompt_file[0])
+    return fail(c, "workload", "give exactly one of \"prompt\" or \"prompt_file\"");
+  if (pr) {
+    if (!cJSON_IsString(pr)) return fail(c, "workload.prompt", "expected a string, got %s", type_name(pr));
+    if (!pr->valuestring[0]) return fail(c, "workload.prompt", "empty string");
+    cfg->prompt = strdup(pr->valuestring);
+    if (!cfg->prompt) return spill_err_set(c->e, SPILL_E_NOMEM, "prompt: no memory");
+  } else {
+    SPILL_TRY(read_text_file(c, "workload.prompt_file", cfg->prompt_file, &cfg->prompt));
+  }
+  long dt;
+  const cJSON *d = cJSON_GetObjectItemCaseSensitive(w, "decode_tokens");
+  if (!d) return fail(c, "workload.decode_tokens", "missing (required)");
+  SPILL_TRY(get_int(c, w, "workload", "decode_tokens", 1, 1 << 20, 0, &dt));
+  cfg->decode_tokens = (int)dt;
+  char prefill[16] = "chunked";
+  SPILL_TRY(get_str(c, w, "workload", "prefill", 0, prefill, sizeof prefill));
+  if (!strcmp(prefill, "chunked")) cfg->prefill_chunked = 1;
+  else if (!strcmp(prefill, "sequential")) cfg->prefill_chunked = 0;
+  else return fail(c, "workload.prefill", "\"%s\": expected chunked or sequential", prefill);
+  char routing[SPILL_EXP_PATH_MAX] = "model";
+  SPILL_TRY(get_str(c, w, "workload", "routing", 0, routing, sizeof routing));
+  if (!strncmp(routing, "trace:", 6)) {
+    /* Validation fails only on shape errors; replay itself is refused here
+     * so that a config using it does not start and run the wrong routing. */
+    if (!routing[6]) return fail(c, "workload.routing", "\"trace:\" needs a file");
+    return spill_err_set(c->e, SPILL_E_UNSUPPORTED,
+                         "%s: workload.routing: \"%s\": trace replay through the engine is not "
+                         "implemented yet in the runner (use \"model\")",
+                         c->src, routing);
+  }
+  if (strcmp(routing, "model")) return fail(c, "workload.routing", "\"%s\": expected \"model\" or \"trace:FILE\"", routing);
+  snprintf(cfg->routing, sizeof cfg->routing, "model");
+  return SPILL_OK;
+}
+
+static int cmp_size_text(const void *a, const void *b) {
+  uint64_t x = spill_plan_parse_size((const char *)a), y = spill_plan_parse_size((const char *)b);
+  if (!strcmp((const char *)a, "default") || !strcmp((const char *)a, "0")) x = 0;
+  if (!strcmp((const char *)b, "default") || !strcmp((const char *)b, "0")) y = 0;
+  return (x > y) - (x < y);
+}
+
+static int parse_sweep(ctx *c, const cJSON *s, spill_exp_config *cfg) {
+  if (!s) return SPILL_OK;
+  if (!cJSON_IsObject(s)) return fail(c, "sweep", "expected an object of knob lists, got %s", type_name(s));
+  /* budget first: it is the slowest axis so that it only ever grows. */
+  for (int pass = 0; pass < 2; pass++)
+    for (const cJSON *it = s->child; it; it = it->next) {
+      int is_budget = !strcmp(it->string, "budget");
+      if (is_budget != (pass == 0)) continue;
+      char p[256];
+      snprintf(p, sizeof p, "sweep.%s", it->string);
+      if (cfg->n_axes >= SPILL_EXP_MAX_AXES) return fail(c, p, "too many swept knobs (at most %d)", SPILL_EXP_MAX_AXES);
+      if (!cJSON_IsArray(it)) return fail(c, p, "expected a list of values, got %s", type_name(it));
+      int n = cJSON_GetArraySize(it);
+      if (n < 1) return fail(c, p, "empty list");
+      if (n > SPILL_EXP_MAX_VALUES) return fail(c, p, "too many values (at most %d)", SPILL_EXP_MAX_VALUES);
+      if (find_knob(cfg->base, cfg->n_base, it->string))
+        return fail(c, p, "also set in base (a knob is either fixed or swept)");
+      spill_exp_axis *ax = &cfg->axes[cfg->n_axes];
+      if (strlen(it->string) >= sizeof ax->key) return fail(c, p, "unknown knob");
+      snprintf(ax->key, sizeof ax->key, "%s", it->string);
+      int i = 0;
+      for (const cJSON *v = it->child; v; v = v->next, i++) {
+        char pv[288];
+        snprintf(pv, sizeof pv, "%s[%d]", p, i);
+        SPILL_TRY(knob_text(c, v, pv, ax->values[i], sizeof ax->values[i]));
+        SPILL_TRY(check_knob(c, pv, ax->key, ax->values[i]));
+        for (int j = 0; j < i; j++)
+          if (!strcmp(ax->values[j], ax->values[i])) return fail(c, pv, "\"%s\": duplicate value", ax->values[i]);
+      }
+      ax->n = n;
+      if (is_budget) qsort(ax->values, (size_t)n, sizeof ax->values[0], cmp_size_text);
+      cfg->n_axes++;
+    }
+  long cells = 1;
+  for (int a = 0; a < cfg->n_axes; a++) cells *= cfg->axes[a].n;
+  if (cells > SPILL_EXP_MAX_CELLS) return fail(c, "sweep", "%ld cells (at most %d)", cells, SPILL_EXP_MAX_CELLS);
+  return SPILL_OK;
+}
+
+static int parse_arms(ctx *c, const cJSON *a, spill_exp_config *cfg) {
+  if (!a) {
+    cfg->n_arms = 1;
+    snprintf(cfg->arms[0].name, sizeof cfg->arms[0].name, "base");
+    return SPILL_OK;
+  }
+  if (!cJSON_IsArray(a)) return fail(c, "arms", "expected a list of arms, got %s", type_name(a));
+  int n = cJSON_GetArraySize(a);
+  if (n < 1) return fail(c, "arms", "empty list");
+  if (n > SPILL_EXP_MAX_ARMS) return fail(c, "arms", "%d arms (at most %d)", n, SPILL_EXP_MAX_ARMS);
+  int i = 0;
+  for (const cJSON *it = a->child; it; it = it->next, i++) {
+    char p[64];
+    snprintf(p, sizeof p, "arms[%d]", i);
+    if (!cJSON_IsObject(it)) return fail(c, p, "expected an object, got %s", type_name(it));
+    static const char *const keys[] = {"name", "set", "exact", NULL};
+    SPILL_TRY(only_keys(c, it, p, keys));
+    spill_exp_arm *arm = &cfg->arms[i];
+    SPILL_TRY(get_str(c, it, p, "name", 1, arm->name, sizeof arm->name));
+    for (const char *q = arm->name; *q; q++)
+      if (!isalnum((unsigned char)*q) && *q != '-' && *q != '_' && *q != '.')
+        return fail(c, p, "name \"%s\": use letters, digits, '-', '_' or '.'", arm->name);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(cfg->arms[j].name, arm->name)) return fail(c, p, "duplicate arm name \"%s\"", arm->name);
+    SPILL_TRY(get_bool(c, it, p, "exact", 0, &arm->exact));
+    const cJSON *set = cJSON_GetObjectItemCaseSensitive(it, "set");
+    if (set) {
+      char ps[80];
+      snprintf(ps, sizeof ps, "%s.set", p);
+      SPILL_TRY(parse_knobs(c, set, ps, arm->knobs, &arm->n_knobs));
+      for (int k = 0; k < arm->n_knobs; k++) {
+        char pk[128];
+        snprintf(pk, sizeof pk, "%s.%s", ps, arm->knobs[k].key);
+        for (int x = 0; x < cfg->n_axes; x++)
+          if (!strcmp(cfg->axes[x].key, arm->knobs[k].key))
+            return fail(c, pk, "also swept in sweep.%s (an arm may not set a swept knob)", arm->knobs[k].key);
+      }
+    }
+  }
+  cfg->n_arms = n;
+  if (cfg->arms[0].exact)
+    return fail(c, "arms[0].exact", "the first arm is the control that exact arms are compared with");
+  return SPILL_OK;
+}
+
+static int arm_index(const spill_exp_config *cfg, const char *name) {
+  for (int i = 0; i < cfg->n_arms; i++)
+    if (!strcmp(cfg->arms[i].name, name)) return i;
+  return -1;
+}
+
+static int parse_hypothesis(ctx *c, const cJSON *h, spill_exp_config *cfg) {
+  if (!h) return SPILL_OK;
+  if (!cJSON_IsObject(h)) return fail(c, "hypothesis", "expected an object, got %s", type_name(h));
+  static const char *const keys[] = {"claim", "metric", "direction", "min_effect", "alpha",
+                                     "control", "treatment", NULL};
+  SPILL_TRY(only_keys(c, h, "hypothesis", keys));
+  spill_exp_hypothesis *y = &cfg->hyp;
+  y->present = 1;
+  SPILL_TRY(get_str(c, h, "hypothesis", "claim", 1, y->claim, sizeof y->claim));
+  SPILL_TRY(get_str(c, h, "hypothesis", "metric", 1, y->metric, sizeof y->metric));
+  int mi = spill_exp_metric_find(y->metric);
+  if (mi < 0) return fail(c, "hypothesis.metric", "\"%s\": not a metric (see docs/EXPERIMENTS.md)", y->metric);
+  char dir[16] = "";
+  SPILL_TRY(get_str(c, h, "hypothesis", "direction", 1, dir, sizeof dir));
+  if (!strcmp(dir, "increase")) y->direction = 1;
+  else if (!strcmp(dir, "decrease")) y->direction = -1;
+  else return fail(c, "hypothesis.direction", "\"%s\": expected increase or decrease", dir);
+  SPILL_TRY(get_num(c, h, "hypothesis", "min_effect", 0, 0.99, 0.0, &y->min_effect));
+  SPILL_TRY(get_num(c, h, "hypothesis", "alpha", 0.001, 0.5, 0.05, &y->alpha));
+  char ctl[32] = "", trt[32] = "";
+  SPILL_TRY(get_str(c, h, "hypothesis", "control", 0, ctl, sizeof ctl));
+  SPILL_TRY(get_str(c, h, "hypothesis", "treatment", 0, trt, sizeof trt));
+  if (cfg->n_arms < 2) return fail(c, "hypothesis", "needs at least two arms to compare");
+  y->control = ctl[0] ? arm_index(cfg, ctl) : 0;
+  y->treatment = trt[0] ? arm_index(cfg, trt) : 1;
+  if (y->control < 0) return fail(c, "hypothesis.control", "\"%s\": no such arm", ctl);
+  if (y->treatment < 0) return fail(c, "hypothesis.treatment", "\"%s\": no such arm", trt);
+  if (y->control == y->treatment) return fail(c, "hypothesis.treatment", "same arm as the control");
+  if (cfg->repeats < 3) return fail(c, "repeats", "%d: a hypothesis needs at least 3 paired repeats", cfg->repeats);
+  return SPILL_OK;
+}
+
+static int parse_outputs(ctx *c, const cJSON *o, spill_exp_config *cfg) {
+  spill_exp_outputs *out = &cfg->out;
+  int has_budget = 0;
+  for (int a = 0; a < cfg->n_axes; a++) has_budget |= !strcmp(cfg->axes[a].key, "budget");
+  out->table_md = out->table_csv = 1;
+  out->plot_cliff = has_budget;
+  out->plot_ab = cfg->n_arms >= 2;
+  out->plot_timeline = 0;
+  out->trace_max_bytes = 16ull << 20;
+  if (!o) return SPILL_OK;
+  if (!cJSON_IsObject(o)) return fail(c, "outputs", "expected an object, got %s", type_name(o));
+  static const char *const keys[] = {"tables", "plots", "profile", "trace", "trace_max_bytes", NULL};
+  SPILL_TRY(only_keys(c, o, "outputs", keys));
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tables");
+  if (t) {
+    if (!cJSON_IsArray(t)) return fail(c, "outputs.tables", "expected a list such as [\"md\", \"csv\"]");
+    out->table_md = out->table_csv = 0;
+    int i = 0;
+    for (const cJSON *v = t->child; v; v = v->next, i++) {
+      char p[64];
+      snprintf(p, sizeof p, "outputs.tables[%d]", i);
+      if (!cJSON_IsString(v)) return fail(c, p, "expected a string, got %s", type_name(v));
+      if (!strcmp(v->valuestring, "md")) out->table_md = 1;
+      else if (!strcmp(v->valuestring, "csv")) out->table_csv = 1;
+      else return fail(c, p, "\"%s\": expected md or csv", v->valuestring);
+    }
+  }
+  const cJSON *pl = cJSON_GetObjectItemCaseSensitive(o, "plots");
+  if (pl) {
+    if (!cJSON_IsArray(pl)) return fail(c, "outputs.plots", "expected a list such as [\"cliff\", \"ab\"]");
+    out->plot_cliff = out->plot_ab = out->plot_timeline = 0;
+    int i = 0;
+    for (const cJSON *v = pl->child; v; v = v->next, i++) {
+      char p[64];
+      snprintf(p, sizeof p, "outputs.plots[%d]", i);
+      if (!cJSON_IsString(v)) return fail(c, p, "expected a string, got %s", type_name(v));
+      if (!strcmp(v->valuestring, "cliff")) {
+        if (!has_budget) return fail(c, p, "\"cliff\" needs a budget sweep (sweep.budget)");
+        out->plot_cliff = 1;
+      } else if (!strcmp(v->valuestring, "ab")) {
+        if (cfg->n_arms < 2) return fail(c, p, "\"ab\" needs at least two arms");
+        out->plot_ab = 1;
+      } else if (!strcmp(v->valuestring, "timeline")) {
+        out->plot_timeline = 1;
+      } else {
+        return fail(c, p, "\"%s\": expected cliff, ab or timeline", v->valuestring);
+      }
+    }
+  }
+  SPILL_TRY(get_bool(c, o, "outputs", "profile", 0, &out->profile));
+  SPILL_TRY(get_bool(c, o, "outputs", "trace", 0, &out->trace));
+  const cJSON *tm = cJSON_GetObjectItemCaseSensitive(o, "trace_max_bytes");
+  if (tm) SPILL_TRY(get_size(c, tm, "outputs.trace_max_bytes", &out->trace_max_bytes));
+  return SPILL_OK;
+}
+
+static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
+  if (!cJSON_IsObject(root)) return fail(c, "(top)", "expected a JSON object, got %s", type_name(root));
+  static const char *const keys[] = {"name", "description", "model", "workload", "base",
+                                     "sweep", "arms", "repeats", "warmup", "order",
+                                     "order_seed", "cold", "storage_path", "io_throttle",
+                                     "machine", "hypothesis", "outputs", NULL};
+  SPILL_TRY(only_keys(c, root, "", keys));
+  SPILL_TRY(get_str(c, root, "", "name", 1, cfg->name, sizeof cfg->name));
+  for (const char *q = cfg->name; *q; q++)
+    if (!isalnum((unsigned char)*q) && *q != '-' && *q != '_')
+      return fail(c, "name", "\"%s\": use letters, digits, '-' or '_' (it names a directory)", cfg->name);
+  SPILL_TRY(get_str(c, root, "", "description", 0, cfg->description, sizeof cfg->description));
+  SPILL_TRY(parse_model(c, cJSON_GetObjectItemCaseSensitive(root, "model"), cfg));
+  SPILL_TRY(parse_workload(c, cJSON_GetObjectItemCaseSensitive(root, "workload"), cfg));
+  const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");
+  if (base) SPILL_TRY(parse_knobs(c, base, "base", cfg->base, &cfg->n_base));
+  const cJSON *thr = cJSON_GetObjectItemCaseSensitive(root, "io_throttle");
+  if (thr) {
+    if (find_knob(cfg->base, cfg->n_base, "io_throttle"))
+      return fail(c, "io_throttle", "also set in base.io_throttle");
+    if (cfg->n_base >= SPILL_EXP_MAX_KNOBS) return fail(c, "io_throttle", "too many knobs");
+    spill_exp_knob *k = &cfg->base[cfg->n_base];
+    snprintf(k->key, sizeof k->key, "io_throttle");
+    SPILL_TRY(knob_text(c, thr, "io_throttle", k->value, sizeof k->value));
+    SPILL_TRY(check_knob(c, "io_throttle", k->key, k->value));
+    cfg->n_base++;
+  }
+  SPILL_TRY(parse_sweep(c, cJSON_GetObjectItemCaseSensitive(root, "sweep"), cfg));
+  SPILL_TRY(parse_arms(c, cJSON_GetObjectItemCaseSensitive(root, "arms"), cfg));
+  long v;
+  SPILL_TRY(get_int(c, root, "", "repeats", 1, 1000, 3, &v));
+  cfg->repeats = (int)v;
+  SPILL_TRY(get_int(c, root, "", "warmup", 0, 100, 0, &v));
+  cfg->warmup = (int)v;
+  char order[16] = "interleaved";
+  SPILL_TRY(get_str(c, root, "", "order", 0, order, sizeof order));
+  if (!strcmp(order, "interleaved")) cfg->order = SPILL_EXP_ORDER_INTERLEAVED;
+  else if (!strcmp(order, "abba")) cfg->order = SPILL_EXP_ORDER_ABBA;
+  else if (!strcmp(order, "random")) cfg->order = SPILL_EXP_ORDER_RANDOM;
+  else if (!strcmp(order, "blocked")) cfg->order = SPILL_EXP_ORDER_BLOCKED;
+  else return fail(c, "order", "\"%s\": expected interleaved, abba, random or blocked", order);
+  SPILL_TRY(get_int(c, root, "", "order_seed", 0, 0x7fffffffL, 1, &v));
+  cfg->order_seed = (uint64_t)v;
+  if (cJSON_GetObjectItemCaseSensitive(root, "order_seed") && cfg->order != SPILL_EXP_ORDER_RANDOM)
+    return fail(c, "order_seed", "only meaningful with \"order\": \"random\"");
+  SPILL_TRY(get_bool(c, root, "", "cold", 0, &cfg->cold));
+  SPILL_TRY(get_str(c, root, "", "storage_path", 0, cfg->storage_path, sizeof cfg->storage_path));
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
+  if (m) {
+    if (!cJSON_IsObject(m)) return fail(c, "machine", "expected an object, got %s", type_name(m));
+    static const char *const mk[] = {"emulate_ram", NULL};
+    SPILL_TRY(only_keys(c, m, "machine", mk));
+    const cJSON *er = cJSON_GetObjectItemCaseSensitive(m, "emulate_ram");
+    if (er) {
+      SPILL_TRY(get_size(c, er, "machine.emulate_ram", &cfg->emulate_ram));
+      if (cfg->emulate_ram < (256ull << 20))
+        return fail(c, "machine.emulate_ram", "below 256 MiB is not a machine this engine can run on");
+    }
+  }
+  SPILL_TRY(parse_hypothesis(c, cJSON_GetObjectItemCaseSensitive(root, "hypothesis"), cfg));
+  SPILL_TRY(parse_outputs(c, cJSON_GetObjectItemCaseSensitive(root, "outputs"), cfg));
+  /* Every (cell, arm) must build an engine config (catches nothing new
+   * today, but keeps knob interplay checks in one place if the engine adds
+   * some). */
+  for (int cell = 0; cell < spill_exp_config_n_cells(cfg); cell++)
+    for (int a = 0; a < cfg->n_arms; a++) {
+      spill_config sc;
+      spill_err ke = {0};
+      if (spill_exp_config_engine(cfg, cell, a, &sc, &ke) < 0)
+        return fail(c, "arms", "cell %d arm %s: %s", cell, cfg->arms[a].name, ke.msg);
+    }
+  return SPILL_OK;
+}
+
+int spill_exp_config_parse(const char *text, const char *source, spill_exp_config *cfg,
+                           spill_err *e) {
+  memset(cfg, 0, sizeof *cfg);
+  ctx c = {source && source[0] ? source : "config", e};
+  if (source) snprintf(cfg->source, sizeof cfg->source, "%s", source);
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+  if (!root) {
+    size_t off = end ? (size_t)(end - text) : 0;
+    int line = 1;
+    for (size_t i = 0; i < off && text[i]; i++) line += text[i] == '\n';
+    return spill_err_set(e, SPILL_E_CONFIG, "%s: line %d: not valid JSON", c.src, line);
+  }
+  int rc = parse_all(&c, root, cfg);
+  cJSON_Delete(root);
+  if (rc < 0) {
+    char src[SPILL_EXP_PATH_MAX];
+    memcpy(src, cfg->source, sizeof src);
+    spill_exp_config_free(cfg);
+    memcpy(cfg->source, src, sizeof src);
+  }
+  return rc;
+}
+
+int spill_exp_config_load(const char *file, spill_exp_config *cfg, spill_err *e) {
+  memset(cfg, 0, sizeof *cfg);
+  FILE *f = fopen(file, "rb");
+  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot open", file);
+  char *buf = malloc((1 << 20) + 1);
+  if (!buf) {
+    fclose(f);
+    return spill_err_set(e, SPILL_E_NOMEM, "%s: no memory", file);
+  }
+  size_t n = fread(buf, 1, 1 << 20, f);
+  int big = !feof(f);
+  fclose(f);
+  if (big) {
+    free(buf);
+    return spill_err_set(e, SPILL_E_CONFIG, "%s: larger than 1 MiB", file);
+  }
+  buf[n] = 0;
+  int rc = spill_exp_config_parse(buf, file, cfg, e);
+  free(buf);
+  return rc;
+}
+
+void spill_exp_config_free(spill_exp_config *cfg) {
+  if (!cfg) return;
+  free(cfg->prompt);
+  memset(cfg, 0, sizeof *cfg);
+}
+
+int spill_exp_config_n_cells(const spill_exp_config *cfg) {
+  int n = 1;
+  for (int a = 0; a < cfg->n_axes; a++) n *= cfg->axes[a].n;
+  return n;
+}
+
+void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **values_out) {
+  for (int a = cfg->n_axes - 1; a >= 0; a--) {
+    values_out[a] = cfg->axes[a].values[c % cfg->axes[a].n];
+    c /= cfg->axes[a].n;
+  }
+}
+
+int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spill_config *out,
+                            spill_err *e) {
+  spill_config_default(out);
+  if (!cfg->prefill_chunked) SPILL_TRY(spill_config_set(out, "prefill_chunk", "1", e));
+  for (int i = 0; i < cfg->n_base; i++)
+    SPILL_TRY(spill_config_set(out, cfg->base[i].key, cfg->base[i].value, e));
+  const char *vals[SPILL_EXP_MAX_AXES];
+  spill_exp_config_cell(cfg, cell, vals);
+  for (int a = 0; a < cfg->n_axes; a++) SPILL_TRY(spill_config_set(out, cfg->axes[a].key, vals[a], e));
+  const spill_exp_arm *am = &cfg->arms[arm];
+  for (int i = 0; i < am->n_knobs; i++)
+    SPILL_TRY(spill_config_set(out, am->knobs[i].key, am->knobs[i].value, e));
+  if (!cfg->prefill_chunked && out->prefill_chunk != 1)
+    return spill_err_set(e, SPILL_E_CONFIG,
+                         "workload.prefill is sequential but prefill_chunk is set to %d",
+                         out->prefill_chunk);
+  return SPILL_OK;
+}
+
+int spill_exp_knob_is_live(const char *key) {
+  static const char *const live[] = {"lookahead", "lookahead_depth", "lookahead_prefill",
+                                     "verify", "io_throttle", "prefill_chunk", "budget", NULL};
+  for (const char *const *l = live; *l; l++)
+    if (!strcmp(*l, key)) return 1;
+  return 0;
+}
+
+static cJSON *knobs_json(const spill_exp_knob *k, int n) {
+  cJSON *o = cJSON_CreateObject();
+  for (int i = 0; i < n; i++) cJSON_AddStringToObject(o, k[i].key, k[i].value);
+  return o;
+}
+
+char *spill_exp_config_resolved_json(const spill_exp_config *cfg) {
+  static const char *const orders[] = {"interleaved", "abba", "random", "blocked"};
+  cJSON *r = cJSON_CreateObject();
+  cJSON_AddStringToObject(r, "name", cfg->name);
+  if (cfg->description[0]) cJSON_AddStringToObject(r, "description", cfg->description);
+  if (cfg->model_recipe) {
+    cJSON *m = cJSON_AddObjectToObject(r, "model");
+    cJSON_AddStringToObject(m, "preset", cfg->recipe_preset);
+    if (cfg->recipe_ram) cJSON_AddNumberToObject(m, "ram", (double)cfg->recipe_ram);
+    if (cfg->recipe_disk) cJSON_AddNumberToObject(m, "disk", (double)cfg->recipe_disk);
+    cJSON_AddNumberToObject(m, "seed", (double)cfg->recipe_seed);
+    cJSON_AddStringToObject(m, "attn_mix", cfg->recipe_attn_mix);
+    cJSON_AddStringToObject(m, "expert_dtype", cfg->recipe_expert_dtype);
+    cJSON_AddStringToObject(m, "trunk_dtype", cfg->recipe_trunk_dtype);
+  } else {
+    cJSON_AddStringToObject(r, "model", cfg->model_path);
+  }
+  cJSON *w = cJSON_AddObjectToObject(r, "workload");
+  cJSON_AddStringToObject(w, "prompt", cfg->prompt ? cfg->prompt : "");
+  cJSON_AddNumberToObject(w, "decode_tokens", cfg->decode_tokens);
+  cJSON_AddStringToObject(w, "prefill", cfg->prefill_chunked ? "chunked" : "sequential");
+  cJSON_AddStringToObject(w, "routing", cfg->routing);
+  cJSON_AddItemToObject(r, "base", knobs_json(cfg->base, cfg->n_base));
+  cJSON *s = cJSON_AddObjectToObject(r, "sweep");
+  for (int a = 0; a < cfg->n_axes; a++) {
+    cJSON *l = cJSON_AddArrayToObject(s, cfg->axes[a].key);
+    for (int i = 0; i < cfg->axes[a].n; i++) cJSON_AddItemToArray(l, cJSON_CreateString(cfg->axes[a].values[i]));
+  }
+  cJSON *arms = cJSON_AddArrayToObject(r, "arms");
+  for (int i = 0; i < cfg->n_arms; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", cfg->arms[i].name);
+    cJSON_AddItemToObject(o, "set", knobs_json(cfg->arms[i].knobs, cfg->arms[i].n_knobs));
+    cJSON_AddBoolToObject(o, "exact", cfg->arms[i].exact);
+    cJSON_AddItemToArray(arms, o);
+  }
+  cJSON_AddNumberToObject(r, "repeats", cfg->repeats);
+  cJSON_AddNumberToObject(r, "warmup", cfg->warmup);
+  cJSON_AddStringToObject(r, "order", orders[cfg->order]);
+  if (cfg->order == SPILL_EXP_ORDER_RANDOM) cJSON_AddNumberToObject(r, "order_seed", (double)cfg->order_seed);
+  cJSON_AddBoolToObject(r, "cold", cfg->cold);
+  if (cfg->storage_path[0]) cJSON_AddStringToObject(r, "storage_path", cfg->storage_path);
+  if (cfg->emulate_ram) {
+    cJSON *m = cJSON_AddObjectToObject(r, "machine");
+    cJSON_AddNumberToObject(m, "emulate_ram", (double)cfg->emulate_ram);
+  }
+  if (cfg->hyp.present) {
+    cJSON *h = cJSON_AddObjectToObject(r, "hypothesis");
+    cJSON_AddStringToObject(h, "claim", cfg->hyp.claim);
+    cJSON_AddStringToObject(h, "metric", cfg->hyp.metric);
+    cJSON_AddStringToObject(h, "direction", cfg->hyp.direction > 0 ? "increase" : "decrease");
+    cJSON_AddNumberToObject(h, "min_effect", cfg->hyp.min_effect);
+    cJSON_AddNumberToObject(h, "alpha", cfg->hyp.alpha);
+    cJSON_AddStringToObject(h, "control", cfg->arms[cfg->hyp.control].name);
+    cJSON_AddStringToObject(h, "treatment", cfg->arms[cfg->hyp.treatment].name);
+  }
+  cJSON *o = cJSON_AddObjectToObject(r, "outputs");
+  cJSON *t = cJSON_AddArrayToObject(o, "tables");
+  if (cfg->out.table_md) cJSON_AddItemToArray(t, cJSON_CreateString("md"));
+  if (cfg->out.table_csv) cJSON_AddItemToArray(t, cJSON_CreateString("csv"));
+  cJSON *p = cJSON_AddArrayToObject(o, "plots");
+  if (cfg->out.plot_cliff) cJSON_AddItemToArray(p, cJSON_CreateString("cliff"));
+  if (cfg->out.plot_ab) cJSON_AddItemToArray(p, cJSON_CreateString("ab"));
+  if (cfg->out.plot_timeline) cJSON_AddItemToArray(p, cJSON_CreateString("timeline"));
+  cJSON_AddBoolToObject(o, "profile", cfg->out.profile);
+  cJSON_AddBoolToObject(o, "trace", cfg->out.trace);
+  cJSON_AddNumberToObject(o, "trace_max_bytes", (double)cfg->out.trace_max_bytes);
+  char *text = cJSON_Print(r);
+  cJSON_Delete(r);
+  return text;
+}

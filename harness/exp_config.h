@@ -1,0 +1,144 @@
+/* harness/exp_config.h: experiment configs (docs/EXPERIMENTS.md): parsing,
+ * validation and the resolved form.
+ *
+ * A config is untrusted input: every unknown key, wrong type and impossible
+ * value is rejected before anything runs, with SPILL_E_CONFIG and a message
+ * "<file>: <json path>: <reason>" (e.g. `x.json: sweep.budget[2]: "9Q": not
+ * a size`). Engine knobs (base, sweep, arms) are validated by
+ * spill_config_set on a scratch spill_config, so they have the engine's
+ * spelling and checks. Parsing reads no model and starts nothing; it may read
+ * workload.prompt_file. Knob values are kept in their text form (what
+ * spill_config_set takes). Limits are generous fixed bounds (stated below) so
+ * the structure needs one free.
+ */
+#ifndef SPILL_HARNESS_EXP_CONFIG_H
+#define SPILL_HARNESS_EXP_CONFIG_H
+
+#include <stdint.h>
+
+#include "engine/spill.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPILL_EXP_MAX_KNOBS 32   /* knobs in base or in one arm */
+#define SPILL_EXP_MAX_AXES 6     /* swept knobs */
+#define SPILL_EXP_MAX_VALUES 32  /* values per swept knob */
+#define SPILL_EXP_MAX_ARMS 8
+#define SPILL_EXP_MAX_CELLS 1024 /* product of the sweep */
+#define SPILL_EXP_PATH_MAX 512
+#define SPILL_EXP_VALUE_MAX 64
+
+typedef struct spill_exp_knob {
+  char key[32];
+  char value[SPILL_EXP_VALUE_MAX];
+} spill_exp_knob;
+
+typedef struct spill_exp_axis {
+  char key[32];
+  int n;
+  char values[SPILL_EXP_MAX_VALUES][SPILL_EXP_VALUE_MAX]; /* budget: sorted upward */
+} spill_exp_axis;
+
+typedef struct spill_exp_arm {
+  char name[32];
+  int n_knobs;
+  spill_exp_knob knobs[SPILL_EXP_MAX_KNOBS];
+  int exact; /* must produce the control arm's tokens */
+} spill_exp_arm;
+
+typedef enum spill_exp_order {
+  SPILL_EXP_ORDER_INTERLEAVED = 0, /* A B A B ... */
+  SPILL_EXP_ORDER_ABBA = 1,        /* A B B A A B ... */
+  SPILL_EXP_ORDER_RANDOM = 2,      /* seeded shuffle of (arm, repeat) */
+  SPILL_EXP_ORDER_BLOCKED = 3,     /* A A ... B B ... */
+} spill_exp_order;
+
+typedef struct spill_exp_hypothesis {
+  int present;
+  char claim[256];
+  char metric[32];
+  int direction; /* +1 increase, -1 decrease */
+  double min_effect, alpha;
+  int control, treatment; /* arm indexes (default 0 and 1) */
+} spill_exp_hypothesis;
+
+typedef struct spill_exp_outputs {
+  int table_md, table_csv;
+  int plot_cliff, plot_ab, plot_timeline;
+  int profile, trace;        /* per-run engine profile / router trace */
+  uint64_t trace_max_bytes;  /* per run (default 16 MiB) */
+} spill_exp_outputs;
+
+typedef struct spill_exp_config {
+  char source[SPILL_EXP_PATH_MAX]; /* the file it came from ("" for text) */
+  char name[64];
+  char description[512];
+  /* model: a container path, or a generator recipe */
+  char model_path[SPILL_EXP_PATH_MAX];
+  int model_recipe;
+  char recipe_preset[16];    /* nano | mini | twin */
+  uint64_t recipe_ram, recipe_disk, recipe_seed;
+  char recipe_attn_mix[16], recipe_expert_dtype[16], recipe_trunk_dtype[16];
+  char recipe_hash[17];      /* 16 hex digits over the canonical recipe */
+  /* workload */
+  char *prompt;              /* owned: the prompt text (from prompt or prompt_file) */
+  char prompt_file[SPILL_EXP_PATH_MAX];
+  int decode_tokens;
+  int prefill_chunked;       /* 1 chunked (engine prefill_chunk), 0 sequential */
+  char routing[16];          /* "model" */
+  /* knobs */
+  int n_base;
+  spill_exp_knob base[SPILL_EXP_MAX_KNOBS];
+  int n_axes;
+  spill_exp_axis axes[SPILL_EXP_MAX_AXES];
+  int n_arms;                /* >= 1: a config without arms has one arm "base" */
+  spill_exp_arm arms[SPILL_EXP_MAX_ARMS];
+  /* protocol */
+  int repeats, warmup;
+  spill_exp_order order;
+  uint64_t order_seed;
+  int cold;
+  char storage_path[SPILL_EXP_PATH_MAX];
+  uint64_t emulate_ram;      /* 0 = off */
+  spill_exp_hypothesis hyp;
+  spill_exp_outputs out;
+} spill_exp_config;
+
+/* Parses and validates JSON text. source names the file in messages (may be
+ * NULL). On success cfg owns memory: spill_exp_config_free. On failure cfg
+ * holds nothing and e says "<source>: <path>: <reason>". */
+int spill_exp_config_parse(const char *text, const char *source, spill_exp_config *cfg,
+                           spill_err *e);
+/* Reads and parses a file (at most 1 MiB). */
+int spill_exp_config_load(const char *file, spill_exp_config *cfg, spill_err *e);
+void spill_exp_config_free(spill_exp_config *cfg); /* NULL fine */
+
+/* The resolved config as JSON (every default filled in, budgets sorted):
+ * a malloc'd NUL-terminated string the caller frees. NULL on no memory. */
+char *spill_exp_config_resolved_json(const spill_exp_config *cfg);
+
+/* Number of sweep cells (product of the axes; 1 without a sweep). */
+int spill_exp_config_n_cells(const spill_exp_config *cfg);
+/* The value of every axis in cell c (mixed radix, last axis fastest; cell
+ * order runs the first axis slowest, so budget, placed first, runs upward). */
+void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **values_out);
+
+/* Builds the engine config of (cell, arm): defaults, then base, cell values,
+ * arm knobs in that order, then the workload's prefill mode. String knobs
+ * point into cfg (valid while it lives). */
+int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spill_config *out,
+                            spill_err *e);
+
+/* Knobs spill_engine_set_knob / set_budget can change without reopening. */
+int spill_exp_knob_is_live(const char *key);
+
+/* 64-bit FNV-1a (used for run keys, recipe and config hashes). */
+uint64_t spill_exp_fnv1a(const void *data, size_t n, uint64_t h);
+#define SPILL_EXP_FNV_SEED 0xcbf29ce484222325ull
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,739 @@
+/* harness/exp_report.c: summary.json, table.md, table.csv and gnuplot plots
+ * from a results directory's raw rows, and `spill compare`.
+ *
+ * Statistics per (cell, arm): median, min, max, IQR (type-7 quantiles,
+ * harness/stats.h) of every timing metric; counters are reported separately
+ * with whether they were equal across repeats. A/B: each non-control arm
+ * against the control (arm 0) in the same cell, paired by repeat index:
+ * median ratio B/A with a seeded 2000-resample percentile bootstrap CI and a
+ * Mann-Whitney p. The hypothesis verdict per cell comes from the CI at level
+ * 1 - alpha (stats.h), combined conservatively over cells.
+ */
+#define _GNU_SOURCE
+#include "harness/exp_report.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness/exp_config.h"
+#include "harness/exp_files.h"
+#include "harness/exp_metrics.h"
+#include "harness/exp_runner.h"
+
+#define BOOT_RESAMPLES 4000
+#define BOOT_SEED 20240601ull
+
+typedef struct row {
+  cJSON *j;
+  const char *cell, *arm;
+  int repeat;
+} row;
+
+typedef struct group {
+  char cell[200];
+  int cell_idx, arm;
+  int n;
+  row **rows; /* sorted by repeat */
+} group;
+
+typedef struct report {
+  spill_exp_config cfg;
+  row *rows;
+  int n_rows;
+  group *groups;
+  int n_groups;
+  cJSON **lines;
+} report;
+
+static double metric_of(const row *r, const char *name) {
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->j, "metrics");
+  const cJSON *v = m ? cJSON_GetObjectItemCaseSensitive(m, name) : NULL;
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static double engine_num(const row *r, const char *name) {
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->j, "engine");
+  const cJSON *v = m ? cJSON_GetObjectItemCaseSensitive(m, name) : NULL;
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static int cmp_row_rep(const void *a, const void *b) {
+  return (*(row *const *)a)->repeat - (*(row *const *)b)->repeat;
+}
+
+static void report_free(report *R) {
+  for (int i = 0; i < R->n_rows; i++) cJSON_Delete(R->rows[i].j);
+  free(R->rows);
+  for (int i = 0; i < R->n_groups; i++) free(R->groups[i].rows);
+  free(R->groups);
+  spill_exp_config_free(&R->cfg);
+}
+
+static int report_load(const char *dir, report *R, spill_err *e) {
+  memset(R, 0, sizeof *R);
+  char p[1100];
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  SPILL_TRY(spill_exp_config_load(p, &R->cfg, e));
+  snprintf(p, sizeof p, "%s/runs.jsonl", dir);
+  char **lines;
+  int n;
+  SPILL_TRY(spill_exp_read_lines(p, 0, &lines, &n, e));
+  R->rows = calloc((size_t)(n ? n : 1), sizeof *R->rows);
+  if (!R->rows) {
+    spill_exp_lines_free(lines, n);
+    return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
+  }
+  for (int i = 0; i < n; i++) {
+    cJSON *j = cJSON_Parse(lines[i]);
+    const cJSON *c = j ? cJSON_GetObjectItemCaseSensitive(j, "cell") : NULL;
+    const cJSON *a = j ? cJSON_GetObjectItemCaseSensitive(j, "arm") : NULL;
+    const cJSON *r = j ? cJSON_GetObjectItemCaseSensitive(j, "repeat") : NULL;
+    if (!cJSON_IsString(c) || !cJSON_IsString(a) || !cJSON_IsNumber(r)) {
+      cJSON_Delete(j);
+      spill_exp_lines_free(lines, n);
+      return spill_err_set(e, SPILL_E_FORMAT, "%s: line %d: not a run row", p, i + 1);
+    }
+    R->rows[R->n_rows++] = (row){j, c->valuestring, a->valuestring, r->valueint};
+  }
+  spill_exp_lines_free(lines, n);
+  /* Groups in plan order: cells, then arms. */
+  int cells = spill_exp_config_n_cells(&R->cfg);
+  R->groups = calloc((size_t)(cells * R->cfg.n_arms), sizeof *R->groups);
+  if (!R->groups) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
+  for (int c = 0; c < cells; c++)
+    for (int a = 0; a < R->cfg.n_arms; a++) {
+      group *g = &R->groups[R->n_groups];
+      spill_exp_cell_key(&R->cfg, c, g->cell, sizeof g->cell);
+      g->cell_idx = c;
+      g->arm = a;
+      g->rows = calloc((size_t)(R->n_rows ? R->n_rows : 1), sizeof *g->rows);
+      if (!g->rows) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
+      for (int i = 0; i < R->n_rows; i++)
+        if (!strcmp(R->rows[i].cell, g->cell) && !strcmp(R->rows[i].arm, R->cfg.arms[a].name))
+          g->rows[g->n++] = &R->rows[i];
+      qsort(g->rows, (size_t)g->n, sizeof *g->rows, cmp_row_rep);
+      R->n_groups++;
+    }
+  return SPILL_OK;
+}
+
+static void values(const group *g, const char *metric, double *out) {
+  for (int i = 0; i < g->n; i++) out[i] = metric_of(g->rows[i], metric);
+}
+
+static const group *find_group(const report *R, int cell, int arm) {
+  for (int i = 0; i < R->n_groups; i++)
+    if (R->groups[i].cell_idx == cell && R->groups[i].arm == arm) return &R->groups[i];
+  return NULL;
+}
+
+/* Paired comparison of arm b vs arm a in a cell on metric (pairs: repeats
+ * both arms have). */
+static int compare_groups(const group *ga, const group *gb, const char *metric, double alpha,
+                          spill_stats_ab *ab, spill_stats_mwu *mw) {
+  int n = ga->n < gb->n ? ga->n : gb->n;
+  double *a = malloc(sizeof(double) * (size_t)(n + 1)), *b = malloc(sizeof(double) * (size_t)(n + 1));
+  int k = 0;
+  for (int i = 0; a && b && i < ga->n; i++)
+    for (int j = 0; j < gb->n; j++)
+      if (ga->rows[i]->repeat == gb->rows[j]->repeat) {
+        a[k] = metric_of(ga->rows[i], metric);
+        b[k] = metric_of(gb->rows[j], metric);
+        k++;
+      }
+  int rc = spill_stats_ab_paired(a, b, k, BOOT_RESAMPLES, alpha, BOOT_SEED, ab);
+  spill_stats_mann_whitney(a, k, b, k, mw);
+  free(a), free(b);
+  return rc;
+}
+
+static cJSON *summary_json(report *R, spill_exp_report_result *res) {
+  const spill_exp_config *cfg = &R->cfg;
+  cJSON *s = cJSON_CreateObject();
+  cJSON_AddStringToObject(s, "name", cfg->name);
+  cJSON_AddNumberToObject(s, "rows", R->n_rows);
+  cJSON_AddNumberToObject(s, "planned_rows", spill_exp_config_n_cells(cfg) * cfg->n_arms * cfg->repeats);
+  cJSON_AddStringToObject(s, "quantiles", "type 7 (linear interpolation); iqr = q3 - q1");
+  int nm;
+  const spill_exp_metric *mt = spill_exp_metrics(&nm);
+  cJSON *cells = cJSON_AddArrayToObject(s, "cells");
+  double *v = malloc(sizeof(double) * (size_t)(R->n_rows + 1));
+  for (int gi = 0; gi < R->n_groups; gi++) {
+    const group *g = &R->groups[gi];
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "cell", g->cell);
+    cJSON_AddStringToObject(c, "arm", cfg->arms[g->arm].name);
+    cJSON_AddNumberToObject(c, "n", g->n);
+    cJSON *m = cJSON_AddObjectToObject(c, "metrics");
+    cJSON *k = cJSON_AddObjectToObject(c, "counters");
+    for (int i = 0; i < nm && g->n > 0; i++) {
+      values(g, mt[i].name, v);
+      spill_stats_summary st;
+      spill_stats_summarize(v, g->n, &st);
+      if (mt[i].counter) {
+        cJSON *x = cJSON_AddObjectToObject(k, mt[i].name);
+        cJSON_AddNumberToObject(x, "median", st.median);
+        cJSON_AddBoolToObject(x, "equal_across_repeats", st.min == st.max);
+      } else {
+        cJSON *x = cJSON_AddObjectToObject(m, mt[i].name);
+        cJSON_AddNumberToObject(x, "median", st.median);
+        cJSON_AddNumberToObject(x, "min", st.min);
+        cJSON_AddNumberToObject(x, "max", st.max);
+        cJSON_AddNumberToObject(x, "q1", st.q1);
+        cJSON_AddNumberToObject(x, "q3", st.q3);
+        cJSON_AddNumberToObject(x, "iqr", st.iqr);
+      }
+    }
+    cJSON_AddItemToArray(cells, c);
+  }
+  free(v);
+  /* A/B comparisons against the control arm (or the hypothesis's control). */
+  int ctl = cfg->hyp.present ? cfg->hyp.control : 0;
+  double alpha = cfg->hyp.present ? cfg->hyp.alpha : 0.05;
+  cJSON *cmp = cJSON_AddArrayToObject(s, "comparisons");
+  const char *metrics[2] = {"decode_tok_per_s", cfg->hyp.present ? cfg->hyp.metric : NULL};
+  for (int c = 0; c < spill_exp_config_n_cells(cfg); c++)
+    for (int a = 0; a < cfg->n_arms; a++) {
+      if (a == ctl) continue;
+      for (int mi = 0; mi < 2; mi++) {
+        if (!metrics[mi] || (mi == 1 && !strcmp(metrics[1], metrics[0]))) continue;
+        const group *ga = find_group(R, c, ctl), *gb = find_group(R, c, a);
+        spill_stats_ab ab;
+        spill_stats_mwu mw;
+        compare_groups(ga, gb, metrics[mi], alpha, &ab, &mw);
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "cell", ga->cell);
+        cJSON_AddStringToObject(x, "control", cfg->arms[ctl].name);
+        cJSON_AddStringToObject(x, "treatment", cfg->arms[a].name);
+        cJSON_AddStringToObject(x, "metric", metrics[mi]);
+        cJSON_AddNumberToObject(x, "pairs", ab.n);
+        cJSON_AddNumberToObject(x, "ratio", ab.ratio);
+        cJSON_AddNumberToObject(x, "ci_lo", ab.ci_lo);
+        cJSON_AddNumberToObject(x, "ci_hi", ab.ci_hi);
+        cJSON_AddNumberToObject(x, "ci_level", ab.level);
+        cJSON_AddNumberToObject(x, "bootstrap_resamples", BOOT_RESAMPLES);
+        cJSON_AddNumberToObject(x, "mann_whitney_p", mw.p);
+        cJSON_AddBoolToObject(x, "mann_whitney_exact", mw.exact);
+        cJSON_AddItemToArray(cmp, x);
+      }
+    }
+  if (cfg->hyp.present) {
+    const spill_exp_hypothesis *h = &cfg->hyp;
+    res->has_hypothesis = 1;
+    snprintf(res->claim, sizeof res->claim, "%s", h->claim);
+    snprintf(res->metric, sizeof res->metric, "%s", h->metric);
+    cJSON *hj = cJSON_AddObjectToObject(s, "hypothesis");
+    cJSON_AddStringToObject(hj, "claim", h->claim);
+    cJSON_AddStringToObject(hj, "metric", h->metric);
+    cJSON_AddStringToObject(hj, "direction", h->direction > 0 ? "increase" : "decrease");
+    cJSON_AddNumberToObject(hj, "min_effect", h->min_effect);
+    cJSON_AddNumberToObject(hj, "alpha", h->alpha);
+    cJSON_AddNumberToObject(hj, "threshold", h->direction > 0 ? 1 + h->min_effect : 1 - h->min_effect);
+    cJSON_AddStringToObject(hj, "control", cfg->arms[h->control].name);
+    cJSON_AddStringToObject(hj, "treatment", cfg->arms[h->treatment].name);
+    cJSON *pc = cJSON_AddArrayToObject(hj, "cells");
+    int cells_n = spill_exp_config_n_cells(cfg);
+    spill_verdict *vs = calloc((size_t)cells_n, sizeof *vs);
+    size_t off = 0;
+    res->result_text[0] = 0;
+    for (int c = 0; c < cells_n; c++) {
+      const group *ga = find_group(R, c, h->control), *gb = find_group(R, c, h->treatment);
+      spill_stats_ab ab;
+      spill_stats_mwu mw;
+      compare_groups(ga, gb, h->metric, h->alpha, &ab, &mw);
+      vs[c] = spill_stats_verdict(h->direction, h->min_effect, ab.ci_lo, ab.ci_hi);
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddStringToObject(x, "cell", ga->cell);
+      cJSON_AddNumberToObject(x, "pairs", ab.n);
+      cJSON_AddNumberToObject(x, "ratio", ab.ratio);
+      cJSON_AddNumberToObject(x, "ci_lo", ab.ci_lo);
+      cJSON_AddNumberToObject(x, "ci_hi", ab.ci_hi);
+      cJSON_AddNumberToObject(x, "mann_whitney_p", mw.p);
+      cJSON_AddStringToObject(x, "verdict", spill_verdict_name(vs[c]));
+      cJSON_AddItemToArray(pc, x);
+      if (off < sizeof res->result_text)
+        off += (size_t)snprintf(res->result_text + off, sizeof res->result_text - off,
+                                "%s%s: %s ratio %.3f [%.3f, %.3f] (%.0f%% CI, n=%d, MW p=%.3g) %s",
+                                c ? "; " : "", ga->cell, cfg->arms[h->treatment].name, ab.ratio,
+                                ab.ci_lo, ab.ci_hi, 100 * (1 - h->alpha), ab.n, mw.p,
+                                spill_verdict_name(vs[c]));
+    }
+    res->verdict = spill_stats_verdict_combine(vs, cells_n);
+    free(vs);
+    int complete = R->n_rows == cells_n * cfg->n_arms * cfg->repeats;
+    if (!complete) res->verdict = SPILL_VERDICT_INCONCLUSIVE;
+    cJSON_AddStringToObject(hj, "verdict", spill_verdict_name(res->verdict));
+    if (!complete) cJSON_AddStringToObject(hj, "note", "experiment incomplete: verdict withheld");
+  }
+  return s;
+}
+
+/* "12.3 ± 0.4" (median ± IQR/2) with a precision that suits the value. */
+static void fmt_cell(char *buf, size_t n, const spill_stats_summary *s, double scale) {
+  double m = s->median * scale, h = s->iqr * scale / 2;
+  if (isnan(m)) snprintf(buf, n, "-");
+  else if (fabs(m) >= 100) snprintf(buf, n, "%.1f ± %.1f", m, h);
+  else if (fabs(m) >= 1) snprintf(buf, n, "%.2f ± %.2f", m, h);
+  else snprintf(buf, n, "%.4f ± %.4f", m, h);
+}
+
+typedef struct col {
+  const char *metric, *header;
+  double scale;
+} col;
+
+static const col k_cols[] = {
+    {"decode_tok_per_s", "decode tok/s", 1},
+    {"prefill_tok_per_s", "prefill tok/s", 1},
+    {"hit_rate", "hit rate %", 100},
+    {"bytes_read", "read MiB", 1.0 / 1048576},
+    {"io_wait_s", "I/O wait s", 1},
+    {"read_p99_ms", "read p99 ms", 1},
+    {"peak_rss_bytes", "peak RSS MiB", 1.0 / 1048576},
+};
+#define N_COLS (int)(sizeof k_cols / sizeof k_cols[0])
+
+static char *table_md(report *R) {
+  const spill_exp_config *cfg = &R->cfg;
+  size_t cap = 4096 + (size_t)R->n_groups * 512, off = 0;
+  char *md = malloc(cap);
+  if (!md) return NULL;
+  off += (size_t)snprintf(md + off, cap - off, "| model |");
+  for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, " %s |", cfg->axes[a].key);
+  off += (size_t)snprintf(md + off, cap - off, " arm | runs |");
+  for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, " %s |", k_cols[c].header);
+  off += (size_t)snprintf(md + off, cap - off, "\n|---|");
+  for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, "---:|");
+  off += (size_t)snprintf(md + off, cap - off, "---|---:|");
+  for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, "---:|");
+  off += (size_t)snprintf(md + off, cap - off, "\n");
+  char model[SPILL_EXP_PATH_MAX];
+  if (cfg->model_recipe) snprintf(model, sizeof model, "%s%s%s", cfg->recipe_preset,
+                                  cfg->recipe_ram ? "-" : "", cfg->recipe_ram ? "twin" : "");
+  else {
+    const char *b = strrchr(cfg->model_path, '/');
+    snprintf(model, sizeof model, "%s", b && b[1] ? b + 1 : cfg->model_path);
+  }
+  double *v = malloc(sizeof(double) * (size_t)(R->n_rows + 1));
+  for (int gi = 0; v && gi < R->n_groups; gi++) {
+    const group *g = &R->groups[gi];
+    const char *vals[SPILL_EXP_MAX_AXES];
+    spill_exp_config_cell(cfg, g->cell_idx, vals);
+    off += (size_t)snprintf(md + off, cap - off, "| %s |", model);
+    for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, " %s |", vals[a]);
+    off += (size_t)snprintf(md + off, cap - off, " %s | %d |", cfg->arms[g->arm].name, g->n);
+    for (int c = 0; c < N_COLS; c++) {
+      values(g, k_cols[c].metric, v);
+      spill_stats_summary st;
+      spill_stats_summarize(v, g->n, &st);
+      char cell[64];
+      fmt_cell(cell, sizeof cell, &st, k_cols[c].scale);
+      off += (size_t)snprintf(md + off, cap - off, " %s |", cell);
+    }
+    off += (size_t)snprintf(md + off, cap - off, "\n");
+  }
+  free(v);
+  snprintf(md + off, cap - off, "\nValues: median ± IQR/2 over the runs of each cell.\n");
+  return md;
+}
+
+static char *table_csv(report *R) {
+  const spill_exp_config *cfg = &R->cfg;
+  int nm;
+  const spill_exp_metric *mt = spill_exp_metrics(&nm);
+  size_t cap = 8192 + (size_t)R->n_groups * (size_t)nm * 96, off = 0;
+  char *csv = malloc(cap);
+  if (!csv) return NULL;
+  off += (size_t)snprintf(csv + off, cap - off, "cell");
+  for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(csv + off, cap - off, ",%s", cfg->axes[a].key);
+  off += (size_t)snprintf(csv + off, cap - off, ",arm,runs");
+  for (int i = 0; i < nm; i++) {
+    char u[24] = "";
+    if (mt[i].unit[0]) snprintf(u, sizeof u, " (%s)", mt[i].unit);
+    if (mt[i].counter) off += (size_t)snprintf(csv + off, cap - off, ",%s%s median", mt[i].name, u);
+    else
+      off += (size_t)snprintf(csv + off, cap - off, ",%s%s median,%s%s min,%s%s max,%s%s iqr",
+                              mt[i].name, u, mt[i].name, u, mt[i].name, u, mt[i].name, u);
+  }
+  off += (size_t)snprintf(csv + off, cap - off, "\n");
+  double *v = malloc(sizeof(double) * (size_t)(R->n_rows + 1));
+  for (int gi = 0; v && gi < R->n_groups; gi++) {
+    const group *g = &R->groups[gi];
+    const char *vals[SPILL_EXP_MAX_AXES];
+    spill_exp_config_cell(cfg, g->cell_idx, vals);
+    off += (size_t)snprintf(csv + off, cap - off, "\"%s\"", g->cell);
+    for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(csv + off, cap - off, ",%s", vals[a]);
+    off += (size_t)snprintf(csv + off, cap - off, ",%s,%d", cfg->arms[g->arm].name, g->n);
+    for (int i = 0; i < nm; i++) {
+      values(g, mt[i].name, v);
+      spill_stats_summary st;
+      spill_stats_summarize(v, g->n, &st);
+      if (mt[i].counter) off += (size_t)snprintf(csv + off, cap - off, ",%.10g", st.median);
+      else
+        off += (size_t)snprintf(csv + off, cap - off, ",%.10g,%.10g,%.10g,%.10g", st.median,
+                                st.min, st.max, st.iqr);
+    }
+    off += (size_t)snprintf(csv + off, cap - off, "\n");
+  }
+  free(v);
+  return csv;
+}
+
+/* ---- plots -------------------------------------------------------------- */
+
+static int write_text(const char *path, const char *text, spill_err *e) {
+  return spill_exp_write_atomic(path, text, strlen(text), e);
+}
+
+/* Runs gnuplot on script (in dir); its messages go to dir/gnuplot.log. */
+static int gnuplot(const char *dir, const char *script, spill_err *e) {
+  pid_t pid = fork();
+  if (pid < 0) return spill_err_set(e, SPILL_E_IO, "fork gnuplot failed");
+  if (pid == 0) {
+    if (chdir(dir) < 0) _exit(127);
+    int fd = open("gnuplot.log", O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execlp("gnuplot", "gnuplot", script, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return spill_err_set(e, SPILL_E_IO, "gnuplot %s/%s failed (status %d; see %s/gnuplot.log)", dir,
+                         script, WIFEXITED(status) ? WEXITSTATUS(status) : -1, dir);
+  return SPILL_OK;
+}
+
+static void add_plot(spill_exp_report_result *res, const char *dir, const char *base) {
+  size_t off = strlen(res->plots);
+  snprintf(res->plots + off, sizeof res->plots - off, "%s%s/plots/%s.png %s/plots/%s.svg",
+           off ? " " : "", dir, base, dir, base);
+}
+
+/* Terminal preamble: the same script is run for PNG and SVG. */
+static void both_terms(FILE *f, const char *base, const char *body) {
+  fprintf(f, "set terminal pngcairo size 1000,600 noenhanced\nset output '%s.png'\n%s\n", base, body);
+  fprintf(f, "set terminal svg size 1000,600 noenhanced\nset output '%s.svg'\nreplot\n", base);
+}
+
+static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_report_result *res,
+                      spill_err *e) {
+  const spill_exp_config *cfg = &R->cfg;
+  char dat[1200];
+  snprintf(dat, sizeof dat, "%s/cliff.dat", pdir);
+  FILE *f = fopen(dat, "w");
+  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", dat);
+  /* One data block per (other axes, arm) series, x = budget GiB. */
+  double *v = malloc(sizeof(double) * (size_t)(R->n_rows + 1));
+  int n_series = 0;
+  char titles[64][128];
+  int cells = spill_exp_config_n_cells(cfg), per_budget = cells / cfg->axes[0].n;
+  for (int other = 0; other < per_budget && n_series < 64; other++)
+    for (int a = 0; a < cfg->n_arms && n_series < 64; a++) {
+      const char *vals[SPILL_EXP_MAX_AXES];
+      spill_exp_config_cell(cfg, other, vals);
+      char t[128];
+      int o = snprintf(t, sizeof t, "%s", cfg->arms[a].name);
+      for (int x = 1; x < cfg->n_axes; x++) o += snprintf(t + o, sizeof t - (size_t)o, " %s=%s", cfg->axes[x].key, vals[x]);
+      snprintf(titles[n_series], sizeof titles[n_series], "%s", t);
+      fprintf(f, "# %s\n", t);
+      for (int b = 0; b < cfg->axes[0].n; b++) {
+        const group *g = find_group(R, b * per_budget + other, a);
+        if (!g || g->n == 0) continue;
+        spill_stats_summary tok, hit, bud;
+        values(g, "decode_tok_per_s", v);
+        spill_stats_summarize(v, g->n, &tok);
+        values(g, "hit_rate", v);
+        spill_stats_summarize(v, g->n, &hit);
+        for (int i = 0; i < g->n; i++) v[i] = engine_num(g->rows[i], "budget_bytes");
+        spill_stats_summarize(v, g->n, &bud);
+        fprintf(f, "%.6f %.6f %.6f %.6f %.6f\n", bud.median / 1073741824.0, tok.median, tok.min,
+                tok.max, hit.median * 100);
+      }
+      fprintf(f, "\n\n");
+      n_series++;
+    }
+  fclose(f);
+  /* Machine RAM (emulated when set) and the default budget on that RAM. */
+  double ram = R->n_rows ? (cfg->emulate_ram ? (double)cfg->emulate_ram
+                                             : (double)spill_plan_usable_ram())
+                         : 0;
+  double dflt = 0;
+  char envp[1100], *env = NULL, model_dir[1024] = "";
+  snprintf(envp, sizeof envp, "%s/env.json", dir);
+  spill_err ig = {0};
+  if (spill_exp_read_file(envp, 1 << 20, &env, &ig) == SPILL_OK) {
+    cJSON *j = cJSON_Parse(env);
+    const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
+    const cJSON *d = m ? cJSON_GetObjectItemCaseSensitive(m, "dir") : NULL;
+    if (cJSON_IsString(d)) snprintf(model_dir, sizeof model_dir, "%s", d->valuestring);
+    cJSON_Delete(j);
+    free(env);
+  }
+  spill_plan plan;
+  if (model_dir[0] && spill_plan_model(model_dir, 4096, 2, 0, (uint64_t)ram, &plan, &ig) == SPILL_OK)
+    dflt = plan.budget / 1073741824.0;
+  char body[8192];
+  int o = snprintf(body, sizeof body,
+                   "set title '%s: decode speed and hit rate vs RAM budget'\n"
+                   "set xlabel 'RAM budget (GiB, log scale)'\nset logscale x\n"
+                   "set ylabel 'decode tok/s (median, min-max bars)'\n"
+                   "set y2label 'demand hit rate (%%)'\nset y2range [0:100]\nset ytics nomirror\n"
+                   "set y2tics\nset key outside bottom center horizontal\nset grid\n"
+                   "set yrange [0:*]\n",
+                   cfg->name);
+  if (ram > 0)
+    o += snprintf(body + o, sizeof body - (size_t)o,
+                  "set xrange [*:%.6f]\n"
+                  "set arrow 1 from %.6f, graph 0 to %.6f, graph 1 nohead dt 2 lc rgb 'red'\n"
+                  "set label 1 '%s RAM %.1f GiB' at %.6f, graph 0.95 right offset -0.5,0 tc rgb 'red'\n",
+                  ram / 1073741824.0 * 1.5, ram / 1073741824.0, ram / 1073741824.0,
+                  cfg->emulate_ram ? "emulated" : "machine",
+                  ram / 1073741824.0, ram / 1073741824.0);
+  if (dflt > 0)
+    o += snprintf(body + o, sizeof body - (size_t)o,
+                  "set arrow 2 from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb 'dark-green'\n"
+                  "set label 2 'default budget %.2f GiB' at %.6f, graph 0.88 left offset 0.5,0 tc rgb 'dark-green'\n",
+                  dflt, dflt, dflt, dflt);
+  o += snprintf(body + o, sizeof body - (size_t)o, "plot ");
+  for (int s = 0; s < n_series; s++)
+    o += snprintf(body + o, sizeof body - (size_t)o,
+                  "%s'cliff.dat' index %d using 1:2:3:4 with yerrorlines lw 2 title '%s tok/s', "
+                  "'cliff.dat' index %d using 1:5 axes x1y2 with linespoints dt 2 title '%s hit %%'",
+                  s ? ", " : "", s, titles[s], s, titles[s]);
+  char gp[1200];
+  snprintf(gp, sizeof gp, "%s/cliff.gp", pdir);
+  f = fopen(gp, "w");
+  free(v);
+  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", gp);
+  both_terms(f, "cliff", body);
+  fclose(f);
+  SPILL_TRY(gnuplot(pdir, "cliff.gp", e));
+  add_plot(res, dir, "cliff");
+  return SPILL_OK;
+}
+
+static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
+                   spill_exp_report_result *res, spill_err *e) {
+  const spill_exp_config *cfg = &R->cfg;
+  const char *metric = cfg->hyp.present ? cfg->hyp.metric : "decode_tok_per_s";
+  char dat[1200];
+  snprintf(dat, sizeof dat, "%s/ab.dat", pdir);
+  FILE *f = fopen(dat, "w");
+  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", dat);
+  const cJSON *cmp = cJSON_GetObjectItemCaseSensitive(summary, "comparisons");
+  int i = 0;
+  for (const cJSON *x = cmp ? cmp->child : NULL; x; x = x->next) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(x, "metric");
+    if (!cJSON_IsString(m) || strcmp(m->valuestring, metric)) continue;
+    double r = cJSON_GetObjectItemCaseSensitive(x, "ratio")->valuedouble;
+    double lo = cJSON_GetObjectItemCaseSensitive(x, "ci_lo")->valuedouble;
+    double hi = cJSON_GetObjectItemCaseSensitive(x, "ci_hi")->valuedouble;
+    fprintf(f, "%d %.6f %.6f %.6f \"%s %s\"\n", i++, isnan(r) ? 1.0 : r, isnan(lo) ? 1.0 : lo,
+            isnan(hi) ? 1.0 : hi, cJSON_GetObjectItemCaseSensitive(x, "cell")->valuestring,
+            cJSON_GetObjectItemCaseSensitive(x, "treatment")->valuestring);
+  }
+  fclose(f);
+  if (i == 0) return SPILL_OK;
+  char body[4096];
+  int o = snprintf(body, sizeof body,
+                   "set title '%s: %s ratio treatment/control, median with %.0f%% bootstrap CI'\n"
+                   "set ylabel 'ratio B/A'\nset xrange [-0.5:%d.5]\nset grid ytics\n"
+                   "set xtics rotate by 20 right\nset key top left\n"
+                   "set arrow 1 from graph 0, first 1 to graph 1, first 1 nohead lc rgb 'gray'\n",
+                   cfg->name, metric, 100 * (1 - (cfg->hyp.present ? cfg->hyp.alpha : 0.05)), i - 1);
+  if (cfg->hyp.present) {
+    double t = cfg->hyp.direction > 0 ? 1 + cfg->hyp.min_effect : 1 - cfg->hyp.min_effect;
+    o += snprintf(body + o, sizeof body - (size_t)o,
+                  "set arrow 2 from graph 0, first %.6f to graph 1, first %.6f nohead dt 2 lc rgb 'red'\n"
+                  "set label 2 'hypothesis threshold %.3f' at graph 0.99, first %.6f right offset 0,0.7 tc rgb 'red'\n",
+                  t, t, t, t);
+  }
+  snprintf(body + o, sizeof body - (size_t)o,
+           "plot 'ab.dat' using 1:2:3:4:xtic(5) with yerrorbars pt 7 ps 1.5 lw 2 title 'ratio [CI]'");
+  char gp[1200];
+  snprintf(gp, sizeof gp, "%s/ab.gp", pdir);
+  f = fopen(gp, "w");
+  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", gp);
+  both_terms(f, "ab", body);
+  fclose(f);
+  SPILL_TRY(gnuplot(pdir, "ab.gp", e));
+  add_plot(res, dir, "ab");
+  return SPILL_OK;
+}
+
+/* Per-token timeline of the first run of each arm in the first cell. */
+static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp_report_result *res,
+                         spill_err *e) {
+  const spill_exp_config *cfg = &R->cfg;
+  for (int a = 0; a < cfg->n_arms; a++) {
+    const group *g = find_group(R, 0, a);
+    if (!g || g->n == 0) continue;
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(g->rows[0]->j, "files");
+    const cJSON *tk = files ? cJSON_GetObjectItemCaseSensitive(files, "tokens") : NULL;
+    if (!cJSON_IsString(tk)) continue;
+    char src[1400];
+    snprintf(src, sizeof src, "%s/%s", dir, tk->valuestring);
+    char **lines;
+    int n;
+    if (spill_exp_read_lines(src, 0, &lines, &n, e) < 0) continue;
+    char dat[1200];
+    snprintf(dat, sizeof dat, "%s/timeline-%s.dat", pdir, cfg->arms[a].name);
+    FILE *f = fopen(dat, "w");
+    if (!f) {
+      spill_exp_lines_free(lines, n);
+      return spill_err_set(e, SPILL_E_IO, "%s: cannot write", dat);
+    }
+    for (int i = 0; i < n; i++) {
+      cJSON *j = cJSON_Parse(lines[i]);
+      if (!j) continue;
+      double wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s")->valuedouble * 1000;
+      double io = cJSON_GetObjectItemCaseSensitive(j, "io_wait_s")->valuedouble * 1000;
+      double hits = cJSON_GetObjectItemCaseSensitive(j, "hits")->valuedouble;
+      double miss = cJSON_GetObjectItemCaseSensitive(j, "misses")->valuedouble;
+      fprintf(f, "%d %.4f %.4f %.0f %.0f\n", i, wall - io > 0 ? wall - io : 0, io, hits, miss);
+      cJSON_Delete(j);
+    }
+    fclose(f);
+    spill_exp_lines_free(lines, n);
+    char base[96], body[2048];
+    snprintf(base, sizeof base, "timeline-%s", cfg->arms[a].name);
+    snprintf(body, sizeof body,
+             "set title '%s: per-token time, %s (%s, repeat %d)'\n"
+             "set style data histograms\nset style histogram rowstacked\n"
+             "set style fill solid 0.8 border -1\nset boxwidth 0.8\n"
+             "set xlabel 'decoded token'\nset ylabel 'ms'\nset y2label 'experts'\n"
+             "set ytics nomirror\nset y2tics\nset key outside bottom center horizontal\n"
+             "set xtics 8\nset xrange [-1:*]\n"
+             "plot '%s.dat' using 2 title 'compute (wall - I/O wait)' lc rgb '#4477aa', "
+             "'' using 3 title 'I/O wait' lc rgb '#cc6677', "
+             "'' using 0:4 axes x1y2 with lines lw 2 lc rgb '#228833' title 'hits', "
+             "'' using 0:5 axes x1y2 with lines lw 2 lc rgb '#aa3377' title 'misses'",
+             cfg->name, cfg->arms[a].name, g->cell, g->rows[0]->repeat, base);
+    char gp[1200];
+    snprintf(gp, sizeof gp, "%s/%s.gp", pdir, base);
+    f = fopen(gp, "w");
+    if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", gp);
+    both_terms(f, base, body);
+    fclose(f);
+    char script[128];
+    snprintf(script, sizeof script, "%s.gp", base);
+    SPILL_TRY(gnuplot(pdir, script, e));
+    add_plot(res, dir, base);
+  }
+  return SPILL_OK;
+}
+
+int spill_exp_report(const char *dir, spill_exp_report_result *res, spill_err *e) {
+  memset(res, 0, sizeof *res);
+  report R;
+  int rc = report_load(dir, &R, e);
+  if (rc < 0) {
+    report_free(&R);
+    return rc;
+  }
+  res->rows = R.n_rows;
+  res->cells = R.n_groups;
+  char p[1200];
+  cJSON *s = summary_json(&R, res);
+  char *text = cJSON_Print(s);
+  snprintf(p, sizeof p, "%s/summary.json", dir);
+  rc = text ? write_text(p, text, e) : spill_err_set(e, SPILL_E_NOMEM, "summary: no memory");
+  free(text);
+  char *md = table_md(&R);
+  if (md) snprintf(res->table_md, sizeof res->table_md, "%s", md);
+  if (rc == SPILL_OK && R.cfg.out.table_md && md) {
+    snprintf(p, sizeof p, "%s/table.md", dir);
+    rc = write_text(p, md, e);
+  }
+  free(md);
+  if (rc == SPILL_OK && R.cfg.out.table_csv) {
+    char *csv = table_csv(&R);
+    snprintf(p, sizeof p, "%s/table.csv", dir);
+    rc = csv ? write_text(p, csv, e) : spill_err_set(e, SPILL_E_NOMEM, "csv: no memory");
+    free(csv);
+  }
+  char pdir[1100];
+  snprintf(pdir, sizeof pdir, "%s/plots", dir);
+  if (rc == SPILL_OK && R.n_rows > 0 &&
+      (R.cfg.out.plot_cliff || R.cfg.out.plot_ab || R.cfg.out.plot_timeline)) {
+    rc = spill_exp_mkdirs(pdir, e);
+    if (rc == SPILL_OK && R.cfg.out.plot_cliff) rc = plot_cliff(&R, dir, pdir, res, e);
+    if (rc == SPILL_OK && R.cfg.out.plot_ab) rc = plot_ab(&R, dir, pdir, s, res, e);
+    if (rc == SPILL_OK && R.cfg.out.plot_timeline) rc = plot_timeline(&R, dir, pdir, res, e);
+  }
+  cJSON_Delete(s);
+  report_free(&R);
+  return rc;
+}
+
+int spill_exp_compare(const char *dir_a, const char *dir_b, char **md_out, spill_err *e) {
+  *md_out = NULL;
+  report A, B;
+  int rc = report_load(dir_a, &A, e);
+  if (rc == SPILL_OK) rc = report_load(dir_b, &B, e);
+  else memset(&B, 0, sizeof B);
+  if (rc < 0) {
+    report_free(&A);
+    report_free(&B);
+    return rc;
+  }
+  size_t cap = 4096 + (size_t)A.n_groups * N_COLS * 160, off = 0;
+  char *md = malloc(cap);
+  if (!md) {
+    report_free(&A);
+    report_free(&B);
+    return spill_err_set(e, SPILL_E_NOMEM, "compare: no memory");
+  }
+  off += (size_t)snprintf(md + off, cap - off,
+                          "A: %s\nB: %s\n\nRatio B/A of medians, [95%% CI] from an unpaired "
+                          "bootstrap (%d resamples); cells matched by sweep values and arm.\n\n"
+                          "| cell | arm | runs A | runs B |",
+                          dir_a, dir_b, BOOT_RESAMPLES);
+  for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, " %s |", k_cols[c].header);
+  off += (size_t)snprintf(md + off, cap - off, "\n|---|---|---:|---:|");
+  for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, "---:|");
+  off += (size_t)snprintf(md + off, cap - off, "\n");
+  int matched = 0;
+  for (int i = 0; i < A.n_groups; i++) {
+    const group *ga = &A.groups[i];
+    const group *gb = NULL;
+    for (int j = 0; j < B.n_groups; j++)
+      if (!strcmp(B.groups[j].cell, ga->cell) &&
+          !strcmp(B.cfg.arms[B.groups[j].arm].name, A.cfg.arms[ga->arm].name))
+        gb = &B.groups[j];
+    if (!gb || ga->n == 0 || gb->n == 0) continue;
+    matched++;
+    off += (size_t)snprintf(md + off, cap - off, "| %s | %s | %d | %d |", ga->cell,
+                            A.cfg.arms[ga->arm].name, ga->n, gb->n);
+    double *va = malloc(sizeof(double) * (size_t)ga->n), *vb = malloc(sizeof(double) * (size_t)gb->n);
+    for (int c = 0; va && vb && c < N_COLS; c++) {
+      values(ga, k_cols[c].metric, va);
+      values(gb, k_cols[c].metric, vb);
+      spill_stats_ab ab;
+      if (spill_stats_ab_unpaired(va, ga->n, vb, gb->n, BOOT_RESAMPLES, 0.05, BOOT_SEED, &ab) == 0)
+        off += (size_t)snprintf(md + off, cap - off, " %.3f [%.3f, %.3f] |", ab.ratio, ab.ci_lo, ab.ci_hi);
+      else if (!isnan(ab.ratio))
+        off += (size_t)snprintf(md + off, cap - off, " %.3f |", ab.ratio);
+      else
+        off += (size_t)snprintf(md + off, cap - off, " - |");
+    }
+    free(va), free(vb);
+    off += (size_t)snprintf(md + off, cap - off, "\n");
+  }
+  if (!matched) snprintf(md + off, cap - off, "\n(no cells in common)\n");
+  *md_out = md;
+  report_free(&A);
+  report_free(&B);
+  return SPILL_OK;
+}

@@ -1,0 +1,51 @@
+/* harness/exp_report.h: everything derived from a results directory's raw
+ * rows (summary.json, table.md, table.csv, gnuplot plots), the environment
+ * record (env.json) and `spill compare`.
+ *
+ * Reports are a pure function of config.json + runs.jsonl (+ per-run
+ * tokens.jsonl for the timeline), so `spill report DIR` regenerates exactly
+ * what the runner wrote. Plots are drawn by running gnuplot (PNG + SVG);
+ * gnuplot's own messages go to plots/gnuplot.log. Never prints.
+ */
+#ifndef SPILL_HARNESS_EXP_REPORT_H
+#define SPILL_HARNESS_EXP_REPORT_H
+
+#include <stddef.h>
+
+#include "engine/spill.h"
+#include "harness/stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spill_exp_report_result {
+  int rows;              /* runs read */
+  int cells;             /* (cell, arm) groups */
+  int has_hypothesis;
+  spill_verdict verdict; /* combined over cells */
+  char claim[256], metric[32];
+  char result_text[512]; /* "ratio 1.02 [0.98, 1.06] (95% CI) at budget=1G; ..." */
+  char plots[1024];      /* plot files written, space separated */
+  char table_md[16384];  /* the Markdown table (for printing) */
+} spill_exp_report_result;
+
+/* Regenerates summary.json, table.md, table.csv and plots in dir. */
+int spill_exp_report(const char *dir, spill_exp_report_result *res, spill_err *e);
+
+/* Compares two results directories cell by cell (unpaired bootstrap of the
+ * median ratio B/A); writes a Markdown table into *md_out (malloc'd). */
+int spill_exp_compare(const char *dir_a, const char *dir_b, char **md_out, spill_err *e);
+
+/* env.json for a run on model_dir: CPU, cores, RAM, kernel, filesystem and
+ * device of model_dir, an O_DIRECT read bandwidth probe (skipped when quick),
+ * compiler, git commit and dirty flag, manifest hash. *json_out malloc'd. */
+int spill_exp_env_json(const char *model_dir, int quick, char **json_out, spill_err *e);
+/* Short git commit of the working directory ("nogit" outside git) and
+ * whether tracked files differ from it. */
+void spill_exp_git_commit(char *buf, size_t n, int *dirty);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

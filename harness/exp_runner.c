@@ -1,0 +1,695 @@
+/* harness/exp_runner.c: expands a config into runs and executes them.
+ *
+ * Soundness rules (docs/EXPERIMENTS.md): every measured run starts from an
+ * empty expert cache with reset counters (cold also evicts the container from
+ * the page cache), so neither the order of arms nor the previous run leaks
+ * into a row; the engine is reused only while knobs the engine can change in
+ * place differ, and the budget only ever grows inside one engine; tokens of
+ * `exact` arms are compared with the control arm's in the same cell and any
+ * difference stops the experiment (SPILL_E_INTERNAL) after recording the
+ * offending row. Rows are appended one fsynced line at a time.
+ */
+#define _GNU_SOURCE
+#include "harness/exp_runner.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness/emulate_ram.h"
+#include "harness/exp_files.h"
+#include "harness/exp_metrics.h"
+#include "harness/exp_report.h"
+#include "harness/refuted.h"
+#include "harness/stats.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void spill_exp_cell_key(const spill_exp_config *cfg, int c, char *buf, size_t n) {
+  if (cfg->n_axes == 0) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  const char *v[SPILL_EXP_MAX_AXES];
+  spill_exp_config_cell(cfg, c, v);
+  size_t off = 0;
+  buf[0] = 0;
+  for (int a = 0; a < cfg->n_axes && off < n; a++)
+    off += (size_t)snprintf(buf + off, n - off, "%s%s=%s", a ? "," : "", cfg->axes[a].key, v[a]);
+}
+
+int spill_exp_plan_runs(const spill_exp_config *cfg, spill_exp_run **runs_out, int *n_out,
+                        spill_err *e) {
+  int cells = spill_exp_config_n_cells(cfg), na = cfg->n_arms, nr = cfg->repeats;
+  int total = cells * na * nr;
+  spill_exp_run *runs = calloc((size_t)total, sizeof *runs);
+  int *seq_arm = malloc((size_t)(na * nr) * sizeof *seq_arm);
+  if (!runs || !seq_arm) {
+    free(runs), free(seq_arm);
+    return spill_err_set(e, SPILL_E_NOMEM, "plan: no memory");
+  }
+  int n = 0;
+  for (int c = 0; c < cells; c++) {
+    int k = 0;
+    switch (cfg->order) {
+      case SPILL_EXP_ORDER_BLOCKED:
+        for (int a = 0; a < na; a++)
+          for (int r = 0; r < nr; r++) seq_arm[k++] = a;
+        break;
+      case SPILL_EXP_ORDER_ABBA:
+        for (int r = 0; r < nr; r++)
+          for (int i = 0; i < na; i++) seq_arm[k++] = (r & 1) ? na - 1 - i : i;
+        break;
+      case SPILL_EXP_ORDER_RANDOM: {
+        for (int r = 0; r < nr; r++)
+          for (int a = 0; a < na; a++) seq_arm[k++] = a;
+        spill_stats_rng rng;
+        spill_stats_rng_seed(&rng, cfg->order_seed * 1000003ull + (uint64_t)c);
+        for (int i = k - 1; i > 0; i--) {
+          int j = (int)spill_stats_rng_below(&rng, (uint32_t)(i + 1));
+          int t = seq_arm[i];
+          seq_arm[i] = seq_arm[j];
+          seq_arm[j] = t;
+        }
+        break;
+      }
+      default:
+        for (int r = 0; r < nr; r++)
+          for (int a = 0; a < na; a++) seq_arm[k++] = a;
+    }
+    /* Repeat indexes follow time order within an arm, so pairs (A r, B r)
+     * are close in time. */
+    int next_rep[SPILL_EXP_MAX_ARMS] = {0};
+    char ck[200];
+    spill_exp_cell_key(cfg, c, ck, sizeof ck);
+    for (int i = 0; i < k; i++) {
+      spill_exp_run *r = &runs[n++];
+      r->cell = c;
+      r->arm = seq_arm[i];
+      r->repeat = next_rep[r->arm]++;
+      snprintf(r->key, sizeof r->key, "%s/%s/r%d", ck, cfg->arms[r->arm].name, r->repeat);
+    }
+  }
+  free(seq_arm);
+  *runs_out = runs;
+  *n_out = n;
+  return SPILL_OK;
+}
+
+void spill_exp_model_dir(const spill_exp_config *cfg, const char *cache_root, char *buf,
+                         size_t n) {
+  if (cfg->model_recipe) snprintf(buf, n, "%s/%s", cache_root ? cache_root : "cache/models", cfg->recipe_hash);
+  else snprintf(buf, n, "%s", cfg->model_path);
+}
+
+static int exists(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0;
+}
+
+typedef struct runner {
+  const spill_exp_config *cfg;
+  const spill_exp_opts *o;
+  spill_err *e;
+  char dir[1024];
+  char rows_file[1100];
+  char model[1024];
+  spill_engine *eng;
+  spill_config cur;  /* config the engine runs with (live knobs as applied) */
+  uint64_t cur_budget;
+  int *prompt;
+  int n_prompt;
+  /* done keys and token hashes of finished runs */
+  char **done_keys;
+  uint64_t *done_hash;
+  int *done_cell, *done_arm;
+  int n_done, cap_done;
+  spill_ramlock lock;
+  uint64_t ram_total;
+  double t0;
+  int measured_now; /* measured runs done in this process */
+  double t_run;      /* start of the current measured run */
+  double measured_s; /* ... and their wall time (the ETA ignores model builds) */
+} runner;
+
+static void progress(runner *R, const char *phase, const char *key, int done, int total,
+                     double tok_s) {
+  if (!R->o->progress) return;
+  spill_exp_progress p = {phase, key, done, total, now_s() - R->t0, 0, tok_s};
+  if (R->measured_now > 0 && done < total) {
+    /* the run just finished is not in measured_s yet: do_run reports first */
+    double per = (R->measured_s + (now_s() - R->t_run)) / R->measured_now;
+    p.eta_s = per * (total - done);
+  }
+  R->o->progress(R->o->user, &p);
+}
+
+static void gen_progress(void *user, uint64_t done, uint64_t total) {
+  runner *R = user;
+  if (R->o->progress) {
+    spill_exp_progress p = {"model", NULL, (int)(done >> 20), (int)(total >> 20),
+                            now_s() - R->t0, 0, 0};
+    R->o->progress(R->o->user, &p);
+  }
+}
+
+/* Generated models are built into a temporary directory and renamed, so a
+ * cache directory with a manifest is always complete. */
+static int ensure_model(runner *R) {
+  const spill_exp_config *c = R->cfg;
+  spill_exp_model_dir(c, R->o->cache_root, R->model, sizeof R->model);
+  char man[1100];
+  snprintf(man, sizeof man, "%s/manifest.json", R->model);
+  if (exists(man)) return SPILL_OK;
+  if (!c->model_recipe) return spill_err_set(R->e, SPILL_E_IO, "model %s: no manifest.json", R->model);
+  SPILL_TRY(spill_exp_mkdirs(R->o->cache_root ? R->o->cache_root : "cache/models", R->e));
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", R->model, (long)getpid());
+  spill_gen_request req = {0};
+  req.preset = c->recipe_preset;
+  req.ram_bytes = c->recipe_ram;
+  req.disk_bytes = c->recipe_disk;
+  req.seed = c->recipe_seed;
+  req.attn_mix = c->recipe_attn_mix;
+  req.trunk_dtype = c->recipe_trunk_dtype;
+  req.expert_dtype = c->recipe_expert_dtype;
+  SPILL_TRY(spill_gen(tmp, &req, gen_progress, R, R->e));
+  if (rename(tmp, R->model) < 0)
+    return spill_err_set(R->e, SPILL_E_IO, "rename %s -> %s: %s", tmp, R->model, strerror(errno));
+  return SPILL_OK;
+}
+
+static int copy_file(const char *src, const char *dst, spill_err *e) {
+  char part[1200];
+  snprintf(part, sizeof part, "%s.part", dst);
+  FILE *in = fopen(src, "rb"), *out = in ? fopen(part, "wb") : NULL;
+  if (!in || !out) {
+    if (in) fclose(in);
+    return spill_err_set(e, SPILL_E_IO, "copy %s -> %s: %s", src, part, strerror(errno));
+  }
+  static char buf[1 << 20];
+  size_t r;
+  int bad = 0;
+  while ((r = fread(buf, 1, sizeof buf, in)) > 0)
+    if (fwrite(buf, 1, r, out) != r) bad = 1;
+  bad |= ferror(in);
+  fclose(in);
+  bad |= fflush(out) != 0 || fsync(fileno(out)) != 0;
+  bad |= fclose(out) != 0;
+  if (bad || rename(part, dst) < 0) {
+    unlink(part);
+    return spill_err_set(e, SPILL_E_IO, "copy %s -> %s failed", src, dst);
+  }
+  return SPILL_OK;
+}
+
+/* storage_path: copy the container there once (files whose size matches are
+ * kept; manifest.json last, so a partial copy has no manifest). */
+static int ensure_storage_copy(runner *R) {
+  const char *sp = R->cfg->storage_path;
+  if (!sp[0]) return SPILL_OK;
+  spill_info info;
+  SPILL_TRY(spill_info_read(R->model, &info, R->e));
+  char dst[1024];
+  snprintf(dst, sizeof dst, "%s/%s", sp, info.name);
+  SPILL_TRY(spill_exp_mkdirs(dst, R->e));
+  DIR *d = opendir(R->model);
+  if (!d) return spill_err_set(R->e, SPILL_E_IO, "%s: %s", R->model, strerror(errno));
+  struct dirent *ent;
+  int rc = SPILL_OK;
+  while (rc == SPILL_OK && (ent = readdir(d))) {
+    if (ent->d_name[0] == '.' || !strcmp(ent->d_name, "manifest.json")) continue;
+    char s[1400], t[1400];
+    snprintf(s, sizeof s, "%s/%s", R->model, ent->d_name);
+    snprintf(t, sizeof t, "%s/%s", dst, ent->d_name);
+    struct stat a, b;
+    if (stat(s, &a) < 0 || !S_ISREG(a.st_mode)) continue;
+    if (stat(t, &b) == 0 && b.st_size == a.st_size) continue;
+    progress(R, "copy", ent->d_name, 0, 0, 0);
+    rc = copy_file(s, t, R->e);
+  }
+  closedir(d);
+  SPILL_TRY(rc);
+  char s[1400], t[1400];
+  snprintf(s, sizeof s, "%s/manifest.json", R->model);
+  snprintf(t, sizeof t, "%s/manifest.json", dst);
+  SPILL_TRY(copy_file(s, t, R->e));
+  snprintf(R->model, sizeof R->model, "%s", dst);
+  return SPILL_OK;
+}
+
+static int latest_dir(const char *parent, char *out, size_t n) {
+  DIR *d = opendir(parent);
+  if (!d) return -1;
+  char best[256] = "";
+  struct dirent *ent;
+  while ((ent = readdir(d)))
+    if (ent->d_name[0] != '.' && strcmp(ent->d_name, best) > 0)
+      snprintf(best, sizeof best, "%s", ent->d_name);
+  closedir(d);
+  if (!best[0]) return -1;
+  snprintf(out, n, "%s/%s", parent, best);
+  return 0;
+}
+
+static int setup_dir(runner *R, const char *resolved) {
+  const spill_exp_opts *o = R->o;
+  const char *root = o->results_root ? o->results_root : "results";
+  char parent[700];
+  snprintf(parent, sizeof parent, "%s/%s", root, R->cfg->name);
+  if (o->resume) {
+    if (o->resume_dir) snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
+    else if (latest_dir(parent, R->dir, sizeof R->dir) < 0)
+      return spill_err_set(R->e, SPILL_E_IO, "--resume: no results under %s", parent);
+    char cf[1100], *old = NULL;
+    snprintf(cf, sizeof cf, "%s/config.json", R->dir);
+    SPILL_TRY(spill_exp_read_file(cf, 1 << 20, &old, R->e));
+    int same = strcmp(old, resolved) == 0;
+    free(old);
+    if (!same)
+      return spill_err_set(R->e, SPILL_E_CONFIG,
+                           "--resume: %s was run with a different config (config.json differs); "
+                           "start a new run instead", R->dir);
+  } else {
+    char commit[64];
+    int dirty = 0;
+    if (o->commit) snprintf(commit, sizeof commit, "%s", o->commit);
+    else spill_exp_git_commit(commit, sizeof commit, &dirty);
+    char ts[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
+    snprintf(R->dir, sizeof R->dir, "%s/%s-%s%s", parent, ts, commit, dirty ? "-dirty" : "");
+    /* two starts within a second get distinct directories */
+    for (int i = 2; exists(R->dir) && i < 100; i++)
+      snprintf(R->dir, sizeof R->dir, "%s/%s-%s%s-%d", parent, ts, commit, dirty ? "-dirty" : "", i);
+    SPILL_TRY(spill_exp_mkdirs(R->dir, R->e));
+    char cf[1100];
+    snprintf(cf, sizeof cf, "%s/config.json", R->dir);
+    SPILL_TRY(spill_exp_write_atomic(cf, resolved, strlen(resolved), R->e));
+  }
+  snprintf(R->rows_file, sizeof R->rows_file, "%s/runs.jsonl", R->dir);
+  return SPILL_OK;
+}
+
+static int add_done(runner *R, const char *key, uint64_t hash, int cell, int arm) {
+  if (R->n_done == R->cap_done) {
+    int cap = R->cap_done ? R->cap_done * 2 : 64;
+    char **k = realloc(R->done_keys, (size_t)cap * sizeof *k);
+    if (k) R->done_keys = k;
+    uint64_t *h = realloc(R->done_hash, (size_t)cap * sizeof *h);
+    if (h) R->done_hash = h;
+    int *c = realloc(R->done_cell, (size_t)cap * sizeof *c);
+    if (c) R->done_cell = c;
+    int *a = realloc(R->done_arm, (size_t)cap * sizeof *a);
+    if (a) R->done_arm = a;
+    if (!k || !h || !c || !a) return spill_err_set(R->e, SPILL_E_NOMEM, "no memory");
+    R->cap_done = cap;
+  }
+  R->done_keys[R->n_done] = strdup(key);
+  R->done_hash[R->n_done] = hash;
+  R->done_cell[R->n_done] = cell;
+  R->done_arm[R->n_done] = arm;
+  R->n_done++;
+  return SPILL_OK;
+}
+
+static int is_done(const runner *R, const char *key) {
+  for (int i = 0; i < R->n_done; i++)
+    if (!strcmp(R->done_keys[i], key)) return 1;
+  return 0;
+}
+
+static int load_done(runner *R, const spill_exp_run *runs, int n_runs) {
+  char **lines;
+  int n;
+  SPILL_TRY(spill_exp_read_lines(R->rows_file, 1, &lines, &n, R->e));
+  int rc = SPILL_OK;
+  for (int i = 0; i < n && rc == SPILL_OK; i++) {
+    cJSON *row = cJSON_Parse(lines[i]);
+    const cJSON *k = row ? cJSON_GetObjectItemCaseSensitive(row, "key") : NULL;
+    const cJSON *tok = row ? cJSON_GetObjectItemCaseSensitive(row, "tokens") : NULL;
+    const cJSON *h = tok ? cJSON_GetObjectItemCaseSensitive(tok, "hash") : NULL;
+    if (!cJSON_IsString(k) || !cJSON_IsString(h)) {
+      rc = spill_err_set(R->e, SPILL_E_FORMAT, "%s: line %d: not a run row", R->rows_file, i + 1);
+    } else {
+      int cell = -1, arm = -1;
+      for (int j = 0; j < n_runs; j++)
+        if (!strcmp(runs[j].key, k->valuestring)) cell = runs[j].cell, arm = runs[j].arm;
+      if (cell < 0)
+        rc = spill_err_set(R->e, SPILL_E_FORMAT, "%s: line %d: run %s is not in this config",
+                           R->rows_file, i + 1, k->valuestring);
+      else if (is_done(R, k->valuestring))
+        rc = spill_err_set(R->e, SPILL_E_FORMAT, "%s: line %d: run %s appears twice",
+                           R->rows_file, i + 1, k->valuestring);
+      else
+        rc = add_done(R, k->valuestring, strtoull(h->valuestring, NULL, 16), cell, arm);
+    }
+    cJSON_Delete(row);
+  }
+  spill_exp_lines_free(lines, n);
+  return rc;
+}
+
+/* Knobs the engine changes in place, as text, from a full config. */
+static int apply_live(runner *R, const spill_config *want) {
+  char v[32];
+  struct {
+    const char *key;
+    long long cur, want;
+  } k[] = {
+      {"lookahead", R->cur.lookahead, want->lookahead},
+      {"lookahead_depth", R->cur.lookahead_depth, want->lookahead_depth},
+      {"lookahead_prefill", R->cur.lookahead_prefill, want->lookahead_prefill},
+      {"verify", R->cur.verify, want->verify},
+      {"io_throttle", (long long)R->cur.io_throttle, (long long)want->io_throttle},
+      {"prefill_chunk", R->cur.prefill_chunk, want->prefill_chunk},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    if (k[i].cur == k[i].want) continue;
+    snprintf(v, sizeof v, "%lld", k[i].want);
+    SPILL_TRY(spill_engine_set_knob(R->eng, k[i].key, v, R->e));
+  }
+  R->cur.lookahead = want->lookahead;
+  R->cur.lookahead_depth = want->lookahead_depth;
+  R->cur.lookahead_prefill = want->lookahead_prefill;
+  R->cur.verify = want->verify;
+  R->cur.io_throttle = want->io_throttle;
+  R->cur.prefill_chunk = want->prefill_chunk;
+  return SPILL_OK;
+}
+
+/* Same engine-shaping knobs (everything but the live ones and the paths). */
+static int same_shape(const spill_config *a, const spill_config *b) {
+  return a->usable_ram == b->usable_ram && a->cache_slots == b->cache_slots && a->ctx == b->ctx &&
+         a->threads == b->threads && a->io_threads == b->io_threads &&
+         a->io_depth == b->io_depth && a->io_backend == b->io_backend &&
+         a->storage == b->storage && a->trunk == b->trunk && !strcmp(a->policy, b->policy) &&
+         a->seed == b->seed;
+}
+
+typedef struct tok_rec {
+  runner *R;
+  int *tokens;
+  int n, cap;
+  FILE *timeline; /* tokens.jsonl: one row per decoded token */
+  double last;
+} tok_rec;
+
+static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
+  (void)text;
+  tok_rec *t = user;
+  if (t->n == t->cap) {
+    int cap = t->cap ? t->cap * 2 : 256;
+    int *nt = realloc(t->tokens, (size_t)cap * sizeof *nt);
+    if (!nt) return 1;
+    t->tokens = nt;
+    t->cap = cap;
+  }
+  t->tokens[t->n++] = token;
+  if (t->timeline && ts)
+    fprintf(t->timeline,
+            "{\"i\": %d, \"token\": %d, \"wall_s\": %.6f, \"io_wait_s\": %.6f, "
+            "\"hits\": %llu, \"misses\": %llu, \"bytes_read\": %llu}\n",
+            t->n - 1, token, ts->decode_s, ts->io_wait_s, (unsigned long long)ts->demand_hits,
+            (unsigned long long)ts->demand_misses, (unsigned long long)ts->bytes_read);
+  return 0;
+}
+
+static void sanitize(const char *key, char *out, size_t n) {
+  size_t i = 0;
+  for (; key[i] && i + 1 < n; i++) {
+    char c = key[i];
+    out[i] = (c == '/' || c == ',' || c == '=' || c == ' ') ? '_' : c;
+  }
+  out[i] = 0;
+}
+
+static int open_engine(runner *R, const spill_config *want) {
+  spill_engine_close(R->eng);
+  R->eng = NULL;
+  SPILL_TRY(spill_engine_open(R->model, want, &R->eng, R->e));
+  R->cur = *want;
+  R->cur.profile_path = R->cur.trace_path = NULL;
+  R->cur_budget = spill_engine_plan(R->eng)->budget;
+  if (!R->prompt) {
+    int cap = (int)strlen(R->cfg->prompt) + 16;
+    R->prompt = malloc((size_t)cap * sizeof *R->prompt);
+    if (!R->prompt) return spill_err_set(R->e, SPILL_E_NOMEM, "prompt: no memory");
+    SPILL_TRY(spill_tokenize(R->eng, R->cfg->prompt, 1, R->prompt, cap, &R->n_prompt, R->e));
+  }
+  return SPILL_OK;
+}
+
+static cJSON *knobs_of(const spill_exp_config *cfg, int cell, int arm) {
+  cJSON *o = cJSON_CreateObject();
+  for (int i = 0; i < cfg->n_base; i++) cJSON_AddStringToObject(o, cfg->base[i].key, cfg->base[i].value);
+  const char *v[SPILL_EXP_MAX_AXES];
+  spill_exp_config_cell(cfg, cell, v);
+  for (int a = 0; a < cfg->n_axes; a++) cJSON_AddStringToObject(o, cfg->axes[a].key, v[a]);
+  const spill_exp_arm *am = &cfg->arms[arm];
+  for (int i = 0; i < am->n_knobs; i++) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, am->knobs[i].key);
+    cJSON_AddStringToObject(o, am->knobs[i].key, am->knobs[i].value);
+  }
+  return o;
+}
+
+/* One run (measured when row != 0). */
+static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
+  const spill_exp_config *cfg = R->cfg;
+  spill_config want;
+  SPILL_TRY(spill_exp_config_engine(cfg, run->cell, run->arm, &want, R->e));
+  if (R->lock.pid || cfg->emulate_ram) want.usable_ram = cfg->emulate_ram;
+  char rundir[1400] = "", profile[1500] = "", trace[1500] = "", timeline[1500] = "";
+  if (measured) {
+    char s[300];
+    sanitize(run->key, s, sizeof s);
+    snprintf(rundir, sizeof rundir, "%s/runs/%s", R->dir, s);
+    SPILL_TRY(spill_exp_mkdirs(rundir, R->e));
+    snprintf(timeline, sizeof timeline, "%s/tokens.jsonl", rundir);
+    if (cfg->out.profile) {
+      snprintf(profile, sizeof profile, "%s/profile.jsonl", rundir);
+      want.profile_path = profile;
+    }
+    if (cfg->out.trace) {
+      snprintf(trace, sizeof trace, "%s/trace.jsonl", rundir);
+      want.trace_path = trace;
+      want.trace_max_bytes = cfg->out.trace_max_bytes;
+    }
+  }
+  /* Reopen when the shape changes, the budget would shrink, or this run
+   * needs its own profile/trace files (they are opened at open). */
+  uint64_t want_budget = want.budget_bytes;
+  int reopened = 0, raised = 0;
+  if (!R->eng || !same_shape(&R->cur, &want) || want.profile_path || want.trace_path ||
+      (want_budget && want_budget < R->cur_budget) ||
+      (!want_budget && R->cur.budget_bytes)) {
+    SPILL_TRY(open_engine(R, &want));
+    reopened = 1;
+  } else {
+    SPILL_TRY(apply_live(R, &want));
+    if (want_budget != R->cur.budget_bytes) {
+      SPILL_TRY(spill_engine_set_budget(R->eng, want_budget, R->e));
+      raised = 1;
+      R->cur.budget_bytes = want_budget;
+      R->cur_budget = spill_engine_plan(R->eng)->budget;
+    }
+  }
+  SPILL_TRY(spill_engine_clear_cache(R->eng, 1, R->e));
+  if (cfg->cold) SPILL_TRY(spill_engine_evict_page_cache(R->eng, R->e));
+
+  tok_rec t = {R, NULL, 0, 0, NULL, 0};
+  if (measured) {
+    t.timeline = fopen(timeline, "w");
+    if (!t.timeline) return spill_err_set(R->e, SPILL_E_IO, "%s: %s", timeline, strerror(errno));
+  }
+  spill_sampling samp = {0.0f, 0, 1.0f, 1};
+  spill_run_stats st;
+  double t_start = now_s();
+  int rc = spill_generate(R->eng, R->prompt, R->n_prompt, cfg->decode_tokens, &samp, on_token, &t,
+                          R->o->stop, &st, R->e);
+  double wall = now_s() - t_start;
+  if (t.timeline) fclose(t.timeline);
+  if (rc < 0) {
+    free(t.tokens);
+    if (measured && rc == SPILL_E_INTERRUPTED) unlink(timeline);
+    if (rc != SPILL_E_INTERRUPTED) spill_err_prefix(R->e, "run %s", run->key);
+    return rc;
+  }
+  uint64_t hash = spill_exp_fnv1a(t.tokens, (size_t)t.n * sizeof(int), SPILL_EXP_FNV_SEED);
+  int n_tokens = t.n;
+  free(t.tokens);
+  if (!measured) return SPILL_OK;
+
+  /* The row. */
+  const spill_plan *plan = spill_engine_plan(R->eng);
+  cJSON *row = cJSON_CreateObject();
+  cJSON_AddStringToObject(row, "key", run->key);
+  cJSON_AddNumberToObject(row, "seq", seq);
+  char ts[32], cell_key[200];
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  cJSON_AddStringToObject(row, "utc", ts);
+  spill_exp_cell_key(cfg, run->cell, cell_key, sizeof cell_key);
+  cJSON_AddStringToObject(row, "cell", cell_key);
+  cJSON_AddStringToObject(row, "arm", cfg->arms[run->arm].name);
+  cJSON_AddNumberToObject(row, "repeat", run->repeat);
+  cJSON_AddItemToObject(row, "knobs", knobs_of(cfg, run->cell, run->arm));
+  cJSON *eng = cJSON_AddObjectToObject(row, "engine");
+  cJSON_AddBoolToObject(eng, "reopened", reopened);
+  cJSON_AddBoolToObject(eng, "budget_raised", raised);
+  cJSON_AddNumberToObject(eng, "budget_bytes", (double)plan->budget);
+  cJSON_AddNumberToObject(eng, "floor_bytes", (double)plan->floor);
+  cJSON_AddNumberToObject(eng, "cache_slots", (double)plan->cache_slots);
+  cJSON_AddStringToObject(eng, "storage", spill_storage_name(R->cur.storage));
+  cJSON_AddStringToObject(eng, "warnings", spill_engine_warnings(R->eng));
+  cJSON *mach = cJSON_AddObjectToObject(row, "machine");
+  cJSON_AddNumberToObject(mach, "ram_bytes", (double)R->ram_total);
+  cJSON_AddNumberToObject(mach, "emulate_ram_bytes", (double)cfg->emulate_ram);
+  cJSON_AddNumberToObject(mach, "locked_bytes", (double)R->lock.locked);
+  cJSON *tk = cJSON_AddObjectToObject(row, "tokens");
+  cJSON_AddNumberToObject(tk, "n", n_tokens);
+  char hx[20];
+  snprintf(hx, sizeof hx, "%016llx", (unsigned long long)hash);
+  cJSON_AddStringToObject(tk, "hash", hx);
+  cJSON_AddNumberToObject(row, "wall_s", wall);
+  cJSON *m = cJSON_AddObjectToObject(row, "metrics");
+  int nm;
+  const spill_exp_metric *mt = spill_exp_metrics(&nm);
+  for (int i = 0; i < nm; i++) cJSON_AddNumberToObject(m, mt[i].name, spill_exp_metric_value(i, &st));
+  if (rundir[0]) {
+    cJSON *f = cJSON_AddObjectToObject(row, "files");
+    cJSON_AddStringToObject(f, "tokens", timeline + strlen(R->dir) + 1);
+    if (profile[0]) cJSON_AddStringToObject(f, "profile", profile + strlen(R->dir) + 1);
+    if (trace[0]) cJSON_AddStringToObject(f, "trace", trace + strlen(R->dir) + 1);
+  }
+  char *line = cJSON_PrintUnformatted(row);
+  cJSON_Delete(row);
+  if (!line) return spill_err_set(R->e, SPILL_E_NOMEM, "row: no memory");
+  rc = spill_exp_append_line(R->rows_file, line, R->e);
+  free(line);
+  SPILL_TRY(rc);
+  SPILL_TRY(add_done(R, run->key, hash, run->cell, run->arm));
+  R->measured_now++;
+
+  /* Exactness: every exact arm and the control produce one token sequence
+   * per cell (greedy decoding; placement never changes numerics). */
+  const spill_exp_arm *am = &cfg->arms[run->arm];
+  if (am->exact || run->arm == 0) {
+    for (int i = 0; i < R->n_done - 1; i++) {
+      if (R->done_cell[i] != run->cell) continue;
+      int other = R->done_arm[i];
+      if (other != 0 && !cfg->arms[other].exact) continue;
+      if (R->done_hash[i] != hash)
+        return spill_err_set(R->e, SPILL_E_INTERNAL,
+                             "exactness violated in cell %s: run %s produced tokens %016llx but "
+                             "run %s produced %016llx (arms marked exact must produce the "
+                             "control arm's tokens)",
+                             cell_key, run->key, (unsigned long long)hash, R->done_keys[i],
+                             (unsigned long long)R->done_hash[i]);
+    }
+  }
+  progress(R, "run", run->key, R->n_done, cfg->repeats * cfg->n_arms * spill_exp_config_n_cells(cfg),
+           st.decode_tok_per_s);
+  return SPILL_OK;
+}
+
+int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char *out_dir,
+                  size_t out_n, spill_err *e) {
+  runner R;
+  memset(&R, 0, sizeof R);
+  R.cfg = cfg;
+  R.o = o;
+  R.e = e;
+  R.t0 = now_s();
+  if (out_dir && out_n) out_dir[0] = 0;
+  spill_exp_run *runs = NULL;
+  int n_runs = 0;
+  char *resolved = spill_exp_config_resolved_json(cfg);
+  if (!resolved) return spill_err_set(e, SPILL_E_NOMEM, "config: no memory");
+  uint64_t avail;
+  int rc = spill_ramlock_meminfo(&R.ram_total, &avail, e);
+  if (rc == SPILL_OK) rc = spill_exp_plan_runs(cfg, &runs, &n_runs, e);
+  /* Refuse an unsafe emulation before touching anything. */
+  uint64_t lock_bytes = 0;
+  if (rc == SPILL_OK && cfg->emulate_ram) rc = spill_ramlock_plan(cfg->emulate_ram, &lock_bytes, e);
+  if (rc == SPILL_OK) rc = ensure_model(&R);
+  if (rc == SPILL_OK) rc = ensure_storage_copy(&R);
+  if (rc == SPILL_OK) rc = setup_dir(&R, resolved);
+  if (rc == SPILL_OK && out_dir) snprintf(out_dir, out_n, "%s", R.dir);
+  if (rc == SPILL_OK) {
+    char envf[1100];
+    snprintf(envf, sizeof envf, "%s/env.json", R.dir);
+    if (!exists(envf)) {
+      char *env = NULL;
+      rc = spill_exp_env_json(R.model, o->quick_env, &env, e);
+      if (rc == SPILL_OK) rc = spill_exp_write_atomic(envf, env, strlen(env), e);
+      free(env);
+    }
+  }
+  if (rc == SPILL_OK) rc = load_done(&R, runs, n_runs);
+  if (rc == SPILL_OK && lock_bytes) rc = spill_ramlock_start(lock_bytes, &R.lock, e);
+  int measured = 0, warmed_cell = -1;
+  for (int i = 0; rc == SPILL_OK && i < n_runs; i++) {
+    if (is_done(&R, runs[i].key)) continue;
+    if (o->max_runs && measured >= o->max_runs) break;
+    /* Warmups before the first pending run of a cell: each arm, unrecorded. */
+    int first_pending = runs[i].cell != warmed_cell;
+    warmed_cell = runs[i].cell;
+    if (first_pending)
+      for (int w = 0; rc == SPILL_OK && w < cfg->warmup; w++)
+        for (int a = 0; rc == SPILL_OK && a < cfg->n_arms; a++) {
+          spill_exp_run wr = runs[i];
+          wr.arm = a;
+          snprintf(wr.key, sizeof wr.key, "warmup/%s", cfg->arms[a].name);
+          progress(&R, "warmup", wr.key, R.n_done, n_runs, 0);
+          rc = do_run(&R, &wr, 0, -1);
+        }
+    R.t_run = now_s();
+    if (rc == SPILL_OK) rc = do_run(&R, &runs[i], 1, i);
+    R.measured_s += now_s() - R.t_run;
+    measured++;
+  }
+  spill_engine_close(R.eng);
+  R.eng = NULL;
+  spill_ramlock_release(&R.lock);
+  /* Reports from whatever rows exist (also after an interruption or a
+   * failure, so the finished runs are usable); the refuted entry only for a
+   * complete experiment. */
+  if (R.dir[0] && exists(R.rows_file) && rc != SPILL_E_CONFIG) {
+    spill_err re = {0};
+    spill_exp_report_result *res = calloc(1, sizeof *res);
+    progress(&R, "report", NULL, R.n_done, n_runs, 0);
+    int rr = res ? spill_exp_report(R.dir, res, &re) : SPILL_E_NOMEM;
+    if (rr == SPILL_OK && rc == SPILL_OK && R.n_done == n_runs && res->has_hypothesis &&
+        res->verdict == SPILL_VERDICT_REFUTED && o->refuted_dir) {
+      char entry[1024];
+      rr = spill_refuted_write(o->refuted_dir, R.dir, res, entry, sizeof entry, &re);
+    }
+    if (rr < 0 && rc == SPILL_OK) {
+      *e = re;
+      rc = rr;
+    }
+    free(res);
+  }
+  for (int i = 0; i < R.n_done; i++) free(R.done_keys[i]);
+  free(R.done_keys), free(R.done_hash), free(R.done_cell), free(R.done_arm);
+  free(R.prompt);
+  free(runs);
+  free(resolved);
+  return rc;
+}

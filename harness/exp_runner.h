@@ -1,0 +1,73 @@
+/* harness/exp_runner.h: runs an experiment config (`spill exp`).
+ *
+ * The runner expands the config into an ordered list of runs (cells with the
+ * budget axis slowest so budgets only grow; within a cell, arms x repeats in
+ * the configured order), loads the model once and reuses the engine while
+ * only live knobs change (spill_engine_set_knob / set_budget upward);
+ * anything else (storage, policy, threads, a smaller budget, per-run profile
+ * files) reopens it, and each row records which happened. Every finished run
+ * is one fsynced line of runs.jsonl identified by its key, so an interrupted
+ * experiment keeps its rows and --resume skips them. The library never
+ * prints: progress goes to a callback.
+ */
+#ifndef SPILL_HARNESS_EXP_RUNNER_H
+#define SPILL_HARNESS_EXP_RUNNER_H
+
+#include <stddef.h>
+
+#include "engine/spill.h"
+#include "harness/exp_config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spill_exp_run {
+  int cell, arm, repeat;
+  char key[256]; /* "<cell>/<arm>/r<repeat>", cell = "budget=1G,lookahead=8" or "-" */
+} spill_exp_run;
+
+/* The ordered runs of cfg (warmups excluded). *runs_out is malloc'd. */
+int spill_exp_plan_runs(const spill_exp_config *cfg, spill_exp_run **runs_out, int *n_out,
+                        spill_err *e);
+/* "budget=1G,lookahead=8" for cell c ("-" without a sweep). */
+void spill_exp_cell_key(const spill_exp_config *cfg, int c, char *buf, size_t n);
+
+typedef struct spill_exp_progress {
+  const char *phase; /* "model", "copy", "run", "warmup", "report" */
+  const char *key;   /* the run (phase run/warmup) */
+  int done, total;   /* measured runs finished / planned (including resumed) */
+  double elapsed_s, eta_s;
+  double last_tok_per_s;
+} spill_exp_progress;
+typedef void (*spill_exp_progress_cb)(void *user, const spill_exp_progress *p);
+
+typedef struct spill_exp_opts {
+  const char *results_root; /* default "results" */
+  const char *cache_root;   /* generated models; default "cache/models" */
+  const char *refuted_dir;  /* refuted entries; NULL = do not write any */
+  int resume;               /* continue resume_dir (or the latest results dir) */
+  const char *resume_dir;   /* NULL = latest under results_root/<name>/ */
+  const char *commit;       /* NULL = ask git */
+  int quick_env;            /* skip the O_DIRECT bandwidth probe (tests) */
+  int max_runs;             /* stop after this many measured runs (0 = all) */
+  volatile int *stop;       /* set non-zero (e.g. on SIGINT) to stop after the current token */
+  spill_exp_progress_cb progress;
+  void *user;
+} spill_exp_opts;
+
+/* Runs cfg. out_dir gets the results directory (also on failure once it
+ * exists). Returns SPILL_E_INTERRUPTED when stopped (finished rows kept),
+ * SPILL_E_INTERNAL when exact arms disagree, or another error. */
+int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char *out_dir,
+                  size_t out_n, spill_err *e);
+
+/* The container directory the config runs on (a generated model's cache
+ * directory for recipes, before storage_path copying). */
+void spill_exp_model_dir(const spill_exp_config *cfg, const char *cache_root, char *buf,
+                         size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
