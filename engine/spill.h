@@ -198,7 +198,8 @@ typedef struct spill_run_stats {
   double prefill_s, decode_s;
   double decode_tok_per_s;
   uint64_t experts_requested;   /* demand: distinct (layer, expert) per chunk */
-  uint64_t demand_hits, demand_misses;
+  uint64_t demand_hits, demand_misses;       /* prefill + decode */
+  uint64_t decode_hits, decode_misses;       /* decode tokens only */
   uint64_t spec_issued, spec_used, spec_wasted;
   uint64_t reads;               /* records read from storage */
   uint64_t bytes_read, bytes_read_demand, bytes_read_spec;
@@ -215,7 +216,9 @@ typedef struct spill_run_stats {
   uint64_t lookahead_rank_made[SPILL_LA_RANKS], lookahead_rank_correct[SPILL_LA_RANKS];
 } spill_run_stats;
 
-/* Called after every generated token with its text; return non-zero to stop. */
+/* Called after every generated token with its text; return non-zero to stop.
+ * token_stats holds this token's own deltas (decode_s, io_wait_s, hits,
+ * misses, reads, bytes, spec counters, major faults), not running totals. */
 typedef int (*spill_token_cb)(void *user, int token, const char *text,
                               const spill_run_stats *token_stats);
 
@@ -235,8 +238,9 @@ int spill_engine_clear_cache(spill_engine *eng, int reset_counters, spill_err *e
 int spill_engine_set_budget(spill_engine *eng, uint64_t budget_bytes, spill_err *e);
 int spill_engine_evict_page_cache(spill_engine *eng, spill_err *e);
 /* Knobs that can change between runs without reopening: lookahead,
- * lookahead_depth, lookahead_prefill, verify, budget. Others give
- * SPILL_E_CONFIG ("reopen the engine"). */
+ * lookahead_depth, lookahead_prefill, verify, budget, profile and trace (a
+ * new path starts a new file; "" stops writing). Others give SPILL_E_CONFIG
+ * ("reopen the engine"). */
 int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value, spill_err *e);
 
 #ifdef __cplusplus

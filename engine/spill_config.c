@@ -133,9 +133,9 @@ int spill_config_set(spill_config *c, const char *key, const char *v, spill_err 
     SPILL_TRY(parse_long(key, v, 0, 0x7fffffffL, &x, e));
     c->seed = (uint64_t)x;
   } else if (!strcmp(key, "profile")) {
-    c->profile_path = v;
+    c->profile_path = *v ? v : NULL;
   } else if (!strcmp(key, "trace")) {
-    c->trace_path = v;
+    c->trace_path = *v ? v : NULL;
   } else if (!strcmp(key, "trace_max_bytes")) {
     SPILL_TRY(parse_size(key, v, &c->trace_max_bytes, e));
   } else {

@@ -534,6 +534,10 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
     /* fold this token into the run */
     st->tokens_decode++;
     accumulate(st, &a, &b);
+    tok_stats.decode_hits = tok_stats.demand_hits;
+    tok_stats.decode_misses = tok_stats.demand_misses;
+    st->decode_hits += tok_stats.demand_hits;
+    st->decode_misses += tok_stats.demand_misses;
     pos++;
     char text[16];
     spill_token_to_text(g, tok, text, sizeof text);
@@ -591,6 +595,19 @@ int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, s
     return SPILL_OK;
   }
   if (!strcmp(key, "budget")) return spill_engine_set_budget(g, c.budget_bytes, e);
+  if (!strcmp(key, "profile") || !strcmp(key, "trace")) {
+    FILE **f = !strcmp(key, "profile") ? &g->profile : &g->trace;
+    if (*f) fclose(*f);
+    *f = NULL;
+    if (!strcmp(key, "trace")) {
+      g->trace_bytes = 0;
+      g->trace_capped = 0;
+    }
+    if (!*value) return SPILL_OK;
+    *f = fopen(value, "w");
+    SPILL_FAIL_IF(e, !*f, SPILL_E_IO, "%s %s: %s", key, value, strerror(errno));
+    return SPILL_OK;
+  }
   return spill_err_set(e, SPILL_E_CONFIG,
                        "knob '%s' cannot change on an open engine (reopen it)", key);
 }
