@@ -340,7 +340,7 @@ int cmd_bench(int argc, char **argv) {
   spill_config_default(&cfg);
   int json = 0;
   long n_new = 16;
-  const char *model = NULL, *v;
+  const char *model = NULL, *v, *prompt = "The quick brown fox";
   for (int i = 1; i < argc; i++) {
     int k = engine_flag(argc, argv, &i, &cfg);
     if (k < 0) return 2;
@@ -349,6 +349,8 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "-n")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1 << 20, &n_new)) return 2;
+    } else if (!strcmp(a, "--prompt")) {
+      if (!(prompt = cli_value(argc, argv, &i))) return 2;
     } else if (a[0] == '-') {
       fprintf(stderr, "spill bench: unknown option %s\n", a);
       return 2;
@@ -356,17 +358,17 @@ int cmd_bench(int argc, char **argv) {
   }
   if (!model) {
     fprintf(stderr,
-            "usage: spill bench [--json] [-n N] MODEL [engine knobs]\n"
-            "Fixed workload: prompt \"The quick brown fox\", N greedy decode tokens (16),\n"
-            "cold expert cache.\n%s",
+            "usage: spill bench [--json] [-n N] [--prompt TEXT] MODEL [engine knobs]\n"
+            "Fixed workload: prompt \"The quick brown fox\" (or TEXT), N greedy decode\n"
+            "tokens (16), cold expert cache.\n%s",
             k_knob_help);
     return 2;
   }
   spill_engine *eng;
   if (open_engine("bench", model, &cfg, &eng)) return 1;
-  int toks[64], n = 0;
+  int toks[4096], n = 0;
   spill_err e = {0};
-  int rc = spill_tokenize(eng, "The quick brown fox", 1, toks, 64, &n, &e);
+  int rc = spill_tokenize(eng, prompt, 1, toks, 4096, &n, &e);
   if (!rc) rc = spill_engine_clear_cache(eng, 1, &e);
   spill_run_stats st;
   spill_sampling s = {0.0f, 0, 1.0f, 1};
@@ -378,16 +380,18 @@ int cmd_bench(int argc, char **argv) {
   const spill_config *c = spill_engine_config(eng);
   uint64_t acc = st.demand_hits + st.demand_misses;
   if (json) {
-    printf("{\"model\": \"%s\", \"tokens\": %d, \"tok_per_s\": %.4f, \"decode_s\": %.4f, "
+    printf("{\"model\": \"%s\", \"prompt_tokens\": %d, \"tokens\": %d, \"tok_per_s\": %.4f, \"decode_s\": %.4f, "
            "\"prefill_s\": %.4f, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, "
+           "\"decode_hits\": %llu, \"decode_misses\": %llu, "
            "\"bytes_read\": %llu, \"reads\": %llu, \"io_wait_s\": %.4f, \"major_faults\": %llu, "
            "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
            "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
            "\"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
            "\"lookahead_precision_by_rank\": [",
-           model, st.tokens_decode, st.decode_tok_per_s, st.decode_s, st.prefill_s,
+           model, st.tokens_prefill, st.tokens_decode, st.decode_tok_per_s, st.decode_s, st.prefill_s,
            (unsigned long long)st.demand_hits, (unsigned long long)st.demand_misses,
-           acc ? (double)st.demand_hits / acc : 0.0, (unsigned long long)st.bytes_read,
+           acc ? (double)st.demand_hits / acc : 0.0, (unsigned long long)st.decode_hits,
+           (unsigned long long)st.decode_misses, (unsigned long long)st.bytes_read,
            (unsigned long long)st.reads, st.io_wait_s, (unsigned long long)st.major_faults,
            spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
            c->lookahead, (unsigned long long)spill_engine_plan(eng)->cache_slots,
