@@ -142,18 +142,7 @@ void spill_model_rope_apply(float *v, int d, const float *cs) {
   }
 }
 
-void spill_model_softmax(float *x, int n) {
-  float mx = x[0];
-  for (int i = 1; i < n; i++)
-    if (x[i] > mx) mx = x[i];
-  float sum = 0.0f;
-  for (int i = 0; i < n; i++) {
-    x[i] = expf(x[i] - mx);
-    sum += x[i];
-  }
-  const float inv = 1.0f / sum;
-  for (int i = 0; i < n; i++) x[i] *= inv;
-}
+void spill_model_softmax(float *x, int n) { spill_k_softmax(x, (uint32_t)n); }
 
 /* ---- blocks ---- */
 
