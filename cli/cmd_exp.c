@@ -3,6 +3,7 @@
  * results directory), `spill compare` (two results directories) and
  * `spill refuted list`. Thin: the work is in harness/ (docs/EXPERIMENTS.md). */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,7 @@ int cmd_exp(int argc, char **argv) {
     else if (!strcmp(a, "--validate")) validate = 1;
     else if (!strcmp(a, "--results") && i + 1 < argc) results = argv[++i];
     else if (!strcmp(a, "--no-refuted")) refuted = NULL;
+    else if (!strcmp(a, "--refuted") && i + 1 < argc) refuted = argv[++i];
     else if (a[0] == '-') {
       fprintf(stderr, "spill exp: unknown option %s\n", a);
       return 2;
@@ -72,10 +74,11 @@ int cmd_exp(int argc, char **argv) {
   if (!config) {
     fprintf(stderr,
             "usage: spill exp CONFIG.json [--dry-run] [--validate] [--resume [RESULTS_DIR]]\n"
-            "                 [--results DIR] [--no-refuted]\n"
+            "                 [--results DIR] [--refuted DIR | --no-refuted]\n"
             "Runs an experiment (schema: docs/EXPERIMENTS.md); results go to\n"
             "results/<name>/<UTC time>-<commit>/. --resume continues the latest (or the given)\n"
-            "results directory of the same config, skipping finished runs.\n");
+            "results directory of the same config, skipping finished runs. A refuted hypothesis\n"
+            "is logged in refuted/ (or --refuted DIR).\n");
     return 2;
   }
   spill_exp_config cfg;
@@ -124,6 +127,11 @@ int cmd_exp(int argc, char **argv) {
   o.resume_dir = resume_dir;
   o.stop = &g_stop;
   o.progress = on_progress;
+  char verdict[1024] = "", entry[1024] = "";
+  o.verdict_out = verdict;
+  o.verdict_n = sizeof verdict;
+  o.refuted_entry_out = entry;
+  o.refuted_entry_n = sizeof entry;
   char dir[1024] = "";
   rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &e);
   spill_exp_config_free(&cfg);
@@ -140,7 +148,18 @@ int cmd_exp(int argc, char **argv) {
     printf("\nresults: %s\n", dir);
     char plots[1100];
     snprintf(plots, sizeof plots, "%s/plots", dir);
-    if (access(plots, F_OK) == 0) printf("plots:   %s/*.png, *.svg\n", plots);
+    DIR *pd = opendir(plots);
+    if (pd) {
+      /* name every plot (PNG; an SVG with the same name sits beside each) */
+      struct dirent *ent;
+      printf("plots (PNG, and SVG beside each):\n");
+      while ((ent = readdir(pd)))
+        if (strlen(ent->d_name) > 4 && !strcmp(ent->d_name + strlen(ent->d_name) - 4, ".png"))
+          printf("  %s/%s\n", plots, ent->d_name);
+      closedir(pd);
+    }
+    if (verdict[0]) printf("hypothesis %s\n", verdict);
+    if (entry[0]) printf("refuted entry: %s\n", entry);
   }
   if (rc == SPILL_E_INTERRUPTED) {
     fprintf(stderr, "spill exp: interrupted; finished runs are kept (continue with --resume)\n");

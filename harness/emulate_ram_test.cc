@@ -79,6 +79,47 @@ TEST(EmulateRamTest, HelperDiesWhenTheRunnerIsKilled) {
   if (lck != -1) kill(helper, SIGKILL);
 }
 
+// The runner crashes (SIGABRT, as on an assert or a sanitizer report) while
+// other threads of it are running, as the engine's I/O and compute threads
+// would be: the helper still dies and nothing stays locked.
+TEST(EmulateRamTest, HelperDiesWhenAMultiThreadedRunnerCrashes) {
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pid_t runner = fork();
+  ASSERT_GE(runner, 0);
+  if (runner == 0) {
+    close(p[0]);
+    spill_ramlock r;
+    spill_err e = {};
+    pid_t helper = spill_ramlock_start(64ull << 20, &r, &e) == 0 ? r.pid : -1;
+    std::thread worker([] {
+      for (;;) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    if (write(p[1], &helper, sizeof helper) != sizeof helper) _exit(2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    signal(SIGABRT, SIG_DFL);
+    abort();  // the worker thread is still running
+  }
+  close(p[1]);
+  pid_t helper = -1;
+  ASSERT_EQ(read(p[0], &helper, sizeof helper), (ssize_t)sizeof helper);
+  close(p[0]);
+  if (helper < 0) {
+    kill(runner, SIGKILL);
+    waitpid(runner, nullptr, 0);
+    GTEST_SKIP() << "cannot mlock here";
+  }
+  EXPECT_GE(VmLckKb(helper), 64 * 1024);
+  int status = 0;
+  waitpid(runner, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) << status;
+  long lck = 0;
+  for (int i = 0; i < 200 && (lck = VmLckKb(helper)) != -1; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(lck, -1) << "helper " << helper << " outlived its crashed runner";
+  if (lck != -1) kill(helper, SIGKILL);
+}
+
 TEST(EmulateRamTest, RefusesToLeaveTheMachineWithoutMemory) {
   uint64_t lock = 0;
   spill_err e = {};

@@ -699,7 +699,7 @@ int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spil
 
 int spill_exp_knob_is_live(const char *key) {
   static const char *const live[] = {"lookahead", "lookahead_depth", "lookahead_prefill",
-                                     "verify", "io_throttle", "prefill_chunk", "budget", NULL};
+                                     "verify", "budget", NULL};
   for (const char *const *l = live; *l; l++)
     if (!strcmp(*l, key)) return 1;
   return 0;

@@ -161,13 +161,13 @@ TEST(ExpConfigTest, RejectsBadHypotheses) {
   EXPECT_EQ(Error(with(ok, 2)), "x.json: repeats: 2: a hypothesis needs at least 3 paired repeats");
   EXPECT_EQ(Error(with(R"({"claim": "c", "metric": "speed", "direction": "increase"})")),
             "x.json: hypothesis.metric: \"speed\": not a metric (see docs/EXPERIMENTS.md)");
-  EXPECT_EQ(Error(with(R"({"claim": "c", "metric": "hit_rate", "direction": "up"})")),
+  EXPECT_EQ(Error(with(R"({"claim": "c", "metric": "decode_hit_rate", "direction": "up"})")),
             "x.json: hypothesis.direction: \"up\": expected increase or decrease");
-  EXPECT_EQ(Error(with(R"({"claim": "c", "metric": "hit_rate", "direction": "increase", "alpha": 0.9})")),
+  EXPECT_EQ(Error(with(R"({"claim": "c", "metric": "decode_hit_rate", "direction": "increase", "alpha": 0.9})")),
             "x.json: hypothesis.alpha: 0.9: out of range [0.001, 0.5]");
-  EXPECT_EQ(Error(with(R"({"claim": "c", "metric": "hit_rate", "direction": "increase", "treatment": "x"})")),
+  EXPECT_EQ(Error(with(R"({"claim": "c", "metric": "decode_hit_rate", "direction": "increase", "treatment": "x"})")),
             "x.json: hypothesis.treatment: \"x\": no such arm");
-  EXPECT_EQ(Error(with(R"({"metric": "hit_rate", "direction": "increase"})")),
+  EXPECT_EQ(Error(with(R"({"metric": "decode_hit_rate", "direction": "increase"})")),
             "x.json: hypothesis.claim: missing (required)");
 }
 

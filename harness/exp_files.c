@@ -67,8 +67,13 @@ int spill_exp_append_line(const char *file, const char *line, spill_err *e) {
     free(buf);
     return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(errno));
   }
+  struct stat st;
+  off_t before = fstat(fd, &st) == 0 ? st.st_size : -1;
   int rc = write_all(fd, buf, n + 1) < 0 || fsync(fd) < 0;
   int err = errno;
+  /* A write cut short (ENOSPC, EFBIG) must not leave a torn line for the
+   * next append to glue onto: cut the file back to its last whole line. */
+  if (rc && before >= 0 && ftruncate(fd, before) == 0) fsync(fd);
   close(fd);
   free(buf);
   if (rc) return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(err));

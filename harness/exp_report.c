@@ -292,7 +292,8 @@ typedef struct col {
 static const col k_cols[] = {
     {"decode_tok_per_s", "decode tok/s", 1},
     {"prefill_tok_per_s", "prefill tok/s", 1},
-    {"hit_rate", "hit rate %", 100},
+    {"decode_hit_rate", "decode hit %", 100},
+    {"overall_hit_rate", "overall hit %", 100},
     {"bytes_read", "read MiB", 1.0 / 1048576},
     {"io_wait_s", "I/O wait s", 1},
     {"read_p99_ms", "read p99 ms", 1},
@@ -453,7 +454,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
         spill_stats_summary tok, hit, bud;
         values(g, "decode_tok_per_s", v);
         spill_stats_summarize(v, g->n, &tok);
-        values(g, "hit_rate", v);
+        values(g, "decode_hit_rate", v);
         spill_stats_summarize(v, g->n, &hit);
         for (int i = 0; i < g->n; i++) v[i] = engine_num(g->rows[i], "budget_bytes");
         spill_stats_summarize(v, g->n, &bud);
@@ -488,7 +489,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
                    "set title '%s: decode speed and hit rate vs RAM budget'\n"
                    "set xlabel 'RAM budget (GiB, log scale)'\nset logscale x\n"
                    "set ylabel 'decode tok/s (median, min-max bars)'\n"
-                   "set y2label 'demand hit rate (%%)'\nset y2range [0:100]\nset ytics nomirror\n"
+                   "set y2label 'decode demand hit rate (%%)'\nset y2range [0:100]\nset ytics nomirror\n"
                    "set y2tics\nset key outside bottom center horizontal\nset grid\n"
                    "set yrange [0:*]\n",
                    cfg->name);
@@ -509,7 +510,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   for (int s = 0; s < n_series; s++)
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "%s'cliff.dat' index %d using 1:2:3:4 with yerrorlines lw 2 title '%s tok/s', "
-                  "'cliff.dat' index %d using 1:5 axes x1y2 with linespoints dt 2 title '%s hit %%'",
+                  "'cliff.dat' index %d using 1:5 axes x1y2 with linespoints dt 2 title '%s decode hit %%'",
                   s ? ", " : "", s, titles[s], s, titles[s]);
   char gp[1200];
   snprintf(gp, sizeof gp, "%s/cliff.gp", pdir);
@@ -597,10 +598,15 @@ static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp
     for (int i = 0; i < n; i++) {
       cJSON *j = cJSON_Parse(lines[i]);
       if (!j) continue;
-      double wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s")->valuedouble * 1000;
-      double io = cJSON_GetObjectItemCaseSensitive(j, "io_wait_s")->valuedouble * 1000;
-      double hits = cJSON_GetObjectItemCaseSensitive(j, "hits")->valuedouble;
-      double miss = cJSON_GetObjectItemCaseSensitive(j, "misses")->valuedouble;
+      /* rows are untrusted input: a missing or non-numeric field reads as 0 */
+      double wall = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "wall_s")) * 1000;
+      double io = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "io_wait_s")) * 1000;
+      double hits = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "hits"));
+      double miss = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "misses"));
+      if (isnan(wall)) wall = 0;
+      if (isnan(io)) io = 0;
+      if (isnan(hits)) hits = 0;
+      if (isnan(miss)) miss = 0;
       fprintf(f, "%d %.4f %.4f %.0f %.0f\n", i, wall - io > 0 ? wall - io : 0, io, hits, miss);
       cJSON_Delete(j);
     }

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -362,7 +363,8 @@ static int load_done(runner *R, const spill_exp_run *runs, int n_runs) {
   return rc;
 }
 
-/* Knobs the engine changes in place, as text, from a full config. */
+/* Knobs the engine changes in place (spill_engine_set_knob), as text, from a
+ * full config. Must match spill_exp_knob_is_live and same_shape. */
 static int apply_live(runner *R, const spill_config *want) {
   char v[32];
   struct {
@@ -373,8 +375,6 @@ static int apply_live(runner *R, const spill_config *want) {
       {"lookahead_depth", R->cur.lookahead_depth, want->lookahead_depth},
       {"lookahead_prefill", R->cur.lookahead_prefill, want->lookahead_prefill},
       {"verify", R->cur.verify, want->verify},
-      {"io_throttle", (long long)R->cur.io_throttle, (long long)want->io_throttle},
-      {"prefill_chunk", R->cur.prefill_chunk, want->prefill_chunk},
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (k[i].cur == k[i].want) continue;
@@ -385,18 +385,21 @@ static int apply_live(runner *R, const spill_config *want) {
   R->cur.lookahead_depth = want->lookahead_depth;
   R->cur.lookahead_prefill = want->lookahead_prefill;
   R->cur.verify = want->verify;
-  R->cur.io_throttle = want->io_throttle;
-  R->cur.prefill_chunk = want->prefill_chunk;
   return SPILL_OK;
 }
 
-/* Same engine-shaping knobs (everything but the live ones and the paths). */
+/* Same engine-shaping knobs: everything but the live ones, the budget
+ * (raised in place) and the profile/trace paths (switched per run with
+ * spill_engine_set_knob). io_throttle, prefill_chunk and overlap are fixed at
+ * open, so a change reopens the engine. */
 static int same_shape(const spill_config *a, const spill_config *b) {
   return a->usable_ram == b->usable_ram && a->cache_slots == b->cache_slots && a->ctx == b->ctx &&
-         a->threads == b->threads && a->io_threads == b->io_threads &&
-         a->io_depth == b->io_depth && a->io_backend == b->io_backend &&
-         a->storage == b->storage && a->trunk == b->trunk && !strcmp(a->policy, b->policy) &&
-         a->seed == b->seed;
+         a->threads == b->threads && a->prefill_chunk == b->prefill_chunk &&
+         a->io_threads == b->io_threads && a->io_depth == b->io_depth &&
+         a->io_backend == b->io_backend && a->storage == b->storage && a->trunk == b->trunk &&
+         !strcmp(a->policy, b->policy) && a->overlap == b->overlap &&
+         a->io_throttle == b->io_throttle && a->seed == b->seed &&
+         a->trace_max_bytes == b->trace_max_bytes;
 }
 
 typedef struct tok_rec {
@@ -422,8 +425,8 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
     fprintf(t->timeline,
             "{\"i\": %d, \"token\": %d, \"wall_s\": %.6f, \"io_wait_s\": %.6f, "
             "\"hits\": %llu, \"misses\": %llu, \"bytes_read\": %llu}\n",
-            t->n - 1, token, ts->decode_s, ts->io_wait_s, (unsigned long long)ts->demand_hits,
-            (unsigned long long)ts->demand_misses, (unsigned long long)ts->bytes_read);
+            t->n - 1, token, ts->decode_s, ts->io_wait_s, (unsigned long long)ts->decode_hits,
+            (unsigned long long)ts->decode_misses, (unsigned long long)ts->bytes_read);
   return 0;
 }
 
@@ -436,12 +439,14 @@ static void sanitize(const char *key, char *out, size_t n) {
   out[i] = 0;
 }
 
+/* Opens without profile/trace files: do_run switches them per run. */
 static int open_engine(runner *R, const spill_config *want) {
   spill_engine_close(R->eng);
   R->eng = NULL;
-  SPILL_TRY(spill_engine_open(R->model, want, &R->eng, R->e));
-  R->cur = *want;
-  R->cur.profile_path = R->cur.trace_path = NULL;
+  spill_config c = *want;
+  c.profile_path = c.trace_path = NULL;
+  SPILL_TRY(spill_engine_open(R->model, &c, &R->eng, R->e));
+  R->cur = c;
   R->cur_budget = spill_engine_plan(R->eng)->budget;
   if (!R->prompt) {
     int cap = (int)strlen(R->cfg->prompt) + 16;
@@ -489,11 +494,11 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
       want.trace_max_bytes = cfg->out.trace_max_bytes;
     }
   }
-  /* Reopen when the shape changes, the budget would shrink, or this run
-   * needs its own profile/trace files (they are opened at open). */
+  /* Reopen when the shape changes or the budget would shrink. Per-run
+   * profile/trace files are switched on the open engine. */
   uint64_t want_budget = want.budget_bytes;
   int reopened = 0, raised = 0;
-  if (!R->eng || !same_shape(&R->cur, &want) || want.profile_path || want.trace_path ||
+  if (!R->eng || !same_shape(&R->cur, &want) ||
       (want_budget && want_budget < R->cur_budget) ||
       (!want_budget && R->cur.budget_bytes)) {
     SPILL_TRY(open_engine(R, &want));
@@ -509,7 +514,19 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   }
   SPILL_TRY(spill_engine_clear_cache(R->eng, 1, R->e));
   if (cfg->cold) SPILL_TRY(spill_engine_evict_page_cache(R->eng, R->e));
+  /* This run's profile/trace files (measured runs only; warmups write none). */
+  if (profile[0]) SPILL_TRY(spill_engine_set_knob(R->eng, "profile", profile, R->e));
+  if (trace[0]) SPILL_TRY(spill_engine_set_knob(R->eng, "trace", trace, R->e));
 
+  /* Reset the kernel's peak-RSS mark (VmHWM) so peak_rss_bytes is this run's
+   * peak, not the process's: an earlier mmap arm would otherwise show in every
+   * later row. Best effort (Linux >= 4.0); failure leaves the process peak. */
+  int cr = open("/proc/self/clear_refs", O_WRONLY);
+  if (cr >= 0) {
+    ssize_t w = write(cr, "5", 1);
+    (void)w;
+    close(cr);
+  }
   tok_rec t = {R, NULL, 0, 0, NULL, 0};
   if (measured) {
     t.timeline = fopen(timeline, "w");
@@ -522,6 +539,12 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
                           R->o->stop, &st, R->e);
   double wall = now_s() - t_start;
   if (t.timeline) fclose(t.timeline);
+  /* Close (flush) this run's files so the next run cannot write into them. */
+  spill_err ig = {0};
+  if (profile[0] && spill_engine_set_knob(R->eng, "profile", "", &ig) < 0 && rc >= 0)
+    rc = spill_err_set(R->e, ig.code, "%s", ig.msg);
+  if (trace[0] && spill_engine_set_knob(R->eng, "trace", "", &ig) < 0 && rc >= 0)
+    rc = spill_err_set(R->e, ig.code, "%s", ig.msg);
   if (rc < 0) {
     free(t.tokens);
     if (measured && rc == SPILL_E_INTERRUPTED) unlink(timeline);
@@ -617,6 +640,8 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   R.e = e;
   R.t0 = now_s();
   if (out_dir && out_n) out_dir[0] = 0;
+  if (o->verdict_out && o->verdict_n) o->verdict_out[0] = 0;
+  if (o->refuted_entry_out && o->refuted_entry_n) o->refuted_entry_out[0] = 0;
   spill_exp_run *runs = NULL;
   int n_runs = 0;
   char *resolved = spill_exp_config_resolved_json(cfg);
@@ -675,10 +700,17 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
     spill_exp_report_result *res = calloc(1, sizeof *res);
     progress(&R, "report", NULL, R.n_done, n_runs, 0);
     int rr = res ? spill_exp_report(R.dir, res, &re) : SPILL_E_NOMEM;
-    if (rr == SPILL_OK && rc == SPILL_OK && R.n_done == n_runs && res->has_hypothesis &&
+    int complete = rc == SPILL_OK && R.n_done == n_runs;
+    if (rr == SPILL_OK && res->has_hypothesis && o->verdict_out && o->verdict_n)
+      snprintf(o->verdict_out, o->verdict_n, "%s: %s: %s",
+               complete ? spill_verdict_name(res->verdict) : "withheld (incomplete)", res->claim,
+               res->result_text);
+    if (rr == SPILL_OK && complete && res->has_hypothesis &&
         res->verdict == SPILL_VERDICT_REFUTED && o->refuted_dir) {
       char entry[1024];
       rr = spill_refuted_write(o->refuted_dir, R.dir, res, entry, sizeof entry, &re);
+      if (rr == SPILL_OK && o->refuted_entry_out && o->refuted_entry_n)
+        snprintf(o->refuted_entry_out, o->refuted_entry_n, "%s", entry);
     }
     if (rr < 0 && rc == SPILL_OK) {
       *e = re;

@@ -54,6 +54,13 @@ typedef struct spill_exp_opts {
   volatile int *stop;       /* set non-zero (e.g. on SIGINT) to stop after the current token */
   spill_exp_progress_cb progress;
   void *user;
+  /* Optional outputs (caller's buffers; NULL = not wanted): the hypothesis
+   * line ("<verdict>: <claim>: <result>", "" without a hypothesis) and the
+   * path of the refuted/ entry written ("" when none was). */
+  char *verdict_out;
+  size_t verdict_n;
+  char *refuted_entry_out;
+  size_t refuted_entry_n;
 } spill_exp_opts;
 
 /* Runs cfg. out_dir gets the results directory (also on failure once it

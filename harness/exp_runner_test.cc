@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -21,6 +22,7 @@
 
 #include "harness/exp_files.h"
 #include "harness/exp_report.h"
+#include "harness/refuted.h"
 
 namespace {
 
@@ -127,6 +129,11 @@ TEST(ExpRunnerTest, ResumeAfterSigkillHasNoDuplicateOrLostRows) {
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    // Runs on nano take milliseconds: pause 30 ms after each finished run so
+    // the parent's polling sees a partial file and the kill lands mid-sweep.
+    o.progress = [](void *, const spill_exp_progress *p) {
+      if (!strcmp(p->phase, "run")) usleep(30000);
+    };
     char dir[1024];
     spill_err ce = {};
     int rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &ce);
@@ -159,6 +166,7 @@ TEST(ExpRunnerTest, ResumeAfterSigkillHasNoDuplicateOrLostRows) {
 
   // 2. Resume in this process: completes the rest.
   o.resume = 1;
+  o.progress = nullptr;
   char dir[1024];
   ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
   EXPECT_EQ(rows_file, std::string(dir) + "/runs.jsonl");
@@ -188,5 +196,198 @@ TEST(ExpRunnerTest, ResumeAfterSigkillHasNoDuplicateOrLostRows) {
   EXPECT_EQ(res->cells, 6);
   EXPECT_NE(std::string(res->table_md).find("| verify | 3 |"), std::string::npos) << res->table_md;
   delete res;
+  spill_exp_config_free(&cfg);
+}
+
+namespace {
+
+std::string ReadAll(const std::string &file) {
+  std::ifstream f(file);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+off_t FileSize(const std::string &file) {
+  struct stat st;
+  return stat(file.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+// A nano model generated once per test binary into TEST_TMPDIR.
+std::string NanoModel() {
+  static std::string model;
+  if (model.empty()) {
+    std::string root = TmpDir() + "/nano-shared";
+    mkdir(root.c_str(), 0755);
+    spill_gen_request req = {};
+    req.preset = "nano";
+    spill_err e = {};
+    EXPECT_EQ(spill_gen((root + "/m").c_str(), &req, nullptr, nullptr, &e), 0) << e.msg;
+    model = root + "/m";
+  }
+  return model;
+}
+
+}  // namespace
+
+// A hypothesis that is certainly refuted (two identical arms; "the second
+// reads at least 50% fewer records", a deterministic counter so the CI is
+// exactly [1, 1]) makes the runner write refuted/NNNN-<name>.md with its
+// front matter, numbered after the largest id present, and regenerate the
+// index. Written into a temporary refuted dir, never the repository's.
+// Per-run profile and trace files are switched on the open engine: one open
+// for the whole experiment.
+TEST(ExpRunnerTest, RefutedHypothesisWritesEntryAndRegeneratesIndex) {
+  std::string root = TmpDir() + "/refute";
+  std::string refuted = root + "/refuted";
+  mkdir(root.c_str(), 0755);
+  mkdir(refuted.c_str(), 0755);
+  // An older entry: the new one must take the next id, and stay in the index.
+  {
+    std::ofstream old(refuted + "/0007-older.md");
+    old << "---\nid: 0007\ndate: 2026-01-01\nhypothesis: an older claim\nmetric: reads\n"
+           "result: none\nverdict: refuted\nresults: elsewhere\n---\n";
+  }
+  std::string text = R"({"name": "refute", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "refuted entry test", "decode_tokens": 4},
+    "base": {"storage": "pagecache"},
+    "arms": [{"name": "same-a", "set": {"lookahead": 0}},
+             {"name": "same-b", "set": {"lookahead": 0}, "exact": true}],
+    "repeats": 3, "order": "abba",
+    "hypothesis": {"claim": "lookahead 0 reads >= 50% fewer records than lookahead 0",
+                   "metric": "reads", "direction": "decrease", "min_effect": 0.5},
+    "outputs": {"tables": ["md"], "plots": [], "profile": true, "trace": true}})";
+  spill_exp_config cfg = Parse(text);
+  std::string results = root + "/results";
+  char verdict[1024], entry[1024], dir[1024];
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.refuted_dir = refuted.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  o.verdict_out = verdict;
+  o.verdict_n = sizeof verdict;
+  o.refuted_entry_out = entry;
+  o.refuted_entry_n = sizeof entry;
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  EXPECT_EQ(std::string(verdict).rfind("refuted: lookahead 0 reads", 0), 0u) << verdict;
+  EXPECT_EQ(std::string(entry), refuted + "/0008-refute.md");
+
+  std::string md = ReadAll(entry);
+  ASSERT_EQ(md.rfind("---\nid: 0008\n", 0), 0u) << md;
+  for (const char *f :
+       {"\ndate: ", "\ncommit: ", "\nmachine: ",
+        "\nhypothesis: lookahead 0 reads >= 50% fewer records than lookahead 0\n",
+        "\nmetric: reads\n", "\nprediction: reads ratio same-b/same-a <= 0.500 (decrease by >= 50%)\n", "\nresult: ", "ratio 1.000 [1.000, 1.000]", "\nverdict: refuted\n",
+        "\nconfig: experiments/refute.json\n", "\n## Table\n", "| same-b | 3 |", "\n## Notes\n"})
+    EXPECT_NE(md.find(f), std::string::npos) << "missing " << f << " in\n" << md;
+  EXPECT_NE(md.find("\nresults: " + std::string(dir) + "\n"), std::string::npos) << md;
+
+  std::string index = ReadAll(refuted + "/README.md");
+  EXPECT_NE(index.find("| [0007](0007-older.md) |"), std::string::npos) << index;
+  EXPECT_NE(index.find("| [0008](0008-refute.md) |"), std::string::npos) << index;
+  EXPECT_NE(index.find("lookahead 0 reads >= 50% fewer records"), std::string::npos) << index;
+
+  // Writing again for the same results directory adds no second entry.
+  spill_exp_report_result *res = new spill_exp_report_result;
+  ASSERT_EQ(spill_exp_report(dir, res, &e), 0) << e.msg;
+  EXPECT_EQ(res->verdict, SPILL_VERDICT_REFUTED);
+  char again[1024];
+  ASSERT_EQ(spill_refuted_write(refuted.c_str(), dir, res, again, sizeof again, &e), 0) << e.msg;
+  EXPECT_EQ(std::string(again), std::string(entry));
+  spill_refuted_entry *v;
+  int n;
+  ASSERT_EQ(spill_refuted_list(refuted.c_str(), &v, &n, &e), 0);
+  EXPECT_EQ(n, 2);
+  free(v);
+  delete res;
+
+  // Every row: one engine for the whole run, its own non-empty profile and
+  // trace files.
+  std::ifstream rows(std::string(dir) + "/runs.jsonl");
+  std::string line;
+  int n_rows = 0, reopened = 0;
+  while (std::getline(rows, line)) {
+    n_rows++;
+    reopened += line.find("\"reopened\":true") != std::string::npos;
+    size_t k = line.find("\"profile\":\"");
+    ASSERT_NE(k, std::string::npos) << line;
+    std::string prof = line.substr(k + 11, line.find('"', k + 11) - k - 11);
+    EXPECT_GT(FileSize(std::string(dir) + "/" + prof), 0) << prof;
+    k = line.find("\"trace\":\"");
+    ASSERT_NE(k, std::string::npos) << line;
+    std::string tr = line.substr(k + 9, line.find('"', k + 9) - k - 9);
+    EXPECT_GT(FileSize(std::string(dir) + "/" + tr), 0) << tr;
+  }
+  EXPECT_EQ(n_rows, 6);
+  EXPECT_EQ(reopened, 1);
+  spill_exp_config_free(&cfg);
+}
+
+// A hypothesis that is not refuted writes nothing into refuted/.
+TEST(ExpRunnerTest, ConfirmedHypothesisWritesNoEntry) {
+  std::string root = TmpDir() + "/confirm";
+  std::string refuted = root + "/refuted";
+  mkdir(root.c_str(), 0755);
+  std::string text = R"({"name": "confirm", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "confirmed test", "decode_tokens": 3},
+    "base": {"storage": "pagecache"},
+    "arms": [{"name": "a"}, {"name": "b", "exact": true}],
+    "repeats": 3,
+    "hypothesis": {"claim": "identical arms read as many records", "metric": "reads",
+                   "direction": "increase", "min_effect": 0},
+    "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg = Parse(text);
+  std::string results = root + "/results";
+  char verdict[1024], entry[1024], dir[1024];
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.refuted_dir = refuted.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  o.verdict_out = verdict;
+  o.verdict_n = sizeof verdict;
+  o.refuted_entry_out = entry;
+  o.refuted_entry_n = sizeof entry;
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  EXPECT_EQ(std::string(verdict).rfind("confirmed: ", 0), 0u) << verdict;
+  EXPECT_EQ(entry[0], 0);
+  EXPECT_NE(access(refuted.c_str(), F_OK), 0) << "refuted dir created for a confirmed hypothesis";
+  spill_exp_config_free(&cfg);
+}
+
+// Knobs the engine fixes at open (io_throttle, overlap, prefill_chunk) differ
+// between arms: the runner reopens the engine for them instead of failing
+// on spill_engine_set_knob, and rows record the reopen.
+TEST(ExpRunnerTest, ArmsChangingOpenTimeKnobsReopenTheEngine) {
+  std::string root = TmpDir() + "/reopen";
+  mkdir(root.c_str(), 0755);
+  std::string text = R"({"name": "reopen", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "reopen test", "decode_tokens": 2},
+    "base": {"storage": "pagecache"},
+    "arms": [{"name": "plain"},
+             {"name": "throttled", "set": {"io_throttle": "2G"}, "exact": true},
+             {"name": "no-overlap", "set": {"overlap": 0}, "exact": true},
+             {"name": "chunk-4", "set": {"prefill_chunk": 4}, "exact": true}],
+    "repeats": 2, "order": "blocked", "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg = Parse(text);
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  std::ifstream rows(std::string(dir) + "/runs.jsonl");
+  std::string line;
+  std::vector<std::string> reopened_keys;
+  while (std::getline(rows, line))
+    if (line.find("\"reopened\":true") != std::string::npos)
+      reopened_keys.push_back(line.substr(line.find("\"key\":\"") + 7, line.find("\",") - 8));
+  EXPECT_EQ(reopened_keys, (std::vector<std::string>{"-/plain/r0", "-/throttled/r0",
+                                                     "-/no-overlap/r0", "-/chunk-4/r0"}));
   spill_exp_config_free(&cfg);
 }

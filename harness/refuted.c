@@ -143,11 +143,26 @@ int spill_refuted_write(const char *dir, const char *results_dir,
   free(v);
   /* Config name, commit and date from the results directory. */
   char cfgp[1024], *cfgtext = NULL, name[64] = "experiment", source[512] = "";
+  char prediction[512] = "";
   snprintf(cfgp, sizeof cfgp, "%s/config.json", results_dir);
   if (spill_exp_read_file(cfgp, 1 << 20, &cfgtext, e) == SPILL_OK) {
     cJSON *c = cJSON_Parse(cfgtext);
     const cJSON *nm = c ? cJSON_GetObjectItemCaseSensitive(c, "name") : NULL;
     if (cJSON_IsString(nm)) snprintf(name, sizeof name, "%s", nm->valuestring);
+    /* The prediction in numbers: the ratio treatment/control the claim needs. */
+    const cJSON *h = c ? cJSON_GetObjectItemCaseSensitive(c, "hypothesis") : NULL;
+    const cJSON *dir_j = h ? cJSON_GetObjectItemCaseSensitive(h, "direction") : NULL;
+    const cJSON *eff = h ? cJSON_GetObjectItemCaseSensitive(h, "min_effect") : NULL;
+    const cJSON *ctl = h ? cJSON_GetObjectItemCaseSensitive(h, "control") : NULL;
+    const cJSON *trt = h ? cJSON_GetObjectItemCaseSensitive(h, "treatment") : NULL;
+    if (cJSON_IsString(dir_j) && cJSON_IsNumber(eff)) {
+      int up = !strcmp(dir_j->valuestring, "increase");
+      snprintf(prediction, sizeof prediction, "%s ratio %s/%s %s %.3f (%s by >= %.3g%%)",
+               res->metric, cJSON_IsString(trt) ? trt->valuestring : "treatment",
+               cJSON_IsString(ctl) ? ctl->valuestring : "control", up ? ">=" : "<=",
+               up ? 1 + eff->valuedouble : 1 - eff->valuedouble, up ? "increase" : "decrease",
+               100 * eff->valuedouble);
+    }
     cJSON_Delete(c);
     free(cfgtext);
   }
@@ -191,7 +206,8 @@ int spill_refuted_write(const char *dir, const char *results_dir,
                           "metric: %s\nprediction: %s\nresult: %s\nverdict: refuted\n"
                           "config: %s\nresults: %s\n---\n\n# %04d: %s\n\n"
                           "## Table\n\n%s\n## Plot\n\n",
-                          next, date, commit, machine, claim, res->metric, claim, result, source,
+                          next, date, commit, machine, claim, res->metric,
+                          prediction[0] ? prediction : claim, result, source,
                           results_dir, next, claim, res->table_md);
   char plots[1024];
   snprintf(plots, sizeof plots, "%s", res->plots);
