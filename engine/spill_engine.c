@@ -260,7 +260,7 @@ void spill_engine_close(spill_engine *g) {
   if (!g) return;
   if (g->m) spill_model_set_expert_source(g->m, NULL);
   spill_stream_close(g->st);
-  spill_model_close(g->m);
+  /* g->a points into the model: free the per-layer tables before closing it. */
   if (g->L)
     for (int l = 0; g->a && l < g->a->n_layers; l++) {
       free(g->L[l].ids);
@@ -269,6 +269,7 @@ void spill_engine_close(spill_engine *g) {
       free(g->L[l].hit);
     }
   free(g->L);
+  spill_model_close(g->m);
   free(g->logits);
   if (g->profile) fclose(g->profile);
   if (g->trace) fclose(g->trace);

@@ -42,13 +42,19 @@ int spill_k_set_isa(spill_isa isa);
 spill_isa spill_k_isa(void);
 const char *spill_k_isa_name(spill_isa isa);
 
+/* f16 scales follow the values in the same buffer, so they are only 1-byte
+ * aligned when the value bytes are odd (rvq3: 3 * cols/8 per row; q4 with an
+ * odd row count): accessed through this 1-byte-aligned type, not uint16_t. */
+typedef uint16_t spill_k_u16_unaligned __attribute__((aligned(1)));
+
 /* A weight matrix view (no ownership). */
 typedef struct spill_qmat {
   int dtype;           /* spill_dtype value (engine/format/container.h) */
   uint32_t rows, cols;
   uint32_t group;      /* q8/q4 */
   const void *data;    /* values / indices */
-  const uint16_t *scales; /* q8/q4/rvq3: f16 scales (points into the same buffer) */
+  const spill_k_u16_unaligned *scales; /* q8/q4/rvq3: f16 scales (same buffer; may be
+                                         odd-aligned) */
   const float *codebook;  /* rvq3: (3, 256, 8) */
 } spill_qmat;
 

@@ -67,7 +67,7 @@ DENSE_ROW(row_f32, float, ld_f32, sc_f32)
 DENSE_ROW(row_f16, uint16_t, ld_f16, sc_f16)
 DENSE_ROW(row_bf16, uint16_t, ld_bf16, sc_bf16)
 
-static float row_q8(const int8_t *q, const uint16_t *s, const float *x, uint32_t cols,
+static float row_q8(const int8_t *q, const spill_k_u16_unaligned *s, const float *x, uint32_t cols,
                     uint32_t group) {
   __m256 acc = _mm256_setzero_ps();
   for (uint32_t c0 = 0; c0 < cols; c0 += group) {
@@ -90,7 +90,7 @@ static float row_q8(const int8_t *q, const uint16_t *s, const float *x, uint32_t
   return hsum8(acc);
 }
 
-static float row_q4(const uint8_t *q, const uint16_t *s, const float *x, uint32_t cols,
+static float row_q4(const uint8_t *q, const spill_k_u16_unaligned *s, const float *x, uint32_t cols,
                     uint32_t group) {
   const __m128i m0f = _mm_set1_epi8(0x0F);
   const __m256i eight = _mm256_set1_epi32(8);

@@ -35,7 +35,7 @@ static float dot_f32(const float *w, const float *x, uint32_t n) {
   return acc;
 }
 
-static float row_q8(const int8_t *q, const uint16_t *s, const float *x, uint32_t cols,
+static float row_q8(const int8_t *q, const spill_k_u16_unaligned *s, const float *x, uint32_t cols,
                     uint32_t group) {
   float acc = 0.0f;
   for (uint32_t c0 = 0; c0 < cols; c0 += group) {
@@ -46,7 +46,7 @@ static float row_q8(const int8_t *q, const uint16_t *s, const float *x, uint32_t
   return acc;
 }
 
-static float row_q4(const uint8_t *q, const uint16_t *s, const float *x, uint32_t cols,
+static float row_q4(const uint8_t *q, const spill_k_u16_unaligned *s, const float *x, uint32_t cols,
                     uint32_t group) {
   /* q points at the row's first byte; cols and group are even. */
   float acc = 0.0f;
@@ -216,13 +216,13 @@ void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out) {
     }
     case SPILL_K_DT_Q8: {
       const int8_t *q = (const int8_t *)w->data + (size_t)r * cols;
-      const uint16_t *s = w->scales + (size_t)r * (cols / w->group);
+      const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / w->group);
       for (size_t c = 0; c < cols; c++) out[c] = spill_f16_to_f32(s[c / w->group]) * (float)q[c];
       return;
     }
     case SPILL_K_DT_Q4: {
       const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols / 2;
-      const uint16_t *s = w->scales + (size_t)r * (cols / w->group);
+      const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / w->group);
       for (size_t c = 0; c < cols; c++) {
         int nib = (c & 1) ? (q[c / 2] >> 4) : (q[c / 2] & 0x0F);
         out[c] = spill_f16_to_f32(s[c / w->group]) * (float)(nib - 8);
@@ -403,13 +403,20 @@ void spill_k_rvq3_lut(const float *codebook, const float *x, uint32_t cols, floa
   k_table_get()->lut(codebook, x, cols, lut, g0, g1);
 }
 
+/* Cached: spill_k_rvq3_apply_q asks on every call (hot path). */
+static atomic_int k_vbmi = -1;
+
 int spill_k_vbmi_supported(void) {
+  int v = atomic_load_explicit(&k_vbmi, memory_order_relaxed);
+  if (v >= 0) return v;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  return spill_k_isa_supported(SPILL_ISA_AVX512) && __builtin_cpu_supports("avx512vbmi");
+  v = spill_k_isa_supported(SPILL_ISA_AVX512) && __builtin_cpu_supports("avx512vbmi");
 #else
-  return 0;
+  v = 0;
 #endif
+  atomic_store_explicit(&k_vbmi, v, memory_order_relaxed);
+  return v;
 }
 
 void spill_k_rvq3_qlut(const float *lut, uint32_t cols, void *qlut, uint32_t g0, uint32_t g1) {

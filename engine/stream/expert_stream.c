@@ -487,6 +487,15 @@ static int src_prefetch(void *ctx, int layer, const uint32_t *ids, int n, spill_
 
 /* ---------------------------------------------------------------- public */
 
+/* Test-only fault hook handed to the reader of every stream opened (see the header). */
+static spill_io_fault_fn g_test_fault_fn;
+static void *g_test_fault_ctx;
+
+void spill_stream_test_fault_hook(spill_io_fault_fn fn, void *ctx) {
+  g_test_fault_fn = fn;
+  g_test_fault_ctx = ctx;
+}
+
 int spill_stream_open(const spill_container *c, const spill_stream_opts *o, spill_stream **out,
                       spill_err *e) {
   spill_stream *s = calloc(1, sizeof *s);
@@ -505,6 +514,7 @@ int spill_stream_open(const spill_container *c, const spill_stream_opts *o, spil
   io.throttle_bytes_per_s = o->throttle;
   int rc = spill_io_open(&io, &s->io, e);
   if (rc < 0) goto fail;
+  if (g_test_fault_fn) spill_io_set_fault_hook(s->io, g_test_fault_fn, g_test_fault_ctx);
   s->file_of_bank = calloc((size_t)(c->m.n_banks ? c->m.n_banks : 1), sizeof(uint32_t));
   if (!s->file_of_bank) {
     rc = spill_err_set(e, SPILL_E_NOMEM, "stream: out of memory");

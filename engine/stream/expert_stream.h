@@ -22,6 +22,7 @@
 
 #include "engine/base/status.h"
 #include "engine/format/container.h"
+#include "engine/io/reader.h"
 #include "engine/model/expert_source.h"
 
 #ifdef __cplusplus
@@ -94,6 +95,12 @@ void spill_stream_set_verify(spill_stream *s, int verify);
 /* 1 if a direct-mode bank fell back to buffered reads (filesystem refused O_DIRECT). */
 int spill_stream_direct_fallback(const spill_stream *s);
 const char *spill_stream_policy(const spill_stream *s);
+
+/* Test only (fault injection through a whole engine, engine/stream/
+ * fault_test.cc): every stream opened after this call installs fn(ctx) as its
+ * reader's fault hook (engine/io/reader.h); NULL installs none. Process-wide;
+ * call it while no stream is being opened. fn runs on I/O threads. */
+void spill_stream_test_fault_hook(spill_io_fault_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

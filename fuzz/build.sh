@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# fuzz/build.sh: builds the libFuzzer targets with clang-14 outside Bazel
+# (Bazel's autodetected toolchain here is gcc, which has no libFuzzer).
+#
+#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace}
+#
+# The library sources the targets need are compiled once with
+# -fsanitize=fuzzer-no-link,address,undefined into a static archive; each
+# target links it with -fsanitize=fuzzer so only the objects it uses are
+# pulled in. cJSON comes from Debian's libcjson-dev (not instrumented).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${1:-$ROOT/fuzz/out}"
+CC="${CC_FUZZ:-clang-14}"
+mkdir -p "$OUT/obj"
+
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+CFLAGS="-std=c11 -O1 -g -I$ROOT $SAN -DSPILL_FUZZ_MANIFEST=\"$ROOT/fuzz/data/nano_manifest.json\""
+SRCS=(
+  engine/base/alloc.c engine/base/clock.c engine/base/crc32.c engine/base/crc32_pclmul.c
+  engine/base/json_util.c engine/base/status.c
+  engine/format/container_read.c engine/format/container_verify.c
+  engine/format/container_write.c engine/format/dtype.c engine/format/manifest_json.c
+  engine/format/manifest_parse.c engine/format/record.c
+  engine/cache/expert_cache.c engine/cache/policy_lfru.c engine/cache/policy_lru.c
+  engine/cache/policy_nextuse.c engine/cache/policy_wtinylfu.c
+  engine/trace/trace_read.c engine/trace/trace_replay.c engine/trace/trace_stats.c
+  engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c
+  harness/exp_config.c harness/exp_metrics.c
+)
+objs=()
+for s in "${SRCS[@]}"; do
+  o="$OUT/obj/$(echo "$s" | tr / _).o"
+  if [ ! -f "$o" ] || [ "$ROOT/$s" -nt "$o" ]; then
+    $CC $CFLAGS -fsanitize=fuzzer-no-link -c "$ROOT/$s" -o "$o"
+  fi
+  objs+=("$o")
+done
+rm -f "$OUT/libspill_fuzz.a"
+ar rcs "$OUT/libspill_fuzz.a" "${objs[@]}"
+for t in manifest record exp_config trace; do
+  $CC $CFLAGS -fsanitize=fuzzer "$ROOT/fuzz/fuzz_$t.c" "$OUT/libspill_fuzz.a" \
+    -lcjson -lm -lpthread -o "$OUT/fuzz_$t"
+done
+echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace}" >&2
