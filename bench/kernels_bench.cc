@@ -14,6 +14,11 @@
 // BM_Rvq3Var_* compare the rvq3 variants (see RunRvq3) at K3 gate/up
 // (3072 x 3584), K3 down (3584 x 3072), twin up (1024 x 1280) and twin down
 // (1280 x 1024); BM_Rvq3Qlut_* times the int16 LUT quantisation.
+// BM_Crc32_*: slice-by-8 vs PCLMULQDQ folding (Arg 0|1) over one expert
+// record of mini (256 KiB) and of the twin (1.5 MiB); BM_TopK_*: the
+// router's top-k (spill_k_topk; engine/model's spill_model_topk is the same
+// O(n k) insertion) at mini (256, 8), twin (250, 16) and K3 (384, 8);
+// BM_RmsNorm_* / BM_Softmax_*: the small vector helpers at d_model sizes.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -23,9 +28,17 @@
 #include <random>
 #include <vector>
 
+#include "engine/base/crc32.h"
 #include "engine/base/half.h"
 #include "engine/quant/kernels.h"
 #include "engine/quant/kernels_isa.h"
+
+extern "C" {
+/* engine/base/crc32.c: the folding implementation behind spill_crc32, not
+ * in the header; its availability is checked before use. */
+int spill_crc32__pclmul_available(void);
+uint32_t spill_crc32__pclmul(uint32_t crc, const void *buf, size_t len);
+}
 
 namespace {
 
@@ -254,6 +267,82 @@ void BM_Q8Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q8, 4096, 
 void BM_Q4Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q4, 4096, 3584, 128); }
 void BM_F16Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_F16, 4096, 3584, 0); }
 void BM_F32Matvec_Router(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_F32, 384, 3584, 0); }
+
+void RunCrc32(benchmark::State &state, size_t bytes) {
+  const bool pcl = state.range(0) == 1;
+  if (pcl && !spill_crc32__pclmul_available()) {
+    state.SkipWithError("CPU lacks PCLMULQDQ");
+    return;
+  }
+  state.SetLabel(pcl ? "pclmul" : "slice8");
+  std::vector<uint8_t> buf(bytes);
+  std::mt19937 rng(7);
+  for (auto &b : buf) b = (uint8_t)rng();
+  uint32_t c = 0;
+  for (auto _ : state) {
+    c = pcl ? spill_crc32__pclmul(0, buf.data(), bytes) : spill_crc32__slice8(0, buf.data(), bytes);
+    benchmark::DoNotOptimize(c);
+  }
+  state.SetBytesProcessed((int64_t)(state.iterations() * bytes));
+}
+
+void RunTopK(benchmark::State &state, uint32_t n, uint32_t k) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(0.0f, 1.0f);
+  // 64 score vectors so the branch predictor does not learn one
+  std::vector<float> s((size_t)64 * n);
+  for (auto &f : s) f = d(rng);
+  std::vector<uint32_t> idx(k);
+  size_t i = 0;
+  for (auto _ : state) {
+    spill_k_topk(s.data() + (i++ & 63) * n, n, k, idx.data());
+    benchmark::DoNotOptimize(idx.data());
+  }
+  state.SetItemsProcessed((int64_t)(state.iterations() * n));
+}
+
+void RunRmsNorm(benchmark::State &state, uint32_t n) {
+  std::vector<float> x(n, 0.5f), w(n, 1.0f), y(n);
+  for (uint32_t i = 0; i < n; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  for (auto _ : state) {
+    spill_k_rmsnorm(x.data(), w.data(), y.data(), n, 1e-5f);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed((int64_t)(state.iterations() * n));
+  state.SetBytesProcessed((int64_t)(state.iterations() * n * 12));
+}
+
+void RunSoftmax(benchmark::State &state, uint32_t n) {
+  std::vector<float> x0(n), x(n);
+  for (uint32_t i = 0; i < n; i++) x0[i] = (float)((i * 37) % 101) / 10.0f;
+  for (auto _ : state) {
+    std::memcpy(x.data(), x0.data(), n * sizeof(float));
+    spill_k_softmax(x.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed((int64_t)(state.iterations() * n));
+}
+
+void BM_Crc32_MiniRecord(benchmark::State &s) { RunCrc32(s, 256u << 10); }
+void BM_Crc32_TwinRecord(benchmark::State &s) { RunCrc32(s, 1536u << 10); }
+void BM_TopK_Mini(benchmark::State &s) { RunTopK(s, 256, 8); }
+void BM_TopK_Twin(benchmark::State &s) { RunTopK(s, 250, 16); }
+void BM_TopK_K3(benchmark::State &s) { RunTopK(s, 384, 8); }
+void BM_RmsNorm_Mini(benchmark::State &s) { RunRmsNorm(s, 1024); }
+void BM_RmsNorm_Twin(benchmark::State &s) { RunRmsNorm(s, 2560); }
+void BM_RmsNorm_K3(benchmark::State &s) { RunRmsNorm(s, 7168); }
+void BM_Softmax_Mini(benchmark::State &s) { RunSoftmax(s, 256); }
+void BM_Softmax_Ctx4K(benchmark::State &s) { RunSoftmax(s, 4096); }
+BENCHMARK(BM_Crc32_MiniRecord)->DenseRange(0, 1);
+BENCHMARK(BM_Crc32_TwinRecord)->DenseRange(0, 1);
+BENCHMARK(BM_TopK_Mini);
+BENCHMARK(BM_TopK_Twin);
+BENCHMARK(BM_TopK_K3);
+BENCHMARK(BM_RmsNorm_Mini);
+BENCHMARK(BM_RmsNorm_Twin);
+BENCHMARK(BM_RmsNorm_K3);
+BENCHMARK(BM_Softmax_Mini);
+BENCHMARK(BM_Softmax_Ctx4K);
 
 #define KB(fn) BENCHMARK(fn)->DenseRange(0, 2)->Threads(1)->Threads(2)->UseRealTime()
 KB(BM_Rvq3Apply_K3Gate);

@@ -335,7 +335,11 @@ int cmd_eval(int argc, char **argv) {
   return 0;
 }
 
+int cmd_roofline(int argc, char **argv); /* cli/cmd_roofline.c */
+
 int cmd_bench(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--roofline")) return cmd_roofline(argc, argv);
   spill_config cfg;
   spill_config_default(&cfg);
   int json = 0;
@@ -359,6 +363,7 @@ int cmd_bench(int argc, char **argv) {
   if (!model) {
     fprintf(stderr,
             "usage: spill bench [--json] [-n N] [--prompt TEXT] MODEL [engine knobs]\n"
+            "       spill bench --roofline [--json] [--fio] MODEL [engine knobs]\n"
             "Fixed workload: prompt \"The quick brown fox\" (or TEXT), N greedy decode\n"
             "tokens (16), cold expert cache.\n%s",
             k_knob_help);

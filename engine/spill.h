@@ -243,6 +243,58 @@ int spill_engine_evict_page_cache(spill_engine *eng, spill_err *e);
  * ("reopen the engine"). */
 int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value, spill_err *e);
 
+/* ------------------------------------------------------------------------ */
+/* Roofline (docs/PERFORMANCE.md): what this machine allows for a model and
+ * how close the engine gets, measured in one call.
+ *   disk    random O_DIRECT reads of whole expert records from the model's
+ *           own banks, probe_threads threads each with one read in flight;
+ *   memory  read bandwidth of a buffer of mem_probe_bytes, 2 threads;
+ *   compute decode seconds per token with every expert the workload needs
+ *           resident: a budget holding all of them (the container's experts,
+ *           or what the run can touch), one untimed run to fill the cache,
+ *           then `repeats` timed runs; the fastest counts (a roofline is a
+ *           best case; resident_hit_rate says whether it all hit);
+ *   missed  demand bytes read per decode token with cfg's cache, starting
+ *           cold (cache cleared), on the same workload, `repeats` times; the
+ *           median decode tok/s is the achieved rate.
+ * bound = min(disk / missed, 1 / compute) tok/s; fraction = achieved / bound.
+ * Workload: greedy decode of n_tokens after the prompt "The quick brown fox".
+ * Opens the engine twice (cfg as given, then the resident budget); takes
+ * seconds to minutes (a cold twin token reads ~2.3 GB). */
+typedef struct spill_roofline_opts {
+  int probe_threads;        /* 0 = 8 */
+  double probe_seconds;     /* disk probe duration; 0 = 3 */
+  uint64_t mem_probe_bytes; /* 0 = 512 MiB */
+  int n_tokens;             /* decode tokens per run; 0 = 8 */
+  int repeats;              /* timed runs of each kind; 0 = 3 */
+} spill_roofline_opts;
+
+typedef struct spill_roofline {
+  uint64_t record_bytes;
+  int probe_threads;
+  double disk_bytes_per_s, disk_reads_per_s, disk_p50_ms; /* probe */
+  double mem_bytes_per_s;
+  double compute_s_per_token;   /* resident run: decode_s / tokens */
+  double resident_hit_rate;     /* decode hits / accesses of the resident run */
+  uint64_t resident_budget;
+  double missed_bytes_per_token, misses_per_token; /* cfg's cache, cold start */
+  uint64_t cache_slots, budget;  /* of the cfg run */
+  int tokens;                    /* decode tokens of the cfg run */
+  double io_wait_s_per_token;    /* cfg run: compute thread blocked on reads */
+  double bound_disk_tok_s;       /* disk / missed (0 missed: infinity) */
+  double bound_compute_tok_s;    /* 1 / compute */
+  double bound_tok_s;            /* min of the two */
+  double achieved_tok_s;         /* cfg runs: median */
+  double achieved_min_tok_s, achieved_max_tok_s; /* their spread */
+  double compute_max_s_per_token; /* slowest resident run (spread) */
+  double fraction;               /* achieved / bound */
+} spill_roofline;
+
+/* Measures the roofline of MODEL_DIR under cfg (NULL = defaults); o may be
+ * NULL. Errors as spill_engine_open, SPILL_E_IO from the probes. */
+int spill_roofline_measure(const char *model_dir, const spill_config *cfg,
+                           const spill_roofline_opts *o, spill_roofline *out, spill_err *e);
+
 #ifdef __cplusplus
 }
 #endif

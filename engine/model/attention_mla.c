@@ -15,6 +15,20 @@
 
 #include "engine/model/model_internal.h"
 
+/* a . b with 8 independent partial sums (fixed order, so any thread gives
+ * the same bits): the score loop runs it once per cached position and head,
+ * where spill_k_dot's single dependency chain cost ~4 cycles per element
+ * (bench/model_bench BM_Attn_Mla_Ctx4K; docs/PERFORMANCE.md). */
+static inline float dot8(const float *a, const float *b, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
 typedef struct mla_job {
   spill_model *m;
   const spill_layer_weights *L;
@@ -49,18 +63,30 @@ static void mla_head(void *ctx, int j, int thread) {
   float *att = g->att + (size_t)thread * g->ctx; /* (n_t) this thread's row */
   for (int t = 0; t < g->n_t; t++) {
     const float *ct = g->cache + (size_t)t * w;
-    float sc = spill_k_dot(qa, ct, (uint32_t)dc);
-    if (dr > 0) sc += spill_k_dot(qr, ct + dc, (uint32_t)dr);
+    float sc = dot8(qa, ct, dc);
+    if (dr > 0) sc += dot8(qr, ct + dc, dr);
     att[t] = sc * g->scale;
   }
   spill_model_softmax(att, g->n_t);
   /* latent output, then o_j = Wuv_j ol_j */
   float *ol = g->ol + (size_t)j * dc; /* (dc) */
-  memset(ol, 0, (size_t)dc * sizeof(float));
-  for (int t = 0; t < g->n_t; t++) {
-    const float *ct = g->cache + (size_t)t * w;
-    const float at = att[t];
-    for (int c = 0; c < dc; c++) ol[c] += at * ct[c];
+  /* blocks of 8 latent channels held in registers over all positions: each
+   * ol[c] is still summed in position order (same bits as a plain loop),
+   * without the store/reload per position a possibly aliased ol costs */
+  int c0 = 0;
+  for (; c0 + 8 <= dc; c0 += 8) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int t = 0; t < g->n_t; t++) {
+      const float *ct = g->cache + (size_t)t * w + c0;
+      const float at = att[t];
+      for (int k = 0; k < 8; k++) acc[k] += at * ct[k];
+    }
+    memcpy(ol + c0, acc, sizeof acc);
+  }
+  for (; c0 < dc; c0++) {
+    float acc = 0.0f;
+    for (int t = 0; t < g->n_t; t++) acc += att[t] * g->cache[(size_t)t * w + c0];
+    ol[c0] = acc;
   }
   const spill_qmat wuv = spill_model_qmat_rows(&g->L->attn_kv_b, r0 + (uint32_t)dn, (uint32_t)dv);
   spill_k_matvec(&wuv, ol, g->o + (size_t)j * dv, 0, (uint32_t)dv);

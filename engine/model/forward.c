@@ -25,6 +25,7 @@ typedef struct mv_job {
   const spill_qmat *w[2];
   const float *x[2];
   const float *lut[2];
+  const void *qlut[2]; /* int16 LUT (spill_k_rvq3_apply_q), else NULL */
   float *y[2];
   uint32_t rows_per_task;
   int tasks0; /* tasks of matrix 0 */
@@ -39,7 +40,9 @@ static void mv_task(void *ctx, int task, int thread) {
   const uint32_t r0 = (uint32_t)t * j->rows_per_task;
   uint32_t r1 = r0 + j->rows_per_task;
   if (r1 > w->rows) r1 = w->rows;
-  if (j->lut[mi])
+  if (j->qlut[mi])
+    spill_k_rvq3_apply_q(w, j->qlut[mi], j->y[mi], r0, r1);
+  else if (j->lut[mi])
     spill_k_rvq3_apply(w, j->lut[mi], j->y[mi], r0, r1);
   else
     spill_k_matvec(w, j->x[mi], j->y[mi], r0, r1);
@@ -52,10 +55,9 @@ static uint32_t rows_per_task(const spill_model *m, uint32_t rows) {
   return r;
 }
 
-void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, const float *lut0,
-                         float *y0, const spill_qmat *w1, const float *x1, const float *lut1,
-                         float *y1) {
-  mv_job j = {{w0, w1}, {x0, x1}, {lut0, lut1}, {y0, y1}, 0, 0};
+static void run_mv(spill_model *m, mv_job *jp) {
+  mv_job j = *jp;
+  const spill_qmat *w0 = j.w[0], *w1 = j.w[1];
   const uint64_t work = (uint64_t)w0->rows * w0->cols + (w1 ? (uint64_t)w1->rows * w1->cols : 0);
   if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
     j.rows_per_task = w0->rows;
@@ -72,6 +74,19 @@ void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, 
   j.tasks0 = (int)((w0->rows + j.rows_per_task - 1) / j.rows_per_task);
   const int tasks1 = w1 ? (int)((w1->rows + j.rows_per_task - 1) / j.rows_per_task) : 0;
   spill_pool_run(m->pool, mv_task, &j, j.tasks0 + tasks1);
+}
+
+void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, const float *lut0,
+                         float *y0, const spill_qmat *w1, const float *x1, const float *lut1,
+                         float *y1) {
+  mv_job j = {{w0, w1}, {x0, x1}, {lut0, lut1}, {NULL, NULL}, {y0, y1}, 0, 0};
+  run_mv(m, &j);
+}
+
+void spill_model_rvq3_apply2_q(spill_model *m, const spill_qmat *w0, const void *q0, float *y0,
+                               const spill_qmat *w1, const void *q1, float *y1) {
+  mv_job j = {{w0, w1}, {NULL, NULL}, {NULL, NULL}, {q0, q1}, {y0, y1}, 0, 0};
+  run_mv(m, &j);
 }
 
 void spill_model_run_tasks(spill_model *m, spill_pool_fn fn, void *ctx, int n_tasks,
@@ -95,6 +110,7 @@ typedef struct lut_job {
   const float *cb, *x;
   uint32_t cols, groups_per_task, n_groups;
   float *lut;
+  void *qlut; /* also quantise each task's groups into it (int16 path), or NULL */
 } lut_job;
 
 static void lut_task(void *ctx, int task, int thread) {
@@ -104,11 +120,26 @@ static void lut_task(void *ctx, int task, int thread) {
   uint32_t g1 = g0 + j->groups_per_task;
   if (g1 > j->n_groups) g1 = j->n_groups;
   spill_k_rvq3_lut(j->cb, j->x, j->cols, j->lut, g0, g1);
+  /* scale_g depends on group g alone, so quantising right after building
+   * the same groups needs no barrier and is bit-exact for any split */
+  if (j->qlut) spill_k_rvq3_qlut(j->lut, j->cols, j->qlut, g0, g1);
 }
+
+static void run_lut(spill_model *m, lut_job j);
 
 void spill_model_lut(spill_model *m, const float *codebook, const float *x, uint32_t cols,
                      float *lut) {
-  lut_job j = {codebook, x, cols, 0, cols / SPILL_RVQ_DIM, lut};
+  lut_job j = {codebook, x, cols, 0, cols / SPILL_RVQ_DIM, lut, NULL};
+  run_lut(m, j);
+}
+
+void spill_model_lut_q(spill_model *m, const float *codebook, const float *x, uint32_t cols,
+                       float *lut, void *qlut) {
+  lut_job j = {codebook, x, cols, 0, cols / SPILL_RVQ_DIM, lut, qlut};
+  run_lut(m, j);
+}
+
+static void run_lut(spill_model *m, lut_job j) {
   /* work per group: 3 stages x 256 entries x 8 = 6144 MACs */
   if (m->o.n_threads == 1 || (uint64_t)j.n_groups * 6144u < (uint64_t)m->o.par_min_weights ||
       j.n_groups < 2) {

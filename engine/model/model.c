@@ -109,7 +109,7 @@ static void *carve(carver *cv, uint64_t n_elems, uint64_t elem) {
   return p;
 }
 
-static void plan_scratch(const spill_arch *a, int ctx, int n_threads, int T, carver *cv,
+static void plan_scratch(const spill_arch *a, int ctx, int n_threads, int T, int qlut, carver *cv,
                          spill_model_scratch *s) {
   const uint64_t D = (uint64_t)a->d_model, V = (uint64_t)a->vocab_size;
   int has[3] = {0, 0, 0};
@@ -193,6 +193,12 @@ static void plan_scratch(const spill_arch *a, int ctx, int n_threads, int T, car
   s->lut_g = carve(cv, n_moe ? Tn * lut_in : 0, 4);
   s->lut_u = carve(cv, n_moe ? Tn * lut_in : 0, 4);
   s->lut_d = carve(cv, n_moe ? lut_de : 0, 4);
+  /* int16 LUTs of the VBMI path: carved only when the model uses it (qlut;
+   * spill_model_scratch_bytes counts them, an upper bound) */
+  const int nq = n_moe && qlut;
+  s->qlut_g = nq ? carve(cv, Tn * spill_k_rvq3_qlut_bytes((uint32_t)din), 1) : NULL;
+  s->qlut_u = nq ? carve(cv, Tn * spill_k_rvq3_qlut_bytes((uint32_t)din), 1) : NULL;
+  s->qlut_d = nq ? carve(cv, spill_k_rvq3_qlut_bytes((uint32_t)de), 1) : NULL;
   s->eg = carve(cv, de, 4);
   s->eu = carve(cv, de, 4);
   s->slot = carve(cv, Tn * K * din, 4);
@@ -213,7 +219,7 @@ uint64_t spill_model_scratch_bytes(const spill_arch *a, int ctx, int n_threads, 
   if (!a || ctx < 0) return 0;
   carver cv = {NULL, 0};
   spill_model_scratch s;
-  plan_scratch(a, ctx, n_threads > 0 ? n_threads : 1, max_chunk > 0 ? max_chunk : 16, &cv, &s);
+  plan_scratch(a, ctx, n_threads > 0 ? n_threads : 1, max_chunk > 0 ? max_chunk : 16, 1, &cv, &s);
   return cv.off;
 }
 
@@ -227,8 +233,15 @@ static int open_impl(spill_model *m, const char *dir, spill_err *e) {
   SPILL_FAIL_IF(e, !m->L, SPILL_E_NOMEM, "layer table");
   SPILL_TRY(spill_model_load_weights(m, e));
   SPILL_TRY(alloc_state(m, e));
+  /* rvq3 through int16 LUTs (engine/quant/kernels.h) only on request
+   * (SPILL_RVQ3_QLUT=1) and where VBMI makes it fast: its rounding moves the
+   * logits ~1e-4 relative, past the reference agreement tolerance on the
+   * nano models (see refuted/0301), so the f32-LUT path stays the default. */
+  const char *ql = getenv("SPILL_RVQ3_QLUT");
+  m->rvq_q = m->expert_dtype == SPILL_DT_RVQ3 && ql && !strcmp(ql, "1") &&
+             spill_k_rvq3_qlut_fast();
   carver cv = {NULL, 0};
-  plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, &cv, &m->s);
+  plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, m->rvq_q, &cv, &m->s);
   SPILL_FAIL_IF(e, cv.off > SIZE_MAX, SPILL_E_NOMEM, "scratch overflows");
   m->scratch_bytes = (size_t)cv.off;
   m->scratch_mem = spill_alloc(m->scratch_bytes, 64);
@@ -236,7 +249,7 @@ static int open_impl(spill_model *m, const char *dir, spill_err *e) {
                 m->scratch_bytes);
   cv.base = m->scratch_mem;
   cv.off = 0;
-  plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, &cv, &m->s);
+  plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, m->rvq_q, &cv, &m->s);
   SPILL_TRY(spill_pool_open(m->o.n_threads, &m->pool, e));
   if (spill_arch_n_moe(&m->a) > 0) {
     SPILL_TRY(spill_expert_source_sync_open(&m->c, m->o.verify, 2, &m->builtin, e));

@@ -84,6 +84,10 @@ typedef struct spill_model_scratch {
   float *u;        /* (T, d_in) expert input (latent or h copy) */
   float *lut_g, *lut_u; /* (T, 3*(d_in/8)*256) rvq3 LUTs of u */
   float *lut_d;    /* (3*(d_expert/8)*256) rvq3 LUT of one expert's activation */
+  /* int16 LUTs of the VBMI path (spill_k_rvq3_qlut_fast): quantised copies of
+   * lut_g/lut_u per token and of lut_d, spill_k_rvq3_qlut_bytes(cols) each */
+  uint8_t *qlut_g, *qlut_u; /* (T, qlut_bytes(d_in)) */
+  uint8_t *qlut_d;          /* (qlut_bytes(d_expert)) */
   float *eg, *eu;  /* (d_expert) expert gate/up outputs */
   float *slot;     /* (T, k, d_in) each selection's expert output */
   float *y;        /* (d_in) */
@@ -115,6 +119,7 @@ struct spill_model {
   /* expert record layout */
   spill_dtype expert_dtype;
   int d_in;           /* d_latent or D */
+  int rvq_q;          /* rvq3 experts go through the int16 LUT (VBMI) path */
   /* state */
   float *state;       /* one allocation for all layers */
   size_t state_bytes;
@@ -157,6 +162,14 @@ void spill_model_lut(spill_model *m, const float *codebook, const float *x, uint
                      float *lut);
 /* y = W lut (rvq3) over all rows. */
 void spill_model_rvq3_apply(spill_model *m, const spill_qmat *w, const float *lut, float *y);
+/* int16-LUT path (m->rvq_q): builds the f32 LUT of x into lut and quantises it
+ * into qlut (spill_k_rvq3_qlut_bytes(cols)), groups split across the pool
+ * (each task builds then quantises its own groups: bit-exact for any split). */
+void spill_model_lut_q(spill_model *m, const float *codebook, const float *x, uint32_t cols,
+                       float *lut, void *qlut);
+/* y0 = W0 q0 and y1 = W1 q1 (w1 may be NULL) through spill_k_rvq3_apply_q. */
+void spill_model_rvq3_apply2_q(spill_model *m, const spill_qmat *w0, const void *q0, float *y0,
+                               const spill_qmat *w1, const void *q1, float *y1);
 /* RoPE (rotate-half) of v (d floats) with the cos/sin table cs (d/2 + d/2). */
 void spill_model_rope_table(float *cs, int d, int pos, double theta);
 void spill_model_rope_apply(float *v, int d, const float *cs);

@@ -81,26 +81,38 @@ static void drain(spill_model *m, int l, const uint32_t *uniq, int remaining) {
   }
 }
 
-/* One expert applied to one token: slot (d_in) = down(silu(gate u) * (up u)). */
+/* One expert applied to one token: slot (d_in) = down(silu(gate u) * (up u)).
+ * rvq3 uses the layer's shared LUTs of u: f32 (lut_g/lut_u) or, on the int16
+ * path (m->rvq_q), their quantised copies (q_g/q_u). */
 static void expert_apply(spill_model *m, const spill_layer_weights *L, const spill_qmat *G,
                          const spill_qmat *U, const spill_qmat *Dn, const float *u,
-                         const float *lut_g, const float *lut_u, float *slot) {
+                         const float *lut_g, const float *lut_u, const void *q_g,
+                         const void *q_u, float *slot) {
   const int de = m->a.moe.d_expert;
   float *eg = m->s.eg; /* (d_expert) */
   float *eu = m->s.eu; /* (d_expert) */
   uint64_t t0 = spill_clock_ns();
   if (m->expert_dtype == SPILL_DT_RVQ3) {
-    spill_model_matvec2(m, G, NULL, lut_g, eg, U, NULL, lut_u, eu);
-    for (int i = 0; i < de; i++) eg[i] = spill_model_silu(eg[i]) * eu[i];
+    if (q_g)
+      spill_model_rvq3_apply2_q(m, G, q_g, eg, U, q_u, eu);
+    else
+      spill_model_matvec2(m, G, NULL, lut_g, eg, U, NULL, lut_u, eu);
+    spill_k_silu_mul(eg, eu, (uint32_t)de);
     uint64_t t1 = spill_clock_ns();
-    spill_model_lut(m, L->codebook[SPILL_SEC_DOWN], eg, (uint32_t)de, m->s.lut_d);
+    if (q_g)
+      spill_model_lut_q(m, L->codebook[SPILL_SEC_DOWN], eg, (uint32_t)de, m->s.lut_d, m->s.qlut_d);
+    else
+      spill_model_lut(m, L->codebook[SPILL_SEC_DOWN], eg, (uint32_t)de, m->s.lut_d);
     uint64_t t2 = spill_clock_ns();
-    spill_model_rvq3_apply(m, Dn, m->s.lut_d, slot);
+    if (q_g)
+      spill_model_rvq3_apply2_q(m, Dn, m->s.qlut_d, slot, NULL, NULL, NULL);
+    else
+      spill_model_rvq3_apply(m, Dn, m->s.lut_d, slot);
     m->stats.ns_lut += t2 - t1;
     m->stats.ns_expert += (t1 - t0) + (spill_clock_ns() - t2);
   } else {
     spill_model_matvec2(m, G, u, NULL, eg, U, u, NULL, eu);
-    for (int i = 0; i < de; i++) eg[i] = spill_model_silu(eg[i]) * eu[i];
+    spill_k_silu_mul(eg, eu, (uint32_t)de);
     spill_model_matvec(m, Dn, eg, slot);
     m->stats.ns_expert += spill_clock_ns() - t0;
   }
@@ -113,7 +125,9 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
   spill_model_scratch *s = &m->s;
   const int D = m->a.d_model, E = c->n_experts, K = c->top_k, din = m->d_in;
   const int rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
+  const int rq = rvq3 && m->rvq_q;
   const size_t lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
+  const size_t qlut_n = spill_k_rvq3_qlut_bytes((uint32_t)din);
   float *router = s->router; /* (T, E) */
   uint32_t *sel = s->sel;    /* (T, K) */
   float *selw = s->selw;     /* (T, K) */
@@ -188,8 +202,15 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
     t0 = spill_clock_ns();
     for (int t = 0; t < T; t++) {
       const float *ut = u + (size_t)t * din;
-      spill_model_lut(m, L->codebook[SPILL_SEC_GATE], ut, (uint32_t)din, s->lut_g + (size_t)t * lut_n);
-      spill_model_lut(m, L->codebook[SPILL_SEC_UP], ut, (uint32_t)din, s->lut_u + (size_t)t * lut_n);
+      if (rq) {
+        spill_model_lut_q(m, L->codebook[SPILL_SEC_GATE], ut, (uint32_t)din,
+                          s->lut_g + (size_t)t * lut_n, s->qlut_g + (size_t)t * qlut_n);
+        spill_model_lut_q(m, L->codebook[SPILL_SEC_UP], ut, (uint32_t)din,
+                          s->lut_u + (size_t)t * lut_n, s->qlut_u + (size_t)t * qlut_n);
+      } else {
+        spill_model_lut(m, L->codebook[SPILL_SEC_GATE], ut, (uint32_t)din, s->lut_g + (size_t)t * lut_n);
+        spill_model_lut(m, L->codebook[SPILL_SEC_UP], ut, (uint32_t)din, s->lut_u + (size_t)t * lut_n);
+      }
     }
     m->stats.ns_lut += spill_clock_ns() - t0;
   }
@@ -228,7 +249,9 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
       const int ts = s->use[k], t = ts / K;
       expert_apply(m, L, &G, &U, &Dn, u + (size_t)t * din,
                    rvq3 ? s->lut_g + (size_t)t * lut_n : NULL,
-                   rvq3 ? s->lut_u + (size_t)t * lut_n : NULL, slot + (size_t)ts * din);
+                   rvq3 ? s->lut_u + (size_t)t * lut_n : NULL,
+                   rq ? s->qlut_g + (size_t)t * qlut_n : NULL,
+                   rq ? s->qlut_u + (size_t)t * qlut_n : NULL, slot + (size_t)ts * din);
     }
     m->stats.n_expert_uses += (uint64_t)(s->use_start[idx + 1] - s->use_start[idx]);
     m->src.release(m->src.ctx, l, id);

@@ -1,0 +1,198 @@
+/* cli/cmd_roofline.c: `spill bench --roofline [--json] [--fio] MODEL [knobs]`.
+ *
+ * Prints spill_roofline_measure (engine/spill.h): the device's random-read
+ * bandwidth at the record size (our own O_DIRECT probe), memory bandwidth,
+ * compute time per token with every expert resident, bytes missed per token
+ * at the configured cache, the bound min(disk / missed, 1 / compute) and the
+ * achieved decode tok/s as a fraction of it. --fio also runs Debian's fio
+ * once with the same record size, threads (psync, one read in flight each),
+ * O_DIRECT and duration on one bank file of the model and prints the
+ * agreement of the two probes. Engine knobs are --kebab-case spill_config
+ * keys, as in `spill bench`.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_util.h"
+#include "engine/spill.h"
+
+int cmd_roofline(int argc, char **argv);
+
+/* fio randread on `file`; returns bytes/s or a negative value. */
+static double run_fio(const char *file, uint64_t bs, int threads, double seconds) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd,
+           "fio --name=spill-roofline --filename='%s' --readonly --rw=randread --bs=%llu "
+           "--direct=1 --ioengine=psync --numjobs=%d --group_reporting --time_based "
+           "--runtime=%.0f --output-format=json 2>/dev/null",
+           file, (unsigned long long)bs, threads, seconds < 1 ? 1 : seconds);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  static char out[1 << 20];
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  if (pclose(p) != 0) return -1;
+  const char *rd = strstr(out, "\"read\"");
+  const char *bw = rd ? strstr(rd, "\"bw_bytes\"") : NULL;
+  if (!bw) return -1;
+  bw = strchr(bw, ':');
+  return bw ? strtod(bw + 1, NULL) : -1;
+}
+
+/* First bank file of the model (experts-*.bin by the container convention). */
+static int first_bank(const char *model, char *out, size_t n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/manifest.json", model);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  static char buf[1 << 16];
+  size_t k = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[k] = 0;
+  const char *b = strstr(buf, "experts-");
+  if (!b) return -1;
+  const char *q = strchr(b, '"');
+  if (!q || (size_t)(q - b) + strlen(model) + 2 > n) return -1;
+  snprintf(out, n, "%s/%.*s", model, (int)(q - b), b);
+  return 0;
+}
+
+static int knob(int argc, char **argv, int *i, spill_config *cfg) {
+  const char *a = argv[*i];
+  if (strncmp(a, "--", 2) != 0) return 0;
+  char key[64];
+  snprintf(key, sizeof key, "%s", a + 2);
+  for (char *p = key; *p; p++)
+    if (*p == '-') *p = '_';
+  spill_err e = {0};
+  if (!strcmp(key, "verify") || !strcmp(key, "lookahead_prefill")) {
+    if (spill_config_set(cfg, key, "true", &e)) goto bad;
+    return 1;
+  }
+  spill_config probe;
+  spill_config_default(&probe);
+  if (spill_config_set(&probe, key, "1", &e) && e.code == SPILL_E_CONFIG &&
+      strstr(e.msg, "unknown"))
+    return 0; /* not a knob */
+  const char *v = cli_value(argc, argv, i);
+  if (!v) return -1;
+  if (spill_config_set(cfg, key, v, &e)) goto bad;
+  return 1;
+bad:
+  fprintf(stderr, "spill bench: %s (%s)\n", e.msg, spill_status_name(e.code));
+  return -1;
+}
+
+int cmd_roofline(int argc, char **argv) {
+  spill_config cfg;
+  spill_config_default(&cfg);
+  spill_roofline_opts o = {0};
+  int json = 0, fio = 0;
+  long v;
+  const char *model = NULL, *s;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--roofline")) continue;
+    if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--fio")) fio = 1;
+    else if (!strcmp(a, "-n")) {
+      if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 4096, &v)) return 2;
+      o.n_tokens = (int)v;
+    } else if (!strcmp(a, "--repeats")) {
+      if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 16, &v)) return 2;
+      o.repeats = (int)v;
+    } else if (!strcmp(a, "--probe-threads")) {
+      if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 64, &v)) return 2;
+      o.probe_threads = (int)v;
+    } else if (!strcmp(a, "--probe-seconds")) {
+      if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 600, &v)) return 2;
+      o.probe_seconds = (double)v;
+    } else {
+      int k = knob(argc, argv, &i, &cfg);
+      if (k < 0) return 2;
+      if (k) continue;
+      if (a[0] == '-') {
+        fprintf(stderr, "spill bench: unknown option %s\n", a);
+        return 2;
+      }
+      model = a;
+    }
+  }
+  if (!model) {
+    fprintf(stderr,
+            "usage: spill bench --roofline [--json] [--fio] [-n N] [--repeats R] [--probe-threads N]\n"
+            "       [--probe-seconds S] MODEL [engine knobs as in spill bench]\n");
+    return 2;
+  }
+  spill_roofline r;
+  spill_err e = {0};
+  int rc = spill_roofline_measure(model, &cfg, &o, &r, &e);
+  if (rc) return cli_fail("bench --roofline", rc, e.msg);
+  double fio_bw = -1;
+  if (fio) {
+    char bank[4096];
+    if (first_bank(model, bank, sizeof bank) == 0)
+      fio_bw = run_fio(bank, r.record_bytes, r.probe_threads, o.probe_seconds > 0 ? o.probe_seconds : 3);
+    if (fio_bw < 0) fprintf(stderr, "spill bench: warning: fio did not run (is it installed?)\n");
+  }
+  const int disk_inf = r.bound_disk_tok_s > 1e200;
+  if (json) {
+    char dbound[64]; /* null: nothing missed, the disk does not bound */
+    if (disk_inf) snprintf(dbound, sizeof dbound, "null");
+    else snprintf(dbound, sizeof dbound, "%.4f", r.bound_disk_tok_s);
+    printf("{\"model\": \"%s\", \"record_bytes\": %llu, \"probe_threads\": %d, "
+           "\"disk_bytes_per_s\": %.0f, \"disk_reads_per_s\": %.1f, \"disk_p50_ms\": %.3f, "
+           "\"mem_bytes_per_s\": %.0f, \"compute_s_per_token\": %.6f, "
+           "\"resident_hit_rate\": %.4f, \"resident_budget\": %llu, "
+           "\"missed_bytes_per_token\": %.0f, \"misses_per_token\": %.2f, "
+           "\"cache_slots\": %llu, \"budget\": %llu, \"tokens\": %d, "
+           "\"io_wait_s_per_token\": %.6f, \"bound_disk_tok_s\": %s, "
+           "\"bound_compute_tok_s\": %.4f, \"bound_tok_s\": %.4f, \"achieved_tok_s\": %.4f, "
+           "\"fraction\": %.4f, \"bound_by\": \"%s\", \"achieved_min_tok_s\": %.4f, "
+           "\"achieved_max_tok_s\": %.4f, \"compute_max_s_per_token\": %.6f",
+           model, (unsigned long long)r.record_bytes, r.probe_threads, r.disk_bytes_per_s,
+           r.disk_reads_per_s, r.disk_p50_ms, r.mem_bytes_per_s, r.compute_s_per_token,
+           r.resident_hit_rate, (unsigned long long)r.resident_budget, r.missed_bytes_per_token,
+           r.misses_per_token, (unsigned long long)r.cache_slots, (unsigned long long)r.budget,
+           r.tokens, r.io_wait_s_per_token, dbound, r.bound_compute_tok_s, r.bound_tok_s,
+           r.achieved_tok_s, r.fraction,
+           r.bound_disk_tok_s < r.bound_compute_tok_s ? "disk" : "compute", r.achieved_min_tok_s,
+           r.achieved_max_tok_s, r.compute_max_s_per_token);
+    if (fio_bw >= 0)
+      printf(", \"fio_bytes_per_s\": %.0f, \"probe_over_fio\": %.4f", fio_bw,
+             r.disk_bytes_per_s / fio_bw);
+    printf("}\n");
+    return 0;
+  }
+  char b1[32], b2[32];
+  printf("roofline of %s (record %s, %d decode tokens, prompt \"The quick brown fox\")\n", model,
+         cli_bytes(r.record_bytes, b1, sizeof b1), r.tokens);
+  printf("  disk     %8.1f MB/s  %7.1f reads/s  p50 %.2f ms  (O_DIRECT random records, %d threads)\n",
+         r.disk_bytes_per_s / 1e6, r.disk_reads_per_s, r.disk_p50_ms, r.probe_threads);
+  if (fio_bw >= 0)
+    printf("  fio      %8.1f MB/s  (randread psync direct, same bs/threads, one bank): probe/fio %.3f\n",
+           fio_bw / 1e6, r.disk_bytes_per_s / fio_bw);
+  printf("  memory   %8.1f GB/s  (read, 2 threads)\n", r.mem_bytes_per_s / 1e9);
+  printf("  compute  %8.2f ms/token with every expert resident (slowest run %.2f; budget %s, "
+         "hit rate %.1f%%)\n",
+         r.compute_s_per_token * 1e3, r.compute_max_s_per_token * 1e3,
+         cli_bytes(r.resident_budget, b2, sizeof b2),
+         100 * r.resident_hit_rate);
+  printf("  missed   %8.2f MB/token  (%.1f misses/token; %llu cache slots, budget %s)\n",
+         r.missed_bytes_per_token / 1e6, r.misses_per_token, (unsigned long long)r.cache_slots,
+         cli_bytes(r.budget, b1, sizeof b1));
+  if (disk_inf)
+    printf("  bound    disk unbounded (nothing missed), compute %.2f tok/s -> %.2f tok/s\n",
+           r.bound_compute_tok_s, r.bound_tok_s);
+  else
+    printf("  bound    min(disk %.2f, compute %.2f) = %.2f tok/s (%s-bound)\n", r.bound_disk_tok_s,
+           r.bound_compute_tok_s, r.bound_tok_s,
+           r.bound_disk_tok_s < r.bound_compute_tok_s ? "disk" : "compute");
+  printf("  achieved %8.2f tok/s (median; runs %.2f .. %.2f) = %.1f%% of the bound (io wait %.2f "
+         "ms/token)\n",
+         r.achieved_tok_s, r.achieved_min_tok_s, r.achieved_max_tok_s, 100 * r.fraction,
+         r.io_wait_s_per_token * 1e3);
+  return 0;
+}
