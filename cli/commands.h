@@ -16,5 +16,6 @@ int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_sim(int argc, char **argv);     /* cli/cmd_sim.c (engine/sim) */
 
 #endif

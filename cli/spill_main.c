@@ -19,6 +19,7 @@ static const struct {
     {"eval", cmd_eval, "logits of a prompt (top-k, or all positions to a file)"},
     {"bench", cmd_bench, "fixed decode workload: tok/s, hits, bytes read"},
     {"trace", cmd_trace, "router traces: stats, replay through cache policies and Belady"},
+    {"sim", cmd_sim, "simulate decode per RAM budget: hit rate, bytes, tok/s (docs/SIM.md)"},
     {"exp", cmd_exp, "run an experiment config (docs/EXPERIMENTS.md)"},
     {"report", cmd_report, "regenerate tables and plots of a results directory"},
     {"compare", cmd_compare, "compare two results directories cell by cell"},

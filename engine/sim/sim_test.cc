@@ -1,0 +1,191 @@
+// engine/sim/sim_test.cc: the simulator's config validation, synthetic
+// routing, the exactness of its cache part against trace replay, and the
+// direction of its timing and memory models.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+extern "C" {
+#include "engine/sim/sim.h"
+#include "engine/trace/router_trace.h"
+}
+
+namespace {
+
+std::string Parse(const std::string &json, spill_sim_config *c) {
+  spill_err e = {};
+  int rc = spill_sim_config_parse(json.c_str(), "t.json", c, &e);
+  return rc == 0 ? "" : std::string(e.msg);
+}
+
+const char *kBase =
+    R"({"model": {"moe_layers": 4, "experts": 16, "top_k": 2, "record_bytes": 1048576,
+        "trunk_bytes": "64M"},
+       "routing": {"synthetic": {"tokens": 50, "zipf": 0.8, "reuse": 0.4, "seed": 3}},
+       "cache": {"policy": "lru"},
+       "io": {"threads": 2, "bandwidth": "1G", "latency_us": 50},
+       "compute": {"per_layer_ms": 1, "per_expert_ms": 0.5},
+       "budgets": ["70M", "80M"]})";
+
+TEST(SimConfigTest, AcceptsAValidConfig) {
+  spill_sim_config c;
+  ASSERT_EQ(Parse(kBase, &c), "");
+  EXPECT_EQ(c.moe_layers, 4u);
+  EXPECT_EQ(c.n_budgets, 2);
+  EXPECT_EQ(c.budgets[1], 80ull << 20);
+  EXPECT_DOUBLE_EQ(c.io_bandwidth, 1073741824.0);
+  EXPECT_NEAR(c.t_expert_s, 0.5e-3, 1e-12);
+  EXPECT_EQ(c.min_cache_bytes, 2ull * 2 * 1048576);
+}
+
+TEST(SimConfigTest, ErrorsNameTheJsonPath) {
+  spill_sim_config c;
+  std::string b = kBase;
+  auto with = [&](const std::string &from, const std::string &to) {
+    std::string s = b;
+    size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    s.replace(at, from.size(), to);
+    return Parse(s, &c);
+  };
+  EXPECT_NE(with(R"("1G")", R"("fast")").find("io.bandwidth"), std::string::npos);
+  EXPECT_NE(with(R"(["70M", "80M"])", R"(["70M", "9Q"])").find("budgets[1]"), std::string::npos);
+  EXPECT_NE(with(R"(["70M", "80M"])", R"(["1M"])").find("below the floor"), std::string::npos);
+  EXPECT_NE(with(R"("lru")", R"("fifo")").find("cache.policy"), std::string::npos);
+  EXPECT_NE(with(R"("reuse": 0.4)", R"("reuse": 1.4)").find("reuse"), std::string::npos);
+  EXPECT_NE(with(R"("cache")", R"("cachez")").find("cachez"), std::string::npos);
+  EXPECT_NE(with(R"("io": {)", R"("lookahead": {"width": 2}, "io": {)").find("lookahead.precision"),
+            std::string::npos);
+  EXPECT_NE(with(R"("trunk_bytes": "64M")", R"("trunk_bytes": -3)").find("model.trunk_bytes"),
+            std::string::npos);
+  EXPECT_NE(Parse("{", &c).find("invalid JSON"), std::string::npos);
+  EXPECT_NE(Parse("[]", &c).find("expected an object"), std::string::npos);
+}
+
+TEST(SimRoutingTest, SyntheticRoutingHitsItsReuseTargetAndSkew) {
+  spill_trace t;
+  spill_err e = {};
+  double s = spill_sim_zipf_for_top10(256, 0.342);
+  ASSERT_GT(s, 0.0);
+  ASSERT_EQ(spill_sim_synth(400, 8, 256, 8, s, 0.435, 7, &t, &e), 0) << e.msg;
+  spill_trace_stats st;
+  ASSERT_EQ(spill_trace_compute_stats(&t, 0, 0, &st, &e), 0) << e.msg;
+  EXPECT_NEAR(st.reuse_next, 0.435, 0.03);
+  EXPECT_GT(st.top10_share_mean, 0.25);
+  spill_trace_stats_free(&st);
+  spill_trace_free(&t);
+}
+
+// The cache part is the engine's cache code on the same sequence. The sim
+// keeps a layer's demand entries pinned until consumed, as engine/stream
+// does, while trace replay releases each access at once: LRU never picks a
+// just-used entry, so it agrees exactly; sampling policies may pick a victim
+// among different candidates, so they agree within 1 pp.
+TEST(SimRunTest, CachePartMatchesTraceReplayOnTheOlmoeTrace) {
+  spill_sim_config c;
+  std::string cfg =
+      R"({"model": {"moe_layers": 16, "experts": 64, "top_k": 8, "record_bytes": 4096},
+          "routing": {"trace": "traces/olmoe-1b-7b-299.jsonl"},
+          "cache": {"policy": "POL", "slots": 128}, "budgets": ["1G"]})";
+  for (const char *pol : {"lru", "lfru", "nextuse"}) {
+    std::string s = cfg;
+    s.replace(s.find("POL"), 3, pol);
+    ASSERT_EQ(Parse(s, &c), "");
+    spill_trace t;
+    spill_err e = {};
+    ASSERT_EQ(spill_sim_routing(&c, &t, nullptr, &e), 0) << e.msg;
+    spill_sim_result r;
+    ASSERT_EQ(spill_sim_run(&c, &t, &r, &e), 0) << e.msg;
+    spill_trace_replay_result rr;
+    ASSERT_EQ(spill_trace_replay(&t, pol, 128, 1, 0, 0, &rr, &e), 0) << e.msg;
+    if (std::string(pol) == "lru") EXPECT_EQ(r.hits, rr.hits);
+    EXPECT_NEAR(r.hit_rate, rr.hit_rate, 0.01) << pol;
+    EXPECT_EQ(r.accesses, rr.accesses) << pol;
+    EXPECT_EQ(r.reads, r.misses) << pol;  // no lookahead: one read per miss
+    spill_trace_free(&t);
+  }
+}
+
+spill_sim_result RunOne(const std::string &json) {
+  spill_sim_config c;
+  spill_sim_result r = {};
+  EXPECT_EQ(Parse(json, &c), "");
+  spill_trace t;
+  spill_err e = {};
+  EXPECT_EQ(spill_sim_routing(&c, &t, nullptr, &e), 0) << e.msg;
+  EXPECT_EQ(spill_sim_run(&c, &t, &r, &e), 0) << e.msg;
+  spill_trace_free(&t);
+  return r;
+}
+
+TEST(SimRunTest, AColdTokenCostsItsReadsWhenIoBound) {
+  // every access misses (1 slot), no compute: s/token = reads x record / bandwidth
+  // (+ one latency), with one reader thread.
+  spill_sim_result r = RunOne(
+      R"({"model": {"moe_layers": 4, "experts": 64, "top_k": 2, "record_bytes": 1048576},
+          "routing": {"synthetic": {"tokens": 10, "zipf": 0, "reuse": 0, "seed": 1}},
+          "cache": {"policy": "lru", "slots": 1}, "io": {"threads": 1, "bandwidth": 1048576000,
+          "latency_us": 0}, "budgets": ["1G"]})");
+  ASSERT_EQ(r.tokens, 10u);
+  double per_read = 1048576.0 / 1048576000.0;
+  EXPECT_NEAR(r.s_per_token, (double)r.reads / r.tokens * per_read, 1e-9);
+  EXPECT_NEAR(r.io_stall_s, r.s_per_token, 1e-9);
+}
+
+TEST(SimRunTest, LookaheadWithPerfectPrecisionTurnsMissesIntoHits) {
+  std::string base =
+      R"({"model": {"moe_layers": 8, "experts": 64, "top_k": 4, "record_bytes": 65536},
+          "routing": {"synthetic": {"tokens": 40, "zipf": 0.5, "reuse": 0.2, "seed": 2}},
+          "cache": {"policy": "lru", "slots": 16}, LA "budgets": ["1G"]})";
+  std::string off = base, on = base;
+  off.replace(off.find("LA"), 2, "");
+  on.replace(on.find("LA"), 2, R"("lookahead": {"width": 4, "precision": [1, 1, 1, 1]},)");
+  spill_sim_result a = RunOne(off), b = RunOne(on);
+  // every layer but the first of each token is predicted exactly
+  EXPECT_GT(b.hit_rate, a.hit_rate + 0.5);
+  EXPECT_EQ(b.la_correct, b.la_predicted);
+  EXPECT_EQ(b.spec_wasted, 0u);
+}
+
+// Past RAM, hits become page faults: the same routing at a budget that does
+// not fit pays page-ins and runs slower although it hits more.
+TEST(SimRunTest, PastPhysicalRamHitsBecomePageFaults) {
+  std::string json =
+      R"({"model": {"moe_layers": 8, "experts": 64, "top_k": 4, "record_bytes": 1048576,
+                    "trunk_bytes": "64M"},
+          "routing": {"synthetic": {"tokens": 60, "zipf": 0.9, "reuse": 0.4, "seed": 5}},
+          "cache": {"policy": "lfru"}, "io": {"threads": 4, "bandwidth": "2G"},
+          "compute": {"per_layer_ms": 2, "per_expert_ms": 0.2},
+          "machine": {"ram": "256M", "reserved": "96M", "swap": true, "pagein_bandwidth": "200M",
+                      "fault_latency_us": 20, "page_bytes": 16384},
+          "budgets": ["100M", "150M", "200M"]})";
+  spill_sim_config c;
+  ASSERT_EQ(Parse(json, &c), "");
+  spill_trace t;
+  spill_err e = {};
+  ASSERT_EQ(spill_sim_routing(&c, &t, nullptr, &e), 0);
+  spill_sim_result r[3];
+  ASSERT_EQ(spill_sim_run(&c, &t, r, &e), 0) << e.msg;
+  spill_trace_free(&t);
+  EXPECT_EQ(r[0].over_bytes, 0u);
+  EXPECT_EQ(r[0].pagein_bytes, 0.0);
+  EXPECT_GT(r[2].over_bytes, 0u);
+  EXPECT_GT(r[2].hit_rate, r[0].hit_rate);
+  EXPECT_GT(r[2].pagein_bytes, 0.0);
+  EXPECT_LT(r[2].tok_per_s, 0.5 * r[0].tok_per_s);
+  EXPECT_LT(r[2].bytes_read, r[0].bytes_read);  // fewer bytes read, slower: the cliff
+}
+
+TEST(SimRunTest, WithoutSwapAnonymousOverflowIsAnOom) {
+  spill_sim_result r = RunOne(
+      R"({"model": {"moe_layers": 2, "experts": 64, "top_k": 2, "record_bytes": 1048576,
+                    "trunk_bytes": "16M"},
+          "routing": {"synthetic": {"tokens": 5, "zipf": 0, "seed": 1}},
+          "machine": {"ram": "64M", "reserved": "16M", "swap": false, "trunk": "file"},
+          "budgets": ["80M"]})");
+  EXPECT_EQ(r.oom, 1);
+  EXPECT_EQ(r.tok_per_s, 0.0);
+}
+
+}  // namespace
