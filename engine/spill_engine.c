@@ -59,7 +59,7 @@ struct spill_engine {
   const spill_arch *a;
   int vocab, top_k, cap_tok;
   layer_rec *L;
-  uint32_t hint_ids[1][MAX_PRED]; /* union of a chunk's predictions */
+  uint32_t hint_ids[MAX_PRED]; /* union of a chunk's predictions for one layer */
   int in_prefill;
   /* lookahead scoring by rank */
   uint64_t la_rank_total[MAX_PRED], la_rank_hit[MAX_PRED];
@@ -147,8 +147,8 @@ static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
       if (rc < 0) return rc;
       for (int i = 0; i < width && nh < MAX_PRED; i++) {
         int dup = 0;
-        for (int j = 0; j < nh; j++) dup |= (g->hint_ids[0][j] == tmp[i]);
-        if (!dup) g->hint_ids[0][nh++] = tmp[i];
+        for (int j = 0; j < nh; j++) dup |= (g->hint_ids[j] == tmp[i]);
+        if (!dup) g->hint_ids[nh++] = tmp[i];
       }
     }
     if (n_tok == 1 && d == 1) { /* depth-1 predictions are scored when nl routes */
@@ -156,7 +156,7 @@ static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
       g->L[nl].n_pred = width;
     }
     /* on_route runs after layer's demand request: these reads queue behind it */
-    int rc = g->inner.prefetch(g->inner.ctx, nl, g->hint_ids[0], nh, &e);
+    int rc = g->inner.prefetch(g->inner.ctx, nl, g->hint_ids, nh, &e);
     if (rc < 0) return rc;
   }
   return SPILL_OK;
