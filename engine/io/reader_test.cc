@@ -424,16 +424,24 @@ TEST_P(ReaderTest, ThrottleCapsBandwidth) {
   uint64_t t0 = spill_clock_ns();
   const int n = 64;
   int done = 0;
+  // Completions arrive in any order, so a buffer slot is reused only after
+  // the request that used it (tag = slot) has completed.
+  int free_slots[8], nfree = 8;
+  for (int j = 0; j < 8; j++) free_slots[j] = j;
   for (int i = 0; i < n; i++) {
-    while (spill_io_outstanding(io_) >= 8) {
+    while (nfree == 0) {
       spill_io_completion c[8];
       int k = spill_io_wait(io_, c, 8, 1);
       ASSERT_GT(k, 0);
-      for (int j = 0; j < k; j++) EXPECT_EQ(SPILL_OK, c[j].status);
+      for (int j = 0; j < k; j++) {
+        EXPECT_EQ(SPILL_OK, c[j].status);
+        free_slots[nfree++] = (int)c[j].tag;
+      }
       done += k;
     }
+    int slot = free_slots[--nfree];
     ASSERT_EQ(SPILL_OK, spill_io_submit(io_, id, (uint64_t)(i % 4) * rec, rec,
-                                        buf.p + (i % 8) * rec, i));
+                                        buf.p + slot * rec, (uint64_t)slot));
   }
   done += (int)WaitAll(n - done).size();
   double s = (double)(spill_clock_ns() - t0) / 1e9;
