@@ -85,6 +85,17 @@ bad:
   return -1;
 }
 
+/* s as a JSON string literal (quotes, backslashes, control bytes escaped) */
+static void put_json_str(const char *s) {
+  putchar('"');
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') printf("\\%c", *p);
+    else if (*p < 0x20) printf("\\u%04x", *p);
+    else putchar(*p);
+  }
+  putchar('"');
+}
+
 int cmd_roofline(int argc, char **argv) {
   spill_config cfg;
   spill_config_default(&cfg);
@@ -103,6 +114,13 @@ int cmd_roofline(int argc, char **argv) {
     } else if (!strcmp(a, "--repeats")) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 16, &v)) return 2;
       o.repeats = (int)v;
+    } else if (!strcmp(a, "--prompt")) {
+      if (!(s = cli_value(argc, argv, &i))) return 2;
+      if (!s[0]) {
+        fprintf(stderr, "spill bench: --prompt: empty prompt\n");
+        return 2;
+      }
+      o.prompt = s;
     } else if (!strcmp(a, "--probe-threads")) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 64, &v)) return 2;
       o.probe_threads = (int)v;
@@ -122,8 +140,8 @@ int cmd_roofline(int argc, char **argv) {
   }
   if (!model) {
     fprintf(stderr,
-            "usage: spill bench --roofline [--json] [--fio] [-n N] [--repeats R] [--probe-threads N]\n"
-            "       [--probe-seconds S] MODEL [engine knobs as in spill bench]\n");
+            "usage: spill bench --roofline [--json] [--fio] [-n N] [--repeats R] [--prompt TEXT]\n"
+            "       [--probe-threads N] [--probe-seconds S] MODEL [engine knobs as in spill bench]\n");
     return 2;
   }
   spill_roofline r;
@@ -142,7 +160,14 @@ int cmd_roofline(int argc, char **argv) {
     char dbound[64]; /* null: nothing missed, the disk does not bound */
     if (disk_inf) snprintf(dbound, sizeof dbound, "null");
     else snprintf(dbound, sizeof dbound, "%.4f", r.bound_disk_tok_s);
-    printf("{\"model\": \"%s\", \"record_bytes\": %llu, \"probe_threads\": %d, "
+    printf("{\"model\": ");
+    put_json_str(model);
+    printf(", \"prompt\": ");
+    put_json_str(o.prompt ? o.prompt : "The quick brown fox");
+    printf(", \"prompt_tokens\": %d, \"read_bytes_per_token\": %.0f, "
+           "\"spec_bytes_per_token\": %.0f, ",
+           r.prompt_tokens, r.read_bytes_per_token, r.spec_bytes_per_token);
+    printf("\"record_bytes\": %llu, \"probe_threads\": %d, "
            "\"disk_bytes_per_s\": %.0f, \"disk_reads_per_s\": %.1f, \"disk_p50_ms\": %.3f, "
            "\"mem_bytes_per_s\": %.0f, \"compute_s_per_token\": %.6f, "
            "\"resident_hit_rate\": %.4f, \"resident_budget\": %llu, "
@@ -152,7 +177,7 @@ int cmd_roofline(int argc, char **argv) {
            "\"bound_compute_tok_s\": %.4f, \"bound_tok_s\": %.4f, \"achieved_tok_s\": %.4f, "
            "\"fraction\": %.4f, \"bound_by\": \"%s\", \"achieved_min_tok_s\": %.4f, "
            "\"achieved_max_tok_s\": %.4f, \"compute_max_s_per_token\": %.6f",
-           model, (unsigned long long)r.record_bytes, r.probe_threads, r.disk_bytes_per_s,
+           (unsigned long long)r.record_bytes, r.probe_threads, r.disk_bytes_per_s,
            r.disk_reads_per_s, r.disk_p50_ms, r.mem_bytes_per_s, r.compute_s_per_token,
            r.resident_hit_rate, (unsigned long long)r.resident_budget, r.missed_bytes_per_token,
            r.misses_per_token, (unsigned long long)r.cache_slots, (unsigned long long)r.budget,
@@ -167,8 +192,9 @@ int cmd_roofline(int argc, char **argv) {
     return 0;
   }
   char b1[32], b2[32];
-  printf("roofline of %s (record %s, %d decode tokens, prompt \"The quick brown fox\")\n", model,
-         cli_bytes(r.record_bytes, b1, sizeof b1), r.tokens);
+  printf("roofline of %s (record %s, %d decode tokens, prompt \"%s\" = %d tokens)\n", model,
+         cli_bytes(r.record_bytes, b1, sizeof b1), r.tokens,
+         o.prompt ? o.prompt : "The quick brown fox", r.prompt_tokens);
   printf("  disk     %8.1f MB/s  %7.1f reads/s  p50 %.2f ms  (O_DIRECT random records, %d threads)\n",
          r.disk_bytes_per_s / 1e6, r.disk_reads_per_s, r.disk_p50_ms, r.probe_threads);
   if (fio_bw >= 0)
@@ -183,6 +209,8 @@ int cmd_roofline(int argc, char **argv) {
   printf("  missed   %8.2f MB/token  (%.1f misses/token; %llu cache slots, budget %s)\n",
          r.missed_bytes_per_token / 1e6, r.misses_per_token, (unsigned long long)r.cache_slots,
          cli_bytes(r.budget, b1, sizeof b1));
+  printf("  read     %8.2f MB/token  (missed + %.2f MB lookahead prefetch: the disk leg)\n",
+         r.read_bytes_per_token / 1e6, r.spec_bytes_per_token / 1e6);
   if (disk_inf)
     printf("  bound    disk unbounded (nothing missed), compute %.2f tok/s -> %.2f tok/s\n",
            r.bound_compute_tok_s, r.bound_tok_s);

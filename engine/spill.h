@@ -257,8 +257,12 @@ int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value,
  *   missed  demand bytes read per decode token with cfg's cache, starting
  *           cold (cache cleared), on the same workload, `repeats` times; the
  *           median decode tok/s is the achieved rate.
- * bound = min(disk / missed, 1 / compute) tok/s; fraction = achieved / bound.
- * Workload: greedy decode of n_tokens after the prompt "The quick brown fox".
+ *   read    every byte read per decode token (demand + lookahead prefetch):
+ *           what the disk has to deliver, so the disk leg uses it.
+ * bound = min(disk / read, 1 / compute) tok/s; fraction = achieved / bound.
+ * Workload: greedy decode of n_tokens after the prompt (default "The quick
+ * brown fox"; a short prompt keeps the resident run's cache small on big
+ * models).
  * Opens the engine twice (cfg as given, then the resident budget); takes
  * seconds to minutes (a cold twin token reads ~2.3 GB). */
 typedef struct spill_roofline_opts {
@@ -267,6 +271,7 @@ typedef struct spill_roofline_opts {
   uint64_t mem_probe_bytes; /* 0 = 512 MiB */
   int n_tokens;             /* decode tokens per run; 0 = 8 */
   int repeats;              /* timed runs of each kind; 0 = 3 */
+  const char *prompt;       /* NULL = "The quick brown fox" */
 } spill_roofline_opts;
 
 typedef struct spill_roofline {
@@ -278,10 +283,13 @@ typedef struct spill_roofline {
   double resident_hit_rate;     /* decode hits / accesses of the resident run */
   uint64_t resident_budget;
   double missed_bytes_per_token, misses_per_token; /* cfg's cache, cold start */
+  double read_bytes_per_token;   /* demand + speculative bytes per decode token */
+  double spec_bytes_per_token;   /* of which lookahead prefetch */
+  int prompt_tokens;             /* of the workload */
   uint64_t cache_slots, budget;  /* of the cfg run */
   int tokens;                    /* decode tokens of the cfg run */
   double io_wait_s_per_token;    /* cfg run: compute thread blocked on reads */
-  double bound_disk_tok_s;       /* disk / missed (0 missed: infinity) */
+  double bound_disk_tok_s;       /* disk / read (nothing read: infinity) */
   double bound_compute_tok_s;    /* 1 / compute */
   double bound_tok_s;            /* min of the two */
   double achieved_tok_s;         /* cfg runs: median */

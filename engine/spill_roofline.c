@@ -219,7 +219,7 @@ static int probe_mem(uint64_t bytes, spill_roofline *r, spill_err *e) {
 /* ---- engine runs ---- */
 
 typedef struct tok_acc {
-  uint64_t demand_bytes, misses;
+  uint64_t demand_bytes, spec_bytes, misses;
   double io_wait_s; /* decode tokens only */
   int tokens;
 } tok_acc;
@@ -229,16 +229,17 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
   (void)text;
   tok_acc *a = user;
   a->demand_bytes += ts->bytes_read_demand;
+  a->spec_bytes += ts->bytes_read_spec;
   a->misses += ts->decode_misses;
   a->io_wait_s += ts->io_wait_s;
   a->tokens++;
   return 0;
 }
 
-static int run_workload(spill_engine *eng, int n_new, int clear, spill_run_stats *st, tok_acc *acc,
-                        spill_err *e) {
+static int run_workload(spill_engine *eng, const char *prompt, int n_new, int clear,
+                        spill_run_stats *st, tok_acc *acc, spill_err *e) {
   int toks[256], n = 0;
-  SPILL_TRY(spill_tokenize(eng, PROMPT, 1, toks, 256, &n, e));
+  SPILL_TRY(spill_tokenize(eng, prompt, 1, toks, 256, &n, e));
   if (clear) SPILL_TRY(spill_engine_clear_cache(eng, 1, e));
   spill_sampling s = {0.0f, 0, 1.0f, 1};
   memset(acc, 0, sizeof *acc);
@@ -257,6 +258,8 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   if (opt.n_tokens <= 0) opt.n_tokens = 8;
   if (opt.repeats <= 0) opt.repeats = 3;
   if (opt.repeats > 16) opt.repeats = 16;
+  if (!opt.prompt) opt.prompt = PROMPT;
+  SPILL_FAIL_IF(e, !opt.prompt[0], SPILL_E_INVALID_ARG, "roofline: empty prompt");
   spill_config cfg;
   if (cfg_in) cfg = *cfg_in;
   else spill_config_default(&cfg);
@@ -272,7 +275,7 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   double rates[16], io_wait = 0;
   int rc = SPILL_OK, nr = 0;
   for (; nr < opt.repeats && rc == SPILL_OK; nr++) {
-    rc = run_workload(eng, opt.n_tokens, 1, &st, &acc, e);
+    rc = run_workload(eng, opt.prompt, opt.n_tokens, 1, &st, &acc, e);
     rates[nr] = st.decode_tok_per_s;
     io_wait += acc.tokens ? acc.io_wait_s / acc.tokens : 0;
   }
@@ -288,7 +291,7 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   {
     int toks[256];
     spill_err e2 = {0};
-    spill_tokenize(eng, PROMPT, 1, toks, 256, &n_prompt, &e2);
+    spill_tokenize(eng, opt.prompt, 1, toks, 256, &n_prompt, &e2);
   }
   spill_engine_close(eng);
   if (rc < 0) return rc;
@@ -296,6 +299,9 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   SPILL_FAIL_IF(e, acc.tokens < 1, SPILL_E_INTERNAL, "roofline: no decode token was produced");
   r->missed_bytes_per_token = (double)acc.demand_bytes / acc.tokens;
   r->misses_per_token = (double)acc.misses / acc.tokens;
+  r->spec_bytes_per_token = (double)acc.spec_bytes / acc.tokens;
+  r->read_bytes_per_token = r->missed_bytes_per_token + r->spec_bytes_per_token;
+  r->prompt_tokens = n_prompt;
   qsort(rates, (size_t)nr, sizeof rates[0], cmp_double);
   r->achieved_tok_s = rates[nr / 2];
   r->achieved_min_tok_s = rates[0];
@@ -313,11 +319,11 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   rcfg.cache_slots = -1;
   r->resident_budget = need;
   SPILL_TRY(spill_engine_open(model_dir, &rcfg, &eng, e));
-  rc = run_workload(eng, opt.n_tokens, 1, &st, &acc, e);
+  rc = run_workload(eng, opt.prompt, opt.n_tokens, 1, &st, &acc, e);
   double best = 0, worst = 0;
   uint64_t hits = 0, accesses = 0;
   for (int i = 0; i < opt.repeats && rc == SPILL_OK; i++) {
-    rc = run_workload(eng, opt.n_tokens, 0, &st, &acc, e);
+    rc = run_workload(eng, opt.prompt, opt.n_tokens, 0, &st, &acc, e);
     if (rc < 0 || !st.tokens_decode) break;
     const double sp = st.decode_s / st.tokens_decode;
     if (best == 0 || sp < best) best = sp;
@@ -332,8 +338,8 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   r->compute_max_s_per_token = worst;
 
   r->bound_compute_tok_s = r->compute_s_per_token > 0 ? 1.0 / r->compute_s_per_token : 0;
-  r->bound_disk_tok_s = r->missed_bytes_per_token > 0
-                            ? r->disk_bytes_per_s / r->missed_bytes_per_token
+  r->bound_disk_tok_s = r->read_bytes_per_token > 0
+                            ? r->disk_bytes_per_s / r->read_bytes_per_token
                             : 1e300;
   r->bound_tok_s = r->bound_disk_tok_s < r->bound_compute_tok_s ? r->bound_disk_tok_s
                                                                 : r->bound_compute_tok_s;
