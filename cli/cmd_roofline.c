@@ -2,8 +2,9 @@
  *
  * Prints spill_roofline_measure (engine/spill.h): the device's random-read
  * bandwidth at the record size (our own O_DIRECT probe), memory bandwidth,
- * compute time per token with every expert resident, bytes missed per token
- * at the configured cache, the bound min(disk / missed, 1 / compute) and the
+ * compute time per token with every expert resident, bytes read per decode
+ * token at the configured cache (demand misses + lookahead prefetches), the
+ * bound min(disk / read, 1 / compute) and the
  * achieved decode tok/s as a fraction of it. --fio also runs Debian's fio
  * once with the same record size, threads (psync, one read in flight each),
  * O_DIRECT and duration on one bank file of the model and prints the
@@ -11,9 +12,11 @@
  * keys, as in `spill bench`.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli_util.h"
 #include "engine/spill.h"
@@ -21,24 +24,52 @@
 int cmd_roofline(int argc, char **argv);
 
 /* fio randread on `file`; returns bytes/s or a negative value. */
-static double run_fio(const char *file, uint64_t bs, int threads, double seconds) {
-  char cmd[8192];
+/* fio's randread bandwidth (bytes/s) on FILE, or -1 with the reason in why. */
+static double run_fio(const char *file, uint64_t bs, int threads, double seconds, char *why,
+                      size_t why_n) {
+  char cmd[8192], errf[] = "/tmp/spill-fio-XXXXXX";
+  int fd = mkstemp(errf);
+  if (fd < 0) {
+    snprintf(why, why_n, "cannot create a temporary file for fio's stderr");
+    return -1;
+  }
+  close(fd);
   snprintf(cmd, sizeof cmd,
            "fio --name=spill-roofline --filename='%s' --readonly --rw=randread --bs=%llu "
            "--direct=1 --ioengine=psync --numjobs=%d --group_reporting --time_based "
-           "--runtime=%.0f --output-format=json 2>/dev/null",
-           file, (unsigned long long)bs, threads, seconds < 1 ? 1 : seconds);
+           "--runtime=%.0f --output-format=json 2>%s",
+           file, (unsigned long long)bs, threads, seconds < 1 ? 1 : seconds, errf);
+  double bw = -1;
   FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  static char out[1 << 20];
-  size_t n = fread(out, 1, sizeof out - 1, p);
-  out[n] = 0;
-  if (pclose(p) != 0) return -1;
-  const char *rd = strstr(out, "\"read\"");
-  const char *bw = rd ? strstr(rd, "\"bw_bytes\"") : NULL;
-  if (!bw) return -1;
-  bw = strchr(bw, ':');
-  return bw ? strtod(bw + 1, NULL) : -1;
+  if (!p) {
+    snprintf(why, why_n, "popen failed");
+  } else {
+    static char out[1 << 20];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    const int st = pclose(p);
+    const char *rd = strstr(out, "\"read\"");
+    const char *b = rd ? strstr(rd, "\"bw_bytes\"") : NULL;
+    if (st != 0) {
+      char line[256] = "";
+      FILE *ef = fopen(errf, "r");
+      if (ef) {
+        char l[256];
+        while (fgets(l, sizeof l, ef)) snprintf(line, sizeof line, "%s", l);
+        fclose(ef);
+      }
+      line[strcspn(line, "\n")] = 0;
+      snprintf(why, why_n, "fio exited with status %d%s%s%s", st,
+               st == 127 * 256 ? " (not installed? ./lab installs it)" : "", line[0] ? ": " : "",
+               line);
+    } else if (!b || !(b = strchr(b, ':'))) {
+      snprintf(why, why_n, "no read bandwidth in fio's JSON output");
+    } else {
+      bw = strtod(b + 1, NULL);
+    }
+  }
+  unlink(errf);
+  return bw;
 }
 
 /* First bank file of the model (experts-*.bin by the container convention). */
@@ -151,9 +182,11 @@ int cmd_roofline(int argc, char **argv) {
   double fio_bw = -1;
   if (fio) {
     char bank[4096];
+    char why[512] = "no experts-*.bin bank in the manifest";
     if (first_bank(model, bank, sizeof bank) == 0)
-      fio_bw = run_fio(bank, r.record_bytes, r.probe_threads, o.probe_seconds > 0 ? o.probe_seconds : 3);
-    if (fio_bw < 0) fprintf(stderr, "spill bench: warning: fio did not run (is it installed?)\n");
+      fio_bw = run_fio(bank, r.record_bytes, r.probe_threads,
+                       o.probe_seconds > 0 ? o.probe_seconds : 3, why, sizeof why);
+    if (fio_bw < 0) fprintf(stderr, "spill bench: warning: no fio comparison: %s\n", why);
   }
   const int disk_inf = r.bound_disk_tok_s > 1e200;
   if (json) {
