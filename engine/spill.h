@@ -277,7 +277,9 @@ typedef struct spill_roofline_opts {
 typedef struct spill_roofline {
   uint64_t record_bytes;
   int probe_threads;
-  double disk_bytes_per_s, disk_reads_per_s, disk_p50_ms; /* probe */
+  double disk_bytes_per_s, disk_reads_per_s, disk_p50_ms; /* probe (the faster of two) */
+  double disk_probe1_bytes_per_s; /* before the cfg runs */
+  double disk_probe2_bytes_per_s; /* after them: a shared disk drifts; the bound takes the max */
   double mem_bytes_per_s;
   double compute_s_per_token;   /* resident run: decode_s / tokens */
   double resident_hit_rate;     /* decode hits / accesses of the resident run */

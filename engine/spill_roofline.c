@@ -3,7 +3,8 @@
  * Three probes and two engine runs, in this order so the probes do not
  * compete with the engine: (1) the disk probe reads random whole records of
  * the model's own banks with O_DIRECT (page cache bypassed), each thread one
- * pread in flight; (2) the memory probe sums a buffer (best of 3 passes, 2
+ * pread in flight (run again after (3): on a shared disk the bandwidth
+ * drifts, and the bound uses the faster probe so that it stays a bound); (2) the memory probe sums a buffer (best of 3 passes, 2
  * threads); (3) the cfg run: cfg as given, cache cleared, greedy decode;
  * (4) the resident run: a budget holding every expert the workload can touch,
  * the workload run once to fill the cache and once timed.
@@ -265,6 +266,7 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   else spill_config_default(&cfg);
 
   SPILL_TRY(probe_disk(model_dir, opt.probe_threads, opt.probe_seconds, r, e));
+  r->disk_probe1_bytes_per_s = r->disk_bytes_per_s;
   SPILL_TRY(probe_mem(opt.mem_probe_bytes, r, e));
 
   /* (3) cfg as given, cold start, `repeats` times */
@@ -307,6 +309,19 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   r->achieved_min_tok_s = rates[0];
   r->achieved_max_tok_s = rates[nr - 1];
   r->io_wait_s_per_token = io_wait / nr;
+
+  /* (1') the disk again; keep the faster probe's figures */
+  {
+    spill_roofline r2;
+    memset(&r2, 0, sizeof r2);
+    SPILL_TRY(probe_disk(model_dir, opt.probe_threads, opt.probe_seconds, &r2, e));
+    r->disk_probe2_bytes_per_s = r2.disk_bytes_per_s;
+    if (r2.disk_bytes_per_s > r->disk_bytes_per_s) {
+      r->disk_bytes_per_s = r2.disk_bytes_per_s;
+      r->disk_reads_per_s = r2.disk_reads_per_s;
+      r->disk_p50_ms = r2.disk_p50_ms;
+    }
+  }
 
   /* (4) resident: every expert the workload can touch fits */
   uint64_t per_layer = (uint64_t)(n_prompt + opt.n_tokens) * (uint64_t)top_k;

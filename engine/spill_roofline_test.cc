@@ -48,7 +48,9 @@ TEST(Roofline, ReportIsConsistent) {
   EXPECT_EQ(r.tokens, 4);
   EXPECT_EQ(r.cache_slots, 8u);
   EXPECT_GT(r.prompt_tokens, 1);
-  EXPECT_GT(r.disk_bytes_per_s, 0);
+  EXPECT_GT(r.disk_probe1_bytes_per_s, 0);
+  EXPECT_GT(r.disk_probe2_bytes_per_s, 0);
+  EXPECT_DOUBLE_EQ(r.disk_bytes_per_s, std::fmax(r.disk_probe1_bytes_per_s, r.disk_probe2_bytes_per_s));
   EXPECT_GT(r.mem_bytes_per_s, 0);
   EXPECT_GT(r.compute_s_per_token, 0);
   EXPECT_LE(r.compute_s_per_token, r.compute_max_s_per_token);
