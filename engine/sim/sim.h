@@ -10,6 +10,8 @@
  * threads on a device of given bandwidth and per-read latency, compute time
  * per layer and per expert, and a memory model of the machine (LRU over
  * trunk pieces and cache slots past physical RAM: page-ins at a stated cost).
+ * The device can instead be the engine's bandwidth cap (io_throttle), a
+ * token bucket with a burst allowance, modelled exactly.
  *
  * Invariants: deterministic for a config (the synthetic routing and policy
  * seeds are in it); the cache part is exact (the same access sequence gives
@@ -76,6 +78,9 @@ typedef struct spill_sim_config {
   int io_threads;
   double io_bandwidth;           /* bytes/s of the device */
   double io_latency_s;           /* per read, overlapped across threads */
+  double io_bucket_burst_s;      /* >= 0: the bandwidth is a token bucket with this burst
+                                    (the engine's io_throttle, engine/io: 50 ms) instead of
+                                    a device; -1 (default) = device model */
   /* ---- compute */
   double t_layer_s;              /* per MoE layer, before its experts (attention, router,
                                     shared experts, tables): overlaps the layer's reads */

@@ -40,6 +40,7 @@ void spill_sim_config_default(spill_sim_config *c) {
   c->io_threads = 4;
   c->io_bandwidth = 2e9;
   c->io_latency_s = 100e-6;
+  c->io_bucket_burst_s = -1;
   c->swap = 1;
   c->pagein_bandwidth = 1e9;
   c->fault_latency_s = 0;
@@ -384,7 +385,7 @@ int spill_sim_config_parse(const char *text, const char *source, spill_sim_confi
   }
   if (cJSON_GetObjectItemCaseSensitive(root, "io")) {
     STEP(wrap(&p, spill_json_obj(root, "io", "", &o, CFG, e)));
-    static const char *const ik[] = {"threads", "bandwidth", "latency_us", NULL};
+    static const char *const ik[] = {"threads", "bandwidth", "latency_us", "bucket_burst_ms", NULL};
     STEP(wrap(&p, spill_json_only_keys(o, "io", ik, CFG, e)));
     int64_t v;
     STEP(wrap(&p, spill_json_int_opt(o, "threads", "io", 1, 1024, 4, &v, CFG, e)));
@@ -393,6 +394,9 @@ int spill_sim_config_parse(const char *text, const char *source, spill_sim_confi
     double us = 100;
     STEP(wrap(&p, spill_json_num_opt(o, "latency_us", "io", 0, 1e7, 100, &us, CFG, e)));
     c->io_latency_s = us * 1e-6;
+    double burst_ms = -1;
+    STEP(wrap(&p, spill_json_num_opt(o, "bucket_burst_ms", "io", 0, 1e6, -1, &burst_ms, CFG, e)));
+    c->io_bucket_burst_s = burst_ms < 0 ? -1 : burst_ms * 1e-3;
   }
   if (cJSON_GetObjectItemCaseSensitive(root, "compute")) {
     STEP(wrap(&p, spill_json_obj(root, "compute", "", &o, CFG, e)));

@@ -1,14 +1,17 @@
 // engine/sim/sim_engine_test.cc: the simulator against the real engine.
 //
 // A nano model (48 experts per MoE layer) is generated into TEST_TMPDIR; the
-// engine decodes with router lookahead and writes its router trace; the
-// trace (routing and the engine's own lookahead predictions) goes through
-// the simulator with the engine's slot count, policy and seed. The cache
-// part must agree: decode hit rate within 2 pp (it is exact in practice:
-// same policy code, same call order and pins), and reads, bytes and
-// prefetches as well. Timing is not asserted here (a 2-core machine shared
-// with other jobs makes a unit-test tok/s noisy); the timing agreement is the
-// measured twin table in docs/SIM.md.
+// engine decodes with router lookahead and writes its router trace and
+// profile; the trace (routing and the engine's own lookahead predictions)
+// goes through the simulator with the engine's slot count, policy and seed,
+// and the run's measured compute (profile) and read time, which decide when
+// pins drop. The cache part must agree: decode hit rate within 2 pp (exact
+// for lru, nextuse and wtinylfu; lfru samples victims among unpinned
+// entries, and in the engine pins drop in real time), equal access counts,
+// and equal lookahead predicted/correct counts. Timing is not asserted here
+// (reads come from the page cache at an unthrottled, noisy speed); the tok/s
+// agreement is sim_engine_timing_test, on runs made I/O-bound by the
+// engine's bandwidth cap.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +19,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "engine/sim/sim_profile_testutil.h"
 
 extern "C" {
 #include "engine/sim/sim.h"
@@ -34,6 +39,7 @@ struct EngineRun {
   spill_run_stats st;
   uint32_t slots;
   std::string trace;
+  spill_sim_test::DecodeProfile prof;
 };
 
 EngineRun RunEngine(const std::string &model, const char *slots, const char *policy, int la,
@@ -48,6 +54,8 @@ EngineRun RunEngine(const std::string &model, const char *slots, const char *pol
   EXPECT_EQ(spill_config_set(&cfg, "lookahead_depth", "1", &e), 0) << e.msg;
   EXPECT_EQ(spill_config_set(&cfg, "storage", "pagecache", &e), 0) << e.msg;
   cfg.trace_path = trace.c_str();
+  const std::string prof = trace + ".profile.jsonl";
+  cfg.profile_path = prof.c_str();
   spill_engine *eng = nullptr;
   EXPECT_EQ(spill_engine_open(model.c_str(), &cfg, &eng, &e), 0) << e.msg;
   if (!eng) return out;
@@ -59,6 +67,7 @@ EngineRun RunEngine(const std::string &model, const char *slots, const char *pol
   out.slots = (uint32_t)spill_engine_plan(eng)->cache_slots;
   spill_engine_close(eng);
   out.trace = trace;
+  out.prof = spill_sim_test::ReadDecodeProfile(prof);
   return out;
 }
 
@@ -84,6 +93,7 @@ TEST(SimEngineTest, SimulatorReproducesTheEnginesCacheCountersOnItsOwnTrace) {
     std::string trace = TmpDir() + "/trace" + std::to_string(n++) + ".jsonl";
     EngineRun run = RunEngine(model, k.slots, k.policy, k.la, trace);
     ASSERT_GT(run.st.tokens_decode, 10);
+    ASSERT_EQ(run.prof.rows, run.st.tokens_decode);
 
     spill_sim_config c;
     spill_sim_config_default(&c);
@@ -97,6 +107,15 @@ TEST(SimEngineTest, SimulatorReproducesTheEnginesCacheCountersOnItsOwnTrace) {
     c.la_width = k.la;
     c.la_source = SPILL_SIM_LA_TRACE;
     c.prefill_chunk = 16;
+    // when a prefetch's pin drops (and so which victims lfru samples) depends
+    // on timing: feed the run's measured compute and read time (page cache
+    // reads: the median read as latency, transfer negligible)
+    const uint32_t L = (uint32_t)info.n_moe_layers, K = (uint32_t)info.top_k;
+    c.t_expert_s = run.prof.expert_ms / (L * K) * 1e-3;
+    c.t_layer_s = run.prof.layer_ms / L * 1e-3;
+    c.t_token_s = run.prof.token_ms * 1e-3;
+    c.io_latency_s = run.st.read_p50_ms * 1e-3;
+    c.io_bandwidth = 10e9;
     c.n_budgets = 1;
     c.budgets[0] = pl.floor;
     spill_trace t;
@@ -113,11 +132,11 @@ TEST(SimEngineTest, SimulatorReproducesTheEnginesCacheCountersOnItsOwnTrace) {
     EXPECT_EQ(r.accesses, eh + em);
     EXPECT_NEAR(r.hit_rate, engine_hit, 0.02);
     std::printf("slots %s %-8s la %d: engine hit %.4f (%llu/%llu), sim %.4f (%llu/%llu); "
-                "spec issued engine %llu sim %llu\n",
+                "spec issued engine %llu sim %llu; read p50 %.3f ms\n",
                 k.slots, k.policy, k.la, engine_hit, (unsigned long long)eh,
                 (unsigned long long)(eh + em), r.hit_rate, (unsigned long long)r.hits,
                 (unsigned long long)r.accesses, (unsigned long long)run.st.spec_issued,
-                (unsigned long long)r.spec_issued);
+                (unsigned long long)r.spec_issued, run.st.read_p50_ms);
     if (k.la > 0) {
       // the engine's own predictions were replayed: same precision
       EXPECT_EQ(r.la_predicted, run.st.lookahead_predicted);

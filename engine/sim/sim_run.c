@@ -5,8 +5,12 @@
  * through spill_cache_acquire, pinned, and released once consumed; in
  * decode, lookahead then claims the next layer's predictions with
  * SPILL_CACHE_SPECULATIVE (skipping residents, as engine/stream does), pinned
- * until their simulated read lands. This is the engine's call sequence, so
- * on the engine's own trace the counters match the engine's.
+ * until the stream would reap their completion (it reaps only when the
+ * compute thread waits on a demand read). A demand access that finds every
+ * slot pinned is retried once the layer's other experts are consumed (then
+ * a slot or a bounce buffer), as the stream defers it. This is the engine's
+ * call sequence, so on the engine's own trace the counters match the
+ * engine's, up to when a pin is dropped in real time.
  *
  * Timing part (a model): a reader of N threads in front of one device (a
  * read holds a thread for latency + bytes / bandwidth, and the device
@@ -14,7 +18,11 @@
  * reads are issued in call order, so prefetches queue behind the demand
  * reads of their layer. Compute per layer: (1 - overlap) x t_layer before the
  * request, overlap x t_layer while reads fly, then t_expert per use in
- * arrival order, stalling on reads not yet in.
+ * arrival order, stalling on reads not yet in. With io_bucket_burst_s >= 0
+ * the device is the engine's bandwidth cap instead (io_throttle, a GCRA
+ * token bucket): a read reserves bytes / bandwidth on a shared timeline when
+ * a reader thread takes it and completes at max(start + latency, reservation
+ * end - burst), so compute gaps shorter than the burst refill the bucket.
  *
  * Memory part (a model): physical RAM minus what the OS and others hold is
  * an LRU over trunk pieces (touched when their layer runs) and cache slots
@@ -155,6 +163,7 @@ typedef struct sim {
   double *ready;
   uint32_t *order;
   uint8_t *stamp;
+  uint8_t *qflag;      /* per distinct id of the layer: Q_HANDED, Q_DEFERRED */
 } sim;
 
 static double pagein_cost(const sim *s, uint64_t bytes) {
@@ -207,10 +216,22 @@ static double reader_issue(sim *s, double t, double extra_s) {
   for (int i = 1; i < c->io_threads; i++)
     if (s->thread_free[i] < s->thread_free[k]) k = i;
   double start = t > s->thread_free[k] ? t : s->thread_free[k];
-  double xs = start + c->io_latency_s;
-  if (s->dev_free > xs) xs = s->dev_free;
-  double end = xs + (double)c->record_bytes / c->io_bandwidth;
-  s->dev_free = end;
+  double cost = (double)c->record_bytes / c->io_bandwidth;
+  double end;
+  if (c->io_bucket_burst_s >= 0) {
+    /* the engine's io_throttle (engine/io, GCRA): the reader thread reserves
+     * cost on a shared timeline when it takes the read, does the read
+     * (latency), then holds the read until the reservation minus the burst */
+    double tat = (s->dev_free > start ? s->dev_free : start) + cost;
+    s->dev_free = tat;
+    end = start + c->io_latency_s;
+    if (tat - c->io_bucket_burst_s > end) end = tat - c->io_bucket_burst_s;
+  } else {
+    double xs = start + c->io_latency_s;
+    if (s->dev_free > xs) xs = s->dev_free;
+    end = xs + cost;
+    s->dev_free = end;
+  }
   s->thread_free[k] = end + extra_s;
   if (s->counting) {
     s->reads++;
@@ -261,6 +282,66 @@ static uint32_t predict(const sim *s, uint32_t tk, uint32_t li, uint32_t *out) {
   return n;
 }
 
+enum { Q_HANDED = 1, Q_DEFERRED = 2 };
+
+static int pending_has(const sim *s, const spill_cache_entry *ent) {
+  for (uint32_t i = 0; i < s->n_pending; i++)
+    if (s->pending[i].ent == ent) return 1;
+  return 0;
+}
+
+/* Delivery order key: hits handed over at request time first (the stream's
+ * ready queue holds them before any read is reaped), then by completion. */
+static double qkey(const sim *s, uint32_t q) {
+  return (s->qflag[q] & Q_HANDED) ? -INFINITY : s->ready[q];
+}
+
+/* Sorts order[from, nu) by delivery (stable insertion sort; nu is small). */
+static void sort_ready(sim *s, uint32_t from, uint32_t nu) {
+  for (uint32_t a = from + 1; a < nu; a++) {
+    uint32_t v = s->order[a];
+    uint32_t b = a;
+    while (b > from && qkey(s, s->order[b - 1]) > qkey(s, v)) {
+      s->order[b] = s->order[b - 1];
+      b--;
+    }
+    s->order[b] = v;
+  }
+}
+
+/* The deferred demand reads of layer li (order[from, nu), all deferred:
+ * they sort last), retried at time tt once the layer's other experts are
+ * consumed, as engine/stream does: a slot if one is evictable now, else a
+ * bounce buffer (no slot). The stream has 2 bounce buffers and makes a
+ * third such read wait for one; the sim does not (residual). */
+static void retry_deferred(sim *s, uint32_t li, uint32_t from, uint32_t nu, double tt) {
+  const spill_sim_config *c = s->c;
+  const uint32_t E = s->t->n_experts, layer = s->t->layer_ids[li];
+  for (uint32_t a = from; a < nu; a++) {
+    uint32_t q = s->order[a];
+    size_t key = (size_t)li * E + s->uniq[q];
+    spill_cache_entry *ent = NULL;
+    int out = spill_cache_claim(s->cache, layer, s->uniq[q], 0, &ent);
+    if (out == SPILL_CACHE_PRESENT) {
+      ent = spill_cache_get(s->cache, layer, s->uniq[q]);
+      out = ent ? SPILL_CACHE_HIT : SPILL_CACHE_ALL_PINNED;
+    }
+    s->ents[q] = ent;
+    s->qflag[q] = 0;
+    if (out == SPILL_CACHE_HIT) {
+      s->ready[q] = s->ready_t[key] > tt ? s->ready_t[key] : tt;
+    } else if (out == SPILL_CACHE_INSERTED) {
+      double wcost = touch(s, s->pieces + ent->slot);
+      s->ready[q] = reader_issue(s, tt, wcost);
+      s->ready_t[key] = s->ready[q];
+      spill_cache_ready(s->cache, ent, c->record_bytes);
+    } else {
+      s->ready[q] = reader_issue(s, tt, 0);
+    }
+  }
+  sort_ready(s, from, nu);
+}
+
 /* One forward call over tokens [t0, t0 + T) (one decode token, or a prefill
  * chunk: layer-major, no lookahead). Advances *now. */
 static int forward(sim *s, uint32_t t0, uint32_t T, int decode, const preds *pr, double *now,
@@ -302,24 +383,30 @@ static int forward(sim *s, uint32_t t0, uint32_t T, int decode, const preds *pr,
           }
       }
     }
-    settle(s, tt);
     uint32_t layer = t->layer_ids[li];
     for (uint32_t q = 0; q < nu; q++) {
       spill_cache_entry *ent = NULL;
       int out = spill_cache_acquire(s->cache, layer, s->uniq[q], &ent);
       size_t key = (size_t)li * E + s->uniq[q];
       s->ents[q] = ent;
+      s->qflag[q] = 0;
       if (out == SPILL_CACHE_HIT) {
         s->ready[q] = s->ready_t[key] > tt ? s->ready_t[key] : tt;
-      } else {
+        /* a hit on a prefetch not yet reaped waits for that read's
+         * completion like a miss; any other hit is handed over at once */
+        if (!pending_has(s, ent)) s->qflag[q] = Q_HANDED;
+      } else if (out == SPILL_CACHE_INSERTED) {
         /* a read into an evicted slot faults it in on the reader thread:
          * it delays that read (seen as stall), not the compute thread */
-        double wcost = (out == SPILL_CACHE_INSERTED) ? touch(s, s->pieces + ent->slot) : 0;
+        double wcost = touch(s, s->pieces + ent->slot);
         s->ready[q] = reader_issue(s, tt, wcost);
-        if (out == SPILL_CACHE_INSERTED) {
-          s->ready_t[key] = s->ready[q];
-          spill_cache_ready(s->cache, ent, c->record_bytes);
-        }
+        s->ready_t[key] = s->ready[q];
+        spill_cache_ready(s->cache, ent, c->record_bytes);
+      } else {
+        /* every slot pinned: the stream defers the read until the layer's
+         * other experts are consumed (their pins gone), then claims again */
+        s->ready[q] = INFINITY;
+        s->qflag[q] = Q_DEFERRED;
       }
     }
     /* lookahead for the next layer, queued behind this layer's reads */
@@ -364,17 +451,21 @@ static int forward(sim *s, uint32_t t0, uint32_t T, int decode, const preds *pr,
     tt += c->t_layer_s * c->layer_overlap * T;
     /* experts in arrival order */
     for (uint32_t q = 0; q < nu; q++) s->order[q] = q;
-    for (uint32_t a = 1; a < nu; a++) { /* insertion sort: nu is small */
-      uint32_t v = s->order[a];
-      uint32_t b = a;
-      while (b > 0 && s->ready[s->order[b - 1]] > s->ready[v]) {
-        s->order[b] = s->order[b - 1];
-        b--;
-      }
-      s->order[b] = v;
-    }
+    sort_ready(s, 0, nu);
+    double reaped = -INFINITY; /* time of the layer's last reap */
     for (uint32_t a = 0; a < nu; a++) {
       uint32_t q = s->order[a];
+      if (s->qflag[q] & Q_DEFERRED) {
+        retry_deferred(s, li, a, nu, tt);
+        q = s->order[a];
+      }
+      /* the stream reaps completions only when its ready queue is empty:
+       * at max(now, this read's completion) it takes every read landed by
+       * then, and prefetches release their pins there, not when they land */
+      if (!(s->qflag[q] & Q_HANDED) && !(s->ready[q] <= reaped)) {
+        reaped = s->ready[q] > tt ? s->ready[q] : tt;
+        settle(s, reaped);
+      }
       if (s->ready[q] > tt) {
         if (s->counting) s->stall_s += s->ready[q] - tt;
         tt = s->ready[q];
@@ -414,6 +505,7 @@ static void sim_free(sim *s) {
   free(s->ready);
   free(s->order);
   free(s->stamp);
+  free(s->qflag);
 }
 
 static int run_budget(const spill_sim_config *c, const spill_trace *t, const preds *pr,
@@ -446,8 +538,9 @@ static int run_budget(const spill_sim_config *c, const spill_trace *t, const pre
   s.ready = malloc(maxu * sizeof *s.ready);
   s.order = malloc(maxu * sizeof *s.order);
   s.stamp = malloc(E);
+  s.qflag = malloc(maxu);
   if (!s.ready_t || !s.thread_free || !s.uniq || !s.uses || !s.ents || !s.ready || !s.order ||
-      !s.stamp) {
+      !s.stamp || !s.qflag) {
     sim_free(&s);
     return spill_err_set(e, SPILL_E_NOMEM, "sim: out of memory");
   }

@@ -133,6 +133,37 @@ TEST(SimRunTest, AColdTokenCostsItsReadsWhenIoBound) {
   EXPECT_NEAR(r.io_stall_s, r.s_per_token, 1e-9);
 }
 
+// The engine's bandwidth cap (io_throttle) is a token bucket with a burst:
+// compute gaps shorter than the burst refill it, so an I/O-bound decode runs
+// at bytes / rate with the compute hidden; a device (or a bucket with no
+// burst) adds the compute to every token. One read per token (1 slot, 4096
+// experts: a repeat is ~1/4096), 10 ms per read, 5 ms of compute per token.
+TEST(SimRunTest, ATokenBucketWithABurstHidesComputeShorterThanTheBurst) {
+  std::string base =
+      R"({"model": {"moe_layers": 1, "experts": 4096, "top_k": 1, "record_bytes": 1048576},
+          "routing": {"synthetic": {"tokens": 200, "zipf": 0, "reuse": 0, "seed": 1}},
+          "cache": {"policy": "lru", "slots": 1},
+          "io": {"threads": 1, "bandwidth": 104857600, "latency_us": 0 BURST},
+          "compute": {"per_token_ms": 5}, "budgets": ["1G"]})";
+  auto with = [&](const char *burst) {
+    std::string s = base;
+    s.replace(s.find("BURST"), 5, burst);
+    return RunOne(s);
+  };
+  spill_sim_result bucket = with(R"(, "bucket_burst_ms": 50)");
+  spill_sim_result bucket0 = with(R"(, "bucket_burst_ms": 0)");
+  spill_sim_result device = with("");
+  ASSERT_EQ(bucket.reads, 200u);
+  // 200 reads x 10 ms, less the 50 ms the full bucket lends at the start
+  EXPECT_NEAR(bucket.s_per_token, (200 * 0.010 - 0.050 + 0.005) / 200, 1e-3 * 0.010);
+  EXPECT_NEAR(bucket0.s_per_token, 0.015, 1e-9);
+  EXPECT_NEAR(device.s_per_token, 0.015, 1e-9);
+  std::string bad = base;
+  bad.replace(bad.find("BURST"), 5, R"(, "bucket_burst_ms": -1)");
+  spill_sim_config c;
+  EXPECT_NE(Parse(bad, &c).find("io.bucket_burst_ms"), std::string::npos);
+}
+
 TEST(SimRunTest, LookaheadWithPerfectPrecisionTurnsMissesIntoHits) {
   std::string base =
       R"({"model": {"moe_layers": 8, "experts": 64, "top_k": 4, "record_bytes": 65536},
