@@ -12,10 +12,12 @@
 int cmd_gen(int argc, char **argv) {
   spill_gen_request r;
   memset(&r, 0, sizeof r);
-  const char *out = NULL;
+  const char *out = NULL, *like_trace = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
-    if (!strcmp(a, "--preset")) {
+    if (!strcmp(a, "--like-trace")) {
+      if (!(like_trace = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--preset")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
       r.preset = v;
     } else if (!strcmp(a, "--like")) {
@@ -56,12 +58,23 @@ int cmd_gen(int argc, char **argv) {
       return 2;
     }
   }
-  if (!out || !r.preset) {
+  if (!out || (!r.preset && !like_trace)) {
     fprintf(stderr,
             "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
             "                 [--seed N] [--attn k3|mla|kda|gqa] [--trunk-dtype q4|f32]\n"
-            "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N] OUT_DIR\n");
+            "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N] OUT_DIR\n"
+            "       spill gen --like-trace TRACE [--preset nano|mini] [other options] OUT_DIR\n"
+            "--like-trace: MoE layers, experts per layer and top-k from a router trace\n"
+            "(docs/TRACE.md), everything else from the preset (default mini), so that\n"
+            "`spill run --routing-trace TRACE` can replay it.\n");
     return 2;
+  }
+  spill_err e = {0};
+  if (like_trace) {
+    int rc = spill_gen_request_like_trace(&r, like_trace, &e);
+    if (rc) return cli_fail("gen", rc, e.msg);
+    fprintf(stderr, "spill gen: like %s: %d MoE layers, %d experts, top-%d, preset %s\n",
+            like_trace, r.moe_layers, r.experts, r.top_k, r.preset);
   }
   if (r.ram_bytes && strcmp(r.preset, "twin") != 0) {
     fprintf(stderr, "spill gen: --ram applies to --like k3 (the twin) only\n");
@@ -69,7 +82,6 @@ int cmd_gen(int argc, char **argv) {
   }
   cli_progress p;
   cli_progress_init(&p, "gen");
-  spill_err e = {0};
   int rc = spill_gen(out, &r, cli_progress_cb, &p, &e);
   if (rc) return cli_fail("gen", rc, e.msg);
   spill_info info;

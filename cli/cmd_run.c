@@ -30,7 +30,7 @@ static int engine_flag(int argc, char **argv, int *i, spill_config *cfg) {
                                        "prefill-chunk", "io-threads", "io-depth", "io-backend",
                                        "storage", "trunk", "policy", "lookahead",
                                        "lookahead-depth", "io-throttle", "seed", "profile", "overlap",
-                                       "trace", "trace-max-bytes", NULL};
+                                       "trace", "trace-max-bytes", "routing-trace", NULL};
   char key[64];
   snprintf(key, sizeof key, "%s", a + 2);
   for (char *p = key; *p; p++)
@@ -60,7 +60,8 @@ static const char *k_knob_help =
     "  --trunk read|mmap|mlock --policy lru|lfru|wtinylfu|nextuse --lookahead N --lookahead-depth N\n"
     "  --lookahead-prefill --verify --overlap true|false --io-throttle RATE --cache-slots N\n"
     "  --seed N\n"
-    "  --profile FILE --trace FILE --trace-max-bytes SIZE --usable-ram SIZE\n";
+    "  --profile FILE --trace FILE --trace-max-bytes SIZE --usable-ram SIZE\n"
+    "  --routing-trace FILE (replay a router trace's expert ids: docs/MODEL.md)\n";
 
 static int open_engine(const char *cmd, const char *model, const spill_config *cfg,
                        spill_engine **eng) {
@@ -89,6 +90,9 @@ static void print_summary(spill_engine *eng, const spill_run_stats *st) {
           cli_bytes(st->bytes_read, b, sizeof b), (unsigned long long)st->reads,
           spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
           c->lookahead);
+  if (c->routing_trace)
+    fprintf(stderr, "spill: FORCED routing: expert ids replayed from %s (--routing-trace)\n",
+            c->routing_trace);
   if (c->io_throttle)
     fprintf(stderr, "spill: EMULATED device: expert reads throttled to %.2f GB/s (--io-throttle)\n",
             c->io_throttle / 1e9);
@@ -392,17 +396,21 @@ int cmd_bench(int argc, char **argv) {
            "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
            "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
            "\"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
-           "\"lookahead_precision_by_rank\": [",
+           "\"routing_trace\": %s%s%s, \"lookahead_precision_by_rank\": [",
            model, st.tokens_prefill, st.tokens_decode, st.decode_tok_per_s, st.decode_s, st.prefill_s,
            (unsigned long long)st.demand_hits, (unsigned long long)st.demand_misses,
            acc ? (double)st.demand_hits / acc : 0.0, (unsigned long long)st.decode_hits,
            (unsigned long long)st.decode_misses, (unsigned long long)st.bytes_read,
            (unsigned long long)st.reads, st.io_wait_s, (unsigned long long)st.major_faults,
            spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
-           c->lookahead, (unsigned long long)spill_engine_plan(eng)->cache_slots,
+           c->lookahead,
+           (unsigned long long)(c->storage == SPILL_STORAGE_MMAP ? 0
+                                : c->cache_slots >= 0         ? (uint64_t)c->cache_slots
+                                                              : spill_engine_plan(eng)->cache_slots),
            (unsigned long long)spill_engine_plan(eng)->budget, c->threads,
            (unsigned long long)st.max_reads_in_flight, (unsigned long long)c->io_throttle,
-           c->io_throttle ? "true" : "false");
+           c->io_throttle ? "true" : "false", c->routing_trace ? "\"" : "",
+           c->routing_trace ? c->routing_trace : "null", c->routing_trace ? "\"" : "");
     int nr = c->lookahead < SPILL_LA_RANKS ? c->lookahead : SPILL_LA_RANKS;
     for (int r = 0; r < nr; r++)
       printf("%s%.4f", r ? ", " : "",

@@ -71,13 +71,18 @@ typedef struct spill_config {
   const char *profile_path; /* profile: per-token JSONL profile (NULL = none) */
   const char *trace_path;   /* trace: router trace JSONL (NULL = none) */
   uint64_t trace_max_bytes; /* stop writing the trace past this size (0 = no cap) */
+  /* routing_trace: replay this router trace's expert ids instead of the
+   * routers' top-k (NULL = the model routes). Read and checked against the
+   * model at open; fixed while the engine is open. See spill_routing_trace_inspect. */
+  const char *routing_trace;
 } spill_config;
 
 /* Fills the defaults above. */
 void spill_config_default(spill_config *cfg);
 /* Sets knob `key` (snake_case, as above) from its text form ("8G", "uring",
  * "true"); SPILL_E_CONFIG with the reason on an unknown key or bad value.
- * String knobs (profile, trace) keep the pointer: it must outlive cfg. */
+ * String knobs (profile, trace, routing_trace) keep the pointer: it must
+ * outlive cfg ("" sets NULL). */
 int spill_config_set(spill_config *cfg, const char *key, const char *value, spill_err *e);
 /* Names for reports. */
 const char *spill_storage_name(spill_storage s);
@@ -136,7 +141,45 @@ typedef struct spill_gen_request {
   const char *trunk_dtype;  /* "q4" (default: q4 bulk, q8 embeddings) or "f32" */
   const char *expert_dtype; /* "rvq3" (default), "f32", "q8", "q4" */
   int experts;          /* > 0: experts per MoE layer instead of the preset's */
+  int moe_layers;       /* > 0: MoE layers (after the preset's dense layer); nano/mini */
+  int top_k;            /* > 0: routed experts per token; nano/mini */
 } spill_gen_request;
+
+/* ------------------------------------------------------------------------ */
+/* Forced routing from a recorded router trace (docs/MODEL.md "Forced
+ * routing", docs/TRACE.md). With cfg.routing_trace set, token i of the trace
+ * (file order: simple-format lines in order; router-format lines grouped by
+ * "tok" in order of first appearance, whatever their phase) drives sequence
+ * position i of every run, prefill and decode alike: the j-th traced layer
+ * gives the ids of the model's j-th MoE layer. A run needing more positions
+ * than the trace has tokens fails before it starts (SPILL_E_RANGE); there is
+ * no wrap-around. The gate weights are the router's own scores at the forced
+ * ids, renormalised as usual; cache, reads, lookahead (which still runs the
+ * model's routers and is scored against the forced ids) and the router trace
+ * output (which records the forced ids) are the real engine's. */
+
+typedef struct spill_routing_trace_info {
+  int n_tokens;   /* positions the trace can drive */
+  int n_layers;   /* traced layers: must equal the model's MoE layers */
+  int n_experts;  /* highest id + 1 (a trace records no expert count) */
+  int top_k;      /* ids per layer */
+  int router_format; /* 1: the engine's router format; 0: the simple format */
+} spill_routing_trace_info;
+
+/* Reads and validates FILE (errors SPILL_E_IO, SPILL_E_TRACE "FILE:LINE:
+ * path: reason") and fills info (may be NULL). With model_dir (may be NULL)
+ * it also checks the trace against that model: MoE layers, experts per layer
+ * and top-k must be equal, otherwise SPILL_E_TRACE naming each difference
+ * with both values ("routing trace F: 16 MoE layers, model has 3; top-8,
+ * model has top-4"), plus the first line with an id beyond the model's
+ * experts. spill_engine_open runs the same check. */
+int spill_routing_trace_inspect(const char *file, const char *model_dir,
+                                spill_routing_trace_info *info, spill_err *e);
+/* Fills req's moe_layers, experts and top_k from the trace FILE (checked as
+ * above), so that spill_gen makes a model that can replay it (`spill gen
+ * --like-trace`). Fails with SPILL_E_CONFIG if req already asks for a
+ * different shape or for the twin preset. */
+int spill_gen_request_like_trace(spill_gen_request *req, const char *file, spill_err *e);
 
 /* Writes a container into out_dir (created; must not hold a manifest).
  * Deterministic for a seed. progress may be NULL. */

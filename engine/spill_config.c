@@ -136,6 +136,8 @@ int spill_config_set(spill_config *c, const char *key, const char *v, spill_err 
     c->profile_path = *v ? v : NULL;
   } else if (!strcmp(key, "trace")) {
     c->trace_path = *v ? v : NULL;
+  } else if (!strcmp(key, "routing_trace")) {
+    c->routing_trace = *v ? v : NULL;
   } else if (!strcmp(key, "trace_max_bytes")) {
     SPILL_TRY(parse_size(key, v, &c->trace_max_bytes, e));
   } else {

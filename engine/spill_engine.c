@@ -10,6 +10,11 @@
  * logits do not depend on lookahead (tested). Predictions are scored by rank
  * when their layer routes.
  *
+ * Forced routing (cfg.routing_trace): the trace's ids drive the model's
+ * routers (spill_model_set_forced_routing); the observer, lookahead and trace
+ * writer see the forced ids like any routing, so a replayed run's router
+ * trace reproduces the input trace's ids.
+ *
  * Profile rows are one per forward call (one per decoded token; one per
  * prefill chunk); trace rows are one per (token, layer), schema in
  * docs/TRACE.md. Both go to files opened at spill_engine_open. */
@@ -28,6 +33,7 @@
 #include "engine/model/sampler.h"
 #include "engine/model/tokenizer.h"
 #include "engine/spill.h"
+#include "engine/spill_routing_internal.h"
 #include "engine/stream/expert_stream.h"
 
 #define MAX_PRED 64
@@ -71,6 +77,10 @@ struct spill_engine {
   float *logits;
   char warnings[1024];
   spill_err last;
+  /* forced routing (cfg.routing_trace): the trace the model's table points
+   * into, and the engine's own copy of its path */
+  spill_trace route_trace;
+  char *route_trace_path;
 };
 
 /* ------------------------------------------------------------ wrappers */
@@ -164,6 +174,26 @@ static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
 
 /* ------------------------------------------------------------ open/close */
 
+/* cfg.routing_trace: read and check the trace, hand its ids to the model. */
+static int open_routing_trace(spill_engine *g, spill_err *e) {
+  if (!g->cfg.routing_trace) return SPILL_OK;
+  g->route_trace_path = strdup(g->cfg.routing_trace);
+  g->cfg.routing_trace = g->route_trace_path; /* the caller's string is not kept */
+  SPILL_FAIL_IF(e, !g->route_trace_path, SPILL_E_NOMEM, "engine: out of memory");
+  SPILL_TRY(spill_routing_trace_load(g->route_trace_path, g->a, &g->route_trace, e));
+  return spill_model_set_forced_routing(g->m, g->route_trace.ids, (int)g->route_trace.n_tokens,
+                                        e);
+}
+
+/* A run of n positions from 0 must stay within the routing trace. */
+static int check_routing_positions(spill_engine *g, const char *what, int n, spill_err *e) {
+  if (!g->route_trace_path || n <= (int)g->route_trace.n_tokens) return SPILL_OK;
+  return spill_err_set(e, SPILL_E_RANGE,
+                       "%s: %d positions, but routing trace %s drives %u (one per traced token; "
+                       "no wrap-around)",
+                       what, n, g->route_trace_path, g->route_trace.n_tokens);
+}
+
 static void warn(spill_engine *g, const char *msg) {
   size_t n = strlen(g->warnings);
   snprintf(g->warnings + n, sizeof g->warnings - n, "%s\n", msg);
@@ -209,6 +239,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   mo.trunk_mode = (int)g->cfg.trunk;
   if ((rc = spill_model_open(model_dir, &mo, &g->m, e)) < 0) goto fail;
   g->a = spill_model_arch(g->m);
+  if ((rc = open_routing_trace(g, e)) < 0) goto fail;
   g->vocab = g->a->vocab_size;
   g->top_k = spill_arch_n_moe(g->a) ? g->a->moe.top_k : 0;
   g->cap_tok = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 16;
@@ -270,6 +301,8 @@ void spill_engine_close(spill_engine *g) {
     }
   free(g->L);
   spill_model_close(g->m);
+  spill_trace_free(&g->route_trace); /* after the model: it borrowed the ids */
+  free(g->route_trace_path);
   free(g->logits);
   if (g->profile) fclose(g->profile);
   if (g->trace) fclose(g->trace);
@@ -464,6 +497,7 @@ static void finish_stats(spill_engine *g, spill_run_stats *st) {
 int spill_eval(spill_engine *g, const int *tokens, int n, int chunked, float *logits_last,
                float *logits_all, spill_err *e) {
   SPILL_FAIL_IF(e, n < 1, SPILL_E_INVALID_ARG, "eval: no tokens");
+  SPILL_TRY(check_routing_positions(g, "eval", n, e));
   spill_model_reset(g->m);
   g->tok_counter = 0;
   if (logits_all || !chunked) {
@@ -488,6 +522,11 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   SPILL_FAIL_IF(e, n_prompt < 1, SPILL_E_INVALID_ARG, "generate: empty prompt");
   SPILL_FAIL_IF(e, n_prompt + n_new > g->cfg.ctx, SPILL_E_RANGE,
                 "generate: %d prompt + %d new tokens exceed ctx %d", n_prompt, n_new, g->cfg.ctx);
+  if (g->route_trace_path) {
+    char what[80];
+    snprintf(what, sizeof what, "generate: %d prompt + %d new tokens", n_prompt, n_new);
+    SPILL_TRY(check_routing_positions(g, what, n_prompt + n_new, e));
+  }
   spill_sampler_opts so = {0};
   if (s) {
     so.temperature = s->temperature;

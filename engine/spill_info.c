@@ -93,6 +93,8 @@ int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_
     o.expert_dtype = dt;
   }
   if (req->experts > 0) o.n_experts = req->experts;
+  if (req->moe_layers > 0) o.n_moe_layers = req->moe_layers;
+  if (req->top_k > 0) o.top_k = req->top_k;
   o.progress = progress;
   o.progress_ctx = user;
   return spill_gen_write(out_dir, &o, e);

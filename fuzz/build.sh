@@ -25,7 +25,7 @@ SRCS=(
   engine/cache/expert_cache.c engine/cache/policy_lfru.c engine/cache/policy_lru.c
   engine/cache/policy_nextuse.c engine/cache/policy_wtinylfu.c
   engine/trace/trace_read.c engine/trace/trace_replay.c engine/trace/trace_stats.c
-  engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c
+  engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c engine/spill_routing.c
   harness/exp_config.c harness/exp_metrics.c
 )
 objs=()

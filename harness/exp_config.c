@@ -37,7 +37,7 @@ typedef struct ctx {
 static int fail(ctx *c, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(ctx *c, const char *path, const char *fmt, ...) {
-  char reason[384];
+  char reason[SPILL_ERR_MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(reason, sizeof reason, fmt, ap);
@@ -173,6 +173,7 @@ static const char *runner_owned(const char *key) {
   if (!strcmp(key, "trace")) return "set by the runner per run: use outputs.trace";
   if (!strcmp(key, "trace_max_bytes")) return "use outputs.trace_max_bytes";
   if (!strcmp(key, "usable_ram")) return "use machine.emulate_ram";
+  if (!strcmp(key, "routing_trace")) return "use workload.routing (\"trace:FILE\")";
   return NULL;
 }
 
@@ -224,15 +225,30 @@ static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
   }
   if (!cJSON_IsObject(m))
     return fail(c, "model", "expected a path or a recipe object, got %s", type_name(m));
-  static const char *const keys[] = {"preset", "like", "ram", "disk", "seed", "attn_mix",
-                                     "expert_dtype", "trunk_dtype", NULL};
+  static const char *const keys[] = {"preset", "like", "like_trace", "ram", "disk", "seed",
+                                     "attn_mix", "expert_dtype", "trunk_dtype", NULL};
   SPILL_TRY(only_keys(c, m, "model", keys));
   cfg->model_recipe = 1;
   char like[16] = "";
   SPILL_TRY(get_str(c, m, "model", "preset", 0, cfg->recipe_preset, sizeof cfg->recipe_preset));
   SPILL_TRY(get_str(c, m, "model", "like", 0, like, sizeof like));
-  if (!!cfg->recipe_preset[0] == !!like[0])
-    return fail(c, "model", "give exactly one of \"preset\" (nano, mini) or \"like\" (k3)");
+  SPILL_TRY(get_str(c, m, "model", "like_trace", 0, cfg->recipe_like_trace,
+                    sizeof cfg->recipe_like_trace));
+  if (cfg->recipe_like_trace[0]) {
+    /* shaped for a router trace: the preset (nano or mini, default mini)
+     * gives everything but MoE layers, experts and top-k */
+    if (like[0]) return fail(c, "model", "give one of \"like\" (k3) or \"like_trace\"");
+    if (!cfg->recipe_preset[0]) snprintf(cfg->recipe_preset, sizeof cfg->recipe_preset, "mini");
+    if (strcmp(cfg->recipe_preset, "nano") && strcmp(cfg->recipe_preset, "mini"))
+      return fail(c, "model.preset", "\"%s\": a like_trace model takes nano or mini",
+                  cfg->recipe_preset);
+    spill_err te = {0};
+    if (spill_routing_trace_inspect(cfg->recipe_like_trace, NULL, &cfg->recipe_trace, &te) < 0)
+      return fail(c, "model.like_trace", "%s", te.msg);
+  } else if (!!cfg->recipe_preset[0] == !!like[0]) {
+    return fail(c, "model", "give exactly one of \"preset\" (nano, mini), \"like\" (k3) or "
+                            "\"like_trace\" (a router trace)");
+  }
   if (like[0]) {
     if (strcmp(like, "k3")) return fail(c, "model.like", "\"%s\": only \"k3\" is known", like);
     snprintf(cfg->recipe_preset, sizeof cfg->recipe_preset, "twin");
@@ -276,11 +292,15 @@ static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
     for (const char *const *o = enums[i].ok; *o; o++) ok |= !strcmp(*o, enums[i].v);
     if (!ok) return fail(c, enums[i].path, "\"%s\": not a known value", enums[i].v);
   }
-  char canon[256];
+  char canon[256 + SPILL_EXP_PATH_MAX];
   int n = snprintf(canon, sizeof canon, "preset=%s;ram=%llu;disk=%llu;seed=%llu;attn=%s;edt=%s;tdt=%s",
                    cfg->recipe_preset, (unsigned long long)cfg->recipe_ram,
                    (unsigned long long)cfg->recipe_disk, (unsigned long long)cfg->recipe_seed,
                    cfg->recipe_attn_mix, cfg->recipe_expert_dtype, cfg->recipe_trunk_dtype);
+  if (cfg->recipe_like_trace[0]) /* recipes without it keep their old hash */
+    n += snprintf(canon + n, sizeof canon - (size_t)n, ";like_trace=%s;moe=%d;experts=%d;topk=%d",
+                  cfg->recipe_like_trace, cfg->recipe_trace.n_layers,
+                  cfg->recipe_trace.n_experts, cfg->recipe_trace.top_k);
   snprintf(cfg->recipe_hash, sizeof cfg->recipe_hash, "%016llx",
            (unsigned long long)spill_exp_fnv1a(canon, (size_t)n, SPILL_EXP_FNV_SEED));
   return SPILL_OK;
@@ -338,19 +358,27 @@ static int parse_workload(ctx *c, const cJSON *w, spill_exp_config *cfg) {
   if (!strcmp(prefill, "chunked")) cfg->prefill_chunked = 1;
   else if (!strcmp(prefill, "sequential")) cfg->prefill_chunked = 0;
   else return fail(c, "workload.prefill", "\"%s\": expected chunked or sequential", prefill);
-  char routing[SPILL_EXP_PATH_MAX] = "model";
+  char routing[sizeof cfg->routing] = "model";
   SPILL_TRY(get_str(c, w, "workload", "routing", 0, routing, sizeof routing));
   if (!strncmp(routing, "trace:", 6)) {
-    /* Validation fails only on shape errors; replay itself is refused here
-     * so that a config using it does not start and run the wrong routing. */
-    if (!routing[6]) return fail(c, "workload.routing", "\"trace:\" needs a file");
-    return spill_err_set(c->e, SPILL_E_UNSUPPORTED,
-                         "%s: workload.routing: \"%s\": trace replay through the engine is not "
-                         "implemented yet in the runner (use \"model\")",
-                         c->src, routing);
+    /* The trace is read and validated now (shape, ids); whether the model
+     * matches it is checked when the engine opens (and here for like_trace
+     * recipes, in parse_all). */
+    const char *file = routing + 6;
+    if (!file[0]) return fail(c, "workload.routing", "\"trace:\" needs a file");
+    if (strlen(file) >= sizeof cfg->routing_trace) return fail(c, "workload.routing", "path too long");
+    spill_err te = {0};
+    if (spill_routing_trace_inspect(file, NULL, &cfg->routing_info, &te) < 0)
+      return fail(c, "workload.routing", "%s", te.msg);
+    if (cfg->decode_tokens >= cfg->routing_info.n_tokens)
+      return fail(c, "workload.decode_tokens",
+                  "%d: the routing trace %s drives %d positions, for the prompt's tokens and "
+                  "the decoded ones", cfg->decode_tokens, file, cfg->routing_info.n_tokens);
+    snprintf(cfg->routing_trace, sizeof cfg->routing_trace, "%s", file);
+  } else if (strcmp(routing, "model")) {
+    return fail(c, "workload.routing", "\"%s\": expected \"model\" or \"trace:FILE\"", routing);
   }
-  if (strcmp(routing, "model")) return fail(c, "workload.routing", "\"%s\": expected \"model\" or \"trace:FILE\"", routing);
-  snprintf(cfg->routing, sizeof cfg->routing, "model");
+  snprintf(cfg->routing, sizeof cfg->routing, "%s", routing);
   return SPILL_OK;
 }
 
@@ -553,6 +581,16 @@ static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   SPILL_TRY(get_str(c, root, "", "description", 0, cfg->description, sizeof cfg->description));
   SPILL_TRY(parse_model(c, cJSON_GetObjectItemCaseSensitive(root, "model"), cfg));
   SPILL_TRY(parse_workload(c, cJSON_GetObjectItemCaseSensitive(root, "workload"), cfg));
+  if (cfg->routing_trace[0] && cfg->recipe_like_trace[0]) {
+    /* both shapes are known now: a mismatch would only fail at engine open */
+    const spill_routing_trace_info *r = &cfg->routing_info, *m = &cfg->recipe_trace;
+    if (r->n_layers != m->n_layers || r->n_experts != m->n_experts || r->top_k != m->top_k)
+      return fail(c, "workload.routing",
+                  "trace %s (%d layers, %d experts, top-%d) does not fit the model.like_trace "
+                  "model (%d MoE layers, %d experts, top-%d)",
+                  cfg->routing_trace, r->n_layers, r->n_experts, r->top_k, m->n_layers,
+                  m->n_experts, m->top_k);
+  }
   const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");
   if (base) SPILL_TRY(parse_knobs(c, base, "base", cfg->base, &cfg->n_base));
   const cJSON *thr = cJSON_GetObjectItemCaseSensitive(root, "io_throttle");
@@ -694,6 +732,7 @@ int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spil
     return spill_err_set(e, SPILL_E_CONFIG,
                          "workload.prefill is sequential but prefill_chunk is set to %d",
                          out->prefill_chunk);
+  out->routing_trace = cfg->routing_trace[0] ? cfg->routing_trace : NULL;
   return SPILL_OK;
 }
 
@@ -719,6 +758,7 @@ char *spill_exp_config_resolved_json(const spill_exp_config *cfg) {
   if (cfg->model_recipe) {
     cJSON *m = cJSON_AddObjectToObject(r, "model");
     cJSON_AddStringToObject(m, "preset", cfg->recipe_preset);
+    if (cfg->recipe_like_trace[0]) cJSON_AddStringToObject(m, "like_trace", cfg->recipe_like_trace);
     if (cfg->recipe_ram) cJSON_AddNumberToObject(m, "ram", (double)cfg->recipe_ram);
     if (cfg->recipe_disk) cJSON_AddNumberToObject(m, "disk", (double)cfg->recipe_disk);
     cJSON_AddNumberToObject(m, "seed", (double)cfg->recipe_seed);

@@ -7,7 +7,8 @@
  * a size`). Engine knobs (base, sweep, arms) are validated by
  * spill_config_set on a scratch spill_config, so they have the engine's
  * spelling and checks. Parsing reads no model and starts nothing; it may read
- * workload.prompt_file. Knob values are kept in their text form (what
+ * workload.prompt_file and the router traces of workload.routing
+ * ("trace:FILE") and model.like_trace (read and validated here). Knob values are kept in their text form (what
  * spill_config_set takes). Limits are generous fixed bounds (stated below) so
  * the structure needs one free.
  */
@@ -82,12 +83,18 @@ typedef struct spill_exp_config {
   uint64_t recipe_ram, recipe_disk, recipe_seed;
   char recipe_attn_mix[16], recipe_expert_dtype[16], recipe_trunk_dtype[16];
   char recipe_hash[17];      /* 16 hex digits over the canonical recipe */
+  /* {"like_trace": FILE}: MoE layers, experts and top-k of a router trace
+   * (spill_gen_request_like_trace), the rest from recipe_preset (nano|mini) */
+  char recipe_like_trace[SPILL_EXP_PATH_MAX];
+  spill_routing_trace_info recipe_trace; /* its shape, read at validation */
   /* workload */
   char *prompt;              /* owned: the prompt text (from prompt or prompt_file) */
   char prompt_file[SPILL_EXP_PATH_MAX];
   int decode_tokens;
   int prefill_chunked;       /* 1 chunked (engine prefill_chunk), 0 sequential */
-  char routing[16];          /* "model" */
+  char routing[SPILL_EXP_PATH_MAX + 8]; /* "model" or "trace:FILE" */
+  char routing_trace[SPILL_EXP_PATH_MAX]; /* FILE of "trace:FILE" ("" for model) */
+  spill_routing_trace_info routing_info;  /* its shape, read at validation */
   /* knobs */
   int n_base;
   spill_exp_knob base[SPILL_EXP_MAX_KNOBS];
@@ -126,8 +133,8 @@ int spill_exp_config_n_cells(const spill_exp_config *cfg);
 void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **values_out);
 
 /* Builds the engine config of (cell, arm): defaults, then base, cell values,
- * arm knobs in that order, then the workload's prefill mode. String knobs
- * point into cfg (valid while it lives). */
+ * arm knobs in that order, then the workload's prefill mode and routing
+ * (routing_trace). String knobs point into cfg (valid while it lives). */
 int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spill_config *out,
                             spill_err *e);
 

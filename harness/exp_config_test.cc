@@ -6,6 +6,9 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <string>
 #include <vector>
 
@@ -171,13 +174,133 @@ TEST(ExpConfigTest, RejectsBadHypotheses) {
             "x.json: hypothesis.claim: missing (required)");
 }
 
-TEST(ExpConfigTest, RejectsTraceRoutingAsNotImplemented) {
+// A simple-format trace in TEST_TMPDIR: n tokens, `layers` layers, token i
+// uses ids {i k, ..., i k + k - 1} mod e (e distinct k-blocks: n k >= e
+// makes the highest id e - 1).
+std::string TraceFile(const std::string &name, int n, int layers, int k, int e) {
+  const char *t = getenv("TEST_TMPDIR");
+  std::string path = std::string(t ? t : "/tmp") + "/" + name;
+  FILE *f = fopen(path.c_str(), "w");
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "{\"tok\": %d, \"layers\": [", i);
+    for (int l = 0; l < layers; l++) {
+      fprintf(f, "%s[", l ? ", " : "");
+      for (int j = 0; j < k; j++) fprintf(f, "%s%d", j ? ", " : "", (i * k + j) % e);
+      fprintf(f, "]");
+    }
+    fprintf(f, "]}\n");
+  }
+  fclose(f);
+  return path;
+}
+
+// workload.routing "trace:FILE": the trace is read and validated with the
+// config; the engine config carries it; the resolved config keeps it.
+TEST(ExpConfigTest, TraceRoutingIsValidatedAndPassedToTheEngine) {
+  std::string tr = TraceFile("cfg-trace.jsonl", 10, 3, 4, 16);
+  std::string s = Edit("\"decode_tokens\": 4", "\"decode_tokens\": 4, \"routing\": \"trace:" + tr + "\"");
   spill_exp_config cfg;
   spill_err e = {};
-  std::string s = Edit("\"decode_tokens\": 4", "\"decode_tokens\": 4, \"routing\": \"trace:t.jsonl\"");
-  EXPECT_EQ(spill_exp_config_parse(s.c_str(), "x.json", &cfg, &e), SPILL_E_UNSUPPORTED);
-  EXPECT_NE(std::string(e.msg).find("x.json: workload.routing: \"trace:t.jsonl\": "),
-            std::string::npos) << e.msg;
+  ASSERT_EQ(spill_exp_config_parse(s.c_str(), "x.json", &cfg, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(std::string(cfg.routing), "trace:" + tr);
+  EXPECT_EQ(std::string(cfg.routing_trace), tr);
+  EXPECT_EQ(cfg.routing_info.n_tokens, 10);
+  EXPECT_EQ(cfg.routing_info.n_layers, 3);
+  EXPECT_EQ(cfg.routing_info.top_k, 4);
+  EXPECT_EQ(cfg.routing_info.n_experts, 16);
+  spill_config ec;
+  ASSERT_EQ(spill_exp_config_engine(&cfg, 0, 1, &ec, &e), SPILL_OK) << e.msg;
+  ASSERT_NE(ec.routing_trace, nullptr);
+  EXPECT_EQ(std::string(ec.routing_trace), tr);
+  char *json = spill_exp_config_resolved_json(&cfg);
+  EXPECT_NE(std::string(json).find("\"routing\":\t\"trace:" + tr + "\""), std::string::npos) << json;
+  free(json);
+  spill_exp_config_free(&cfg);
+
+  // without routing the engine config has none
+  ASSERT_EQ(spill_exp_config_parse(kGood, "x.json", &cfg, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_exp_config_engine(&cfg, 0, 0, &ec, &e), SPILL_OK);
+  EXPECT_EQ(ec.routing_trace, nullptr);
+  EXPECT_EQ(std::string(cfg.routing), "model");
+  spill_exp_config_free(&cfg);
+}
+
+TEST(ExpConfigTest, RejectsBadTraceRouting) {
+  auto with = [](const std::string &routing, int decode = 4) {
+    return Edit("\"decode_tokens\": 4", "\"decode_tokens\": " + std::to_string(decode) +
+                                            ", \"routing\": \"" + routing + "\"");
+  };
+  EXPECT_EQ(Error(with("trace:")), "x.json: workload.routing: \"trace:\" needs a file");
+  EXPECT_EQ(Error(with("replay")),
+            "x.json: workload.routing: \"replay\": expected \"model\" or \"trace:FILE\"");
+  std::string missing = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+                        "/no-such.jsonl";
+  EXPECT_EQ(Error(with("trace:" + missing)).find("x.json: workload.routing: " + missing +
+                                                  ": cannot open"),
+            0u)
+      << Error(with("trace:" + missing));
+  // a bad line is named by the trace reader
+  std::string bad = TraceFile("cfg-bad.jsonl", 3, 2, 4, 16);
+  FILE *f = fopen(bad.c_str(), "a");
+  fprintf(f, "{\"tok\": 3, \"layers\": [[1, 2, 3], [4, 5, 6, 7]]}\n");
+  fclose(f);
+  EXPECT_EQ(Error(with("trace:" + bad)),
+            "x.json: workload.routing: " + bad + ":4: layers[0]: expected 4 ids (as line 1), got 3");
+  // the decoded tokens plus at least one prompt token must fit in the trace
+  std::string tr = TraceFile("cfg-short.jsonl", 4, 2, 4, 16);
+  EXPECT_EQ(Error(with("trace:" + tr, 4)),
+            "x.json: workload.decode_tokens: 4: the routing trace " + tr +
+                " drives 4 positions, for the prompt's tokens and the decoded ones");
+  EXPECT_EQ(Error(with("trace:" + tr, 3)), "OK");
+  // the engine knob is the runner's (workload.routing)
+  EXPECT_EQ(Error(Edit("\"io_threads\": 2", "\"routing_trace\": \"t.jsonl\"")),
+            "x.json: base.routing_trace: use workload.routing (\"trace:FILE\")");
+}
+
+// model {"like_trace": FILE}: a recipe shaped for the trace (preset nano or
+// mini, default mini) with its own hash; a routing trace of another shape is
+// refused at validation.
+TEST(ExpConfigTest, LikeTraceRecipes) {
+  std::string tr = TraceFile("cfg-like.jsonl", 10, 3, 4, 16);
+  std::string other = TraceFile("cfg-like2.jsonl", 10, 5, 4, 16);
+  auto model = [](const std::string &m) { return Edit("{\"preset\": \"nano\"}", m); };
+  spill_exp_config a, b, c;
+  spill_err e = {};
+  std::string sa = model("{\"like_trace\": \"" + tr + "\"}");
+  ASSERT_EQ(spill_exp_config_parse(sa.c_str(), "x.json", &a, &e), SPILL_OK) << e.msg;
+  EXPECT_STREQ(a.recipe_preset, "mini");
+  EXPECT_EQ(a.recipe_trace.n_layers, 3);
+  std::string sb = model("{\"like_trace\": \"" + tr + "\", \"preset\": \"nano\"}");
+  ASSERT_EQ(spill_exp_config_parse(sb.c_str(), "x.json", &b, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_exp_config_parse(kGood, "x.json", &c, &e), SPILL_OK) << e.msg;
+  EXPECT_STRNE(a.recipe_hash, b.recipe_hash);
+  EXPECT_STRNE(b.recipe_hash, c.recipe_hash);  // nano vs nano like the trace
+  // the plain nano recipe keeps the hash it had before like_trace existed
+  // (FNV-1a 64 of "preset=nano;ram=0;disk=0;seed=1;attn=k3;edt=rvq3;tdt=q4")
+  EXPECT_STREQ(c.recipe_hash, "c8e6a875eb4c7c8d");
+  char *json = spill_exp_config_resolved_json(&b);
+  spill_exp_config r;
+  ASSERT_EQ(spill_exp_config_parse(json, "resolved", &r, &e), SPILL_OK) << e.msg << json;
+  EXPECT_STREQ(r.recipe_hash, b.recipe_hash);
+  free(json);
+  spill_exp_config_free(&r);
+  spill_exp_config_free(&a);
+  spill_exp_config_free(&b);
+  spill_exp_config_free(&c);
+
+  EXPECT_EQ(Error(model("{\"like_trace\": \"" + tr + "\", \"preset\": \"twin\"}")),
+            "x.json: model.preset: \"twin\": a like_trace model takes nano or mini");
+  EXPECT_EQ(Error(model("{\"like_trace\": \"" + tr + "\", \"like\": \"k3\"}")),
+            "x.json: model: give one of \"like\" (k3) or \"like_trace\"");
+  EXPECT_EQ(Error(model("{\"seed\": 2}")),
+            "x.json: model: give exactly one of \"preset\" (nano, mini), \"like\" (k3) or "
+            "\"like_trace\" (a router trace)");
+  std::string mism = Edit("{\"preset\": \"nano\"}", "{\"like_trace\": \"" + tr + "\"}");
+  size_t p = mism.find("\"decode_tokens\": 4");
+  mism.replace(p, 18, "\"decode_tokens\": 4, \"routing\": \"trace:" + other + "\"");
+  EXPECT_EQ(Error(mism), "x.json: workload.routing: trace " + other +
+                             " (5 layers, 16 experts, top-4) does not fit the model.like_trace "
+                             "model (3 MoE layers, 16 experts, top-4)");
 }
 
 TEST(ExpConfigTest, RejectsPlotsThatCannotBeDrawn) {

@@ -184,6 +184,7 @@ static int ensure_model(runner *R) {
   req.attn_mix = c->recipe_attn_mix;
   req.trunk_dtype = c->recipe_trunk_dtype;
   req.expert_dtype = c->recipe_expert_dtype;
+  if (c->recipe_like_trace[0]) SPILL_TRY(spill_gen_request_like_trace(&req, c->recipe_like_trace, R->e));
   SPILL_TRY(spill_gen(tmp, &req, gen_progress, R, R->e));
   if (rename(tmp, R->model) < 0)
     return spill_err_set(R->e, SPILL_E_IO, "rename %s -> %s: %s", tmp, R->model, strerror(errno));
@@ -399,7 +400,8 @@ static int same_shape(const spill_config *a, const spill_config *b) {
          a->io_backend == b->io_backend && a->storage == b->storage && a->trunk == b->trunk &&
          !strcmp(a->policy, b->policy) && a->overlap == b->overlap &&
          a->io_throttle == b->io_throttle && a->seed == b->seed &&
-         a->trace_max_bytes == b->trace_max_bytes;
+         a->trace_max_bytes == b->trace_max_bytes &&
+         !strcmp(a->routing_trace ? a->routing_trace : "", b->routing_trace ? b->routing_trace : "");
 }
 
 typedef struct tok_rec {
@@ -572,12 +574,17 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   cJSON_AddStringToObject(row, "arm", cfg->arms[run->arm].name);
   cJSON_AddNumberToObject(row, "repeat", run->repeat);
   cJSON_AddItemToObject(row, "knobs", knobs_of(cfg, run->cell, run->arm));
+  cJSON_AddStringToObject(row, "routing", cfg->routing); /* "model" or "trace:FILE" */
   cJSON *eng = cJSON_AddObjectToObject(row, "engine");
   cJSON_AddBoolToObject(eng, "reopened", reopened);
   cJSON_AddBoolToObject(eng, "budget_raised", raised);
   cJSON_AddNumberToObject(eng, "budget_bytes", (double)plan->budget);
   cJSON_AddNumberToObject(eng, "floor_bytes", (double)plan->floor);
-  cJSON_AddNumberToObject(eng, "cache_slots", (double)plan->cache_slots);
+  /* the slots the cache really has: the cache_slots knob overrides the plan's */
+  uint64_t slots = R->cur.storage == SPILL_STORAGE_MMAP ? 0
+                   : R->cur.cache_slots >= 0         ? (uint64_t)R->cur.cache_slots
+                                                     : plan->cache_slots;
+  cJSON_AddNumberToObject(eng, "cache_slots", (double)slots);
   cJSON_AddStringToObject(eng, "storage", spill_storage_name(R->cur.storage));
   cJSON_AddStringToObject(eng, "warnings", spill_engine_warnings(R->eng));
   cJSON *mach = cJSON_AddObjectToObject(row, "machine");

@@ -391,3 +391,76 @@ TEST(ExpRunnerTest, ArmsChangingOpenTimeKnobsReopenTheEngine) {
                                                      "-/no-overlap/r0", "-/chunk-4/r0"}));
   spill_exp_config_free(&cfg);
 }
+
+// workload.routing "trace:FILE" on a model.like_trace recipe: the runner
+// generates a nano shaped for the trace, replays the trace in every run
+// (sequential prefill: one routed position per forward, like the trace
+// replay), records the routing in every row, and each run's router trace
+// has the input's ids. Counters are exact: with a cache holding every
+// expert, misses are the distinct (layer, expert) pairs of the trace.
+TEST(ExpRunnerTest, TraceRoutingReplaysTheTraceInEveryRun) {
+  std::string root = TmpDir() + "/trace-routing";
+  mkdir(root.c_str(), 0755);
+  std::string tr = root + "/t.jsonl";
+  {
+    std::ofstream f(tr);
+    // 10 tokens, 2 layers, 8 experts, top-2; layer 1 always uses {6, 7}
+    for (int t = 0; t < 10; t++)
+      f << "{\"tok\": " << t << ", \"layers\": [[" << (t % 4) << ", " << (t % 4 + 4)
+        << "], [6, 7]]}\n";
+  }
+  std::string text = R"({"name": "trace-routing", "model": {"like_trace": ")" + tr +
+                     R"(", "preset": "nano"},
+    "workload": {"prompt": "ab", "decode_tokens": 7, "prefill": "sequential",
+                 "routing": "trace:)" + tr + R"("},
+    "base": {"cache_slots": 16, "storage": "pagecache"},
+    "arms": [{"name": "lru", "set": {"policy": "lru"}},
+             {"name": "lfru", "set": {"policy": "lfru"}, "exact": true}],
+    "repeats": 1, "outputs": {"tables": ["md"], "plots": [], "trace": true}})";
+  spill_exp_config cfg = Parse(text);
+  std::string results = root + "/results", models = root + "/models";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.cache_root = models.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  char model[1024];
+  spill_exp_model_dir(&cfg, models.c_str(), model, sizeof model);
+  spill_info info;
+  ASSERT_EQ(spill_info_read(model, &info, &e), 0) << e.msg;
+  EXPECT_EQ(info.n_moe_layers, 2);
+  EXPECT_EQ(info.n_experts, 8);
+  EXPECT_EQ(info.top_k, 2);
+  EXPECT_NE(ReadAll(std::string(dir) + "/config.json").find("\"routing\":\t\"trace:" + tr + "\""),
+            std::string::npos);
+  std::ifstream rows(std::string(dir) + "/runs.jsonl");
+  std::string line;
+  int n_rows = 0;
+  while (std::getline(rows, line)) {
+    n_rows++;
+    EXPECT_NE(line.find("\"routing\":\"trace:" + tr + "\""), std::string::npos) << line;
+    // 10 positions x 2 layers x 2 ids requested; 8 + 2 distinct pairs missed
+    EXPECT_NE(line.find("\"experts_requested\":40,"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"demand_misses\":10,"), std::string::npos) << line;
+    size_t k = line.find("\"trace\":\"");
+    ASSERT_NE(k, std::string::npos) << line;
+    std::string out = std::string(dir) + "/" + line.substr(k + 9, line.find('"', k + 9) - k - 9);
+    std::ifstream f(out);
+    std::string row;
+    int n = 0;
+    while (std::getline(f, row)) {
+      int tok = n / 2, layer = n % 2 + 1;
+      std::string want = layer == 2 ? "\"ids\": [6, 7]"
+                                    : "\"ids\": [" + std::to_string(tok % 4) + ", " +
+                                          std::to_string(tok % 4 + 4) + "]";
+      EXPECT_NE(row.find(want), std::string::npos) << row;
+      n++;
+    }
+    EXPECT_EQ(n, 20);
+  }
+  EXPECT_EQ(n_rows, 2);
+  spill_exp_config_free(&cfg);
+}

@@ -43,6 +43,10 @@
  *           4. Experts per layer: as many as fit in disk_bytes (container
  *              = manifest + trunk + 92 banks <= disk_bytes).
  *         spill_gen_summarize prints the numbers of each step.
+ *   Overrides: n_experts (any preset), n_moe_layers and top_k (nano and
+ *         mini: a model shaped for a router trace, `spill gen --like-trace`;
+ *         the preset's dense layer stays first and the attention pattern
+ *         runs on over the added layers).
  *
  * Expert popularity: routers are f32 with N(0, 1/D) rows (logits ~N(0, 1)
  * for unit-rms h) and a selection-only bias exp_probs_b = skew * a *
@@ -102,6 +106,11 @@ typedef struct spill_gen_opts {
   int threads;            /* generator threads besides the writer: 0 or 1 */
   int n_experts;          /* > 0: experts per MoE layer instead of the preset's
                              (twin: instead of what the disk cap allows) */
+  int n_moe_layers;       /* > 0: MoE layers after the preset's dense layer(s)
+                             instead of the preset's (nano, mini only; the
+                             attention mix pattern continues over them) */
+  int top_k;              /* > 0: experts routed per token instead of the
+                             preset's (nano, mini only; 1..SPILL_MAX_TOPK) */
   spill_progress_fn progress; /* may be NULL; (ctx, bytes done, bytes total) */
   void *progress_ctx;
 } spill_gen_opts;

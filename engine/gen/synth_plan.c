@@ -561,6 +561,10 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   memset(&s, 0, sizeof s);
   spill_gen_summary *sum = &p->sum;
   memset(sum, 0, sizeof *sum);
+  SPILL_FAIL_IF(e, (o->n_moe_layers > 0 || o->top_k > 0) && strcmp(preset, "nano") &&
+                       strcmp(preset, "mini"),
+                SPILL_E_CONFIG, "gen: MoE-layer and top-k overrides need preset nano or mini, not %s",
+                preset);
   if (!strcmp(preset, "nano")) {
     shape_nano(&s, mix);
   } else if (!strcmp(preset, "mini")) {
@@ -572,6 +576,22 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
                          preset);
   }
 
+  if (o->n_moe_layers > 0 || o->top_k > 0) { /* shape overrides (spill gen --like-trace) */
+    if (o->n_moe_layers > 0) {
+      SPILL_FAIL_IF(e, o->n_moe_layers > SPILL_MAX_LAYERS - s.n_dense, SPILL_E_CONFIG,
+                    "gen: %d MoE layers: at most %d (with %d dense)", o->n_moe_layers,
+                    SPILL_MAX_LAYERS - s.n_dense, s.n_dense);
+      s.n_layers = s.n_dense + o->n_moe_layers;
+    }
+    if (o->top_k > 0) {
+      SPILL_FAIL_IF(e, o->top_k > SPILL_MAX_TOPK, SPILL_E_CONFIG, "gen: top_k %d: at most %d",
+                    o->top_k, SPILL_MAX_TOPK);
+      s.top_k = o->top_k;
+      SPILL_FAIL_IF(e, o->n_experts <= 0 && s.n_experts < s.top_k, SPILL_E_CONFIG,
+                    "gen: top_k %d exceeds the preset's %d experts (give experts too)", s.top_k,
+                    s.n_experts);
+    }
+  }
   if (o->n_experts > 0) { /* override of the preset's experts per layer */
     SPILL_FAIL_IF(e, o->n_experts < s.top_k || o->n_experts > SPILL_MAX_EXPERTS, SPILL_E_CONFIG,
                   "gen: experts %d must be in [top_k %d, %d]", o->n_experts, s.top_k,

@@ -209,6 +209,47 @@ TEST(SynthPlanTest, RejectsUnknownPresetMixAndTooSmallDisk) {
   EXPECT_NE(strstr(e.msg, "disk"), nullptr) << e.msg;
 }
 
+// MoE-layer and top-k overrides (spill gen --like-trace) reshape nano and
+// mini after their dense layer; the twin's derivation cannot take them.
+TEST(SynthPlanTest, MoeLayerAndTopKOverridesReshapeSmallPresets) {
+  spill_gen_opts o = Nano("k3");
+  o.n_moe_layers = 16;
+  o.n_experts = 64;
+  o.top_k = 8;
+  spill_manifest m;
+  spill_err e = {};
+  ASSERT_EQ(spill_gen_plan(&o, &m, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(m.arch.n_layers, 17);
+  EXPECT_EQ(m.arch.n_dense_layers, 1);
+  EXPECT_EQ(spill_arch_n_moe(&m.arch), 16);
+  EXPECT_EQ(m.arch.moe.n_experts, 64);
+  EXPECT_EQ(m.arch.moe.top_k, 8);
+  EXPECT_EQ(m.arch.d_model, 64);
+  EXPECT_EQ(m.n_banks, 16);
+  EXPECT_EQ(m.arch.layer_attn[16], SPILL_ATTN_MLA);  // the k3 pattern: the last layer is MLA
+  EXPECT_EQ(m.arch.layer_attn[15], SPILL_ATTN_MLA);
+  EXPECT_EQ(m.arch.layer_attn[14], SPILL_ATTN_KDA);
+  std::vector<std::string> want = RequiredNames(m.arch, true);
+  EXPECT_EQ((size_t)m.n_tensors, want.size());
+  spill_manifest_free(&m);
+
+  o = Nano("k3");
+  o.top_k = 20;  // more than nano's 16 experts
+  EXPECT_EQ(spill_gen_plan(&o, &m, &e), SPILL_E_CONFIG);
+  EXPECT_NE(strstr(e.msg, "top_k 20 exceeds"), nullptr) << e.msg;
+  o.top_k = SPILL_MAX_TOPK + 1;
+  o.n_experts = 1000;
+  EXPECT_EQ(spill_gen_plan(&o, &m, &e), SPILL_E_CONFIG);
+  o = Nano("k3");
+  o.n_moe_layers = SPILL_MAX_LAYERS;
+  EXPECT_EQ(spill_gen_plan(&o, &m, &e), SPILL_E_CONFIG);
+  o = Nano("k3");
+  o.preset = "twin";
+  o.top_k = 8;
+  EXPECT_EQ(spill_gen_plan(&o, &m, &e), SPILL_E_CONFIG);
+  EXPECT_NE(strstr(e.msg, "nano or mini"), nullptr) << e.msg;
+}
+
 TEST(SynthPlanTest, TwinAt8GiBKeepsK3Proportions) {
   spill_gen_opts o;
   spill_gen_opts_init(&o);

@@ -306,6 +306,37 @@ void spill_model_set_expert_source(spill_model *m, const spill_expert_source *sr
   m->src = src ? *src : m->builtin;
 }
 
+int spill_model_set_forced_routing(spill_model *m, const uint32_t *ids, int n_pos,
+                                   spill_err *e) {
+  SPILL_FAIL_IF(e, !m, SPILL_E_INVALID_ARG, "forced routing: NULL model");
+  if (!ids) {
+    m->force_ids = NULL;
+    m->force_n = m->force_n_moe = 0;
+    return SPILL_OK;
+  }
+  const int n_moe = spill_arch_n_moe(&m->a);
+  SPILL_FAIL_IF(e, n_moe == 0, SPILL_E_INVALID_ARG, "forced routing: the model has no MoE layer");
+  SPILL_FAIL_IF(e, n_pos < 1, SPILL_E_INVALID_ARG, "forced routing: %d positions", n_pos);
+  const int E = m->a.moe.n_experts, K = m->a.moe.top_k;
+  for (int p = 0; p < n_pos; p++)
+    for (int i = 0; i < n_moe; i++) {
+      const uint32_t *r = ids + ((size_t)p * (size_t)n_moe + (size_t)i) * (size_t)K;
+      for (int j = 0; j < K; j++) {
+        SPILL_FAIL_IF(e, r[j] >= (uint32_t)E, SPILL_E_RANGE,
+                      "forced routing: position %d MoE layer %d slot %d: expert %u out of [0, %d)",
+                      p, i, j, r[j], E);
+        for (int q = 0; q < j; q++)
+          SPILL_FAIL_IF(e, r[q] == r[j], SPILL_E_RANGE,
+                        "forced routing: position %d MoE layer %d: expert %u in slots %d and %d",
+                        p, i, r[j], q, j);
+      }
+    }
+  m->force_ids = ids;
+  m->force_n = n_pos;
+  m->force_n_moe = n_moe;
+  return SPILL_OK;
+}
+
 void spill_model_set_observer(spill_model *m, const spill_model_observer *obs) {
   m->has_obs = obs != NULL;
   if (obs) m->obs = *obs;

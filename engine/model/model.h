@@ -112,6 +112,21 @@ int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float
 int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int k,
                             uint32_t *ids_out, float *scores_out, spill_err *e);
 
+/* Forced routing (docs/MODEL.md "Forced routing"): ids is an (n_pos,
+ * n_moe_layers, top_k) table; at sequence position p the i-th MoE layer uses
+ * ids[p][i][0..top_k) (in that order, as the selection) instead of its
+ * router's top-k. The router still runs: each forced id gets its own score
+ * (sigmoid, or softmax over all experts; no selection bias) as its weight,
+ * renormalised (norm_topk) and scaled (routed_scale) exactly as a selected
+ * id. Everything downstream (expert source, observer, lookahead) is
+ * unchanged. A forward reaching a position >= n_pos fails with SPILL_E_RANGE.
+ * The table is checked here (SPILL_E_RANGE naming position, MoE layer and
+ * slot for an id out of [0, n_experts) or repeated within a layer) and
+ * borrowed: it must outlive its use. ids NULL (n_pos ignored) switches back
+ * to the routers. Call between forwards only. */
+int spill_model_set_forced_routing(spill_model *m, const uint32_t *ids, int n_pos,
+                                   spill_err *e);
+
 /* Replaces the expert source (NULL: back to the built-in one). Copied; the
  * source must outlive its use. Call between forwards only. */
 void spill_model_set_expert_source(spill_model *m, const spill_expert_source *src);

@@ -135,6 +135,10 @@ struct spill_model {
   spill_expert_source src;      /* in use */
   spill_model_observer obs;
   int has_obs;
+  /* forced routing (spill_model_set_forced_routing): borrowed (force_n,
+   * force_n_moe, top_k) table, NULL = the routers decide */
+  const uint32_t *force_ids;
+  int force_n, force_n_moe;
   spill_model_stats stats;
 };
 

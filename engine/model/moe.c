@@ -3,7 +3,9 @@
  *
  * 1. Route every token: router logits, sigmoid (+ selection-only bias) or
  *    softmax scores, top-k in selection order (descending, lower id on
- *    ties), optional renormalisation, routed_scale.
+ *    ties), optional renormalisation, routed_scale. With forced routing
+ *    (spill_model_set_forced_routing) the table's ids replace the top-k and
+ *    take their own scores as weights; the rest is unchanged.
  * 2. Expert input u: the latent projection rmsnorm(down_proj h) or h; for
  *    rvq3 experts the LUTs of u for the gate and up codebooks are built once
  *    per token and layer and shared by all selected experts.
@@ -39,14 +41,25 @@ void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *v
   }
 }
 
-/* Router of one token: ids/w (K) from h (D). */
+/* Router of one token: ids/w (K) from h (D). forced (K) != NULL replaces the
+ * top-k selection (forced routing): the scores are computed as usual and the
+ * forced ids take their own scores as weights, then the same renormalisation
+ * and routed_scale. For softmax routers vals[i] == s[ids[i]], so both paths
+ * give a selected id the very same weight. */
 static void route(spill_model *m, const spill_layer_weights *L, const float *h, float *s,
-                  uint32_t *ids, float *w) {
+                  const uint32_t *forced, uint32_t *ids, float *w) {
   const spill_moe_cfg *c = &m->a.moe;
   const int E = c->n_experts, K = c->top_k;
   float vals[SPILL_MAX_TOPK];
   spill_model_matvec(m, &L->ffn_gate_inp, h, s); /* (E) router logits */
-  if (c->router == SPILL_ROUTER_SIGMOID) {
+  if (forced) {
+    if (c->router == SPILL_ROUTER_SIGMOID)
+      for (int i = 0; i < E; i++) s[i] = spill_model_sigmoid(s[i]);
+    else
+      spill_model_softmax(s, E);
+    memcpy(ids, forced, (size_t)K * sizeof *ids);
+    for (int i = 0; i < K; i++) w[i] = s[ids[i]];
+  } else if (c->router == SPILL_ROUTER_SIGMOID) {
     float *sel = m->s.router_sel; /* (E) score + bias: selection only */
     for (int i = 0; i < E; i++) {
       s[i] = spill_model_sigmoid(s[i]);
@@ -135,11 +148,26 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
   float *slot = s->slot;     /* (T, K, d_in) */
   float *y = s->y;           /* (d_in) */
 
+  /* Forced routing: row (position, MoE layer index) of the table. */
+  const uint32_t *forced = NULL;
+  size_t forced_stride = 0;
+  if (m->force_ids) {
+    if (pos0 + T > m->force_n)
+      return spill_err_set(e, SPILL_E_RANGE,
+                           "layer %d: forced routing covers positions 0..%d; position %d has none",
+                           l, m->force_n - 1, pos0 > m->force_n ? pos0 : m->force_n);
+    int mi = 0; /* index of this layer among the MoE layers */
+    for (int j = 0; j < l; j++) mi += m->L[j].is_moe;
+    forced_stride = (size_t)m->force_n_moe * (size_t)K;
+    forced = m->force_ids + (size_t)pos0 * forced_stride + (size_t)mi * (size_t)K;
+  }
+
   /* 1-2. routing and expert input */
   uint64_t t0 = spill_clock_ns();
   for (int t = 0; t < T; t++) {
     const float *ht = h + (size_t)t * D;
-    route(m, L, ht, router + (size_t)t * E, sel + (size_t)t * K, selw + (size_t)t * K);
+    route(m, L, ht, router + (size_t)t * E, forced ? forced + (size_t)t * forced_stride : NULL,
+          sel + (size_t)t * K, selw + (size_t)t * K);
     float *ut = u + (size_t)t * din;
     if (c->d_latent > 0) {
       spill_model_matvec(m, &L->moe_down_proj, ht, ut);
