@@ -281,9 +281,9 @@ int spill_engine_clear_cache(spill_engine *eng, int reset_counters, spill_err *e
 int spill_engine_set_budget(spill_engine *eng, uint64_t budget_bytes, spill_err *e);
 int spill_engine_evict_page_cache(spill_engine *eng, spill_err *e);
 /* Knobs that can change between runs without reopening: lookahead,
- * lookahead_depth, lookahead_prefill, verify, budget, profile and trace (a
- * new path starts a new file; "" stops writing). Others give SPILL_E_CONFIG
- * ("reopen the engine"). */
+ * lookahead_depth, lookahead_prefill, verify, budget, cache_slots (both drop
+ * every cached expert), profile and trace (a new path starts a new file; ""
+ * stops writing). Others give SPILL_E_CONFIG ("reopen the engine"). */
 int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value, spill_err *e);
 
 /* ------------------------------------------------------------------------ */
@@ -306,8 +306,9 @@ int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value,
  * Workload: greedy decode of n_tokens after the prompt (default "The quick
  * brown fox"; a short prompt keeps the resident run's cache small on big
  * models).
- * Opens the engine twice (cfg as given, then the resident budget); takes
- * seconds to minutes (a cold twin token reads ~2.3 GB). */
+ * One engine; the two kinds of run alternate (cfg, resident, cfg, ...) with
+ * the cache resized in place, so that both legs see the same machine load.
+ * Takes seconds to minutes (a cold twin token reads ~2.3 GB). */
 typedef struct spill_roofline_opts {
   int probe_threads;        /* 0 = 8 */
   double probe_seconds;     /* disk probe duration; 0 = 3 */

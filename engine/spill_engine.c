@@ -635,6 +635,21 @@ int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, s
     return SPILL_OK;
   }
   if (!strcmp(key, "budget")) return spill_engine_set_budget(g, c.budget_bytes, e);
+  if (!strcmp(key, "cache_slots")) {
+    /* explicit slots (or "auto": the plan's) without reopening; drops every
+     * cached expert, like a budget change */
+    if (g->cfg.storage != SPILL_STORAGE_MMAP) {
+      const uint64_t want = c.cache_slots >= 0 ? (uint64_t)c.cache_slots : g->plan.cache_slots;
+      SPILL_FAIL_IF(e, want > 0x7fffffffull, SPILL_E_CONFIG, "cache_slots %llu: too many",
+                    (unsigned long long)want);
+      if (spill_stream_cache_slots(g->st) == (uint32_t)want)
+        SPILL_TRY(spill_stream_clear(g->st, 0, e)); /* same size: no reallocation */
+      else
+        SPILL_TRY(spill_stream_resize(g->st, (uint32_t)want, e));
+    }
+    g->cfg.cache_slots = c.cache_slots;
+    return SPILL_OK;
+  }
   if (!strcmp(key, "profile") || !strcmp(key, "trace")) {
     FILE **f = !strcmp(key, "profile") ? &g->profile : &g->trace;
     if (*f) fclose(*f);

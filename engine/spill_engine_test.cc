@@ -301,3 +301,37 @@ TEST(EngineTest, ConfigKnobsParseAndRejectBadValues) {
 }
 
 }  // namespace
+
+namespace {
+
+// cache_slots changes in place (spill_engine_set_knob): a run after shrinking
+// the cache to a handful of slots misses more than with the plan's cache, and
+// going back to "auto" restores the first run's counters exactly.
+TEST(EngineTest, CacheSlotsKnobResizesInPlace) {
+  spill_config cfg = Cfg();
+  spill_engine *eng = nullptr;
+  spill_err e = {};
+  ASSERT_EQ(spill_engine_open(Nano().c_str(), &cfg, &eng, &e), SPILL_OK) << e.msg;
+  int toks[8] = {256, 'a', 'b', 'c', 'd', 'e'};
+  spill_sampling s = {0.0f, 0, 1.0f, 1};
+  spill_run_stats a, b, c;
+  auto run = [&](spill_run_stats *st) {
+    ASSERT_EQ(spill_engine_clear_cache(eng, 1, &e), SPILL_OK) << e.msg;
+    ASSERT_EQ(spill_generate(eng, toks, 6, 12, &s, nullptr, nullptr, nullptr, st, &e), SPILL_OK)
+        << e.msg;
+  };
+  run(&a);
+  ASSERT_EQ(spill_engine_set_knob(eng, "cache_slots", "4", &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_engine_config(eng)->cache_slots, 4);
+  run(&b);
+  ASSERT_EQ(spill_engine_set_knob(eng, "cache_slots", "auto", &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_engine_config(eng)->cache_slots, -1);
+  run(&c);
+  EXPECT_GT(b.demand_misses, a.demand_misses);
+  EXPECT_EQ(c.demand_misses, a.demand_misses);
+  EXPECT_EQ(c.demand_hits, a.demand_hits);
+  EXPECT_NE(spill_engine_set_knob(eng, "cache_slots", "-3", &e), SPILL_OK);
+  spill_engine_close(eng);
+}
+
+}  // namespace

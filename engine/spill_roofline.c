@@ -1,13 +1,15 @@
 /* engine/spill_roofline.c: spill_roofline_measure (engine/spill.h).
  *
- * Three probes and two engine runs, in this order so the probes do not
- * compete with the engine: (1) the disk probe reads random whole records of
- * the model's own banks with O_DIRECT (page cache bypassed), each thread one
- * pread in flight (run again after (3): on a shared disk the bandwidth
- * drifts, and the bound uses the faster probe so that it stays a bound); (2) the memory probe sums a buffer (best of 3 passes, 2
- * threads); (3) the cfg run: cfg as given, cache cleared, greedy decode;
- * (4) the resident run: a budget holding every expert the workload can touch,
- * the workload run once to fill the cache and once timed.
+ * Three probes and two kinds of engine run, in this order so the probes do
+ * not compete with the engine: (1) the disk probe reads random whole records
+ * of the model's own banks with O_DIRECT (page cache bypassed), each thread
+ * one pread in flight (run again after the engine runs: on a shared disk the
+ * bandwidth drifts, and the bound uses the faster probe so that it stays a
+ * bound); (2) the memory probe sums a buffer (best of 3 passes, 2 threads);
+ * then, in one engine, `repeats` rounds of (3) the cfg run: cfg's cache,
+ * cleared, greedy decode, and (4) the resident run: the cache resized to a
+ * budget holding every expert the workload can touch, the workload run once
+ * to fill it and once timed.
  * The library never prints; everything lands in spill_roofline.
  */
 #define _GNU_SOURCE
@@ -269,23 +271,19 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   r->disk_probe1_bytes_per_s = r->disk_bytes_per_s;
   SPILL_TRY(probe_mem(opt.mem_probe_bytes, r, e));
 
-  /* (3) cfg as given, cold start, `repeats` times */
+  /* (3) and (4) interleaved in one engine, `repeats` rounds: a cfg run
+   * (cache as configured, cleared first), then the resident budget (cache
+   * resized in place, one untimed run to fill it, one timed run). On a
+   * shared machine load drifts within minutes; interleaving puts both legs
+   * of a round under the same conditions. */
   spill_engine *eng = NULL;
   SPILL_TRY(spill_engine_open(model_dir, &cfg, &eng, e));
-  spill_run_stats st;
-  tok_acc acc;
-  double rates[16], io_wait = 0;
-  int rc = SPILL_OK, nr = 0;
-  for (; nr < opt.repeats && rc == SPILL_OK; nr++) {
-    rc = run_workload(eng, opt.prompt, opt.n_tokens, 1, &st, &acc, e);
-    rates[nr] = st.decode_tok_per_s;
-    io_wait += acc.tokens ? acc.io_wait_s / acc.tokens : 0;
-  }
   const spill_plan *pl = spill_engine_plan(eng);
   const spill_info *info = spill_engine_info(eng);
   const int64_t cs = spill_engine_config(eng)->cache_slots;
   r->cache_slots = cs >= 0 ? (uint64_t)cs : pl->cache_slots;
   r->budget = pl->budget;
+  const uint64_t cfg_budget = pl->budget;
   const uint64_t floor = pl->floor, min_cache = pl->min_cache, cap = pl->cap;
   const int n_moe = info->n_moe_layers, top_k = info->top_k, n_exp = info->n_experts;
   const uint64_t rec = info->record_bytes;
@@ -295,13 +293,54 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
     spill_err e2 = {0};
     spill_tokenize(eng, opt.prompt, 1, toks, 256, &n_prompt, &e2);
   }
+  uint64_t per_layer = (uint64_t)(n_prompt + opt.n_tokens) * (uint64_t)top_k;
+  if (per_layer > (uint64_t)n_exp) per_layer = (uint64_t)n_exp;
+  uint64_t need = floor - min_cache + per_layer * (uint64_t)n_moe * rec + 2 * (uint64_t)top_k * rec;
+  if (need > cap && cap > floor) need = cap;
+  if (need < floor) need = floor;
+  r->resident_budget = need;
+  char slots_txt[32];
+  snprintf(slots_txt, sizeof slots_txt, "%lld", (long long)cs);
+
+  spill_run_stats st;
+  tok_acc acc, cfg_acc = {0};
+  double rates[16], io_wait = 0, best = 0, worst = 0;
+  uint64_t hits = 0, accesses = 0;
+  int rc = SPILL_OK, nr = 0;
+  for (int i = 0; i < opt.repeats && rc == SPILL_OK; i++) {
+    /* cfg leg: back to the configured cache */
+    if (i > 0) {
+      rc = cs >= 0 ? spill_engine_set_knob(eng, "cache_slots", slots_txt, e)
+                   : spill_engine_set_budget(eng, cfg_budget, e);
+      if (rc < 0) break;
+    }
+    rc = run_workload(eng, opt.prompt, opt.n_tokens, 1, &st, &acc, e);
+    if (rc < 0) break;
+    rates[nr++] = st.decode_tok_per_s;
+    io_wait += acc.tokens ? acc.io_wait_s / acc.tokens : 0;
+    cfg_acc.demand_bytes += acc.demand_bytes;
+    cfg_acc.spec_bytes += acc.spec_bytes;
+    cfg_acc.misses += acc.misses;
+    cfg_acc.tokens += acc.tokens;
+    /* resident leg: a budget holding every expert the workload can touch */
+    if ((rc = spill_engine_set_budget(eng, need, e)) < 0) break;
+    if ((rc = spill_engine_set_knob(eng, "cache_slots", "auto", e)) < 0) break; /* no realloc */
+    if ((rc = run_workload(eng, opt.prompt, opt.n_tokens, 1, &st, &acc, e)) < 0) break;
+    if ((rc = run_workload(eng, opt.prompt, opt.n_tokens, 0, &st, &acc, e)) < 0) break;
+    if (!st.tokens_decode) break;
+    const double sp = st.decode_s / st.tokens_decode;
+    if (best == 0 || sp < best) best = sp;
+    if (sp > worst) worst = sp;
+    hits += st.decode_hits;
+    accesses += st.decode_hits + st.decode_misses;
+  }
   spill_engine_close(eng);
   if (rc < 0) return rc;
-  r->tokens = acc.tokens;
-  SPILL_FAIL_IF(e, acc.tokens < 1, SPILL_E_INTERNAL, "roofline: no decode token was produced");
-  r->missed_bytes_per_token = (double)acc.demand_bytes / acc.tokens;
-  r->misses_per_token = (double)acc.misses / acc.tokens;
-  r->spec_bytes_per_token = (double)acc.spec_bytes / acc.tokens;
+  r->tokens = nr ? cfg_acc.tokens / nr : 0;
+  SPILL_FAIL_IF(e, cfg_acc.tokens < 1, SPILL_E_INTERNAL, "roofline: no decode token was produced");
+  r->missed_bytes_per_token = (double)cfg_acc.demand_bytes / cfg_acc.tokens;
+  r->misses_per_token = (double)cfg_acc.misses / cfg_acc.tokens;
+  r->spec_bytes_per_token = (double)cfg_acc.spec_bytes / cfg_acc.tokens;
   r->read_bytes_per_token = r->missed_bytes_per_token + r->spec_bytes_per_token;
   r->prompt_tokens = n_prompt;
   qsort(rates, (size_t)nr, sizeof rates[0], cmp_double);
@@ -322,32 +361,6 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
       r->disk_p50_ms = r2.disk_p50_ms;
     }
   }
-
-  /* (4) resident: every expert the workload can touch fits */
-  uint64_t per_layer = (uint64_t)(n_prompt + opt.n_tokens) * (uint64_t)top_k;
-  if (per_layer > (uint64_t)n_exp) per_layer = (uint64_t)n_exp;
-  uint64_t need = floor - min_cache + per_layer * (uint64_t)n_moe * rec + 2 * (uint64_t)top_k * rec;
-  if (need > cap && cap > floor) need = cap;
-  if (need < floor) need = floor;
-  spill_config rcfg = cfg;
-  rcfg.budget_bytes = need;
-  rcfg.cache_slots = -1;
-  r->resident_budget = need;
-  SPILL_TRY(spill_engine_open(model_dir, &rcfg, &eng, e));
-  rc = run_workload(eng, opt.prompt, opt.n_tokens, 1, &st, &acc, e);
-  double best = 0, worst = 0;
-  uint64_t hits = 0, accesses = 0;
-  for (int i = 0; i < opt.repeats && rc == SPILL_OK; i++) {
-    rc = run_workload(eng, opt.prompt, opt.n_tokens, 0, &st, &acc, e);
-    if (rc < 0 || !st.tokens_decode) break;
-    const double sp = st.decode_s / st.tokens_decode;
-    if (best == 0 || sp < best) best = sp;
-    if (sp > worst) worst = sp;
-    hits += st.decode_hits;
-    accesses += st.decode_hits + st.decode_misses;
-  }
-  spill_engine_close(eng);
-  if (rc < 0) return rc;
   r->resident_hit_rate = accesses ? (double)hits / (double)accesses : 1.0;
   r->compute_s_per_token = best;
   r->compute_max_s_per_token = worst;
