@@ -72,22 +72,33 @@ static double run_fio(const char *file, uint64_t bs, int threads, double seconds
   return bw;
 }
 
-/* First bank file of the model (experts-*.bin by the container convention). */
+/* First bank file of the model (experts-*.bin by the container convention).
+ * The bank list comes after the tensor table, hundreds of KiB into a big
+ * model's manifest, so the whole file is scanned (manifests are capped at
+ * 64 MiB by the format). */
 static int first_bank(const char *model, char *out, size_t n) {
   char path[4096];
   snprintf(path, sizeof path, "%s/manifest.json", model);
   FILE *f = fopen(path, "r");
   if (!f) return -1;
-  static char buf[1 << 16];
-  size_t k = fread(buf, 1, sizeof buf - 1, f);
+  const size_t cap = 64u << 20;
+  char *buf = malloc(cap + 1);
+  if (!buf) {
+    fclose(f);
+    return -1;
+  }
+  size_t k = fread(buf, 1, cap, f);
   fclose(f);
   buf[k] = 0;
-  const char *b = strstr(buf, "experts-");
-  if (!b) return -1;
-  const char *q = strchr(b, '"');
-  if (!q || (size_t)(q - b) + strlen(model) + 2 > n) return -1;
-  snprintf(out, n, "%s/%.*s", model, (int)(q - b), b);
-  return 0;
+  int rc = -1;
+  const char *b = strstr(buf, "\"experts-");
+  const char *q = b ? strchr(b + 1, '"') : NULL;
+  if (q && (size_t)(q - b) + strlen(model) + 2 <= n) {
+    snprintf(out, n, "%s/%.*s", model, (int)(q - b - 1), b + 1);
+    rc = 0;
+  }
+  free(buf);
+  return rc;
 }
 
 static int knob(int argc, char **argv, int *i, spill_config *cfg) {
