@@ -14,8 +14,10 @@
 // BM_Rvq3Var_* compare the rvq3 variants (see RunRvq3) at K3 gate/up
 // (3072 x 3584), K3 down (3584 x 3072), twin up (1024 x 1280) and twin down
 // (1280 x 1024); BM_Rvq3Qlut_* times the int16 LUT quantisation.
-// BM_Crc32_*: slice-by-8 vs PCLMULQDQ folding (Arg 0|1) over one expert
-// record of mini (256 KiB) and of the twin (1.5 MiB); BM_TopK_*: the
+// BM_Crc32_*: slice-by-8 vs 128-bit PCLMULQDQ vs 512-bit VPCLMULQDQ folding
+// (Arg 0|1|2) over one expert record of mini (256 KiB) and of the twin
+// (1.5 MiB), in cache, and over mini records cycling through 256 MiB (from
+// DRAM, like a record just read); BM_TopK_*: the
 // router's top-k (spill_k_topk; engine/model's spill_model_topk is the same
 // O(n k) insertion) at mini (256, 8), twin (250, 16) and K3 (384, 8);
 // BM_RmsNorm_* / BM_Softmax_*: the small vector helpers at d_model sizes.
@@ -32,13 +34,6 @@
 #include "engine/base/half.h"
 #include "engine/quant/kernels.h"
 #include "engine/quant/kernels_isa.h"
-
-extern "C" {
-/* engine/base/crc32.c: the folding implementation behind spill_crc32, not
- * in the header; its availability is checked before use. */
-int spill_crc32__pclmul_available(void);
-uint32_t spill_crc32__pclmul(uint32_t crc, const void *buf, size_t len);
-}
 
 namespace {
 
@@ -268,20 +263,34 @@ void BM_Q4Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q4, 4096, 
 void BM_F16Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_F16, 4096, 3584, 0); }
 void BM_F32Matvec_Router(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_F32, 384, 3584, 0); }
 
-void RunCrc32(benchmark::State &state, size_t bytes) {
-  const bool pcl = state.range(0) == 1;
-  if (pcl && !spill_crc32__pclmul_available()) {
-    state.SkipWithError("CPU lacks PCLMULQDQ");
+// bytes: one record; cold: cycle through 256 MiB of records (far past the
+// LLC), so every record comes from DRAM, as one just read from disk does.
+void RunCrc32(benchmark::State &state, size_t bytes, bool cold = false) {
+  typedef uint32_t (*crc_fn)(uint32_t, const void *, size_t);
+  static const struct {
+    const char *name;
+    crc_fn fn;
+    int (*available)(void);
+  } kImpl[3] = {{"slice8", spill_crc32__slice8, nullptr},
+                {"pclmul", spill_crc32__pclmul, spill_crc32__pclmul_available},
+                {"vpclmul", spill_crc32__vpclmul, spill_crc32__vpclmul_available}};
+  const auto &im = kImpl[state.range(0)];
+  if (im.available && !im.available()) {
+    state.SkipWithError(im.name[0] == 'v' ? "CPU lacks AVX-512F + VPCLMULQDQ"
+                                          : "CPU lacks PCLMULQDQ");
     return;
   }
-  state.SetLabel(pcl ? "pclmul" : "slice8");
-  std::vector<uint8_t> buf(bytes);
+  state.SetLabel(im.name);
+  const size_t n_rec = cold ? (256u << 20) / bytes : 1;
+  std::vector<uint8_t> buf(bytes * n_rec);
   std::mt19937 rng(7);
   for (auto &b : buf) b = (uint8_t)rng();
   uint32_t c = 0;
+  size_t r = 0;
   for (auto _ : state) {
-    c = pcl ? spill_crc32__pclmul(0, buf.data(), bytes) : spill_crc32__slice8(0, buf.data(), bytes);
+    c = im.fn(0, buf.data() + r * bytes, bytes);
     benchmark::DoNotOptimize(c);
+    if (++r == n_rec) r = 0;
   }
   state.SetBytesProcessed((int64_t)(state.iterations() * bytes));
 }
@@ -325,6 +334,7 @@ void RunSoftmax(benchmark::State &state, uint32_t n) {
 
 void BM_Crc32_MiniRecord(benchmark::State &s) { RunCrc32(s, 256u << 10); }
 void BM_Crc32_TwinRecord(benchmark::State &s) { RunCrc32(s, 1536u << 10); }
+void BM_Crc32_MiniRecordCold(benchmark::State &s) { RunCrc32(s, 256u << 10, true); }
 void BM_TopK_Mini(benchmark::State &s) { RunTopK(s, 256, 8); }
 void BM_TopK_Twin(benchmark::State &s) { RunTopK(s, 250, 16); }
 void BM_TopK_K3(benchmark::State &s) { RunTopK(s, 384, 8); }
@@ -333,8 +343,9 @@ void BM_RmsNorm_Twin(benchmark::State &s) { RunRmsNorm(s, 2560); }
 void BM_RmsNorm_K3(benchmark::State &s) { RunRmsNorm(s, 7168); }
 void BM_Softmax_Mini(benchmark::State &s) { RunSoftmax(s, 256); }
 void BM_Softmax_Ctx4K(benchmark::State &s) { RunSoftmax(s, 4096); }
-BENCHMARK(BM_Crc32_MiniRecord)->DenseRange(0, 1);
-BENCHMARK(BM_Crc32_TwinRecord)->DenseRange(0, 1);
+BENCHMARK(BM_Crc32_MiniRecord)->DenseRange(0, 2);
+BENCHMARK(BM_Crc32_TwinRecord)->DenseRange(0, 2);
+BENCHMARK(BM_Crc32_MiniRecordCold)->DenseRange(0, 2);
 BENCHMARK(BM_TopK_Mini);
 BENCHMARK(BM_TopK_Twin);
 BENCHMARK(BM_TopK_K3);

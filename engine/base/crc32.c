@@ -3,8 +3,10 @@
  * bytewise: one table lookup per byte (the reference).
  * slice8: eight 256-entry tables, eight bytes per step (Intel's slicing-by-8);
  * ~4-8x the bytewise rate. Tables are built once, thread-safely, with
- * pthread_once. A PCLMULQDQ folding path, when present, lives in
- * crc32_pclmul.c and is selected in spill_crc32(). */
+ * pthread_once. The folding paths live in crc32_pclmul.c (128-bit
+ * PCLMULQDQ) and crc32_vpclmul.c (512-bit VPCLMULQDQ, built with its ISA
+ * flags); spill_crc32() picks the widest the CPU runs, checked here, in a
+ * file compiled without those flags. */
 #include "engine/base/crc32.h"
 
 #include <pthread.h>
@@ -56,10 +58,33 @@ uint32_t spill_crc32__slice8(uint32_t crc, const void *buf, size_t len) {
   return ~crc;
 }
 
-/* Fast path, defined in crc32_pclmul.c (returns 0 from _available when the
- * CPU lacks PCLMULQDQ/SSE4.1). */
-int spill_crc32__pclmul_available(void);
-uint32_t spill_crc32__pclmul(uint32_t crc, const void *buf, size_t len);
+/* crc32_vpclmul.c: 1 if that file was compiled with its ISA flags; the
+ * 512-bit fold of len bytes (a multiple of 64, >= 256) from the raw register
+ * reg into a 64-byte state with the same CRC register from zero. */
+int spill_crc32__vpclmul_built(void);
+void spill_crc32__vpclmul_fold(uint32_t reg, const uint8_t *p, size_t len, uint8_t state[64]);
+
+int spill_crc32__vpclmul_available(void) {
+#if defined(__x86_64__)
+  /* __builtin_cpu_supports("avx512f") includes the OS-enabled zmm state. */
+  __builtin_cpu_init();
+  return spill_crc32__vpclmul_built() && spill_crc32__pclmul_available() &&
+         __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
+#else
+  return 0;
+#endif
+}
+
+uint32_t spill_crc32__vpclmul(uint32_t crc, const void *buf, size_t len) {
+  const uint8_t *p = (const uint8_t *)buf;
+  if (len < 256) return spill_crc32__pclmul(crc, p, len);
+  size_t body = len & ~(size_t)63;
+  uint8_t state[64];
+  spill_crc32__vpclmul_fold(~crc, p, body, state);
+  /* register of the state from zero (pclmul with crc ~0 starts at 0) */
+  uint32_t reg = ~spill_crc32__pclmul(0xFFFFFFFFu, state, sizeof state);
+  return spill_crc32__pclmul(~reg, p + body, len - body);
+}
 
 typedef uint32_t (*crc_fn)(uint32_t, const void *, size_t);
 static crc_fn g_fast;
@@ -67,7 +92,10 @@ static const char *g_fast_name;
 static pthread_once_t g_sel_once = PTHREAD_ONCE_INIT;
 
 static void select_impl(void) {
-  if (spill_crc32__pclmul_available()) {
+  if (spill_crc32__vpclmul_available()) {
+    g_fast = spill_crc32__vpclmul;
+    g_fast_name = "vpclmul";
+  } else if (spill_crc32__pclmul_available()) {
     g_fast = spill_crc32__pclmul;
     g_fast_name = "pclmul";
   } else {

@@ -8,7 +8,21 @@
  * Delivered records stay pinned until release(); `pins` maps (layer, id) to
  * what must be unpinned. Hit/miss is decided once, at request time, by the
  * stream itself (the cache's own counters would count a retried claim
- * twice), so hits + misses == requested always holds. */
+ * twice), so hits + misses == requested always holds.
+ *
+ * Record checks: with verify on (direct and pagecache modes), a read that
+ * completes is queued on the record checker (record_check.h) instead of
+ * being crc'd here; its in-flight entry, slot pin and buffer stay as they
+ * are until the result comes back, and only then is the record made ready
+ * (or its error raised) exactly as an inline check would: same status, same
+ * message, same counters. When next_ready hands out a record (the consumer
+ * goes to compute), it first queues the reads that landed meanwhile and
+ * kicks the checker's helper thread, so they are checked during that
+ * compute; when it has nothing to hand out, it runs queued checks itself
+ * before waiting. Verify off checks inline (64 header bytes). mmap mode
+ * keeps the inline check too (as before this change; its records are views
+ * into the mapping, not reads into our buffers; off-thread checks were not
+ * measured there). */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/stream/expert_stream.h"
 
@@ -20,6 +34,7 @@
 #include "engine/base/clock.h"
 #include "engine/cache/expert_cache.h"
 #include "engine/io/reader.h"
+#include "engine/stream/record_check.h"
 
 enum { IT_PENDING = 0, IT_READY = 1, IT_DELIVERED = 2, IT_DEFERRED = 3, IT_DROPPED = 4,
        IT_UNREAD = 5 /* slot claimed, read not yet issued (overlap off) */ };
@@ -29,6 +44,8 @@ typedef struct item {
   uint32_t id;
   int state;
   int hit;
+  int joined;             /* waits for a read it did not issue (prefetch, abandoned request) */
+  int retried;            /* ... that failed, so it issued its own */
   spill_cache_entry *ent; /* pinned entry, or NULL */
   int bounce;             /* bounce buffer index, or -1 */
   const uint8_t *data;
@@ -41,7 +58,10 @@ typedef struct inflight {
   int bounce;
   int req;  /* demand item waiting for it, or -1 */
   int spec; /* issued as a prefetch (holds its own pin on ent) */
-  int orphan_pin; /* a detached demand pin to drop on completion */
+  int orphan_pins; /* detached demand pins to drop on completion (one per abandoned
+                     request that was waiting for this read) */
+  const void *data; /* the record, once read (kept while it is checked) */
+  size_t bytes;
 } inflight;
 
 typedef struct pin {
@@ -78,6 +98,7 @@ struct spill_stream {
   pin *pins;
   int n_pins, pins_cap;
   spill_stream_counters k;
+  spill_rcheck *chk; /* off-thread record checks (NULL in mmap mode) */
   spill_io_completion comp[64];
 };
 
@@ -193,6 +214,8 @@ static int start_item(spill_stream *s, int i, int first, spill_err *e) {
       for (int t = 0; t < s->inf_cap; t++)
         if (s->inf[t].used && s->inf[t].ent == ent && s->inf[t].req < 0) {
           s->inf[t].req = i;
+          it->joined = 1;
+          if (first) s->k.demand_hits_loading++;
           s->n_waiting++;
     if ((uint64_t)s->n_waiting > s->k.max_waiting) s->k.max_waiting = (uint64_t)s->n_waiting;
           return 1;
@@ -258,9 +281,65 @@ static int start_item(spill_stream *s, int i, int first, spill_err *e) {
   return 1;
 }
 
-/* Handles one completion; a demand failure is returned as an error. */
+/* Ends the read of in-flight entry `tag` with status rc (err: its detail):
+ * counters, cache state, the demand item it serves. A demand failure is
+ * returned as an error. */
+static int finish(spill_stream *s, int tag, int rc, const spill_err *err, spill_err *e) {
+  inflight *f = &s->inf[tag];
+  s->k.reads += (rc == SPILL_OK);
+  if (rc == SPILL_OK) {
+    if (f->spec) s->k.bytes_read_spec += f->bytes;
+    else s->k.bytes_read_demand += f->bytes;
+    if (f->ent) spill_cache_ready(s->cache, f->ent, f->bytes);
+  } else if (f->ent) {
+    spill_cache_discard(s->cache, f->ent);
+  }
+  int fail_up = 0;
+  if (f->req >= 0) {
+    item *it = &s->items[f->req];
+    s->n_waiting--;
+    if (rc == SPILL_OK) {
+      it->data = f->data;
+      rq_push(s, f->req);
+    } else if (it->joined && !it->retried) {
+      /* It joined a read it did not issue (a prefetch, or a read of an
+       * abandoned request, possibly issued while a fault was present) and
+       * that read failed: read it once more for this request instead of
+       * inheriting the failure. A persistent fault (a damaged record, a
+       * bad sector) fails that read the same way, with the same status and
+       * message, and then goes up. */
+      if (it->ent) spill_cache_release(s->cache, it->ent);
+      it->ent = NULL;
+      it->joined = 0;
+      it->retried = 1;
+      it->state = IT_DEFERRED;
+      s->n_deferred++;
+    } else {
+      fail_up = 1;
+      /* the demand pin on a failed entry is dropped; the error goes up */
+      if (it->ent) spill_cache_release(s->cache, it->ent);
+      if (it->bounce >= 0) s->bounce_busy[it->bounce] = 0;
+      it->ent = NULL;
+      it->bounce = -1;
+      it->state = IT_DROPPED;
+      spill_err_set(e, rc, "%s", err->msg);
+    }
+  } else if (f->bounce >= 0) {
+    s->bounce_busy[f->bounce] = 0; /* an abandoned demand read */
+  }
+  if (f->spec && f->ent) spill_cache_release(s->cache, f->ent);
+  for (; f->orphan_pins > 0 && f->ent; f->orphan_pins--) spill_cache_release(s->cache, f->ent);
+  f->used = 0;
+  s->inf_used--;
+  return fail_up ? rc : SPILL_OK;
+}
+
+/* Handles one completion: a failed read ends here; a good one is checked
+ * (header; payload crc32 with verify), by the record checker when verify is
+ * on and it runs (the entry then ends in collect), else inline. */
 static int on_complete(spill_stream *s, const spill_io_completion *c, spill_err *e) {
-  inflight *f = &s->inf[c->tag];
+  int tag = (int)c->tag;
+  inflight *f = &s->inf[tag];
   int rc = SPILL_OK;
   spill_err err = {0};
   if (c->status != SPILL_OK) {
@@ -269,46 +348,26 @@ static int on_complete(spill_stream *s, const spill_io_completion *c, spill_err 
   } else {
     int bi;
     const spill_bank_info *b = bank_of(s, (int)f->layer, &bi);
+    f->data = c->data;
+    f->bytes = c->bytes;
+    if (s->o.verify && s->chk &&
+        spill_rcheck_submit(s->chk, tag, b->file, (int)f->layer, f->id, c->data, c->bytes))
+      return SPILL_OK;
+    uint64_t t0 = s->o.verify ? spill_clock_ns() : 0;
     rc = spill_record_check(&s->c->m, b->file, (int)f->layer, f->id, c->data, c->bytes,
                             s->o.verify, &err);
+    if (s->o.verify) s->k.verify_consumer_ns += spill_clock_ns() - t0;
   }
-  s->k.reads += (rc == SPILL_OK);
-  if (rc == SPILL_OK) {
-    if (f->spec) s->k.bytes_read_spec += c->bytes;
-    else s->k.bytes_read_demand += c->bytes;
-    if (f->ent) spill_cache_ready(s->cache, f->ent, c->bytes);
-  } else if (f->ent) {
-    spill_cache_discard(s->cache, f->ent);
-  }
-  if (f->req >= 0) {
-    item *it = &s->items[f->req];
-    s->n_waiting--;
-    if (rc == SPILL_OK) {
-      it->data = c->data;
-      rq_push(s, f->req);
-    } else {
-      /* the demand pin on a failed entry is dropped; the error goes up */
-      if (it->ent) spill_cache_release(s->cache, it->ent);
-      if (it->bounce >= 0) s->bounce_busy[it->bounce] = 0;
-      it->ent = NULL;
-      it->bounce = -1;
-      it->state = IT_DROPPED;
-      spill_err_set(e, rc, "%s", err.msg);
-    }
-  } else if (f->bounce >= 0) {
-    s->bounce_busy[f->bounce] = 0; /* an abandoned demand read */
-  }
-  if (f->spec && f->ent) spill_cache_release(s->cache, f->ent);
-  if (f->orphan_pin && f->ent) spill_cache_release(s->cache, f->ent);
-  f->used = 0;
-  s->inf_used--;
-  return (f->req >= 0 && rc != SPILL_OK) ? rc : SPILL_OK;
+  return finish(s, tag, rc, &err, e);
 }
 
-static int reap(spill_stream *s, int min_wait, spill_err *e) {
+/* Handles completions: blocks until min_wait arrive (0 polls); *got = how
+ * many. Returns the first demand failure. */
+static int reap(spill_stream *s, int min_wait, int *got, spill_err *e) {
   uint64_t t0 = spill_clock_ns();
   int n = spill_io_wait(s->io, s->comp, (int)(sizeof s->comp / sizeof s->comp[0]), min_wait);
   s->k.wait_ns += spill_clock_ns() - t0;
+  *got = n > 0 ? n : 0;
   SPILL_FAIL_IF(e, n < 0, n, "stream: waiting for reads failed (%s)", spill_status_name(n));
   int first_err = SPILL_OK;
   for (int i = 0; i < n; i++) {
@@ -316,6 +375,38 @@ static int reap(spill_stream *s, int min_wait, spill_err *e) {
     if (rc < 0 && !first_err) first_err = rc;
   }
   return first_err;
+}
+
+/* Ends the entries whose checks finished (mode: record_check.h); *got =
+ * how many. Returns the first demand failure. */
+static int collect(spill_stream *s, int mode, int *got, spill_err *e) {
+  spill_rcheck_result r[8];
+  int n = spill_rcheck_collect(s->chk, r, 8, mode);
+  *got = n;
+  int first_err = SPILL_OK;
+  for (int i = 0; i < n; i++) {
+    int rc = finish(s, r[i].tag, r[i].rc, &r[i].err, first_err ? NULL : e);
+    if (rc < 0 && !first_err) first_err = rc;
+  }
+  return first_err;
+}
+
+/* Blocks until at least one read or check in flight has ended (call only
+ * with inf_used > 0). Checks come first: a queued one is run here rather
+ * than waited for, reads that landed are picked up next, and only then does
+ * it wait, for the helper's current check (microseconds) if there is one,
+ * else for a read. Returns the first demand failure. */
+static int progress(spill_stream *s, spill_err *e) {
+  int got = 0;
+  int checking = spill_rcheck_pending(s->chk);
+  if (checking == 0) return reap(s, 1, &got, e);
+  int rc = collect(s, SPILL_RCHECK_STEAL, &got, e);
+  if (got) return rc;
+  if (s->inf_used > checking) { /* reads still at the device */
+    rc = reap(s, 0, &got, e);
+    if (got) return rc;
+  }
+  return collect(s, SPILL_RCHECK_BLOCK, &got, e);
 }
 
 /* Drops the undelivered part of the current request. */
@@ -334,7 +425,7 @@ static void abandon_request(spill_stream *s) {
   for (int t = 0; t < s->inf_cap; t++) {
     inflight *f = &s->inf[t];
     if (!f->used || f->req < 0) continue;
-    if (s->items[f->req].ent && f->ent) f->orphan_pin = 1;
+    if (s->items[f->req].ent && f->ent) f->orphan_pins++;
     f->req = -1;
   }
   s->n_waiting = 0;
@@ -381,6 +472,13 @@ static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err
   spill_stream *s = ctx;
   for (;;) {
     if (s->rq_head < s->rq_tail) {
+      if (s->o.verify && s->chk) {
+        /* Records that landed meanwhile go to the checker now, so they are
+         * checked while this one is computed. */
+        int got = 0;
+        if (s->inf_used > spill_rcheck_pending(s->chk)) SPILL_TRY(reap(s, 0, &got, e));
+        spill_rcheck_kick(s->chk);
+      }
       int i = s->ready_q[s->rq_head % s->cap];
       s->rq_head++;
       item *it = &s->items[i];
@@ -393,7 +491,7 @@ static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err
       return SPILL_OK;
     }
     if (s->n_waiting > 0) {
-      SPILL_TRY(reap(s, 1, e));
+      SPILL_TRY(progress(s, e));
       continue;
     }
     if (s->n_unread > 0) { /* overlap off: the next read, then wait for it */
@@ -430,7 +528,7 @@ static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err
       }
       if (started) continue;
       if (s->inf_used > 0) { /* prefetches may free slots when they land */
-        SPILL_TRY(reap(s, 1, e));
+        SPILL_TRY(progress(s, e));
         continue;
       }
       return spill_err_set(e, SPILL_E_INTERNAL,
@@ -530,6 +628,8 @@ int spill_stream_open(const spill_container *c, const spill_stream_opts *o, spil
       s->direct_fallback = 1;
   }
   if (!s->mmap_mode) {
+    rc = spill_rcheck_init(&c->m, &s->chk, e);
+    if (rc < 0) goto fail;
     for (int b = 0; b < N_BOUNCE; b++) {
       s->bounce[b] = spill_alloc_nozero(s->rec_bytes ? s->rec_bytes : 4096, 4096);
       if (!s->bounce[b]) {
@@ -558,7 +658,7 @@ fail:
 static int drain(spill_stream *s, spill_err *e) {
   abandon_request(s);
   while (s->inf_used > 0) {
-    int rc = reap(s, 1, e);
+    int rc = progress(s, e);
     if (rc < 0 && rc != SPILL_E_IO && rc != SPILL_E_SHORT_READ && rc != SPILL_E_CHECKSUM &&
         rc != SPILL_E_FORMAT)
       return rc;
@@ -567,16 +667,15 @@ static int drain(spill_stream *s, spill_err *e) {
 }
 
 int spill_stream_quiesce(spill_stream *s, spill_err *e) {
-  while (s->inf_used > 0 && s->n_waiting == 0) SPILL_TRY(reap(s, 1, e));
+  while (s->inf_used > 0 && s->n_waiting == 0) SPILL_TRY(progress(s, e));
   return SPILL_OK;
 }
 
 void spill_stream_close(spill_stream *s) {
   if (!s) return;
-  if (s->io) {
-    drain(s, NULL);
-    spill_io_close(s->io);
-  }
+  if (s->io) drain(s, NULL);
+  spill_rcheck_free(s->chk); /* joins the helper: no check reads a buffer after this */
+  spill_io_close(s->io);
   for (int i = 0; i < s->n_pins; i++)
     if (s->pins[i].ent) spill_cache_release(s->cache, s->pins[i].ent);
   spill_cache_free(s->cache);
@@ -600,6 +699,12 @@ void spill_stream_source(spill_stream *s, spill_expert_source *out) {
 
 void spill_stream_get_counters(spill_stream *s, spill_stream_counters *out) {
   *out = s->k;
+  if (s->chk) {
+    uint64_t helper_ns, consumer_ns;
+    spill_rcheck_times(s->chk, &helper_ns, &consumer_ns);
+    out->verify_helper_ns = helper_ns;
+    out->verify_consumer_ns += consumer_ns;
+  }
   if (s->cache) {
     spill_cache_counters cc;
     spill_cache_get_counters(s->cache, &cc);
@@ -612,6 +717,7 @@ void spill_stream_get_counters(spill_stream *s, spill_stream_counters *out) {
 
 void spill_stream_reset_counters(spill_stream *s) {
   memset(&s->k, 0, sizeof s->k);
+  if (s->chk) spill_rcheck_reset_times(s->chk);
   if (s->cache) spill_cache_reset_counters(s->cache);
 }
 
@@ -635,7 +741,10 @@ int spill_stream_clear(spill_stream *s, int reset_counters, spill_err *e) {
   SPILL_FAIL_IF(e, s->n_pins > 0, SPILL_E_INVALID_ARG,
                 "stream: cannot clear with %d records still pinned", s->n_pins);
   if (s->cache) spill_cache_clear(s->cache, reset_counters ? SPILL_CACHE_CLEAR_COUNTERS : 0);
-  if (reset_counters) memset(&s->k, 0, sizeof s->k);
+  if (reset_counters) {
+    memset(&s->k, 0, sizeof s->k);
+    if (s->chk) spill_rcheck_reset_times(s->chk);
+  }
   return SPILL_OK;
 }
 

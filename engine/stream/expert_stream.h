@@ -10,9 +10,14 @@
  * finds its expert still loading waits for that read instead of issuing
  * another. When every slot is pinned the request waits for releases and, as
  * a last resort, reads into a bounce buffer, so any cache size (even 0)
- * makes progress. Every record is checked on arrival (header always, payload
- * crc32 with verify). One consumer thread; the I/O threads never touch
- * engine state. Depends on base, format, cache, io and model (for the
+ * makes progress. Every record is checked before it is handed out (header
+ * always, payload crc32 with verify); with verify on, outside mmap mode, the
+ * check runs beside the consumer on a helper thread of the stream (the
+ * consumer runs a queued check itself when it has nothing else to do), so
+ * checking overlaps with compute; a record is delivered only once checked,
+ * and a failed check is reported for that (layer, expert) as an inline
+ * check would. One consumer thread; the I/O threads and the checker never
+ * touch engine state. Depends on base, format, cache, io and model (for the
  * source interface) only.
  */
 #ifndef SPILL_STREAM_EXPERT_STREAM_H
@@ -48,7 +53,7 @@ typedef struct spill_stream_opts {
 typedef struct spill_stream_counters {
   uint64_t requested;        /* demand ids requested */
   uint64_t demand_hits;      /* found in the cache (ready or loading) */
-  uint64_t demand_hits_loading; /* ... of which a prefetch was still reading */
+  uint64_t demand_hits_loading; /* ... of which a read (a prefetch) was still in flight */
   uint64_t demand_misses;
   uint64_t spec_issued, spec_used, spec_wasted;
   uint64_t reads;            /* records read from storage (demand + spec) */
@@ -57,6 +62,12 @@ typedef struct spill_stream_counters {
   uint64_t evictions;
   uint64_t wait_ns;          /* time blocked in next_ready waiting for reads */
   uint64_t max_waiting;      /* most demand reads in flight at once (1 with overlap off) */
+  /* Timings (not deterministic), verify on only: ns spent in record checks
+   * on the stream's helper thread, and ns the consumer (compute) thread
+   * spent on checks: checks it ran itself, waits for the helper and
+   * wake-ups of it. The second is what verify costs the compute thread. */
+  uint64_t verify_helper_ns;
+  uint64_t verify_consumer_ns;
 } spill_stream_counters;
 
 typedef struct spill_stream spill_stream;
