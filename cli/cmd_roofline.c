@@ -231,6 +231,9 @@ int cmd_roofline(int argc, char **argv) {
            r.achieved_tok_s, r.fraction,
            r.bound_disk_tok_s < r.bound_compute_tok_s ? "disk" : "compute", r.achieved_min_tok_s,
            r.achieved_max_tok_s, r.compute_max_s_per_token);
+    printf(", \"paired_fraction\": %.4f, \"paired_fraction_min\": %.4f, "
+           "\"paired_fraction_max\": %.4f",
+           r.paired_fraction, r.paired_fraction_min, r.paired_fraction_max);
     if (fio_bw >= 0)
       printf(", \"fio_bytes_per_s\": %.0f, \"probe_over_fio\": %.4f", fio_bw,
              r.disk_bytes_per_s / fio_bw);
@@ -270,5 +273,7 @@ int cmd_roofline(int argc, char **argv) {
          "ms/token)\n",
          r.achieved_tok_s, r.achieved_min_tok_s, r.achieved_max_tok_s, 100 * r.fraction,
          r.io_wait_s_per_token * 1e3);
+  printf("  paired   %8.1f%% of the resident speed in the same round (median; %.1f .. %.1f%%)\n",
+         100 * r.paired_fraction, 100 * r.paired_fraction_min, 100 * r.paired_fraction_max);
   return 0;
 }

@@ -342,6 +342,10 @@ typedef struct spill_roofline {
   double achieved_min_tok_s, achieved_max_tok_s; /* their spread */
   double compute_max_s_per_token; /* slowest resident run (spread) */
   double fraction;               /* achieved / bound */
+  /* Per round: the cfg run's tok/s over the same round's resident tok/s
+   * (median, min, max): how close decoding with the configured cache gets to
+   * decoding with everything resident, under the same machine load. */
+  double paired_fraction, paired_fraction_min, paired_fraction_max;
 } spill_roofline;
 
 /* Measures the roofline of MODEL_DIR under cfg (NULL = defaults); o may be

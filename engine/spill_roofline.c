@@ -304,7 +304,8 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
 
   spill_run_stats st;
   tok_acc acc, cfg_acc = {0};
-  double rates[16], io_wait = 0, best = 0, worst = 0;
+  double rates[16], io_wait = 0, best = 0, worst = 0, paired[16];
+  int np = 0;
   uint64_t hits = 0, accesses = 0;
   int rc = SPILL_OK, nr = 0;
   for (int i = 0; i < opt.repeats && rc == SPILL_OK; i++) {
@@ -329,6 +330,7 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
     if ((rc = run_workload(eng, opt.prompt, opt.n_tokens, 0, &st, &acc, e)) < 0) break;
     if (!st.tokens_decode) break;
     const double sp = st.decode_s / st.tokens_decode;
+    if (rates[nr - 1] > 0 && sp > 0) paired[np++] = rates[nr - 1] * sp; /* achieved / (1 / sp) */
     if (best == 0 || sp < best) best = sp;
     if (sp > worst) worst = sp;
     hits += st.decode_hits;
@@ -348,6 +350,12 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   r->achieved_min_tok_s = rates[0];
   r->achieved_max_tok_s = rates[nr - 1];
   r->io_wait_s_per_token = io_wait / nr;
+  if (np) {
+    qsort(paired, (size_t)np, sizeof paired[0], cmp_double);
+    r->paired_fraction = paired[np / 2];
+    r->paired_fraction_min = paired[0];
+    r->paired_fraction_max = paired[np - 1];
+  }
 
   /* (1') the disk again; keep the faster probe's figures */
   {

@@ -67,6 +67,9 @@ TEST(Roofline, ReportIsConsistent) {
   EXPECT_NEAR(r.fraction, r.achieved_tok_s / r.bound_tok_s, 1e-9);
   EXPECT_LE(r.achieved_min_tok_s, r.achieved_tok_s);
   EXPECT_LE(r.achieved_tok_s, r.achieved_max_tok_s);
+  EXPECT_GT(r.paired_fraction, 0);
+  EXPECT_LE(r.paired_fraction_min, r.paired_fraction);
+  EXPECT_LE(r.paired_fraction, r.paired_fraction_max);
   // the resident run holds every expert the workload touches
   EXPECT_DOUBLE_EQ(r.resident_hit_rate, 1.0);
   EXPECT_GT(r.resident_budget, r.budget);
