@@ -211,8 +211,10 @@ int cmd_roofline(int argc, char **argv) {
     printf(", \"prompt_tokens\": %d, \"read_bytes_per_token\": %.0f, "
            "\"spec_bytes_per_token\": %.0f, ",
            r.prompt_tokens, r.read_bytes_per_token, r.spec_bytes_per_token);
-    printf("\"disk_probe1_bytes_per_s\": %.0f, \"disk_probe2_bytes_per_s\": %.0f, ",
-           r.disk_probe1_bytes_per_s, r.disk_probe2_bytes_per_s);
+    printf("\"disk_probe1_bytes_per_s\": %.0f, \"disk_probe2_bytes_per_s\": %.0f, "
+           "\"disk_workload_bytes_per_s\": %.0f, \"workload_records\": %llu, ",
+           r.disk_probe1_bytes_per_s, r.disk_probe2_bytes_per_s, r.disk_workload_bytes_per_s,
+           (unsigned long long)r.workload_records);
     printf("\"record_bytes\": %llu, \"probe_threads\": %d, "
            "\"disk_bytes_per_s\": %.0f, \"disk_reads_per_s\": %.1f, \"disk_p50_ms\": %.3f, "
            "\"mem_bytes_per_s\": %.0f, \"compute_s_per_token\": %.6f, "
@@ -245,9 +247,11 @@ int cmd_roofline(int argc, char **argv) {
          cli_bytes(r.record_bytes, b1, sizeof b1), r.tokens,
          o.prompt ? o.prompt : "The quick brown fox", r.prompt_tokens);
   printf("  disk     %8.1f MB/s  %7.1f reads/s  p50 %.2f ms  (O_DIRECT random records, %d threads;\n"
-         "           faster of two probes, before %.1f and after %.1f MB/s)\n",
+         "           fastest probe: all records before %.1f and after %.1f MB/s, the workload's\n"
+         "           %llu records %.1f MB/s)\n",
          r.disk_bytes_per_s / 1e6, r.disk_reads_per_s, r.disk_p50_ms, r.probe_threads,
-         r.disk_probe1_bytes_per_s / 1e6, r.disk_probe2_bytes_per_s / 1e6);
+         r.disk_probe1_bytes_per_s / 1e6, r.disk_probe2_bytes_per_s / 1e6,
+         (unsigned long long)r.workload_records, r.disk_workload_bytes_per_s / 1e6);
   if (fio_bw >= 0)
     printf("  fio      %8.1f MB/s  (randread psync direct, same bs/threads, one bank): probe/fio %.3f\n",
            fio_bw / 1e6, r.disk_bytes_per_s / fio_bw);

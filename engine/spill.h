@@ -290,7 +290,11 @@ int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value,
 /* Roofline (docs/PERFORMANCE.md): what this machine allows for a model and
  * how close the engine gets, measured in one call.
  *   disk    random O_DIRECT reads of whole expert records from the model's
- *           own banks, probe_threads threads each with one read in flight;
+ *           own banks, probe_threads threads each with one read in flight:
+ *           before the engine runs, after them, and after them again over
+ *           only the records the workload routed to (from a router trace of
+ *           the first cfg run, unless cfg sets its own trace path); the
+ *           fastest of the three is the disk leg;
  *   memory  read bandwidth of a buffer of mem_probe_bytes, 2 threads;
  *   compute decode seconds per token with every expert the workload needs
  *           resident: a budget holding all of them (the container's experts,
@@ -324,6 +328,9 @@ typedef struct spill_roofline {
   double disk_bytes_per_s, disk_reads_per_s, disk_p50_ms; /* probe (the faster of two) */
   double disk_probe1_bytes_per_s; /* before the cfg runs */
   double disk_probe2_bytes_per_s; /* after them: a shared disk drifts; the bound takes the max */
+  double disk_workload_bytes_per_s; /* after them, over the records the first cfg run routed to
+                                     * (0: no trace); a disk behind a cache serves these faster */
+  uint64_t workload_records;        /* distinct records in that set */
   double mem_bytes_per_s;
   double compute_s_per_token;   /* resident run: decode_s / tokens */
   double resident_hit_rate;     /* decode hits / accesses of the resident run */

@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "engine/base/clock.h"
 #include "engine/format/container.h"
 #include "engine/spill.h"
+#include "engine/trace/router_trace.h"
 
 #define PROMPT "The quick brown fox"
 
@@ -34,6 +36,10 @@ typedef struct disk_probe {
   uint32_t n_experts;
   uint64_t record_bytes, data_offset;
   uint64_t deadline_ns;
+  /* NULL: random records of every bank; else records drawn from this list
+   * (bank << 32 | expert), the ones a workload routed to */
+  const uint64_t *pairs;
+  size_t n_pairs;
   /* per-thread results */
   uint64_t bytes[64], reads[64];
   int failed[64];
@@ -57,8 +63,16 @@ static void *disk_thread(void *arg) {
   uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(t + 1);
   while (spill_clock_ns() < p->deadline_ns) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    const int b = (int)(x % (uint64_t)p->n_banks);
-    const uint64_t ex = (x >> 20) % p->n_experts;
+    int b;
+    uint64_t ex;
+    if (p->pairs) {
+      const uint64_t pr = p->pairs[(x >> 11) % p->n_pairs];
+      b = (int)(pr >> 32);
+      ex = pr & 0xffffffffu;
+    } else {
+      b = (int)(x % (uint64_t)p->n_banks);
+      ex = (x >> 20) % p->n_experts;
+    }
     const off_t off = (off_t)(p->data_offset + ex * p->record_bytes);
     const uint64_t t0 = spill_clock_ns();
     uint64_t done = 0;
@@ -84,8 +98,8 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int probe_disk(const char *dir, int threads, double seconds, spill_roofline *r,
-                      spill_err *e) {
+static int probe_disk(const char *dir, int threads, double seconds, const uint64_t *pairs,
+                      size_t n_pairs, spill_roofline *r, spill_err *e) {
   spill_container c;
   memset(&c, 0, sizeof c);
   SPILL_TRY(spill_container_open(dir, &c, e));
@@ -100,6 +114,13 @@ static int probe_disk(const char *dir, int threads, double seconds, spill_roofli
   p->n_experts = c.m.banks[0].n_experts;
   p->record_bytes = c.m.banks[0].record_bytes;
   p->data_offset = c.m.banks[0].data_offset;
+  p->pairs = pairs;
+  p->n_pairs = n_pairs;
+  for (size_t i = 0; i < n_pairs; i++)
+    if ((int)(pairs[i] >> 32) >= p->n_banks || (pairs[i] & 0xffffffffu) >= p->n_experts) {
+      rc = spill_err_set(e, SPILL_E_INTERNAL, "roofline: probe record %zu out of range", i);
+      goto out;
+    }
   p->fds = malloc((size_t)p->n_banks * sizeof *p->fds);
   if (!p->fds) {
     rc = spill_err_set(e, SPILL_E_NOMEM, "roofline: fds");
@@ -170,6 +191,37 @@ out:
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
+}
+
+/* The distinct (bank, expert) records a router trace routes to, as
+ * bank << 32 | expert, sorted; NULL with *n = 0 if the trace cannot be read. */
+static uint64_t *trace_records(const char *path, int n_dense, size_t *n) {
+  *n = 0;
+  spill_trace t;
+  spill_err e2 = {0};
+  memset(&t, 0, sizeof t);
+  if (spill_trace_read_file(path, NULL, &t, &e2) < 0) return NULL;
+  const size_t total = (size_t)t.n_tokens * t.n_layers * t.top_k;
+  uint64_t *v = total ? malloc(total * sizeof *v) : NULL;
+  if (!v) {
+    spill_trace_free(&t);
+    return NULL;
+  }
+  size_t k = 0;
+  for (uint32_t tok = 0; tok < t.n_tokens; tok++)
+    for (uint32_t l = 0; l < t.n_layers; l++) {
+      const uint32_t *ids = spill_trace_ids(&t, tok, l);
+      const int bank = (int)t.layer_ids[l] - n_dense;
+      if (bank < 0) continue;
+      for (uint32_t j = 0; j < t.top_k; j++) v[k++] = (uint64_t)bank << 32 | ids[j];
+    }
+  spill_trace_free(&t);
+  qsort(v, k, sizeof *v, cmp_u64);
+  size_t u = 0;
+  for (size_t i = 0; i < k; i++)
+    if (u == 0 || v[i] != v[u - 1]) v[u++] = v[i];
+  *n = u;
+  return v;
 }
 
 /* ---- memory probe ---- */
@@ -267,7 +319,7 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   if (cfg_in) cfg = *cfg_in;
   else spill_config_default(&cfg);
 
-  SPILL_TRY(probe_disk(model_dir, opt.probe_threads, opt.probe_seconds, r, e));
+  SPILL_TRY(probe_disk(model_dir, opt.probe_threads, opt.probe_seconds, NULL, 0, r, e));
   r->disk_probe1_bytes_per_s = r->disk_bytes_per_s;
   SPILL_TRY(probe_mem(opt.mem_probe_bytes, r, e));
 
@@ -302,6 +354,25 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   char slots_txt[32];
   snprintf(slots_txt, sizeof slots_txt, "%lld", (long long)cs);
 
+  /* the first cfg run writes a router trace (unless the caller asked for
+   * one), so that the disk can be probed on the records the workload routes
+   * to: a disk behind a cache (a VM's host page cache, a SAN) serves those
+   * faster than random records of the whole container */
+  char tpath[4096] = "";
+  if (!cfg.trace_path) {
+    const char *td = getenv("TMPDIR");
+    snprintf(tpath, sizeof tpath, "%s/spill-roofline-XXXXXX", td && *td ? td : "/tmp");
+    int fd = mkstemp(tpath);
+    if (fd >= 0) {
+      close(fd);
+      if (spill_engine_set_knob(eng, "trace", tpath, NULL) < 0) {
+        unlink(tpath);
+        tpath[0] = 0;
+      }
+    } else {
+      tpath[0] = 0;
+    }
+  }
   spill_run_stats st;
   tok_acc acc, cfg_acc = {0};
   double rates[16], io_wait = 0, best = 0, worst = 0, paired[16];
@@ -316,6 +387,7 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
       if (rc < 0) break;
     }
     rc = run_workload(eng, opt.prompt, opt.n_tokens, 1, &st, &acc, e);
+    if (i == 0 && tpath[0]) spill_engine_set_knob(eng, "trace", "", NULL); /* one run is enough */
     if (rc < 0) break;
     rates[nr++] = st.decode_tok_per_s;
     io_wait += acc.tokens ? acc.io_wait_s / acc.tokens : 0;
@@ -336,8 +408,18 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
     hits += st.decode_hits;
     accesses += st.decode_hits + st.decode_misses;
   }
+  const int n_dense = info->n_dense_layers;
   spill_engine_close(eng);
-  if (rc < 0) return rc;
+  size_t n_rec = 0;
+  uint64_t *recs = NULL;
+  if (tpath[0]) {
+    if (rc == SPILL_OK) recs = trace_records(tpath, n_dense, &n_rec);
+    unlink(tpath);
+  }
+  if (rc < 0) {
+    free(recs);
+    return rc;
+  }
   r->tokens = nr ? cfg_acc.tokens / nr : 0;
   SPILL_FAIL_IF(e, cfg_acc.tokens < 1, SPILL_E_INTERNAL, "roofline: no decode token was produced");
   r->missed_bytes_per_token = (double)cfg_acc.demand_bytes / cfg_acc.tokens;
@@ -361,12 +443,28 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
   {
     spill_roofline r2;
     memset(&r2, 0, sizeof r2);
-    SPILL_TRY(probe_disk(model_dir, opt.probe_threads, opt.probe_seconds, &r2, e));
+    SPILL_TRY(probe_disk(model_dir, opt.probe_threads, opt.probe_seconds, NULL, 0, &r2, e));
     r->disk_probe2_bytes_per_s = r2.disk_bytes_per_s;
     if (r2.disk_bytes_per_s > r->disk_bytes_per_s) {
       r->disk_bytes_per_s = r2.disk_bytes_per_s;
       r->disk_reads_per_s = r2.disk_reads_per_s;
       r->disk_p50_ms = r2.disk_p50_ms;
+    }
+    /* (1'') the same probe over the workload's own records */
+    r->workload_records = n_rec;
+    if (recs && n_rec) {
+      memset(&r2, 0, sizeof r2);
+      const int prc = probe_disk(model_dir, opt.probe_threads, opt.probe_seconds, recs, n_rec, &r2, e);
+      free(recs);
+      SPILL_TRY(prc);
+      r->disk_workload_bytes_per_s = r2.disk_bytes_per_s;
+      if (r2.disk_bytes_per_s > r->disk_bytes_per_s) {
+        r->disk_bytes_per_s = r2.disk_bytes_per_s;
+        r->disk_reads_per_s = r2.disk_reads_per_s;
+        r->disk_p50_ms = r2.disk_p50_ms;
+      }
+    } else {
+      free(recs);
     }
   }
   r->resident_hit_rate = accesses ? (double)hits / (double)accesses : 1.0;
