@@ -197,14 +197,14 @@ def main():
             print(f"| reader >= 90% of fio, interleaved x{len(a)} ({what}, {bs} KiB, O_DIRECT, same file; "
                   f"medians, ranges {a[0] / 1e6:.0f}-{a[-1] / 1e6:.0f} vs {b[0] / 1e6:.0f}-{b[-1] / 1e6:.0f} MB/s; "
                   f"{how}) | {ma / 1e6:.0f} vs {mb / 1e6:.0f} MB/s | {ratio:.2f} | {verdict(ratio >= 0.9)} |")
-    for name, rl in (("cold (no cache)", rl_cold), ("default budget", rl_def)):
+    for name, rl in (("cold (32 slots, lookahead 8)", rl_cold), ("default budget", rl_def)):
         if rl:
             print(f"| decode >= 85% of the roofline bound, mini {name} | {rl['achieved_tok_s']:.2f} tok/s of "
                   f"{rl['bound_tok_s']:.2f} ({rl['bound_by']}-bound) | {rl['fraction']:.2f} | "
                   f"{verdict(rl['fraction'] >= 0.85)} |")
     print()
 
-    for name, rl in (("cold (cache_slots 0)", rl_cold), ("default budget", rl_def)):
+    for name, rl in (("cold (32 slots, lookahead 8)", rl_cold), ("default budget", rl_def)):
         if not rl:
             continue
         print(f"## Roofline, mini, {name}\n")
