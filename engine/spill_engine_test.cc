@@ -335,3 +335,33 @@ TEST(EngineTest, CacheSlotsKnobResizesInPlace) {
 }
 
 }  // namespace
+
+namespace {
+
+// Without an expert cache every read lands in a bounce buffer: the stream
+// keeps 2 x top_k of them, so a layer's reads fly together (it had 2, so
+// reads went two at a time), and the output is the cached run's.
+TEST(EngineTest, NoCacheReadsALayerAtOnce) {
+  int toks[8] = {256, 'a', 'b', 'c', 'd', 'e'};
+  spill_sampling s = {0.0f, 0, 1.0f, 1};
+  std::vector<int> out[2];
+  spill_run_stats st[2];
+  for (int arm = 0; arm < 2; arm++) {  // 0: plan's cache, 1: no cache
+    spill_config cfg = Cfg();
+    cfg.io_threads = 4;
+    if (arm) cfg.cache_slots = 0;
+    spill_engine *eng = nullptr;
+    spill_err e = {};
+    ASSERT_EQ(spill_engine_open(Nano().c_str(), &cfg, &eng, &e), SPILL_OK) << e.msg;
+    ASSERT_EQ(spill_generate(eng, toks, 6, 8, &s, Collect, &out[arm], nullptr, &st[arm], &e),
+              SPILL_OK)
+        << e.msg;
+    if (arm) EXPECT_GE(spill_engine_info(eng)->top_k, 2);
+    spill_engine_close(eng);
+  }
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(st[1].demand_hits, 0u);
+  EXPECT_GT(st[1].max_reads_in_flight, 2u);
+}
+
+}  // namespace

@@ -38,7 +38,12 @@
 
 enum { IT_PENDING = 0, IT_READY = 1, IT_DELIVERED = 2, IT_DEFERRED = 3, IT_DROPPED = 4,
        IT_UNREAD = 5 /* slot claimed, read not yet issued (overlap off) */ };
-#define N_BOUNCE 2
+/* Bounce buffers: a read that finds no cache slot lands in one. Two suffice
+ * beside a cache (they only catch the rare all-pinned claim); without a cache
+ * every read bounces, so that mode gets 2 x top_k (the planner's min_cache,
+ * which no slot uses then) and a layer's reads all fly at once instead of
+ * two at a time. */
+#define N_BOUNCE_MIN 2
 
 typedef struct item {
   uint32_t id;
@@ -92,8 +97,9 @@ struct spill_stream {
   inflight *inf;
   int inf_cap, inf_used;
   /* bounce buffers */
-  uint8_t *bounce[N_BOUNCE];
-  int bounce_busy[N_BOUNCE];
+  uint8_t **bounce; /* (n_bounce) record buffers */
+  int *bounce_busy;  /* (n_bounce) */
+  int n_bounce;
   /* delivered, not released */
   pin *pins;
   int n_pins, pins_cap;
@@ -159,8 +165,32 @@ static int submit(spill_stream *s, int layer, uint32_t id, void *dst, int tag, s
   return SPILL_OK;
 }
 
+/* Grows the bounce set to n buffers (never shrinks; idle when unused). */
+static int ensure_bounce(spill_stream *s, int n, spill_err *e) {
+  if (n <= s->n_bounce) return SPILL_OK;
+  uint8_t **b = realloc(s->bounce, (size_t)n * sizeof *b);
+  if (b) s->bounce = b;
+  int *busy = b ? realloc(s->bounce_busy, (size_t)n * sizeof *busy) : NULL;
+  if (busy) s->bounce_busy = busy;
+  SPILL_FAIL_IF(e, !b || !busy, SPILL_E_NOMEM, "stream: bounce buffer table");
+  for (int i = s->n_bounce; i < n; i++) {
+    s->bounce_busy[i] = 0;
+    s->bounce[i] = spill_alloc_nozero(s->rec_bytes ? s->rec_bytes : 4096, 4096);
+    if (!s->bounce[i])
+      return spill_err_set(e, SPILL_E_NOMEM, "stream: cannot allocate a %llu-byte bounce buffer",
+                           (unsigned long long)s->rec_bytes);
+    s->n_bounce = i + 1;
+  }
+  return SPILL_OK;
+}
+
+static int bounce_wanted(const spill_stream *s, uint32_t cache_slots) {
+  const int k = s->c->m.arch.moe.top_k;
+  return cache_slots == 0 && 2 * k > N_BOUNCE_MIN ? 2 * k : N_BOUNCE_MIN;
+}
+
 static int take_bounce(spill_stream *s) {
-  for (int i = 0; i < N_BOUNCE; i++)
+  for (int i = 0; i < s->n_bounce; i++)
     if (!s->bounce_busy[i]) {
       s->bounce_busy[i] = 1;
       return i;
@@ -630,14 +660,8 @@ int spill_stream_open(const spill_container *c, const spill_stream_opts *o, spil
   if (!s->mmap_mode) {
     rc = spill_rcheck_init(&c->m, &s->chk, e);
     if (rc < 0) goto fail;
-    for (int b = 0; b < N_BOUNCE; b++) {
-      s->bounce[b] = spill_alloc_nozero(s->rec_bytes ? s->rec_bytes : 4096, 4096);
-      if (!s->bounce[b]) {
-        rc = spill_err_set(e, SPILL_E_NOMEM, "stream: cannot allocate a %llu-byte bounce buffer",
-                           (unsigned long long)s->rec_bytes);
-        goto fail;
-      }
-    }
+    rc = ensure_bounce(s, bounce_wanted(s, o->cache_slots), e);
+    if (rc < 0) goto fail;
     if (o->cache_slots > 0) {
       spill_cache_config cc = {0};
       cc.n_slots = o->cache_slots;
@@ -679,7 +703,9 @@ void spill_stream_close(spill_stream *s) {
   for (int i = 0; i < s->n_pins; i++)
     if (s->pins[i].ent) spill_cache_release(s->cache, s->pins[i].ent);
   spill_cache_free(s->cache);
-  for (int b = 0; b < N_BOUNCE; b++) spill_free(s->bounce[b], s->rec_bytes ? s->rec_bytes : 4096);
+  for (int b = 0; b < s->n_bounce; b++) spill_free(s->bounce[b], s->rec_bytes ? s->rec_bytes : 4096);
+  free(s->bounce);
+  free(s->bounce_busy);
   free(s->file_of_bank);
   free(s->items);
   free(s->ready_q);
@@ -757,6 +783,7 @@ int spill_stream_resize(spill_stream *s, uint32_t cache_slots, spill_err *e) {
     return SPILL_OK;
   }
   if (cache_slots == 0) {
+    SPILL_TRY(ensure_bounce(s, bounce_wanted(s, 0), e));
     spill_cache_free(s->cache);
     s->cache = NULL;
   } else if (!s->cache) {
