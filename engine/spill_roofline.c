@@ -188,6 +188,14 @@ out:
   return rc;
 }
 
+/* The disk leg is the fastest probe: copy q's figures into r if q was faster. */
+static void keep_faster_probe(spill_roofline *r, const spill_roofline *q) {
+  if (q->disk_bytes_per_s <= r->disk_bytes_per_s) return;
+  r->disk_bytes_per_s = q->disk_bytes_per_s;
+  r->disk_reads_per_s = q->disk_reads_per_s;
+  r->disk_p50_ms = q->disk_p50_ms;
+}
+
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -445,11 +453,7 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
     memset(&r2, 0, sizeof r2);
     SPILL_TRY(probe_disk(model_dir, opt.probe_threads, opt.probe_seconds, NULL, 0, &r2, e));
     r->disk_probe2_bytes_per_s = r2.disk_bytes_per_s;
-    if (r2.disk_bytes_per_s > r->disk_bytes_per_s) {
-      r->disk_bytes_per_s = r2.disk_bytes_per_s;
-      r->disk_reads_per_s = r2.disk_reads_per_s;
-      r->disk_p50_ms = r2.disk_p50_ms;
-    }
+    keep_faster_probe(r, &r2);
     /* (1'') the same probe over the workload's own records */
     r->workload_records = n_rec;
     if (recs && n_rec) {
@@ -458,11 +462,7 @@ int spill_roofline_measure(const char *model_dir, const spill_config *cfg_in,
       free(recs);
       SPILL_TRY(prc);
       r->disk_workload_bytes_per_s = r2.disk_bytes_per_s;
-      if (r2.disk_bytes_per_s > r->disk_bytes_per_s) {
-        r->disk_bytes_per_s = r2.disk_bytes_per_s;
-        r->disk_reads_per_s = r2.disk_reads_per_s;
-        r->disk_p50_ms = r2.disk_p50_ms;
-      }
+      keep_faster_probe(r, &r2);
     } else {
       free(recs);
     }
