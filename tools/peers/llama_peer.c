@@ -1,0 +1,314 @@
+/* tools/peers/llama_peer.c: llama.cpp as an external judge of spill.
+ *
+ * Built by `./lab peers` against the llama.cpp library that npm's
+ * node-llama-cpp ships as source (never committed here; see docs/PEERS.md),
+ * outside Bazel because the library lives in a machine-wide cache.
+ *
+ *   llama_peer logits MODEL.gguf --tokens 1,2,3 --out PREFIX [--threads N]
+ *       every position's logits, as the oracle needs them: F32 KV cache,
+ *       flash attention disabled. Writes PREFIX.bin (f32 little-endian,
+ *       n_pos x n_vocab, row-major, the layout of `spill eval --logits-out
+ *       --all-positions`) and PREFIX.json (shape and settings).
+ *   llama_peer bench MODEL.gguf --tokens 1,2,3 -n N [--load mmap|none|mlock]
+ *       [--threads N] [--batch N]
+ *       prefill the prompt, then N greedy decode tokens, one JSON line on
+ *       stdout: load, prefill and decode seconds and tok/s, the generated ids.
+ *
+ * Depends only on llama.h. Prints errors on stderr, exit 1; usage errors
+ * exit 2; -h/--help prints the usage on stdout.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "llama.h"
+
+static const char *USAGE =
+    "usage: llama_peer logits MODEL.gguf --tokens IDS --out PREFIX [--threads N] [--batch N]\n"
+    "       llama_peer bench  MODEL.gguf --tokens IDS -n N [--load mmap|none|mlock]\n"
+    "                         [--threads N] [--batch N]\n"
+    "IDS is a comma-separated list of token ids (or @FILE holding one).\n";
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int quiet_logs = 1;
+static void log_cb(enum ggml_log_level level, const char *text, void *ud) {
+  (void)ud;
+  if (!quiet_logs || level == GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
+}
+
+/* Parses "1,2,3" (or the contents of @FILE) into a malloc'd array. */
+static int parse_ids(const char *arg, int32_t **out, int *n_out) {
+  char *buf = NULL;
+  if (arg[0] == '@') {
+    FILE *f = fopen(arg + 1, "rb");
+    if (!f) {
+      fprintf(stderr, "llama_peer: %s: %s\n", arg + 1, strerror(errno));
+      return -1;
+    }
+    size_t cap = 1 << 16, len = 0;
+    buf = malloc(cap + 1);
+    size_t got;
+    while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
+      len += got;
+      if (len == cap) {
+        char *nb = realloc(buf, 2 * cap + 1);
+        if (!nb) { free(buf); buf = NULL; break; }
+        buf = nb; cap *= 2;
+      }
+    }
+    fclose(f);
+    if (!buf) return -1;
+    buf[len] = 0;
+  } else {
+    buf = strdup(arg);
+  }
+  int cap = 64, n = 0;
+  int32_t *ids = malloc(sizeof *ids * cap);
+  char *p = buf;
+  while (ids && *p) {
+    while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+    if (!*p) break;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || errno || v < 0 || v > INT32_MAX) {
+      fprintf(stderr, "llama_peer: --tokens: not a token id at \"%.16s\"\n", p);
+      free(ids); free(buf);
+      return -1;
+    }
+    if (n == cap) {
+      int32_t *ni = realloc(ids, sizeof *ids * (cap *= 2));
+      if (!ni) { free(ids); ids = NULL; break; }
+      ids = ni;
+    }
+    ids[n++] = (int32_t)v;
+    p = end;
+  }
+  free(buf);
+  if (!ids || n == 0) {
+    fprintf(stderr, "llama_peer: --tokens: no token ids\n");
+    free(ids);
+    return -1;
+  }
+  *out = ids;
+  *n_out = n;
+  return 0;
+}
+
+/* Feeds ids[0..n) from position pos0 in chunks of `batch`; with all_logits
+ * every position's logits are copied into out (n x n_vocab), otherwise only
+ * the last position's. Returns 0 or -1. */
+static int feed(struct llama_context *ctx, const int32_t *ids, int n, int pos0, int batch,
+                int all_logits, float *out, int n_vocab) {
+  struct llama_batch b = llama_batch_init(batch, 0, 1);
+  for (int i0 = 0; i0 < n; i0 += batch) {
+    int m = n - i0 < batch ? n - i0 : batch;
+    b.n_tokens = m;
+    for (int j = 0; j < m; j++) {
+      b.token[j] = ids[i0 + j];
+      b.pos[j] = pos0 + i0 + j;
+      b.n_seq_id[j] = 1;
+      b.seq_id[j][0] = 0;
+      b.logits[j] = all_logits || (i0 + j == n - 1);
+    }
+    int rc = llama_decode(ctx, b);
+    if (rc != 0) {
+      fprintf(stderr, "llama_peer: llama_decode failed (%d) at position %d\n", rc, pos0 + i0);
+      llama_batch_free(b);
+      return -1;
+    }
+    for (int j = 0; j < m; j++) {
+      if (!b.logits[j]) continue;
+      const float *l = llama_get_logits_ith(ctx, j);
+      if (!l) {
+        fprintf(stderr, "llama_peer: no logits at position %d\n", pos0 + i0 + j);
+        llama_batch_free(b);
+        return -1;
+      }
+      float *dst = all_logits ? out + (size_t)(i0 + j) * n_vocab : out;
+      memcpy(dst, l, sizeof(float) * n_vocab);
+    }
+  }
+  llama_batch_free(b);
+  return 0;
+}
+
+static int write_all(const char *path, const void *p, size_t n) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+    fprintf(stderr, "llama_peer: write %s: %s\n", tmp, strerror(errno));
+    return -1;
+  }
+  if (rename(tmp, path) != 0) {
+    fprintf(stderr, "llama_peer: rename %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+    fputs(USAGE, stdout);
+    return 0;
+  }
+  if (argc < 3) {
+    fputs(USAGE, stderr);
+    return 2;
+  }
+  const char *mode = argv[1], *model_path = argv[2];
+  int is_logits = !strcmp(mode, "logits"), is_bench = !strcmp(mode, "bench");
+  if (!is_logits && !is_bench) {
+    fprintf(stderr, "llama_peer: unknown mode %s\n%s", mode, USAGE);
+    return 2;
+  }
+  const char *tokens_arg = NULL, *out = NULL, *load = "mmap";
+  int threads = 2, batch = 512, n_decode = -1;
+  for (int i = 3; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      fputs(USAGE, stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--verbose")) { quiet_logs = 0; continue; }
+    if (!v) {
+      fprintf(stderr, "llama_peer: %s needs a value\n%s", a, USAGE);
+      return 2;
+    }
+    i++;
+    if (!strcmp(a, "--tokens")) tokens_arg = v;
+    else if (!strcmp(a, "--out")) out = v;
+    else if (!strcmp(a, "--load")) load = v;
+    else if (!strcmp(a, "--threads") || !strcmp(a, "--batch") || !strcmp(a, "-n")) {
+      char *end;
+      long x = strtol(v, &end, 10);
+      if (*end || end == v || x < 1 || x > 1 << 20) {
+        fprintf(stderr, "llama_peer: %s: expected an integer in [1, 1048576], got %s\n", a, v);
+        return 2;
+      }
+      if (a[2] == 't') threads = (int)x;
+      else if (a[2] == 'b') batch = (int)x;
+      else n_decode = (int)x;
+    } else {
+      fprintf(stderr, "llama_peer: unknown option %s\n%s", a, USAGE);
+      return 2;
+    }
+  }
+  if (!tokens_arg || (is_logits && !out) || (is_bench && n_decode < 1)) {
+    fprintf(stderr, "llama_peer: missing %s\n%s",
+            !tokens_arg ? "--tokens" : is_logits ? "--out" : "-n", USAGE);
+    return 2;
+  }
+  enum llama_load_mode lm;
+  if (!strcmp(load, "mmap")) lm = LLAMA_LOAD_MODE_MMAP;
+  else if (!strcmp(load, "none")) lm = LLAMA_LOAD_MODE_NONE;
+  else if (!strcmp(load, "mlock")) lm = LLAMA_LOAD_MODE_MMAP_MLOCK;
+  else {
+    fprintf(stderr, "llama_peer: --load: expected mmap, none or mlock, got %s\n", load);
+    return 2;
+  }
+  int32_t *ids = NULL;
+  int n_ids = 0;
+  if (parse_ids(tokens_arg, &ids, &n_ids)) return 2;
+
+  llama_log_set(log_cb, NULL);
+  llama_backend_init();
+  double t0 = now_s();
+  struct llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  mp.load_mode = lm;
+  struct llama_model *model = llama_model_load_from_file(model_path, mp);
+  if (!model) {
+    fprintf(stderr, "llama_peer: %s: llama.cpp could not load the model\n", model_path);
+    return 1;
+  }
+  const struct llama_vocab *vocab = llama_model_get_vocab(model);
+  int n_vocab = llama_vocab_n_tokens(vocab);
+  for (int i = 0; i < n_ids; i++)
+    if (ids[i] >= n_vocab) {
+      fprintf(stderr, "llama_peer: token id %d >= vocabulary size %d\n", ids[i], n_vocab);
+      return 1;
+    }
+  struct llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = (uint32_t)(n_ids + (n_decode > 0 ? n_decode : 0) + 1);
+  cp.n_batch = cp.n_ubatch = (uint32_t)batch;
+  cp.n_threads = cp.n_threads_batch = threads;
+  cp.no_perf = 1;
+  if (is_logits) { /* the tight-oracle settings of ../shared/reference/llama-cpp.md */
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = GGML_TYPE_F32;
+    cp.type_v = GGML_TYPE_F32;
+  }
+  struct llama_context *ctx = llama_init_from_model(model, cp);
+  if (!ctx) {
+    fprintf(stderr, "llama_peer: llama.cpp could not create a context\n");
+    return 1;
+  }
+  double t_load = now_s() - t0;
+  int rc = 0;
+  if (is_logits) {
+    float *logits = malloc(sizeof(float) * (size_t)n_ids * n_vocab);
+    if (!logits) { fprintf(stderr, "llama_peer: out of memory\n"); return 1; }
+    rc = feed(ctx, ids, n_ids, 0, batch, 1, logits, n_vocab);
+    if (!rc) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s.bin", out);
+      rc = write_all(path, logits, sizeof(float) * (size_t)n_ids * n_vocab);
+      if (!rc) {
+        char hdr[1024];
+        int len = snprintf(hdr, sizeof hdr,
+                           "{\"n_pos\": %d, \"n_vocab\": %d, \"dtype\": \"f32le\", "
+                           "\"kv_cache\": \"f32\", \"flash_attn\": false, \"threads\": %d, "
+                           "\"batch\": %d}\n",
+                           n_ids, n_vocab, threads, batch);
+        snprintf(path, sizeof path, "%s.json", out);
+        rc = write_all(path, hdr, (size_t)len);
+      }
+    }
+    free(logits);
+  } else {
+    float *last = malloc(sizeof(float) * n_vocab);
+    int32_t *gen = malloc(sizeof(int32_t) * n_decode);
+    if (!last || !gen) { fprintf(stderr, "llama_peer: out of memory\n"); return 1; }
+    double tp = now_s();
+    rc = feed(ctx, ids, n_ids, 0, batch, 0, last, n_vocab);
+    double t_prefill = now_s() - tp, td = now_s();
+    /* as spill_generate: each of the N tokens is chosen from the current
+     * logits and then fed through one forward step, so N steps are timed */
+    for (int i = 0; !rc && i < n_decode; i++) {
+      int best = 0; /* greedy: the lowest id among equal maxima, as spill's sampler */
+      for (int v = 1; v < n_vocab; v++)
+        if (last[v] > last[best]) best = v;
+      gen[i] = best;
+      rc = feed(ctx, &gen[i], 1, n_ids + i, 1, 0, last, n_vocab);
+    }
+    double t_decode = now_s() - td;
+    if (!rc) {
+      printf("{\"peer\": \"llama.cpp\", \"load\": \"%s\", \"threads\": %d, \"load_s\": %.6f, "
+             "\"prefill_tokens\": %d, \"prefill_s\": %.6f, \"prefill_tok_s\": %.4f, "
+             "\"decode_tokens\": %d, \"decode_s\": %.6f, \"decode_tok_s\": %.4f, \"tokens\": [",
+             load, threads, t_load, n_ids, t_prefill, n_ids / t_prefill, n_decode, t_decode,
+             t_decode > 0 ? n_decode / t_decode : 0.0);
+      for (int i = 0; i < n_decode; i++) printf(i ? ", %d" : "%d", gen[i]);
+      printf("]}\n");
+    }
+    free(last);
+    free(gen);
+  }
+  llama_free(ctx);
+  llama_model_free(model);
+  llama_backend_free();
+  free(ids);
+  return rc ? 1 : 0;
+}
