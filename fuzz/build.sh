@@ -2,7 +2,7 @@
 # fuzz/build.sh: builds the libFuzzer targets with clang-14 outside Bazel
 # (Bazel's autodetected toolchain here is gcc, which has no libFuzzer).
 #
-#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace}
+#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,runs}
 #
 # The library sources the targets need are compiled once with
 # -fsanitize=fuzzer-no-link,address,undefined into a static archive; each
@@ -26,7 +26,10 @@ SRCS=(
   engine/cache/policy_nextuse.c engine/cache/policy_wtinylfu.c
   engine/trace/trace_read.c engine/trace/trace_replay.c engine/trace/trace_stats.c
   engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c engine/spill_routing.c
-  harness/exp_config.c harness/exp_metrics.c
+  engine/spill_info.c engine/gen/synth_plan.c engine/gen/synth_route.c engine/gen/synth_values.c
+  engine/gen/synth_write.c
+  harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
+  harness/exp_files.c harness/exp_env.c harness/stats.c
 )
 # Files with their own ISA flags (as their Bazel targets give them); chosen
 # at run time by CPUID, so the targets still run on any x86-64.
@@ -45,8 +48,8 @@ for s in "${SRCS[@]}"; do
 done
 rm -f "$OUT/libspill_fuzz.a"
 ar rcs "$OUT/libspill_fuzz.a" "${objs[@]}"
-for t in manifest record exp_config trace; do
+for t in manifest record exp_config trace runs; do
   $CC $CFLAGS -fsanitize=fuzzer "$ROOT/fuzz/fuzz_$t.c" "$OUT/libspill_fuzz.a" \
     -lcjson -lm -lpthread -o "$OUT/fuzz_$t"
 done
-echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace}" >&2
+echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,runs}" >&2

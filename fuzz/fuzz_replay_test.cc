@@ -20,6 +20,7 @@ int spill_fuzz_record_one(const uint8_t *data, size_t size);
 int spill_fuzz_record_init(int *argc, char ***argv);
 int spill_fuzz_exp_config_one(const uint8_t *data, size_t size);
 int spill_fuzz_trace_one(const uint8_t *data, size_t size);
+int spill_fuzz_runs_one(const uint8_t *data, size_t size);
 }
 
 namespace {
@@ -74,6 +75,10 @@ TEST(FuzzReplayTest, ExperimentConfigInputsParseOrFailCleanly) {
 
 TEST(FuzzReplayTest, TraceInputsParseOrFailCleanly) {
   EXPECT_GE(Replay("trace", spill_fuzz_trace_one), 3u);
+}
+
+TEST(FuzzReplayTest, RunsRowsParseOrFailCleanly) {
+  EXPECT_GE(Replay("runs", spill_fuzz_runs_one), 3u);
 }
 
 }  // namespace

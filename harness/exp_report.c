@@ -25,6 +25,7 @@
 #include "harness/exp_config.h"
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
+#include "harness/exp_rows.h"
 #include "harness/exp_runner.h"
 
 #define BOOT_RESAMPLES 4000
@@ -32,7 +33,6 @@
 
 typedef struct row {
   cJSON *j;
-  const char *cell, *arm;
   int repeat;
 } row;
 
@@ -40,16 +40,17 @@ typedef struct group {
   char cell[200];
   int cell_idx, arm;
   int n;
-  row **rows; /* sorted by repeat */
+  row **rows; /* sorted by repeat (distinct: exp_rows refuses duplicates) */
 } group;
 
 typedef struct report {
-  spill_exp_config cfg;
+  const spill_exp_config *cfg; /* &own, or the caller's */
+  spill_exp_config own;
+  spill_exp_rows parsed;
   row *rows;
   int n_rows;
   group *groups;
   int n_groups;
-  cJSON **lines;
 } report;
 
 static double metric_of(const row *r, const char *name) {
@@ -69,59 +70,56 @@ static int cmp_row_rep(const void *a, const void *b) {
 }
 
 static void report_free(report *R) {
-  for (int i = 0; i < R->n_rows; i++) cJSON_Delete(R->rows[i].j);
+  spill_exp_rows_free(&R->parsed);
   free(R->rows);
   for (int i = 0; i < R->n_groups; i++) free(R->groups[i].rows);
   free(R->groups);
-  spill_exp_config_free(&R->cfg);
+  if (R->cfg == &R->own) spill_exp_config_free(&R->own);
+  memset(R, 0, sizeof *R);
+}
+
+/* Builds the report from cfg (not owned) and runs.jsonl lines. */
+static int report_build(report *R, const spill_exp_config *cfg, const char *file, char **lines,
+                        int n, spill_err *e) {
+  R->cfg = cfg;
+  SPILL_TRY(spill_exp_rows_parse(cfg, file, lines, n, &R->parsed, e));
+  R->rows = calloc((size_t)(R->parsed.n ? R->parsed.n : 1), sizeof *R->rows);
+  if (!R->rows) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
+  for (int i = 0; i < R->parsed.n; i++)
+    R->rows[R->n_rows++] = (row){R->parsed.rows[i].j, R->parsed.rows[i].repeat};
+  /* Groups in plan order: cells, then arms. */
+  int cells = spill_exp_config_n_cells(cfg);
+  R->groups = calloc((size_t)(cells * cfg->n_arms), sizeof *R->groups);
+  if (!R->groups) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
+  for (int c = 0; c < cells; c++)
+    for (int a = 0; a < cfg->n_arms; a++) {
+      group *g = &R->groups[R->n_groups++];
+      spill_exp_cell_key(cfg, c, g->cell, sizeof g->cell);
+      g->cell_idx = c;
+      g->arm = a;
+      g->rows = calloc((size_t)(R->n_rows ? R->n_rows : 1), sizeof *g->rows);
+      if (!g->rows) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
+      for (int i = 0; i < R->n_rows; i++)
+        if (R->parsed.rows[i].cell == c && R->parsed.rows[i].arm == a) g->rows[g->n++] = &R->rows[i];
+      qsort(g->rows, (size_t)g->n, sizeof *g->rows, cmp_row_rep);
+    }
+  return SPILL_OK;
 }
 
 static int report_load(const char *dir, report *R, spill_err *e) {
   memset(R, 0, sizeof *R);
   char p[1100];
   snprintf(p, sizeof p, "%s/config.json", dir);
-  SPILL_TRY(spill_exp_config_load(p, &R->cfg, e));
+  SPILL_TRY(spill_exp_config_load(p, &R->own, e));
+  R->cfg = &R->own;
   snprintf(p, sizeof p, "%s/runs.jsonl", dir);
   char **lines;
   int n;
   SPILL_TRY(spill_exp_read_lines(p, 0, &lines, &n, e));
-  R->rows = calloc((size_t)(n ? n : 1), sizeof *R->rows);
-  if (!R->rows) {
-    spill_exp_lines_free(lines, n);
-    return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
-  }
-  for (int i = 0; i < n; i++) {
-    cJSON *j = cJSON_Parse(lines[i]);
-    const cJSON *c = j ? cJSON_GetObjectItemCaseSensitive(j, "cell") : NULL;
-    const cJSON *a = j ? cJSON_GetObjectItemCaseSensitive(j, "arm") : NULL;
-    const cJSON *r = j ? cJSON_GetObjectItemCaseSensitive(j, "repeat") : NULL;
-    if (!cJSON_IsString(c) || !cJSON_IsString(a) || !cJSON_IsNumber(r)) {
-      cJSON_Delete(j);
-      spill_exp_lines_free(lines, n);
-      return spill_err_set(e, SPILL_E_FORMAT, "%s: line %d: not a run row", p, i + 1);
-    }
-    R->rows[R->n_rows++] = (row){j, c->valuestring, a->valuestring, r->valueint};
-  }
+  int rc = report_build(R, &R->own, p, lines, n, e);
+  R->cfg = &R->own;
   spill_exp_lines_free(lines, n);
-  /* Groups in plan order: cells, then arms. */
-  int cells = spill_exp_config_n_cells(&R->cfg);
-  R->groups = calloc((size_t)(cells * R->cfg.n_arms), sizeof *R->groups);
-  if (!R->groups) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
-  for (int c = 0; c < cells; c++)
-    for (int a = 0; a < R->cfg.n_arms; a++) {
-      group *g = &R->groups[R->n_groups];
-      spill_exp_cell_key(&R->cfg, c, g->cell, sizeof g->cell);
-      g->cell_idx = c;
-      g->arm = a;
-      g->rows = calloc((size_t)(R->n_rows ? R->n_rows : 1), sizeof *g->rows);
-      if (!g->rows) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
-      for (int i = 0; i < R->n_rows; i++)
-        if (!strcmp(R->rows[i].cell, g->cell) && !strcmp(R->rows[i].arm, R->cfg.arms[a].name))
-          g->rows[g->n++] = &R->rows[i];
-      qsort(g->rows, (size_t)g->n, sizeof *g->rows, cmp_row_rep);
-      R->n_groups++;
-    }
-  return SPILL_OK;
+  return rc;
 }
 
 static void values(const group *g, const char *metric, double *out) {
@@ -138,8 +136,10 @@ static const group *find_group(const report *R, int cell, int arm) {
  * both arms have). */
 static int compare_groups(const group *ga, const group *gb, const char *metric, double alpha,
                           spill_stats_ab *ab, spill_stats_mwu *mw) {
-  int n = ga->n < gb->n ? ga->n : gb->n;
-  double *a = malloc(sizeof(double) * (size_t)(n + 1)), *b = malloc(sizeof(double) * (size_t)(n + 1));
+  /* At most one pair per control row, so k <= ga->n whatever the rows hold
+   * (a duplicated repeat once overran an n = min(na, nb) buffer). */
+  double *a = malloc(sizeof(double) * (size_t)(ga->n + 1));
+  double *b = malloc(sizeof(double) * (size_t)(ga->n + 1));
   int k = 0;
   for (int i = 0; a && b && i < ga->n; i++)
     for (int j = 0; j < gb->n; j++)
@@ -147,6 +147,7 @@ static int compare_groups(const group *ga, const group *gb, const char *metric, 
         a[k] = metric_of(ga->rows[i], metric);
         b[k] = metric_of(gb->rows[j], metric);
         k++;
+        break;
       }
   int rc = spill_stats_ab_paired(a, b, k, BOOT_RESAMPLES, alpha, BOOT_SEED, ab);
   spill_stats_mann_whitney(a, k, b, k, mw);
@@ -155,7 +156,7 @@ static int compare_groups(const group *ga, const group *gb, const char *metric, 
 }
 
 static cJSON *summary_json(report *R, spill_exp_report_result *res) {
-  const spill_exp_config *cfg = &R->cfg;
+  const spill_exp_config *cfg = R->cfg;
   cJSON *s = cJSON_CreateObject();
   cJSON_AddStringToObject(s, "name", cfg->name);
   cJSON_AddNumberToObject(s, "rows", R->n_rows);
@@ -302,7 +303,7 @@ static const col k_cols[] = {
 #define N_COLS (int)(sizeof k_cols / sizeof k_cols[0])
 
 static char *table_md(report *R) {
-  const spill_exp_config *cfg = &R->cfg;
+  const spill_exp_config *cfg = R->cfg;
   size_t cap = 4096 + (size_t)R->n_groups * 512, off = 0;
   char *md = malloc(cap);
   if (!md) return NULL;
@@ -346,7 +347,7 @@ static char *table_md(report *R) {
 }
 
 static char *table_csv(report *R) {
-  const spill_exp_config *cfg = &R->cfg;
+  const spill_exp_config *cfg = R->cfg;
   int nm;
   const spill_exp_metric *mt = spill_exp_metrics(&nm);
   size_t cap = 8192 + (size_t)R->n_groups * (size_t)nm * 96, off = 0;
@@ -429,7 +430,7 @@ static void both_terms(FILE *f, const char *base, const char *body) {
 
 static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_report_result *res,
                       spill_err *e) {
-  const spill_exp_config *cfg = &R->cfg;
+  const spill_exp_config *cfg = R->cfg;
   char dat[1200];
   snprintf(dat, sizeof dat, "%s/cliff.dat", pdir);
   FILE *f = fopen(dat, "w");
@@ -526,7 +527,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
 
 static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
                    spill_exp_report_result *res, spill_err *e) {
-  const spill_exp_config *cfg = &R->cfg;
+  const spill_exp_config *cfg = R->cfg;
   const char *metric = cfg->hyp.present ? cfg->hyp.metric : "decode_tok_per_s";
   char dat[1200];
   snprintf(dat, sizeof dat, "%s/ab.dat", pdir);
@@ -576,7 +577,7 @@ static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
 /* Per-token timeline of the first run of each arm in the first cell. */
 static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp_report_result *res,
                          spill_err *e) {
-  const spill_exp_config *cfg = &R->cfg;
+  const spill_exp_config *cfg = R->cfg;
   for (int a = 0; a < cfg->n_arms; a++) {
     const group *g = find_group(R, 0, a);
     if (!g || g->n == 0) continue;
@@ -658,12 +659,12 @@ int spill_exp_report(const char *dir, spill_exp_report_result *res, spill_err *e
   free(text);
   char *md = table_md(&R);
   if (md) snprintf(res->table_md, sizeof res->table_md, "%s", md);
-  if (rc == SPILL_OK && R.cfg.out.table_md && md) {
+  if (rc == SPILL_OK && R.cfg->out.table_md && md) {
     snprintf(p, sizeof p, "%s/table.md", dir);
     rc = write_text(p, md, e);
   }
   free(md);
-  if (rc == SPILL_OK && R.cfg.out.table_csv) {
+  if (rc == SPILL_OK && R.cfg->out.table_csv) {
     char *csv = table_csv(&R);
     snprintf(p, sizeof p, "%s/table.csv", dir);
     rc = csv ? write_text(p, csv, e) : spill_err_set(e, SPILL_E_NOMEM, "csv: no memory");
@@ -672,13 +673,35 @@ int spill_exp_report(const char *dir, spill_exp_report_result *res, spill_err *e
   char pdir[1100];
   snprintf(pdir, sizeof pdir, "%s/plots", dir);
   if (rc == SPILL_OK && R.n_rows > 0 &&
-      (R.cfg.out.plot_cliff || R.cfg.out.plot_ab || R.cfg.out.plot_timeline)) {
+      (R.cfg->out.plot_cliff || R.cfg->out.plot_ab || R.cfg->out.plot_timeline)) {
     rc = spill_exp_mkdirs(pdir, e);
-    if (rc == SPILL_OK && R.cfg.out.plot_cliff) rc = plot_cliff(&R, dir, pdir, res, e);
-    if (rc == SPILL_OK && R.cfg.out.plot_ab) rc = plot_ab(&R, dir, pdir, s, res, e);
-    if (rc == SPILL_OK && R.cfg.out.plot_timeline) rc = plot_timeline(&R, dir, pdir, res, e);
+    if (rc == SPILL_OK && R.cfg->out.plot_cliff) rc = plot_cliff(&R, dir, pdir, res, e);
+    if (rc == SPILL_OK && R.cfg->out.plot_ab) rc = plot_ab(&R, dir, pdir, s, res, e);
+    if (rc == SPILL_OK && R.cfg->out.plot_timeline) rc = plot_timeline(&R, dir, pdir, res, e);
   }
   cJSON_Delete(s);
+  report_free(&R);
+  return rc;
+}
+
+int spill_exp_report_summary(const spill_exp_config *cfg, char **lines, int n, char **json_out,
+                             spill_err *e) {
+  *json_out = NULL;
+  report R;
+  memset(&R, 0, sizeof R);
+  int rc = report_build(&R, cfg, "runs.jsonl", lines, n, e);
+  if (rc == SPILL_OK) {
+    spill_exp_report_result *res = calloc(1, sizeof *res);
+    cJSON *s = res ? summary_json(&R, res) : NULL;
+    *json_out = s ? cJSON_Print(s) : NULL;
+    cJSON_Delete(s);
+    /* the tables are derived from the same groups: build them too */
+    free(table_md(&R));
+    free(table_csv(&R));
+    free(res);
+    if (!*json_out) rc = spill_err_set(e, SPILL_E_NOMEM, "summary: no memory");
+  }
+  R.cfg = NULL; /* not ours */
   report_free(&R);
   return rc;
 }
@@ -716,12 +739,12 @@ int spill_exp_compare(const char *dir_a, const char *dir_b, char **md_out, spill
     const group *gb = NULL;
     for (int j = 0; j < B.n_groups; j++)
       if (!strcmp(B.groups[j].cell, ga->cell) &&
-          !strcmp(B.cfg.arms[B.groups[j].arm].name, A.cfg.arms[ga->arm].name))
+          !strcmp(B.cfg->arms[B.groups[j].arm].name, A.cfg->arms[ga->arm].name))
         gb = &B.groups[j];
     if (!gb || ga->n == 0 || gb->n == 0) continue;
     matched++;
     off += (size_t)snprintf(md + off, cap - off, "| %s | %s | %d | %d |", ga->cell,
-                            A.cfg.arms[ga->arm].name, ga->n, gb->n);
+                            A.cfg->arms[ga->arm].name, ga->n, gb->n);
     double *va = malloc(sizeof(double) * (size_t)ga->n), *vb = malloc(sizeof(double) * (size_t)gb->n);
     for (int c = 0; va && vb && c < N_COLS; c++) {
       values(ga, k_cols[c].metric, va);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "engine/spill.h"
+#include "harness/exp_config.h"
 #include "harness/stats.h"
 
 #ifdef __cplusplus
@@ -32,6 +33,13 @@ typedef struct spill_exp_report_result {
 
 /* Regenerates summary.json, table.md, table.csv and plots in dir. */
 int spill_exp_report(const char *dir, spill_exp_report_result *res, spill_err *e);
+
+/* summary.json's text (what spill_exp_report writes) from cfg and runs.jsonl
+ * lines (as spill_exp_read_lines returns them), touching no file; the tables
+ * are built too and dropped. For the fuzz target and tests. *json_out
+ * malloc'd. Rows are checked by exp_rows.h (duplicates refused). */
+int spill_exp_report_summary(const spill_exp_config *cfg, char **lines, int n, char **json_out,
+                             spill_err *e);
 
 /* Compares two results directories cell by cell (unpaired bootstrap of the
  * median ratio B/A); writes a Markdown table into *md_out (malloc'd). */

@@ -27,6 +27,7 @@
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
 #include "harness/exp_report.h"
+#include "harness/exp_rows.h"
 #include "harness/refuted.h"
 #include "harness/stats.h"
 
@@ -36,76 +37,6 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-void spill_exp_cell_key(const spill_exp_config *cfg, int c, char *buf, size_t n) {
-  if (cfg->n_axes == 0) {
-    snprintf(buf, n, "-");
-    return;
-  }
-  const char *v[SPILL_EXP_MAX_AXES];
-  spill_exp_config_cell(cfg, c, v);
-  size_t off = 0;
-  buf[0] = 0;
-  for (int a = 0; a < cfg->n_axes && off < n; a++)
-    off += (size_t)snprintf(buf + off, n - off, "%s%s=%s", a ? "," : "", cfg->axes[a].key, v[a]);
-}
-
-int spill_exp_plan_runs(const spill_exp_config *cfg, spill_exp_run **runs_out, int *n_out,
-                        spill_err *e) {
-  int cells = spill_exp_config_n_cells(cfg), na = cfg->n_arms, nr = cfg->repeats;
-  int total = cells * na * nr;
-  spill_exp_run *runs = calloc((size_t)total, sizeof *runs);
-  int *seq_arm = malloc((size_t)(na * nr) * sizeof *seq_arm);
-  if (!runs || !seq_arm) {
-    free(runs), free(seq_arm);
-    return spill_err_set(e, SPILL_E_NOMEM, "plan: no memory");
-  }
-  int n = 0;
-  for (int c = 0; c < cells; c++) {
-    int k = 0;
-    switch (cfg->order) {
-      case SPILL_EXP_ORDER_BLOCKED:
-        for (int a = 0; a < na; a++)
-          for (int r = 0; r < nr; r++) seq_arm[k++] = a;
-        break;
-      case SPILL_EXP_ORDER_ABBA:
-        for (int r = 0; r < nr; r++)
-          for (int i = 0; i < na; i++) seq_arm[k++] = (r & 1) ? na - 1 - i : i;
-        break;
-      case SPILL_EXP_ORDER_RANDOM: {
-        for (int r = 0; r < nr; r++)
-          for (int a = 0; a < na; a++) seq_arm[k++] = a;
-        spill_stats_rng rng;
-        spill_stats_rng_seed(&rng, cfg->order_seed * 1000003ull + (uint64_t)c);
-        for (int i = k - 1; i > 0; i--) {
-          int j = (int)spill_stats_rng_below(&rng, (uint32_t)(i + 1));
-          int t = seq_arm[i];
-          seq_arm[i] = seq_arm[j];
-          seq_arm[j] = t;
-        }
-        break;
-      }
-      default:
-        for (int r = 0; r < nr; r++)
-          for (int a = 0; a < na; a++) seq_arm[k++] = a;
-    }
-    /* Repeat indexes follow time order within an arm, so pairs (A r, B r)
-     * are close in time. */
-    int next_rep[SPILL_EXP_MAX_ARMS] = {0};
-    char ck[200];
-    spill_exp_cell_key(cfg, c, ck, sizeof ck);
-    for (int i = 0; i < k; i++) {
-      spill_exp_run *r = &runs[n++];
-      r->cell = c;
-      r->arm = seq_arm[i];
-      r->repeat = next_rep[r->arm]++;
-      snprintf(r->key, sizeof r->key, "%s/%s/r%d", ck, cfg->arms[r->arm].name, r->repeat);
-    }
-  }
-  free(seq_arm);
-  *runs_out = runs;
-  *n_out = n;
-  return SPILL_OK;
-}
 
 void spill_exp_model_dir(const spill_exp_config *cfg, const char *cache_root, char *buf,
                          size_t n) {
@@ -333,34 +264,17 @@ static int is_done(const runner *R, const char *key) {
   return 0;
 }
 
-static int load_done(runner *R, const spill_exp_run *runs, int n_runs) {
+static int load_done(runner *R) {
   char **lines;
   int n;
   SPILL_TRY(spill_exp_read_lines(R->rows_file, 1, &lines, &n, R->e));
-  int rc = SPILL_OK;
-  for (int i = 0; i < n && rc == SPILL_OK; i++) {
-    cJSON *row = cJSON_Parse(lines[i]);
-    const cJSON *k = row ? cJSON_GetObjectItemCaseSensitive(row, "key") : NULL;
-    const cJSON *tok = row ? cJSON_GetObjectItemCaseSensitive(row, "tokens") : NULL;
-    const cJSON *h = tok ? cJSON_GetObjectItemCaseSensitive(tok, "hash") : NULL;
-    if (!cJSON_IsString(k) || !cJSON_IsString(h)) {
-      rc = spill_err_set(R->e, SPILL_E_FORMAT, "%s: line %d: not a run row", R->rows_file, i + 1);
-    } else {
-      int cell = -1, arm = -1;
-      for (int j = 0; j < n_runs; j++)
-        if (!strcmp(runs[j].key, k->valuestring)) cell = runs[j].cell, arm = runs[j].arm;
-      if (cell < 0)
-        rc = spill_err_set(R->e, SPILL_E_FORMAT, "%s: line %d: run %s is not in this config",
-                           R->rows_file, i + 1, k->valuestring);
-      else if (is_done(R, k->valuestring))
-        rc = spill_err_set(R->e, SPILL_E_FORMAT, "%s: line %d: run %s appears twice",
-                           R->rows_file, i + 1, k->valuestring);
-      else
-        rc = add_done(R, k->valuestring, strtoull(h->valuestring, NULL, 16), cell, arm);
-    }
-    cJSON_Delete(row);
-  }
+  spill_exp_rows rows;
+  int rc = spill_exp_rows_parse(R->cfg, R->rows_file, lines, n, &rows, R->e);
   spill_exp_lines_free(lines, n);
+  for (int i = 0; rc == SPILL_OK && i < rows.n; i++)
+    rc = add_done(R, rows.runs[rows.rows[i].plan].key, rows.rows[i].hash, rows.rows[i].cell,
+                  rows.rows[i].arm);
+  spill_exp_rows_free(&rows);
   return rc;
 }
 
@@ -673,7 +587,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
       free(env);
     }
   }
-  if (rc == SPILL_OK) rc = load_done(&R, runs, n_runs);
+  if (rc == SPILL_OK) rc = load_done(&R);
   if (rc == SPILL_OK && lock_bytes) rc = spill_ramlock_start(lock_bytes, &R.lock, e);
   int measured = 0, warmed_cell = -1;
   for (int i = 0; rc == SPILL_OK && i < n_runs; i++) {
