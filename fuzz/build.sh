@@ -2,7 +2,7 @@
 # fuzz/build.sh: builds the libFuzzer targets with clang-14 outside Bazel
 # (Bazel's autodetected toolchain here is gcc, which has no libFuzzer).
 #
-#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,runs}
+#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,runs,safetensors,gguf}
 #
 # The library sources the targets need are compiled once with
 # -fsanitize=fuzzer-no-link,address,undefined into a static archive; each
@@ -30,6 +30,7 @@ SRCS=(
   engine/gen/synth_write.c
   harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
   harness/exp_files.c harness/exp_env.c harness/stats.c
+  engine/import/source.c engine/import/safetensors.c engine/import/gguf.c
 )
 # Files with their own ISA flags (as their Bazel targets give them); chosen
 # at run time by CPUID, so the targets still run on any x86-64.
@@ -48,8 +49,8 @@ for s in "${SRCS[@]}"; do
 done
 rm -f "$OUT/libspill_fuzz.a"
 ar rcs "$OUT/libspill_fuzz.a" "${objs[@]}"
-for t in manifest record exp_config trace runs; do
+for t in manifest record exp_config trace runs safetensors gguf; do
   $CC $CFLAGS -fsanitize=fuzzer "$ROOT/fuzz/fuzz_$t.c" "$OUT/libspill_fuzz.a" \
     -lcjson -lm -lpthread -o "$OUT/fuzz_$t"
 done
-echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,runs}" >&2
+echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,runs,safetensors,gguf}" >&2

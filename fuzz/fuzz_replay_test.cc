@@ -21,6 +21,8 @@ int spill_fuzz_record_init(int *argc, char ***argv);
 int spill_fuzz_exp_config_one(const uint8_t *data, size_t size);
 int spill_fuzz_trace_one(const uint8_t *data, size_t size);
 int spill_fuzz_runs_one(const uint8_t *data, size_t size);
+int spill_fuzz_safetensors_one(const uint8_t *data, size_t size);
+int spill_fuzz_gguf_one(const uint8_t *data, size_t size);
 }
 
 namespace {
@@ -79,6 +81,14 @@ TEST(FuzzReplayTest, TraceInputsParseOrFailCleanly) {
 
 TEST(FuzzReplayTest, RunsRowsParseOrFailCleanly) {
   EXPECT_GE(Replay("runs", spill_fuzz_runs_one), 3u);
+}
+
+TEST(FuzzReplayTest, SafetensorsInputsParseOrFailCleanly) {
+  EXPECT_GE(Replay("safetensors", spill_fuzz_safetensors_one), 3u);
+}
+
+TEST(FuzzReplayTest, GgufInputsParseOrFailCleanly) {
+  EXPECT_GE(Replay("gguf", spill_fuzz_gguf_one), 3u);
 }
 
 }  // namespace

@@ -1,0 +1,193 @@
+/* engine/import/source.c: source dtype traits, dequantisers to f32 and the
+ * bounded pread used by both checkpoint readers.
+ *
+ * The ggml dequantisers follow ggml's dequantize_row_* operation for
+ * operation (same products in the same order, f16 scales widened first), so
+ * a value read here equals the value llama.cpp computes from the same block.
+ */
+#define _GNU_SOURCE
+#include "engine/import/source.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/base/half.h"
+
+static const spill_src_traits k_traits[SPILL_SRC_COUNT] = {
+    [SPILL_SRC_F32] = {"F32", 1, 4},        [SPILL_SRC_F16] = {"F16", 1, 2},
+    [SPILL_SRC_BF16] = {"BF16", 1, 2},      [SPILL_SRC_F8_E4M3] = {"F8_E4M3", 1, 1},
+    [SPILL_SRC_Q8_0] = {"Q8_0", 32, 34},    [SPILL_SRC_Q4_0] = {"Q4_0", 32, 18},
+    [SPILL_SRC_Q4_K] = {"Q4_K", 256, 144},  [SPILL_SRC_Q5_K] = {"Q5_K", 256, 176},
+    [SPILL_SRC_Q6_K] = {"Q6_K", 256, 210},  [SPILL_SRC_OTHER] = {"other", 1, 1},
+};
+
+const spill_src_traits *spill_src_dtype_traits(spill_src_dtype dt) {
+  if ((int)dt < 0 || dt >= SPILL_SRC_COUNT) return &k_traits[SPILL_SRC_OTHER];
+  return &k_traits[dt];
+}
+
+uint64_t spill_src_numel(const spill_src_tensor *t) {
+  uint64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
+int spill_src_bytes(spill_src_dtype dt, uint64_t n, uint64_t *out, spill_err *e) {
+  const spill_src_traits *tr = spill_src_dtype_traits(dt);
+  SPILL_FAIL_IF(e, n % tr->block_elems != 0, SPILL_E_FORMAT,
+                "%" "llu elements of %s are not a whole number of %u-element blocks",
+                (unsigned long long)n, tr->name, tr->block_elems);
+  uint64_t blocks = n / tr->block_elems;
+  SPILL_FAIL_IF(e, blocks > UINT64_MAX / tr->block_bytes, SPILL_E_FORMAT,
+                "%llu elements of %s: byte size overflows", (unsigned long long)n, tr->name);
+  *out = blocks * tr->block_bytes;
+  return SPILL_OK;
+}
+
+float spill_src_fp8_e4m3_to_f32(uint8_t b) {
+  const int sign = b >> 7, exp = (b >> 3) & 0xF, man = b & 7;
+  float v;
+  if (exp == 0xF && man == 7) return NAN; /* e4m3fn: the only NaN pattern */
+  if (exp == 0)
+    v = ldexpf((float)man, -9); /* subnormal: man/8 * 2^-6 */
+  else
+    v = ldexpf((float)(8 + man), exp - 10); /* (1 + man/8) * 2^(exp-7) */
+  return sign ? -v : v;
+}
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* ggml get_scale_min_k4: 6-bit scale and min j (0..7) of a Q4_K/Q5_K block */
+static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y) {
+  const float d = spill_f16_to_f32(rd16(b)), min = spill_f16_to_f32(rd16(b + 2));
+  const uint8_t *sc = b + 4, *q = b + 16;
+  int is = 0;
+  for (int j = 0; j < 256; j += 64) {
+    uint8_t s, m;
+    scale_min_k4(is + 0, sc, &s, &m);
+    const float d1 = d * s, m1 = min * m;
+    scale_min_k4(is + 1, sc, &s, &m);
+    const float d2 = d * s, m2 = min * m;
+    for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+    q += 32;
+    is += 2;
+  }
+}
+
+static void deq_q5_k(const uint8_t *b, float *y) {
+  const float d = spill_f16_to_f32(rd16(b)), min = spill_f16_to_f32(rd16(b + 2));
+  const uint8_t *sc = b + 4, *qh = b + 16, *ql = b + 48;
+  int is = 0;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < 256; j += 64) {
+    uint8_t s, m;
+    scale_min_k4(is + 0, sc, &s, &m);
+    const float d1 = d * s, m1 = min * m;
+    scale_min_k4(is + 1, sc, &s, &m);
+    const float d2 = d * s, m2 = min * m;
+    for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    ql += 32;
+    is += 2;
+    u1 = (uint8_t)(u1 << 2);
+    u2 = (uint8_t)(u2 << 2);
+  }
+}
+
+static void deq_q6_k(const uint8_t *b, float *y) {
+  const uint8_t *ql = b, *qh = b + 128;
+  const int8_t *sc = (const int8_t *)(b + 192);
+  const float d = spill_f16_to_f32(rd16(b + 208));
+  for (int n = 0; n < 256; n += 128) {
+    for (int l = 0; l < 32; l++) {
+      const int is = l / 16;
+      const int8_t q1 = (int8_t)((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int8_t q3 = (int8_t)((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int8_t q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l + 0] = d * sc[is + 0] * q1;
+      y[l + 32] = d * sc[is + 2] * q2;
+      y[l + 64] = d * sc[is + 4] * q3;
+      y[l + 96] = d * sc[is + 6] * q4;
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+int spill_src_dequant(spill_src_dtype dt, const void *src, uint64_t n, float *dst, spill_err *e) {
+  const uint8_t *s = src;
+  uint64_t bytes;
+  SPILL_TRY(spill_src_bytes(dt, n, &bytes, e));
+  switch (dt) {
+    case SPILL_SRC_F32:
+      memcpy(dst, s, (size_t)n * 4);
+      return SPILL_OK;
+    case SPILL_SRC_F16:
+      for (uint64_t i = 0; i < n; i++) dst[i] = spill_f16_to_f32(rd16(s + 2 * i));
+      return SPILL_OK;
+    case SPILL_SRC_BF16:
+      for (uint64_t i = 0; i < n; i++) dst[i] = spill_bf16_to_f32(rd16(s + 2 * i));
+      return SPILL_OK;
+    case SPILL_SRC_F8_E4M3:
+      for (uint64_t i = 0; i < n; i++) dst[i] = spill_src_fp8_e4m3_to_f32(s[i]);
+      return SPILL_OK;
+    case SPILL_SRC_Q8_0:
+      for (uint64_t b = 0; b < n / 32; b++, s += 34, dst += 32) {
+        const float d = spill_f16_to_f32(rd16(s));
+        for (int j = 0; j < 32; j++) dst[j] = (float)(int8_t)s[2 + j] * d;
+      }
+      return SPILL_OK;
+    case SPILL_SRC_Q4_0:
+      for (uint64_t b = 0; b < n / 32; b++, s += 18, dst += 32) {
+        const float d = spill_f16_to_f32(rd16(s));
+        for (int j = 0; j < 16; j++) {
+          dst[j] = (float)((s[2 + j] & 0xF) - 8) * d;
+          dst[j + 16] = (float)((s[2 + j] >> 4) - 8) * d;
+        }
+      }
+      return SPILL_OK;
+    case SPILL_SRC_Q4_K:
+      for (uint64_t b = 0; b < n / 256; b++) deq_q4_k(s + b * 144, dst + b * 256);
+      return SPILL_OK;
+    case SPILL_SRC_Q5_K:
+      for (uint64_t b = 0; b < n / 256; b++) deq_q5_k(s + b * 176, dst + b * 256);
+      return SPILL_OK;
+    case SPILL_SRC_Q6_K:
+      for (uint64_t b = 0; b < n / 256; b++) deq_q6_k(s + b * 210, dst + b * 256);
+      return SPILL_OK;
+    default:
+      return spill_err_set(e, SPILL_E_UNSUPPORTED, "source dtype not readable");
+  }
+}
+
+int spill_src_pread(int fd, void *dst, size_t n, uint64_t off, const char *what, spill_err *e) {
+  uint8_t *p = dst;
+  while (n > 0) {
+    ssize_t r = pread(fd, p, n, (off_t)off);
+    if (r < 0 && errno == EINTR) continue;
+    SPILL_FAIL_IF(e, r < 0, SPILL_E_IO, "%s: read at %llu: %s", what, (unsigned long long)off,
+                  strerror(errno));
+    SPILL_FAIL_IF(e, r == 0, SPILL_E_SHORT_READ, "%s: truncated (end of file at %llu)", what,
+                  (unsigned long long)off);
+    p += r;
+    n -= (size_t)r;
+    off += (uint64_t)r;
+  }
+  return SPILL_OK;
+}

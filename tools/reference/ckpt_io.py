@@ -1,0 +1,358 @@
+#!/usr/bin/python3
+"""ckpt_io: our own safetensors and GGUF writers and readers in numpy.
+
+Role: tests only. The import tests write tiny random checkpoints with these
+writers (Hugging Face layout: safetensors + config.json; llama.cpp layout:
+GGUF v3 as its converter writes it, see ../shared/reference/llama-cpp.md),
+and the reference (spill_ref_import.py) reads them back with the readers
+below and its own dequantisers, never through the C engine or the container.
+
+GGUF layout written: magic, version 3, tensor count, kv count, kvs, tensor
+infos (ggml dims = numpy shape reversed), zero padding to general.alignment
+(32), then each tensor's data padded to the alignment, offsets relative to
+the data start. Quantisers follow ggml's *_ref functions (Q8_0, Q4_0).
+"""
+
+import json
+import os
+import struct
+
+import numpy as np
+
+# ---------------------------------------------------------------- safetensors
+
+ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16", "F8_E4M3": "f8"}
+
+
+def f32_to_bf16_bits(a):
+    """Round-to-nearest-even float32 -> bfloat16 bits (uint16)."""
+    b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    return b.astype(np.uint16)
+
+
+def bf16_bits_to_f32(u):
+    return (np.asarray(u, dtype=np.uint32) << 16).view(np.float32)
+
+
+def fp8_e4m3_to_f32(u):
+    u = np.asarray(u, dtype=np.uint8).astype(np.int64)
+    s = np.where(u & 0x80, -1.0, 1.0)
+    e = (u >> 3) & 0xF
+    m = u & 7
+    v = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * 2.0 ** (e - 7.0))
+    v = np.where((u & 0x7F) == 0x7F, np.nan, v)
+    return (s * v).astype(np.float32)
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: list of (name, dtype, numpy array); dtype in ST_DTYPES. For
+    BF16 the array is float32 (rounded here); for F8_E4M3 it is uint8 bits."""
+    header = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    blobs = []
+    off = 0
+    for name, dt, a in tensors:
+        if dt == "BF16":
+            raw = f32_to_bf16_bits(a).tobytes()
+        elif dt == "F8_E4M3":
+            raw = np.asarray(a, dtype=np.uint8).tobytes()
+        else:
+            raw = np.ascontiguousarray(a, dtype=ST_DTYPES[dt]).tobytes()
+        header[name] = {"dtype": dt, "shape": list(np.shape(a)), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    """-> {name: float32 array} (dequantised; F8 stays as raw values)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack_from("<Q", data, 0)
+    if n + 8 > len(data):
+        raise ValueError("%s: header length past EOF" % path)
+    hdr = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, t in hdr.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        raw = data[base + b:base + e]
+        shape = tuple(t["shape"])
+        dt = t["dtype"]
+        if dt == "F32":
+            a = np.frombuffer(raw, dtype=np.float32)
+        elif dt == "F16":
+            a = np.frombuffer(raw, dtype=np.float16).astype(np.float32)
+        elif dt == "BF16":
+            a = bf16_bits_to_f32(np.frombuffer(raw, dtype=np.uint16))
+        elif dt == "F8_E4M3":
+            a = fp8_e4m3_to_f32(np.frombuffer(raw, dtype=np.uint8))
+        else:
+            raise ValueError("%s: dtype %s" % (name, dt))
+        out[name] = a.reshape(shape)
+    return out
+
+
+def read_checkpoint_dir(d):
+    """All tensors of a HF checkpoint directory (index or single file)."""
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        files = sorted(set(json.load(open(idx))["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    out = {}
+    for f in files:
+        out.update(read_safetensors(os.path.join(d, f)))
+    return out
+
+# ---------------------------------------------------------------- GGUF
+
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 12, 13, 14
+GGML_BLOCK = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q4_0: (32, 18), GGML_Q8_0: (32, 34),
+              GGML_BF16: (1, 2), GGML_Q4_K: (256, 144), GGML_Q5_K: (256, 176), GGML_Q6_K: (256, 210)}
+GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY, GGUF_U64, GGUF_F64 = 4, 5, 6, 7, 8, 9, 10, 12
+
+
+def _gstr(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def _gval(v):
+    """(type, bytes) of a python value; ints are u32 (i32 if negative), floats f32."""
+    if isinstance(v, bool):
+        return GGUF_BOOL, struct.pack("<B", int(v))
+    if isinstance(v, int):
+        return (GGUF_I32, struct.pack("<i", v)) if v < 0 else (GGUF_U32, struct.pack("<I", v))
+    if isinstance(v, float):
+        return GGUF_F32, struct.pack("<f", v)
+    if isinstance(v, (str, bytes)):
+        return GGUF_STRING, _gstr(v)
+    if isinstance(v, list):
+        if not v:
+            return GGUF_ARRAY, struct.pack("<IQ", GGUF_I32, 0)
+        t0, _ = _gval(v[0])
+        body = b"".join(_gval(x)[1] for x in v)
+        return GGUF_ARRAY, struct.pack("<IQ", t0, len(v)) + body
+    raise TypeError(type(v))
+
+
+def quantize_q8_0(x):
+    """ggml quantize_row_q8_0_ref on rows (last dim multiple of 32) -> bytes."""
+    x = np.asarray(x, dtype=np.float32).reshape(-1, 32)
+    amax = np.abs(x).max(axis=1)
+    d = (amax / 127.0).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1.0) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    q = x * idv[:, None]
+    q = np.where(q >= 0, np.floor(q + 0.5), np.ceil(q - 0.5)).astype(np.int8)  # roundf
+    out = np.zeros((x.shape[0], 34), dtype=np.uint8)
+    out[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.tobytes()
+
+
+def quantize_q4_0(x):
+    """ggml quantize_row_q4_0_ref -> bytes."""
+    x = np.asarray(x, dtype=np.float32).reshape(-1, 32)
+    i = np.argmax(np.abs(x), axis=1)
+    mx = x[np.arange(x.shape[0]), i]
+    d = (mx / -8.0).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1.0) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    q = np.minimum(15, np.trunc(x * idv[:, None] + np.float32(8.5)).astype(np.int32)).astype(np.uint8)
+    out = np.zeros((x.shape[0], 18), dtype=np.uint8)
+    out[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
+    return out.tobytes()
+
+
+def _f16(b):
+    return np.frombuffer(b, dtype=np.float16).astype(np.float32)
+
+
+def _scale_min_k4(j, q):
+    if j < 4:
+        return q[j] & 63, q[j + 4] & 63
+    return (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)
+
+
+def dequant_ggml(ty, raw, n):
+    """Our own dequantisers (ggml's operation order, float32) -> (n,) float32."""
+    f32 = np.float32
+    if ty == GGML_F32:
+        return np.frombuffer(raw, dtype=np.float32)[:n].copy()
+    if ty == GGML_F16:
+        return np.frombuffer(raw, dtype=np.float16)[:n].astype(np.float32)
+    if ty == GGML_BF16:
+        return bf16_bits_to_f32(np.frombuffer(raw, dtype=np.uint16)[:n])
+    b = np.frombuffer(raw, dtype=np.uint8)
+    if ty == GGML_Q8_0:
+        b = b.reshape(-1, 34)
+        d = _f16(b[:, 0:2].tobytes())
+        return (b[:, 2:].view(np.int8).astype(np.float32) * d[:, None]).reshape(-1)
+    if ty == GGML_Q4_0:
+        b = b.reshape(-1, 18)
+        d = _f16(b[:, 0:2].tobytes())
+        lo = ((b[:, 2:] & 0xF).astype(np.int32) - 8).astype(np.float32)
+        hi = ((b[:, 2:] >> 4).astype(np.int32) - 8).astype(np.float32)
+        return (np.concatenate([lo, hi], axis=1) * d[:, None]).reshape(-1)
+    out = np.zeros(n, dtype=np.float32)
+    if ty == GGML_Q4_K or ty == GGML_Q5_K:
+        bs = 144 if ty == GGML_Q4_K else 176
+        for k in range(n // 256):
+            blk = b[k * bs:(k + 1) * bs]
+            d, mn = _f16(blk[0:2].tobytes())[0], _f16(blk[2:4].tobytes())[0]
+            sc = blk[4:16]
+            qh = blk[16:48] if ty == GGML_Q5_K else None
+            ql = blk[48:] if ty == GGML_Q5_K else blk[16:]
+            y = out[k * 256:(k + 1) * 256]
+            pos, u1, u2 = 0, 1, 2
+            for j in range(4):
+                s, m = _scale_min_k4(2 * j, sc)
+                d1, m1 = f32(d * f32(s)), f32(mn * f32(m))
+                s, m = _scale_min_k4(2 * j + 1, sc)
+                d2, m2 = f32(d * f32(s)), f32(mn * f32(m))
+                q = ql[32 * j:32 * j + 32].astype(np.int32)
+                lo, hi = q & 0xF, q >> 4
+                if qh is not None:
+                    lo = lo + np.where(qh & u1, 16, 0)
+                    hi = hi + np.where(qh & u2, 16, 0)
+                    u1, u2 = u1 << 2, u2 << 2
+                y[pos:pos + 32] = d1 * lo.astype(np.float32) - m1
+                y[pos + 32:pos + 64] = d2 * hi.astype(np.float32) - m2
+                pos += 64
+        return out
+    if ty == GGML_Q6_K:
+        for k in range(n // 256):
+            blk = b[k * 210:(k + 1) * 210]
+            ql, qh = blk[0:128].astype(np.int32), blk[128:192].astype(np.int32)
+            sc = blk[192:208].view(np.int8).astype(np.float32)
+            d = _f16(blk[208:210].tobytes())[0]
+            y = out[k * 256:(k + 1) * 256]
+            for h in range(2):
+                L, H, S = ql[64 * h:64 * h + 64], qh[32 * h:32 * h + 32], sc[8 * h:8 * h + 8]
+                l = np.arange(32)
+                q1 = ((L[l] & 0xF) | (((H[l] >> 0) & 3) << 4)) - 32
+                q2 = ((L[l + 32] & 0xF) | (((H[l] >> 2) & 3) << 4)) - 32
+                q3 = ((L[l] >> 4) | (((H[l] >> 4) & 3) << 4)) - 32
+                q4 = ((L[l + 32] >> 4) | (((H[l] >> 6) & 3) << 4)) - 32
+                isv = l // 16
+                base = 128 * h
+                y[base + l] = (d * S[isv + 0]).astype(np.float32) * q1.astype(np.float32)
+                y[base + l + 32] = (d * S[isv + 2]).astype(np.float32) * q2.astype(np.float32)
+                y[base + l + 64] = (d * S[isv + 4]).astype(np.float32) * q3.astype(np.float32)
+                y[base + l + 96] = (d * S[isv + 6]).astype(np.float32) * q4.astype(np.float32)
+        return out
+    raise ValueError("ggml type %d" % ty)
+
+
+def write_gguf(path, kvs, tensors, alignment=32):
+    """kvs: list of (key, python value) in order; tensors: list of (name,
+    ggml_type, numpy array (float32) or (raw bytes, numpy shape))."""
+    infos, blobs = [], []
+    off = 0
+    for name, ty, a in tensors:
+        if isinstance(a, tuple):
+            raw, shape = a
+        else:
+            shape = a.shape
+            if ty == GGML_F32:
+                raw = np.ascontiguousarray(a, dtype=np.float32).tobytes()
+            elif ty == GGML_F16:
+                raw = np.ascontiguousarray(a, dtype=np.float16).tobytes()
+            elif ty == GGML_BF16:
+                raw = f32_to_bf16_bits(a).tobytes()
+            elif ty == GGML_Q8_0:
+                raw = quantize_q8_0(a)
+            elif ty == GGML_Q4_0:
+                raw = quantize_q4_0(a)
+            else:
+                raise ValueError("no quantiser for ggml type %d" % ty)
+        ne = list(reversed(shape))
+        infos.append(_gstr(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", x) for x in ne)
+                     + struct.pack("<IQ", ty, off))
+        pad = -len(raw) % alignment
+        blobs.append(raw + b"\0" * pad)
+        off += len(raw) + pad
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    for k, v in kvs:
+        t, b = _gval(v)
+        head += _gstr(k) + struct.pack("<I", t) + b
+    head += b"".join(infos)
+    head += b"\0" * (-len(head) % alignment)
+    with open(path, "wb") as f:
+        f.write(head)
+        for b in blobs:
+            f.write(b)
+
+
+def read_gguf(path):
+    """-> (kv dict, {name: (ggml_type, numpy shape, raw bytes)})."""
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = [0]
+
+    def take(fmt):
+        v = struct.unpack_from(fmt, data, pos[0])
+        pos[0] += struct.calcsize(fmt)
+        return v
+
+    def gstr():
+        (n,) = take("<Q")
+        if pos[0] + n > len(data):
+            raise ValueError("string past EOF")
+        s = data[pos[0]:pos[0] + n]
+        pos[0] += n
+        return s.decode("utf-8", "replace")
+
+    SC = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B", 10: "<Q", 11: "<q", 12: "<d"}
+
+    def val(t):
+        if t == GGUF_STRING:
+            return gstr()
+        if t == GGUF_ARRAY:
+            et, n = take("<IQ")
+            return [val(et) for _ in range(n)]
+        (v,) = take(SC[t])
+        return bool(v) if t == GGUF_BOOL else v
+
+    magic, ver, nt, nkv = take("<4sIQQ")
+    if magic != b"GGUF" or ver not in (2, 3):
+        raise ValueError("not GGUF v2/v3")
+    kv = {}
+    for _ in range(nkv):
+        k = gstr()
+        (t,) = take("<I")
+        kv[k] = val(t)
+    infos = []
+    for _ in range(nt):
+        name = gstr()
+        (nd,) = take("<I")
+        ne = take("<%dQ" % nd)
+        ty, off = take("<IQ")
+        infos.append((name, ne, ty, off))
+    al = kv.get("general.alignment", 32)
+    ds = (pos[0] + al - 1) // al * al
+    out = {}
+    for name, ne, ty, off in infos:
+        n = int(np.prod(ne))
+        be, bb = GGML_BLOCK[ty]
+        nb = n // be * bb
+        out[name] = (ty, tuple(reversed(ne)), data[ds + off:ds + off + nb])
+    return kv, out
+
+
+def gguf_tensor_f32(t):
+    ty, shape, raw = t
+    n = int(np.prod(shape))
+    return dequant_ggml(ty, raw, n).reshape(shape)
