@@ -1,6 +1,6 @@
 /* cli/cli_util.h: shared pieces of the spill CLI: argument scanning, a
  * progress bar on stderr, size formatting and JSON output helpers. The CLI is
- * a client of engine/spill.h only (plus the planner and trace schemas). */
+ * a client of engine/spill.h only (plus the trace schema). */
 #ifndef SPILL_CLI_UTIL_H
 #define SPILL_CLI_UTIL_H
 
@@ -23,6 +23,25 @@ void cli_progress_cb(void *p, uint64_t done, uint64_t total);
 const char *cli_value(int argc, char **argv, int *i);
 int cli_int(const char *flag, const char *v, long lo, long hi, long *out);
 int cli_size(const char *flag, const char *v, uint64_t *out);
+
+/* Knob flags, from the engine's knob table (spill_knob_at): argv[*i] is
+ * --kebab-case of a knob name whose target is in `targets` (a bit mask of
+ * 1 << SPILL_KNOB_CONFIG / SPILL_KNOB_SAMPLING). Valued knobs take the next
+ * argument; a BOOL knob alone means true and takes the next argument only if
+ * it is a boolean word (--overlap false). cfg / s may be NULL when their bit
+ * is not set. Returns 1 if consumed (set), 0 if argv[*i] is no knob flag, -1
+ * on a bad or missing value (printed as "spill CMD: ..."). */
+#define CLI_KNOBS_CONFIG (1 << 0)
+#define CLI_KNOBS_SAMPLING (1 << 1)
+struct spill_config;
+struct spill_sampling;
+int cli_knob_flag(const char *cmd, int argc, char **argv, int *i, unsigned targets,
+                  struct spill_config *cfg, struct spill_sampling *s);
+/* The help lines of those knobs ("  --budget SIZE  RAM budget ..."). */
+void cli_knob_help(FILE *f, unsigned targets);
+
+/* A float flag value in [lo, hi] (finite); prints the error and returns -1 otherwise. */
+int cli_float(const char *flag, const char *v, double lo, double hi, double *out);
 
 /* "1.23 GiB" style into buf. */
 const char *cli_bytes(uint64_t b, char *buf, size_t n);

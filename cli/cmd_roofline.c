@@ -101,32 +101,6 @@ static int first_bank(const char *model, char *out, size_t n) {
   return rc;
 }
 
-static int knob(int argc, char **argv, int *i, spill_config *cfg) {
-  const char *a = argv[*i];
-  if (strncmp(a, "--", 2) != 0) return 0;
-  char key[64];
-  snprintf(key, sizeof key, "%s", a + 2);
-  for (char *p = key; *p; p++)
-    if (*p == '-') *p = '_';
-  spill_err e = {0};
-  if (!strcmp(key, "verify") || !strcmp(key, "lookahead_prefill")) {
-    if (spill_config_set(cfg, key, "true", &e)) goto bad;
-    return 1;
-  }
-  spill_config probe;
-  spill_config_default(&probe);
-  if (spill_config_set(&probe, key, "1", &e) && e.code == SPILL_E_CONFIG &&
-      strstr(e.msg, "unknown"))
-    return 0; /* not a knob */
-  const char *v = cli_value(argc, argv, i);
-  if (!v) return -1;
-  if (spill_config_set(cfg, key, v, &e)) goto bad;
-  return 1;
-bad:
-  fprintf(stderr, "spill bench: %s (%s)\n", e.msg, spill_status_name(e.code));
-  return -1;
-}
-
 /* s as a JSON string literal (quotes, backslashes, control bytes escaped) */
 static void put_json_str(const char *s) {
   putchar('"');
@@ -170,7 +144,7 @@ int cmd_roofline(int argc, char **argv) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 600, &v)) return 2;
       o.probe_seconds = (double)v;
     } else {
-      int k = knob(argc, argv, &i, &cfg);
+      int k = cli_knob_flag("bench", argc, argv, &i, CLI_KNOBS_CONFIG, &cfg, NULL);
       if (k < 0) return 2;
       if (k) continue;
       if (a[0] == '-') {

@@ -20,48 +20,15 @@ static void on_sigint(int sig) {
   g_stop = 1;
 }
 
-/* Engine knobs as flags. Returns 1 if argv[*i] was a knob (consumed), 0 if
- * not, -1 on error (printed). */
-static int engine_flag(int argc, char **argv, int *i, spill_config *cfg) {
-  const char *a = argv[*i];
-  if (strncmp(a, "--", 2) != 0) return 0;
-  static const char *const bools[] = {"verify", "lookahead-prefill", NULL};
-  static const char *const valued[] = {"budget", "usable-ram", "cache-slots", "ctx", "threads",
-                                       "prefill-chunk", "io-threads", "io-depth", "io-backend",
-                                       "storage", "trunk", "policy", "lookahead",
-                                       "lookahead-depth", "io-throttle", "seed", "profile", "overlap",
-                                       "trace", "trace-max-bytes", "routing-trace", NULL};
-  char key[64];
-  snprintf(key, sizeof key, "%s", a + 2);
-  for (char *p = key; *p; p++)
-    if (*p == '-') *p = '_';
-  spill_err e = {0};
-  for (const char *const *b = bools; *b; b++)
-    if (!strcmp(a + 2, *b)) {
-      if (spill_config_set(cfg, key, "true", &e)) goto bad;
-      return 1;
-    }
-  for (const char *const *v = valued; *v; v++)
-    if (!strcmp(a + 2, *v)) {
-      const char *val = cli_value(argc, argv, i);
-      if (!val) return -1;
-      if (spill_config_set(cfg, key, val, &e)) goto bad;
-      return 1;
-    }
-  return 0;
-bad:
-  fprintf(stderr, "spill: %s (%s)\n", e.msg, spill_status_name(e.code));
-  return -1;
+/* Engine knobs as flags (the knob table, cli_knob_flag). */
+static int engine_flag(const char *cmd, int argc, char **argv, int *i, spill_config *cfg) {
+  return cli_knob_flag(cmd, argc, argv, i, CLI_KNOBS_CONFIG, cfg, NULL);
 }
 
-static const char *k_knob_help =
-    "engine knobs: --budget SIZE --ctx N --threads N --prefill-chunk N --io-threads N\n"
-    "  --io-depth N --io-backend pread|uring --storage direct|pagecache|mmap\n"
-    "  --trunk read|mmap|mlock --policy lru|lfru|wtinylfu|nextuse --lookahead N --lookahead-depth N\n"
-    "  --lookahead-prefill --verify --overlap true|false --io-throttle RATE --cache-slots N\n"
-    "  --seed N\n"
-    "  --profile FILE --trace FILE --trace-max-bytes SIZE --usable-ram SIZE\n"
-    "  --routing-trace FILE (replay a router trace's expert ids: docs/MODEL.md)\n";
+static void knob_help(FILE *f) {
+  fprintf(f, "engine knobs (experiment-config keys in snake_case; docs: README.md):\n");
+  cli_knob_help(f, CLI_KNOBS_CONFIG);
+}
 
 static int open_engine(const char *cmd, const char *model, const spill_config *cfg,
                        spill_engine **eng) {
@@ -124,30 +91,17 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
 int cmd_run(int argc, char **argv) {
   spill_config cfg;
   spill_config_default(&cfg);
-  spill_sampling s = {0.0f, 0, 1.0f, 1};
+  spill_sampling s;
+  spill_sampling_default(&s);
   long n_new = 64;
   const char *model = NULL, *prompt = NULL, *v;
   for (int i = 1; i < argc; i++) {
-    int k = engine_flag(argc, argv, &i, &cfg);
+    int k = cli_knob_flag("run", argc, argv, &i, CLI_KNOBS_CONFIG | CLI_KNOBS_SAMPLING, &cfg, &s);
     if (k < 0) return 2;
     if (k) continue;
     const char *a = argv[i];
     if (!strcmp(a, "-n")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 0, 1L << 24, &n_new)) return 2;
-    } else if (!strcmp(a, "--temp")) {
-      if (!(v = cli_value(argc, argv, &i))) return 2;
-      s.temperature = strtof(v, NULL);
-    } else if (!strcmp(a, "--top-k")) {
-      long x;
-      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 0, 1L << 24, &x)) return 2;
-      s.top_k = (int)x;
-    } else if (!strcmp(a, "--top-p")) {
-      if (!(v = cli_value(argc, argv, &i))) return 2;
-      s.top_p = strtof(v, NULL);
-    } else if (!strcmp(a, "--sample-seed")) {
-      long x;
-      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 0, 0x7fffffffL, &x)) return 2;
-      s.seed = (uint64_t)x;
     } else if (a[0] == '-') {
       fprintf(stderr, "spill run: unknown option %s\n", a);
       return 2;
@@ -159,10 +113,10 @@ int cmd_run(int argc, char **argv) {
     }
   }
   if (!model || !prompt) {
-    fprintf(stderr,
-            "usage: spill run MODEL PROMPT [-n N] [--temp T --top-k K --top-p P "
-            "--sample-seed S] [engine knobs]\n%s",
-            k_knob_help);
+    fprintf(stderr, "usage: spill run MODEL PROMPT [-n N] [sampling knobs] [engine knobs]\n"
+                    "sampling knobs:\n");
+    cli_knob_help(stderr, CLI_KNOBS_SAMPLING);
+    knob_help(stderr);
     return 2;
   }
   spill_engine *eng;
@@ -231,7 +185,7 @@ int cmd_eval(int argc, char **argv) {
   long top = 10;
   const char *model = NULL, *prompt = NULL, *tokens = NULL, *out = NULL, *v;
   for (int i = 1; i < argc; i++) {
-    int k = engine_flag(argc, argv, &i, &cfg);
+    int k = engine_flag("eval", argc, argv, &i, &cfg);
     if (k < 0) return 2;
     if (k) continue;
     const char *a = argv[i];
@@ -260,8 +214,8 @@ int cmd_eval(int argc, char **argv) {
             "                  [--sequential] MODEL (PROMPT | --tokens ID,ID,...) [engine knobs]\n"
             "--logits-out writes raw little-endian f32: the last position (vocab floats), or\n"
             "every position (n x vocab) with --all-positions. Text prompts get BOS; --tokens\n"
-            "are used as given.\n%s",
-            k_knob_help);
+            "are used as given.\n");
+    knob_help(stderr);
     return 2;
   }
   spill_engine *eng;
@@ -350,7 +304,7 @@ int cmd_bench(int argc, char **argv) {
   long n_new = 16;
   const char *model = NULL, *v, *prompt = "The quick brown fox";
   for (int i = 1; i < argc; i++) {
-    int k = engine_flag(argc, argv, &i, &cfg);
+    int k = engine_flag("bench", argc, argv, &i, &cfg);
     if (k < 0) return 2;
     if (k) continue;
     const char *a = argv[i];
@@ -369,8 +323,8 @@ int cmd_bench(int argc, char **argv) {
             "usage: spill bench [--json] [-n N] [--prompt TEXT] MODEL [engine knobs]\n"
             "       spill bench --roofline [--json] [--fio] MODEL [engine knobs]\n"
             "Fixed workload: prompt \"The quick brown fox\" (or TEXT), N greedy decode\n"
-            "tokens (16), cold expert cache.\n%s",
-            k_knob_help);
+            "tokens (16), cold expert cache.\n");
+    knob_help(stderr);
     return 2;
   }
   spill_engine *eng;
@@ -380,7 +334,8 @@ int cmd_bench(int argc, char **argv) {
   int rc = spill_tokenize(eng, prompt, 1, toks, 4096, &n, &e);
   if (!rc) rc = spill_engine_clear_cache(eng, 1, &e);
   spill_run_stats st;
-  spill_sampling s = {0.0f, 0, 1.0f, 1};
+  spill_sampling s;
+  spill_sampling_default(&s);
   if (!rc) rc = spill_generate(eng, toks, n, (int)n_new, &s, NULL, NULL, NULL, &st, &e);
   if (rc) {
     spill_engine_close(eng);

@@ -17,5 +17,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_sim(int argc, char **argv);     /* cli/cmd_sim.c (engine/sim) */
+int cmd_knobs(int argc, char **argv);   /* cli/cmd_knobs.c */
 
 #endif

@@ -18,6 +18,7 @@ static const struct {
     {"run", cmd_run, "generate text, streaming experts (engine knobs as flags)"},
     {"eval", cmd_eval, "logits of a prompt (top-k, or all positions to a file)"},
     {"bench", cmd_bench, "fixed decode workload: tok/s, hits, bytes read"},
+    {"knobs", cmd_knobs, "every engine and sampling knob: flag, values, default, live or fixed"},
     {"trace", cmd_trace, "router traces: stats, replay through cache policies and Belady"},
     {"sim", cmd_sim, "simulate decode per RAM budget: hit rate, bytes, tok/s (docs/SIM.md)"},
     {"exp", cmd_exp, "run an experiment config (docs/EXPERIMENTS.md)"},

@@ -28,7 +28,8 @@ extern "C" {
 
 /* ------------------------------------------------------------------------ */
 /* Configuration: every knob of the engine. The same names (snake_case) are
- * experiment-config keys and, in kebab-case, CLI flags (--io-threads ...). */
+ * experiment-config keys and, in kebab-case, CLI flags (--io-threads ...);
+ * the knob table below (spill_knob_at) lists them with types and ranges. */
 
 typedef enum spill_storage {
   SPILL_STORAGE_DIRECT = 0,    /* O_DIRECT reads into cache slots (page cache bypassed) */
@@ -84,6 +85,56 @@ void spill_config_default(spill_config *cfg);
  * String knobs (profile, trace, routing_trace) keep the pointer: it must
  * outlive cfg ("" sets NULL). */
 int spill_config_set(spill_config *cfg, const char *key, const char *value, spill_err *e);
+/* Writes knob `key`'s value in the text form spill_config_set reads back to
+ * the same value ("auto", "268435456", "uring", "true"); SPILL_E_CONFIG on an
+ * unknown key, SPILL_E_RANGE if buf (n bytes) is too small. */
+int spill_config_get(const spill_config *cfg, const char *key, char *buf, size_t n, spill_err *e);
+
+/* The knob table: every knob of spill_config and of spill_sampling (below),
+ * in one list from which the parsers above, the CLI flags and their help, the
+ * experiment schema and the docs are derived (engine/spill_config.c). */
+typedef enum spill_knob_type {
+  SPILL_KNOB_INT,    /* integer in [lo, hi] */
+  SPILL_KNOB_FLOAT,  /* finite number in [lo, hi] */
+  SPILL_KNOB_BOOL,   /* true/false, on/off, 1/0 */
+  SPILL_KNOB_SIZE,   /* bytes: 512M, 8G, 1.5GiB, 123456 */
+  SPILL_KNOB_CHOICE, /* one word of spill_knob_choices */
+  SPILL_KNOB_PATH,   /* a file name, kept by pointer ("" = none) */
+} spill_knob_type;
+
+typedef enum spill_knob_target {
+  SPILL_KNOB_CONFIG = 0,   /* a spill_config field: spill_config_set */
+  SPILL_KNOB_SAMPLING = 1, /* a spill_sampling field: spill_sampling_set */
+} spill_knob_target;
+
+typedef struct spill_knob {
+  const char *name;        /* snake_case key; the CLI flag is --kebab-case */
+  spill_knob_target target;
+  spill_knob_type type;
+  int live;                /* spill_engine_set_knob changes it on an open engine
+                            * (sampling knobs: per spill_generate call) */
+  double lo, hi;           /* INT, FLOAT: accepted range */
+  const char *special;     /* a word for a special value ("auto", "default", "off") or NULL */
+  double special_value;    /* what it stands for (SIZE: also written as "0" when 0) */
+  const char *choices;     /* CHOICE: "a|b|c"; NULL = a registry (spill_knob_choices) */
+  const char *arg;         /* metavariable for help texts ("N", "SIZE"); NULL for BOOL, CHOICE */
+  const char *help;        /* one line */
+} spill_knob;
+
+/* Table rows 0 .. spill_knob_count()-1 (static storage; NULL out of range). */
+int spill_knob_count(void);
+const spill_knob *spill_knob_at(int i);
+/* The row named `name` (snake_case), or NULL. */
+const spill_knob *spill_knob_find(const char *name);
+/* CHOICE knobs: the accepted words as "a|b|c" into buf (n bytes); returns
+ * the length (0 for other types). */
+int spill_knob_choices(const spill_knob *k, char *buf, size_t n);
+/* 1 if v is one of the boolean words a BOOL knob accepts. */
+int spill_knob_is_bool_word(const char *v);
+
+/* Bytes from "512M", "8G", "1.5GiB", "123456" (K/M/G/T are powers of 1024);
+ * 0 if s is not a positive size. */
+uint64_t spill_parse_size(const char *s);
 /* Names for reports. */
 const char *spill_storage_name(spill_storage s);
 const char *spill_trunk_mode_name(spill_trunk_mode t);
@@ -224,13 +275,21 @@ int spill_vocab_size(const spill_engine *eng);
 int spill_eval(spill_engine *eng, const int *tokens, int n, int chunked, float *logits_last,
                float *logits_all, spill_err *e);
 
-/* Sampling: temperature 0 = greedy (argmax, lowest id on ties). */
+/* Sampling: temperature 0 = greedy (argmax, lowest id on ties). Knobs
+ * temp, top_k, top_p, sample_seed of the knob table. */
 typedef struct spill_sampling {
   float temperature;
   int top_k;     /* 0 = off */
   float top_p;   /* 1 = off */
   uint64_t seed;
 } spill_sampling;
+
+/* Greedy: temperature 0, top_k 0, top_p 1, seed 1. */
+void spill_sampling_default(spill_sampling *s);
+/* As spill_config_set / spill_config_get, for the sampling knobs. */
+int spill_sampling_set(spill_sampling *s, const char *key, const char *value, spill_err *e);
+int spill_sampling_get(const spill_sampling *s, const char *key, char *buf, size_t n,
+                       spill_err *e);
 
 #define SPILL_LA_RANKS 16
 
@@ -280,10 +339,11 @@ int spill_generate(spill_engine *eng, const int *prompt, int n_prompt, int n_new
 int spill_engine_clear_cache(spill_engine *eng, int reset_counters, spill_err *e);
 int spill_engine_set_budget(spill_engine *eng, uint64_t budget_bytes, spill_err *e);
 int spill_engine_evict_page_cache(spill_engine *eng, spill_err *e);
-/* Knobs that can change between runs without reopening: lookahead,
- * lookahead_depth, lookahead_prefill, verify, budget, cache_slots (both drop
- * every cached expert), profile and trace (a new path starts a new file; ""
- * stops writing). Others give SPILL_E_CONFIG ("reopen the engine"). */
+/* Changes a live knob (spill_knob.live: lookahead, lookahead_depth,
+ * lookahead_prefill, verify, budget, cache_slots (both drop every cached
+ * expert), profile and trace (a new path starts a new file; "" stops
+ * writing)) without reopening. Other knobs give SPILL_E_CONFIG ("reopen the
+ * engine"). */
 int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value, spill_err *e);
 
 /* ------------------------------------------------------------------------ */

@@ -1,13 +1,176 @@
-/* engine/spill_config.c: defaults, names and text parsing of every engine
- * knob. The experiment runner and the CLI set knobs only through
- * spill_config_set, so a knob has one spelling and one validation. */
+/* engine/spill_config.c: the knob table and everything derived from it.
+ *
+ * k_knobs below is the one list of engine knobs (spill_config) and sampling
+ * knobs (spill_sampling): name, type, range, live or fixed at open, help
+ * line, and the field it sets. spill_config_set / spill_sampling_set parse
+ * through it, spill_config_get prints through it, spill_knob_at exposes it to
+ * the CLI (flags and --help), the experiment runner (schema keys, live/open
+ * split) and the docs check (README's knob table is compared with
+ * `spill knobs --markdown` by //cli:knobs_doc_test). Adding a knob is one row
+ * here plus its field in spill.h. */
 #include <ctype.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/cache/cache_policy.h"
 #include "engine/spill.h"
+
+/* How a row's value is stored in its struct. */
+typedef enum store { ST_INT, ST_I64, ST_U64, ST_FLOAT, ST_CHARS, ST_PTR } store;
+
+typedef struct knob_row {
+  spill_knob k;
+  store st;
+  size_t off, width;
+} knob_row;
+
+#define CFG(field, st) st, offsetof(spill_config, field), sizeof(((spill_config *)0)->field)
+#define SMP(field, st) st, offsetof(spill_sampling, field), sizeof(((spill_sampling *)0)->field)
+#define C SPILL_KNOB_CONFIG
+#define S SPILL_KNOB_SAMPLING
+#define LIVE 1
+#define OPEN 0
+
+/* name, target, type, live, lo, hi, special word, its value, choices, arg, help; field. */
+static const knob_row k_knobs[] = {
+    {{"budget", C, SPILL_KNOB_SIZE, LIVE, 0, 0, "default", 0, NULL, "SIZE",
+      "RAM budget (default: the planner's rule, docs/PLAN.md)"},
+     CFG(budget_bytes, ST_U64)},
+    {{"usable_ram", C, SPILL_KNOB_SIZE, OPEN, 0, 0, "auto", 0, NULL, "SIZE",
+      "RAM the default budget rule plans for (auto: this machine)"},
+     CFG(usable_ram, ST_U64)},
+    {{"cache_slots", C, SPILL_KNOB_INT, LIVE, 0, 1 << 30, "auto", -1, NULL, "N",
+      "expert cache slots (auto: from the budget; 0: none)"},
+     CFG(cache_slots, ST_I64)},
+    {{"ctx", C, SPILL_KNOB_INT, OPEN, 1, 1 << 24, NULL, 0, NULL, "N", "max context in tokens"},
+     CFG(ctx, ST_INT)},
+    {{"threads", C, SPILL_KNOB_INT, OPEN, 1, 256, NULL, 0, NULL, "N", "compute threads"},
+     CFG(threads, ST_INT)},
+    {{"prefill_chunk", C, SPILL_KNOB_INT, OPEN, 1, 4096, NULL, 0, NULL, "N",
+      "prompt tokens per prefill chunk (1: sequential)"},
+     CFG(prefill_chunk, ST_INT)},
+    {{"io_threads", C, SPILL_KNOB_INT, OPEN, 1, 256, NULL, 0, NULL, "N", "pread workers"},
+     CFG(io_threads, ST_INT)},
+    {{"io_depth", C, SPILL_KNOB_INT, OPEN, 1, 4096, NULL, 0, NULL, "N", "expert reads in flight"},
+     CFG(io_depth, ST_INT)},
+    {{"io_backend", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "pread|uring", NULL,
+      "expert read backend"},
+     CFG(io_backend, ST_INT)},
+    {{"storage", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "direct|pagecache|mmap", NULL,
+      "expert reads: O_DIRECT, buffered, or mapped views"},
+     CFG(storage, ST_INT)},
+    {{"trunk", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "read|mmap|mlock", NULL,
+      "trunk read into memory, mapped, or read and mlocked"},
+     CFG(trunk, ST_INT)},
+    {{"policy", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, NULL /* the cache's registry */, NULL,
+      "expert cache eviction policy (docs/CACHE.md)"},
+     CFG(policy, ST_CHARS)},
+    {{"lookahead", C, SPILL_KNOB_INT, LIVE, 0, 64, NULL, 0, NULL, "N",
+      "experts prefetched per predicted layer (0: off)"},
+     CFG(lookahead, ST_INT)},
+    {{"lookahead_depth", C, SPILL_KNOB_INT, LIVE, 1, 2, NULL, 0, NULL, "N",
+      "layers ahead the lookahead predicts"},
+     CFG(lookahead_depth, ST_INT)},
+    {{"lookahead_prefill", C, SPILL_KNOB_BOOL, LIVE, 0, 0, NULL, 0, NULL, NULL,
+      "also prefetch during chunked prefill"},
+     CFG(lookahead_prefill, ST_INT)},
+    {{"verify", C, SPILL_KNOB_BOOL, LIVE, 0, 0, NULL, 0, NULL, NULL,
+      "crc32-check every expert record read"},
+     CFG(verify, ST_INT)},
+    {{"overlap", C, SPILL_KNOB_BOOL, OPEN, 0, 0, NULL, 0, NULL, NULL,
+      "issue a layer's reads at once (false: one at a time)"},
+     CFG(overlap, ST_INT)},
+    {{"io_throttle", C, SPILL_KNOB_SIZE, OPEN, 0, 0, "off", 0, NULL, "RATE",
+      "emulated device bandwidth in bytes/s (off: none)"},
+     CFG(io_throttle, ST_U64)},
+    {{"seed", C, SPILL_KNOB_INT, OPEN, 0, 0x7fffffff, NULL, 0, NULL, "N", "cache policy seed"},
+     CFG(seed, ST_U64)},
+    {{"profile", C, SPILL_KNOB_PATH, LIVE, 0, 0, NULL, 0, NULL, "FILE",
+      "per-token JSONL profile (\"\": none)"},
+     CFG(profile_path, ST_PTR)},
+    {{"trace", C, SPILL_KNOB_PATH, LIVE, 0, 0, NULL, 0, NULL, "FILE",
+      "router trace JSONL (docs/TRACE.md; \"\": none)"},
+     CFG(trace_path, ST_PTR)},
+    {{"trace_max_bytes", C, SPILL_KNOB_SIZE, OPEN, 0, 0, "off", 0, NULL, "SIZE",
+      "stop writing the trace past this size (off: no cap)"},
+     CFG(trace_max_bytes, ST_U64)},
+    {{"routing_trace", C, SPILL_KNOB_PATH, OPEN, 0, 0, NULL, 0, NULL, "FILE",
+      "replay a router trace's expert ids (docs/MODEL.md)"},
+     CFG(routing_trace, ST_PTR)},
+    {{"temp", S, SPILL_KNOB_FLOAT, LIVE, 0, 1000, NULL, 0, NULL, "T",
+      "sampling temperature (0: greedy)"},
+     SMP(temperature, ST_FLOAT)},
+    {{"top_k", S, SPILL_KNOB_INT, LIVE, 0, 1 << 24, NULL, 0, NULL, "K",
+      "sample from the K most likely tokens (0: off)"},
+     SMP(top_k, ST_INT)},
+    {{"top_p", S, SPILL_KNOB_FLOAT, LIVE, 0, 1, NULL, 0, NULL, "P",
+      "nucleus sampling mass (1: off)"},
+     SMP(top_p, ST_FLOAT)},
+    {{"sample_seed", S, SPILL_KNOB_INT, LIVE, 0, 0x7fffffff, NULL, 0, NULL, "N", "sampling seed"},
+     SMP(seed, ST_U64)},
+};
+
+#undef C
+#undef S
+
+_Static_assert(SPILL_IO_PREAD == 0 && SPILL_IO_URING == 1, "io_backend choices order");
+_Static_assert(SPILL_STORAGE_DIRECT == 0 && SPILL_STORAGE_PAGECACHE == 1 &&
+                   SPILL_STORAGE_MMAP == 2,
+               "storage choices order");
+_Static_assert(SPILL_TRUNK_READ == 0 && SPILL_TRUNK_MMAP == 1 && SPILL_TRUNK_MLOCK == 2,
+               "trunk choices order");
+
+_Static_assert(sizeof(spill_storage) == sizeof(int) && sizeof(spill_trunk_mode) == sizeof(int) &&
+                   sizeof(spill_io_backend_kind) == sizeof(int),
+               "choice knobs are stored as int");
+
+enum { N_KNOBS = (int)(sizeof k_knobs / sizeof k_knobs[0]) };
+
+int spill_knob_count(void) { return N_KNOBS; }
+
+const spill_knob *spill_knob_at(int i) { return i >= 0 && i < N_KNOBS ? &k_knobs[i].k : NULL; }
+
+static const knob_row *row_of(const char *name) {
+  if (!name) return NULL;
+  for (int i = 0; i < N_KNOBS; i++)
+    if (!strcmp(k_knobs[i].k.name, name)) return &k_knobs[i];
+  return NULL;
+}
+
+const spill_knob *spill_knob_find(const char *name) {
+  const knob_row *r = row_of(name);
+  return r ? &r->k : NULL;
+}
+
+int spill_knob_choices(const spill_knob *k, char *buf, size_t n) {
+  if (!n) return 0;
+  buf[0] = 0;
+  if (!k || k->type != SPILL_KNOB_CHOICE) return 0;
+  if (k->choices) {
+    snprintf(buf, n, "%s", k->choices);
+  } else {
+    for (const char *const *p = spill_cache_policy_names(); p && *p; p++)
+      snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? "|" : "", *p);
+  }
+  return (int)strlen(buf);
+}
+
+/* Index of v among the '|'-separated choices, or -1. */
+static int choice_index(const char *choices, const char *v) {
+  size_t len = strlen(v);
+  int i = 0;
+  for (const char *p = choices; *p; i++) {
+    const char *bar = strchr(p, '|');
+    size_t w = bar ? (size_t)(bar - p) : strlen(p);
+    if (w == len && !strncmp(p, v, len)) return i;
+    if (!bar) break;
+    p = bar + 1;
+  }
+  return -1;
+}
 
 void spill_config_default(spill_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -27,6 +190,14 @@ void spill_config_default(spill_config *cfg) {
   cfg->overlap = 1;
 }
 
+void spill_sampling_default(spill_sampling *s) {
+  memset(s, 0, sizeof *s);
+  s->temperature = 0.0f;
+  s->top_k = 0;
+  s->top_p = 1.0f;
+  s->seed = 1;
+}
+
 const char *spill_storage_name(spill_storage s) {
   return s == SPILL_STORAGE_PAGECACHE ? "pagecache" : s == SPILL_STORAGE_MMAP ? "mmap" : "direct";
 }
@@ -37,111 +208,198 @@ const char *spill_io_backend_kind_name(spill_io_backend_kind b) {
   return b == SPILL_IO_URING ? "uring" : "pread";
 }
 
-static int parse_long(const char *key, const char *v, long lo, long hi, long *out, spill_err *e) {
-  char *end = NULL;
-  long x = strtol(v, &end, 10);
-  if (!*v || *end || x < lo || x > hi)
-    return spill_err_set(e, SPILL_E_CONFIG, "%s: '%s' is not an integer in [%ld, %ld]", key, v,
-                         lo, hi);
-  *out = x;
-  return SPILL_OK;
+static void store_int(const knob_row *r, void *base, long long x) {
+  char *p = (char *)base + r->off;
+  if (r->st == ST_INT) {
+    int v = (int)x;
+    memcpy(p, &v, sizeof v);
+  } else if (r->st == ST_I64) {
+    int64_t v = (int64_t)x;
+    memcpy(p, &v, sizeof v);
+  } else {
+    uint64_t v = (uint64_t)x;
+    memcpy(p, &v, sizeof v);
+  }
 }
 
-static int parse_bool(const char *key, const char *v, int *out, spill_err *e) {
+static long long load_int(const knob_row *r, const void *base) {
+  const char *p = (const char *)base + r->off;
+  if (r->st == ST_INT) {
+    int v;
+    memcpy(&v, p, sizeof v);
+    return v;
+  }
+  if (r->st == ST_I64) {
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+  }
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  return (long long)v;
+}
+
+static int parse_bool(const char *v, int *out) {
   if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "on")) *out = 1;
   else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "off")) *out = 0;
-  else return spill_err_set(e, SPILL_E_CONFIG, "%s: '%s' is not a boolean (true/false)", key, v);
-  return SPILL_OK;
+  else return -1;
+  return 0;
 }
 
-static int parse_size(const char *key, const char *v, uint64_t *out, spill_err *e) {
-  uint64_t b = spill_plan_parse_size(v);
-  if (!b) return spill_err_set(e, SPILL_E_CONFIG, "%s: '%s' is not a size (e.g. 8G, 512M)", key, v);
-  *out = b;
-  return SPILL_OK;
+int spill_knob_is_bool_word(const char *v) {
+  int b;
+  return v && parse_bool(v, &b) == 0;
+}
+
+/* Parses v into the row's field of base (a spill_config or spill_sampling). */
+static int set_row(const knob_row *r, void *base, const char *v, spill_err *e) {
+  const spill_knob *k = &r->k;
+  char *field = (char *)base + r->off;
+  if (k->special && !strcmp(v, k->special)) {
+    store_int(r, base, (long long)k->special_value);
+    return SPILL_OK;
+  }
+  switch (k->type) {
+    case SPILL_KNOB_INT: {
+      char *end = NULL;
+      long long x = strtoll(v, &end, 10);
+      if (!*v || *end || x < (long long)k->lo || x > (long long)k->hi)
+        return spill_err_set(e, SPILL_E_CONFIG, "%s: '%s' is not an integer in [%lld, %lld]%s%s",
+                             k->name, v, (long long)k->lo, (long long)k->hi,
+                             k->special ? " or " : "", k->special ? k->special : "");
+      store_int(r, base, x);
+      return SPILL_OK;
+    }
+    case SPILL_KNOB_FLOAT: {
+      char *end = NULL;
+      double x = strtod(v, &end);
+      if (!*v || *end || !isfinite(x) || x < k->lo || x > k->hi)
+        return spill_err_set(e, SPILL_E_CONFIG, "%s: '%s' is not a number in [%g, %g]", k->name,
+                             v, k->lo, k->hi);
+      float f = (float)x;
+      memcpy(field, &f, sizeof f);
+      return SPILL_OK;
+    }
+    case SPILL_KNOB_BOOL: {
+      int b;
+      if (parse_bool(v, &b))
+        return spill_err_set(e, SPILL_E_CONFIG, "%s: '%s' is not a boolean (true/false)",
+                             k->name, v);
+      store_int(r, base, b);
+      return SPILL_OK;
+    }
+    case SPILL_KNOB_SIZE: {
+      /* "0" means the special value when that value is 0 ("default", "off") */
+      if (k->special && k->special_value == 0 && !strcmp(v, "0")) {
+        store_int(r, base, 0);
+        return SPILL_OK;
+      }
+      uint64_t b = spill_parse_size(v);
+      if (!b)
+        return spill_err_set(e, SPILL_E_CONFIG, "%s: '%s' is not a size (e.g. 8G, 512M)%s%s",
+                             k->name, v, k->special ? " or " : "", k->special ? k->special : "");
+      memcpy(field, &b, sizeof b);
+      return SPILL_OK;
+    }
+    case SPILL_KNOB_CHOICE: {
+      char names[256];
+      spill_knob_choices(k, names, sizeof names);
+      int idx = choice_index(names, v);
+      if (idx < 0 || (r->st == ST_CHARS && strlen(v) >= r->width)) {
+        for (char *p = names; *p; p++)
+          if (*p == '|') *p = '/';
+        return spill_err_set(e, SPILL_E_CONFIG, "%s: '%s' (expected one of: %s)", k->name, v,
+                             names);
+      }
+      if (r->st == ST_CHARS) snprintf(field, r->width, "%s", v);
+      else store_int(r, base, idx);
+      return SPILL_OK;
+    }
+    case SPILL_KNOB_PATH: {
+      const char *p = *v ? v : NULL;
+      memcpy(field, &p, sizeof p);
+      return SPILL_OK;
+    }
+  }
+  return spill_err_set(e, SPILL_E_CONFIG, "%s: bad knob type", k->name);
+}
+
+static int set_in(spill_knob_target t, void *base, const char *key, const char *v, spill_err *e) {
+  SPILL_FAIL_IF(e, !base || !key || !v, SPILL_E_CONFIG, "config: NULL key or value");
+  const knob_row *r = row_of(key);
+  if (!r || r->k.target != t)
+    return spill_err_set(e, SPILL_E_CONFIG, "unknown %s '%s'",
+                         t == SPILL_KNOB_CONFIG ? "knob" : "sampling knob", key);
+  return set_row(r, base, v, e);
 }
 
 int spill_config_set(spill_config *c, const char *key, const char *v, spill_err *e) {
-  long x;
-  SPILL_FAIL_IF(e, !key || !v, SPILL_E_CONFIG, "config: NULL key or value");
-  if (!strcmp(key, "budget")) {
-    if (!strcmp(v, "default") || !strcmp(v, "0")) c->budget_bytes = 0;
-    else SPILL_TRY(parse_size(key, v, &c->budget_bytes, e));
-  } else if (!strcmp(key, "usable_ram")) {
-    SPILL_TRY(parse_size(key, v, &c->usable_ram, e));
-  } else if (!strcmp(key, "cache_slots")) {
-    if (!strcmp(v, "auto")) c->cache_slots = -1;
-    else {
-      SPILL_TRY(parse_long(key, v, 0, 1L << 30, &x, e));
-      c->cache_slots = x;
+  return set_in(SPILL_KNOB_CONFIG, c, key, v, e);
+}
+
+int spill_sampling_set(spill_sampling *s, const char *key, const char *v, spill_err *e) {
+  return set_in(SPILL_KNOB_SAMPLING, s, key, v, e);
+}
+
+static int get_row(const knob_row *r, const void *base, char *buf, size_t n) {
+  const spill_knob *k = &r->k;
+  const char *field = (const char *)base + r->off;
+  switch (k->type) {
+    case SPILL_KNOB_INT:
+    case SPILL_KNOB_SIZE: {
+      long long x = load_int(r, base);
+      if (k->special && x == (long long)k->special_value) return snprintf(buf, n, "%s", k->special);
+      if (r->st == ST_U64) return snprintf(buf, n, "%llu", (unsigned long long)x);
+      return snprintf(buf, n, "%lld", x);
     }
-  } else if (!strcmp(key, "ctx")) {
-    SPILL_TRY(parse_long(key, v, 1, 1L << 24, &x, e));
-    c->ctx = (int)x;
-  } else if (!strcmp(key, "threads")) {
-    SPILL_TRY(parse_long(key, v, 1, 256, &x, e));
-    c->threads = (int)x;
-  } else if (!strcmp(key, "prefill_chunk")) {
-    SPILL_TRY(parse_long(key, v, 1, 4096, &x, e));
-    c->prefill_chunk = (int)x;
-  } else if (!strcmp(key, "io_threads")) {
-    SPILL_TRY(parse_long(key, v, 1, 256, &x, e));
-    c->io_threads = (int)x;
-  } else if (!strcmp(key, "io_depth")) {
-    SPILL_TRY(parse_long(key, v, 1, 4096, &x, e));
-    c->io_depth = (int)x;
-  } else if (!strcmp(key, "io_backend")) {
-    if (!strcmp(v, "pread")) c->io_backend = SPILL_IO_PREAD;
-    else if (!strcmp(v, "uring")) c->io_backend = SPILL_IO_URING;
-    else return spill_err_set(e, SPILL_E_CONFIG, "io_backend: '%s' (expected pread or uring)", v);
-  } else if (!strcmp(key, "storage")) {
-    if (!strcmp(v, "direct")) c->storage = SPILL_STORAGE_DIRECT;
-    else if (!strcmp(v, "pagecache")) c->storage = SPILL_STORAGE_PAGECACHE;
-    else if (!strcmp(v, "mmap")) c->storage = SPILL_STORAGE_MMAP;
-    else
-      return spill_err_set(e, SPILL_E_CONFIG,
-                           "storage: '%s' (expected direct, pagecache or mmap)", v);
-  } else if (!strcmp(key, "trunk")) {
-    if (!strcmp(v, "read")) c->trunk = SPILL_TRUNK_READ;
-    else if (!strcmp(v, "mmap")) c->trunk = SPILL_TRUNK_MMAP;
-    else if (!strcmp(v, "mlock")) c->trunk = SPILL_TRUNK_MLOCK;
-    else return spill_err_set(e, SPILL_E_CONFIG, "trunk: '%s' (expected read, mmap or mlock)", v);
-  } else if (!strcmp(key, "policy")) {
-    if (!spill_cache_policy_find(v)) {
-      char names[256] = "";
-      for (const char *const *n = spill_cache_policy_names(); n && *n; n++)
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", *n);
-      return spill_err_set(e, SPILL_E_CONFIG, "policy: '%s' (expected one of: %s)", v, names);
+    case SPILL_KNOB_FLOAT: {
+      float f;
+      memcpy(&f, field, sizeof f);
+      return snprintf(buf, n, "%.9g", (double)f);
     }
-    snprintf(c->policy, sizeof c->policy, "%s", v);
-  } else if (!strcmp(key, "lookahead")) {
-    SPILL_TRY(parse_long(key, v, 0, 64, &x, e));
-    c->lookahead = (int)x;
-  } else if (!strcmp(key, "lookahead_depth")) {
-    SPILL_TRY(parse_long(key, v, 1, 2, &x, e));
-    c->lookahead_depth = (int)x;
-  } else if (!strcmp(key, "lookahead_prefill")) {
-    SPILL_TRY(parse_bool(key, v, &c->lookahead_prefill, e));
-  } else if (!strcmp(key, "overlap")) {
-    SPILL_TRY(parse_bool(key, v, &c->overlap, e));
-  } else if (!strcmp(key, "verify")) {
-    SPILL_TRY(parse_bool(key, v, &c->verify, e));
-  } else if (!strcmp(key, "io_throttle")) {
-    if (!strcmp(v, "0") || !strcmp(v, "off")) c->io_throttle = 0;
-    else SPILL_TRY(parse_size(key, v, &c->io_throttle, e));
-  } else if (!strcmp(key, "seed")) {
-    SPILL_TRY(parse_long(key, v, 0, 0x7fffffffL, &x, e));
-    c->seed = (uint64_t)x;
-  } else if (!strcmp(key, "profile")) {
-    c->profile_path = *v ? v : NULL;
-  } else if (!strcmp(key, "trace")) {
-    c->trace_path = *v ? v : NULL;
-  } else if (!strcmp(key, "routing_trace")) {
-    c->routing_trace = *v ? v : NULL;
-  } else if (!strcmp(key, "trace_max_bytes")) {
-    SPILL_TRY(parse_size(key, v, &c->trace_max_bytes, e));
-  } else {
-    return spill_err_set(e, SPILL_E_CONFIG, "unknown knob '%s'", key);
+    case SPILL_KNOB_BOOL:
+      return snprintf(buf, n, "%s", load_int(r, base) ? "true" : "false");
+    case SPILL_KNOB_CHOICE: {
+      if (r->st == ST_CHARS) return snprintf(buf, n, "%.*s", (int)r->width, field);
+      char names[256];
+      spill_knob_choices(k, names, sizeof names);
+      long long idx = load_int(r, base);
+      const char *p = names;
+      for (long long i = 0; i < idx && p; i++) {
+        p = strchr(p, '|');
+        if (p) p++;
+      }
+      if (!p) return snprintf(buf, n, "%lld", idx);
+      return snprintf(buf, n, "%.*s", (int)strcspn(p, "|"), p);
+    }
+    case SPILL_KNOB_PATH: {
+      const char *p;
+      memcpy(&p, field, sizeof p);
+      return snprintf(buf, n, "%s", p ? p : "");
+    }
   }
+  return -1;
+}
+
+static int get_in(spill_knob_target t, const void *base, const char *key, char *buf, size_t n,
+                  spill_err *e) {
+  const knob_row *r = row_of(key);
+  if (!r || r->k.target != t || !base)
+    return spill_err_set(e, SPILL_E_CONFIG, "unknown %s '%s'",
+                         t == SPILL_KNOB_CONFIG ? "knob" : "sampling knob", key ? key : "(null)");
+  int w = get_row(r, base, buf, n);
+  SPILL_FAIL_IF(e, w < 0 || (size_t)w >= n, SPILL_E_RANGE, "%s: value longer than %zu bytes", key,
+                n);
   return SPILL_OK;
 }
+
+int spill_config_get(const spill_config *c, const char *key, char *buf, size_t n, spill_err *e) {
+  return get_in(SPILL_KNOB_CONFIG, c, key, buf, n, e);
+}
+
+int spill_sampling_get(const spill_sampling *s, const char *key, char *buf, size_t n,
+                       spill_err *e) {
+  return get_in(SPILL_KNOB_SAMPLING, s, key, buf, n, e);
+}
+
+uint64_t spill_parse_size(const char *s) { return spill_plan_parse_size(s); }

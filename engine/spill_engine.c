@@ -624,6 +624,10 @@ int spill_engine_evict_page_cache(spill_engine *g, spill_err *e) {
 int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, spill_err *e) {
   spill_config c = g->cfg;
   SPILL_TRY(spill_config_set(&c, key, value, e));
+  /* the knob table says which knobs are live; below is what each one does */
+  if (!spill_knob_find(key)->live)
+    return spill_err_set(e, SPILL_E_CONFIG,
+                         "knob '%s' cannot change on an open engine (reopen it)", key);
   if (!strcmp(key, "lookahead") || !strcmp(key, "lookahead_depth") ||
       !strcmp(key, "lookahead_prefill")) {
     g->cfg = c;
@@ -663,6 +667,6 @@ int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, s
     SPILL_FAIL_IF(e, !*f, SPILL_E_IO, "%s %s: %s", key, value, strerror(errno));
     return SPILL_OK;
   }
-  return spill_err_set(e, SPILL_E_CONFIG,
-                       "knob '%s' cannot change on an open engine (reopen it)", key);
+  /* a row marked live in the table without a case above: our bug */
+  return spill_err_set(e, SPILL_E_INTERNAL, "knob '%s' is marked live but has no handler", key);
 }

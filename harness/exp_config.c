@@ -181,9 +181,6 @@ static const char *runner_owned(const char *key) {
 static int check_knob(ctx *c, const char *p, const char *key, const char *value) {
   const char *why = runner_owned(key);
   if (why) return fail(c, p, "%s", why);
-  if (!strcmp(key, "budget") && strcmp(value, "default") && strcmp(value, "0") &&
-      !spill_plan_parse_size(value))
-    return fail(c, p, "\"%s\": not a size", value);
   spill_config scratch;
   spill_config_default(&scratch);
   spill_err ke = {0};
@@ -734,14 +731,6 @@ int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spil
                          out->prefill_chunk);
   out->routing_trace = cfg->routing_trace[0] ? cfg->routing_trace : NULL;
   return SPILL_OK;
-}
-
-int spill_exp_knob_is_live(const char *key) {
-  static const char *const live[] = {"lookahead", "lookahead_depth", "lookahead_prefill",
-                                     "verify", "budget", NULL};
-  for (const char *const *l = live; *l; l++)
-    if (!strcmp(*l, key)) return 1;
-  return 0;
 }
 
 static cJSON *knobs_json(const spill_exp_knob *k, int n) {

@@ -138,8 +138,6 @@ void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **valu
 int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spill_config *out,
                             spill_err *e);
 
-/* Knobs spill_engine_set_knob / set_budget can change without reopening. */
-int spill_exp_knob_is_live(const char *key);
 
 /* 64-bit FNV-1a (used for run keys, recipe and config hashes). */
 uint64_t spill_exp_fnv1a(const void *data, size_t n, uint64_t h);

@@ -120,7 +120,9 @@ TEST(ExpConfigTest, RejectsWrongTypes) {
 }
 
 TEST(ExpConfigTest, RejectsImpossibleValues) {
-  EXPECT_EQ(Error(Edit("\"1G\"", "\"9Q\"")), "x.json: sweep.budget[2]: \"9Q\": not a size");
+  EXPECT_EQ(Error(Edit("\"1G\"", "\"9Q\"")),
+            "x.json: sweep.budget[2]: \"9Q\": budget: '9Q' is not a size (e.g. 8G, 512M) or "
+            "default");
   EXPECT_EQ(Error(Edit("\"repeats\": 3", "\"repeats\": 0")),
             "x.json: repeats: 0: out of range [1, 1000]");
   EXPECT_NE(Error(Edit("\"storage\": \"direct\"", "\"storage\": \"tape\"")).find(

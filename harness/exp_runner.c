@@ -278,44 +278,44 @@ static int load_done(runner *R) {
   return rc;
 }
 
-/* Knobs the engine changes in place (spill_engine_set_knob), as text, from a
- * full config. Must match spill_exp_knob_is_live and same_shape. */
+/* The budget (raised in place, reopened to shrink) and the per-run
+ * profile/trace files are live knobs the runner handles itself (do_run). */
+static int runner_handled(const char *key) {
+  return !strcmp(key, "budget") || !strcmp(key, "profile") || !strcmp(key, "trace");
+}
+
+/* Knob `key` has different values in a and b (compared in text form). */
+static int knob_differs(const spill_config *a, const spill_config *b, const char *key) {
+  char x[4200], y[4200];
+  if (spill_config_get(a, key, x, sizeof x, NULL) || spill_config_get(b, key, y, sizeof y, NULL))
+    return 1;
+  return strcmp(x, y) != 0;
+}
+
+/* Sets every live knob (the knob table's split) whose value differs on the
+ * open engine (spill_engine_set_knob); R->cur follows. */
 static int apply_live(runner *R, const spill_config *want) {
-  char v[32];
-  struct {
-    const char *key;
-    long long cur, want;
-  } k[] = {
-      {"lookahead", R->cur.lookahead, want->lookahead},
-      {"lookahead_depth", R->cur.lookahead_depth, want->lookahead_depth},
-      {"lookahead_prefill", R->cur.lookahead_prefill, want->lookahead_prefill},
-      {"verify", R->cur.verify, want->verify},
-  };
-  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-    if (k[i].cur == k[i].want) continue;
-    snprintf(v, sizeof v, "%lld", k[i].want);
-    SPILL_TRY(spill_engine_set_knob(R->eng, k[i].key, v, R->e));
+  char v[64];
+  for (int i = 0; i < spill_knob_count(); i++) {
+    const spill_knob *k = spill_knob_at(i);
+    if (k->target != SPILL_KNOB_CONFIG || !k->live || runner_handled(k->name) ||
+        !knob_differs(&R->cur, want, k->name))
+      continue;
+    SPILL_TRY(spill_config_get(want, k->name, v, sizeof v, R->e));
+    SPILL_TRY(spill_engine_set_knob(R->eng, k->name, v, R->e));
+    SPILL_TRY(spill_config_set(&R->cur, k->name, v, R->e));
   }
-  R->cur.lookahead = want->lookahead;
-  R->cur.lookahead_depth = want->lookahead_depth;
-  R->cur.lookahead_prefill = want->lookahead_prefill;
-  R->cur.verify = want->verify;
   return SPILL_OK;
 }
 
-/* Same engine-shaping knobs: everything but the live ones, the budget
- * (raised in place) and the profile/trace paths (switched per run with
- * spill_engine_set_knob). io_throttle, prefill_chunk and overlap are fixed at
- * open, so a change reopens the engine. */
+/* Same engine-shaping knobs: every knob the engine fixes at open (not live
+ * in the knob table) has the same value. */
 static int same_shape(const spill_config *a, const spill_config *b) {
-  return a->usable_ram == b->usable_ram && a->cache_slots == b->cache_slots && a->ctx == b->ctx &&
-         a->threads == b->threads && a->prefill_chunk == b->prefill_chunk &&
-         a->io_threads == b->io_threads && a->io_depth == b->io_depth &&
-         a->io_backend == b->io_backend && a->storage == b->storage && a->trunk == b->trunk &&
-         !strcmp(a->policy, b->policy) && a->overlap == b->overlap &&
-         a->io_throttle == b->io_throttle && a->seed == b->seed &&
-         a->trace_max_bytes == b->trace_max_bytes &&
-         !strcmp(a->routing_trace ? a->routing_trace : "", b->routing_trace ? b->routing_trace : "");
+  for (int i = 0; i < spill_knob_count(); i++) {
+    const spill_knob *k = spill_knob_at(i);
+    if (k->target == SPILL_KNOB_CONFIG && !k->live && knob_differs(a, b, k->name)) return 0;
+  }
+  return 1;
 }
 
 typedef struct tok_rec {
