@@ -50,8 +50,8 @@ static void on_progress(void *user, const spill_exp_progress *p) {
 
 int cmd_exp(int argc, char **argv) {
   enter_workspace();
-  const char *config = NULL, *resume_dir = NULL, *results = "results", *refuted = "refuted";
-  int resume = 0, dry = 0, validate = 0;
+  const char *config = NULL, *resume_dir = NULL, *results = "results", *refuted = NULL;
+  int resume = 0, dry = 0, validate = 0, publish = 0, no_refuted = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--resume")) {
@@ -60,7 +60,8 @@ int cmd_exp(int argc, char **argv) {
     } else if (!strcmp(a, "--dry-run")) dry = 1;
     else if (!strcmp(a, "--validate")) validate = 1;
     else if (!strcmp(a, "--results") && i + 1 < argc) results = argv[++i];
-    else if (!strcmp(a, "--no-refuted")) refuted = NULL;
+    else if (!strcmp(a, "--no-refuted")) no_refuted = 1;
+    else if (!strcmp(a, "--publish")) publish = 1;
     else if (!strcmp(a, "--refuted") && i + 1 < argc) refuted = argv[++i];
     else if (a[0] == '-') {
       fprintf(stderr, "spill exp: unknown option %s\n", a);
@@ -74,11 +75,13 @@ int cmd_exp(int argc, char **argv) {
   if (!config) {
     fprintf(stderr,
             "usage: spill exp CONFIG.json [--dry-run] [--validate] [--resume [RESULTS_DIR]]\n"
-            "                 [--results DIR] [--refuted DIR | --no-refuted]\n"
+            "                 [--results DIR] [--publish] [--refuted DIR | --no-refuted]\n"
             "Runs an experiment (schema: docs/EXPERIMENTS.md); results go to\n"
             "results/<name>/<UTC time>-<commit>/. --resume continues the latest (or the given)\n"
             "results directory of the same config, skipping finished runs. A refuted hypothesis\n"
-            "is logged in refuted/ (or --refuted DIR).\n");
+            "is logged in the results directory's refuted/; with --publish (refused unless\n"
+            "git has no uncommitted changes to tracked files) in the repository's refuted/\n"
+            "(or --refuted DIR).\n");
     return 2;
   }
   spill_exp_config cfg;
@@ -122,7 +125,9 @@ int cmd_exp(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   o.results_root = results;
   o.cache_root = "cache/models";
-  o.refuted_dir = refuted;
+  o.refuted_dir = refuted ? refuted : publish ? "refuted" : NULL;
+  o.no_refuted = no_refuted;
+  o.publish = publish;
   o.resume = resume;
   o.resume_dir = resume_dir;
   o.stop = &g_stop;

@@ -309,7 +309,8 @@ typedef struct spill_run_stats {
   uint64_t major_faults;        /* getrusage ru_majflt delta */
   double io_wait_s;             /* compute thread blocked on expert reads */
   uint64_t max_reads_in_flight; /* most demand reads outstanding at once */
-  double read_p50_ms, read_p99_ms;
+  double read_p50_ms, read_p99_ms; /* over every read of the run (prefill, decode and the
+                                    * prefetches it waits for), not one forward call */
   uint64_t peak_rss_bytes;      /* VmHWM at the end */
   uint64_t lookahead_predicted; /* ids predicted (and prefetched when absent) */
   uint64_t lookahead_correct;   /* ... that the real router then selected */

@@ -480,8 +480,10 @@ static int step(spill_engine *g, const int *toks, int n, int pos, int prefill, f
 }
 
 static void finish_stats(spill_engine *g, spill_run_stats *st) {
+  /* the run window: every read since spill_generate began (the per-call
+   * window that step() resets is only the profile row's) */
   uint64_t p50 = 0, p99 = 0;
-  spill_stream_read_latency(g->st, &p50, &p99);
+  spill_stream_run_latency(g->st, &p50, &p99);
   st->read_p50_ms = p50 / 1e6;
   st->read_p99_ms = p99 / 1e6;
   st->peak_rss_bytes = status_kb("VmHWM:");
@@ -537,6 +539,7 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   spill_sampler smp;
   SPILL_TRY(spill_sampler_init(&smp, &so, g->vocab, e));
   spill_model_reset(g->m);
+  spill_stream_run_latency_reset(g->st);
   g->tok_counter = 0;
   g->la_predicted = g->la_correct = 0;
   memset(g->la_rank_total, 0, sizeof g->la_rank_total);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/stream/expert_stream.h"
 #include "engine/spill.h"
 
 namespace {
@@ -362,6 +363,52 @@ TEST(EngineTest, NoCacheReadsALayerAtOnce) {
   EXPECT_EQ(out[0], out[1]);
   EXPECT_EQ(st[1].demand_hits, 0u);
   EXPECT_GT(st[1].max_reads_in_flight, 2u);
+}
+
+}  // namespace
+
+namespace {
+
+// The run's read p50/p99 cover every read of the run. The first 8 reads (the
+// prefill's) are delayed by 20 ms; the decode's reads are not. With at most
+// 800 reads those 8 are >= 1% of them, so the run's p99 is >= 20 ms, while the
+// last forward call's p99 (what the stats reported when the window was reset
+// per call) is far below.
+void DelayFirstReads(void *, const spill_io_fault_site *site, spill_io_fault *out) {
+  if (site->request_seq < 8 && site->attempt == 0) {
+    out->kind = SPILL_IO_FAULT_DELAY;
+    out->delay_ns = 20ull * 1000 * 1000;
+  }
+}
+
+TEST(EngineTest, ReadPercentilesCoverTheWholeRun) {
+  std::string prof = TmpDir() + "/p99-profile.jsonl";
+  spill_config cfg = Cfg();
+  cfg.profile_path = prof.c_str();
+  spill_stream_test_fault_hook(DelayFirstReads, nullptr);
+  spill_engine *eng = nullptr;
+  spill_err e = {};
+  int rc = spill_engine_open(Nano().c_str(), &cfg, &eng, &e);
+  spill_stream_test_fault_hook(nullptr, nullptr);
+  ASSERT_EQ(rc, SPILL_OK) << e.msg;
+  int toks[8] = {256, 'a', 'b', 'c', 'd', 'e'};
+  spill_sampling s = {0.0f, 0, 1.0f, 1};
+  spill_run_stats st;
+  ASSERT_EQ(spill_generate(eng, toks, 6, 8, &s, nullptr, nullptr, nullptr, &st, &e), SPILL_OK)
+      << e.msg;
+  spill_engine_close(eng);
+  ASSERT_GT(st.reads, 8u);
+  ASSERT_LE(st.reads, 800u);  // the 8 slow reads are >= 1% of the run
+  EXPECT_GE(st.read_p99_ms, 19.0);
+  EXPECT_LT(st.read_p50_ms, 19.0);  // most reads were not delayed
+  // the last profile row (the last forward call) did not see the slow reads
+  std::ifstream pf(prof);
+  std::string line, last;
+  while (std::getline(pf, line)) last = line;
+  size_t at = last.find("\"read_p99_ms\": ");
+  ASSERT_NE(at, std::string::npos) << last;
+  double last_p99 = std::atof(last.c_str() + at + 15);
+  EXPECT_LT(last_p99, 19.0) << last;
 }
 
 }  // namespace

@@ -53,7 +53,18 @@ typedef struct report {
   int n_groups;
 } report;
 
+/* Rows written before the engine kept a run-wide latency window carry the
+ * last forward call's read p50/p99 under the run's name: not the run's, so
+ * they count as missing (NaN: "-" in tables, null in summary.json). */
+static int latency_is_run_wide(const row *r) {
+  const cJSON *g = cJSON_GetObjectItemCaseSensitive(r->j, "engine");
+  const cJSON *w = g ? cJSON_GetObjectItemCaseSensitive(g, "read_latency") : NULL;
+  return cJSON_IsString(w) && !strcmp(w->valuestring, "run");
+}
+
 static double metric_of(const row *r, const char *name) {
+  if ((!strcmp(name, "read_p50_ms") || !strcmp(name, "read_p99_ms")) && !latency_is_run_wide(r))
+    return NAN;
   const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->j, "metrics");
   const cJSON *v = m ? cJSON_GetObjectItemCaseSensitive(m, name) : NULL;
   return cJSON_IsNumber(v) ? v->valuedouble : NAN;
@@ -342,7 +353,13 @@ static char *table_md(report *R) {
     off += (size_t)snprintf(md + off, cap - off, "\n");
   }
   free(v);
-  snprintf(md + off, cap - off, "\nValues: median ± IQR/2 over the runs of each cell.\n");
+  off += (size_t)snprintf(md + off, cap - off, "\nValues: median ± IQR/2 over the runs of each cell.\n");
+  int old_latency = 0;
+  for (int i = 0; i < R->n_rows; i++) old_latency |= !latency_is_run_wide(&R->rows[i]);
+  if (old_latency)
+    snprintf(md + off, cap - off,
+             "read p99 \"-\": these rows hold the last forward call's read latency, not the "
+             "run's (engines before the run-wide window); re-run to measure it.\n");
   return md;
 }
 
@@ -466,7 +483,8 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
       n_series++;
     }
   fclose(f);
-  /* Machine RAM (emulated when set) and the default budget on that RAM. */
+  /* Machine RAM (emulated when set) and the default budget on that RAM: the
+   * RAM the runs saw (env.json), not the RAM of whoever regenerates the report. */
   double ram = R->n_rows ? (cfg->emulate_ram ? (double)cfg->emulate_ram
                                              : (double)spill_plan_usable_ram())
                          : 0;
@@ -479,6 +497,9 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
     const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
     const cJSON *d = m ? cJSON_GetObjectItemCaseSensitive(m, "dir") : NULL;
     if (cJSON_IsString(d)) snprintf(model_dir, sizeof model_dir, "%s", d->valuestring);
+    const cJSON *u = j ? cJSON_GetObjectItemCaseSensitive(j, "usable_ram_bytes") : NULL;
+    if (R->n_rows && !cfg->emulate_ram && cJSON_IsNumber(u) && u->valuedouble > 0)
+      ram = u->valuedouble;
     cJSON_Delete(j);
     free(env);
   }
@@ -589,6 +610,12 @@ static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp
     char **lines;
     int n;
     if (spill_exp_read_lines(src, 0, &lines, &n, e) < 0) continue;
+    if (n == 0) {
+      /* no per-token file (published copies keep only runs.jsonl): leave the
+       * timeline plot as it was generated rather than draw an empty one */
+      spill_exp_lines_free(lines, n);
+      continue;
+    }
     char dat[1200];
     snprintf(dat, sizeof dat, "%s/timeline-%s.dat", pdir, cfg->arms[a].name);
     FILE *f = fopen(dat, "w");

@@ -501,6 +501,9 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   cJSON_AddNumberToObject(eng, "cache_slots", (double)slots);
   cJSON_AddStringToObject(eng, "storage", spill_storage_name(R->cur.storage));
   cJSON_AddStringToObject(eng, "warnings", spill_engine_warnings(R->eng));
+  /* read p50/p99 cover the whole run (rows without this field come from
+   * engines that reset the window per forward call: reports drop them) */
+  cJSON_AddStringToObject(eng, "read_latency", "run");
   cJSON *mach = cJSON_AddObjectToObject(row, "machine");
   cJSON_AddNumberToObject(mach, "ram_bytes", (double)R->ram_total);
   cJSON_AddNumberToObject(mach, "emulate_ram_bytes", (double)cfg->emulate_ram);
@@ -565,6 +568,20 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   if (o->refuted_entry_out && o->refuted_entry_n) o->refuted_entry_out[0] = 0;
   spill_exp_run *runs = NULL;
   int n_runs = 0;
+  if (o->publish) {
+    char commit[64];
+    int dirty = 0;
+    spill_exp_git_commit(commit, sizeof commit, &dirty);
+    if (!strcmp(commit, "nogit"))
+      return spill_err_set(e, SPILL_E_CONFIG,
+                           "--publish: not in a git checkout (a published result names the "
+                           "commit it ran on)");
+    if (dirty)
+      return spill_err_set(e, SPILL_E_CONFIG,
+                           "--publish: the working tree has uncommitted changes to tracked files "
+                           "(git status); commit them first so the results name the code they "
+                           "ran on");
+  }
   char *resolved = spill_exp_config_resolved_json(cfg);
   if (!resolved) return spill_err_set(e, SPILL_E_NOMEM, "config: no memory");
   uint64_t avail;
@@ -627,9 +644,16 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
                complete ? spill_verdict_name(res->verdict) : "withheld (incomplete)", res->claim,
                res->result_text);
     if (rr == SPILL_OK && complete && res->has_hypothesis &&
-        res->verdict == SPILL_VERDICT_REFUTED && o->refuted_dir) {
-      char entry[1024];
-      rr = spill_refuted_write(o->refuted_dir, R.dir, res, entry, sizeof entry, &re);
+        res->verdict == SPILL_VERDICT_REFUTED && !o->no_refuted) {
+      char entry[1024], own[1100];
+      const char *rdir = o->refuted_dir;
+      if (!rdir) { /* the run's own record, inside its results directory */
+        snprintf(own, sizeof own, "%s/refuted", R.dir);
+        rdir = own;
+        rr = spill_exp_mkdirs(own, &re);
+      }
+      if (rr == SPILL_OK)
+        rr = spill_refuted_write(rdir, R.dir, cfg->source, res, entry, sizeof entry, &re);
       if (rr == SPILL_OK && o->refuted_entry_out && o->refuted_entry_n)
         snprintf(o->refuted_entry_out, o->refuted_entry_n, "%s", entry);
     }

@@ -45,7 +45,15 @@ typedef void (*spill_exp_progress_cb)(void *user, const spill_exp_progress *p);
 typedef struct spill_exp_opts {
   const char *results_root; /* default "results" */
   const char *cache_root;   /* generated models; default "cache/models" */
-  const char *refuted_dir;  /* refuted entries; NULL = do not write any */
+  /* A refuted hypothesis's entry goes to refuted_dir; NULL = the results
+   * directory's own refuted/ (so a plain or demo run never touches the
+   * repository's refuted/). no_refuted = write none. */
+  const char *refuted_dir;
+  int no_refuted;
+  /* A run meant for publishing: refused (SPILL_E_CONFIG, before anything
+   * runs) unless the git working tree has no uncommitted changes to tracked
+   * files, so the results name the commit they ran on. */
+  int publish;
   int resume;               /* continue resume_dir (or the latest results dir) */
   const char *resume_dir;   /* NULL = latest under results_root/<name>/ */
   const char *commit;       /* NULL = ask git */

@@ -280,7 +280,7 @@ TEST(ExpRunnerTest, RefutedHypothesisWritesEntryAndRegeneratesIndex) {
        {"\ndate: ", "\ncommit: ", "\nmachine: ",
         "\nhypothesis: lookahead 0 reads >= 50% fewer records than lookahead 0\n",
         "\nmetric: reads\n", "\nprediction: reads ratio same-b/same-a <= 0.500 (decrease by >= 50%)\n", "\nresult: ", "ratio 1.000 [1.000, 1.000]", "\nverdict: refuted\n",
-        "\nconfig: experiments/refute.json\n", "\n## Table\n", "| same-b | 3 |", "\n## Notes\n"})
+        "\nconfig: t.json\n", "\nwritten_by: spill exp\n", "\n## Table\n", "| same-b | 3 |", "\n## Notes\n"})
     EXPECT_NE(md.find(f), std::string::npos) << "missing " << f << " in\n" << md;
   EXPECT_NE(md.find("\nresults: " + std::string(dir) + "\n"), std::string::npos) << md;
 
@@ -294,7 +294,7 @@ TEST(ExpRunnerTest, RefutedHypothesisWritesEntryAndRegeneratesIndex) {
   ASSERT_EQ(spill_exp_report(dir, res, &e), 0) << e.msg;
   EXPECT_EQ(res->verdict, SPILL_VERDICT_REFUTED);
   char again[1024];
-  ASSERT_EQ(spill_refuted_write(refuted.c_str(), dir, res, again, sizeof again, &e), 0) << e.msg;
+  ASSERT_EQ(spill_refuted_write(refuted.c_str(), dir, "t.json", res, again, sizeof again, &e), 0) << e.msg;
   EXPECT_EQ(std::string(again), std::string(entry));
   spill_refuted_entry *v;
   int n;
@@ -463,4 +463,144 @@ TEST(ExpRunnerTest, TraceRoutingReplaysTheTraceInEveryRun) {
   }
   EXPECT_EQ(n_rows, 2);
   spill_exp_config_free(&cfg);
+}
+
+namespace {
+
+// The column "read p99 ms" of table.md for each data row ("-" when missing).
+std::vector<std::string> P99Column(const std::string &table) {
+  std::vector<std::string> out;
+  std::istringstream in(table);
+  std::string line;
+  int col = -1;
+  while (std::getline(in, line)) {
+    if (line.rfind("| ", 0) != 0) continue;
+    std::vector<std::string> cells;
+    size_t p = 1;
+    while (p < line.size()) {
+      size_t q = line.find('|', p);
+      if (q == std::string::npos) break;
+      std::string c = line.substr(p, q - p);
+      c.erase(0, c.find_first_not_of(' '));
+      c.erase(c.find_last_not_of(' ') + 1);
+      cells.push_back(c);
+      p = q + 1;
+    }
+    if (col < 0) {
+      for (size_t i = 0; i < cells.size(); i++)
+        if (cells[i] == "read p99 ms") col = (int)i;
+      continue;
+    }
+    if (col < (int)cells.size()) out.push_back(cells[col]);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Rows record that read p50/p99 cover the whole run; a report over rows that
+// do not say so (written by engines that reset the latency window on every
+// forward call) shows "-" with a note rather than the last call's value, and
+// every other column stays as it was.
+TEST(ExpRunnerTest, ReportShowsReadP99OnlyForRunWideRows) {
+  std::string root = TmpDir() + "/p99";
+  mkdir(root.c_str(), 0755);
+  std::string text = R"({"name": "p99", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "p99 test", "decode_tokens": 3},
+    "base": {"storage": "pagecache", "cache_slots": 4},
+    "arms": [{"name": "a"}], "repeats": 2, "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg = Parse(text);
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  spill_exp_config_free(&cfg);
+  std::string rows_file = std::string(dir) + "/runs.jsonl";
+  std::string rows = ReadAll(rows_file);
+  EXPECT_NE(rows.find("\"read_latency\":\"run\""), std::string::npos);
+  std::string table = ReadAll(std::string(dir) + "/table.md");
+  std::vector<std::string> p99 = P99Column(table);
+  ASSERT_EQ(p99.size(), 1u) << table;
+  EXPECT_NE(p99[0], "-") << table;  // cache_slots 4: the runs read from storage
+  // Strip the field: the same rows as an old engine wrote them.
+  std::string old;
+  for (size_t p = 0;;) {
+    size_t q = rows.find(",\"read_latency\":\"run\"", p);
+    old += rows.substr(p, q == std::string::npos ? std::string::npos : q - p);
+    if (q == std::string::npos) break;
+    p = q + strlen(",\"read_latency\":\"run\"");
+  }
+  ASSERT_EQ(old.find("read_latency"), std::string::npos);
+  {
+    std::ofstream f(rows_file, std::ios::trunc);
+    f << old;
+  }
+  spill_exp_report_result *res = new spill_exp_report_result;
+  ASSERT_EQ(spill_exp_report(dir, res, &e), 0) << e.msg;
+  delete res;
+  std::string table2 = ReadAll(std::string(dir) + "/table.md");
+  EXPECT_EQ(P99Column(table2), std::vector<std::string>{"-"}) << table2;
+  EXPECT_NE(table2.find("not the run's"), std::string::npos) << table2;
+  // every other cell unchanged
+  std::string a = table.substr(0, table.find(p99[0])), b = table2.substr(0, table2.find("| - |"));
+  EXPECT_EQ(a, b + "| ");
+}
+
+// Plots are drawn (gnuplot, installed by ./lab): a budget sweep with two arms
+// makes the cliff, A/B and timeline plots as PNG and SVG, each with data
+// behind it (one .dat line per budget and series, one per decoded token).
+TEST(ExpRunnerTest, PlotsAreDrawnWithTheirData) {
+  std::string root = TmpDir() + "/plots";
+  mkdir(root.c_str(), 0755);
+  std::string text = R"({"name": "plots", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "plot test", "decode_tokens": 6},
+    "base": {"storage": "pagecache"},
+    "sweep": {"budget": ["48M", "96M"]},
+    "arms": [{"name": "off", "set": {"lookahead": 0}},
+             {"name": "on", "set": {"lookahead": 4}, "exact": true}],
+    "repeats": 3,
+    "hypothesis": {"claim": "lookahead raises decode tok/s", "metric": "decode_tok_per_s",
+                   "direction": "increase", "min_effect": 0.05},
+    "outputs": {"tables": ["md"], "plots": ["cliff", "ab", "timeline"]}})";
+  spill_exp_config cfg = Parse(text);
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  spill_exp_config_free(&cfg);
+  std::string p = std::string(dir) + "/plots/";
+  for (const char *base : {"cliff", "ab", "timeline-off", "timeline-on"}) {
+    std::string png = ReadAll(p + base + ".png"), svg = ReadAll(p + base + ".svg");
+    ASSERT_GT(png.size(), 8u) << base;
+    EXPECT_EQ(png.substr(1, 3), "PNG") << base;
+    EXPECT_GT(png.size(), 10000u) << base << ": a PNG this small has no plot in it";
+    EXPECT_NE(svg.find("<svg"), std::string::npos) << base;
+    // drawn data: gnuplot's SVG paths for lines and boxes
+    size_t paths = 0;
+    for (size_t k = svg.find("<path"); k != std::string::npos; k = svg.find("<path", k + 1)) paths++;
+    EXPECT_GT(paths, 10u) << base;
+  }
+  // cliff.dat: per series ("# off", "# on") one line per budget
+  std::string cliff = ReadAll(p + "cliff.dat");
+  int data_lines = 0;
+  std::istringstream in(cliff);
+  std::string line;
+  while (std::getline(in, line)) data_lines += !line.empty() && line[0] != '#';
+  EXPECT_EQ(data_lines, 2 * 2) << cliff;
+  // ab.dat: one line per (budget, arm) at least
+  std::string ab = ReadAll(p + "ab.dat");
+  int ab_lines = 0;
+  std::istringstream ain(ab);
+  while (std::getline(ain, line)) ab_lines += !line.empty() && line[0] != '#';
+  EXPECT_GE(ab_lines, 2) << ab;
+  // timeline: one line per decoded token
+  EXPECT_EQ(CountRows(p + "timeline-off.dat"), 6);
 }

@@ -393,6 +393,18 @@ void spill_io_latency_reset(spill_io *io) {
   hist_reset(&io->h_service);
 }
 
+void spill_io_get_run_latency(const spill_io *io, spill_io_latency_pct *out) {
+  if (out == NULL) return;
+  memset(out, 0, sizeof *out);
+  if (io == NULL) return;
+  hist_read(&io->h_run, out);
+}
+
+void spill_io_run_latency_reset(spill_io *io) {
+  if (io == NULL) return;
+  hist_reset(&io->h_run);
+}
+
 /* ---- completion bookkeeping ---- */
 
 void spill_io__mark_done(spill_io *io, spill_io_req *r, uint64_t now) {
@@ -436,6 +448,7 @@ void spill_io__deliver_locked(spill_io *io, int slot, uint64_t now) {
   }
   hist_record(&io->h_latency, c->latency_ns);
   hist_record(&io->h_service, c->service_ns);
+  hist_record(&io->h_run, c->latency_ns);
 
   io->free_stack[io->free_top++] = slot;
   io->in_device--;

@@ -214,6 +214,11 @@ void spill_io_get_latency(const spill_io *io, spill_io_latency_stats *out);
 /* Starts a new latency window (e.g. per token). Thread-safe; samples that
  * race with the reset may land in either window. */
 void spill_io_latency_reset(spill_io *io);
+/* A second, independent latency window over the same samples (submit ->
+ * completion), e.g. a whole generate run while the first window is reset per
+ * forward call. spill_io_latency_reset does not touch it. */
+void spill_io_get_run_latency(const spill_io *io, spill_io_latency_pct *out);
+void spill_io_run_latency_reset(spill_io *io);
 
 /* Drops the file's clean pages from the page cache
  * (posix_fadvise(POSIX_FADV_DONTNEED)), for cold-cache runs; in mmap mode

@@ -98,6 +98,7 @@ struct spill_io {
       st_short_retries, st_eintr_retries, st_throttle_wait_ns;
 
   spill_io_hist h_latency, h_service;
+  spill_io_hist h_run; /* latency over the run window (reset separately) */
 };
 
 /* ---- reader.c ---- */

@@ -756,6 +756,15 @@ void spill_stream_read_latency(spill_stream *s, uint64_t *p50_ns, uint64_t *p99_
 
 void spill_stream_latency_reset(spill_stream *s) { spill_io_latency_reset(s->io); }
 
+void spill_stream_run_latency(spill_stream *s, uint64_t *p50_ns, uint64_t *p99_ns) {
+  spill_io_latency_pct p;
+  spill_io_get_run_latency(s->io, &p);
+  *p50_ns = p.p50_ns;
+  *p99_ns = p.p99_ns;
+}
+
+void spill_stream_run_latency_reset(spill_stream *s) { spill_io_run_latency_reset(s->io); }
+
 int spill_stream_last_hits(const spill_stream *s, uint8_t *hits, int max) {
   int n = s->n_last_hits < max ? s->n_last_hits : max;
   if (n > 0) memcpy(hits, s->last_hits, (size_t)n);

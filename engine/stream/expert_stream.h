@@ -87,6 +87,10 @@ void spill_stream_reset_counters(spill_stream *s);
 /* Per-read latency (submit -> completion) since the last reset, in ns. */
 void spill_stream_read_latency(spill_stream *s, uint64_t *p50_ns, uint64_t *p99_ns);
 void spill_stream_latency_reset(spill_stream *s);
+/* The same over the run window (every read since spill_stream_run_latency_reset;
+ * spill_stream_latency_reset leaves it alone). */
+void spill_stream_run_latency(spill_stream *s, uint64_t *p50_ns, uint64_t *p99_ns);
+void spill_stream_run_latency_reset(spill_stream *s);
 /* Hit (1) / miss (0) of each id of the last demand request, in request
  * order; returns the count (<= max). */
 int spill_stream_last_hits(const spill_stream *s, uint8_t *hits, int max);
