@@ -2,12 +2,15 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli/cli_util.h"
 
+#include <stdarg.h>
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/commands.h"
 #include "engine/spill.h"
 
 static uint64_t now_ns(void) {
@@ -50,9 +53,26 @@ void cli_progress_cb(void *vp, uint64_t done, uint64_t total) {
   fflush(stderr);
 }
 
+int cli_usage_error(const char *fmt, ...) {
+  const cli_command *c = cli_current();
+  if (fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "spill%s%s: ", c ? " " : "", c ? c->name : "");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+  }
+  if (c) {
+    fputs(c->usage, stderr);
+    if (c->knobs) fprintf(stderr, "(the knobs: spill %s --help)\n", c->name);
+  }
+  return 2;
+}
+
 const char *cli_value(int argc, char **argv, int *i) {
   if (*i + 1 >= argc) {
-    fprintf(stderr, "spill: %s needs a value\n", argv[*i]);
+    cli_usage_error("%s needs a value", argv[*i]);
     return NULL;
   }
   return argv[++*i];
@@ -62,7 +82,7 @@ int cli_int(const char *flag, const char *v, long lo, long hi, long *out) {
   char *end = NULL;
   long x = strtol(v, &end, 10);
   if (!*v || *end || x < lo || x > hi) {
-    fprintf(stderr, "spill: %s: '%s' is not an integer in [%ld, %ld]\n", flag, v, lo, hi);
+    cli_usage_error("%s: '%s' is not an integer in [%ld, %ld]", flag, v, lo, hi);
     return -1;
   }
   *out = x;
@@ -72,7 +92,7 @@ int cli_int(const char *flag, const char *v, long lo, long hi, long *out) {
 int cli_size(const char *flag, const char *v, uint64_t *out) {
   uint64_t b = spill_parse_size(v);
   if (!b) {
-    fprintf(stderr, "spill: %s: '%s' is not a size (e.g. 8G, 512M, 1.5GiB)\n", flag, v);
+    cli_usage_error("%s: '%s' is not a size (e.g. 8G, 512M, 1.5GiB)", flag, v);
     return -1;
   }
   *out = b;
@@ -92,17 +112,6 @@ int cli_fail(const char *cmd, int code, const char *msg) {
   return 1;
 }
 
-int cli_float(const char *flag, const char *v, double lo, double hi, double *out) {
-  char *end = NULL;
-  double x = strtod(v, &end);
-  if (!*v || *end || !isfinite(x) || x < lo || x > hi) {
-    fprintf(stderr, "spill: %s: '%s' is not a number in [%g, %g]\n", flag, v, lo, hi);
-    return -1;
-  }
-  *out = x;
-  return 0;
-}
-
 /* argv[*i] ("--io-threads") as a table row of one of `targets`, or NULL. */
 static const spill_knob *knob_of_flag(const char *a, unsigned targets) {
   if (strncmp(a, "--", 2) != 0) return NULL;
@@ -116,7 +125,7 @@ static const spill_knob *knob_of_flag(const char *a, unsigned targets) {
   return k && (targets & (1u << k->target)) ? k : NULL;
 }
 
-int cli_knob_flag(const char *cmd, int argc, char **argv, int *i, unsigned targets,
+int cli_knob_flag(int argc, char **argv, int *i, unsigned targets,
                   spill_config *cfg, spill_sampling *s) {
   const spill_knob *k = knob_of_flag(argv[*i], targets);
   if (!k) return 0;
@@ -124,7 +133,7 @@ int cli_knob_flag(const char *cmd, int argc, char **argv, int *i, unsigned targe
   if (k->type == SPILL_KNOB_BOOL) {
     v = *i + 1 < argc && spill_knob_is_bool_word(argv[*i + 1]) ? argv[++*i] : "true";
   } else if (*i + 1 >= argc) {
-    fprintf(stderr, "spill %s: %s needs a value\n", cmd, argv[*i]);
+    cli_usage_error("%s needs a value", argv[*i]);
     return -1;
   } else {
     v = argv[++*i];
@@ -133,7 +142,7 @@ int cli_knob_flag(const char *cmd, int argc, char **argv, int *i, unsigned targe
   int rc = k->target == SPILL_KNOB_CONFIG ? spill_config_set(cfg, k->name, v, &e)
                                           : spill_sampling_set(s, k->name, v, &e);
   if (rc) {
-    fprintf(stderr, "spill %s: %s (%s)\n", cmd, e.msg, spill_status_name(rc));
+    cli_usage_error("%s (%s)", e.msg, spill_status_name(rc));
     return -1;
   }
   return 1;
@@ -159,4 +168,58 @@ void cli_knob_help(FILE *f, unsigned targets) {
     else spill_sampling_get(&ds, k->name, def, sizeof def, NULL);
     fprintf(f, "  %-34s %s%s%s%s\n", head, k->help, def[0] ? " [" : "", def, def[0] ? "]" : "");
   }
+}
+
+void cli_enter_workspace(void) {
+  const char *wd = getenv("BUILD_WORKING_DIRECTORY");
+  if (wd && chdir(wd) != 0) fprintf(stderr, "spill: cannot enter %s\n", wd);
+}
+
+int cli_open_engine(const char *cmd, const char *model, const spill_config *cfg,
+                    spill_engine **eng) {
+  spill_err e = {0};
+  int rc = spill_engine_open(model, cfg, eng, &e);
+  if (rc) {
+    cli_fail(cmd, rc, e.msg);
+    return -1;
+  }
+  const char *w = spill_engine_warnings(*eng);
+  if (w && *w) fprintf(stderr, "spill %s: warning: %s", cmd, w);
+  return 0;
+}
+
+void cli_print_run_summary(spill_engine *eng, const spill_run_stats *st) {
+  const spill_config *c = spill_engine_config(eng);
+  uint64_t acc = st->demand_hits + st->demand_misses;
+  char b[32];
+  fprintf(stderr,
+          "spill: %d prompt + %d generated tokens, prefill %.2fs, decode %.2fs, %.3f tok/s | "
+          "hits %llu misses %llu (hit rate %.1f%%) | read %s in %llu reads | storage %s, "
+          "io %s, policy %s, lookahead %d\n",
+          st->tokens_prefill, st->tokens_decode, st->prefill_s, st->decode_s,
+          st->decode_tok_per_s, (unsigned long long)st->demand_hits,
+          (unsigned long long)st->demand_misses, acc ? 100.0 * st->demand_hits / acc : 0.0,
+          cli_bytes(st->bytes_read, b, sizeof b), (unsigned long long)st->reads,
+          spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
+          c->lookahead);
+  if (c->routing_trace)
+    fprintf(stderr, "spill: FORCED routing: expert ids replayed from %s (--routing-trace)\n",
+            c->routing_trace);
+  if (c->io_throttle)
+    fprintf(stderr, "spill: EMULATED device: expert reads throttled to %.2f GB/s (--io-throttle)\n",
+            c->io_throttle / 1e9);
+  if (c->lookahead > 0 && st->lookahead_predicted > 0) {
+    fprintf(stderr, "spill: lookahead precision %.1f%% (%llu predicted); by rank:",
+            100.0 * st->lookahead_correct / st->lookahead_predicted,
+            (unsigned long long)st->lookahead_predicted);
+    for (int r = 0; r < c->lookahead && r < SPILL_LA_RANKS; r++)
+      if (st->lookahead_rank_made[r])
+        fprintf(stderr, " %.0f%%", 100.0 * st->lookahead_rank_correct[r] / st->lookahead_rank_made[r]);
+    fprintf(stderr, "\n");
+  }
+  if (st->tokens_decode > 0 && st->major_faults > (uint64_t)st->tokens_decode)
+    fprintf(stderr,
+            "spill: WARNING: %llu major page faults during %d tokens: the machine is paging "
+            "(cache hits are page faults); the hit rate above does not tell the cost\n",
+            (unsigned long long)st->major_faults, st->tokens_decode + st->tokens_prefill);
 }

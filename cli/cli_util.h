@@ -18,8 +18,14 @@ typedef struct cli_progress {
 void cli_progress_init(cli_progress *p, const char *label);
 void cli_progress_cb(void *p, uint64_t done, uint64_t total);
 
+/* A usage error of the running command (cli_current): prints "spill CMD:
+ * MESSAGE" (fmt may be NULL: no message) and the command's usage to stderr;
+ * returns 2, the exit code of usage errors. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Argument scanning: argv[*i] is a flag; returns its value (next argv) or
- * prints an error and returns NULL. */
+ * reports a usage error and returns NULL. cli_int/cli_size/cli_float report
+ * a bad value as a usage error and return -1. */
 const char *cli_value(int argc, char **argv, int *i);
 int cli_int(const char *flag, const char *v, long lo, long hi, long *out);
 int cli_size(const char *flag, const char *v, uint64_t *out);
@@ -30,22 +36,34 @@ int cli_size(const char *flag, const char *v, uint64_t *out);
  * argument; a BOOL knob alone means true and takes the next argument only if
  * it is a boolean word (--overlap false). cfg / s may be NULL when their bit
  * is not set. Returns 1 if consumed (set), 0 if argv[*i] is no knob flag, -1
- * on a bad or missing value (printed as "spill CMD: ..."). */
+ * on a bad or missing value (reported as a usage error). */
 #define CLI_KNOBS_CONFIG (1 << 0)
 #define CLI_KNOBS_SAMPLING (1 << 1)
 struct spill_config;
 struct spill_sampling;
-int cli_knob_flag(const char *cmd, int argc, char **argv, int *i, unsigned targets,
+int cli_knob_flag(int argc, char **argv, int *i, unsigned targets,
                   struct spill_config *cfg, struct spill_sampling *s);
 /* The help lines of those knobs ("  --budget SIZE  RAM budget ..."). */
 void cli_knob_help(FILE *f, unsigned targets);
 
-/* A float flag value in [lo, hi] (finite); prints the error and returns -1 otherwise. */
-int cli_float(const char *flag, const char *v, double lo, double hi, double *out);
 
 /* "1.23 GiB" style into buf. */
 const char *cli_bytes(uint64_t b, char *buf, size_t n);
 
+/* "spill CMD: MSG (SPILL_E_...)" on stderr; returns 1. */
 int cli_fail(const char *cmd, int code, const char *msg);
+
+/* `bazel run` starts us in the runfiles tree; work where the user was. */
+void cli_enter_workspace(void);
+
+/* spill_engine_open with errors and warnings printed; 0 or -1. On success
+ * *eng is the caller's (spill_engine_close). */
+struct spill_engine;
+int cli_open_engine(const char *cmd, const char *model, const struct spill_config *cfg,
+                    struct spill_engine **eng);
+/* The closing summary of a run on stderr: tokens, times, hits, bytes, mode;
+ * forced routing, emulated device, lookahead precision and paging warnings. */
+struct spill_run_stats;
+void cli_print_run_summary(struct spill_engine *eng, const struct spill_run_stats *st);
 
 #endif

@@ -1,7 +1,7 @@
-/* cli/cmd_exp.c: the research-harness commands: `spill exp` (run an
- * experiment config), `spill report` (regenerate tables and plots from a
- * results directory), `spill compare` (two results directories) and
- * `spill refuted list`. Thin: the work is in harness/ (docs/EXPERIMENTS.md). */
+/* cli/cmd_exp.c: `spill exp`: runs (or validates, or dry-runs) an
+ * experiment config with progress on stderr, then prints the table, the
+ * plots and the verdict. Thin: the work is in harness/ (docs/EXPERIMENTS.md);
+ * `report`, `compare` and `refuted list` are in their own files. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <signal.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "harness/exp_config.h"
 #include "harness/exp_report.h"
@@ -23,11 +24,15 @@ static void on_sigint(int sig) {
   g_stop = 1;
 }
 
-/* `bazel run` starts us in the runfiles tree; work where the user was. */
-static void enter_workspace(void) {
-  const char *wd = getenv("BUILD_WORKING_DIRECTORY");
-  if (wd && chdir(wd) != 0) fprintf(stderr, "spill: cannot enter %s\n", wd);
-}
+const char cmd_exp_usage[] =
+    "usage: spill exp CONFIG.json [--dry-run] [--validate] [--resume [RESULTS_DIR]]\n"
+    "                 [--results DIR] [--publish] [--refuted DIR | --no-refuted]\n"
+    "Runs an experiment (schema: docs/EXPERIMENTS.md); results go to\n"
+    "results/<name>/<UTC time>-<commit>/. --resume continues the latest (or the given)\n"
+    "results directory of the same config, skipping finished runs. A refuted hypothesis\n"
+    "is logged in the results directory's refuted/; with --publish (refused unless\n"
+    "git has no uncommitted changes to tracked files) in the repository's refuted/\n"
+    "(or --refuted DIR).\n";
 
 static void on_progress(void *user, const spill_exp_progress *p) {
   (void)user;
@@ -49,7 +54,7 @@ static void on_progress(void *user, const spill_exp_progress *p) {
 }
 
 int cmd_exp(int argc, char **argv) {
-  enter_workspace();
+  cli_enter_workspace();
   const char *config = NULL, *resume_dir = NULL, *results = "results", *refuted = NULL;
   int resume = 0, dry = 0, validate = 0, publish = 0, no_refuted = 0;
   for (int i = 1; i < argc; i++) {
@@ -59,31 +64,18 @@ int cmd_exp(int argc, char **argv) {
       if (i + 1 < argc && argv[i + 1][0] != '-' && config) resume_dir = argv[++i];
     } else if (!strcmp(a, "--dry-run")) dry = 1;
     else if (!strcmp(a, "--validate")) validate = 1;
-    else if (!strcmp(a, "--results") && i + 1 < argc) results = argv[++i];
-    else if (!strcmp(a, "--no-refuted")) no_refuted = 1;
+    else if (!strcmp(a, "--results")) {
+      if (!(results = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--no-refuted")) no_refuted = 1;
     else if (!strcmp(a, "--publish")) publish = 1;
-    else if (!strcmp(a, "--refuted") && i + 1 < argc) refuted = argv[++i];
-    else if (a[0] == '-') {
-      fprintf(stderr, "spill exp: unknown option %s\n", a);
-      return 2;
+    else if (!strcmp(a, "--refuted")) {
+      if (!(refuted = cli_value(argc, argv, &i))) return 2;
+    } else if (a[0] == '-') {
+      return cli_usage_error("unknown option %s", a);
     } else if (!config) config = a;
-    else {
-      fprintf(stderr, "spill exp: unexpected argument %s\n", a);
-      return 2;
-    }
+    else return cli_usage_error("unexpected argument %s", a);
   }
-  if (!config) {
-    fprintf(stderr,
-            "usage: spill exp CONFIG.json [--dry-run] [--validate] [--resume [RESULTS_DIR]]\n"
-            "                 [--results DIR] [--publish] [--refuted DIR | --no-refuted]\n"
-            "Runs an experiment (schema: docs/EXPERIMENTS.md); results go to\n"
-            "results/<name>/<UTC time>-<commit>/. --resume continues the latest (or the given)\n"
-            "results directory of the same config, skipping finished runs. A refuted hypothesis\n"
-            "is logged in the results directory's refuted/; with --publish (refused unless\n"
-            "git has no uncommitted changes to tracked files) in the repository's refuted/\n"
-            "(or --refuted DIR).\n");
-    return 2;
-  }
+  if (!config) return cli_usage_error("no config");
   spill_exp_config cfg;
   spill_err e = {0};
   int rc = spill_exp_config_load(config, &cfg, &e);
@@ -174,98 +166,5 @@ int cmd_exp(int argc, char **argv) {
     fprintf(stderr, "spill exp: %s (%s)\n", e.msg, spill_status_name(rc));
     return 1;
   }
-  return 0;
-}
-
-int cmd_report(int argc, char **argv) {
-  enter_workspace();
-  if (argc != 2 || argv[1][0] == '-') {
-    fprintf(stderr, "usage: spill report RESULTS_DIR\n"
-                    "Regenerates summary.json, table.md, table.csv and plots from runs.jsonl.\n");
-    return 2;
-  }
-  spill_exp_report_result *res = calloc(1, sizeof *res);
-  spill_err e = {0};
-  int rc = res ? spill_exp_report(argv[1], res, &e) : SPILL_E_NOMEM;
-  if (rc < 0) {
-    fprintf(stderr, "spill report: %s\n", e.msg);
-    free(res);
-    return 1;
-  }
-  printf("%s\n", res->table_md);
-  if (res->has_hypothesis)
-    printf("hypothesis: %s\nverdict: %s\n%s\n", res->claim, spill_verdict_name(res->verdict),
-           res->result_text);
-  if (res->plots[0]) printf("plots: %s\n", res->plots);
-  free(res);
-  return 0;
-}
-
-int cmd_compare(int argc, char **argv) {
-  enter_workspace();
-  if (argc != 3) {
-    fprintf(stderr, "usage: spill compare RESULTS_DIR_A RESULTS_DIR_B\n");
-    return 2;
-  }
-  char *md = NULL;
-  spill_err e = {0};
-  if (spill_exp_compare(argv[1], argv[2], &md, &e) < 0) {
-    fprintf(stderr, "spill compare: %s\n", e.msg);
-    return 1;
-  }
-  printf("%s", md);
-  free(md);
-  return 0;
-}
-
-int cmd_refuted(int argc, char **argv) {
-  enter_workspace();
-  int json = 0;
-  const char *dir = "refuted";
-  if (argc < 2 || strcmp(argv[1], "list")) {
-    fprintf(stderr, "usage: spill refuted list [--json] [--dir DIR]\n");
-    return 2;
-  }
-  for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = 1;
-    else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
-    else {
-      fprintf(stderr, "spill refuted list: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
-  spill_refuted_entry *v;
-  int n;
-  spill_err e = {0};
-  if (spill_refuted_list(dir, &v, &n, &e) < 0 || spill_refuted_index(dir, &e) < 0) {
-    fprintf(stderr, "spill refuted: %s\n", e.msg);
-    return 1;
-  }
-  if (json) {
-    printf("[");
-    for (int i = 0; i < n; i++) {
-      /* field values come from our own entries; escape quotes and backslashes */
-      printf("%s\n  {", i ? "," : "");
-      const char *k[] = {"id", "file", "date", "hypothesis", "metric", "result", "verdict", "results"};
-      const char *val[] = {v[i].id, v[i].file, v[i].date, v[i].hypothesis, v[i].metric,
-                           v[i].result, v[i].verdict, v[i].results};
-      for (int j = 0; j < 8; j++) {
-        printf("%s\"%s\": \"", j ? ", " : "", k[j]);
-        for (const char *c = val[j]; *c; c++) {
-          if (*c == '"' || *c == '\\') putchar('\\');
-          putchar(*c);
-        }
-        putchar('"');
-      }
-      printf("}");
-    }
-    printf("%s]\n", n ? "\n" : "");
-  } else {
-    if (!n) printf("no refuted hypotheses yet (%s/)\n", dir);
-    for (int i = 0; i < n; i++)
-      printf("%s  %s  %s\n      %s\n      %s\n", v[i].id, v[i].date, v[i].hypothesis, v[i].result,
-             v[i].results);
-  }
-  free(v);
   return 0;
 }

@@ -10,6 +10,12 @@
 #include "engine/spill.h"
 
 /* Accepted values; md escapes '|' for a Markdown table cell. */
+const char cmd_knobs_usage[] =
+    "usage: spill knobs [--markdown]\n"
+    "Lists the engine's knob table: key (experiment configs), flag, values, default,\n"
+    "live (changes on an open engine) or fixed at open, meaning. --markdown prints\n"
+    "README.md's table.\n";
+
 static void values_of(const spill_knob *k, int md, char *buf, size_t n) {
   if (k->type == SPILL_KNOB_BOOL) snprintf(buf, n, md ? "true\\|false" : "true|false");
   else if (k->type == SPILL_KNOB_CHOICE) {
@@ -47,10 +53,8 @@ int cmd_knobs(int argc, char **argv) {
   int md = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--markdown")) md = 1;
-    else {
-      fprintf(stderr, "spill knobs: unknown option %s\nusage: spill knobs [--markdown]\n", argv[i]);
-      return 2;
-    }
+    else if (argv[i][0] == '-') return cli_usage_error("unknown option %s", argv[i]);
+    else return cli_usage_error("unexpected argument %s", argv[i]);
   }
   printf(md ? "| key | flag | values | default | on an open engine | meaning |\n"
               "|---|---|---|---|---|---|\n"

@@ -1,4 +1,7 @@
-/* cli/cmd_plan.c: `spill plan`: the RAM budget, term by term. */
+/* cli/cmd_plan.c: `spill plan`: the RAM budget, term by term, for a model
+ * container or a published shape (spill_plan_model / spill_plan_shape,
+ * docs/PLAN.md). --budget, --ctx, --threads and --usable-ram are the engine
+ * knobs of the same names (parsed by the knob table). */
 #include <stdio.h>
 #include <string.h>
 
@@ -6,40 +9,58 @@
 #include "cli/commands.h"
 #include "engine/spill.h"
 
+const char cmd_plan_usage[] =
+    "usage: spill plan [--json] [--budget SIZE] [--ctx N] [--threads N] [--usable-ram SIZE] MODEL\n"
+    "       spill plan --shape k3 [same options]   (published shape, no container)\n"
+    "--usable-ram: the machine's usable RAM for the default rule (default: this machine;\n"
+    "--ram is an alias, kept for published commands)\n";
+
+/* argv[*i] is one of plan's knob flags: sets that knob of cfg from the next
+ * argument (the knob table's parser). 1 consumed, 0 not plan's, -1 error. */
+static int plan_knob(int argc, char **argv, int *i, spill_config *cfg) {
+  static const char *const flags[][2] = {
+      {"--budget", "budget"}, {"--ctx", "ctx"}, {"--threads", "threads"},
+      {"--usable-ram", "usable_ram"}, {"--ram", "usable_ram"}};
+  for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+    if (strcmp(argv[*i], flags[f][0]) != 0) continue;
+    const char *v = cli_value(argc, argv, i);
+    if (!v) return -1;
+    spill_err e = {0};
+    if (spill_config_set(cfg, flags[f][1], v, &e)) {
+      cli_usage_error("%s (%s)", e.msg, spill_status_name(e.code));
+      return -1;
+    }
+    return 1;
+  }
+  return 0;
+}
+
 static void row(const char *name, uint64_t b, const char *note) {
   printf("%-22s %14llu B  %10.3f GiB  %s\n", name, (unsigned long long)b, b / 1073741824.0, note);
 }
 
 int cmd_plan(int argc, char **argv) {
   int json = 0;
-  long ctx = 4096, threads = 2;
-  uint64_t budget = 0, ram = 0;
-  const char *model = NULL, *shape = NULL, *v;
+  spill_config cfg;
+  spill_config_default(&cfg);
+  const char *model = NULL, *shape = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    int k = plan_knob(argc, argv, &i, &cfg);
+    if (k < 0) return 2;
+    if (k) continue;
     if (!strcmp(a, "--json")) json = 1;
-    else if (!strcmp(a, "--ctx")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1L << 24, &ctx)) return 2;
-    } else if (!strcmp(a, "--threads")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 256, &threads)) return 2;
-    } else if (!strcmp(a, "--budget")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_size(a, v, &budget)) return 2;
-    } else if (!strcmp(a, "--ram")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_size(a, v, &ram)) return 2;
-    } else if (!strcmp(a, "--shape")) {
+    else if (!strcmp(a, "--shape")) {
       if (!(shape = cli_value(argc, argv, &i))) return 2;
     } else if (a[0] == '-') {
-      fprintf(stderr, "spill plan: unknown option %s\n", a);
-      return 2;
+      return cli_usage_error("unknown option %s", a);
+    } else if (model) {
+      return cli_usage_error("unexpected argument %s", a);
     } else model = a;
   }
-  if (!!model == !!shape) {
-    fprintf(stderr,
-            "usage: spill plan [--json] [--budget SIZE] [--ctx N] [--threads N] [--ram SIZE] "
-            "MODEL\n       spill plan --shape k3 [...]   (published shape, no container)\n"
-            "--ram sets the machine's usable RAM for the default rule (default: this machine)\n");
-    return 2;
-  }
+  if (!model == !shape) return cli_usage_error(model ? "MODEL or --shape, not both" : "no model");
+  const long ctx = cfg.ctx, threads = cfg.threads;
+  const uint64_t budget = cfg.budget_bytes, ram = cfg.usable_ram;
   spill_plan p;
   memset(&p, 0, sizeof p);
   spill_err e = {0};

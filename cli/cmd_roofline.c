@@ -1,4 +1,4 @@
-/* cli/cmd_roofline.c: `spill bench --roofline [--json] [--fio] MODEL [knobs]`.
+/* cli/cmd_roofline.c: `spill roofline [--json] [--fio] MODEL [knobs]`.
  *
  * Prints spill_roofline_measure (engine/spill.h): the device's random-read
  * bandwidth at the record size (our own O_DIRECT probe), memory bandwidth,
@@ -8,8 +8,7 @@
  * achieved decode tok/s as a fraction of it. --fio also runs Debian's fio
  * once with the same record size, threads (psync, one read in flight each),
  * O_DIRECT and duration on one bank file of the model and prints the
- * agreement of the two probes. Engine knobs are --kebab-case spill_config
- * keys, as in `spill bench`.
+ * agreement of the two probes. Engine knobs are flags as in `spill bench`.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _GNU_SOURCE
@@ -19,9 +18,12 @@
 #include <unistd.h>
 
 #include "cli/cli_util.h"
+#include "cli/commands.h"
 #include "engine/spill.h"
 
-int cmd_roofline(int argc, char **argv);
+const char cmd_roofline_usage[] =
+    "usage: spill roofline [--json] [--fio] [-n N] [--repeats R] [--prompt TEXT]\n"
+    "                      [--probe-threads N] [--probe-seconds S] MODEL [engine knobs]\n";
 
 /* fio randread on `file`; returns bytes/s or a negative value. */
 /* fio's randread bandwidth (bytes/s) on FILE, or -1 with the reason in why. */
@@ -121,7 +123,6 @@ int cmd_roofline(int argc, char **argv) {
   const char *model = NULL, *s;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--roofline")) continue;
     if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--fio")) fio = 1;
     else if (!strcmp(a, "-n")) {
@@ -132,10 +133,7 @@ int cmd_roofline(int argc, char **argv) {
       o.repeats = (int)v;
     } else if (!strcmp(a, "--prompt")) {
       if (!(s = cli_value(argc, argv, &i))) return 2;
-      if (!s[0]) {
-        fprintf(stderr, "spill bench: --prompt: empty prompt\n");
-        return 2;
-      }
+      if (!s[0]) return cli_usage_error("--prompt: empty prompt");
       o.prompt = s;
     } else if (!strcmp(a, "--probe-threads")) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 64, &v)) return 2;
@@ -144,26 +142,19 @@ int cmd_roofline(int argc, char **argv) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 600, &v)) return 2;
       o.probe_seconds = (double)v;
     } else {
-      int k = cli_knob_flag("bench", argc, argv, &i, CLI_KNOBS_CONFIG, &cfg, NULL);
+      int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG, &cfg, NULL);
       if (k < 0) return 2;
       if (k) continue;
-      if (a[0] == '-') {
-        fprintf(stderr, "spill bench: unknown option %s\n", a);
-        return 2;
-      }
+      if (a[0] == '-') return cli_usage_error("unknown option %s", a);
+      if (model) return cli_usage_error("unexpected argument %s", a);
       model = a;
     }
   }
-  if (!model) {
-    fprintf(stderr,
-            "usage: spill bench --roofline [--json] [--fio] [-n N] [--repeats R] [--prompt TEXT]\n"
-            "       [--probe-threads N] [--probe-seconds S] MODEL [engine knobs as in spill bench]\n");
-    return 2;
-  }
+  if (!model) return cli_usage_error("no model");
   spill_roofline r;
   spill_err e = {0};
   int rc = spill_roofline_measure(model, &cfg, &o, &r, &e);
-  if (rc) return cli_fail("bench --roofline", rc, e.msg);
+  if (rc) return cli_fail("roofline", rc, e.msg);
   double fio_bw = -1;
   if (fio) {
     char bank[4096];
@@ -171,7 +162,7 @@ int cmd_roofline(int argc, char **argv) {
     if (first_bank(model, bank, sizeof bank) == 0)
       fio_bw = run_fio(bank, r.record_bytes, r.probe_threads,
                        o.probe_seconds > 0 ? o.probe_seconds : 3, why, sizeof why);
-    if (fio_bw < 0) fprintf(stderr, "spill bench: warning: no fio comparison: %s\n", why);
+    if (fio_bw < 0) fprintf(stderr, "spill roofline: warning: no fio comparison: %s\n", why);
   }
   const int disk_inf = r.bound_disk_tok_s > 1e200;
   if (json) {

@@ -17,12 +17,9 @@
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
 
-static int usage(void) {
-  fprintf(stderr,
-          "usage: spill sim [--json] CONFIG\n"
-          "simulates decode per RAM budget (docs/SIM.md): hit rate, bytes read, tok/s\n");
-  return 2;
-}
+const char cmd_sim_usage[] =
+    "usage: spill sim [--json] CONFIG\n"
+    "simulates decode per RAM budget (docs/SIM.md): hit rate, bytes read, tok/s\n";
 
 static void json_result(const spill_sim_result *r, int last) {
   printf("  {\"budget\": %llu, \"slots\": %u, \"over_bytes\": %llu, \"oom\": %s, \"tokens\": %u, "
@@ -48,11 +45,11 @@ int cmd_sim(int argc, char **argv) {
   const char *file = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
-    else if (argv[i][0] == '-' && argv[i][1]) return usage();
-    else if (file) return usage();
+    else if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error("unknown option %s", argv[i]);
+    else if (file) return cli_usage_error("unexpected argument %s", argv[i]);
     else file = argv[i];
   }
-  if (!file) return usage();
+  if (!file) return cli_usage_error("no config");
   spill_sim_config c;
   spill_err e = {0};
   int rc = spill_sim_config_load(file, &c, &e);

@@ -16,20 +16,17 @@
 
 #define MAX_LIST 64
 
-static int usage(void) {
-  fprintf(stderr,
-          "usage: spill trace stats [--json] [--experts N] [--tokens A:B] FILE\n"
-          "       spill trace replay [--json] --policy P[,P...]|all\n"
-          "                          (--slots N[,N...] | --curve MIN:MAX:STEP [--plot OUT])\n"
-          "                          [--seed S] [--experts N] [--tokens A:B] FILE\n"
-          "policies: ");
-  for (size_t i = 0; spill_trace_policy_name_at(i); i++)
-    fprintf(stderr, "%s%s", i ? ", " : "", spill_trace_policy_name_at(i));
-  fprintf(stderr,
-          "\n--tokens A:B replays/analyses tokens [A, B) only (0-based, B empty = to the end)\n"
-          "--plot OUT writes OUT.tsv, OUT.png and OUT.svg (miss ratio vs slots)\n");
-  return 2;
-}
+const char cmd_trace_stats_usage[] =
+    "usage: spill trace stats [--json] [--experts N] [--tokens A:B] FILE\n"
+    "--tokens A:B analyses tokens [A, B) only (0-based, B empty = to the end)\n";
+
+const char cmd_trace_replay_usage[] =
+    "usage: spill trace replay [--json] --policy P[,P...]|all\n"
+    "                          (--slots N[,N...] | --curve MIN:MAX:STEP [--plot OUT])\n"
+    "                          [--seed S] [--experts N] [--tokens A:B] FILE\n"
+    "policies: the engine's cache policies (spill knobs) and belady; all = every one\n"
+    "--tokens A:B replays tokens [A, B) only (0-based, B empty = to the end)\n"
+    "--plot OUT writes OUT.tsv, OUT.png and OUT.svg (miss ratio vs slots)\n";
 
 /* "A:B" or "A:" -> [a, b) with b = 0 meaning the end. */
 static int parse_window(const char *v, uint32_t *a, uint32_t *b) {
@@ -57,7 +54,7 @@ static int read_trace(const char *file, long experts, spill_trace *t) {
   return 0;
 }
 
-static int cmd_stats(int argc, char **argv) {
+int cmd_trace_stats(int argc, char **argv) {
   int json = 0;
   long experts = 0;
   uint32_t a = 0, b = 0;
@@ -69,17 +66,13 @@ static int cmd_stats(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1L << 20, &experts)) return 2;
     } else if (!strcmp(s, "--tokens")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
-      if (parse_window(v, &a, &b)) {
-        fprintf(stderr, "spill trace: --tokens: expected A:B with A < B\n");
-        return 2;
-      }
+      if (parse_window(v, &a, &b)) return cli_usage_error("--tokens: expected A:B with A < B");
     } else if (s[0] == '-') {
-      fprintf(stderr, "spill trace stats: unknown option %s\n", s);
-      return 2;
-    } else if (file) return usage();
+      return cli_usage_error("unknown option %s", s);
+    } else if (file) return cli_usage_error("unexpected argument %s", s);
     else file = s;
   }
-  if (!file) return usage();
+  if (!file) return cli_usage_error("no trace file");
   spill_trace t;
   if (read_trace(file, experts, &t)) return 1;
   spill_trace_stats st;
@@ -198,7 +191,7 @@ static int plot(const char *out, char **pols, int np, const uint32_t *slots, int
   return 0;
 }
 
-static int cmd_replay(int argc, char **argv) {
+int cmd_trace_replay(int argc, char **argv) {
   int json = 0;
   long experts = 0, seed = 1;
   uint32_t a = 0, b = 0;
@@ -212,10 +205,7 @@ static int cmd_replay(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 0, 1L << 62, &seed)) return 2;
     } else if (!strcmp(s, "--tokens")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
-      if (parse_window(v, &a, &b)) {
-        fprintf(stderr, "spill trace: --tokens: expected A:B with A < B\n");
-        return 2;
-      }
+      if (parse_window(v, &a, &b)) return cli_usage_error("--tokens: expected A:B with A < B");
     } else if (!strcmp(s, "--policy")) {
       if (!(policy = cli_value(argc, argv, &i))) return 2;
     } else if (!strcmp(s, "--slots")) {
@@ -225,12 +215,14 @@ static int cmd_replay(int argc, char **argv) {
     } else if (!strcmp(s, "--plot")) {
       if (!(plot_out = cli_value(argc, argv, &i))) return 2;
     } else if (s[0] == '-') {
-      fprintf(stderr, "spill trace replay: unknown option %s\n", s);
-      return 2;
-    } else if (file) return usage();
+      return cli_usage_error("unknown option %s", s);
+    } else if (file) return cli_usage_error("unexpected argument %s", s);
     else file = s;
   }
-  if (!file || !policy || !!slots_s == !!curve || (plot_out && !curve)) return usage();
+  if (!file) return cli_usage_error("no trace file");
+  if (!policy) return cli_usage_error("--policy needed");
+  if (!!slots_s == !!curve) return cli_usage_error("give --slots or --curve (one of them)");
+  if (plot_out && !curve) return cli_usage_error("--plot needs --curve");
 
   char pol_buf[1024], *pols[MAX_LIST];
   int np;
@@ -241,13 +233,16 @@ static int cmd_replay(int argc, char **argv) {
   } else {
     snprintf(pol_buf, sizeof pol_buf, "%s", policy);
     np = split(pol_buf, pols);
-    if (np <= 0) return usage();
+    if (np <= 0) return cli_usage_error("--policy: expected P[,P...] or all");
     for (int p = 0; p < np; p++) {
       size_t i = 0;
       while (spill_trace_policy_name_at(i) && strcmp(spill_trace_policy_name_at(i), pols[p])) i++;
       if (!spill_trace_policy_name_at(i)) {
-        fprintf(stderr, "spill trace: unknown policy '%s'\n", pols[p]);
-        return usage();
+        char known[512] = "";
+        for (size_t j = 0; spill_trace_policy_name_at(j); j++)
+          snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "",
+                   spill_trace_policy_name_at(j));
+        return cli_usage_error("--policy: unknown policy '%s' (known: %s)", pols[p], known);
       }
     }
   }
@@ -258,7 +253,7 @@ static int cmd_replay(int argc, char **argv) {
     char buf[4096], *items[MAX_LIST];
     snprintf(buf, sizeof buf, "%s", slots_s);
     int n = split(buf, items);
-    if (n <= 0) return usage();
+    if (n <= 0) return cli_usage_error("--slots: expected N[,N...]");
     for (int i = 0; i < n; i++) {
       long x;
       if (cli_int("--slots", items[i], 1, 1L << 28, &x)) return 2;
@@ -269,9 +264,8 @@ static int cmd_replay(int argc, char **argv) {
     char extra;
     if (sscanf(curve, "%lu:%lu:%lu%c", &lo, &hi, &step, &extra) != 3 || lo < 1 || hi < lo ||
         step < 1 || (hi - lo) / step + 1 > 1024 || hi > (1ul << 28)) {
-      fprintf(stderr, "spill trace: --curve: expected MIN:MAX:STEP, 1 <= MIN <= MAX, "
-                      "at most 1024 points\n");
-      return 2;
+      return cli_usage_error("--curve: expected MIN:MAX:STEP, 1 <= MIN <= MAX, at most 1024 "
+                             "points");
     }
     for (unsigned long x = lo; x <= hi; x += step) slots[ns++] = (uint32_t)x;
   }
@@ -317,11 +311,4 @@ static int cmd_replay(int argc, char **argv) {
   free(miss);
   spill_trace_free(&t);
   return status;
-}
-
-int cmd_trace(int argc, char **argv) {
-  if (argc < 2) return usage();
-  if (!strcmp(argv[1], "stats")) return cmd_stats(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 1, argv + 1);
-  return usage();
 }

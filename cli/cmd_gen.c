@@ -1,0 +1,88 @@
+/* cli/cmd_gen.c: `spill gen`: writes a synthetic model container (a nano or
+ * mini preset, a K3 twin scaled to a RAM size, or a shape fitted to a router
+ * trace) through spill_gen (engine/spill.h, docs/GEN.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "engine/spill.h"
+
+const char cmd_gen_usage[] =
+    "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
+    "                 [--seed N] [--attn k3|mla|kda|gqa] [--trunk-dtype q4|f32]\n"
+    "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N] OUT_DIR\n"
+    "       spill gen --like-trace TRACE [--preset nano|mini] [other options] OUT_DIR\n"
+    "--like-trace: MoE layers, experts per layer and top-k from a router trace\n"
+    "(docs/TRACE.md), everything else from the preset (default mini), so that\n"
+    "`spill run --routing-trace TRACE` can replay it.\n";
+
+int cmd_gen(int argc, char **argv) {
+  spill_gen_request r;
+  memset(&r, 0, sizeof r);
+  const char *out = NULL, *like_trace = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    if (!strcmp(a, "--like-trace")) {
+      if (!(like_trace = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--preset")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      r.preset = v;
+    } else if (!strcmp(a, "--like")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (strcmp(v, "k3") != 0) return cli_usage_error("--like %s: only k3 is known", v);
+      r.preset = "twin";
+    } else if (!strcmp(a, "--ram")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_size(a, v, &r.ram_bytes)) return 2;
+    } else if (!strcmp(a, "--disk")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_size(a, v, &r.disk_bytes)) return 2;
+    } else if (!strcmp(a, "--seed")) {
+      long s;
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 0x7fffffffL, &s)) return 2;
+      r.seed = (uint64_t)s;
+    } else if (!strcmp(a, "--experts")) {
+      long x;
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 65536, &x)) return 2;
+      r.experts = (int)x;
+    } else if (!strcmp(a, "--attn")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      r.attn_mix = v;
+    } else if (!strcmp(a, "--trunk-dtype")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      r.trunk_dtype = v;
+    } else if (!strcmp(a, "--expert-dtype")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      r.expert_dtype = v;
+    } else if (a[0] == '-') {
+      return cli_usage_error("unknown option %s", a);
+    } else if (!out) {
+      out = a;
+    } else {
+      return cli_usage_error("unexpected argument %s (one output directory only)", a);
+    }
+  }
+  if (!out) return cli_usage_error("no output directory");
+  if (!r.preset && !like_trace) return cli_usage_error("--preset, --like or --like-trace needed");
+  spill_err e = {0};
+  if (like_trace) {
+    int rc = spill_gen_request_like_trace(&r, like_trace, &e);
+    if (rc) return cli_fail("gen", rc, e.msg);
+    fprintf(stderr, "spill gen: like %s: %d MoE layers, %d experts, top-%d, preset %s\n",
+            like_trace, r.moe_layers, r.experts, r.top_k, r.preset);
+  }
+  if (r.ram_bytes && strcmp(r.preset, "twin") != 0)
+    return cli_usage_error("--ram applies to --like k3 (the twin) only");
+  cli_progress p;
+  cli_progress_init(&p, "gen");
+  int rc = spill_gen(out, &r, cli_progress_cb, &p, &e);
+  if (rc) return cli_fail("gen", rc, e.msg);
+  spill_info info;
+  rc = spill_info_read(out, &info, &e);
+  if (rc) return cli_fail("gen", rc, e.msg);
+  char b1[32], b2[32], b3[32];
+  fprintf(stderr, "spill gen: wrote %s: %s container, trunk %s, %d x %d experts of %s\n", out,
+          cli_bytes(info.container_bytes, b1, sizeof b1), cli_bytes(info.trunk_bytes, b2, sizeof b2),
+          info.n_moe_layers, info.n_experts, cli_bytes(info.record_bytes, b3, sizeof b3));
+  return 0;
+}
