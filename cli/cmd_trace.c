@@ -1,6 +1,7 @@
-/* cli/cmd_trace.c: `spill trace stats|replay`: locality statistics of a
- * router trace and its replay through the engine's cache policies and
- * Belady's MIN (engine/trace/router_trace.h; schema in docs/TRACE.md).
+/* cli/cmd_trace.c: `spill trace stats|replay|convert`: locality statistics
+ * of a router trace, its replay through the engine's cache policies and
+ * Belady's MIN, and conversion of other tools' router traces into ours
+ * (engine/trace/router_trace.h; schema in docs/TRACE.md).
  * Results on stdout (--json for machines), errors on stderr. The miss-ratio
  * curve plot is drawn by gnuplot (pngcairo/png and svg terminals) from a
  * .tsv written next to the images.
@@ -12,6 +13,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "engine/base/json_util.h"
 #include "engine/trace/router_trace.h"
 
 #define MAX_LIST 64
@@ -19,6 +21,18 @@
 const char cmd_trace_stats_usage[] =
     "usage: spill trace stats [--json] [--experts N] [--tokens A:B] FILE\n"
     "--tokens A:B analyses tokens [A, B) only (0-based, B empty = to the end)\n";
+
+const char cmd_trace_convert_usage[] =
+    "usage: spill trace convert --from FORMAT -o OUT [--experts N] [--layers N] [--top-k K]\n"
+    "                           [--top-k-native K] [--model NAME] [--source TEXT]\n"
+    "                           [--drop-layers] INPUT...\n"
+    "FORMAT: bmoe-csv (llama.cpp-based --route-trace CSV), hf-router-json (transformers\n"
+    "capture, one JSON per sequence), sorted-ids-txt (one line of sorted ids per pass\n"
+    "and layer; needs --layers N). Several INPUTs are concatenated (one sequence each).\n"
+    "--experts declares the expert count; --top-k-native records that the source\n"
+    "overrode the model's top-k; tokens lacking a layer are dropped unless --drop-layers\n"
+    "(then such layers are dropped from every token). OUT is a simple-format trace whose\n"
+    "header line records the source and what it lacks (docs/TRACE.md).\n";
 
 const char cmd_trace_replay_usage[] =
     "usage: spill trace replay [--json] --policy P[,P...]|all\n"
@@ -54,6 +68,55 @@ static int read_trace(const char *file, long experts, spill_trace *t) {
   return 0;
 }
 
+/* What the trace's header line says: provenance and caveats. */
+static void print_header(const spill_trace *t) {
+  const spill_trace_meta *m = &t->meta;
+  if (!m->n_sequences) return;
+  if (m->model) printf("model                     %s\n", m->model);
+  if (m->source) printf("source                    %s\n", m->source);
+  if (m->converted_from) printf("converted from            %s\n", m->converted_from);
+  if (m->n_sequences > 1)
+    printf("sequences                 %u (concatenated files)\n", m->n_sequences);
+  printf("rank order                %s\n", m->rank_order == 1   ? "router score"
+                                            : m->rank_order == 0 ? "unknown"
+                                                                 : "not stated");
+  printf("gate weights              %s\n", t->weights ? "yes" : "no");
+  if (m->top_k_native)
+    printf("native top-k              %u (the trace's %u is an override)\n", m->top_k_native,
+           t->top_k);
+  for (uint32_t i = 0; i < m->n_caveats; i++)
+    printf("caveat                    %s\n", m->caveats[i]);
+}
+
+/* JSON string (escapes quotes, backslashes and control characters). */
+static void json_str(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') printf("\\%c", c);
+    else if (c < 0x20) printf("\\u%04x", c);
+    else putchar(c);
+  }
+  putchar('"');
+}
+
+static void print_header_json(const spill_trace *t) {
+  const spill_trace_meta *m = &t->meta;
+  printf(", \"header\": {\"sequences\": %u, \"rank_order\": \"%s\", \"weights\": %s",
+         m->n_sequences, m->rank_order == 1 ? "router" : m->rank_order == 0 ? "unknown" : "not stated",
+         t->weights ? "true" : "false");
+  if (m->model) printf(", \"model\": "), json_str(m->model);
+  if (m->source) printf(", \"source\": "), json_str(m->source);
+  if (m->converted_from) printf(", \"converted_from\": "), json_str(m->converted_from);
+  if (m->top_k_native) printf(", \"top_k_native\": %u", m->top_k_native);
+  printf(", \"caveats\": [");
+  for (uint32_t i = 0; i < m->n_caveats; i++) {
+    if (i) printf(", ");
+    json_str(m->caveats[i]);
+  }
+  printf("]}");
+}
+
 int cmd_trace_stats(int argc, char **argv) {
   int json = 0;
   long experts = 0;
@@ -83,18 +146,21 @@ int cmd_trace_stats(int argc, char **argv) {
     return cli_fail("trace", rc, e.msg);
   }
   if (json) {
-    printf("{\"file\": \"%s\", \"format\": \"%s\", \"tokens\": %u, \"layers\": %u, "
+    printf("{\"file\": ");
+    json_str(file);
+    printf(", \"format\": \"%s\", \"tokens\": %u, \"layers\": %u, "
            "\"experts\": %u, \"top_k\": %u, \"accesses\": %llu, \"pool\": %u, "
            "\"touched_per_token\": %.4f, \"touched_per_token_frac\": %.6f, "
            "\"touched_total\": %u, \"reuse_next\": %.6f, "
            "\"coverage\": {\"p50\": {\"pairs\": %u, \"frac\": %.6f}, "
            "\"p80\": {\"pairs\": %u, \"frac\": %.6f}, \"p95\": {\"pairs\": %u, \"frac\": %.6f}}, "
            "\"gini_mean\": %.6f, \"top10_share_mean\": %.6f",
-           file, t.format == SPILL_TRACE_SIMPLE ? "simple" : "router", st.n_tokens, st.n_layers,
+           t.format == SPILL_TRACE_SIMPLE ? "simple" : "router", st.n_tokens, st.n_layers,
            st.n_experts, st.top_k, (unsigned long long)st.accesses, st.pool,
            st.touched_per_token, st.touched_per_token / st.pool, st.touched_total, st.reuse_next,
            st.cover_pairs[0], st.cover_frac[0], st.cover_pairs[1], st.cover_frac[1],
            st.cover_pairs[2], st.cover_frac[2], st.gini_mean, st.top10_share_mean);
+    print_header_json(&t);
     if (st.recorded_hit_rate >= 0) printf(", \"recorded_hit_rate\": %.6f", st.recorded_hit_rate);
     if (st.lookahead_precision >= 0)
       printf(", \"lookahead_precision\": %.6f", st.lookahead_precision);
@@ -105,6 +171,7 @@ int cmd_trace_stats(int argc, char **argv) {
              st.layers[l].top10_share);
     printf("]}\n");
   } else {
+    print_header(&t);
     printf("trace %s (%s format): %u tokens, %u layers, %u experts, top-%u, %llu accesses\n",
            file, t.format == SPILL_TRACE_SIMPLE ? "simple" : "router", st.n_tokens, st.n_layers,
            st.n_experts, st.top_k, (unsigned long long)st.accesses);
@@ -310,5 +377,79 @@ int cmd_trace_replay(int argc, char **argv) {
   if (!status && plot_out) status = plot(plot_out, pols, np, slots, ns, miss, file);
   free(miss);
   spill_trace_free(&t);
+  return status;
+}
+
+int cmd_trace_convert(int argc, char **argv) {
+  long experts = 0, layers = 0, top_k = 0, native = 0;
+  const char *from = NULL, *outp = NULL, *v;
+  spill_trace_convert_opts o;
+  memset(&o, 0, sizeof o);
+  const char *inputs[256];
+  int n_in = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--from")) {
+      if (!(from = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(s, "-o")) {
+      if (!(outp = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(s, "--experts")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1L << 20, &experts)) return 2;
+    } else if (!strcmp(s, "--layers")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 4096, &layers)) return 2;
+    } else if (!strcmp(s, "--top-k")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1024, &top_k)) return 2;
+    } else if (!strcmp(s, "--top-k-native")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1024, &native)) return 2;
+    } else if (!strcmp(s, "--model")) {
+      if (!(o.model = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(s, "--source")) {
+      if (!(o.source = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(s, "--drop-layers")) {
+      o.incomplete = SPILL_TRACE_DROP_LAYERS;
+    } else if (s[0] == '-') {
+      return cli_usage_error("unknown option %s", s);
+    } else if (n_in == 256) {
+      return cli_usage_error("more than 256 inputs");
+    } else inputs[n_in++] = s;
+  }
+  if (!from) return cli_usage_error("no --from FORMAT");
+  if (!outp) return cli_usage_error("no -o OUT");
+  if (n_in == 0) return cli_usage_error("no input file");
+  int src = spill_trace_source_find(from);
+  if (src < 0) return cli_usage_error("unknown format '%s'", from);
+  if (src == SPILL_TRACE_SRC_SORTED_IDS_TXT && !layers)
+    return cli_usage_error("sorted-ids-txt needs --layers N");
+  o.n_experts = (uint32_t)experts;
+  o.n_layers = (uint32_t)layers;
+  o.top_k = (uint32_t)top_k;
+  o.top_k_native = (uint32_t)native;
+  char *bufs[256] = {0};
+  size_t lens[256] = {0};
+  spill_err e = {0};
+  int status = 0;
+  for (int i = 0; i < n_in && !status; i++) {
+    int rc = spill_read_file(inputs[i], (size_t)1 << 32, &bufs[i], &lens[i], &e);
+    if (rc) status = cli_fail("trace convert", rc, e.msg);
+  }
+  spill_trace t;
+  memset(&t, 0, sizeof t);
+  if (!status) {
+    int rc = spill_trace_convert((spill_trace_source)src, (const char *const *)bufs, lens,
+                                 inputs, (size_t)n_in, &o, &t, &e);
+    if (rc) status = cli_fail("trace convert", rc, e.msg);
+  }
+  if (!status) {
+    int rc = spill_trace_write_file(&t, outp, &e);
+    if (rc) status = cli_fail("trace convert", rc, e.msg);
+  }
+  if (!status) {
+    fprintf(stderr, "wrote %s: %u tokens, %u layers x %u experts, top-%u%s\n", outp, t.n_tokens,
+            t.n_layers, t.n_experts, t.top_k, t.weights ? ", with weights" : "");
+    for (uint32_t i = 0; i < t.meta.n_caveats; i++)
+      fprintf(stderr, "  caveat: %s\n", t.meta.caveats[i]);
+  }
+  spill_trace_free(&t);
+  for (int i = 0; i < n_in; i++) free(bufs[i]);
   return status;
 }

@@ -2,7 +2,7 @@
 # fuzz/build.sh: builds the libFuzzer targets with clang-14 outside Bazel
 # (Bazel's autodetected toolchain here is gcc, which has no libFuzzer).
 #
-#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,runs,safetensors,gguf}
+#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf}
 #
 # The library sources the targets need are compiled once with
 # -fsanitize=fuzzer-no-link,address,undefined into a static archive; each
@@ -24,7 +24,8 @@ SRCS=(
   engine/format/manifest_parse.c engine/format/record.c
   engine/cache/expert_cache.c engine/cache/policy_lfru.c engine/cache/policy_lru.c
   engine/cache/policy_nextuse.c engine/cache/policy_wtinylfu.c
-  engine/trace/trace_read.c engine/trace/trace_replay.c engine/trace/trace_stats.c
+  engine/trace/trace_convert.c engine/trace/trace_read.c engine/trace/trace_replay.c
+  engine/trace/trace_stats.c engine/trace/trace_write.c
   engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c engine/spill_routing.c
   engine/spill_info.c engine/gen/synth_plan.c engine/gen/synth_route.c engine/gen/synth_values.c
   engine/gen/synth_write.c
@@ -49,8 +50,8 @@ for s in "${SRCS[@]}"; do
 done
 rm -f "$OUT/libspill_fuzz.a"
 ar rcs "$OUT/libspill_fuzz.a" "${objs[@]}"
-for t in manifest record exp_config trace runs safetensors gguf; do
+for t in manifest record exp_config trace trace_convert runs safetensors gguf; do
   $CC $CFLAGS -fsanitize=fuzzer "$ROOT/fuzz/fuzz_$t.c" "$OUT/libspill_fuzz.a" \
     -lcjson -lm -lpthread -o "$OUT/fuzz_$t"
 done
-echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,runs,safetensors,gguf}" >&2
+echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf}" >&2

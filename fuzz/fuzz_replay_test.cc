@@ -23,6 +23,7 @@ int spill_fuzz_trace_one(const uint8_t *data, size_t size);
 int spill_fuzz_runs_one(const uint8_t *data, size_t size);
 int spill_fuzz_safetensors_one(const uint8_t *data, size_t size);
 int spill_fuzz_gguf_one(const uint8_t *data, size_t size);
+int spill_fuzz_trace_convert_one(const uint8_t *data, size_t size);
 }
 
 namespace {
@@ -89,6 +90,10 @@ TEST(FuzzReplayTest, SafetensorsInputsParseOrFailCleanly) {
 
 TEST(FuzzReplayTest, GgufInputsParseOrFailCleanly) {
   EXPECT_GE(Replay("gguf", spill_fuzz_gguf_one), 3u);
+}
+
+TEST(FuzzReplayTest, TraceConverterInputsConvertOrFailCleanly) {
+  EXPECT_GE(Replay("trace_convert", spill_fuzz_trace_convert_one), 4u);
 }
 
 }  // namespace

@@ -38,6 +38,21 @@ typedef enum spill_trace_phase {
   SPILL_TRACE_PHASE_PREFILL = 2,
 } spill_trace_phase;
 
+/* What a trace's header line says about it (docs/TRACE.md "Header line"):
+ * where it came from and what its source lacks. All strings are heap copies
+ * owned by the trace (spill_trace_free); NULL when not stated. */
+typedef struct spill_trace_meta {
+  char *model;           /* the model that routed */
+  char *source;          /* tool / repository / file the routing came from */
+  char *converted_from;  /* `spill trace convert --from` format, if converted */
+  uint32_t n_experts;    /* experts per layer the header declares (0 = not declared) */
+  uint32_t top_k_native; /* the model's own top-k when the trace's was overridden (0 = same) */
+  int rank_order;        /* 1: ids in router-score order; 0: order unknown; -1: not stated */
+  char **caveats;        /* (n_caveats) what the source lacks, one sentence each */
+  uint32_t n_caveats;
+  uint32_t n_sequences;  /* header lines read (a concatenation has several); 0 = none */
+} spill_trace_meta;
+
 typedef struct spill_trace {
   spill_trace_format format;
   uint32_t n_tokens, n_layers, n_experts, top_k;
@@ -46,6 +61,9 @@ typedef struct spill_trace {
   int64_t *pos;        /* (n_tokens) router format: "pos"; simple: -1 */
   uint8_t *phase;      /* (n_tokens) spill_trace_phase */
   uint32_t *ids;       /* (n_tokens, n_layers, top_k) expert ids in selection order */
+  float *weights;      /* (n_tokens, n_layers, top_k) gate weights, or NULL (simple format:
+                          when every line has "weights"; router format: never kept) */
+  spill_trace_meta meta; /* header line; zeroed (rank_order -1) without one */
   /* Router format only (zero for simple traces): engine-recorded outcomes. */
   uint64_t n_recorded_hits; /* sum of "hit" flags */
   uint64_t n_pred;          /* lookahead ids predicted ("pred" entries) */
@@ -72,6 +90,56 @@ int spill_trace_read_file(const char *file, const spill_trace_read_opts *opts, s
                           spill_err *e);
 /* Frees the arrays and zeroes *t. Accepts NULL and a zeroed trace. */
 void spill_trace_free(spill_trace *t);
+
+/* ----------------------------------------------------- write and convert */
+
+/* Writes t as a simple-format JSONL trace (docs/TRACE.md): a header line
+ * from t->meta (always written: it states the expert count), then one line
+ * per token with "pos"/"phase" when known and "weights" when t has them.
+ * Weights are printed with the fewest digits that read back to the same
+ * float. Atomic (temp file + rename). SPILL_E_IO, SPILL_E_NOMEM. */
+int spill_trace_write_file(const spill_trace *t, const char *path, spill_err *e);
+/* Same text into a malloc'd NUL-terminated buffer (caller frees). */
+int spill_trace_format_jsonl(const spill_trace *t, char **out, size_t *len, spill_err *e);
+
+/* Source formats of other tools (docs/TRACE.md "Converting"). */
+typedef enum spill_trace_source {
+  SPILL_TRACE_SRC_BMOE_CSV = 0,       /* llama.cpp-based `--route-trace` CSV (BigMoeOnEdge) */
+  SPILL_TRACE_SRC_HF_ROUTER_JSON = 1, /* transformers capture: JSON per sequence, "router_data" */
+  SPILL_TRACE_SRC_SORTED_IDS_TXT = 2, /* one line per (pass, layer): sorted ids (mixtral-offloading) */
+  SPILL_TRACE_SRC_COUNT
+} spill_trace_source;
+
+/* Name <-> enum ("bmoe-csv", "hf-router-json", "sorted-ids-txt"); find
+ * returns -1 for an unknown name, name_at NULL past the end. */
+int spill_trace_source_find(const char *name);
+const char *spill_trace_source_name_at(size_t i);
+
+typedef enum spill_trace_incomplete {
+  SPILL_TRACE_DROP_TOKENS = 0, /* drop tokens that lack a layer others have (default) */
+  SPILL_TRACE_DROP_LAYERS = 1, /* keep every token, drop layers some token lacks */
+} spill_trace_incomplete;
+
+typedef struct spill_trace_convert_opts {
+  uint32_t n_experts;    /* 0 = from the source (bmoe-csv header) or highest id + 1 */
+  uint32_t n_layers;     /* sorted-ids-txt: layers per pass (required there); else 0 */
+  uint32_t top_k;        /* sorted-ids-txt: ids per decode line (0 = the last line's) */
+  uint32_t top_k_native; /* the model's own top-k if the source overrode it (0 = same) */
+  const char *model;     /* recorded in the header (NULL: the source's, if any) */
+  const char *source;    /* recorded in the header (provenance; NULL: none) */
+  spill_trace_incomplete incomplete;
+} spill_trace_convert_opts;
+
+/* Converts n_in source files of format src into one trace: inputs are
+ * concatenated in order (each is one sequence; hf-router-json takes one
+ * file per sequence, the others usually one). in[i][0..len[i]) need not be
+ * NUL-terminated; names[i] is used in errors. The result has weights, pos
+ * and phase where the source has them and meta.caveats listing what it
+ * lacks. Malformed input: SPILL_E_TRACE "NAME:LINE: reason" (first
+ * problem). SPILL_E_INVALID_ARG for bad options, SPILL_E_NOMEM. */
+int spill_trace_convert(spill_trace_source src, const char *const *in, const size_t *len,
+                        const char *const *names, size_t n_in,
+                        const spill_trace_convert_opts *opts, spill_trace *out, spill_err *e);
 
 /* ids of token t, layer index l (0..n_layers-1): top_k entries. */
 static inline const uint32_t *spill_trace_ids(const spill_trace *t, uint32_t tok, uint32_t l) {

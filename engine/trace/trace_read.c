@@ -69,6 +69,13 @@ typedef struct parser {
   uint32_t *map_val;
   size_t map_cap, map_n;
   uint64_t n_hits, n_pred, n_pred_correct;
+  /* simple format: "weights" on the first token decides whether all have them */
+  int has_weights; /* -1 until the first token */
+  vec weights;     /* float, like ids */
+  spill_trace_meta meta;
+  uint32_t *hdr_layer_ids; /* header "layer_ids" (simple format), or NULL */
+  uint32_t n_hdr_layer_ids;
+  int seen_record;  /* a token line was read */
   spill_err *e;
 } parser;
 
@@ -178,7 +185,130 @@ static int parse_simple(parser *ps, uint32_t line, const cJSON *obj) {
     if (!dst) return nomem(ps);
     SPILL_TRY(read_ids(ps, line, la, path, dst, ps->top_k));
   }
-  return push_token(ps, tok, -1, SPILL_TRACE_PHASE_NONE, line);
+  /* Optional "pos", "phase", "weights" (written by `spill trace convert`). */
+  int64_t pos = -1;
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, "pos");
+  if (it && !int_in(it, 0, INT64_C(1) << 53, &pos))
+    return fail(ps, line, "pos: expected integer >= 0");
+  uint8_t phase = SPILL_TRACE_PHASE_NONE;
+  it = cJSON_GetObjectItemCaseSensitive(obj, "phase");
+  if (it) {
+    if (cJSON_IsString(it) && strcmp(it->valuestring, "decode") == 0)
+      phase = SPILL_TRACE_PHASE_DECODE;
+    else if (cJSON_IsString(it) && strcmp(it->valuestring, "prefill") == 0)
+      phase = SPILL_TRACE_PHASE_PREFILL;
+    else return fail(ps, line, "phase: expected \"decode\" or \"prefill\"");
+  }
+  const cJSON *w = cJSON_GetObjectItemCaseSensitive(obj, "weights");
+  if (ps->has_weights < 0) ps->has_weights = w != NULL;
+  if (!w != !ps->has_weights)
+    return fail(ps, line, "weights: %s (the first token %s them)", w ? "unexpected" : "missing",
+                ps->has_weights ? "has" : "does not have");
+  if (w) {
+    if (!cJSON_IsArray(w) || (uint32_t)cJSON_GetArraySize(w) != ps->n_layers)
+      return fail(ps, line, "weights: expected an array of %u arrays (one per layer)",
+                  ps->n_layers);
+    float *dst = (float *)vec_push(&ps->weights, (size_t)ps->n_layers * ps->top_k);
+    if (!dst) return nomem(ps);
+    l = 0;
+    for (const cJSON *wl = w->child; wl; wl = wl->next, l++) {
+      if (!cJSON_IsArray(wl) || (uint32_t)cJSON_GetArraySize(wl) != ps->top_k)
+        return fail(ps, line, "weights[%u]: expected %u numbers (one per id)", l, ps->top_k);
+      uint32_t k = 0;
+      for (const cJSON *x = wl->child; x; x = x->next, k++) {
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || fabs(x->valuedouble) > 3.0e38)
+          return fail(ps, line, "weights[%u][%u]: expected a finite number", l, k);
+        dst[(size_t)l * ps->top_k + k] = (float)x->valuedouble;
+      }
+    }
+  }
+  return push_token(ps, tok, pos, phase, line);
+}
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = (char *)malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* {"header": {...}}: the first line of a converted trace, and again at the
+ * start of each file of a concatenation (then only "experts" is checked). */
+static int parse_header(parser *ps, uint32_t line, const cJSON *obj) {
+  const cJSON *h = cJSON_GetObjectItemCaseSensitive(obj, "header");
+  if (!cJSON_IsObject(h)) return fail(ps, line, "header: expected an object");
+  int first = ps->meta.n_sequences == 0;
+  if (first && ps->seen_record)
+    return fail(ps, line, "header: must come before the first token line");
+  ps->meta.n_sequences++;
+  int64_t v;
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(h, "experts");
+  uint32_t experts = 0;
+  if (it) {
+    if (!int_in(it, 1, TRACE_MAX_EXPERTS, &v))
+      return fail(ps, line, "header.experts: expected integer in [1, %u]", TRACE_MAX_EXPERTS);
+    experts = (uint32_t)v;
+  }
+  if (!first) {
+    if (experts != ps->meta.n_experts)
+      return fail(ps, line, "header.experts: %u, but the first header says %u", experts,
+                  ps->meta.n_experts);
+    return SPILL_OK;
+  }
+  ps->meta.n_experts = experts;
+  if (experts && !ps->given_experts) ps->given_experts = experts;
+  static const char *const strs[] = {"model", "source", "converted_from"};
+  char **dst[] = {&ps->meta.model, &ps->meta.source, &ps->meta.converted_from};
+  for (int i = 0; i < 3; i++) {
+    it = cJSON_GetObjectItemCaseSensitive(h, strs[i]);
+    if (!it) continue;
+    if (!cJSON_IsString(it)) return fail(ps, line, "header.%s: expected a string", strs[i]);
+    if (!(*dst[i] = dup_str(it->valuestring))) return nomem(ps);
+  }
+  it = cJSON_GetObjectItemCaseSensitive(h, "top_k_native");
+  if (it) {
+    if (!int_in(it, 1, TRACE_MAX_TOPK, &v))
+      return fail(ps, line, "header.top_k_native: expected integer in [1, %u]", TRACE_MAX_TOPK);
+    ps->meta.top_k_native = (uint32_t)v;
+  }
+  it = cJSON_GetObjectItemCaseSensitive(h, "rank_order");
+  if (it) {
+    if (cJSON_IsString(it) && !strcmp(it->valuestring, "router")) ps->meta.rank_order = 1;
+    else if (cJSON_IsString(it) && !strcmp(it->valuestring, "unknown")) ps->meta.rank_order = 0;
+    else return fail(ps, line, "header.rank_order: expected \"router\" or \"unknown\"");
+  }
+  it = cJSON_GetObjectItemCaseSensitive(h, "caveats");
+  if (it) {
+    if (!cJSON_IsArray(it)) return fail(ps, line, "header.caveats: expected an array of strings");
+    int n = cJSON_GetArraySize(it);
+    if (n > 256) return fail(ps, line, "header.caveats: %d entries, more than 256", n);
+    ps->meta.caveats = (char **)calloc(n ? (size_t)n : 1, sizeof(char *));
+    if (!ps->meta.caveats) return nomem(ps);
+    int i = 0;
+    for (const cJSON *c = it->child; c; c = c->next, i++) {
+      if (!cJSON_IsString(c)) return fail(ps, line, "header.caveats[%d]: expected a string", i);
+      if (!(ps->meta.caveats[i] = dup_str(c->valuestring))) return nomem(ps);
+      ps->meta.n_caveats++;
+    }
+  }
+  it = cJSON_GetObjectItemCaseSensitive(h, "layer_ids");
+  if (it) {
+    int n = cJSON_IsArray(it) ? cJSON_GetArraySize(it) : 0;
+    if (n < 1 || (uint32_t)n > TRACE_MAX_LAYERS)
+      return fail(ps, line, "header.layer_ids: expected a non-empty array of layer indices");
+    ps->hdr_layer_ids = (uint32_t *)malloc((size_t)n * sizeof(uint32_t));
+    if (!ps->hdr_layer_ids) return nomem(ps);
+    int i = 0;
+    for (const cJSON *c = it->child; c; c = c->next, i++) {
+      if (!int_in(c, 0, TRACE_MAX_LAYERS - 1, &v) ||
+          (i > 0 && (uint32_t)v <= ps->hdr_layer_ids[i - 1]))
+        return fail(ps, line, "header.layer_ids[%d]: expected ascending integers in [0, %u]", i,
+                    TRACE_MAX_LAYERS - 1);
+      ps->hdr_layer_ids[i] = (uint32_t)v;
+    }
+    ps->n_hdr_layer_ids = (uint32_t)n;
+  }
+  return SPILL_OK;
 }
 
 /* tok value -> token index, inserting a new token if absent. */
@@ -369,6 +499,12 @@ static void parser_free(parser *ps) {
   free(ps->recs.p);
   free(ps->map_key);
   free(ps->map_val);
+  free(ps->weights.p);
+  free(ps->hdr_layer_ids);
+  spill_trace meta_only;
+  memset(&meta_only, 0, sizeof meta_only);
+  meta_only.meta = ps->meta;
+  spill_trace_free(&meta_only);
 }
 
 static int parse_all(parser *ps, const char *buf, size_t len, spill_trace *t) {
@@ -393,10 +529,13 @@ static int parse_all(parser *ps, const char *buf, size_t len, spill_trace *t) {
     if (!cJSON_IsObject(obj)) {
       rc = fail(ps, line, "expected a JSON object");
     } else {
-      int fmt = cJSON_GetObjectItemCaseSensitive(obj, "layers") ? SPILL_TRACE_SIMPLE
+      int fmt = cJSON_GetObjectItemCaseSensitive(obj, "header") ? 2
+                : cJSON_GetObjectItemCaseSensitive(obj, "layers") ? SPILL_TRACE_SIMPLE
                 : cJSON_GetObjectItemCaseSensitive(obj, "layer") ? SPILL_TRACE_ROUTER
                                                                   : -1;
-      if (fmt < 0)
+      if (fmt == 2)
+        rc = parse_header(ps, line, obj);
+      else if (fmt < 0)
         rc = fail(ps, line,
                   "expected key \"layers\" (simple format) or \"layer\" (router format)");
       else if (ps->format >= 0 && fmt != ps->format)
@@ -405,6 +544,7 @@ static int parse_all(parser *ps, const char *buf, size_t len, spill_trace *t) {
                   ps->format == SPILL_TRACE_SIMPLE ? "simple" : "router");
       else {
         ps->format = fmt;
+        ps->seen_record = 1;
         rc = fmt == SPILL_TRACE_SIMPLE ? parse_simple(ps, line, obj) : parse_router(ps, line, obj);
       }
     }
@@ -415,6 +555,8 @@ static int parse_all(parser *ps, const char *buf, size_t len, spill_trace *t) {
     return spill_err_set(ps->e, SPILL_E_TRACE, "%s: no trace lines", ps->name);
   if (ps->tok.n > UINT32_MAX)
     return spill_err_set(ps->e, SPILL_E_TRACE, "%s: too many tokens", ps->name);
+  t->meta = ps->meta;
+  memset(&ps->meta, 0, sizeof ps->meta);
   t->format = (spill_trace_format)ps->format;
   t->n_tokens = (uint32_t)ps->tok.n;
   t->top_k = ps->top_k;
@@ -423,9 +565,17 @@ static int parse_all(parser *ps, const char *buf, size_t len, spill_trace *t) {
     t->n_layers = ps->n_layers;
     t->layer_ids = (uint32_t *)malloc((size_t)t->n_layers * sizeof(uint32_t));
     if (!t->layer_ids) return nomem(ps);
-    for (uint32_t l = 0; l < t->n_layers; l++) t->layer_ids[l] = l;
+    if (ps->hdr_layer_ids && ps->n_hdr_layer_ids != t->n_layers)
+      return spill_err_set(ps->e, SPILL_E_TRACE, "%s: header.layer_ids has %u entries, lines have %u layers",
+                           ps->name, ps->n_hdr_layer_ids, t->n_layers);
+    for (uint32_t l = 0; l < t->n_layers; l++)
+      t->layer_ids[l] = ps->hdr_layer_ids ? ps->hdr_layer_ids[l] : l;
     t->ids = (uint32_t *)ps->ids.p;
     ps->ids.p = NULL;
+    if (ps->has_weights > 0) {
+      t->weights = (float *)ps->weights.p;
+      ps->weights.p = NULL;
+    }
   } else {
     SPILL_TRY(finish_router(ps, t));
     t->n_recorded_hits = ps->n_hits;
@@ -458,6 +608,9 @@ int spill_trace_parse(const char *buf, size_t len, const spill_trace_read_opts *
   ps.phase.elem = sizeof(uint8_t);
   ps.tok_line.elem = sizeof(uint32_t);
   ps.recs.elem = sizeof(rec);
+  ps.weights.elem = sizeof(float);
+  ps.has_weights = -1;
+  ps.meta.rank_order = -1;
   int rc = parse_all(&ps, buf, len, out);
   parser_free(&ps);
   if (rc < 0) spill_trace_free(out);
@@ -486,5 +639,12 @@ void spill_trace_free(spill_trace *t) {
   free(t->pos);
   free(t->phase);
   free(t->ids);
+  free(t->weights);
+  free(t->meta.model);
+  free(t->meta.source);
+  free(t->meta.converted_from);
+  for (uint32_t i = 0; i < t->meta.n_caveats; i++) free(t->meta.caveats[i]);
+  free(t->meta.caveats);
   memset(t, 0, sizeof(*t));
+  t->meta.rank_order = -1;
 }

@@ -1,0 +1,956 @@
+/* engine/trace/trace_convert.c: router traces of other tools -> spill_trace.
+ *
+ * Role: `spill trace convert --from FORMAT`. Each reader fills a builder, one
+ * token at a time: per layer its ids in rank order (when the source has an
+ * order), its gate weights (when it has them), the token's position and
+ * phase. The builder then makes the trace rectangular, as every consumer of
+ * a spill_trace needs (router_trace.h invariants): tokens that lack a layer
+ * others have are dropped (or, on request, such layers are dropped from all
+ * tokens), and every such decision becomes a sentence in meta.caveats, so
+ * the converted file says what its source lacks.
+ *
+ * Sources are untrusted: every field is checked and the first problem is an
+ * SPILL_E_TRACE "NAME:LINE: reason" (for JSON sources, the line of the
+ * parse error or of the offending token's key). No asserts, no output.
+ * Formats (docs/TRACE.md "Converting"): bmoe-csv, hf-router-json,
+ * sorted-ids-txt.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/trace/router_trace.h"
+
+#define CV_MAX_LAYERS 4096u
+#define CV_MAX_TOPK 1024u
+#define CV_MAX_EXPERTS (1u << 20)
+#define CV_MAX_CAVEATS 32
+
+static const char *const kSourceNames[SPILL_TRACE_SRC_COUNT] = {"bmoe-csv", "hf-router-json",
+                                                                "sorted-ids-txt"};
+
+int spill_trace_source_find(const char *name) {
+  for (int i = 0; name && i < SPILL_TRACE_SRC_COUNT; i++)
+    if (!strcmp(name, kSourceNames[i])) return i;
+  return -1;
+}
+
+const char *spill_trace_source_name_at(size_t i) {
+  return i < SPILL_TRACE_SRC_COUNT ? kSourceNames[i] : NULL;
+}
+
+/* ------------------------------------------------------------- builder */
+
+typedef struct btok {
+  int64_t pos;
+  uint8_t phase;
+  uint32_t line; /* first source line of the token */
+} btok;
+
+typedef struct builder {
+  const char *name; /* current input, for errors */
+  uint32_t L, K, E; /* E: declared by the source, 0 = infer */
+  btok *tok;
+  uint32_t *ids;    /* (cap, L, K) */
+  float *w;         /* (cap, L, K) */
+  uint16_t *filled; /* (cap, L) ids given so far */
+  uint32_t *lline;  /* (cap, L) first line of each (token, layer) */
+  size_t n, cap;
+  int has_weights, rank_known;
+  uint32_t max_id;
+  char *caveats[CV_MAX_CAVEATS];
+  uint32_t n_caveats;
+  spill_err *e;
+} builder;
+
+static int bfail(builder *b, uint32_t line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bfail(builder *b, uint32_t line, const char *fmt, ...) {
+  char msg[SPILL_ERR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return spill_err_set(b->e, SPILL_E_TRACE, "%s:%u: %s", b->name, line, msg);
+}
+
+static int bnomem(builder *b) {
+  return spill_err_set(b->e, SPILL_E_NOMEM, "%s: out of memory", b->name);
+}
+
+static int caveat(builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int caveat(builder *b, const char *fmt, ...) {
+  if (b->n_caveats == CV_MAX_CAVEATS) return SPILL_OK;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  size_t n = strlen(msg) + 1;
+  char *c = (char *)malloc(n);
+  if (!c) return bnomem(b);
+  memcpy(c, msg, n);
+  b->caveats[b->n_caveats++] = c;
+  return SPILL_OK;
+}
+
+static void builder_free(builder *b) {
+  free(b->tok);
+  free(b->ids);
+  free(b->w);
+  free(b->filled);
+  free(b->lline);
+  for (uint32_t i = 0; i < b->n_caveats; i++) free(b->caveats[i]);
+  memset(b, 0, sizeof *b);
+}
+
+/* Appends a token with no layers yet; returns its index in *idx. */
+static int b_token(builder *b, int64_t pos, uint8_t phase, uint32_t line, size_t *idx) {
+  if (b->n == b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 256;
+    size_t lk = (size_t)b->L * b->K;
+    btok *t = (btok *)realloc(b->tok, cap * sizeof *t);
+    if (t) b->tok = t;
+    uint32_t *ids = (uint32_t *)realloc(b->ids, cap * lk * sizeof *ids);
+    if (ids) b->ids = ids;
+    float *w = (float *)realloc(b->w, cap * lk * sizeof *w);
+    if (w) b->w = w;
+    uint16_t *f = (uint16_t *)realloc(b->filled, cap * b->L * sizeof *f);
+    if (f) b->filled = f;
+    uint32_t *ll = (uint32_t *)realloc(b->lline, cap * b->L * sizeof *ll);
+    if (ll) b->lline = ll;
+    if (!t || !ids || !w || !f || !ll) return bnomem(b);
+    b->cap = cap;
+  }
+  size_t i = b->n++;
+  b->tok[i] = (btok){pos, phase, line};
+  memset(b->filled + i * b->L, 0, b->L * sizeof *b->filled);
+  memset(b->lline + i * b->L, 0, b->L * sizeof *b->lline);
+  *idx = i;
+  return SPILL_OK;
+}
+
+/* Appends id (with weight w) as the next rank of (token i, layer l). */
+static int b_set(builder *b, size_t i, uint32_t l, uint32_t id, float w, uint32_t line) {
+  size_t base = (i * b->L + l) * b->K;
+  uint16_t *f = b->filled + i * b->L + l;
+  if (*f == 0) b->lline[i * b->L + l] = line;
+  for (uint32_t k = 0; k < *f; k++)
+    if (b->ids[base + k] == id)
+      return bfail(b, line, "layer %u: expert %u given twice for one token", l, id);
+  if (*f >= b->K) return bfail(b, line, "layer %u: more than %u ids for one token", l, b->K);
+  b->ids[base + *f] = id;
+  b->w[base + *f] = w;
+  (*f)++;
+  if (id > b->max_id) b->max_id = id;
+  return SPILL_OK;
+}
+
+/* Sets the ids of (token i, layer l) at once, in rank order. */
+static int b_layer(builder *b, size_t i, uint32_t l, const uint32_t *ids, const float *w,
+                   uint32_t n, uint32_t line) {
+  if (n != b->K) return bfail(b, line, "layer %u: %u ids, expected %u", l, n, b->K);
+  if (b->filled[i * b->L + l])
+    return bfail(b, line, "layer %u given twice for one token", l);
+  for (uint32_t k = 0; k < n; k++) SPILL_TRY(b_set(b, i, l, ids[k], w ? w[k] : 0.0f, line));
+  return SPILL_OK;
+}
+
+/* Makes the builder rectangular and moves it into out. */
+static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *from,
+                    const char *model, spill_trace *out) {
+  const uint32_t L = b->L, K = b->K;
+  if (b->n == 0) return spill_err_set(b->e, SPILL_E_TRACE, "%s: no tokens", b->name);
+  /* A layer counts as present for a token only when all K ranks arrived. */
+  uint8_t *keep_l = (uint8_t *)malloc(L);
+  uint8_t *keep_t = (uint8_t *)malloc(b->n);
+  uint32_t *lacking = (uint32_t *)calloc(L, sizeof(uint32_t));
+  int rc = SPILL_OK;
+  if (!keep_l || !keep_t || !lacking) {
+    rc = bnomem(b);
+    goto done;
+  }
+  size_t n_incomplete = 0, n_incomplete_prefill = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    int complete = 1;
+    for (uint32_t l = 0; l < L; l++) {
+      uint16_t f = b->filled[i * L + l];
+      if (f > 0 && f < K) {
+        rc = bfail(b, b->lline[i * L + l], "layer %u of the token at pos %lld: %u of %u ranks",
+                   l, (long long)b->tok[i].pos, f, K);
+        goto done;
+      }
+      if (f == 0) {
+        complete = 0;
+        lacking[l]++;
+      }
+    }
+    keep_t[i] = (uint8_t)complete;
+    if (!complete) {
+      n_incomplete++;
+      n_incomplete_prefill += b->tok[i].phase == SPILL_TRACE_PHASE_PREFILL;
+    }
+  }
+  char lay[160] = "";
+  for (uint32_t l = 0, n = 0; l < L; l++) {
+    keep_l[l] = 1;
+    if (!lacking[l]) continue;
+    size_t at = strlen(lay);
+    if (n++ < 8) snprintf(lay + at, sizeof lay - at, "%s%u", at ? ", " : "", l);
+    else if (n == 9) snprintf(lay + at, sizeof lay - at, ", ...");
+  }
+  if (n_incomplete && o->incomplete == SPILL_TRACE_DROP_LAYERS) {
+    uint32_t kept = 0;
+    for (uint32_t l = 0; l < L; l++) kept += (keep_l[l] = !lacking[l]);
+    if (!kept) {
+      rc = spill_err_set(b->e, SPILL_E_TRACE, "%s: no layer is present in every token", b->name);
+      goto done;
+    }
+    for (size_t i = 0; i < b->n; i++) keep_t[i] = 1;
+    if ((rc = caveat(b, "layer(s) %s missing from %zu of %zu tokens (%zu of them prefill): "
+                        "dropped from every token",
+                     lay, n_incomplete, b->n, n_incomplete_prefill)) < 0)
+      goto done;
+  } else if (n_incomplete) {
+    if (n_incomplete == b->n) {
+      rc = spill_err_set(b->e, SPILL_E_TRACE,
+                         "%s: every token lacks a layer (layers %s); try dropping layers",
+                         b->name, lay);
+      goto done;
+    }
+    if ((rc = caveat(b, "%zu of %zu tokens (%zu prefill) lack layer(s) %s: those tokens are "
+                        "dropped",
+                     n_incomplete, b->n, n_incomplete_prefill, lay)) < 0)
+      goto done;
+  }
+  uint32_t nl = 0;
+  size_t nt = 0;
+  for (uint32_t l = 0; l < L; l++) nl += keep_l[l];
+  for (size_t i = 0; i < b->n; i++) nt += keep_t[i];
+  if (nt > UINT32_MAX) {
+    rc = spill_err_set(b->e, SPILL_E_TRACE, "%s: too many tokens", b->name);
+    goto done;
+  }
+  uint32_t E = o->n_experts ? o->n_experts : b->E;
+  if (!E) {
+    E = b->max_id + 1;
+    if ((rc = caveat(b, "experts per layer not recorded by the source: taken as the highest "
+                        "id + 1 (%u)",
+                     E)) < 0)
+      goto done;
+  }
+  if (b->max_id >= E) {
+    rc = spill_err_set(b->e, SPILL_E_TRACE, "%s: expert id %u, but the model has %u experts",
+                       b->name, b->max_id, E);
+    goto done;
+  }
+  memset(out, 0, sizeof *out);
+  out->meta.rank_order = -1;
+  out->format = SPILL_TRACE_SIMPLE;
+  out->n_tokens = (uint32_t)nt;
+  out->n_layers = nl;
+  out->n_experts = E;
+  out->top_k = K;
+  out->layer_ids = (uint32_t *)malloc((size_t)nl * sizeof(uint32_t));
+  out->tok = (int64_t *)malloc(nt * sizeof(int64_t));
+  out->pos = (int64_t *)malloc(nt * sizeof(int64_t));
+  out->phase = (uint8_t *)malloc(nt);
+  out->ids = (uint32_t *)malloc(nt * nl * K * sizeof(uint32_t));
+  if (b->has_weights) out->weights = (float *)malloc(nt * nl * K * sizeof(float));
+  out->meta.caveats = (char **)calloc(b->n_caveats + 1, sizeof(char *));
+  if (!out->layer_ids || !out->tok || !out->pos || !out->phase || !out->ids ||
+      (b->has_weights && !out->weights) || !out->meta.caveats) {
+    rc = bnomem(b);
+    goto done;
+  }
+  for (uint32_t l = 0, j = 0; l < L; l++)
+    if (keep_l[l]) out->layer_ids[j++] = l;
+  size_t j = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    if (!keep_t[i]) continue;
+    out->tok[j] = (int64_t)j;
+    out->pos[j] = b->tok[i].pos;
+    out->phase[j] = b->tok[i].phase;
+    uint32_t jl = 0;
+    for (uint32_t l = 0; l < L; l++) {
+      if (!keep_l[l]) continue;
+      memcpy(out->ids + (j * nl + jl) * K, b->ids + (i * L + l) * K, K * sizeof(uint32_t));
+      if (out->weights)
+        memcpy(out->weights + (j * nl + jl) * K, b->w + (i * L + l) * K, K * sizeof(float));
+      jl++;
+    }
+    j++;
+  }
+  spill_trace_meta *m = &out->meta;
+  m->n_experts = E;
+  m->top_k_native = o->top_k_native && o->top_k_native != K ? o->top_k_native : 0;
+  m->rank_order = b->rank_known;
+  m->n_sequences = 1;
+  const char *strs[3] = {o->model ? o->model : model, o->source, from};
+  char **dst[3] = {&m->model, &m->source, &m->converted_from};
+  for (int s = 0; s < 3; s++) {
+    if (!strs[s]) continue;
+    size_t n = strlen(strs[s]) + 1;
+    if (!(*dst[s] = (char *)malloc(n))) {
+      rc = bnomem(b);
+      goto done;
+    }
+    memcpy(*dst[s], strs[s], n);
+  }
+  for (uint32_t i = 0; i < b->n_caveats; i++) {
+    m->caveats[i] = b->caveats[i];
+    b->caveats[i] = NULL;
+  }
+  m->n_caveats = b->n_caveats;
+  b->n_caveats = 0;
+done:
+  free(keep_l);
+  free(keep_t);
+  free(lacking);
+  if (rc < 0) spill_trace_free(out);
+  return rc;
+}
+
+/* ------------------------------------------------------- line scanning */
+
+typedef struct lines {
+  const char *buf;
+  size_t len, at;
+  uint32_t no;
+} lines;
+
+/* Next line (without '\n' and a trailing '\r'); 0 at the end. */
+static int next_line(lines *ls, const char **s, size_t *n) {
+  if (ls->at >= ls->len) return 0;
+  const char *p = ls->buf + ls->at;
+  const char *nl = (const char *)memchr(p, '\n', ls->len - ls->at);
+  size_t k = nl ? (size_t)(nl - p) : ls->len - ls->at;
+  ls->at += k + (nl ? 1 : 0);
+  ls->no++;
+  if (k && p[k - 1] == '\r') k--;
+  *s = p;
+  *n = k;
+  return 1;
+}
+
+/* Strict unsigned integer of the whole field [s, s+n): digits only. */
+static int field_u64(const char *s, size_t n, uint64_t hi, uint64_t *out) {
+  while (n && (*s == ' ' || *s == '\t')) s++, n--;
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+  if (n == 0 || n > 19) return -1;
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (uint64_t)(s[i] - '0');
+  }
+  if (v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int field_float(const char *s, size_t n, float *out) {
+  char tmp[64];
+  while (n && (*s == ' ' || *s == '\t')) s++, n--;
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+  if (n == 0 || n >= sizeof tmp) return -1;
+  memcpy(tmp, s, n);
+  tmp[n] = 0;
+  char *end;
+  errno = 0;
+  double v = strtod(tmp, &end);
+  if (*end || !isfinite(v) || fabs(v) > 3.0e38) return -1;
+  *out = (float)v;
+  return 0;
+}
+
+/* Splits [s, s+n) at commas into at most max fields; returns the count or
+ * -1 if there are more. */
+static int split_csv(const char *s, size_t n, const char **f, size_t *fl, int max) {
+  int k = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i == n || s[i] == ',') {
+      if (k == max) return -1;
+      f[k] = s + start;
+      fl[k] = i - start;
+      k++;
+      start = i + 1;
+    }
+  }
+  return k;
+}
+
+/* ------------------------------------------------------------ bmoe-csv */
+
+#define BMOE_MAX_COLS 32
+
+static const char *kv_find(const char *s, size_t n, const char *key, size_t *vn) {
+  size_t kl = strlen(key);
+  for (size_t i = 0; i + kl < n; i++) {
+    if ((i == 0 || s[i - 1] == ' ') && !memcmp(s + i, key, kl) && s[i + kl] == '=') {
+      const char *v = s + i + kl + 1;
+      size_t m = 0;
+      while (v + m < s + n && v[m] != ' ') m++;
+      *vn = m;
+      return v;
+    }
+  }
+  return NULL;
+}
+
+typedef struct tokmap {
+  uint64_t *key;
+  uint32_t *val;
+  size_t cap, n;
+} tokmap;
+
+static int tokmap_get(tokmap *m, uint64_t key, uint32_t *val, int *found) {
+  if (2 * (m->n + 1) > m->cap) {
+    size_t cap = m->cap ? 2 * m->cap : 1024;
+    uint64_t *k = (uint64_t *)malloc(cap * sizeof *k);
+    uint32_t *v = (uint32_t *)malloc(cap * sizeof *v);
+    if (!k || !v) {
+      free(k);
+      free(v);
+      return -1;
+    }
+    for (size_t i = 0; i < cap; i++) k[i] = UINT64_MAX;
+    for (size_t i = 0; i < m->cap; i++) {
+      if (m->key[i] == UINT64_MAX) continue;
+      size_t h = (size_t)((m->key[i] * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+      while (k[h] != UINT64_MAX) h = (h + 1) & (cap - 1);
+      k[h] = m->key[i];
+      v[h] = m->val[i];
+    }
+    free(m->key);
+    free(m->val);
+    m->key = k;
+    m->val = v;
+    m->cap = cap;
+  }
+  size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (m->cap - 1);
+  while (m->key[h] != UINT64_MAX && m->key[h] != key) h = (h + 1) & (m->cap - 1);
+  if (m->key[h] == key) {
+    *val = m->val[h];
+    *found = 1;
+    return 0;
+  }
+  m->key[h] = key;
+  m->val[h] = *val;
+  m->n++;
+  *found = 0;
+  return 0;
+}
+
+static int conv_bmoe_map(builder *b, const char *buf, size_t len, char *model, size_t model_cap,
+                         tokmap *map);
+
+/* The (turn, step) -> token map lives here so every exit frees it. */
+static int conv_bmoe(builder *b, const char *buf, size_t len, char *model, size_t model_cap) {
+  tokmap map = {0};
+  int rc = conv_bmoe_map(b, buf, len, model, model_cap, &map);
+  free(map.key);
+  free(map.val);
+  return rc;
+}
+
+static int conv_bmoe_map(builder *b, const char *buf, size_t len, char *model, size_t model_cap,
+                         tokmap *map) {
+  lines ls = {buf, len, 0, 0};
+  const char *s;
+  size_t n;
+  int seen_magic = 0, have_cols = 0;
+  uint64_t L = 0, E = 0, K = 0;
+  enum { C_TURN, C_PHASE, C_STEP, C_LAYER, C_SLOT, C_EXPERT, C_WEIGHT, C_N };
+  static const char *const need[C_N] = {"turn", "phase", "step", "layer", "slot", "expert",
+                                        "weight"};
+  int col[C_N], n_cols = 0;
+  int rc = SPILL_OK;
+  while (next_line(&ls, &s, &n)) {
+    if (n == 0) continue;
+    if (s[0] == '#') {
+      if (!seen_magic) {
+        if (n < 16 || memcmp(s, "# route_trace v", 15))
+          return bfail(b, ls.no, "expected \"# route_trace v1\" as the first line");
+        uint64_t v;
+        if (field_u64(s + 15, n - 15, 1000, &v) || v != 1)
+          return bfail(b, ls.no, "route_trace version %.*s: only v1 is read", (int)(n - 15),
+                       s + 15);
+        seen_magic = 1;
+        continue;
+      }
+      size_t vn;
+      const char *v;
+      if ((v = kv_find(s, n, "n_layer", &vn))) {
+        if (field_u64(v, vn, CV_MAX_LAYERS, &L) || L == 0)
+          return bfail(b, ls.no, "n_layer: expected integer in [1, %u]", CV_MAX_LAYERS);
+        if (!(v = kv_find(s, n, "n_expert", &vn)) || field_u64(v, vn, CV_MAX_EXPERTS, &E) ||
+            E == 0)
+          return bfail(b, ls.no, "n_expert: expected integer in [1, %u]", CV_MAX_EXPERTS);
+        if (!(v = kv_find(s, n, "n_expert_used", &vn)) || field_u64(v, vn, CV_MAX_TOPK, &K) ||
+            K == 0 || K > E)
+          return bfail(b, ls.no, "n_expert_used: expected integer in [1, n_expert]");
+        if ((v = kv_find(s, n, "model", &vn))) {
+          /* basename without .gguf */
+          const char *base = v;
+          for (size_t i = 0; i < vn; i++)
+            if (v[i] == '/') base = v + i + 1;
+          size_t bl = vn - (size_t)(base - v);
+          if (bl > 5 && !memcmp(base + bl - 5, ".gguf", 5)) bl -= 5;
+          if (bl >= model_cap) bl = model_cap - 1;
+          memcpy(model, base, bl);
+          model[bl] = 0;
+        }
+      }
+      continue;
+    }
+    if (!seen_magic) return bfail(b, ls.no, "expected \"# route_trace v1\" as the first line");
+    const char *f[BMOE_MAX_COLS];
+    size_t fl[BMOE_MAX_COLS];
+    int nf = split_csv(s, n, f, fl, BMOE_MAX_COLS);
+    if (!have_cols) {
+      if (!L) return bfail(b, ls.no, "no \"# model=... n_layer=... n_expert=... n_expert_used=...\" line before the column header");
+      if (nf < 0) return bfail(b, ls.no, "more than %d columns", BMOE_MAX_COLS);
+      for (int c = 0; c < C_N; c++) {
+        col[c] = -1;
+        for (int i = 0; i < nf; i++)
+          if (fl[i] == strlen(need[c]) && !memcmp(f[i], need[c], fl[i])) col[c] = i;
+        if (col[c] < 0) return bfail(b, ls.no, "column header lacks \"%s\"", need[c]);
+      }
+      if (b->L && (b->L != L || b->K != K || b->E != E))
+        return bfail(b, ls.no, "%llu layers x %llu experts, top-%llu; the first input has "
+                     "%u x %u, top-%u", (unsigned long long)L, (unsigned long long)E,
+                     (unsigned long long)K, b->L, b->E, b->K);
+      n_cols = nf;
+      have_cols = 1;
+      b->L = (uint32_t)L;
+      b->K = (uint32_t)K;
+      b->E = (uint32_t)E;
+      continue;
+    }
+    if (nf != n_cols)
+      return bfail(b, ls.no, "%d fields, the header has %d", nf < 0 ? BMOE_MAX_COLS + 1 : nf,
+                   n_cols);
+    uint64_t v[C_N - 1];
+    static const uint64_t hi[C_N - 1] = {UINT32_MAX - 1, 1, UINT32_MAX, 0, 0, 0};
+    for (int c = 0; c < C_N - 1; c++) {
+      uint64_t lim = c == C_LAYER ? L - 1 : c == C_SLOT ? K - 1 : c == C_EXPERT ? E - 1 : hi[c];
+      if (field_u64(f[col[c]], fl[col[c]], lim, &v[c]))
+        return bfail(b, ls.no, "%s: expected integer in [0, %llu], got \"%.*s\"", need[c],
+                     (unsigned long long)lim, (int)(fl[col[c]] > 40 ? 40 : fl[col[c]]),
+                     f[col[c]]);
+    }
+    float w;
+    if (field_float(f[col[C_WEIGHT]], fl[col[C_WEIGHT]], &w))
+      return bfail(b, ls.no, "weight: expected a finite number");
+    uint8_t phase = v[C_PHASE] ? SPILL_TRACE_PHASE_DECODE : SPILL_TRACE_PHASE_PREFILL;
+    uint64_t key = (v[C_TURN] << 32) | v[C_STEP];
+    uint32_t idx = (uint32_t)b->n;
+    int found;
+    if (tokmap_get(map, key, &idx, &found)) {
+      rc = bnomem(b);
+      break;
+    }
+    if (!found) {
+      size_t i;
+      if ((rc = b_token(b, (int64_t)v[C_STEP], phase, ls.no, &i)) < 0) break;
+    } else if (b->tok[idx].phase != phase) {
+      rc = bfail(b, ls.no, "phase %llu, but turn %llu step %llu has phase %d at line %u",
+                 (unsigned long long)v[C_PHASE], (unsigned long long)v[C_TURN],
+                 (unsigned long long)v[C_STEP], b->tok[idx].phase == SPILL_TRACE_PHASE_DECODE,
+                 b->tok[idx].line);
+      break;
+    }
+    /* ranks: slot k must land at index k; rows may come in any order. */
+    size_t base = ((size_t)idx * b->L + v[C_LAYER]) * b->K;
+    uint16_t *fill = b->filled + (size_t)idx * b->L + v[C_LAYER];
+    uint64_t seen_mask_idx = v[C_SLOT];
+    /* a rank is taken if an earlier row of this (token, layer) set it: we
+     * keep ids in slot order, marking empty slots with UINT32_MAX. */
+    if (*fill == 0) {
+      for (uint32_t k = 0; k < b->K; k++) b->ids[base + k] = UINT32_MAX;
+      b->lline[(size_t)idx * b->L + v[C_LAYER]] = ls.no;
+    }
+    if (b->ids[base + seen_mask_idx] != UINT32_MAX) {
+      rc = bfail(b, ls.no, "layer %llu slot %llu given twice for turn %llu step %llu",
+                 (unsigned long long)v[C_LAYER], (unsigned long long)v[C_SLOT],
+                 (unsigned long long)v[C_TURN], (unsigned long long)v[C_STEP]);
+      break;
+    }
+    for (uint32_t k = 0; k < b->K; k++)
+      if (b->ids[base + k] == (uint32_t)v[C_EXPERT]) {
+        rc = bfail(b, ls.no, "layer %llu: expert %llu given twice for turn %llu step %llu",
+                   (unsigned long long)v[C_LAYER], (unsigned long long)v[C_EXPERT],
+                   (unsigned long long)v[C_TURN], (unsigned long long)v[C_STEP]);
+        break;
+      }
+    if (rc < 0) break;
+    b->ids[base + seen_mask_idx] = (uint32_t)v[C_EXPERT];
+    b->w[base + seen_mask_idx] = w;
+    (*fill)++;
+    if (v[C_EXPERT] > b->max_id) b->max_id = (uint32_t)v[C_EXPERT];
+  }
+  if (rc < 0) return rc;
+  if (!seen_magic) return bfail(b, ls.no ? ls.no : 1, "empty file: expected \"# route_trace v1\"");
+  if (b->n == 0 && have_cols) return bfail(b, ls.no, "no data rows");
+  if (!have_cols) return bfail(b, ls.no, "no column header line");
+  b->has_weights = 1;
+  b->rank_known = 1;
+  return SPILL_OK;
+}
+
+/* ------------------------------------------------------ hf-router-json */
+
+/* A forward-only search cursor: tokens come in file order, so each key is
+ * looked up from where the previous one was found (linear overall). */
+typedef struct cursor {
+  size_t at;
+  uint32_t line;
+} cursor;
+
+/* 1-based line of the next occurrence of needle at or after the cursor
+ * (advancing it), else of the first occurrence from the start, else 0. */
+static uint32_t line_of(const char *buf, size_t len, cursor *c, const char *needle) {
+  size_t nl = strlen(needle);
+  for (int pass = 0; pass < 2; pass++) {
+    size_t i = pass ? 0 : c->at;
+    uint32_t line = pass ? 1 : c->line;
+    for (; i + nl <= len; i++) {
+      if (buf[i] == '\n') line++;
+      else if (buf[i] == needle[0] && !memcmp(buf + i, needle, nl)) {
+        if (!pass) {
+          c->at = i + nl;
+          c->line = line;
+        }
+        return line;
+      }
+    }
+  }
+  return 0;
+}
+
+static uint32_t line_at(const char *buf, size_t len, const char *p) {
+  uint32_t line = 1;
+  for (const char *q = buf; q < p && q < buf + len; q++) line += *q == '\n';
+  return line;
+}
+
+/* Parses "PREFIX<digits>" into *v. */
+static int key_num(const char *key, const char *prefix, uint64_t hi, uint64_t *v) {
+  size_t pl = strlen(prefix);
+  if (strncmp(key, prefix, pl)) return -1;
+  return field_u64(key + pl, strlen(key + pl), hi, v);
+}
+
+static int conv_hf(builder *b, const char *buf, size_t len, int first_input) {
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
+  if (!root) {
+    uint32_t ln = end && end >= buf && end <= buf + len ? line_at(buf, len, end) : 1;
+    return bfail(b, ln, "invalid JSON");
+  }
+  int rc = SPILL_OK;
+  cursor cur = {0, 1};
+  char path[160], quoted[96];
+  const cJSON *rd = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "router_data")
+                                         : NULL;
+  if (!cJSON_IsArray(rd)) {
+    rc = bfail(b, 1, "router_data: expected an array of {\"token_N\": {...}} objects");
+    goto out;
+  }
+  uint32_t *ids = NULL;
+  float *w = NULL;
+  int i = 0;
+  for (const cJSON *ent = rd->child; ent; ent = ent->next, i++) {
+    const cJSON *tk = cJSON_IsObject(ent) ? ent->child : NULL;
+    uint64_t pos;
+    if (!tk || tk->next || !tk->string || key_num(tk->string, "token_", INT64_MAX, &pos) ||
+        !cJSON_IsObject(tk)) {
+      rc = bfail(b, line_of(buf, len, &cur, "\"router_data\""),
+                 "router_data[%d]: expected one member \"token_N\" holding an object", i);
+      break;
+    }
+    snprintf(quoted, sizeof quoted, "\"%s\"", tk->string);
+    uint32_t ln = line_of(buf, len, &cur, quoted);
+    if (b->L == 0) {
+      /* shape from the first token of the first input */
+      int nl = cJSON_GetArraySize(tk);
+      const cJSON *l0 = cJSON_GetObjectItemCaseSensitive(tk, "layer_0");
+      const cJSON *se = l0 ? cJSON_GetObjectItemCaseSensitive(l0, "selected_experts") : NULL;
+      if (nl < 1 || (uint32_t)nl > CV_MAX_LAYERS || !cJSON_IsArray(se) ||
+          cJSON_GetArraySize(se) < 1 || (uint32_t)cJSON_GetArraySize(se) > CV_MAX_TOPK) {
+        rc = bfail(b, ln, "router_data[%d].%s: expected layer_0..layer_N each with a non-empty "
+                          "\"selected_experts\" array",
+                   i, tk->string);
+        break;
+      }
+      b->L = (uint32_t)nl;
+      b->K = (uint32_t)cJSON_GetArraySize(se);
+    }
+    if (!ids) {
+      ids = (uint32_t *)malloc(b->K * sizeof *ids);
+      w = (float *)malloc(b->K * sizeof *w);
+      if (!ids || !w) {
+        rc = bnomem(b);
+        break;
+      }
+    }
+    if ((uint32_t)cJSON_GetArraySize(tk) != b->L) {
+      rc = bfail(b, ln, "router_data[%d].%s: %d layers, expected %u", i, tk->string,
+                 cJSON_GetArraySize(tk), b->L);
+      break;
+    }
+    size_t ti;
+    if ((rc = b_token(b, (int64_t)pos, SPILL_TRACE_PHASE_DECODE, ln, &ti)) < 0) break;
+    for (const cJSON *la = tk->child; la && rc == SPILL_OK; la = la->next) {
+      uint64_t l;
+      snprintf(path, sizeof path, "router_data[%d].%s.%s", i, tk->string,
+               la->string ? la->string : "?");
+      if (!la->string || key_num(la->string, "layer_", b->L - 1, &l) || !cJSON_IsObject(la)) {
+        rc = bfail(b, ln, "%s: expected \"layer_I\" (I < %u) holding an object", path, b->L);
+        break;
+      }
+      const cJSON *se = cJSON_GetObjectItemCaseSensitive(la, "selected_experts");
+      const cJSON *sp = cJSON_GetObjectItemCaseSensitive(la, "selected_probs");
+      if (!cJSON_IsArray(se) || (uint32_t)cJSON_GetArraySize(se) != b->K) {
+        rc = bfail(b, ln, "%s.selected_experts: expected an array of %u ids", path, b->K);
+        break;
+      }
+      if (!cJSON_IsArray(sp) || (uint32_t)cJSON_GetArraySize(sp) != b->K) {
+        rc = bfail(b, ln, "%s.selected_probs: expected an array of %u numbers", path, b->K);
+        break;
+      }
+      uint32_t k = 0;
+      for (const cJSON *x = se->child; x; x = x->next, k++) {
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (!(v >= 0 && v < CV_MAX_EXPERTS && v == floor(v))) {
+          rc = bfail(b, ln, "%s.selected_experts[%u]: expected integer in [0, %u]", path, k,
+                     CV_MAX_EXPERTS - 1);
+          break;
+        }
+        ids[k] = (uint32_t)v;
+      }
+      if (rc < 0) break;
+      k = 0;
+      for (const cJSON *x = sp->child; x; x = x->next, k++) {
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || fabs(x->valuedouble) > 3.0e38) {
+          rc = bfail(b, ln, "%s.selected_probs[%u]: expected a finite number", path, k);
+          break;
+        }
+        w[k] = (float)x->valuedouble;
+      }
+      if (rc < 0) break;
+      if (b->filled[ti * b->L + l]) {
+        rc = bfail(b, ln, "%s: layer given twice", path);
+        break;
+      }
+      rc = b_layer(b, ti, (uint32_t)l, ids, w, b->K, ln);
+    }
+    if (rc < 0) break;
+  }
+  free(ids);
+  free(w);
+  if (rc == SPILL_OK && i == 0) rc = bfail(b, 1, "router_data: empty");
+  if (rc == SPILL_OK && first_input) {
+    b->has_weights = 1;
+    b->rank_known = 1;
+  }
+out:
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* ------------------------------------------------------ sorted-ids-txt */
+
+static int conv_sorted(builder *b, const char *buf, size_t len, const spill_trace_convert_opts *o,
+                       uint32_t *dropped_passes) {
+  if (!o->n_layers || o->n_layers > CV_MAX_LAYERS)
+    return spill_err_set(b->e, SPILL_E_INVALID_ARG,
+                         "%s: sorted-ids-txt needs the layers per pass (1..%u)", b->name,
+                         CV_MAX_LAYERS);
+  const uint32_t L = o->n_layers;
+  /* First pass over the text: the ids of each line, and the line count. */
+  lines ls = {buf, len, 0, 0};
+  const char *s;
+  size_t n;
+  uint32_t n_lines = 0, last_count = 0;
+  uint32_t *cnt = NULL; /* ids per non-blank line */
+  uint32_t *lno = NULL; /* source line of each */
+  size_t cap = 0;
+  int rc = SPILL_OK;
+  while (next_line(&ls, &s, &n)) {
+    size_t k = 0;
+    while (k < n && (s[k] == ' ' || s[k] == '\t')) k++;
+    if (k == n) continue;
+    if (n_lines == cap) {
+      cap = cap ? 2 * cap : 1024;
+      uint32_t *c2 = (uint32_t *)realloc(cnt, cap * sizeof *c2);
+      if (c2) cnt = c2;
+      uint32_t *l2 = (uint32_t *)realloc(lno, cap * sizeof *l2);
+      if (l2) lno = l2;
+      if (!c2 || !l2) {
+        rc = bnomem(b);
+        goto out;
+      }
+    }
+    uint32_t c = 1;
+    for (size_t i = 0; i < n; i++) c += s[i] == ',';
+    cnt[n_lines] = c;
+    lno[n_lines] = ls.no;
+    n_lines++;
+    last_count = c;
+  }
+  if (n_lines == 0) {
+    rc = bfail(b, 1, "no lines");
+    goto out;
+  }
+  if (n_lines % L) {
+    rc = bfail(b, lno[n_lines - 1],
+               "%u lines is not a whole number of passes of %u layers (file ends inside a pass)",
+               n_lines, L);
+    goto out;
+  }
+  uint32_t K = o->top_k ? o->top_k : last_count;
+  if (K == 0 || K > CV_MAX_TOPK) {
+    rc = bfail(b, lno[n_lines - 1], "top-k %u out of range", K);
+    goto out;
+  }
+  if (b->L == 0) {
+    b->L = L;
+    b->K = K;
+  } else if (b->K != K) {
+    rc = bfail(b, lno[n_lines - 1], "%u ids per line, the first input has %u", K, b->K);
+    goto out;
+  }
+  /* Second pass: parse the ids, pass by pass. */
+  uint32_t *ids = (uint32_t *)malloc(CV_MAX_TOPK * sizeof *ids);
+  if (!ids) {
+    rc = bnomem(b);
+    goto out;
+  }
+  ls = (lines){buf, len, 0, 0};
+  uint32_t li = 0;
+  size_t ti = 0;
+  int agg = 0;
+  while (rc == SPILL_OK && next_line(&ls, &s, &n)) {
+    size_t k = 0;
+    while (k < n && (s[k] == ' ' || s[k] == '\t')) k++;
+    if (k == n) continue;
+    uint32_t l = li % L;
+    if (l == 0) {
+      /* A pass whose lines all hold more than top-k ids is aggregated
+       * (a prefill pass: all experts any prompt token used), not per token. */
+      agg = 1;
+      for (uint32_t j = li; j < li + L; j++) agg &= cnt[j] > K;
+      if (agg) (*dropped_passes)++;
+      else if ((rc = b_token(b, (int64_t)(li / L), SPILL_TRACE_PHASE_DECODE, ls.no, &ti)) < 0)
+        break;
+    }
+    if (!agg && cnt[li] != K) {
+      rc = bfail(b, ls.no, "%u ids, expected %u (top-k) in a per-token pass", cnt[li], K);
+      break;
+    }
+    const char *f[CV_MAX_TOPK];
+    size_t fl[CV_MAX_TOPK];
+    int nf = split_csv(s, n, f, fl, CV_MAX_TOPK);
+    if (nf < 0) {
+      rc = bfail(b, ls.no, "more than %u ids", CV_MAX_TOPK);
+      break;
+    }
+    for (int j = 0; j < nf; j++) {
+      uint64_t v;
+      if (field_u64(f[j], fl[j], CV_MAX_EXPERTS - 1, &v)) {
+        rc = bfail(b, ls.no, "id %d: expected integer in [0, %u], got \"%.*s\"", j,
+                   CV_MAX_EXPERTS - 1, (int)(fl[j] > 40 ? 40 : fl[j]), f[j]);
+        break;
+      }
+      for (int q = 0; q < j && agg; q++)
+        if (ids[q] == (uint32_t)v) {
+          rc = bfail(b, ls.no, "id %d: expert %llu given twice", j, (unsigned long long)v);
+          break;
+        }
+      if (rc < 0) break;
+      if (j < (int)CV_MAX_TOPK) ids[j] = (uint32_t)v;
+      if (agg && v > b->max_id) b->max_id = (uint32_t)v;
+    }
+    if (rc == SPILL_OK && !agg) rc = b_layer(b, ti, l, ids, NULL, K, ls.no);
+    li++;
+  }
+  free(ids);
+out:
+  free(cnt);
+  free(lno);
+  return rc;
+}
+
+/* -------------------------------------------------------------- driver */
+
+int spill_trace_convert(spill_trace_source src, const char *const *in, const size_t *len,
+                        const char *const *names, size_t n_in,
+                        const spill_trace_convert_opts *opts, spill_trace *out, spill_err *e) {
+  SPILL_FAIL_IF(e, !out || !in || !len || n_in == 0 || (int)src < 0 || src >= SPILL_TRACE_SRC_COUNT,
+                SPILL_E_INVALID_ARG, "trace convert: bad arguments");
+  memset(out, 0, sizeof *out);
+  out->meta.rank_order = -1;
+  spill_trace_convert_opts o;
+  memset(&o, 0, sizeof o);
+  if (opts) o = *opts;
+  SPILL_FAIL_IF(e, o.n_experts > CV_MAX_EXPERTS, SPILL_E_INVALID_ARG,
+                "trace convert: experts %u is more than %u", o.n_experts, CV_MAX_EXPERTS);
+  builder b;
+  memset(&b, 0, sizeof b);
+  b.e = e;
+  char model[256] = "";
+  uint32_t dropped = 0;
+  int rc = SPILL_OK;
+  for (size_t i = 0; i < n_in && rc == SPILL_OK; i++) {
+    SPILL_FAIL_IF(e, !in[i] && len[i], SPILL_E_INVALID_ARG, "trace convert: NULL input");
+    b.name = names && names[i] ? names[i] : "input";
+    switch (src) {
+      case SPILL_TRACE_SRC_BMOE_CSV:
+        rc = conv_bmoe(&b, in[i], len[i], model, sizeof model);
+        break;
+      case SPILL_TRACE_SRC_HF_ROUTER_JSON:
+        rc = conv_hf(&b, in[i], len[i], i == 0);
+        break;
+      case SPILL_TRACE_SRC_SORTED_IDS_TXT:
+        rc = conv_sorted(&b, in[i], len[i], &o, &dropped);
+        break;
+      default:
+        rc = SPILL_E_INVALID_ARG;
+    }
+  }
+  if (rc == SPILL_OK && src == SPILL_TRACE_SRC_BMOE_CSV && b.n > 0) {
+    /* bmoe-csv may leave rank slots unset: b_finish checks counts only. */
+    rc = caveat(&b, "the recording engine's residency and expert_bytes columns are not "
+                    "converted");
+  }
+  if (rc == SPILL_OK && src == SPILL_TRACE_SRC_HF_ROUTER_JSON)
+    rc = caveat(&b, "phase not recorded by the source: every token is taken as decode");
+  if (rc == SPILL_OK && src == SPILL_TRACE_SRC_SORTED_IDS_TXT) {
+    b.rank_known = 0;
+    rc = caveat(&b, "rank order unknown: the source lists each layer's ids sorted ascending");
+    if (rc == SPILL_OK) rc = caveat(&b, "no gate weights in the source");
+    if (rc == SPILL_OK && dropped)
+      rc = caveat(&b, "%u aggregated pass(es) dropped (more than top-%u ids per layer: a "
+                      "prefill pass recorded for the whole prompt, not per token)",
+                  dropped, b.K);
+    if (rc == SPILL_OK)
+      rc = caveat(&b, "phase not recorded by the source: per-token passes are taken as decode");
+  }
+  if (rc == SPILL_OK && o.top_k_native && o.top_k_native != b.K)
+    rc = caveat(&b, "top-k overridden from %u to %u by the recording engine: the ids are the "
+                    "router's top %u",
+                o.top_k_native, b.K, b.K);
+  if (rc == SPILL_OK && n_in > 1)
+    rc = caveat(&b, "%zu inputs concatenated in the order given (positions restart with each)",
+                n_in);
+  if (rc == SPILL_OK)
+    rc = b_finish(&b, &o, kSourceNames[src], model[0] ? model : NULL, out);
+  builder_free(&b);
+  return rc;
+}
