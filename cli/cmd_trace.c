@@ -68,6 +68,13 @@ static int read_trace(const char *file, long experts, spill_trace *t) {
   return 0;
 }
 
+static const char *rd_label(int i) {
+  static const char *const k[SPILL_TRACE_RD_BUCKETS] = {"1", "2", "3-4", "5-8", "9-16",
+                                                        "17-32", "33-64", "65-128", ">128",
+                                                        "first"};
+  return k[i];
+}
+
 /* What the trace's header line says: provenance and caveats. */
 static void print_header(const spill_trace *t) {
   const spill_trace_meta *m = &t->meta;
@@ -164,11 +171,23 @@ int cmd_trace_stats(int argc, char **argv) {
     if (st.recorded_hit_rate >= 0) printf(", \"recorded_hit_rate\": %.6f", st.recorded_hit_rate);
     if (st.lookahead_precision >= 0)
       printf(", \"lookahead_precision\": %.6f", st.lookahead_precision);
-    printf(", \"per_layer\": [");
+    printf(", \"reuse_distance\": {");
+    for (int i = 0; i < SPILL_TRACE_RD_BUCKETS; i++)
+      printf("%s\"%s\": %.6f", i ? ", " : "", rd_label(i),
+             (double)st.reuse_dist[i] / (double)st.accesses);
+    printf("}, \"coactivation\": {\"precision\": %.6f, \"popular_precision\": %.6f, "
+           "\"prev_token_precision\": %.6f}",
+           st.coact_precision, st.coact_popular_precision, st.coact_prev_token_precision);
+    printf(", \"belady\": [");
+    for (int p = 0; p < SPILL_TRACE_BELADY_POINTS; p++)
+      printf("%s{\"pool_frac\": %.2f, \"slots\": %u, \"hit_rate\": %.6f}", p ? ", " : "",
+             spill_trace_belady_fracs[p], st.belady_slots[p], st.belady_hit_rate[p]);
+    printf("], \"per_layer\": [");
     for (uint32_t l = 0; l < st.n_layers; l++)
-      printf("%s{\"layer\": %u, \"distinct\": %u, \"gini\": %.6f, \"top10_share\": %.6f}",
+      printf("%s{\"layer\": %u, \"distinct\": %u, \"gini\": %.6f, \"top10_share\": %.6f, "
+             "\"reuse_next\": %.6f, \"coact_precision\": %.6f}",
              l ? ", " : "", st.layers[l].layer, st.layers[l].distinct, st.layers[l].gini,
-             st.layers[l].top10_share);
+             st.layers[l].top10_share, st.layers[l].reuse_next, st.layers[l].coact_precision);
     printf("]}\n");
   } else {
     print_header(&t);
@@ -190,10 +209,28 @@ int cmd_trace_stats(int argc, char **argv) {
       printf("recorded hit rate         %.1f%%\n", 100 * st.recorded_hit_rate);
     if (st.lookahead_precision >= 0)
       printf("lookahead precision       %.1f%%\n", 100 * st.lookahead_precision);
-    printf("\n%6s %9s %7s %9s\n", "layer", "distinct", "gini", "top10%");
-    for (uint32_t l = 0; l < st.n_layers; l++)
-      printf("%6u %9u %7.3f %8.1f%%\n", st.layers[l].layer, st.layers[l].distinct,
-             st.layers[l].gini, 100 * st.layers[l].top10_share);
+    printf("reuse distance (tokens)  ");
+    for (int i = 0; i < SPILL_TRACE_RD_BUCKETS; i++)
+      printf(" %s: %.1f%%", rd_label(i), 100.0 * (double)st.reuse_dist[i] / (double)st.accesses);
+    printf("\n");
+    if (st.coact_precision >= 0)
+      printf("co-activation             layer l's ids predict layer l+1's with %.1f%% precision "
+             "(online counts);\n"
+             "                          baselines: most popular %.1f%%, previous token's %.1f%%\n",
+             100 * st.coact_precision, 100 * st.coact_popular_precision,
+             100 * st.coact_prev_token_precision);
+    printf("belady (MIN) hit rate    ");
+    for (int p = 0; p < SPILL_TRACE_BELADY_POINTS; p++)
+      printf(" %.0f%% of the pool (%u slots): %.1f%%", 100 * spill_trace_belady_fracs[p],
+             st.belady_slots[p], 100 * st.belady_hit_rate[p]);
+    printf("\n\n%6s %9s %7s %9s %8s %8s\n", "layer", "distinct", "gini", "top10%", "reuse",
+           "coact");
+    for (uint32_t l = 0; l < st.n_layers; l++) {
+      printf("%6u %9u %7.3f %8.1f%% %7.1f%%", st.layers[l].layer, st.layers[l].distinct,
+             st.layers[l].gini, 100 * st.layers[l].top10_share, 100 * st.layers[l].reuse_next);
+      if (st.layers[l].coact_precision >= 0) printf(" %7.1f%%\n", 100 * st.layers[l].coact_precision);
+      else printf(" %8s\n", "-");
+    }
   }
   spill_trace_stats_free(&st);
   spill_trace_free(&t);

@@ -153,7 +153,22 @@ typedef struct spill_trace_layer_stats {
   uint32_t distinct;       /* experts used at least once */
   double gini;             /* Gini coefficient of the n_experts use counts (0 = uniform) */
   double top10_share;      /* share of activations of the top ceil(10%) experts */
+  double reuse_next;       /* this layer's next-token reuse (ids of t also used by t-1) */
+  /* Precision of predicting this layer's ids from the previous traced layer's
+   * (same token) by co-activation counts learned online; -1 for layer 0 or
+   * when the co-activation table is too big (see spill_trace_stats). */
+  double coact_precision;
 } spill_trace_layer_stats;
+
+/* Reuse distance buckets, in tokens since the same (layer, expert) was last
+ * used: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, >128, and first use. */
+#define SPILL_TRACE_RD_BUCKETS 10
+/* Upper bound of bucket i (inclusive; 0 for ">128" and "first use"). */
+uint32_t spill_trace_rd_bucket_hi(int i);
+
+/* Fractions of the pool at which stats report Belady's hit rate. */
+#define SPILL_TRACE_BELADY_POINTS 3
+extern const double spill_trace_belady_fracs[SPILL_TRACE_BELADY_POINTS]; /* 0.03 0.06 0.12 */
 
 typedef struct spill_trace_stats {
   uint32_t n_tokens, n_layers, n_experts, top_k;
@@ -170,6 +185,22 @@ typedef struct spill_trace_stats {
   spill_trace_layer_stats *layers;    /* (n_layers), owned: spill_trace_stats_free */
   /* Router format: engine-recorded hit rate and lookahead precision (-1 if n/a). */
   double recorded_hit_rate, lookahead_precision;
+  /* Reuse distance distribution: accesses per bucket (SPILL_TRACE_RD_BUCKETS). */
+  uint64_t reuse_dist[SPILL_TRACE_RD_BUCKETS];
+  /* Cross-layer co-activation: how well layer l's ids predict layer l+1's
+   * for the same token. For every token t >= 1 of the window and every pair
+   * of consecutive traced layers, the top_k experts of layer l+1 with the
+   * highest sum of co-activation counts C[l][a][b] over a in ids(t, l)
+   * (counted on tokens before t; ties: more popular, then lower id) are the
+   * prediction; precision = predicted ids that are used / top_k. Baselines
+   * with the same online knowledge: the top_k most popular of layer l+1 so
+   * far, and layer l+1's ids of the previous token. -1 when n_layers < 2 or
+   * n_layers * n_experts^2 exceeds 2^26 (table too big). */
+  double coact_precision, coact_popular_precision, coact_prev_token_precision;
+  /* Belady's MIN (demand, no bypass) hit rate with round(frac * pool) slots
+   * (at least 1) for frac in spill_trace_belady_fracs. */
+  uint32_t belady_slots[SPILL_TRACE_BELADY_POINTS];
+  double belady_hit_rate[SPILL_TRACE_BELADY_POINTS];
 } spill_trace_stats;
 
 /* Computes the statistics of tokens [tok_begin, tok_end) of t (tok_end 0 =

@@ -42,6 +42,30 @@ TEST(TraceStatsTest, HandComputedValues) {
   EXPECT_DOUBLE_EQ(s.layers[1].top10_share, 2.0 / 6.0);
   EXPECT_NEAR(s.gini_mean, (5.0 / 12.0 + 1.0 / 6.0) / 2, 1e-12);
   EXPECT_EQ(s.recorded_hit_rate, -1.0);  // simple format records no outcomes
+  // Per-layer reuse: layer 0 shares expert 0 at t1 and t2 (2 of 4 ids);
+  // layer 1 shares expert 2 at t1 only (1 of 4).
+  EXPECT_DOUBLE_EQ(s.layers[0].reuse_next, 0.5);
+  EXPECT_DOUBLE_EQ(s.layers[1].reuse_next, 0.25);
+  // Reuse distances: t1 (0,0), (1,2) and t2 (0,0) at 1; t2 (0,1), (1,3) at
+  // 2; the other 7 accesses are first uses.
+  EXPECT_EQ(s.reuse_dist[0], 3u);
+  EXPECT_EQ(s.reuse_dist[1], 2u);
+  EXPECT_EQ(s.reuse_dist[SPILL_TRACE_RD_BUCKETS - 1], 7u);
+  // Co-activation, online: t1's layer 0 {0, 2} scores layer-1 experts 2 and 3
+  // (counts from t0) -> predicts {2, 3}, 1 of {2, 0} right; t2's {0, 1}
+  // scores 0:1 2:3 3:2 -> {2, 3}, 1 of {1, 3} right: 2/4. Popularity alone
+  // predicts {2, 3} then {2, 0}: 1/4. The previous token's layer-1 ids: 1/4.
+  EXPECT_DOUBLE_EQ(s.coact_precision, 0.5);
+  EXPECT_DOUBLE_EQ(s.coact_popular_precision, 0.25);
+  EXPECT_DOUBLE_EQ(s.coact_prev_token_precision, 0.25);
+  EXPECT_EQ(s.layers[0].coact_precision, -1.0);
+  EXPECT_DOUBLE_EQ(s.layers[1].coact_precision, 0.5);
+  // A pool of 8: every Belady point rounds to 1 slot, and no key repeats
+  // back to back.
+  for (int p = 0; p < SPILL_TRACE_BELADY_POINTS; p++) {
+    EXPECT_EQ(s.belady_slots[p], 1u);
+    EXPECT_EQ(s.belady_hit_rate[p], 0.0);
+  }
   spill_trace_stats_free(&s);
 
   // Window [1, 3): tok 2 vs tok 1 only.
@@ -70,6 +94,19 @@ TEST(TraceStatsTest, ReproducesOlmoeReferenceFigures) {
   EXPECT_NEAR(s.cover_frac[0], 0.21, 0.005);
   EXPECT_NEAR(s.cover_frac[1], 0.50, 0.005);
   EXPECT_NEAR(s.cover_frac[2], 0.73, 0.005);
+  // Belady points are the replay's MIN at round(3/6/12% of 1024) slots.
+  const uint32_t want_slots[3] = {31, 61, 123};
+  for (int p = 0; p < SPILL_TRACE_BELADY_POINTS; p++) {
+    EXPECT_EQ(s.belady_slots[p], want_slots[p]);
+    spill_trace_replay_result r;
+    ASSERT_EQ(spill_trace_replay(&t, "belady", want_slots[p], 1, 0, 0, &r, &e), SPILL_OK);
+    EXPECT_DOUBLE_EQ(s.belady_hit_rate[p], r.hit_rate);
+  }
+  uint64_t sum = 0;
+  for (int i = 0; i < SPILL_TRACE_RD_BUCKETS; i++) sum += s.reuse_dist[i];
+  EXPECT_EQ(sum, s.accesses);
+  // next-token reuse is the distance-1 bucket
+  EXPECT_NEAR((double)s.reuse_dist[0] / (double)(s.accesses - 128), s.reuse_next, 1e-12);
   spill_trace_stats_free(&s);
   spill_trace_free(&t);
 }
