@@ -21,6 +21,7 @@
 
 #include "engine/base/status.h"
 #include "engine/plan/ram_plan.h" /* spill_plan: part of this API */
+#include "engine/tok/spill_tok.h"  /* spill_tok_*, spill_chat_*: tokenizers, chat templates */
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,716 @@
+/* engine/tok/tok_bpe.c: the BPE core shared by every tokenizer kind, and the
+ * public encode / decode / streaming calls.
+ *
+ * Encode: UTF-8 repair -> added tokens (a byte trie, leftmost-longest, before
+ * any normalisation, as the reference does) -> per segment: NFC or the
+ * SentencePiece space rewrite -> regex splits -> BPE per piece. All kinds
+ * work on ids of raw-byte tokens (byte-level vocabularies are un-mapped from
+ * GPT-2's byte alphabet at load), so a merge is a lookup of the pair (a, b)
+ * in one hash table giving (rank, merged id). tiktoken's rule "merge the
+ * adjacent pair whose concatenation has the lowest rank" is the same
+ * algorithm with that table derived from the ranks (tok_merges_from_ranks).
+ * Merging takes the lowest rank, leftmost on ties: a plain scan for short
+ * pieces, a binary heap with lazy invalidation for long ones (O(n log n) on
+ * a 1 MB whitespace run or a SentencePiece text with no pre-tokenizer).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/tok/tok_internal.h"
+
+/* ---- tables ---------------------------------------------------------------- */
+
+static uint64_t hash_bytes(const char *s, size_t len) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h ^ (h >> 29);
+}
+
+static uint64_t hash_u64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+int tok_alloc_vocab(spill_tok *t, int n_vocab, spill_err *e) {
+  SPILL_FAIL_IF(e, n_vocab <= 0 || n_vocab > (1 << 24), SPILL_E_FORMAT,
+                "tokenizer: vocabulary size %d out of range", n_vocab);
+  t->n_vocab = n_vocab;
+  t->tok_off = calloc((size_t)n_vocab, sizeof *t->tok_off);
+  t->flags = malloc((size_t)n_vocab);
+  SPILL_FAIL_IF(e, !t->tok_off || !t->flags, SPILL_E_NOMEM, "tokenizer: no memory for %d tokens",
+                n_vocab);
+  memset(t->flags, TOK_F_UNUSED, (size_t)n_vocab);
+  for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+  t->unk_id = t->bos_id = t->eos_id = -1;
+  return SPILL_OK;
+}
+
+int tok_set_token(spill_tok *t, int32_t id, const char *bytes, size_t len, spill_err *e) {
+  SPILL_FAIL_IF(e, id < 0 || id >= t->n_vocab, SPILL_E_FORMAT,
+                "tokenizer: token id %d outside the vocabulary (%d)", id, t->n_vocab);
+  SPILL_FAIL_IF(e, len >= (1u << 24), SPILL_E_FORMAT, "tokenizer: token %d is %zu bytes long", id,
+                len);
+  if (t->arena_len + len + 1 > t->arena_cap) {
+    size_t cap = t->arena_cap ? t->arena_cap * 2 : 1 << 20;
+    while (cap < t->arena_len + len + 1) cap *= 2;
+    char *a = realloc(t->arena, cap);
+    SPILL_FAIL_IF(e, !a, SPILL_E_NOMEM, "tokenizer: no memory for token text");
+    t->arena = a;
+    t->arena_cap = cap;
+  }
+  memcpy(t->arena + t->arena_len, bytes, len);
+  t->arena[t->arena_len + len] = '\0';
+  t->tok_off[id] = ((uint64_t)t->arena_len << 24) | len;
+  t->arena_len += len + 1;
+  t->flags[id] &= (uint8_t)~TOK_F_UNUSED;
+  if (len > t->max_piece) t->max_piece = len;
+  return SPILL_OK;
+}
+
+const char *tok_bytes(const spill_tok *t, int32_t id, size_t *len) {
+  uint64_t o = t->tok_off[id];
+  *len = (size_t)(o & 0xffffff);
+  return t->arena + (o >> 24);
+}
+
+int tok_strmap_build(spill_tok *t, spill_err *e) {
+  uint32_t size = 1;
+  while (size < (uint32_t)t->n_vocab * 2u) size <<= 1;
+  free(t->vocab.slot);
+  t->vocab.slot = calloc(size, sizeof(uint32_t));
+  SPILL_FAIL_IF(e, !t->vocab.slot, SPILL_E_NOMEM, "tokenizer: no memory for the vocabulary map");
+  t->vocab.mask = size - 1;
+  for (int32_t id = 0; id < t->n_vocab; id++) {
+    if (t->flags[id] & TOK_F_UNUSED) continue;
+    size_t len;
+    const char *s = tok_bytes(t, id, &len);
+    uint32_t h = (uint32_t)hash_bytes(s, len) & t->vocab.mask;
+    for (;;) {
+      uint32_t v = t->vocab.slot[h];
+      if (v == 0) { t->vocab.slot[h] = (uint32_t)id + 1; break; }
+      size_t l2;
+      const char *s2 = tok_bytes(t, (int32_t)v - 1, &l2);
+      if (l2 == len && memcmp(s, s2, len) == 0) break; /* duplicate text: first id wins */
+      h = (h + 1) & t->vocab.mask;
+    }
+  }
+  return SPILL_OK;
+}
+
+int32_t tok_strmap_get(const spill_tok *t, const char *s, size_t len) {
+  if (!t->vocab.slot) return -1;
+  uint32_t h = (uint32_t)hash_bytes(s, len) & t->vocab.mask;
+  for (;;) {
+    uint32_t v = t->vocab.slot[h];
+    if (v == 0) return -1;
+    size_t l2;
+    const char *s2 = tok_bytes(t, (int32_t)v - 1, &l2);
+    if (l2 == len && memcmp(s, s2, len) == 0) return (int32_t)v - 1;
+    h = (h + 1) & t->vocab.mask;
+  }
+}
+
+int tok_pairmap_init(tok_pairmap *m, size_t n, spill_err *e) {
+  size_t size = 16;
+  while (size < n * 2) size <<= 1;
+  m->key = calloc(size, sizeof *m->key);
+  m->rank = malloc(size * sizeof *m->rank);
+  m->id = malloc(size * sizeof *m->id);
+  SPILL_FAIL_IF(e, !m->key || !m->rank || !m->id, SPILL_E_NOMEM,
+                "tokenizer: no memory for %zu merges", n);
+  m->mask = (uint32_t)(size - 1);
+  return SPILL_OK;
+}
+
+void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id) {
+  uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+  uint32_t h = (uint32_t)hash_u64(k) & m->mask;
+  while (m->key[h] != 0) {
+    if (m->key[h] == k) return;
+    h = (h + 1) & m->mask;
+  }
+  m->key[h] = k;
+  m->rank[h] = rank;
+  m->id[h] = id;
+}
+
+int tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *id) {
+  if (!m->key) return 0;
+  uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+  uint32_t h = (uint32_t)hash_u64(k) & m->mask;
+  for (;;) {
+    uint64_t v = m->key[h];
+    if (v == 0) return 0;
+    if (v == k) { *rank = m->rank[h]; *id = m->id[h]; return 1; }
+    h = (h + 1) & m->mask;
+  }
+}
+
+int tok_trie_add(spill_tok *t, const char *s, size_t len, int32_t id, spill_err *e) {
+  SPILL_FAIL_IF(e, len == 0, SPILL_E_FORMAT, "tokenizer: empty added token %d", id);
+  if (t->n_trie == 0) {
+    t->cap_trie = 1024;
+    t->trie = malloc((size_t)t->cap_trie * sizeof *t->trie);
+    SPILL_FAIL_IF(e, !t->trie, SPILL_E_NOMEM, "tokenizer: no memory for added tokens");
+    t->trie[0] = (tok_trie_node){-1, -1, -1, 0};
+    t->n_trie = 1;
+  }
+  int32_t node = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    int32_t ch = t->trie[node].first_child;
+    while (ch >= 0 && t->trie[ch].byte != c) ch = t->trie[ch].next_sibling;
+    if (ch < 0) {
+      if (t->n_trie == t->cap_trie) {
+        tok_trie_node *n2 = realloc(t->trie, (size_t)t->cap_trie * 2 * sizeof *n2);
+        SPILL_FAIL_IF(e, !n2, SPILL_E_NOMEM, "tokenizer: no memory for added tokens");
+        t->trie = n2;
+        t->cap_trie *= 2;
+      }
+      ch = t->n_trie++;
+      t->trie[ch] = (tok_trie_node){-1, t->trie[node].first_child, -1, c};
+      t->trie[node].first_child = ch;
+    }
+    node = ch;
+  }
+  if (t->trie[node].id < 0) t->trie[node].id = id; /* first definition wins */
+  return SPILL_OK;
+}
+
+/* Longest added token at s[0..len) (special ones only when allowed): its id
+ * and length, or -1. */
+static int32_t trie_match(const spill_tok *t, const char *s, size_t len, int special,
+                          size_t *mlen) {
+  int32_t best = -1;
+  int32_t node = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    int32_t ch = t->trie[node].first_child;
+    while (ch >= 0 && t->trie[ch].byte != c) ch = t->trie[ch].next_sibling;
+    if (ch < 0) break;
+    node = ch;
+    int32_t id = t->trie[node].id;
+    if (id >= 0 && (special || !(t->flags[id] & TOK_F_SPECIAL))) {
+      best = id;
+      *mlen = i + 1;
+    }
+  }
+  return best;
+}
+
+int tok_merges_from_ranks(spill_tok *t, spill_err *e) {
+  size_t total = 0;
+  for (int32_t id = 0; id < t->n_vocab; id++) {
+    if (t->flags[id] & (TOK_F_UNUSED | TOK_F_ADDED)) continue;
+    size_t len;
+    tok_bytes(t, id, &len);
+    if (len > 1) total += len - 1;
+  }
+  SPILL_TRY(tok_pairmap_init(&t->merges, total / 2 + 16, e));
+  for (int32_t id = 0; id < t->n_vocab; id++) {
+    if (t->flags[id] & (TOK_F_UNUSED | TOK_F_ADDED)) continue;
+    size_t len;
+    const char *s = tok_bytes(t, id, &len);
+    for (size_t k = 1; k < len; k++) {
+      int32_t a = tok_strmap_get(t, s, k);
+      if (a < 0) continue;
+      int32_t b = tok_strmap_get(t, s + k, len - k);
+      if (b < 0) continue;
+      tok_pairmap_put(&t->merges, a, b, (uint32_t)id, id);
+    }
+  }
+  return SPILL_OK;
+}
+
+int tok_finish(spill_tok *t, spill_err *e) {
+  (void)e;
+  t->max_piece = 0;
+  for (int32_t id = 0; id < t->n_vocab; id++) {
+    if (t->flags[id] & TOK_F_UNUSED) continue;
+    size_t len;
+    tok_bytes(t, id, &len);
+    if (len > t->max_piece) t->max_piece = len;
+  }
+  return SPILL_OK;
+}
+
+/* ---- ids ------------------------------------------------------------------- */
+
+int tok_ids_push(spill_tok_ids *v, int32_t id, uint32_t off, spill_err *e) {
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? v->cap * 2 : 256;
+    int32_t *ids = realloc(v->ids, cap * sizeof *ids);
+    if (ids) v->ids = ids;
+    uint32_t *offs = ids ? realloc(v->offsets, cap * sizeof *offs) : NULL;
+    if (offs) v->offsets = offs;
+    SPILL_FAIL_IF(e, !ids || !offs, SPILL_E_NOMEM, "tokenizer: no memory for %zu ids", cap);
+    v->cap = cap;
+  }
+  v->ids[v->n] = id;
+  v->offsets[v->n] = off;
+  v->n++;
+  return SPILL_OK;
+}
+
+void spill_tok_ids_free(spill_tok_ids *v) {
+  if (!v) return;
+  free(v->ids);
+  free(v->offsets);
+  v->ids = NULL;
+  v->offsets = NULL;
+  v->n = v->cap = 0;
+}
+
+/* ---- BPE -------------------------------------------------------------------- */
+
+typedef struct sym {
+  int32_t id, prev, next;
+  uint32_t off;
+} sym;
+
+typedef struct cand {
+  uint32_t rank;
+  int32_t pos, a, b;
+} cand;
+
+typedef struct enc_ctx {
+  const spill_tok *t;
+  spill_tok_ids *out;
+  spill_err *e;
+  sym *syms;
+  size_t cap_syms;
+  cand *heap;
+  size_t cap_heap, n_heap;
+  size_t base; /* offset of the segment in the repaired text */
+} enc_ctx;
+
+static int cand_less(const cand *x, const cand *y) {
+  return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+}
+
+static int heap_push(enc_ctx *c, cand v) {
+  if (c->n_heap == c->cap_heap) {
+    size_t cap = c->cap_heap ? c->cap_heap * 2 : 256;
+    cand *h = realloc(c->heap, cap * sizeof *h);
+    SPILL_FAIL_IF(c->e, !h, SPILL_E_NOMEM, "tokenizer: no memory for the merge queue");
+    c->heap = h;
+    c->cap_heap = cap;
+  }
+  size_t i = c->n_heap++;
+  while (i > 0) {
+    size_t p = (i - 1) / 2;
+    if (!cand_less(&v, &c->heap[p])) break;
+    c->heap[i] = c->heap[p];
+    i = p;
+  }
+  c->heap[i] = v;
+  return SPILL_OK;
+}
+
+static cand heap_pop(enc_ctx *c) {
+  cand top = c->heap[0], last = c->heap[--c->n_heap];
+  size_t i = 0, n = c->n_heap;
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    const cand *best = &last;
+    if (l < n && cand_less(&c->heap[l], best)) { m = l; best = &c->heap[l]; }
+    if (r < n && cand_less(&c->heap[r], best)) { m = r; }
+    if (m == i) break;
+    c->heap[i] = c->heap[m];
+    i = m;
+  }
+  if (n > 0) c->heap[i] = last;
+  return top;
+}
+
+static int try_pair(enc_ctx *c, int32_t i) {
+  sym *s = c->syms;
+  int32_t j = s[i].next;
+  if (j < 0) return SPILL_OK;
+  uint32_t rank;
+  int32_t id;
+  if (!tok_pairmap_get(&c->t->merges, s[i].id, s[j].id, &rank, &id)) return SPILL_OK;
+  return heap_push(c, (cand){rank, i, s[i].id, s[j].id});
+}
+
+/* Merges syms[0..n) in place; leaves a linked list from index 0. */
+static int bpe_merge(enc_ctx *c, int32_t n) {
+  sym *s = c->syms;
+  const tok_pairmap *m = &c->t->merges;
+  if (n <= 32) { /* short piece: scan for the lowest rank, leftmost on ties */
+    int32_t len = n;
+    for (;;) {
+      uint32_t best = UINT32_MAX;
+      int32_t at = -1, bid = -1;
+      for (int32_t i = 0; i + 1 < len; i++) {
+        uint32_t rank;
+        int32_t id;
+        if (tok_pairmap_get(m, s[i].id, s[i + 1].id, &rank, &id) && rank < best) {
+          best = rank;
+          at = i;
+          bid = id;
+        }
+      }
+      if (at < 0) break;
+      s[at].id = bid;
+      memmove(s + at + 1, s + at + 2, (size_t)(len - at - 2) * sizeof *s);
+      len--;
+    }
+    for (int32_t i = 0; i < len; i++) {
+      s[i].prev = i - 1;
+      s[i].next = i + 1 < len ? i + 1 : -1;
+    }
+    return SPILL_OK;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    s[i].prev = i - 1;
+    s[i].next = i + 1 < n ? i + 1 : -1;
+  }
+  c->n_heap = 0;
+  for (int32_t i = 0; i + 1 < n; i++) SPILL_TRY(try_pair(c, i));
+  while (c->n_heap > 0) {
+    cand v = heap_pop(c);
+    int32_t i = v.pos, j = s[i].next;
+    if (s[i].id != v.a || j < 0 || s[j].id != v.b) continue; /* stale */
+    uint32_t rank;
+    int32_t id;
+    tok_pairmap_get(m, v.a, v.b, &rank, &id);
+    s[i].id = id;
+    s[i].next = s[j].next;
+    if (s[j].next >= 0) s[s[j].next].prev = i;
+    s[j].id = -1;
+    if (s[i].prev >= 0) SPILL_TRY(try_pair(c, s[i].prev));
+    SPILL_TRY(try_pair(c, i));
+  }
+  return SPILL_OK;
+}
+
+static int ensure_syms(enc_ctx *c, size_t n) {
+  if (n <= c->cap_syms) return SPILL_OK;
+  size_t cap = c->cap_syms ? c->cap_syms : 64;
+  while (cap < n) cap *= 2;
+  sym *s = realloc(c->syms, cap * sizeof *s);
+  SPILL_FAIL_IF(c->e, !s, SPILL_E_NOMEM, "tokenizer: no memory for %zu symbols", n);
+  c->syms = s;
+  c->cap_syms = cap;
+  return SPILL_OK;
+}
+
+static int emit_syms(enc_ctx *c) {
+  for (int32_t i = 0; i >= 0; i = c->syms[i].next)
+    SPILL_TRY(tok_ids_push(c->out, c->syms[i].id, (uint32_t)(c->base + c->syms[i].off), c->e));
+  return SPILL_OK;
+}
+
+/* One pre-token of a byte-level / tiktoken vocabulary. */
+static int piece_bytelevel(void *ctx, const char *s, size_t len, size_t off) {
+  enc_ctx *c = ctx;
+  const spill_tok *t = c->t;
+  if (t->ignore_merges || len == 1) {
+    int32_t id = tok_strmap_get(t, s, len);
+    if (id >= 0) return tok_ids_push(c->out, id, (uint32_t)(c->base + off), c->e);
+  }
+  SPILL_TRY(ensure_syms(c, len));
+  for (size_t i = 0; i < len; i++) {
+    int32_t id = t->byte_id[(unsigned char)s[i]];
+    SPILL_FAIL_IF(c->e, id < 0, SPILL_E_UNSUPPORTED,
+                  "tokenizer: byte 0x%02x has no token in this vocabulary", (unsigned char)s[i]);
+    c->syms[i] = (sym){id, 0, 0, (uint32_t)(off + i)};
+  }
+  SPILL_TRY(bpe_merge(c, (int32_t)len));
+  return emit_syms(c);
+}
+
+/* One word of a SentencePiece-style BPE: characters, byte fallback, unk. */
+static int piece_spm(void *ctx, const char *s, size_t len, size_t off) {
+  enc_ctx *c = ctx;
+  const spill_tok *t = c->t;
+  if (t->ignore_merges) {
+    int32_t id = tok_strmap_get(t, s, len);
+    if (id >= 0) return tok_ids_push(c->out, id, (uint32_t)(c->base + off), c->e);
+  }
+  SPILL_TRY(ensure_syms(c, len));
+  int32_t n = 0;
+  size_t i = 0;
+  while (i < len) {
+    unsigned char b = (unsigned char)s[i];
+    size_t cl = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    if (i + cl > len) cl = len - i;
+    int32_t id = tok_strmap_get(t, s + i, cl);
+    if (id >= 0) {
+      c->syms[n++] = (sym){id, 0, 0, (uint32_t)(off + i)};
+    } else if (t->byte_fallback) {
+      for (size_t k = 0; k < cl; k++) {
+        int32_t bid = t->byte_id[(unsigned char)s[i + k]];
+        SPILL_FAIL_IF(c->e, bid < 0, SPILL_E_FORMAT, "tokenizer: byte fallback token <0x%02X> missing",
+                      (unsigned char)s[i + k]);
+        c->syms[n++] = (sym){bid, 0, 0, (uint32_t)(off + i + k)};
+      }
+    } else {
+      SPILL_FAIL_IF(c->e, t->unk_id < 0, SPILL_E_UNSUPPORTED,
+                    "tokenizer: character at byte %zu is not in the vocabulary and there is no "
+                    "unk token", off + i);
+      if (!(t->fuse_unk && n > 0 && c->syms[n - 1].id == t->unk_id))
+        c->syms[n++] = (sym){t->unk_id, 0, 0, (uint32_t)(off + i)};
+    }
+    i += cl;
+  }
+  if (n == 0) return SPILL_OK;
+  SPILL_TRY(bpe_merge(c, n));
+  return emit_syms(c);
+}
+
+static int encode_segment(enc_ctx *c, const char *s, size_t len, size_t base) {
+  const spill_tok *t = c->t;
+  if (len == 0) return SPILL_OK;
+  char *norm = NULL, *spm = NULL;
+  size_t nlen = len;
+  int rc = SPILL_OK;
+  if (t->nfc) {
+    rc = tok_nfc(s, len, &norm, &nlen, c->e);
+    if (rc < 0) return rc;
+    if (norm) s = norm;
+  }
+  if (t->kind == TOK_SENTENCEPIECE && (t->spm_prepend || t->spm_replace_space)) {
+    size_t spaces = 0;
+    for (size_t i = 0; i < nlen; i++) spaces += s[i] == ' ';
+    spm = malloc(nlen + 2 * spaces + 4);
+    if (!spm) {
+      free(norm);
+      return spill_err_set(c->e, SPILL_E_NOMEM, "tokenizer: no memory for a segment");
+    }
+    size_t o = 0;
+    if (t->spm_prepend == 1 || (t->spm_prepend == 2 && base == 0)) {
+      memcpy(spm, "\xE2\x96\x81", 3);
+      o = 3;
+    }
+    for (size_t i = 0; i < nlen; i++) {
+      if (s[i] == ' ' && t->spm_replace_space) { memcpy(spm + o, "\xE2\x96\x81", 3); o += 3; }
+      else spm[o++] = s[i];
+    }
+    s = spm;
+    nlen = o;
+  }
+  c->base = base;
+  rc = tok_split(t, s, nlen, 0, t->kind == TOK_SENTENCEPIECE ? piece_spm : piece_bytelevel, c,
+                 c->e);
+  free(norm);
+  free(spm);
+  return rc;
+}
+
+static int is_ws(unsigned char ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r'); }
+
+int spill_tok_encode(const spill_tok *t, const char *text, size_t len, unsigned flags,
+                     spill_tok_ids *out, spill_err *e) {
+  SPILL_FAIL_IF(e, !t || !out || (!text && len), SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
+  SPILL_FAIL_IF(e, len > (1u << 30), SPILL_E_RANGE, "tokenizer: text of %zu bytes is over 1 GiB",
+                len);
+  char *fixed = NULL;
+  size_t flen;
+  SPILL_TRY(tok_utf8_repair(text, len, &fixed, &flen, e));
+  const char *s = fixed ? fixed : text;
+  enc_ctx c = {.t = t, .out = out, .e = e};
+  int rc = SPILL_OK;
+  if (flags & SPILL_TOK_ADD_BOS)
+    for (int i = 0; i < t->n_prefix && rc == SPILL_OK; i++)
+      rc = tok_ids_push(out, t->prefix_ids[i], 0, e);
+  int special = (flags & SPILL_TOK_SPECIAL) != 0;
+  size_t seg = 0, i = 0;
+  while (rc == SPILL_OK && i < flen) {
+    size_t mlen = 0;
+    int32_t id = t->trie ? trie_match(t, s + i, flen - i, special, &mlen) : -1;
+    if (id < 0) { i++; continue; }
+    size_t seg_end = i;
+    if (t->flags[id] & TOK_F_LSTRIP)
+      while (seg_end > seg && is_ws((unsigned char)s[seg_end - 1])) seg_end--;
+    rc = encode_segment(&c, s + seg, seg_end - seg, seg);
+    if (rc == SPILL_OK) rc = tok_ids_push(out, id, (uint32_t)i, e);
+    i += mlen;
+    if (t->flags[id] & TOK_F_RSTRIP)
+      while (i < flen && is_ws((unsigned char)s[i])) i++;
+    seg = i;
+  }
+  if (rc == SPILL_OK) rc = encode_segment(&c, s + seg, flen - seg, seg);
+  if (rc == SPILL_OK && (flags & SPILL_TOK_ADD_BOS))
+    for (int k = 0; k < t->n_suffix && rc == SPILL_OK; k++)
+      rc = tok_ids_push(out, t->suffix_ids[k], (uint32_t)flen, e);
+  free(c.syms);
+  free(c.heap);
+  free(fixed);
+  return rc;
+}
+
+int spill_tok_normalize(const spill_tok *t, const char *text, size_t len, char **out,
+                        size_t *out_len, spill_err *e) {
+  SPILL_FAIL_IF(e, !t || !out || !out_len || (!text && len), SPILL_E_INVALID_ARG,
+                "tokenizer: NULL argument");
+  char *fixed = NULL, *norm = NULL;
+  size_t flen, nlen;
+  SPILL_TRY(tok_utf8_repair(text, len, &fixed, &flen, e));
+  const char *s = fixed ? fixed : text;
+  if (t->nfc) {
+    int rc = tok_nfc(s, flen, &norm, &nlen, e);
+    if (rc < 0) { free(fixed); return rc; }
+  }
+  if (norm) { free(fixed); *out = norm; *out_len = nlen; return SPILL_OK; }
+  if (fixed) { *out = fixed; *out_len = flen; return SPILL_OK; }
+  char *r = malloc(len + 1);
+  if (!r) return spill_err_set(e, SPILL_E_NOMEM, "tokenizer: no memory");
+  memcpy(r, text, len);
+  r[len] = '\0';
+  *out = r;
+  *out_len = len;
+  return SPILL_OK;
+}
+
+/* ---- decode ------------------------------------------------------------------- */
+
+/* Bytes id contributes (SentencePiece: U+2581 -> ' ', <0xXX> -> the byte). */
+static size_t token_text(const spill_tok *t, int32_t id, char *buf) {
+  size_t len;
+  const char *s = tok_bytes(t, id, &len);
+  if (t->kind != TOK_SENTENCEPIECE || (t->flags[id] & TOK_F_ADDED)) {
+    memcpy(buf, s, len);
+    return len;
+  }
+  if (t->flags[id] & TOK_F_BYTE) {
+    for (int b = 0; b < 256; b++)
+      if (t->byte_id[b] == id) { buf[0] = (char)b; return 1; }
+  }
+  size_t o = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (i + 2 < len && memcmp(s + i, "\xE2\x96\x81", 3) == 0) { buf[o++] = ' '; i += 2; }
+    else buf[o++] = s[i];
+  }
+  return o;
+}
+
+int spill_tok_decode(const spill_tok *t, const int32_t *ids, size_t n, int skip_special,
+                     char **out, size_t *out_len, spill_err *e) {
+  SPILL_FAIL_IF(e, !t || !out || (!ids && n), SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
+  size_t cap = 64, len = 0;
+  for (size_t i = 0; i < n; i++) {
+    SPILL_FAIL_IF(e, ids[i] < 0 || ids[i] >= t->n_vocab || (t->flags[ids[i]] & TOK_F_UNUSED),
+                  SPILL_E_RANGE, "tokenizer: id %d at %zu is not a token", ids[i], i);
+    size_t l;
+    tok_bytes(t, ids[i], &l);
+    cap += l;
+  }
+  char *r = malloc(cap);
+  SPILL_FAIL_IF(e, !r, SPILL_E_NOMEM, "tokenizer: no memory to decode %zu ids", n);
+  for (size_t i = 0; i < n; i++) {
+    if (skip_special && (t->flags[ids[i]] & TOK_F_SPECIAL)) continue;
+    len += token_text(t, ids[i], r + len);
+  }
+  if (t->kind == TOK_SENTENCEPIECE && t->spm_strip_leading && len > 0 && r[0] == ' ') {
+    memmove(r, r + 1, len - 1);
+    len--;
+  }
+  r[len] = '\0';
+  *out = r;
+  if (out_len) *out_len = len;
+  return SPILL_OK;
+}
+
+/* Length of the complete-or-hopeless prefix of p[0..n): stops before a
+ * trailing sequence that may still complete. */
+static size_t utf8_ready(const unsigned char *p, size_t n) {
+  size_t k = 0; /* trailing continuation bytes */
+  while (k < n && k < 4 && (p[n - 1 - k] & 0xC0) == 0x80) k++;
+  if (k == n || k >= 4) return n; /* no lead byte in reach: stray bytes, release */
+  unsigned b = p[n - 1 - k];
+  size_t need = b >= 0xF0 && b <= 0xF4   ? 4
+                : b >= 0xE0 && b <= 0xEF ? 3
+                : b >= 0xC2 && b <= 0xDF ? 2
+                                         : 0;
+  if (need == 0 || k + 1 >= need) return n; /* complete, ASCII, or hopeless */
+  return n - 1 - k;                         /* hold the incomplete tail */
+}
+
+int spill_tok_stream_push(const spill_tok *t, spill_tok_stream *st, int32_t id, int skip_special,
+                          char *buf, size_t cap, spill_err *e) {
+  SPILL_FAIL_IF(e, !t || !st || !buf, SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
+  SPILL_FAIL_IF(e, id < 0 || id >= t->n_vocab || (t->flags[id] & TOK_F_UNUSED), SPILL_E_RANGE,
+                "tokenizer: id %d is not a token", id);
+  size_t l;
+  tok_bytes(t, id, &l);
+  SPILL_FAIL_IF(e, cap < l + (size_t)st->n_pend + 1, SPILL_E_RANGE,
+                "tokenizer: stream buffer of %zu bytes is too small", cap);
+  if (skip_special && (t->flags[id] & TOK_F_SPECIAL)) return 0;
+  memcpy(buf, st->pend, (size_t)st->n_pend);
+  size_t n = (size_t)st->n_pend;
+  size_t tl = token_text(t, id, buf + n);
+  if (t->kind == TOK_SENTENCEPIECE && t->spm_strip_leading && !st->started && n == 0 && tl > 0 &&
+      buf[0] == ' ') {
+    memmove(buf, buf + 1, tl - 1);
+    tl--;
+  }
+  if (tl > 0) st->started = 1;
+  n += tl;
+  size_t ready = utf8_ready((const unsigned char *)buf, n);
+  st->n_pend = (int)(n - ready);
+  memcpy(st->pend, buf + ready, (size_t)st->n_pend);
+  return (int)ready;
+}
+
+int spill_tok_stream_flush(spill_tok_stream *st, char *buf, size_t cap) {
+  if (!st || !buf || cap < (size_t)st->n_pend) return SPILL_E_INVALID_ARG;
+  int n = st->n_pend;
+  memcpy(buf, st->pend, (size_t)n);
+  st->n_pend = 0;
+  return n;
+}
+
+size_t spill_tok_max_piece(const spill_tok *t) { return t ? t->max_piece : 0; }
+
+/* ---- facts ---------------------------------------------------------------------- */
+
+const char *spill_tok_piece(const spill_tok *t, int32_t id, size_t *len) {
+  if (!t || id < 0 || id >= t->n_vocab || (t->flags[id] & TOK_F_UNUSED)) return NULL;
+  size_t l;
+  const char *s = tok_bytes(t, id, &l);
+  if (len) *len = l;
+  return s;
+}
+
+int spill_tok_vocab_size(const spill_tok *t) { return t ? t->n_vocab : 0; }
+int32_t spill_tok_bos(const spill_tok *t) { return t ? t->bos_id : -1; }
+int32_t spill_tok_eos(const spill_tok *t) { return t ? t->eos_id : -1; }
+int spill_tok_is_special(const spill_tok *t, int32_t id) {
+  return t && id >= 0 && id < t->n_vocab && (t->flags[id] & TOK_F_SPECIAL) != 0;
+}
+int32_t spill_tok_find(const spill_tok *t, const char *text, size_t len) {
+  if (!t || !text) return -1;
+  if (t->trie) {
+    size_t m = 0;
+    int32_t id = trie_match(t, text, len, 1, &m);
+    if (id >= 0 && m == len) return id;
+  }
+  return tok_strmap_get(t, text, len);
+}
+const char *spill_tok_chat_template(const spill_tok *t) { return t ? t->chat_template : NULL; }
+const char *spill_tok_kind(const spill_tok *t) {
+  if (!t) return "";
+  return t->kind == TOK_SENTENCEPIECE ? "bpe-sentencepiece"
+         : t->kind == TOK_TIKTOKEN    ? "tiktoken"
+                                      : "bpe-bytelevel";
+}
+
+void spill_tok_free(spill_tok *t) {
+  if (!t) return;
+  tok_free_splits(t);
+  free(t->arena);
+  free(t->tok_off);
+  free(t->flags);
+  free(t->vocab.slot);
+  free(t->merges.key);
+  free(t->merges.rank);
+  free(t->merges.id);
+  free(t->trie);
+  free(t->chat_template);
+  free(t);
+}

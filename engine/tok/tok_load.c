@@ -1,0 +1,282 @@
+/* engine/tok/tok_load.c: tokenizer sources other than tokenizer.json text:
+ * the path dispatcher (spill_tok_load) and tiktoken rank files.
+ *
+ * tiktoken: one "base64(token bytes) rank" per line; the rank is the id.
+ * Merging follows tiktoken exactly (lowest rank of the concatenation, whole
+ * piece looked up first), through the merge table derived from the ranks.
+ * The split regex is not in the file: SPILL_TOK_PAT_* give the ones of
+ * o200k, cl100k and Kimi K2 (whose Python pattern uses the class
+ * intersection [X&&[^\p{Han}]], written here as (?:(?!\p{Han})[X]) since
+ * PCRE2 has no intersection).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/tok/tok_internal.h"
+
+const char SPILL_TOK_PAT_O200K[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+const char SPILL_TOK_PAT_CL100K[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+#define KIMI_UP "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
+#define KIMI_LO "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
+const char SPILL_TOK_PAT_KIMI[] =
+    "[\\p{Han}]+"
+    "|[^\\r\\n\\p{L}\\p{N}]?" KIMI_UP "*" KIMI_LO "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|[^\\r\\n\\p{L}\\p{N}]?" KIMI_UP "+" KIMI_LO "*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static int b64val(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+/* Decodes base64 s[0..n) into out; returns the length or -1. */
+static long b64decode(const char *s, size_t n, unsigned char *out) {
+  if (n % 4) return -1;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    int v[4];
+    for (int k = 0; k < 4; k++) {
+      unsigned char c = (unsigned char)s[i + k];
+      v[k] = c == '=' && i + 4 == n && k >= 2 ? -2 : b64val(c);
+      if (v[k] == -1) return -1;
+    }
+    if (v[0] < 0 || v[1] < 0 || (v[2] == -2 && v[3] != -2)) return -1;
+    out[o++] = (unsigned char)(v[0] << 2 | v[1] >> 4);
+    if (v[2] >= 0) out[o++] = (unsigned char)((v[1] & 15) << 4 | v[2] >> 2);
+    if (v[3] >= 0) out[o++] = (unsigned char)((v[2] & 3) << 6 | v[3]);
+  }
+  return (long)o;
+}
+
+int spill_tok_load_tiktoken(const char *ranks, size_t len, const char *pattern,
+                            const char *const *special_text, const int *special_id,
+                            int n_specials, spill_tok **out, spill_err *e) {
+  SPILL_FAIL_IF(e, !ranks || !out || (n_specials > 0 && (!special_text || !special_id)),
+                SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
+  *out = NULL;
+  /* pass 1: count lines, max rank */
+  long max_id = -1;
+  size_t lines = 0;
+  for (size_t i = 0; i < len;) {
+    size_t j = i;
+    while (j < len && ranks[j] != '\n') j++;
+    size_t k = i;
+    while (k < j && ranks[k] != ' ') k++;
+    if (j > i) {
+      SPILL_FAIL_IF(e, k >= j, SPILL_E_FORMAT, "tiktoken: line %zu has no rank", lines + 1);
+      long r = 0;
+      for (size_t q = k + 1; q < j; q++) {
+        if (ranks[q] == '\r' && q + 1 == j) break;
+        SPILL_FAIL_IF(e, ranks[q] < '0' || ranks[q] > '9' || r > (1 << 24), SPILL_E_FORMAT,
+                      "tiktoken: line %zu: bad rank", lines + 1);
+        r = r * 10 + (ranks[q] - '0');
+      }
+      if (r > max_id) max_id = r;
+      lines++;
+    }
+    i = j + 1;
+  }
+  SPILL_FAIL_IF(e, lines == 0, SPILL_E_FORMAT, "tiktoken: no ranks");
+  for (int s = 0; s < n_specials; s++)
+    if (special_id[s] > max_id) max_id = special_id[s];
+  spill_tok *t = calloc(1, sizeof *t);
+  SPILL_FAIL_IF(e, !t, SPILL_E_NOMEM, "tokenizer: no memory");
+  t->kind = TOK_TIKTOKEN;
+  t->ignore_merges = 1;
+  int rc = tok_alloc_vocab(t, (int)max_id + 1, e);
+  unsigned char buf[1024];
+  size_t line = 0;
+  for (size_t i = 0; rc == SPILL_OK && i < len;) {
+    size_t j = i;
+    while (j < len && ranks[j] != '\n') j++;
+    if (j > i) {
+      line++;
+      size_t k = i;
+      while (ranks[k] != ' ') k++;
+      long r = strtol(ranks + k + 1, NULL, 10);
+      long n = k - i <= sizeof buf * 3 / 4 ? b64decode(ranks + i, k - i, buf) : -1;
+      if (n <= 0) rc = spill_err_set(e, SPILL_E_FORMAT, "tiktoken: line %zu: bad base64", line);
+      else if (!(t->flags[r] & TOK_F_UNUSED))
+        rc = spill_err_set(e, SPILL_E_FORMAT, "tiktoken: line %zu: rank %ld twice", line, r);
+      else rc = tok_set_token(t, (int32_t)r, (const char *)buf, (size_t)n, e);
+    }
+    i = j + 1;
+  }
+  if (rc == SPILL_OK) rc = tok_strmap_build(t, e);
+  for (int b = 0; rc == SPILL_OK && b < 256; b++) {
+    char c = (char)b;
+    t->byte_id[b] = tok_strmap_get(t, &c, 1);
+  }
+  if (rc == SPILL_OK) rc = tok_merges_from_ranks(t, e);
+  for (int s = 0; rc == SPILL_OK && s < n_specials; s++) {
+    int32_t id = special_id[s];
+    const char *txt = special_text[s];
+    if (id < 0 || !txt || !*txt) {
+      rc = spill_err_set(e, SPILL_E_FORMAT, "tiktoken: special token %d is invalid", s);
+      break;
+    }
+    if (t->flags[id] & TOK_F_UNUSED) rc = tok_set_token(t, id, txt, strlen(txt), e);
+    if (rc == SPILL_OK) {
+      t->flags[id] |= TOK_F_ADDED | TOK_F_SPECIAL;
+      rc = tok_trie_add(t, txt, strlen(txt), id, e);
+    }
+  }
+  if (rc == SPILL_OK) rc = tok_add_split(t, pattern ? pattern : SPILL_TOK_PAT_O200K, e);
+  if (rc == SPILL_OK) rc = tok_finish(t, e);
+  if (rc < 0) {
+    spill_tok_free(t);
+    return rc;
+  }
+  *out = t;
+  return SPILL_OK;
+}
+
+/* ---- files --------------------------------------------------------------------- */
+
+static int read_file(const char *path, char **out, size_t *len, spill_err *e) {
+  FILE *f = fopen(path, "rb");
+  SPILL_FAIL_IF(e, !f, SPILL_E_IO, "%s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || st.st_size < 0 || st.st_size > (1LL << 31)) {
+    fclose(f);
+    return spill_err_set(e, SPILL_E_IO, "%s: cannot size (or over 2 GiB)", path);
+  }
+  char *b = malloc((size_t)st.st_size + 1);
+  if (!b) {
+    fclose(f);
+    return spill_err_set(e, SPILL_E_NOMEM, "%s: no memory", path);
+  }
+  size_t n = fread(b, 1, (size_t)st.st_size, f);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad || n != (size_t)st.st_size) {
+    free(b);
+    return spill_err_set(e, SPILL_E_IO, "%s: short read", path);
+  }
+  b[n] = '\0';
+  *out = b;
+  *len = n;
+  return SPILL_OK;
+}
+
+static int is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Kimi's tokenizer_config.json lists its specials in added_tokens_decoder;
+ * without it, a tiktoken file loads with no specials. */
+int tok_load_gguf(const char *path, spill_tok **out, spill_err *e); /* tok_gguf.c */
+
+/* tiktoken's own special tokens of its two public encodings (they live in
+ * tiktoken's code, not in the rank files). */
+static const char *const O200K_SPECIAL[] = {"<|endoftext|>", "<|endofprompt|>"};
+static const int O200K_SPECIAL_ID[] = {199999, 200018};
+static const char *const CL100K_SPECIAL[] = {"<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>",
+                                             "<|fim_suffix|>", "<|endofprompt|>"};
+static const int CL100K_SPECIAL_ID[] = {100257, 100258, 100259, 100260, 100276};
+
+static int load_tiktoken_file(const char *path, const char *pattern, spill_tok **out,
+                              spill_err *e) {
+  char *b;
+  size_t n;
+  SPILL_TRY(read_file(path, &b, &n, e));
+  const char *const *sp = NULL;
+  const int *sid = NULL;
+  int nsp = 0;
+  if (pattern == SPILL_TOK_PAT_O200K) { sp = O200K_SPECIAL; sid = O200K_SPECIAL_ID; nsp = 2; }
+  if (pattern == SPILL_TOK_PAT_CL100K) { sp = CL100K_SPECIAL; sid = CL100K_SPECIAL_ID; nsp = 5; }
+  int rc = spill_tok_load_tiktoken(b, n, pattern, sp, sid, nsp, out, e);
+  free(b);
+  if (rc < 0) spill_err_prefix(e, "%s", path);
+  return rc;
+}
+
+static int load_hf_files(const char *json_path, const char *config_path, spill_tok **out,
+                         spill_err *e) {
+  char *j = NULL, *c = NULL;
+  size_t jn, cn = 0;
+  SPILL_TRY(read_file(json_path, &j, &jn, e));
+  if (config_path && is_file(config_path)) {
+    int rc = read_file(config_path, &c, &cn, e);
+    if (rc < 0) { free(j); return rc; }
+  }
+  int rc = spill_tok_load_hf(j, jn, c, cn, out, e);
+  free(j);
+  free(c);
+  return rc;
+}
+
+int spill_tok_load(const char *path, spill_tok **out, spill_err *e) {
+  SPILL_FAIL_IF(e, !path || !out, SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
+  *out = NULL;
+  struct stat st;
+  SPILL_FAIL_IF(e, stat(path, &st) != 0, SPILL_E_IO, "%s: %s", path, strerror(errno));
+  char buf[4096];
+  if (S_ISDIR(st.st_mode)) {
+    snprintf(buf, sizeof buf, "%s/tokenizer.json", path);
+    if (is_file(buf)) {
+      char cfg[4096];
+      snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", path);
+      return load_hf_files(buf, cfg, out, e);
+    }
+    snprintf(buf, sizeof buf, "%s/tiktoken.model", path); /* Kimi's layout */
+    if (is_file(buf)) return load_tiktoken_file(buf, SPILL_TOK_PAT_KIMI, out, e);
+    /* a single GGUF file in the directory */
+    DIR *d = opendir(path);
+    SPILL_FAIL_IF(e, !d, SPILL_E_IO, "%s: %s", path, strerror(errno));
+    struct dirent *de;
+    char found[4096] = "";
+    while ((de = readdir(d)) != NULL)
+      if (ends_with(de->d_name, ".gguf") && !found[0])
+        snprintf(found, sizeof found, "%s/%s", path, de->d_name);
+    closedir(d);
+    if (found[0]) return tok_load_gguf(found, out, e);
+    return spill_err_set(e, SPILL_E_IO,
+                         "%s: no tokenizer.json, tiktoken.model or .gguf in this directory", path);
+  }
+  /* a file: sniff */
+  FILE *f = fopen(path, "rb");
+  SPILL_FAIL_IF(e, !f, SPILL_E_IO, "%s: %s", path, strerror(errno));
+  size_t n = fread(buf, 1, 64, f);
+  fclose(f);
+  if (n >= 4 && !memcmp(buf, "GGUF", 4)) return tok_load_gguf(path, out, e);
+  size_t i = 0;
+  while (i < n && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t')) i++;
+  if (i < n && buf[i] == '{') {
+    /* tokenizer_config.json beside it, if any */
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s", path);
+    char *slash = strrchr(cfg, '/');
+    if (slash) snprintf(slash + 1, sizeof cfg - (size_t)(slash + 1 - cfg), "tokenizer_config.json");
+    else snprintf(cfg, sizeof cfg, "tokenizer_config.json");
+    return load_hf_files(path, cfg, out, e);
+  }
+  const char *pat = strstr(path, "cl100k") ? SPILL_TOK_PAT_CL100K
+                    : ends_with(path, "tiktoken.model") ? SPILL_TOK_PAT_KIMI
+                                                        : SPILL_TOK_PAT_O200K;
+  return load_tiktoken_file(path, pat, out, e);
+}

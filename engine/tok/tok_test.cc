@@ -1,0 +1,256 @@
+// engine/tok/tok_test.cc: unit tests of engine/tok on tiny hand-made
+// tokenizers built in memory (no vocabulary files): BPE merge order, added
+// tokens, NFC, UTF-8 repair, SentencePiece byte fallback, tiktoken ranks,
+// streaming decode, and clear errors on bad or unsupported input.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/tok/spill_tok.h"
+
+namespace {
+
+// Byte-level BPE: vocab = the 256 byte symbols (GPT-2 alphabet) + merges.
+std::string ByteLevelJson(const std::string &normalizer, bool ignore_merges) {
+  // GPT-2 byte alphabet: printable bytes map to themselves.
+  std::string vocab = "{";
+  int n = 0;
+  for (int b = 0; b < 256; b++) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    unsigned cp = printable ? (unsigned)b : 0;
+    if (!printable) {
+      int k = 0;
+      for (int c = 0; c < b; c++)
+        if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE))) k++;
+      cp = 256 + (unsigned)k;
+    }
+    std::string u;
+    if (cp < 0x80) {
+      if (cp == '"' || cp == '\\') u = std::string("\\") + (char)cp;
+      else u = std::string(1, (char)cp);
+    } else {
+      u += (char)(0xC0 | (cp >> 6));
+      u += (char)(0x80 | (cp & 0x3F));
+    }
+    vocab += (n ? "," : "") + std::string("\"") + u + "\":" + std::to_string(b);
+    n++;
+  }
+  // merges: "h e" -> he (256), "l l" -> ll (257), "he ll" -> hell (258),
+  // "Ġ w" -> Ġw (259), "hell o" -> hello (260)
+  vocab += ",\"he\":256,\"ll\":257,\"hell\":258,\"\xC4\xA0w\":259,\"hello\":260,\"lo\":261}";
+  return std::string("{\"version\":\"1.0\",\"added_tokens\":[{\"id\":262,\"content\":\"<|end|>\","
+                     "\"special\":true},{\"id\":263,\"content\":\"<think>\",\"special\":false}],"
+                     "\"normalizer\":") +
+         normalizer +
+         ",\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+         "\"pattern\":{\"Regex\":\" ?\\\\p{L}+|\\\\p{N}| ?[^\\\\s\\\\p{L}\\\\p{N}]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+         "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+         "false,\"use_regex\":false}]},\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},"
+         "\"model\":{\"type\":\"BPE\",\"ignore_merges\":" +
+         (ignore_merges ? "true" : "false") + ",\"vocab\":" + vocab +
+         ",\"merges\":[\"h e\",\"l l\",\"he ll\",\"\xC4\xA0 w\",\"hell o\",\"l o\"]}}";
+}
+
+spill_tok *Load(const std::string &json) {
+  spill_tok *t = nullptr;
+  spill_err e{};
+  EXPECT_EQ(spill_tok_load_hf(json.data(), json.size(), nullptr, 0, &t, &e), SPILL_OK) << e.msg;
+  return t;
+}
+
+std::vector<int32_t> Enc(spill_tok *t, const std::string &s, unsigned flags = SPILL_TOK_SPECIAL) {
+  spill_tok_ids ids{};
+  spill_err e{};
+  EXPECT_EQ(spill_tok_encode(t, s.data(), s.size(), flags, &ids, &e), SPILL_OK) << e.msg;
+  std::vector<int32_t> v(ids.ids, ids.ids + ids.n);
+  spill_tok_ids_free(&ids);
+  return v;
+}
+
+std::string Dec(spill_tok *t, const std::vector<int32_t> &ids, int skip = 0) {
+  char *out = nullptr;
+  size_t n = 0;
+  spill_err e{};
+  EXPECT_EQ(spill_tok_decode(t, ids.data(), ids.size(), skip, &out, &n, &e), SPILL_OK) << e.msg;
+  std::string s(out, n);
+  free(out);
+  return s;
+}
+
+TEST(TokBpeTest, MergesByRankLeftmostFirst) {
+  spill_tok *t = Load(ByteLevelJson("null", false));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(t, "hello"), (std::vector<int32_t>{260}));
+  // " w" -> Ġw; "hellllo": he, ll, ll, o -> hell + lo? rank: "he ll" (2) before "l o" (5)
+  EXPECT_EQ(Enc(t, "hellllo w"), (std::vector<int32_t>{258, 257, 'o', 259}));
+  EXPECT_EQ(Dec(t, Enc(t, "hellllo w")), "hellllo w");
+  EXPECT_STREQ(spill_tok_kind(t), "bpe-bytelevel");
+  spill_tok_free(t);
+}
+
+TEST(TokBpeTest, IgnoreMergesTakesWholeWords) {
+  // "hello" is in the vocabulary; with ignore_merges a word that is a token
+  // is emitted whole even when the merges would not reach it ("lo" alone).
+  spill_tok *t = Load(ByteLevelJson("null", true));
+  EXPECT_EQ(Enc(t, "lo"), (std::vector<int32_t>{261}));
+  EXPECT_EQ(Enc(t, "hello"), (std::vector<int32_t>{260}));
+  spill_tok_free(t);
+}
+
+TEST(TokBpeTest, LongPieceUsesTheHeapAndAgreesWithTheScan) {
+  spill_tok *t = Load(ByteLevelJson("null", false));
+  // 40 x "hello" in one piece (> 32 symbols: heap path) vs one at a time.
+  std::string s;
+  for (int i = 0; i < 40; i++) s += "hello";
+  std::vector<int32_t> want(40, 260);
+  EXPECT_EQ(Enc(t, s), want);
+  std::string l(101, 'l');
+  std::vector<int32_t> w2(50, 257);
+  w2.push_back('l');
+  EXPECT_EQ(Enc(t, l), w2);
+  spill_tok_free(t);
+}
+
+TEST(TokBpeTest, AddedTokensMatchBeforeSplittingAndSpecialsCanBeText) {
+  spill_tok *t = Load(ByteLevelJson("null", false));
+  EXPECT_EQ(Enc(t, "hello<|end|>"), (std::vector<int32_t>{260, 262}));
+  // --no-special: the special one is text, the non-special added one still matches
+  std::vector<int32_t> v = Enc(t, "<|end|><think>", 0);
+  EXPECT_EQ(v.back(), 263);
+  EXPECT_GT(v.size(), 2u);
+  EXPECT_EQ(Dec(t, {260, 262}, 1), "hello");
+  EXPECT_EQ(Dec(t, {260, 262}, 0), "hello<|end|>");
+  EXPECT_EQ(spill_tok_find(t, "<|end|>", 7), 262);
+  EXPECT_TRUE(spill_tok_is_special(t, 262));
+  EXPECT_FALSE(spill_tok_is_special(t, 263));
+  spill_tok_free(t);
+}
+
+TEST(TokBpeTest, InvalidUtf8BecomesReplacementCharacters) {
+  spill_tok *t = Load(ByteLevelJson("null", false));
+  std::string bad = "a\xff" "b\xe2\x82" "c";
+  EXPECT_EQ(Dec(t, Enc(t, bad)), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c");
+  spill_tok_free(t);
+}
+
+TEST(TokBpeTest, NfcNormaliserComposes) {
+  spill_tok *t = Load(ByteLevelJson("{\"type\":\"NFC\"}", false));
+  EXPECT_EQ(Dec(t, Enc(t, "e\xcc\x81")), "\xc3\xa9");
+  char *n = nullptr;
+  size_t nl = 0;
+  spill_err e{};
+  ASSERT_EQ(spill_tok_normalize(t, "A\xcc\x8a", 3, &n, &nl, &e), SPILL_OK);
+  EXPECT_EQ(std::string(n, nl), "\xc3\x85");
+  free(n);
+  spill_tok_free(t);
+}
+
+TEST(TokStreamTest, NeverEmitsHalfACharacter) {
+  spill_tok *t = Load(ByteLevelJson("null", false));
+  // "€" = E2 82 AC as three byte tokens
+  std::vector<int32_t> ids = Enc(t, "x\xe2\x82\xac" "y");
+  ASSERT_EQ(ids.size(), 5u);
+  spill_tok_stream st{};
+  char buf[256];
+  spill_err e{};
+  std::string got;
+  std::vector<int> sizes;
+  for (int32_t id : ids) {
+    int n = spill_tok_stream_push(t, &st, id, 0, buf, sizeof buf, &e);
+    ASSERT_GE(n, 0) << e.msg;
+    sizes.push_back(n);
+    got.append(buf, (size_t)n);
+  }
+  EXPECT_EQ(sizes, (std::vector<int>{1, 0, 0, 3, 1}));
+  EXPECT_EQ(spill_tok_stream_flush(&st, buf, sizeof buf), 0);
+  EXPECT_EQ(got, "x\xe2\x82\xac" "y");
+  // a lead byte that never completes is released when the next character starts
+  spill_tok_stream st2{};
+  int n = spill_tok_stream_push(t, &st2, 0xE2, 0, buf, sizeof buf, &e);
+  EXPECT_EQ(n, 0);
+  n = spill_tok_stream_push(t, &st2, 'a', 0, buf, sizeof buf, &e);
+  EXPECT_EQ(std::string(buf, (size_t)n), "\xe2" "a");
+  spill_tok_free(t);
+}
+
+TEST(TokSentencePieceTest, ByteFallbackPrependAndStrip) {
+  std::string json =
+      "{\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},{\"id\":1,\"content\":"
+      "\"<s>\",\"special\":true}],\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":"
+      "\"Prepend\",\"prepend\":\"\xE2\x96\x81\"},{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},"
+      "\"content\":\"\xE2\x96\x81\"}]},\"pre_tokenizer\":null,\"post_processor\":{\"type\":"
+      "\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},{"
+      "\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\","
+      "\"ids\":[1],\"tokens\":[\"<s>\"]}}},\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":"
+      "\"Replace\",\"pattern\":{\"String\":\"\xE2\x96\x81\"},\"content\":\" \"},{\"type\":"
+      "\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,"
+      "\"stop\":0}]},\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,"
+      "\"byte_fallback\":true,\"vocab\":{\"<unk>\":0,\"<s>\":1,";
+  for (int b = 0; b < 256; b++) {
+    char name[16];
+    snprintf(name, sizeof name, "\"<0x%02X>\":%d,", b, 2 + b);
+    json += name;
+  }
+  json += "\"\xE2\x96\x81\":258,\"h\":259,\"i\":260,\"hi\":261,\"\xE2\x96\x81hi\":262},\"merges\":[\"h i\","
+          "\"\xE2\x96\x81 hi\"]}}";
+  spill_tok *t = Load(json);
+  ASSERT_NE(t, nullptr);
+  EXPECT_STREQ(spill_tok_kind(t), "bpe-sentencepiece");
+  EXPECT_EQ(Enc(t, "hi hi"), (std::vector<int32_t>{262, 262}));
+  EXPECT_EQ(Enc(t, "hi", SPILL_TOK_SPECIAL | SPILL_TOK_ADD_BOS), (std::vector<int32_t>{1, 262}));
+  // "é" is not in the vocabulary: two byte tokens C3 A9
+  EXPECT_EQ(Enc(t, "\xc3\xa9"), (std::vector<int32_t>{258, 2 + 0xC3, 2 + 0xA9}));
+  EXPECT_EQ(Dec(t, Enc(t, "hi \xc3\xa9 hi")), "hi \xc3\xa9 hi");
+  EXPECT_EQ(spill_tok_bos(t), 1);
+  spill_tok_free(t);
+}
+
+TEST(TokTiktokenTest, RanksMergeByTheConcatenationsRank) {
+  // bytes a=0 b=1 c=2, "ab"=3, "bc"=4, "abc"=5: "abc" is whole-word first;
+  // "abcb": ab(3) < bc(4) -> ab, then ab+c -> abc(5); b stays.
+  std::string ranks = "YQ== 0\nYg== 1\nYw== 2\nYWI= 3\nYmM= 4\nYWJj 5\n";
+  const char *sp[] = {"<|eot|>"};
+  int sid[] = {9};
+  spill_tok *t = nullptr;
+  spill_err e{};
+  ASSERT_EQ(spill_tok_load_tiktoken(ranks.data(), ranks.size(), "\\p{L}+|\\s+", sp, sid, 1, &t,
+                                    &e),
+            SPILL_OK)
+      << e.msg;
+  EXPECT_EQ(Enc(t, "abc"), (std::vector<int32_t>{5}));
+  EXPECT_EQ(Enc(t, "abcb"), (std::vector<int32_t>{5, 1}));  // ab, then ab+c = abc
+  EXPECT_EQ(Enc(t, "bc<|eot|>"), (std::vector<int32_t>{4, 9}));
+  EXPECT_EQ(spill_tok_vocab_size(t), 10);
+  spill_tok_free(t);
+}
+
+TEST(TokErrorsTest, BadInputsGetNamedErrors) {
+  spill_tok *t = nullptr;
+  spill_err e{};
+  EXPECT_EQ(spill_tok_load_hf("{", 1, nullptr, 0, &t, &e), SPILL_E_FORMAT);
+  std::string wp = "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}";
+  EXPECT_EQ(spill_tok_load_hf(wp.data(), wp.size(), nullptr, 0, &t, &e), SPILL_E_UNSUPPORTED);
+  EXPECT_NE(std::string(e.msg).find("WordPiece"), std::string::npos);
+  std::string j = ByteLevelJson("{\"type\":\"NFKC\"}", false);
+  EXPECT_EQ(spill_tok_load_hf(j.data(), j.size(), nullptr, 0, &t, &e), SPILL_E_UNSUPPORTED);
+  EXPECT_NE(std::string(e.msg).find("NFKC"), std::string::npos);
+  std::string badmerge = ByteLevelJson("null", false);
+  badmerge.replace(badmerge.find("\"l o\""), 5, "\"q z9\"");
+  EXPECT_EQ(spill_tok_load_hf(badmerge.data(), badmerge.size(), nullptr, 0, &t, &e),
+            SPILL_E_FORMAT);
+  EXPECT_EQ(spill_tok_load_tiktoken("!!! 0\n", 6, nullptr, nullptr, nullptr, 0, &t, &e),
+            SPILL_E_FORMAT);
+  EXPECT_EQ(spill_tok_load("/nonexistent/tokenizer.json", &t, &e), SPILL_E_IO);
+  spill_tok *ok = Load(ByteLevelJson("null", false));
+  EXPECT_EQ(spill_tok_decode(ok, std::vector<int32_t>{99999}.data(), 1, 0, nullptr, nullptr, &e),
+            SPILL_E_INVALID_ARG);
+  char *out = nullptr;
+  EXPECT_EQ(spill_tok_decode(ok, std::vector<int32_t>{99999}.data(), 1, 0, &out, nullptr, &e),
+            SPILL_E_RANGE);
+  spill_tok_free(ok);
+}
+
+}  // namespace

