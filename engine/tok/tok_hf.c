@@ -222,8 +222,10 @@ static const char *config_token(const cJSON *cfg, const char *key) {
 
 static int load_config(spill_tok *t, const char *cj, size_t clen, spill_err *e) {
   cJSON *cfg = cJSON_ParseWithLength(cj, clen);
-  SPILL_FAIL_IF(e, !cfg || !cJSON_IsObject(cfg), SPILL_E_FORMAT,
-                "tokenizer_config.json: not a JSON object");
+  if (!cfg || !cJSON_IsObject(cfg)) {
+    cJSON_Delete(cfg);
+    return spill_err_set(e, SPILL_E_FORMAT, "tokenizer_config.json: not a JSON object");
+  }
   int rc = SPILL_OK;
   const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
   if (bos) t->bos_id = spill_tok_find(t, bos, strlen(bos));
@@ -401,8 +403,10 @@ int spill_tok_load_hf(const char *json, size_t len, const char *config_json, siz
   SPILL_FAIL_IF(e, !json || !out, SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
   *out = NULL;
   cJSON *root = cJSON_ParseWithLength(json, len);
-  SPILL_FAIL_IF(e, !root || !cJSON_IsObject(root), SPILL_E_FORMAT,
-                "tokenizer.json: not a JSON object");
+  if (!root || !cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return spill_err_set(e, SPILL_E_FORMAT, "tokenizer.json: not a JSON object");
+  }
   spill_tok *t = calloc(1, sizeof *t);
   int rc = t ? SPILL_OK : spill_err_set(e, SPILL_E_NOMEM, "tokenizer: no memory");
   hf_state st = {0};

@@ -1,0 +1,136 @@
+/* engine/tok/chat_template.c: the public chat-template calls
+ * (spill_chat_render, spill_chat_render_json): builds the Jinja context from
+ * messages (or from any JSON object), parses and renders the template with
+ * the interpreter of jinja_parse.c / jinja_eval.c, and frees everything it
+ * allocated in one arena. Stateless and thread-safe.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "engine/tok/jinja_internal.h"
+#include "engine/tok/spill_tok.h"
+
+static int from_json(jctx *c, const cJSON *j, jv *out, int depth) {
+  if (depth > 100) return spill_err_set(c->e, SPILL_E_FORMAT, "chat context: JSON nested too deep");
+  memset(out, 0, sizeof *out);
+  if (cJSON_IsNull(j)) { *out = jv_none(); return SPILL_OK; }
+  if (cJSON_IsBool(j)) { *out = jv_bool(cJSON_IsTrue(j)); return SPILL_OK; }
+  if (cJSON_IsNumber(j)) {
+    double d = j->valuedouble;
+    /* cJSON keeps no int/float distinction: integral values within 2^53 are ints */
+    if (d == (double)(int64_t)d && d > -9007199254740992.0 && d < 9007199254740992.0) {
+      *out = jv_int((int64_t)d);
+    } else {
+      out->t = JV_FLOAT;
+      out->u.f = d;
+    }
+    return SPILL_OK;
+  }
+  if (cJSON_IsString(j)) {
+    *out = jv_str(c, j->valuestring, strlen(j->valuestring));
+    return SPILL_OK;
+  }
+  if (cJSON_IsArray(j)) {
+    jlist *l = jl_new(c);
+    if (!l) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j) {
+      jv v;
+      SPILL_TRY(from_json(c, it, &v, depth + 1));
+      SPILL_TRY(jl_push(c, l, v));
+    }
+    out->t = JV_LIST;
+    out->u.l = l;
+    return SPILL_OK;
+  }
+  if (cJSON_IsObject(j)) {
+    jdict *d = jd_new(c);
+    if (!d) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j) {
+      jv v;
+      SPILL_TRY(from_json(c, it, &v, depth + 1));
+      SPILL_TRY(jd_set(c, d, jv_str(c, it->string, strlen(it->string)), v));
+    }
+    out->t = JV_DICT;
+    out->u.d = d;
+    return SPILL_OK;
+  }
+  return spill_err_set(c->e, SPILL_E_FORMAT, "chat context: unsupported JSON value");
+}
+
+static int render(jctx *c, const char *tmpl, jdict *globals, char **out) {
+  jnode *root;
+  SPILL_TRY(jinja_parse(c, tmpl, strlen(tmpl), &root));
+  size_t n;
+  return jinja_render(c, root, globals, out, &n);
+}
+
+int spill_chat_render_json(const char *tmpl, const char *context_json, char **out, spill_err *e) {
+  SPILL_FAIL_IF(e, !tmpl || !context_json || !out, SPILL_E_INVALID_ARG,
+                "chat template: NULL argument");
+  *out = NULL;
+  cJSON *j = cJSON_Parse(context_json);
+  if (!j || !cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    return spill_err_set(e, SPILL_E_FORMAT, "chat context: not a JSON object");
+  }
+  jctx c = {0};
+  c.e = e;
+  jv ctx;
+  int rc = from_json(&c, j, &ctx, 0);
+  cJSON_Delete(j);
+  if (rc == SPILL_OK) rc = render(&c, tmpl, ctx.u.d, out);
+  ja_free(&c.arena);
+  return rc;
+}
+
+int spill_chat_render(const char *tmpl, const spill_chat_msg *msgs, size_t n_msgs,
+                      int add_generation_prompt, const char *bos_token, const char *eos_token,
+                      char **out, spill_err *e) {
+  SPILL_FAIL_IF(e, !tmpl || !out || (n_msgs && !msgs), SPILL_E_INVALID_ARG,
+                "chat template: NULL argument");
+  *out = NULL;
+  jctx c = {0};
+  c.e = e;
+  int rc = SPILL_OK;
+  jdict *g = jd_new(&c);
+  jlist *l = jl_new(&c);
+  if (!g || !l) rc = spill_err_set(e, SPILL_E_NOMEM, "chat template: no memory");
+  for (size_t i = 0; rc == SPILL_OK && i < n_msgs; i++) {
+    if (!msgs[i].role || !msgs[i].content) {
+      rc = spill_err_set(e, SPILL_E_INVALID_ARG, "chat template: message %zu has no role/content", i);
+      break;
+    }
+    jdict *m = jd_new(&c);
+    if (!m) { rc = spill_err_set(e, SPILL_E_NOMEM, "chat template: no memory"); break; }
+    rc = jd_set(&c, m, jv_str(&c, "role", 4), jv_str(&c, msgs[i].role, strlen(msgs[i].role)));
+    if (rc == SPILL_OK)
+      rc = jd_set(&c, m, jv_str(&c, "content", 7),
+                  jv_str(&c, msgs[i].content, strlen(msgs[i].content)));
+    jv mv = {0};
+    mv.t = JV_DICT;
+    mv.u.d = m;
+    if (rc == SPILL_OK) rc = jl_push(&c, l, mv);
+  }
+  if (rc == SPILL_OK) {
+    jv lv = {0};
+    lv.t = JV_LIST;
+    lv.u.l = l;
+    rc = jd_set(&c, g, jv_str(&c, "messages", 8), lv);
+  }
+  if (rc == SPILL_OK)
+    rc = jd_set(&c, g, jv_str(&c, "add_generation_prompt", 21), jv_bool(add_generation_prompt));
+  if (rc == SPILL_OK)
+    rc = jd_set(&c, g, jv_str(&c, "bos_token", 9),
+                jv_str(&c, bos_token ? bos_token : "", bos_token ? strlen(bos_token) : 0));
+  if (rc == SPILL_OK)
+    rc = jd_set(&c, g, jv_str(&c, "eos_token", 9),
+                jv_str(&c, eos_token ? eos_token : "", eos_token ? strlen(eos_token) : 0));
+  if (rc == SPILL_OK && c.arena.oom) rc = spill_err_set(e, SPILL_E_NOMEM, "chat template: no memory");
+  if (rc == SPILL_OK) rc = render(&c, tmpl, g, out);
+  ja_free(&c.arena);
+  return rc;
+}

@@ -1,0 +1,207 @@
+// engine/tok/chat_template_test.cc: the Jinja interpreter against Python
+// jinja2 (tools/tok/jinja_oracle.py, transformers' environment): every real
+// template in testdata/chat (Qwen3, DeepSeek-V3, Llama 3, Llama 2, Mixtral,
+// OLMoE) x every conversation there renders to identical bytes, or both
+// fail. Plus the simple messages API, and errors for bad templates.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/tok/spill_tok.h"
+
+namespace {
+
+std::string Runfile(const std::string &rel) {
+  const char *srcdir = getenv("TEST_SRCDIR");
+  const char *ws = getenv("TEST_WORKSPACE");
+  if (srcdir && ws) return std::string(srcdir) + "/" + ws + "/" + rel;
+  return rel;
+}
+
+std::string Slurp(const std::string &p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string B64(const std::string &s) {
+  auto v = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  unsigned buf = 0;
+  int bits = 0;
+  for (char c : s) {
+    int x = v(c);
+    if (x < 0) continue;
+    buf = ((buf << 6) | (unsigned)x) & 0xffffu;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back((char)((buf >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+struct Rendered {
+  std::string tmpl, ctx, out;
+  bool ok;
+};
+
+// One Python process renders every template x context pair.
+std::vector<Rendered> OracleBatch(const std::string &dir) {
+  std::string cmd = "python3 '" + Runfile("tools/tok/jinja_oracle.py") + "' --batch '" + dir + "'";
+  std::vector<Rendered> r;
+  FILE *p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::string all;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) all.append(buf, n);
+  if (pclose(p) != 0) return {};
+  size_t i = 0;
+  auto field = [](const std::string &line, const std::string &key) {
+    size_t a = line.find("\"" + key + "\": \"");
+    if (a == std::string::npos) return std::string();
+    a += key.size() + 5;
+    return line.substr(a, line.find('"', a) - a);
+  };
+  while (i < all.size()) {
+    size_t j = all.find('\n', i);
+    if (j == std::string::npos) j = all.size();
+    std::string line = all.substr(i, j - i);
+    i = j + 1;
+    if (line.empty()) continue;
+    r.push_back({field(line, "template"), field(line, "context"), B64(field(line, "out")),
+                 line.find("\"ok\": true") != std::string::npos});
+  }
+  return r;
+}
+
+std::vector<std::string> List(const std::string &dir, const std::string &suffix) {
+  std::vector<std::string> v;
+  DIR *d = opendir(dir.c_str());
+  if (!d) return v;
+  while (struct dirent *de = readdir(d)) {
+    std::string n = de->d_name;
+    if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      v.push_back(n);
+  }
+  closedir(d);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(ChatTemplateTest, RealTemplatesMatchJinja2ByteForByte) {
+  if (system("python3 -c 'import jinja2' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
+  std::string dir = Runfile("engine/tok/testdata/chat");
+  std::vector<std::string> tmpls = List(dir, ".jinja"), ctxs = List(dir, ".json");
+  ASSERT_GE(tmpls.size(), 6u);
+  ASSERT_GE(ctxs.size(), 5u);
+  std::vector<Rendered> want = OracleBatch(dir);
+  ASSERT_EQ(want.size(), tmpls.size() * ctxs.size()) << "the jinja2 oracle did not run";
+  int rendered = 0, both_failed = 0;
+  for (const auto &w : want) {
+    std::string tmpl = Slurp(dir + "/" + w.tmpl);
+    char *got = nullptr;
+    spill_err e{};
+    int rc = spill_chat_render_json(tmpl.c_str(), Slurp(dir + "/" + w.ctx).c_str(), &got, &e);
+    if (!w.ok) {
+      EXPECT_NE(rc, SPILL_OK) << w.tmpl << " x " << w.ctx << ": jinja2 failed (" << w.out
+                              << ") but we rendered:\n" << got;
+      both_failed++;
+    } else {
+      ASSERT_EQ(rc, SPILL_OK) << w.tmpl << " x " << w.ctx << ": " << e.msg;
+      EXPECT_EQ(std::string(got), w.out) << w.tmpl << " x " << w.ctx;
+      rendered++;
+    }
+    free(got);
+  }
+  printf("%d renderings identical, %d failing in both\n", rendered, both_failed);
+  EXPECT_GT(rendered, 30);
+}
+
+TEST(ChatTemplateTest, MessagesApiEqualsTheJsonForm) {
+  std::string tmpl = Slurp(Runfile("engine/tok/testdata/chat/qwen3.jinja"));
+  spill_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}};
+  char *a = nullptr, *b = nullptr;
+  spill_err e{};
+  ASSERT_EQ(spill_chat_render(tmpl.c_str(), msgs, 2, 1, "", "<|im_end|>", &a, &e), SPILL_OK) << e.msg;
+  EXPECT_STREQ(a, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+  ASSERT_EQ(spill_chat_render_json(tmpl.c_str(),
+                                   "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                                   "{\"role\":\"user\",\"content\":\"Hi\"}],"
+                                   "\"add_generation_prompt\":true,\"bos_token\":\"\","
+                                   "\"eos_token\":\"<|im_end|>\"}",
+                                   &b, &e),
+            SPILL_OK)
+      << e.msg;
+  EXPECT_STREQ(a, b);
+  free(a);
+  free(b);
+}
+
+TEST(ChatTemplateTest, WhitespaceControlAndScoping) {
+  struct Case { const char *tmpl, *want; } cases[] = {
+      {"a  {%- if true %}\n  b\n  {%- endif %}  c", "a  b  c"},
+      {"x\n    {% if true %}\ny\n    {% endif %}\nz", "x\ny\nz"},
+      {"{% set x = 1 %}{% for i in [1, 2] %}{% set x = i %}{% endfor %}{{ x }}", "1"},
+      {"{% set ns = namespace(x=1) %}{% for i in [1, 2] %}{% set ns.x = i %}{% endfor %}{{ ns.x }}",
+       "2"},
+      {"{{ [1, 2, 3][::-1] }} {{ 'abc'[1:] }} {{ 7 // 2 }} {{ -7 % 3 }} {{ 1 / 2 }} {{ 2.0 }}",
+       "[3, 2, 1] bc 3 2 0.5 2.0"},
+      {"{% for x in [1, 2, 3] if x != 2 %}{{ loop.index }}/{{ loop.length }}{{ ',' if not loop.last }}"
+       "{% endfor %}",
+       "1/2,2/2"},
+      {"{{ {'a': [1, none, true], 'b': 'q\"'} | tojson }}", "{\"a\": [1, null, true], \"b\": \"q\\\"\"}"},
+      {"{{ '  x y  '.strip() }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}", "x y|['a', 'b', '', 'c']|['a', 'b']"},
+      {"{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{% if i == 1 %}{% continue %}{% endif %}{{ i }}{% endfor %}",
+       "02"},
+      {"{{ x is defined }} {{ none is none }} {{ 'é' | length }} {{ 'ab' ~ 1 }}", "False True 1 ab1"},
+  };
+  for (const auto &c : cases) {
+    char *out = nullptr;
+    spill_err e{};
+    ASSERT_EQ(spill_chat_render_json(c.tmpl, "{}", &out, &e), SPILL_OK) << c.tmpl << ": " << e.msg;
+    EXPECT_EQ(std::string(out), c.want) << c.tmpl;
+    free(out);
+  }
+}
+
+TEST(ChatTemplateTest, BadTemplatesGetNamedErrors) {
+  struct Case { const char *tmpl; int code; const char *needle; } cases[] = {
+      {"{% if x %}no end", SPILL_E_FORMAT, "endif"},
+      {"{{ 'unterminated }}", SPILL_E_FORMAT, "line 1"},
+      {"{% macro m() %}{% endmacro %}", SPILL_E_UNSUPPORTED, "macro"},
+      {"{{ raise_exception('nope') }}", SPILL_E_CONFIG, "nope"},
+      {"{{ x.y }}", SPILL_E_CONFIG, "undefined"},
+      {"{{ [1] | sort }}", SPILL_E_UNSUPPORTED, "sort"},
+      {"{{ 1 + 'a' }}", SPILL_E_CONFIG, "operand"},
+  };
+  for (const auto &c : cases) {
+    char *out = nullptr;
+    spill_err e{};
+    EXPECT_EQ(spill_chat_render_json(c.tmpl, "{}", &out, &e), c.code) << c.tmpl;
+    EXPECT_NE(std::string(e.msg).find(c.needle), std::string::npos) << c.tmpl << ": " << e.msg;
+    EXPECT_EQ(out, nullptr);
+  }
+  char *out = nullptr;
+  spill_err e{};
+  EXPECT_EQ(spill_chat_render_json("x", "[1]", &out, &e), SPILL_E_FORMAT);
+}
+
+}  // namespace
