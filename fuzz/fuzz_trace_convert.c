@@ -2,7 +2,8 @@
  * converters (spill_trace_convert, engine/trace/trace_convert.c) and the
  * JSONL writer on what they accept.
  *
- * Byte 0 chooses the source format (low 2 bits, mod the format count), the
+ * Byte 0 chooses the source format (low 2 bits: bmoe-csv, hf-router-json,
+ * sorted-ids-txt, vllm-routed-json), the
  * drop policy (bit 2) and, for sorted-ids-txt, the layers per pass (bits
  * 3-7, + 1); the rest is the source file, not NUL-terminated. A converted
  * trace must satisfy the invariants of router_trace.h (checked here) and

@@ -107,10 +107,12 @@ typedef enum spill_trace_source {
   SPILL_TRACE_SRC_BMOE_CSV = 0,       /* llama.cpp-based `--route-trace` CSV (BigMoeOnEdge) */
   SPILL_TRACE_SRC_HF_ROUTER_JSON = 1, /* transformers capture: JSON per sequence, "router_data" */
   SPILL_TRACE_SRC_SORTED_IDS_TXT = 2, /* one line per (pass, layer): sorted ids (mixtral-offloading) */
+  SPILL_TRACE_SRC_VLLM_ROUTED_JSON = 3, /* vLLM --enable-return-routed-experts response JSON */
   SPILL_TRACE_SRC_COUNT
 } spill_trace_source;
 
-/* Name <-> enum ("bmoe-csv", "hf-router-json", "sorted-ids-txt"); find
+/* Name <-> enum ("bmoe-csv", "hf-router-json", "sorted-ids-txt",
+ * "vllm-routed-json"); find
  * returns -1 for an unknown name, name_at NULL past the end. */
 int spill_trace_source_find(const char *name);
 const char *spill_trace_source_name_at(size_t i);

@@ -13,7 +13,7 @@
  * SPILL_E_TRACE "NAME:LINE: reason" (for JSON sources, the line of the
  * parse error or of the offending token's key). No asserts, no output.
  * Formats (docs/TRACE.md "Converting"): bmoe-csv, hf-router-json,
- * sorted-ids-txt.
+ * sorted-ids-txt, vllm-routed-json.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -30,8 +30,8 @@
 #define CV_MAX_EXPERTS (1u << 20)
 #define CV_MAX_CAVEATS 32
 
-static const char *const kSourceNames[SPILL_TRACE_SRC_COUNT] = {"bmoe-csv", "hf-router-json",
-                                                                "sorted-ids-txt"};
+static const char *const kSourceNames[SPILL_TRACE_SRC_COUNT] = {
+    "bmoe-csv", "hf-router-json", "sorted-ids-txt", "vllm-routed-json"};
 
 int spill_trace_source_find(const char *name) {
   for (int i = 0; name && i < SPILL_TRACE_SRC_COUNT; i++)
@@ -887,6 +887,88 @@ out:
   return rc;
 }
 
+/* ---------------------------------------------------- vllm-routed-json */
+
+/* One [n_tok][L][K] array of ids (vLLM's prompt_routed_experts or a choice's
+ * routed_experts) appended as tokens of `phase`, positions from *pos on. */
+static int vllm_block(builder *b, const char *buf, size_t len, const cJSON *arr,
+                      const char *path, uint8_t phase, int64_t *pos) {
+  uint32_t ln = line_of(buf, len, &(cursor){0, 1}, path[0] == 'p' ? "\"prompt_routed_experts\""
+                                                                   : "\"routed_experts\"");
+  if (!cJSON_IsArray(arr))
+    return bfail(b, ln ? ln : 1, "%s: expected an array [tokens][layers][top_k] of ids", path);
+  uint32_t ids[CV_MAX_TOPK];
+  int t = 0;
+  for (const cJSON *tok = arr->child; tok; tok = tok->next, t++) {
+    if (!cJSON_IsArray(tok) || cJSON_GetArraySize(tok) < 1 ||
+        (uint32_t)cJSON_GetArraySize(tok) > CV_MAX_LAYERS)
+      return bfail(b, ln, "%s[%d]: expected an array of layers", path, t);
+    if (b->L == 0) {
+      const cJSON *l0 = tok->child;
+      int k = cJSON_IsArray(l0) ? cJSON_GetArraySize(l0) : 0;
+      if (k < 1 || (uint32_t)k > CV_MAX_TOPK)
+        return bfail(b, ln, "%s[%d][0]: expected a non-empty array of at most %u ids", path, t,
+                     CV_MAX_TOPK);
+      b->L = (uint32_t)cJSON_GetArraySize(tok);
+      b->K = (uint32_t)k;
+    }
+    if ((uint32_t)cJSON_GetArraySize(tok) != b->L)
+      return bfail(b, ln, "%s[%d]: %d layers, expected %u", path, t, cJSON_GetArraySize(tok),
+                   b->L);
+    size_t ti;
+    SPILL_TRY(b_token(b, (*pos)++, phase, ln, &ti));
+    uint32_t l = 0;
+    for (const cJSON *la = tok->child; la; la = la->next, l++) {
+      if (!cJSON_IsArray(la) || (uint32_t)cJSON_GetArraySize(la) != b->K)
+        return bfail(b, ln, "%s[%d][%u]: expected an array of %u ids", path, t, l, b->K);
+      uint32_t k = 0;
+      for (const cJSON *x = la->child; x; x = x->next, k++) {
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (!(v >= 0 && v < CV_MAX_EXPERTS && v == floor(v)))
+          return bfail(b, ln, "%s[%d][%u][%u]: expected integer in [0, %u]", path, t, l, k,
+                       CV_MAX_EXPERTS - 1);
+        ids[k] = (uint32_t)v;
+      }
+      SPILL_TRY(b_layer(b, ti, l, ids, NULL, b->K, ln));
+    }
+  }
+  return SPILL_OK;
+}
+
+/* A completion response of vLLM with --enable-return-routed-experts:
+ * "prompt_routed_experts" (response level, optional) then choice 0's
+ * "routed_experts"; other choices are not converted (caveat). */
+static int conv_vllm(builder *b, const char *buf, size_t len, uint32_t *extra_choices,
+                     int *had_prompt) {
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
+  if (!root) {
+    uint32_t ln = end && end >= buf && end <= buf + len ? line_at(buf, len, end) : 1;
+    return bfail(b, ln, "invalid JSON");
+  }
+  int rc = SPILL_OK;
+  int64_t pos = 0;
+  const cJSON *pr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "prompt_routed_experts") : NULL;
+  const cJSON *ch = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "choices") : NULL;
+  const cJSON *c0 = cJSON_IsArray(ch) ? ch->child : NULL;
+  const cJSON *re = cJSON_IsObject(c0) ? cJSON_GetObjectItemCaseSensitive(c0, "routed_experts") : NULL;
+  if (!re) {
+    rc = bfail(b, 1, "choices[0].routed_experts: missing (was the server started with "
+                     "--enable-return-routed-experts?)");
+    goto out;
+  }
+  if (pr && !cJSON_IsNull(pr)) {
+    rc = vllm_block(b, buf, len, pr, "prompt_routed_experts", SPILL_TRACE_PHASE_PREFILL, &pos);
+    *had_prompt = 1;
+  }
+  if (rc == SPILL_OK)
+    rc = vllm_block(b, buf, len, re, "choices[0].routed_experts", SPILL_TRACE_PHASE_DECODE, &pos);
+  if (rc == SPILL_OK && cJSON_GetArraySize(ch) > 1) *extra_choices += (uint32_t)cJSON_GetArraySize(ch) - 1;
+out:
+  cJSON_Delete(root);
+  return rc;
+}
+
 /* -------------------------------------------------------------- driver */
 
 int spill_trace_convert(spill_trace_source src, const char *const *in, const size_t *len,
@@ -905,7 +987,8 @@ int spill_trace_convert(spill_trace_source src, const char *const *in, const siz
   memset(&b, 0, sizeof b);
   b.e = e;
   char model[256] = "";
-  uint32_t dropped = 0;
+  uint32_t dropped = 0, extra_choices = 0;
+  int had_prompt = 0;
   int rc = SPILL_OK;
   for (size_t i = 0; i < n_in && rc == SPILL_OK; i++) {
     SPILL_FAIL_IF(e, !in[i] && len[i], SPILL_E_INVALID_ARG, "trace convert: NULL input");
@@ -919,6 +1002,9 @@ int spill_trace_convert(spill_trace_source src, const char *const *in, const siz
         break;
       case SPILL_TRACE_SRC_SORTED_IDS_TXT:
         rc = conv_sorted(&b, in[i], len[i], &o, &dropped);
+        break;
+      case SPILL_TRACE_SRC_VLLM_ROUTED_JSON:
+        rc = conv_vllm(&b, in[i], len[i], &extra_choices, &had_prompt);
         break;
       default:
         rc = SPILL_E_INVALID_ARG;
@@ -941,6 +1027,16 @@ int spill_trace_convert(spill_trace_source src, const char *const *in, const siz
                   dropped, b.K);
     if (rc == SPILL_OK)
       rc = caveat(&b, "phase not recorded by the source: per-token passes are taken as decode");
+  }
+  if (rc == SPILL_OK && src == SPILL_TRACE_SRC_VLLM_ROUTED_JSON) {
+    rc = caveat(&b, "no gate weights in the source (vLLM returns expert ids only)");
+    if (rc == SPILL_OK)
+      rc = caveat(&b, "rank order as vLLM returns the router's top-k ids (not documented)");
+    if (rc == SPILL_OK && !had_prompt)
+      rc = caveat(&b, "no prompt_routed_experts: the prompt (prefill) tokens are missing");
+    if (rc == SPILL_OK && extra_choices)
+      rc = caveat(&b, "%u further choice(s) not converted: only choice 0 follows the prompt",
+                  extra_choices);
   }
   if (rc == SPILL_OK && o.top_k_native && o.top_k_native != b.K)
     rc = caveat(&b, "top-k overridden from %u to %u by the recording engine: the ids are the "

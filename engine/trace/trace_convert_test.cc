@@ -283,6 +283,48 @@ TEST(TraceConvertTest, SortedIdsMalformedInputNamesTheLine) {
   spill_trace_free(&c.t);
 }
 
+// A response of vLLM's OpenAI server with --enable-return-routed-experts,
+// written by us from vLLM's documentation (engine/trace/testdata).
+TEST(TraceConvertTest, VllmRoutedJsonPromptThenChoiceZero) {
+  Conv c = Convert(SPILL_TRACE_SRC_VLLM_ROUTED_JSON,
+                   {Slurp("engine/trace/testdata/vllm_routed.json")});
+  ASSERT_EQ(c.rc, SPILL_OK) << c.msg;
+  const spill_trace &t = c.t;
+  EXPECT_EQ(t.n_tokens, 5u);  // 2 prompt + 3 generated (choice 0)
+  EXPECT_EQ(t.n_layers, 2u);
+  EXPECT_EQ(t.top_k, 2u);
+  EXPECT_EQ(t.n_experts, 8u);  // highest id 7 + 1
+  EXPECT_EQ(t.phase[1], SPILL_TRACE_PHASE_PREFILL);
+  EXPECT_EQ(t.phase[2], SPILL_TRACE_PHASE_DECODE);
+  EXPECT_EQ(t.pos[2], 2);
+  EXPECT_EQ(spill_trace_ids(&t, 4, 1)[1], 7u);
+  EXPECT_EQ(spill_trace_ids(&t, 0, 0)[0], 3u);
+  EXPECT_EQ(t.weights, nullptr);
+  EXPECT_TRUE(HasCaveat(t, "1 further choice(s) not converted"));
+  EXPECT_TRUE(HasCaveat(t, "no gate weights"));
+  EXPECT_FALSE(HasCaveat(t, "prompt (prefill) tokens are missing"));
+  ExpectRoundTrip(t);
+  spill_trace_free(&c.t);
+}
+
+TEST(TraceConvertTest, VllmRoutedJsonMalformedInputNamesTheLine) {
+  const auto V = SPILL_TRACE_SRC_VLLM_ROUTED_JSON;
+  ExpectConvError(V, "{\"choices\": [{}]}", "in0:1: choices[0].routed_experts: missing");
+  ExpectConvError(V, "{\n\"choices\": [{\"routed_experts\": [[[1, 2]],\n [[1]]]}]}",
+                  "in0:2: choices[0].routed_experts[1][0]: expected an array of 2 ids");
+  ExpectConvError(V, "{\"choices\": [{\"routed_experts\": [[[1, 1]]]}]}",
+                  "layer 0: expert 1 given twice");
+  ExpectConvError(V, "{\"choices\": [{\"routed_experts\": [[[1, 2]], [[1, 2], [3, 4]]]}]}",
+                  "choices[0].routed_experts[1]: 2 layers, expected 1");
+  ExpectConvError(V, "{\"choices\": [{\"routed_experts\": [[[1, -2]]]}]}",
+                  "choices[0].routed_experts[0][0][1]: expected integer");
+  ExpectConvError(V, "{\n\"choices\": [{\"routed_experts\": [[[1, 2]] x]}]}", "in0:2: invalid JSON");
+  Conv c = Convert(V, {"{\"choices\": [{\"routed_experts\": [[[1, 2]]]}]}"});
+  ASSERT_EQ(c.rc, SPILL_OK) << c.msg;
+  EXPECT_TRUE(HasCaveat(c.t, "prompt (prefill) tokens are missing"));
+  spill_trace_free(&c.t);
+}
+
 TEST(TraceConvertTest, SourceNamesRoundTrip) {
   for (size_t i = 0; spill_trace_source_name_at(i); i++)
     EXPECT_EQ(spill_trace_source_find(spill_trace_source_name_at(i)), (int)i);
