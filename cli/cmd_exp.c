@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli_util.h"
+#include "cli/cmd_exp_slurm.h"
 #include "cli/commands.h"
 #include "harness/exp_config.h"
 #include "harness/exp_report.h"
@@ -32,7 +34,18 @@ const char cmd_exp_usage[] =
     "results directory of the same config, skipping finished runs. A refuted hypothesis\n"
     "is logged in the results directory's refuted/; with --publish (refused unless\n"
     "git has no uncommitted changes to tracked files) in the repository's refuted/\n"
-    "(or --refuted DIR).\n";
+    "(or --refuted DIR).\n"
+    "       spill exp CONFIG.json --slurm [--partition P] [--time T] [--cpus-per-task N]\n"
+    "                 [--mem M] [--constraint C] [--array-max K] [--slurm-script-only]\n"
+    "       spill exp --resume RESULTS_DIR --slurm [same options]\n"
+    "       spill exp --status RESULTS_DIR | --merge RESULTS_DIR\n"
+    "--slurm runs the experiment as a Slurm job array (one task per unit: every arm and\n"
+    "repeat of a cell, budgets upward) plus a merge job that writes the report; options\n"
+    "override the config's \"cluster\" defaults; --slurm-script-only writes and prints the\n"
+    "scripts without submitting. --status shows each unit's rows and job state;\n"
+    "--resume DIR --slurm resubmits only the units with missing runs; --merge writes the\n"
+    "report from the rows present (missing runs marked). Array tasks run\n"
+    "`spill exp --slurm-task DIR --unit N` (docs/EXPERIMENTS.md, Running on a cluster).\n";
 
 static void on_progress(void *user, const spill_exp_progress *p) {
   (void)user;
@@ -56,7 +69,10 @@ static void on_progress(void *user, const spill_exp_progress *p) {
 int cmd_exp(int argc, char **argv) {
   cli_enter_workspace();
   const char *config = NULL, *resume_dir = NULL, *results = "results", *refuted = NULL;
-  int resume = 0, dry = 0, validate = 0, publish = 0, no_refuted = 0;
+  int resume = 0, dry = 0, validate = 0, publish = 0, no_refuted = 0, k;
+  exp_slurm_args sl;
+  memset(&sl, 0, sizeof sl);
+  sl.unit = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--resume")) {
@@ -70,11 +86,20 @@ int cmd_exp(int argc, char **argv) {
     else if (!strcmp(a, "--publish")) publish = 1;
     else if (!strcmp(a, "--refuted")) {
       if (!(refuted = cli_value(argc, argv, &i))) return 2;
+    } else if ((k = exp_slurm_parse(argc, argv, i, &sl)) != 0) {
+      if (k < 0) return 2;
+      i += k - 1;
     } else if (a[0] == '-') {
       return cli_usage_error("unknown option %s", a);
     } else if (!config) config = a;
     else return cli_usage_error("unexpected argument %s", a);
   }
+  struct stat cst;
+  if (resume && !resume_dir && config && stat(config, &cst) == 0 && S_ISDIR(cst.st_mode))
+    resume_dir = config, config = NULL; /* spill exp --resume DIR */
+  int slurm_rc = exp_slurm_main(&sl, config, resume, resume_dir, results, refuted, no_refuted,
+                                publish, on_progress);
+  if (slurm_rc >= 0) return slurm_rc;
   if (!config) return cli_usage_error("no config");
   spill_exp_config cfg;
   spill_err e = {0};

@@ -564,12 +564,63 @@ static int parse_outputs(ctx *c, const cJSON *o, spill_exp_config *cfg) {
   return SPILL_OK;
 }
 
+/* Slurm's spellings: partition and constraint names, [D-]HH:MM:SS-style
+ * times, sizes with an optional K/M/G/T suffix. */
+const char *spill_exp_cluster_check(const char *key, const char *v) {
+  if (!v[0]) return "empty";
+  const char *ok = !strcmp(key, "time") ? "0123456789:-"
+                   : !strcmp(key, "mem") ? "0123456789KMGTkmgt"
+                   : !strcmp(key, "constraint") ? "&|[]()*,_-."
+                                                : "_-.,";
+  int alnum = strcmp(key, "time") && strcmp(key, "mem");
+  for (const char *q = v; *q; q++)
+    if (!(alnum && isalnum((unsigned char)*q)) && !strchr(ok, *q))
+      return !strcmp(key, "time")  ? "not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)"
+             : !strcmp(key, "mem") ? "not a size (digits with an optional K, M, G or T)"
+                                   : "unexpected character (letters, digits and Slurm's operators only)";
+  if (!strcmp(key, "mem") && !isdigit((unsigned char)v[0])) return "not a size (digits with an optional K, M, G or T)";
+  if (!strcmp(key, "mem") && v[strspn(v, "0123456789")] && v[strspn(v, "0123456789") + 1])
+    return "not a size (digits with an optional K, M, G or T)";
+  if (!strcmp(key, "time") && (!isdigit((unsigned char)v[0]) || strstr(v, "::") ||
+                               v[strlen(v) - 1] == ':' || v[strlen(v) - 1] == '-'))
+    return "not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)";
+  return NULL;
+}
+
+static int parse_cluster(ctx *c, const cJSON *o, spill_exp_config *cfg) {
+  if (!o) return SPILL_OK;
+  if (!cJSON_IsObject(o)) return fail(c, "cluster", "expected an object, got %s", type_name(o));
+  static const char *const keys[] = {"partition", "time", "mem", "constraint",
+                                     "cpus_per_task", "array_max", NULL};
+  SPILL_TRY(only_keys(c, o, "cluster", keys));
+  spill_exp_cluster *k = &cfg->cluster;
+  struct {
+    const char *key;
+    char *out;
+    size_t cap;
+  } s[] = {{"partition", k->partition, sizeof k->partition},
+           {"time", k->time, sizeof k->time},
+           {"mem", k->mem, sizeof k->mem},
+           {"constraint", k->constraint, sizeof k->constraint}};
+  for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+    SPILL_TRY(get_str(c, o, "cluster", s[i].key, 0, s[i].out, s[i].cap));
+    const char *why = s[i].out[0] ? spill_exp_cluster_check(s[i].key, s[i].out) : NULL;
+    if (why) return fail(c, "cluster", "%s \"%s\": %s", s[i].key, s[i].out, why);
+  }
+  long v;
+  SPILL_TRY(get_int(c, o, "cluster", "cpus_per_task", 1, 4096, 0, &v));
+  k->cpus_per_task = (int)v;
+  SPILL_TRY(get_int(c, o, "cluster", "array_max", 1, 100000, 0, &v));
+  k->array_max = (int)v;
+  return SPILL_OK;
+}
+
 static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   if (!cJSON_IsObject(root)) return fail(c, "(top)", "expected a JSON object, got %s", type_name(root));
   static const char *const keys[] = {"name", "description", "model", "workload", "base",
                                      "sweep", "arms", "repeats", "warmup", "order",
                                      "order_seed", "cold", "storage_path", "io_throttle",
-                                     "machine", "hypothesis", "outputs", NULL};
+                                     "machine", "hypothesis", "outputs", "cluster", NULL};
   SPILL_TRY(only_keys(c, root, "", keys));
   SPILL_TRY(get_str(c, root, "", "name", 1, cfg->name, sizeof cfg->name));
   for (const char *q = cfg->name; *q; q++)
@@ -635,6 +686,7 @@ static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   }
   SPILL_TRY(parse_hypothesis(c, cJSON_GetObjectItemCaseSensitive(root, "hypothesis"), cfg));
   SPILL_TRY(parse_outputs(c, cJSON_GetObjectItemCaseSensitive(root, "outputs"), cfg));
+  SPILL_TRY(parse_cluster(c, cJSON_GetObjectItemCaseSensitive(root, "cluster"), cfg));
   /* Every (cell, arm) must build an engine config (catches nothing new
    * today, but keeps knob interplay checks in one place if the engine adds
    * some). */

@@ -72,6 +72,15 @@ typedef struct spill_exp_outputs {
   uint64_t trace_max_bytes;  /* per run (default 16 MiB) */
 } spill_exp_outputs;
 
+/* "cluster": Slurm defaults for `spill exp --slurm` (harness/exp_slurm.h);
+ * command-line flags override them. Scheduling only: not part of the
+ * resolved config (config.json), so they never change what a run measures.
+ * "" / 0 = not set (Slurm's own default). */
+typedef struct spill_exp_cluster {
+  char partition[64], time[32], mem[32], constraint[128];
+  int cpus_per_task, array_max;
+} spill_exp_cluster;
+
 typedef struct spill_exp_config {
   char source[SPILL_EXP_PATH_MAX]; /* the file it came from ("" for text) */
   char name[64];
@@ -111,6 +120,7 @@ typedef struct spill_exp_config {
   uint64_t emulate_ram;      /* 0 = off */
   spill_exp_hypothesis hyp;
   spill_exp_outputs out;
+  spill_exp_cluster cluster;
 } spill_exp_config;
 
 /* Parses and validates JSON text. source names the file in messages (may be
@@ -137,6 +147,11 @@ void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **valu
  * (routing_trace). String knobs point into cfg (valid while it lives). */
 int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spill_config *out,
                             spill_err *e);
+
+/* Checks one cluster setting's text (key partition|time|mem|constraint);
+ * NULL when fine, else a static reason. Values go into sbatch scripts, so
+ * only Slurm's own spellings pass. */
+const char *spill_exp_cluster_check(const char *key, const char *value);
 
 
 /* 64-bit FNV-1a (used for run keys, recipe and config hashes). */

@@ -98,7 +98,7 @@ TEST(ExpConfigTest, RejectsUnknownKeysWithTheirPath) {
   EXPECT_EQ(Error(Edit("\"repeats\": 3", "\"repeats\": 3, \"repeat\": 2")),
             "x.json: (top): unknown key \"repeat\" (expected one of: name, description, model, "
             "workload, base, sweep, arms, repeats, warmup, order, order_seed, cold, "
-            "storage_path, io_throttle, machine, hypothesis, outputs)");
+            "storage_path, io_throttle, machine, hypothesis, outputs, cluster)");
   EXPECT_NE(Error(Edit("\"decode_tokens\": 4", "\"decode_tokens\": 4, \"x\": 1")).find(
                 "x.json: workload: unknown key \"x\""),
             std::string::npos);

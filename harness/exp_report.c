@@ -34,10 +34,12 @@
 typedef struct row {
   cJSON *j;
   int repeat;
+  const char *node; /* the Slurm node that ran it (harness/exp_slurm.h); NULL locally */
 } row;
 
 typedef struct group {
   char cell[200];
+  const char *node; /* of its rows (one node per cell, checked at load) */
   int cell_idx, arm;
   int n;
   row **rows; /* sorted by repeat (distinct: exp_rows refuses duplicates) */
@@ -51,6 +53,7 @@ typedef struct report {
   int n_rows;
   group *groups;
   int n_groups;
+  int has_nodes; /* some row names its node: the table gets a node column */
 } report;
 
 /* Rows written before the engine kept a run-wide latency window carry the
@@ -96,8 +99,12 @@ static int report_build(report *R, const spill_exp_config *cfg, const char *file
   SPILL_TRY(spill_exp_rows_parse(cfg, file, lines, n, &R->parsed, e));
   R->rows = calloc((size_t)(R->parsed.n ? R->parsed.n : 1), sizeof *R->rows);
   if (!R->rows) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
-  for (int i = 0; i < R->parsed.n; i++)
-    R->rows[R->n_rows++] = (row){R->parsed.rows[i].j, R->parsed.rows[i].repeat};
+  for (int i = 0; i < R->parsed.n; i++) {
+    const cJSON *nd = cJSON_GetObjectItemCaseSensitive(R->parsed.rows[i].j, "node");
+    R->rows[R->n_rows++] = (row){R->parsed.rows[i].j, R->parsed.rows[i].repeat,
+                                 cJSON_IsString(nd) ? nd->valuestring : NULL};
+    if (cJSON_IsString(nd)) R->has_nodes = 1;
+  }
   /* Groups in plan order: cells, then arms. */
   int cells = spill_exp_config_n_cells(cfg);
   R->groups = calloc((size_t)(cells * cfg->n_arms), sizeof *R->groups);
@@ -110,8 +117,21 @@ static int report_build(report *R, const spill_exp_config *cfg, const char *file
       g->arm = a;
       g->rows = calloc((size_t)(R->n_rows ? R->n_rows : 1), sizeof *g->rows);
       if (!g->rows) return spill_err_set(e, SPILL_E_NOMEM, "report: no memory");
-      for (int i = 0; i < R->n_rows; i++)
-        if (R->parsed.rows[i].cell == c && R->parsed.rows[i].arm == a) g->rows[g->n++] = &R->rows[i];
+      /* A/B arms are compared within a cell: never pool rows of one cell
+       * measured on different machines (or a local row with a node's). */
+      group *g0 = g - a;
+      for (int i = 0; i < R->n_rows; i++) {
+        if (R->parsed.rows[i].cell != c) continue;
+        const char *nd = R->rows[i].node ? R->rows[i].node : "(local)";
+        if (g0->node && strcmp(g0->node, nd))
+          return spill_err_set(e, SPILL_E_FORMAT,
+                               "%s: cell %s was run on nodes %s and %s: refusing to pool the arms "
+                               "of one A/B across machines (rerun the cell on one node)",
+                               file, g->cell, g0->node, nd);
+        g0->node = nd;
+        if (R->parsed.rows[i].arm == a) g->rows[g->n++] = &R->rows[i];
+      }
+      g->node = g0->node;
       qsort(g->rows, (size_t)g->n, sizeof *g->rows, cmp_row_rep);
     }
   return SPILL_OK;
@@ -183,6 +203,8 @@ static cJSON *summary_json(report *R, spill_exp_report_result *res) {
     cJSON_AddStringToObject(c, "cell", g->cell);
     cJSON_AddStringToObject(c, "arm", cfg->arms[g->arm].name);
     cJSON_AddNumberToObject(c, "n", g->n);
+    if (g->node) cJSON_AddStringToObject(c, "node", g->node);
+    if (g->n < cfg->repeats) cJSON_AddNumberToObject(c, "missing", cfg->repeats - g->n);
     cJSON *m = cJSON_AddObjectToObject(c, "metrics");
     cJSON *k = cJSON_AddObjectToObject(c, "counters");
     for (int i = 0; i < nm && g->n > 0; i++) {
@@ -320,11 +342,11 @@ static char *table_md(report *R) {
   if (!md) return NULL;
   off += (size_t)snprintf(md + off, cap - off, "| model |");
   for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, " %s |", cfg->axes[a].key);
-  off += (size_t)snprintf(md + off, cap - off, " arm | runs |");
+  off += (size_t)snprintf(md + off, cap - off, " arm |%s runs |", R->has_nodes ? " node |" : "");
   for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, " %s |", k_cols[c].header);
   off += (size_t)snprintf(md + off, cap - off, "\n|---|");
   for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, "---:|");
-  off += (size_t)snprintf(md + off, cap - off, "---|---:|");
+  off += (size_t)snprintf(md + off, cap - off, "---|%s---:|", R->has_nodes ? "---|" : "");
   for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, "---:|");
   off += (size_t)snprintf(md + off, cap - off, "\n");
   char model[SPILL_EXP_PATH_MAX];
@@ -341,7 +363,9 @@ static char *table_md(report *R) {
     spill_exp_config_cell(cfg, g->cell_idx, vals);
     off += (size_t)snprintf(md + off, cap - off, "| %s |", model);
     for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, " %s |", vals[a]);
-    off += (size_t)snprintf(md + off, cap - off, " %s | %d |", cfg->arms[g->arm].name, g->n);
+    off += (size_t)snprintf(md + off, cap - off, " %s |", cfg->arms[g->arm].name);
+    if (R->has_nodes) off += (size_t)snprintf(md + off, cap - off, " %s |", g->node ? g->node : "-");
+    off += (size_t)snprintf(md + off, cap - off, " %d%s |", g->n, g->n < cfg->repeats ? " (missing)" : "");
     for (int c = 0; c < N_COLS; c++) {
       values(g, k_cols[c].metric, v);
       spill_stats_summary st;
@@ -357,9 +381,20 @@ static char *table_md(report *R) {
   int old_latency = 0;
   for (int i = 0; i < R->n_rows; i++) old_latency |= !latency_is_run_wide(&R->rows[i]);
   if (old_latency)
-    snprintf(md + off, cap - off,
+    off += (size_t)snprintf(md + off, cap - off,
              "read p99 \"-\": these rows hold the last forward call's read latency, not the "
              "run's (engines before the run-wide window); re-run to measure it.\n");
+  if (off < cap) {
+    int missing = 0;
+    for (int gi = 0; gi < R->n_groups; gi++) missing += R->groups[gi].n < cfg->repeats;
+    if (missing && off < cap)
+      off += (size_t)snprintf(md + off, cap - off,
+                              "Missing: %d of %d (cell, arm) groups have fewer than %d runs (marked "
+                              "\"(missing)\"): not run yet, interrupted, or a failed task.\n",
+                              missing, R->n_groups, cfg->repeats);
+    if (R->has_nodes && off < cap)
+      snprintf(md + off, cap - off, "Node: the Slurm node that ran the cell (all arms of a cell run on one node).\n");
+  }
   return md;
 }
 

@@ -124,7 +124,7 @@ static int ensure_model(runner *R) {
 
 static int copy_file(const char *src, const char *dst, spill_err *e) {
   char part[1200];
-  snprintf(part, sizeof part, "%s.part", dst);
+  snprintf(part, sizeof part, "%s.part.%ld", dst, (long)getpid()); /* tasks may copy at once */
   FILE *in = fopen(src, "rb"), *out = in ? fopen(part, "wb") : NULL;
   if (!in || !out) {
     if (in) fclose(in);
@@ -232,7 +232,8 @@ static int setup_dir(runner *R, const char *resolved) {
     snprintf(cf, sizeof cf, "%s/config.json", R->dir);
     SPILL_TRY(spill_exp_write_atomic(cf, resolved, strlen(resolved), R->e));
   }
-  snprintf(R->rows_file, sizeof R->rows_file, "%s/runs.jsonl", R->dir);
+  if (o->rows_file) snprintf(R->rows_file, sizeof R->rows_file, "%s", o->rows_file);
+  else snprintf(R->rows_file, sizeof R->rows_file, "%s/runs.jsonl", R->dir);
   return SPILL_OK;
 }
 
@@ -487,6 +488,7 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   cJSON_AddStringToObject(row, "cell", cell_key);
   cJSON_AddStringToObject(row, "arm", cfg->arms[run->arm].name);
   cJSON_AddNumberToObject(row, "repeat", run->repeat);
+  if (R->o->node) cJSON_AddStringToObject(row, "node", R->o->node);
   cJSON_AddItemToObject(row, "knobs", knobs_of(cfg, run->cell, run->arm));
   cJSON_AddStringToObject(row, "routing", cfg->routing); /* "model" or "trace:FILE" */
   cJSON *eng = cJSON_AddObjectToObject(row, "engine");
@@ -596,7 +598,8 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   if (rc == SPILL_OK && out_dir) snprintf(out_dir, out_n, "%s", R.dir);
   if (rc == SPILL_OK) {
     char envf[1100];
-    snprintf(envf, sizeof envf, "%s/env.json", R.dir);
+    if (o->env_file) snprintf(envf, sizeof envf, "%s", o->env_file);
+    else snprintf(envf, sizeof envf, "%s/env.json", R.dir);
     if (!exists(envf)) {
       char *env = NULL;
       rc = spill_exp_env_json(R.model, o->quick_env, &env, e);
@@ -607,7 +610,8 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   if (rc == SPILL_OK) rc = load_done(&R);
   if (rc == SPILL_OK && lock_bytes) rc = spill_ramlock_start(lock_bytes, &R.lock, e);
   int measured = 0, warmed_cell = -1;
-  for (int i = 0; rc == SPILL_OK && i < n_runs; i++) {
+  for (int i = 0; rc == SPILL_OK && !o->prepare_only && i < n_runs; i++) {
+    if (o->cells && !o->cells[runs[i].cell]) continue;
     if (is_done(&R, runs[i].key)) continue;
     if (o->max_runs && measured >= o->max_runs) break;
     /* Warmups before the first pending run of a cell: each arm, unrecorded. */
@@ -633,7 +637,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   /* Reports from whatever rows exist (also after an interruption or a
    * failure, so the finished runs are usable); the refuted entry only for a
    * complete experiment. */
-  if (R.dir[0] && exists(R.rows_file) && rc != SPILL_E_CONFIG) {
+  if (R.dir[0] && exists(R.rows_file) && rc != SPILL_E_CONFIG && !o->no_report) {
     spill_err re = {0};
     spill_exp_report_result *res = calloc(1, sizeof *res);
     progress(&R, "report", NULL, R.n_done, n_runs, 0);

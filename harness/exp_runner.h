@@ -69,6 +69,15 @@ typedef struct spill_exp_opts {
   size_t verdict_n;
   char *refuted_entry_out;
   size_t refuted_entry_n;
+  /* Slurm tasks (harness/exp_slurm.h). cells: run only cells c with
+   * cells[c] != 0 (NULL = all); rows_file / env_file: where this process
+   * appends its rows and writes its environment (NULL = DIR/runs.jsonl,
+   * DIR/env.json); node: tag every row with "node" (NULL = no tag);
+   * no_report: write no report; prepare_only: create the results directory,
+   * model and env.json, then run nothing. */
+  const unsigned char *cells;
+  const char *rows_file, *env_file, *node;
+  int no_report, prepare_only;
 } spill_exp_opts;
 
 /* Runs cfg. out_dir gets the results directory (also on failure once it
