@@ -218,7 +218,7 @@ TEST(ExpSlurmTest, MergeRejectsBadTaskRows) {
       {"other-unit", Row("budget=1G,lookahead=2/a/r0", "budget=1G,lookahead=2", "a", 0, "n1", 1),
        "belongs to unit 1"},
       {"unplanned", Row("budget=9G,lookahead=0/a/r0", "budget=9G,lookahead=0", "a", 0, "n1", 1),
-       "not in this experiment"},
+       "is not in this config"},
       {"no-node", Row("budget=1G,lookahead=0/a/r0", "budget=1G,lookahead=0", "a", 0, nullptr, 1),
        "names no node"},
       {"two-nodes", Unit0("n2"), "different nodes"},
