@@ -193,7 +193,7 @@ TEST(ExpSlurmTest, MergeMarksMissingUnitsAndWithholdsTheVerdict) {
   EXPECT_EQ(units[1], 1);
   char verdict[1024], entry[256];
   int missing = -1;
-  ASSERT_EQ(spill_exp_slurm_merge(dir.c_str(), nullptr, verdict, sizeof verdict, entry,
+  ASSERT_EQ(spill_exp_slurm_merge(dir.c_str(), nullptr, 1, verdict, sizeof verdict, entry,
                                   sizeof entry, &missing, &e), 0) << e.msg;
   EXPECT_EQ(missing, 12);
   EXPECT_EQ(std::string(verdict).rfind("withheld (incomplete)", 0), 0u) << verdict;
@@ -230,7 +230,7 @@ TEST(ExpSlurmTest, MergeRejectsBadTaskRows) {
     spill_err e = {};
     char verdict[256], entry[256];
     int missing;
-    EXPECT_EQ(spill_exp_slurm_merge(dir.c_str(), nullptr, verdict, sizeof verdict, entry,
+    EXPECT_EQ(spill_exp_slurm_merge(dir.c_str(), nullptr, 1, verdict, sizeof verdict, entry,
                                     sizeof entry, &missing, &e), SPILL_E_FORMAT) << c.name;
     EXPECT_NE(std::string(e.msg).find(c.error), std::string::npos) << c.name << ": " << e.msg;
     struct stat st;
