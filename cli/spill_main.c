@@ -8,6 +8,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "server/serve_cmd.h"
 
 #define KC CLI_KNOBS_CONFIG
 #define KS CLI_KNOBS_SAMPLING
@@ -22,6 +23,8 @@ static const cli_command k_commands[] = {
     {"plan", cmd_plan, "RAM budget term by term (a model, or --shape k3)", cmd_plan_usage, 0},
     {"run", cmd_run, "generate text, streaming experts (engine knobs as flags)", cmd_run_usage,
      KC | KS},
+    {"serve", spill_serve_cmd, "OpenAI-compatible HTTP server for a model (docs/SERVER.md)",
+     spill_serve_cmd_usage, KC},
     {"eval", cmd_eval, "logits of a prompt (top-k, or all positions to a file)", cmd_eval_usage,
      KC},
     {"bench", cmd_bench, "fixed decode workload: tok/s, hits, bytes read", cmd_bench_usage, KC},

@@ -157,6 +157,7 @@ typedef struct spill_info {
   uint64_t container_bytes;    /* all files */
   uint64_t params_total;       /* every weight (trunk + all experts) */
   uint64_t params_active;      /* per token: trunk minus embeddings + top_k experts */
+  int bos_id, eos_id;          /* special token ids; -1 = none (generation stops at EOS) */
 } spill_info;
 
 /* Reads MODEL_DIR's manifest and fills info. */

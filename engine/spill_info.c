@@ -31,6 +31,8 @@ int spill_info_read(const char *model_dir, spill_info *info, spill_err *e) {
   }
   info->d_model = a->d_model;
   info->vocab_size = a->vocab_size;
+  info->bos_id = a->bos_id;
+  info->eos_id = a->eos_id;
   if (info->n_moe_layers) {
     info->n_experts = a->moe.n_experts;
     info->top_k = a->moe.top_k;

@@ -1,0 +1,55 @@
+/* server/http_server.h: the OpenAI-compatible HTTP server around one engine
+ * (docs/SERVER.md).
+ *
+ * Role: libmicrohttpd runs one thread per connection; those threads parse
+ * and check requests and put generation jobs on a bounded FIFO queue. One
+ * thread -- the caller of spill_server_run, which owns the engine -- takes
+ * jobs one at a time and drives spill_generate; tokens flow back to the
+ * connection thread (server-sent events or one JSON body). A connection
+ * whose peer goes away cancels its job: the token callback stops the
+ * generation at the next token. Uses engine/spill.h only.
+ */
+#ifndef SPILL_SERVER_HTTP_SERVER_H
+#define SPILL_SERVER_HTTP_SERVER_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "engine/spill.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spill_server_opts {
+  const char *host;      /* bind address (IPv4 or IPv6 literal); NULL = 127.0.0.1 */
+  int port;              /* 0 = any free port (see spill_server_port) */
+  const char *api_key;   /* NULL/"" = no key; else "Authorization: Bearer KEY" */
+  int max_queue;         /* generation requests allowed to wait; more get 429 */
+  const char *trace_dir; /* per-request router trace + per-token profile, or NULL */
+  const char *model_id;  /* the id served in /v1/models and required in requests */
+  size_t max_body;       /* request body cap in bytes (413 past it); 0 = 1 MiB */
+  int quiet;             /* no access log on stderr */
+} spill_server_opts;
+
+typedef struct spill_server spill_server;
+
+/* Starts listening. eng is borrowed (must outlive the server) and must only
+ * be driven by spill_server_run's thread from now on. On success *out is
+ * owned by the caller: spill_server_close. Errors: SPILL_E_IO (bind, with
+ * the reason), SPILL_E_CONFIG (bad host), SPILL_E_NOMEM. */
+int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_server **out,
+                      spill_err *e);
+/* The port actually bound. */
+int spill_server_port(const spill_server *s);
+/* Serves generation jobs on the calling thread until *stop becomes non-zero
+ * (a signal handler may set it); then fails the queued jobs with 503 and
+ * cancels the running one. */
+void spill_server_run(spill_server *s, volatile sig_atomic_t *stop);
+/* Stops listening (waits for connection threads) and frees. NULL fine. */
+void spill_server_close(spill_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
