@@ -2,7 +2,7 @@
 # fuzz/build.sh: builds the libFuzzer targets with clang-14 outside Bazel
 # (Bazel's autodetected toolchain here is gcc, which has no libFuzzer).
 #
-#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf}
+#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request}
 #
 # The library sources the targets need are compiled once with
 # -fsanitize=fuzzer-no-link,address,undefined into a static archive; each
@@ -32,6 +32,7 @@ SRCS=(
   harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
   harness/exp_files.c harness/exp_env.c harness/stats.c
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c
+  server/request_parse.c server/completion_text.c server/chat_prompt.c
 )
 # Files with their own ISA flags (as their Bazel targets give them); chosen
 # at run time by CPUID, so the targets still run on any x86-64.
@@ -50,8 +51,8 @@ for s in "${SRCS[@]}"; do
 done
 rm -f "$OUT/libspill_fuzz.a"
 ar rcs "$OUT/libspill_fuzz.a" "${objs[@]}"
-for t in manifest record exp_config trace trace_convert runs safetensors gguf; do
+for t in manifest record exp_config trace trace_convert runs safetensors gguf server_request; do
   $CC $CFLAGS -fsanitize=fuzzer "$ROOT/fuzz/fuzz_$t.c" "$OUT/libspill_fuzz.a" \
     -lcjson -lm -lpthread -o "$OUT/fuzz_$t"
 done
-echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf}" >&2
+echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request}" >&2

@@ -24,6 +24,7 @@ int spill_fuzz_runs_one(const uint8_t *data, size_t size);
 int spill_fuzz_safetensors_one(const uint8_t *data, size_t size);
 int spill_fuzz_gguf_one(const uint8_t *data, size_t size);
 int spill_fuzz_trace_convert_one(const uint8_t *data, size_t size);
+int spill_fuzz_server_request_one(const uint8_t *data, size_t size);
 }
 
 namespace {
@@ -94,6 +95,10 @@ TEST(FuzzReplayTest, GgufInputsParseOrFailCleanly) {
 
 TEST(FuzzReplayTest, TraceConverterInputsConvertOrFailCleanly) {
   EXPECT_GE(Replay("trace_convert", spill_fuzz_trace_convert_one), 4u);
+}
+
+TEST(FuzzReplayTest, ServerRequestBodiesParseOrFailCleanly) {
+  EXPECT_GE(Replay("server_request", spill_fuzz_server_request_one), 5u);
 }
 
 }  // namespace
