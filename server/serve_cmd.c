@@ -1,7 +1,7 @@
 /* server/serve_cmd.c: `spill serve MODEL [engine knobs] [server flags]`.
  *
- * Opens one engine with the knobs given (the same --kebab-case flags as
- * `spill run`, validated by spill_config_set), starts the HTTP server
+ * Opens one engine with the knobs given (the engine knob table's
+ * --kebab-case flags, as `spill run` takes them), starts the HTTP server
  * (server/http_server.h) and drives the engine on this thread until SIGINT
  * or SIGTERM. Prints "spill serve: listening on http://HOST:PORT" on stderr
  * once it accepts connections (tests read the port from it with --port 0).
@@ -40,47 +40,68 @@ const char spill_serve_cmd_usage[] =
     "                  to DIR/ID.trace.jsonl and DIR/ID.profile.jsonl\n"
     "  --port 0        any free port (printed on stderr)\n"
     "  --model-id ID   the model name clients use (default: the manifest's name)\n"
-    "engine knobs: --budget SIZE --ctx N --threads N --prefill-chunk N --io-threads N\n"
-    "  --io-depth N --io-backend pread|uring --storage direct|pagecache|mmap\n"
-    "  --trunk read|mmap|mlock --policy lru|lfru|wtinylfu|nextuse --lookahead N\n"
-    "  --lookahead-depth N --lookahead-prefill --verify --overlap true|false\n"
-    "  --io-throttle RATE --cache-slots N --seed N --usable-ram SIZE\n"
-    "  --routing-trace FILE\n";
+    "Sampling is per request (temperature, top_p, top_k, seed in the body).\n";
 
-/* Engine knobs as flags (the names of cli/cmd_run.c; per-run --profile and
- * --trace are per request here: --trace-dir). 1 consumed, 0 not a knob,
- * -1 error (printed). */
+/* Per-run outputs that are per request here (--trace-dir). */
+static int per_request_knob(const char *name) {
+  return !strcmp(name, "profile") || !strcmp(name, "trace");
+}
+
+/* The engine knobs of the knob table (spill_knob_at, target CONFIG) as
+ * --kebab-case flags, parsed as `spill run` does: a BOOL knob alone means
+ * true and takes the next argument only if it is a boolean word. Returns 1
+ * consumed, 0 not a knob flag, -1 error (printed). */
 static int engine_flag(int argc, char **argv, int *i, spill_config *cfg) {
   const char *a = argv[*i];
-  if (strncmp(a, "--", 2) != 0) return 0;
-  static const char *const bools[] = {"verify", "lookahead-prefill", NULL};
-  static const char *const valued[] = {
-      "budget", "usable-ram", "cache-slots", "ctx", "threads", "prefill-chunk", "io-threads",
-      "io-depth", "io-backend", "storage", "trunk", "policy", "lookahead", "lookahead-depth",
-      "io-throttle", "seed", "overlap", "routing-trace", NULL};
+  if (strncmp(a, "--", 2) != 0 || strlen(a) >= 64) return 0;
   char key[64];
   snprintf(key, sizeof key, "%s", a + 2);
   for (char *p = key; *p; p++)
     if (*p == '-') *p = '_';
+  const spill_knob *k = spill_knob_find(key);
+  if (!k || k->target != SPILL_KNOB_CONFIG) return 0;
+  if (per_request_knob(k->name)) {
+    fprintf(stderr, "spill serve: %s is per request here: use --trace-dir DIR\n", a);
+    return -1;
+  }
+  const char *v;
+  if (k->type == SPILL_KNOB_BOOL) {
+    v = *i + 1 < argc && spill_knob_is_bool_word(argv[*i + 1]) ? argv[++*i] : "true";
+  } else if (*i + 1 >= argc) {
+    fprintf(stderr, "spill serve: %s needs a value\n", a);
+    return -1;
+  } else {
+    v = argv[++*i];
+  }
   spill_err e = {0};
-  for (const char *const *b = bools; *b; b++)
-    if (!strcmp(a + 2, *b)) {
-      if (spill_config_set(cfg, key, "true", &e)) goto bad;
-      return 1;
-    }
-  for (const char *const *v = valued; *v; v++)
-    if (!strcmp(a + 2, *v)) {
-      if (*i + 1 >= argc) {
-        fprintf(stderr, "spill serve: %s needs a value\n", a);
-        return -1;
-      }
-      if (spill_config_set(cfg, key, argv[++*i], &e)) goto bad;
-      return 1;
-    }
-  return 0;
-bad:
-  fprintf(stderr, "spill serve: %s (%s)\n", e.msg, spill_status_name(e.code));
-  return -1;
+  int rc = spill_config_set(cfg, k->name, v, &e);
+  if (rc) {
+    fprintf(stderr, "spill serve: %s (%s)\n", e.msg, spill_status_name(rc));
+    return -1;
+  }
+  return 1;
+}
+
+/* Usage plus the engine knobs' lines, from the knob table. */
+static void usage(FILE *f) {
+  fputs(k_usage, f);
+  fprintf(f, "engine knobs (as for spill run; docs: README.md):\n");
+  spill_config dc;
+  spill_config_default(&dc);
+  for (int i = 0; i < spill_knob_count(); i++) {
+    const spill_knob *k = spill_knob_at(i);
+    if (k->target != SPILL_KNOB_CONFIG || per_request_knob(k->name)) continue;
+    char flag[64], arg[160], def[64] = "", head[240];
+    snprintf(flag, sizeof flag, "--%s", k->name);
+    for (char *p = flag + 2; *p; p++)
+      if (*p == '_') *p = '-';
+    if (k->type == SPILL_KNOB_BOOL) snprintf(arg, sizeof arg, "[true|false]");
+    else if (k->type == SPILL_KNOB_CHOICE) spill_knob_choices(k, arg, sizeof arg);
+    else snprintf(arg, sizeof arg, "%s", k->arg ? k->arg : "X");
+    snprintf(head, sizeof head, "%s %s", flag, arg);
+    spill_config_get(&dc, k->name, def, sizeof def, NULL);
+    fprintf(f, "  %-34s %s%s%s%s\n", head, k->help, def[0] ? " [" : "", def, def[0] ? "]" : "");
+  }
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, int *out) {
@@ -108,7 +129,7 @@ int spill_serve_cmd(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      fputs(k_usage, stdout);
+      usage(stdout);
       return 0;
     }
     int k = engine_flag(argc, argv, &i, &cfg);
@@ -127,16 +148,18 @@ int spill_serve_cmd(int argc, char **argv) {
     else if (!strcmp(a, "--model-id") && v) o.model_id = argv[++i];
     else if (!strcmp(a, "--quiet")) o.quiet = 1;
     else if (a[0] == '-') {
-      fprintf(stderr, "spill serve: unknown option or missing value: %s\n%s", a, k_usage);
+      fprintf(stderr, "spill serve: unknown option or missing value: %s\n", a);
+      usage(stderr);
       return 2;
     } else if (!model) model = a;
     else {
-      fprintf(stderr, "spill serve: unexpected argument %s\n%s", a, k_usage);
+      fprintf(stderr, "spill serve: unexpected argument %s\n", a);
+      usage(stderr);
       return 2;
     }
   }
   if (!model) {
-    fputs(k_usage, stderr);
+    usage(stderr);
     return 2;
   }
   if (o.trace_dir) {
