@@ -1,5 +1,5 @@
 // server/openai_client_test.js: talks to a running `spill serve` with the
-// official `openai` npm package (pinned by ./lab into cache/npm), one phase
+// official `openai` npm package (pinned by ./lab into cache/npm-openai), one phase
 // per call; server/server_client_test.cc starts the server and runs it.
 //
 //   node openai_client_test.js PHASE BASE_URL ARGS...

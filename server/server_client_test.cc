@@ -3,7 +3,7 @@
 // (server/openai_client_test.js) and by raw sockets for what a client
 // library hides (status codes, body cap, disconnects, /metrics).
 //
-// Needs node and the openai package that ./lab installs into cache/npm
+// Needs node and the openai package that ./lab installs into cache/npm-openai
 // (SPILL_OPENAI_DIR, or found beside this source file's real path). Without
 // node the client tests are skipped with the reason; without the package
 // they fail (run ./lab test or ./lab deps). Every server is started with
@@ -63,7 +63,7 @@ std::string find_node() {
   return "";
 }
 
-// The openai package: $SPILL_OPENAI_DIR, else cache/npm of the source tree
+// The openai package: $SPILL_OPENAI_DIR, else cache/npm-openai of the source tree
 // this test file lives in (its runfile is a symlink into that tree).
 std::string find_openai() {
   const char *env = getenv("SPILL_OPENAI_DIR");
@@ -72,7 +72,7 @@ std::string find_openai() {
   if (!realpath(runfile("server/openai_client_test.js").c_str(), real)) return "";
   std::string root = real;
   for (int i = 0; i < 2; i++) root = root.substr(0, root.rfind('/'));
-  return root + "/cache/npm/node_modules/openai";
+  return root + "/cache/npm-openai/node_modules/openai";
 }
 
 // Runs argv; stdout to out_file (if not empty), stderr to err_file (if not
