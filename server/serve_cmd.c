@@ -40,7 +40,9 @@ const char spill_serve_cmd_usage[] =
     "                  to DIR/ID.trace.jsonl and DIR/ID.profile.jsonl\n"
     "  --port 0        any free port (printed on stderr)\n"
     "  --model-id ID   the model name clients use (default: the manifest's name)\n"
-    "Sampling is per request (temperature, top_p, top_k, seed in the body).\n";
+    "Sampling is per request (temperature, top_p, top_k, seed in the body).\n"
+    "Engine knobs: the flags of `spill knobs`, as for spill run, except --profile\n"
+    "and --trace (per request here: --trace-dir).\n";
 
 /* Per-run outputs that are per request here (--trace-dir). */
 static int per_request_knob(const char *name) {
@@ -84,8 +86,8 @@ static int engine_flag(int argc, char **argv, int *i, spill_config *cfg) {
 
 /* Usage plus the engine knobs' lines, from the knob table. */
 static void usage(FILE *f) {
-  fputs(k_usage, f);
-  fprintf(f, "engine knobs (as for spill run; docs: README.md):\n");
+  fputs(spill_serve_cmd_usage, f);
+  fprintf(f, "engine knobs (experiment-config keys in snake_case; `spill knobs`):\n");
   spill_config dc;
   spill_config_default(&dc);
   for (int i = 0; i < spill_knob_count(); i++) {
