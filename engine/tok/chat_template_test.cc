@@ -62,7 +62,7 @@ struct Rendered {
 
 // One Python process renders every template x context pair.
 std::vector<Rendered> OracleBatch(const std::string &dir) {
-  std::string cmd = "python3 '" + Runfile("tools/tok/jinja_oracle.py") + "' --batch '" + dir + "'";
+  std::string cmd = "/usr/bin/python3 '" + Runfile("tools/tok/jinja_oracle.py") + "' --batch '" + dir + "'";
   std::vector<Rendered> r;
   FILE *p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -105,7 +105,7 @@ std::vector<std::string> List(const std::string &dir, const std::string &suffix)
 }
 
 TEST(ChatTemplateTest, RealTemplatesMatchJinja2ByteForByte) {
-  if (system("python3 -c 'import jinja2' 2>/dev/null") != 0)
+  if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
     GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
   std::string dir = Runfile("engine/tok/testdata/chat");
   std::vector<std::string> tmpls = List(dir, ".jinja"), ctxs = List(dir, ".json");

@@ -169,6 +169,31 @@ TEST_P(OracleTest, IdsAndRoundTripMatchTheReference) {
   }
   printf("%s: %zu of %zu documents identical\n", family.c_str(), same, docs.size());
   spill_tok_free(t);
+
+  // The same vocabulary as a GGUF (tokenizer.ggml.*, written the way
+  // llama.cpp's converter does) must tokenize identically.
+  const char *pre = family == "qwen3" ? "qwen2" : family == "deepseek_v3" ? "deepseek-v3"
+                    : family == "llama3" ? "llama-bpe" : nullptr;
+  if (!pre) return;
+  std::string gguf = std::string(getenv("TEST_TMPDIR")) + "/" + family + ".gguf";
+  std::string script = OracleScript().substr(0, OracleScript().rfind('/')) + "/hf_to_gguf_tokenizer.py";
+  std::string cmd = "/usr/bin/python3 '" + script + "' '" + src + "/tokenizer.json' " + pre + " '" + gguf + "'";
+  ASSERT_EQ(system(cmd.c_str()), 0) << cmd;
+  spill_tok *g = nullptr;
+  ASSERT_EQ(spill_tok_load(gguf.c_str(), &g, &e), SPILL_OK) << e.msg;
+  size_t gsame = 0;
+  for (size_t i = 0; i < docs.size(); i++) {
+    spill_tok_ids ids{};
+    ASSERT_EQ(spill_tok_encode(g, docs[i].data(), docs[i].size(), SPILL_TOK_SPECIAL, &ids, &e),
+              SPILL_OK)
+        << e.msg;
+    if (std::vector<int32_t>(ids.ids, ids.ids + ids.n) == want[i].ids) gsame++;
+    else ADD_FAILURE() << family << " GGUF doc " << i << ": ids differ from the reference";
+    spill_tok_ids_free(&ids);
+  }
+  printf("%s (GGUF, pre %s): %zu of %zu documents identical\n", family.c_str(), pre, gsame,
+         docs.size());
+  spill_tok_free(g);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, OracleTest,
