@@ -46,6 +46,10 @@ static const cli_command k_commands[] = {
     {"compare", cmd_compare, "compare two results directories cell by cell", cmd_compare_usage, 0},
     {"refuted list", cmd_refuted_list, "list refuted hypotheses (refuted/)",
      cmd_refuted_list_usage, 0},
+    {"tokenize", cmd_tokenize, "text -> token ids with a real tokenizer (docs/TOKENIZER.md)",
+     cmd_tokenize_usage, 0},
+    {"detokenize", cmd_detokenize, "token ids -> text with a real tokenizer", cmd_detokenize_usage,
+     0},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 
