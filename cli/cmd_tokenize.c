@@ -154,10 +154,15 @@ int cmd_tokenize(int argc, char **argv) {
   return 0;
 }
 
-/* Parses integers separated by anything that is not a digit or '-'. */
+/* Parses integers separated by spaces, commas, brackets or colons; any
+ * other character is an error (2). */
 static int parse_ids(const char *s, int32_t **ids, size_t *n, size_t *cap) {
   const char *p = s;
   while (*p) {
+    if (!strchr("0123456789- \t\r\n,[]:", *p)) {
+      fprintf(stderr, "spill detokenize: not an id list near \"%.20s\"\n", p);
+      return 2;
+    }
     if ((*p >= '0' && *p <= '9') || (*p == '-' && p[1] >= '0' && p[1] <= '9')) {
       char *end;
       errno = 0;
@@ -215,9 +220,9 @@ int cmd_detokenize(int argc, char **argv) {
     char *start = strstr(b, "\"ids\"");
     char *end = start ? strchr(start, ']') : NULL;
     if (end) *end = 0;
-    rc = parse_ids(start ? start + 5 : b, &ids, &n, &cap);
+    rc = parse_ids(start ? start + 6 : b, &ids, &n, &cap);
     free(b);
-    if (rc) { free(ids); return rc; }
+    if (rc) { free(ids); return rc == 2 ? cli_usage_error("bad id list in %s", file) : 1; }
   }
   spill_tok *t = NULL;
   if (load_tok(src, &t)) { free(ids); return 1; }
