@@ -1,14 +1,24 @@
-// Peak RSS stays within the RAM budget + 2% during decode (issue: the
+// The engine's memory stays within the RAM budget during decode (issue: the
 // engine stays inside its budget; everything it allocates is counted).
-// Its own binary, so VmHWM covers only this test; the peak is reset after
-// the model is generated (write "5" to /proc/self/clear_refs). The model is
-// mini with 24 experts per layer (~200 MB on disk, a few seconds to write).
+// Its own binary, so VmHWM covers only this test. What the process held
+// before the engine opened is not the engine's: libc/libstdc++/gtest text and
+// data (~4 MB) and heap the model generator (run first, in this process) left
+// behind (7-12 MB measured, varying with how its threads' malloc arenas were
+// used: under load the old whole-process check saw 102.5% and 106.2% of the
+// budget). So: free heap is returned (malloc_trim), the peak is reset (write
+// "5" to /proc/self/clear_refs), and the bound is
+//   peak RSS <= budget + RSS before open + 1 MiB
+// (1 MiB: the kernel's per-CPU RSS counters are approximate by up to 32
+// pages per CPU). The model is mini with 24 experts per layer (~200 MB on
+// disk, a few seconds to write).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include <malloc.h>
 
 #include "engine/spill.h"
 
@@ -52,7 +62,9 @@ TEST(RssBudgetTest, PeakRssStaysWithinBudgetDuringDecode) {
     spill_plan p;
     ASSERT_EQ(spill_plan_model(dir.c_str(), cfg.ctx, cfg.threads, 0, 0, &p, &e), SPILL_OK);
     cfg.budget_bytes = p.floor + (uint64_t)ws * p.ws;
+    malloc_trim(0);
     if (!ResetPeak()) GTEST_SKIP() << "cannot reset VmHWM (/proc/self/clear_refs)";
+    uint64_t before = StatusBytes("VmRSS:");
     spill_engine *eng = nullptr;
     ASSERT_EQ(spill_engine_open(dir.c_str(), &cfg, &eng, &e), SPILL_OK) << e.msg;
     int toks[64], n = 0;
@@ -65,11 +77,13 @@ TEST(RssBudgetTest, PeakRssStaysWithinBudgetDuringDecode) {
     const spill_plan *ep = spill_engine_plan(eng);
     // the cache really filled: more misses than slots
     EXPECT_GT(st.demand_misses, ep->cache_slots);
-    std::printf("budget floor+%dws = %.1f MiB, peak RSS %.1f MiB (%.2f%% of budget), %llu slots\n",
-                ws, cfg.budget_bytes / 1048576.0, peak / 1048576.0,
-                100.0 * (double)peak / (double)cfg.budget_bytes,
+    std::printf("budget floor+%dws = %.1f MiB, RSS before open %.1f MiB, peak RSS %.1f MiB: "
+                "engine %.1f MiB (%.2f%% of budget), %llu slots\n",
+                ws, cfg.budget_bytes / 1048576.0, before / 1048576.0, peak / 1048576.0,
+                (peak - before) / 1048576.0,
+                100.0 * (double)(peak - before) / (double)cfg.budget_bytes,
                 (unsigned long long)ep->cache_slots);
-    EXPECT_LE(peak, cfg.budget_bytes + cfg.budget_bytes / 50);
+    EXPECT_LE(peak, cfg.budget_bytes + before + (1u << 20));
     spill_engine_close(eng);
   }
 }

@@ -319,6 +319,15 @@ typedef struct spill_run_stats {
   /* depth-1 predictions by rank (0 = the predicted top-1): how many were made
    * and how many the real router selected (precision at rank r = correct/made) */
   uint64_t lookahead_rank_made[SPILL_LA_RANKS], lookahead_rank_correct[SPILL_LA_RANKS];
+  /* How the run really ran (so a knob that is ignored shows): the bytes the
+   * reader delivered by path (O_DIRECT into the cache, through the page
+   * cache, copied from a mapping of the banks), the forward-pass sections
+   * split across the compute threads (0 with one thread), and how the trunk
+   * is held (spill_trunk_mode: read into anonymous memory, a file-backed
+   * mapping, or read and mlocked). */
+  uint64_t bytes_read_direct, bytes_read_buffered, bytes_read_mapped;
+  uint64_t compute_parallel_sections;
+  int trunk_mode;
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop.

@@ -337,6 +337,8 @@ typedef struct snap {
   uint64_t t_ns;
   spill_stream_counters k;
   uint64_t majflt;
+  uint64_t io_direct, io_buffered, io_mmap; /* reader bytes by path */
+  uint64_t par;                             /* pool dispatches */
 } snap;
 
 static uint64_t majflt_now(void) {
@@ -364,6 +366,12 @@ static void take(spill_engine *g, snap *s) {
   s->t_ns = spill_clock_ns();
   spill_stream_get_counters(g->st, &s->k);
   s->majflt = majflt_now();
+  spill_io_stats io;
+  spill_stream_io_stats(g->st, &io);
+  s->io_direct = io.bytes_direct;
+  s->io_buffered = io.bytes_buffered;
+  s->io_mmap = io.bytes_mmap;
+  s->par = spill_model_parallel_runs(g->m);
 }
 
 /* Adds the difference b - a into st. */
@@ -381,6 +389,10 @@ static void accumulate(spill_run_stats *st, const snap *a, const snap *b) {
   st->evictions += b->k.evictions - a->k.evictions;
   st->major_faults += b->majflt - a->majflt;
   st->io_wait_s += (double)(b->k.wait_ns - a->k.wait_ns) / 1e9;
+  st->bytes_read_direct += b->io_direct - a->io_direct;
+  st->bytes_read_buffered += b->io_buffered - a->io_buffered;
+  st->bytes_read_mapped += b->io_mmap - a->io_mmap;
+  st->compute_parallel_sections += b->par - a->par;
   if (b->k.max_waiting > st->max_reads_in_flight) st->max_reads_in_flight = b->k.max_waiting;
 }
 
@@ -487,6 +499,7 @@ static void finish_stats(spill_engine *g, spill_run_stats *st) {
   st->read_p50_ms = p50 / 1e6;
   st->read_p99_ms = p99 / 1e6;
   st->peak_rss_bytes = status_kb("VmHWM:");
+  st->trunk_mode = spill_model_trunk_residency(g->m);
   st->lookahead_predicted = g->la_predicted;
   st->lookahead_correct = g->la_correct;
   for (int r = 0; r < SPILL_LA_RANKS; r++) {

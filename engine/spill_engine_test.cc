@@ -46,13 +46,51 @@ const std::string &Nano(const char *mix = "k3") {
   return none;
 }
 
+// A mini-width model cut down to one MoE layer of 8 experts (a few MB): the
+// nano's matvecs are all below the size the forward pass splits across
+// threads, so a thread-count comparison needs mini's widths.
+const std::string &MiniSmall(const char *mix) {
+  static std::string dirs[2];
+  int i = strcmp(mix, "gqa") == 0;
+  if (dirs[i].empty()) {
+    std::string d = TmpDir() + "/engine-mini-small-" + mix;
+    spill_gen_request r = {};
+    r.preset = "mini";
+    r.attn_mix = mix;
+    r.experts = 8;
+    r.moe_layers = 1;
+    r.top_k = 2;
+    spill_err e = {};
+    int rc = spill_gen(d.c_str(), &r, nullptr, nullptr, &e);
+    EXPECT_EQ(rc, SPILL_OK) << e.msg;
+    dirs[i] = d;
+  }
+  return dirs[i];
+}
+
 struct Outcome {
   std::vector<int> tokens;
   std::vector<float> logits;  // last logits after generation
   spill_run_stats st{};
   int rc = 0;
   std::string err;
+  std::string warnings;            // spill_engine_warnings
+  bool trunk_file_mapped = false;  // /proc/self/maps had trunk.bin while open
+  uint64_t locked_bytes = 0;       // VmLck while open
+  uint64_t trunk_bytes = 0;
 };
+
+// What the kernel says about this process while an engine is open.
+void KernelView(const std::string &model, Outcome *r) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line, want = model + "/trunk.bin";
+  while (std::getline(maps, line))
+    if (line.size() >= want.size() && line.compare(line.size() - want.size(), want.size(), want) == 0)
+      r->trunk_file_mapped = true;
+  std::ifstream status("/proc/self/status");
+  while (std::getline(status, line))
+    if (line.rfind("VmLck:", 0) == 0) r->locked_bytes = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+}
 
 int Collect(void *user, int token, const char *, const spill_run_stats *) {
   static_cast<std::vector<int> *>(user)->push_back(token);
@@ -70,6 +108,9 @@ Outcome Generate(const spill_config &cfg, const std::string &model) {
     r.err = e.msg;
     return r;
   }
+  r.warnings = spill_engine_warnings(eng);
+  r.trunk_bytes = spill_engine_info(eng)->trunk_bytes;
+  KernelView(model, &r);
   int toks[64], n = 0;
   EXPECT_EQ(spill_tokenize(eng, "The quick brown fox", 1, toks, 64, &n, &e), SPILL_OK);
   spill_sampling s = {0.0f, 0, 1.0f, 1};
@@ -122,6 +163,21 @@ TEST(EngineTest, StorageModesGiveIdenticalLogits) {
   ExpectIdentical(a, c, "direct vs mmap");
   EXPECT_GT(a.st.demand_hits, 0u);
   EXPECT_EQ(c.st.demand_hits, 0u);  // mmap: no application cache
+  // each arm read by its own path (a filesystem without O_DIRECT, e.g.
+  // tmpfs, falls back to buffered reads and says so in the warnings)
+  bool fell_back = a.warnings.find("O_DIRECT") != std::string::npos;
+  if (!fell_back) {
+    EXPECT_EQ(a.st.bytes_read_direct, a.st.bytes_read);
+    EXPECT_EQ(a.st.bytes_read_buffered, 0u);
+  } else {
+    EXPECT_EQ(a.st.bytes_read_buffered, a.st.bytes_read) << a.warnings;
+  }
+  EXPECT_EQ(a.st.bytes_read_mapped, 0u);
+  EXPECT_GT(b.st.bytes_read, 0u);
+  EXPECT_EQ(b.st.bytes_read_buffered, b.st.bytes_read);
+  EXPECT_EQ(b.st.bytes_read_direct + b.st.bytes_read_mapped, 0u);
+  EXPECT_GT(c.st.bytes_read_mapped, 0u);
+  EXPECT_EQ(c.st.bytes_read_direct + c.st.bytes_read_buffered, 0u);
 }
 
 TEST(EngineTest, LookaheadDoesNotChangeLogitsButPrefetches) {
@@ -151,8 +207,11 @@ TEST(EngineTest, OneAndTwoThreadsGiveIdenticalLogits) {
     spill_config one = Cfg(), two = Cfg();
     one.threads = 1;
     two.threads = 2;
-    Outcome a = Generate(one, Nano(mix)), b = Generate(two, Nano(mix));
+    Outcome a = Generate(one, MiniSmall(mix)), b = Generate(two, MiniSmall(mix));
     ExpectIdentical(a, b, mix);
+    // the second arm really split work across two threads, the first none
+    EXPECT_EQ(a.st.compute_parallel_sections, 0u) << mix;
+    EXPECT_GT(b.st.compute_parallel_sections, 0u) << mix;
   }
 }
 
@@ -209,8 +268,18 @@ TEST(EngineTest, TrunkModesGiveIdenticalLogits) {
   l.trunk = SPILL_TRUNK_MLOCK;
   Outcome a = Generate(r, Nano()), b = Generate(m, Nano()), c = Generate(l, Nano());
   ExpectIdentical(a, b, "trunk read vs mmap");
+  // each arm held the trunk as named: the engine's report, and the kernel's
+  // (a mapping of trunk.bin while the mmap engine was open; locked bytes)
+  EXPECT_EQ(a.st.trunk_mode, SPILL_TRUNK_READ);
+  EXPECT_EQ(b.st.trunk_mode, SPILL_TRUNK_MMAP);
+  EXPECT_FALSE(a.trunk_file_mapped);
+  EXPECT_TRUE(b.trunk_file_mapped);
+  EXPECT_EQ(a.locked_bytes, 0u);
   if (c.rc == SPILL_E_NOMEM) GTEST_SKIP() << "mlock refused here: " << c.err;
   ExpectIdentical(a, c, "trunk read vs mlock");
+  EXPECT_EQ(c.st.trunk_mode, SPILL_TRUNK_MLOCK);
+  EXPECT_FALSE(c.trunk_file_mapped);
+  EXPECT_GE(c.locked_bytes, c.trunk_bytes);
 }
 
 TEST(EngineTest, AccountingInvariantsHold) {

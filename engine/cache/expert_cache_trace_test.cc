@@ -3,9 +3,9 @@
 // expert) pairs in file order) through every cache policy and through Belady's
 // MIN (offline optimal without bypass, computed here), at 32, 64 and 128 slots,
 // and prints the demand hit rates. The parser is test-only and minimal; the
-// trace module replaces it. Manual: the trace lives outside the workspace.
+// trace module replaces it. The trace is the repository's
+// traces/olmoe-1b-7b-299.jsonl (a data dependency; SPILL_TRACE overrides):
 //   bazel test //engine/cache:expert_cache_trace_test --test_output=all
-//     --test_env=SPILL_TRACE=/work/shared/traces/olmoe-1b-7b-299.jsonl
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -80,10 +80,17 @@ uint64_t BeladyHits(const std::vector<uint64_t> &acc, size_t slots) {
 }
 
 TEST(ExpertCacheTraceTest, ReplayOlmoeTraceThroughPolicies) {
-  const char *path = std::getenv("SPILL_TRACE");
-  if (!path) path = "/work/shared/traces/olmoe-1b-7b-299.jsonl";
+  std::string where;
+  if (const char *env = std::getenv("SPILL_TRACE")) {
+    where = env;
+  } else {  // the runfiles copy of //traces:olmoe-1b-7b-299.jsonl
+    const char *src = std::getenv("TEST_SRCDIR"), *ws = std::getenv("TEST_WORKSPACE");
+    ASSERT_TRUE(src && ws) << "not run by bazel test and SPILL_TRACE not set";
+    where = std::string(src) + "/" + ws + "/traces/olmoe-1b-7b-299.jsonl";
+  }
+  const char *path = where.c_str();
   std::ifstream in(path);
-  if (!in) GTEST_SKIP() << "trace not readable: " << path << " (set SPILL_TRACE)";
+  ASSERT_TRUE(in) << "trace not readable: " << path;
   std::vector<uint64_t> acc;
   std::string line, why;
   std::vector<std::vector<int>> layers;

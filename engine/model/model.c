@@ -349,6 +349,12 @@ int spill_model_n_past(const spill_model *m) { return m->n_past; }
 int spill_model_ctx(const spill_model *m) { return m->o.ctx; }
 uint64_t spill_model_trunk_bytes(const spill_model *m) { return m->trunk_bytes; }
 
+int spill_model_trunk_residency(const spill_model *m) {
+  return m->trunk_locked ? 2 : m->trunk_mapped ? 1 : 0;
+}
+
+uint64_t spill_model_parallel_runs(const spill_model *m) { return spill_pool_dispatches(m->pool); }
+
 /* ---- lookahead ---- */
 
 int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int k,

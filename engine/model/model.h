@@ -149,6 +149,12 @@ uint64_t spill_model_state_bytes(const spill_arch *a, int ctx);
 uint64_t spill_model_scratch_bytes(const spill_arch *a, int ctx, int n_threads, int max_chunk);
 /* Bytes of the resident trunk allocation of an open model. */
 uint64_t spill_model_trunk_bytes(const spill_model *m);
+/* How the trunk is held: 0 = read into anonymous memory, 1 = a file-backed
+ * mapping of trunk.bin, 2 = read and mlocked (the trunk_mode in effect). */
+int spill_model_trunk_residency(const spill_model *m);
+/* Forward-pass sections split across the thread pool since open (0 with
+ * one thread). */
+uint64_t spill_model_parallel_runs(const spill_model *m);
 
 #ifdef __cplusplus
 }

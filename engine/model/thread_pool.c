@@ -46,6 +46,7 @@ struct spill_pool {
   atomic_uint gen;
   int busy; /* workers holding the current job (under mu) */
   int stop;
+  uint64_t dispatches; /* runs handed to the workers (caller's thread only) */
 };
 
 static void run_tasks(spill_pool_fn fn, void *ctx, int n, atomic_int *next, int tid, int *ran) {
@@ -141,12 +142,15 @@ void spill_pool_close(spill_pool *p) {
 
 int spill_pool_n_threads(const spill_pool *p) { return p ? p->n_threads : 1; }
 
+uint64_t spill_pool_dispatches(const spill_pool *p) { return p ? p->dispatches : 0; }
+
 void spill_pool_run(spill_pool *p, spill_pool_fn fn, void *ctx, int n_tasks) {
   if (n_tasks <= 0) return;
   if (p->n_threads == 1 || n_tasks == 1) {
     for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
     return;
   }
+  p->dispatches++;
   pthread_mutex_lock(&p->mu);
   while (p->busy > 0) pthread_cond_wait(&p->cv_done, &p->mu);
   p->fn = fn;

@@ -11,6 +11,8 @@
 #ifndef SPILL_MODEL_THREAD_POOL_H
 #define SPILL_MODEL_THREAD_POOL_H
 
+#include <stdint.h>
+
 #include "engine/base/status.h"
 
 #ifdef __cplusplus
@@ -25,6 +27,10 @@ typedef void (*spill_pool_fn)(void *ctx, int task, int thread);
 int spill_pool_open(int n_threads, spill_pool **out, spill_err *e);
 void spill_pool_close(spill_pool *p); /* joins the workers; NULL fine */
 int spill_pool_n_threads(const spill_pool *p);
+/* Runs handed to the workers since open (tasks split across threads; runs
+ * done inline, with one thread or one task, do not count). Deterministic for
+ * a given workload and thread count. Read from the caller's thread. */
+uint64_t spill_pool_dispatches(const spill_pool *p);
 /* Runs all tasks; fn must not call spill_pool_run on the same pool. */
 void spill_pool_run(spill_pool *p, spill_pool_fn fn, void *ctx, int n_tasks);
 

@@ -765,6 +765,10 @@ void spill_stream_run_latency(spill_stream *s, uint64_t *p50_ns, uint64_t *p99_n
 
 void spill_stream_run_latency_reset(spill_stream *s) { spill_io_run_latency_reset(s->io); }
 
+void spill_stream_io_stats(const spill_stream *s, spill_io_stats *out) {
+  spill_io_get_stats(s->io, out);
+}
+
 int spill_stream_last_hits(const spill_stream *s, uint8_t *hits, int max) {
   int n = s->n_last_hits < max ? s->n_last_hits : max;
   if (n > 0) memcpy(hits, s->last_hits, (size_t)n);

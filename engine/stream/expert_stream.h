@@ -91,6 +91,9 @@ void spill_stream_latency_reset(spill_stream *s);
  * spill_stream_latency_reset leaves it alone). */
 void spill_stream_run_latency(spill_stream *s, uint64_t *p50_ns, uint64_t *p99_ns);
 void spill_stream_run_latency_reset(spill_stream *s);
+/* The reader's counters since open (bytes by path: O_DIRECT, page cache,
+ * mapping). */
+void spill_stream_io_stats(const spill_stream *s, spill_io_stats *out);
 /* Hit (1) / miss (0) of each id of the last demand request, in request
  * order; returns the count (<= max). */
 int spill_stream_last_hits(const spill_stream *s, uint8_t *hits, int max);
