@@ -279,7 +279,10 @@ TEST(EngineTest, TrunkModesGiveIdenticalLogits) {
   ExpectIdentical(a, c, "trunk read vs mlock");
   EXPECT_EQ(c.st.trunk_mode, SPILL_TRUNK_MLOCK);
   EXPECT_FALSE(c.trunk_file_mapped);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // (the ASan/TSan runtimes turn mlock into a no-op that returns 0)
   EXPECT_GE(c.locked_bytes, c.trunk_bytes);
+#endif
 }
 
 TEST(EngineTest, AccountingInvariantsHold) {
