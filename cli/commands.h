@@ -31,6 +31,7 @@ typedef struct cli_command {
 CLI_COMMAND(cmd_gen);       /* cli/cmd_gen.c */
 CLI_COMMAND(cmd_info);      /* cli/cmd_info.c */
 CLI_COMMAND(cmd_verify);    /* cli/cmd_verify.c */
+CLI_COMMAND(cmd_import);    /* cli/cmd_import.c (engine/import) */
 CLI_COMMAND(cmd_plan);      /* cli/cmd_plan.c */
 CLI_COMMAND(cmd_run);       /* cli/cmd_run.c */
 CLI_COMMAND(cmd_eval);      /* cli/cmd_eval.c */

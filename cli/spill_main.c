@@ -20,6 +20,8 @@ static const cli_command k_commands[] = {
     {"info", cmd_info, "describe a model container", cmd_info_usage, 0},
     {"verify", cmd_verify, "audit a container: every header, crc and file hash", cmd_verify_usage,
      0},
+    {"import", cmd_import, "a Hugging Face checkpoint or a GGUF file into a container",
+     cmd_import_usage, 0},
     {"plan", cmd_plan, "RAM budget term by term (a model, or --shape k3)", cmd_plan_usage, 0},
     {"run", cmd_run, "generate text, streaming experts (engine knobs as flags)", cmd_run_usage,
      KC | KS},

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "engine/base/status.h"
+#include "engine/import/import.h" /* spill_import_run: part of this API */
 #include "engine/plan/ram_plan.h" /* spill_plan: part of this API */
 #include "engine/tok/spill_tok.h"  /* spill_tok_*, spill_chat_*: tokenizers, chat templates */
 

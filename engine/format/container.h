@@ -92,11 +92,19 @@ typedef struct spill_kda_cfg {
   double decay_floor; /* log-decay g is clamped to >= this (K3: -5.0); 0 = none */
 } spill_kda_cfg;
 
+/* RMSNorm of q and k before RoPE (docs/MODEL.md "ATTN GQA"). */
+typedef enum spill_qk_norm {
+  SPILL_QK_NORM_NONE = 0, /* none (the K3 family's own GQA) */
+  SPILL_QK_NORM_HEAD = 1, /* per head, weights (head_dim): Qwen3-MoE */
+  SPILL_QK_NORM_FULL = 2  /* over the whole projection, weights (H*d) / (Hk*d): OLMoE */
+} spill_qk_norm;
+
 typedef struct spill_gqa_cfg {
   int n_heads;
   int n_kv_heads;
   int head_dim;
   double rope_theta;
+  spill_qk_norm qk_norm; /* manifest key arch.gqa.qk_norm, optional, default "none" */
 } spill_gqa_cfg;
 
 typedef struct spill_moe_cfg {
@@ -298,11 +306,28 @@ int spill_writer_tensor(spill_writer *w, const char *name, const void *data, siz
  * file crc32 streams); banks may interleave. Not thread-safe per writer. */
 int spill_writer_record(spill_writer *w, int layer, uint32_t expert, const void *payload,
                         spill_err *e);
+/* Resuming an interrupted write (spill import): opens like spill_writer_open
+ * but keeps the data files' contents (no truncation). Then every unit must be
+ * either written again or adopted from disk, in the same order rules:
+ * adopt_tensor re-reads tensor `name` into buf (>= its bytes) and accepts it
+ * only if its crc32 equals `crc32` (from the caller's journal); adopt_record
+ * re-reads record (layer, expert) into buf (record_bytes) and accepts it only
+ * if its header, ids, layout, payload crc and zero padding check out.
+ * Rejection is SPILL_E_CHECKSUM: the caller writes that unit again. The
+ * finished container is byte-identical to an uninterrupted write. */
+int spill_writer_open_resume(const char *dir, const spill_manifest *m, spill_writer **out,
+                             spill_err *e);
+int spill_writer_adopt_tensor(spill_writer *w, const char *name, uint32_t crc32, void *buf,
+                              size_t buf_bytes, spill_err *e);
+int spill_writer_adopt_record(spill_writer *w, int layer, uint32_t expert, void *buf,
+                              spill_err *e);
 /* Layout the writer computed (record_bytes, sections, tensor offsets). */
 const spill_manifest *spill_writer_manifest(const spill_writer *w);
 /* Checks completeness, writes file hashes and manifest.json. Frees w. */
 int spill_writer_finish(spill_writer *w, spill_err *e);
 void spill_writer_abort(spill_writer *w); /* frees w, leaves no manifest */
+/* Frees w leaving no manifest but keeping the data files (for a resume). */
+void spill_writer_close_keep(spill_writer *w);
 
 #ifdef __cplusplus
 }

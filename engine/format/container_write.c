@@ -48,6 +48,7 @@ typedef struct wbank {
 } wbank;
 
 struct spill_writer {
+  int resume; /* opened by spill_writer_open_resume: files kept, not truncated */
   char *dir;
   spill_manifest m; /* final layout; file crcs filled at finish */
   int trunk_fd;
@@ -82,6 +83,8 @@ static void writer_free(spill_writer *w, int unlink_files) {
 }
 
 void spill_writer_abort(spill_writer *w) { writer_free(w, 1); }
+
+void spill_writer_close_keep(spill_writer *w) { writer_free(w, 0); }
 
 /* Builds the complete manifest (offsets, layout, banks, files) from the
  * caller's description. */
@@ -184,7 +187,7 @@ static int self_check(const spill_manifest *m, char **json_out, spill_err *e) {
 static int create_file(spill_writer *w, const char *name, int *fd, spill_err *e) {
   char path[4096];
   SPILL_TRY(path_of(w, name, path, sizeof path, e));
-  *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  *fd = open(path, (w->resume ? O_RDWR : O_WRONLY | O_TRUNC) | O_CREAT | O_CLOEXEC, 0644);
   SPILL_FAIL_IF(e, *fd < 0, SPILL_E_IO, "%s: cannot create: %s", path, strerror(errno));
   return SPILL_OK;
 }
@@ -229,19 +232,99 @@ static int open_impl(spill_writer *w, const char *dir, const spill_manifest *src
   return SPILL_OK;
 }
 
-int spill_writer_open(const char *dir, const spill_manifest *m, spill_writer **out,
-                      spill_err *e) {
+static int open_mode(const char *dir, const spill_manifest *m, spill_writer **out, int resume,
+                     spill_err *e) {
   SPILL_FAIL_IF(e, !dir || !m || !out, SPILL_E_INVALID_ARG, "writer open: NULL argument");
   *out = NULL;
   spill_writer *w = calloc(1, sizeof *w);
   SPILL_FAIL_IF(e, !w, SPILL_E_NOMEM, "writer: out of memory");
   w->trunk_fd = -1;
+  w->resume = resume;
   int rc = open_impl(w, dir, m, e);
   if (rc < 0) {
-    writer_free(w, w->trunk_fd >= 0);
+    writer_free(w, w->trunk_fd >= 0 && !resume);
     return rc;
   }
   *out = w;
+  return SPILL_OK;
+}
+
+int spill_writer_open(const char *dir, const spill_manifest *m, spill_writer **out,
+                      spill_err *e) {
+  return open_mode(dir, m, out, 0, e);
+}
+
+int spill_writer_open_resume(const char *dir, const spill_manifest *m, spill_writer **out,
+                             spill_err *e) {
+  return open_mode(dir, m, out, 1, e);
+}
+
+/* pread exactly n bytes (0 on success). */
+static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
+  uint8_t *p = buf;
+  while (n > 0) {
+    ssize_t r = pread(fd, p, n, (off_t)off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    p += r;
+    n -= (size_t)r;
+    off += (uint64_t)r;
+  }
+  return 0;
+}
+
+int spill_writer_adopt_tensor(spill_writer *w, const char *name, uint32_t crc32, void *buf,
+                              size_t buf_bytes, spill_err *e) {
+  SPILL_FAIL_IF(e, !w || !name || !w->resume, SPILL_E_INVALID_ARG,
+                "writer adopt: not a resumed writer");
+  int i = 0;
+  while (i < w->m.n_tensors && strcmp(w->m.tensors[i].name, name) != 0) i++;
+  SPILL_FAIL_IF(e, i == w->m.n_tensors, SPILL_E_INVALID_ARG,
+                "writer: tensor %s is not in the manifest", name);
+  spill_tensor_info *t = &w->m.tensors[i];
+  SPILL_FAIL_IF(e, w->tensor_done[i], SPILL_E_INVALID_ARG, "writer: tensor %s written twice", name);
+  SPILL_FAIL_IF(e, buf_bytes < t->bytes, SPILL_E_INVALID_ARG, "writer adopt: buffer too small");
+  SPILL_FAIL_IF(e, pread_full(w->trunk_fd, buf, (size_t)t->bytes, t->offset) != 0, SPILL_E_CHECKSUM,
+                "%s/trunk.bin: tensor %s is not on disk", w->dir, name);
+  uint32_t got = spill_crc32(0, buf, (size_t)t->bytes);
+  SPILL_FAIL_IF(e, got != crc32, SPILL_E_CHECKSUM,
+                "%s/trunk.bin: tensor %s on disk has crc32 %08x, journal says %08x", w->dir, name,
+                got, crc32);
+  t->crc32 = got;
+  w->tensor_done[i] = 1;
+  return SPILL_OK;
+}
+
+int spill_writer_adopt_record(spill_writer *w, int layer, uint32_t expert, void *buf,
+                              spill_err *e) {
+  SPILL_FAIL_IF(e, !w || !buf || !w->resume, SPILL_E_INVALID_ARG,
+                "writer adopt: not a resumed writer");
+  const spill_manifest *m = &w->m;
+  SPILL_FAIL_IF(e, !spill_arch_is_moe(&m->arch, layer), SPILL_E_RANGE,
+                "writer: layer %d is not a MoE layer", layer);
+  int bi = layer - m->arch.n_dense_layers;
+  wbank *k = &w->bank[bi];
+  const spill_bank_info *b = &m->banks[bi];
+  SPILL_FAIL_IF(e, expert != k->next, SPILL_E_INVALID_ARG,
+                "writer: layer %d: expert %u adopted out of order (expected %u)", layer, expert,
+                k->next);
+  uint64_t off = b->data_offset + (uint64_t)expert * b->record_bytes;
+  SPILL_FAIL_IF(e, pread_full(k->fd, buf, (size_t)b->record_bytes, off) != 0, SPILL_E_CHECKSUM,
+                "%s/%s: layer %d expert %u is not on disk", w->dir, b->file, layer, expert);
+  /* header, ids, layout and payload crc; plus zero gaps and tail */
+  SPILL_TRY(spill_record_check(m, b->file, layer, expert, buf, (size_t)b->record_bytes, 1, e));
+  const uint8_t *r = buf;
+  uint32_t pos = SPILL_RECORD_HEADER_BYTES;
+  for (int s = 0; s <= SPILL_SEC_COUNT; s++) {
+    uint64_t end = s < SPILL_SEC_COUNT ? m->sect[s].offset : b->record_bytes;
+    for (uint64_t i = pos; i < end; i++)
+      SPILL_FAIL_IF(e, r[i] != 0, SPILL_E_CHECKSUM, "%s/%s: layer %d expert %u: non-zero padding",
+                    w->dir, b->file, layer, expert);
+    if (s < SPILL_SEC_COUNT) pos = m->sect[s].offset + m->sect[s].bytes;
+  }
+  k->crc = spill_crc32(k->crc, buf, (size_t)b->record_bytes);
+  k->pos = off + b->record_bytes;
+  k->next++;
   return SPILL_OK;
 }
 

@@ -92,6 +92,11 @@ static void arch_json(jb *b, cJSON *root, const spill_arch *a) {
       num(b, g, "n_kv_heads", a->gqa.n_kv_heads);
       num(b, g, "head_dim", a->gqa.head_dim);
       num(b, g, "rope_theta", a->gqa.rope_theta);
+      /* written only when used, so containers without it stay byte-identical */
+      if (a->gqa.qk_norm == SPILL_QK_NORM_HEAD || a->gqa.qk_norm == SPILL_QK_NORM_FULL)
+        if (!cJSON_AddItemToObject(
+                g, "qk_norm", cJSON_CreateString(a->gqa.qk_norm == SPILL_QK_NORM_HEAD ? "head" : "full")))
+          b->failed = 1;
     }
   }
   if (used[SPILL_ATTN_MLA] || a->mla.n_heads > 0) {

@@ -61,8 +61,20 @@ static int has(const cJSON *o, const char *key) {
 /* ---- arch ---- */
 
 static int parse_gqa(const cJSON *o, spill_gqa_cfg *g, spill_err *e) {
-  static const char *const keys[] = {"n_heads", "n_kv_heads", "head_dim", "rope_theta", NULL};
+  static const char *const keys[] = {"n_heads", "n_kv_heads", "head_dim", "rope_theta", "qk_norm",
+                                     NULL};
+  static const char *const norms[] = {"none", "head", "full"};
   const char *p = "arch.gqa";
+  const char *qn = NULL;
+  SPILL_TRY(spill_json_str_opt(o, "qk_norm", p, 8, "none", &qn, F, e));
+  g->qk_norm = SPILL_QK_NORM_NONE;
+  int found = 0;
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(qn, norms[i])) {
+      g->qk_norm = (spill_qk_norm)i;
+      found = 1;
+    }
+  SPILL_FAIL_IF(e, !found, F, "%s.qk_norm: \"%s\" is not \"none\", \"head\" or \"full\"", p, qn);
   SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
   SPILL_TRY(get_int(o, "n_heads", p, 1, 4096, &g->n_heads, e));
   SPILL_TRY(get_int(o, "n_kv_heads", p, 1, g->n_heads, &g->n_kv_heads, e));

@@ -1,5 +1,6 @@
 /* engine/model/attention_gqa.c: grouped-query attention (OLMoE/Qwen style),
- * docs/MODEL.md "ATTN GQA". Per token: q, k, v projections, RoPE
+ * docs/MODEL.md "ATTN GQA". Per token: q, k, v projections, optional q/k
+ * RMSNorm (per head or over the whole projection, arch.gqa.qk_norm), RoPE
  * (rotate-half) on every q and k head, append k and v to the layer's cache
  * (ctx, Hk*d) each, then per query head softmax(q . k_t / sqrt(d)) over
  * t = 0..pos and the weighted sum of v. Heads run in parallel on the pool;
@@ -49,6 +50,14 @@ int spill_model_attn_gqa(spill_model *m, int l, const float *h, int pos, float *
 
   spill_model_matvec(m, &L->attn_q, h, q);
   spill_model_matvec2(m, &L->attn_k, h, NULL, kc, &L->attn_v, h, NULL, vc);
+  const float eps = (float)m->a.norm_eps;
+  if (c->qk_norm == SPILL_QK_NORM_HEAD) { /* Qwen3: each head over its d dims */
+    for (int j = 0; j < H; j++) spill_k_rmsnorm(q + (size_t)j * d, L->attn_q_norm, q + (size_t)j * d, (uint32_t)d, eps);
+    for (int j = 0; j < Hk; j++) spill_k_rmsnorm(kc + (size_t)j * d, L->attn_k_norm, kc + (size_t)j * d, (uint32_t)d, eps);
+  } else if (c->qk_norm == SPILL_QK_NORM_FULL) { /* OLMoE: over the whole projection */
+    spill_k_rmsnorm(q, L->attn_q_norm, q, (uint32_t)(H * d), eps);
+    spill_k_rmsnorm(kc, L->attn_k_norm, kc, (uint32_t)kvw, eps);
+  }
   spill_model_rope_table(cs, d, pos, c->rope_theta);
   for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * d, d, cs);
   for (int j = 0; j < Hk; j++) spill_model_rope_apply(kc + (size_t)j * d, d, cs);

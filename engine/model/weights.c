@@ -141,6 +141,13 @@ static int load_attn(loader *ld, int l, spill_err *e) {
     SPILL_TRY(get_mat(ld, l, "attn_k", Hk * d, D, &L->attn_k, e));
     SPILL_TRY(get_mat(ld, l, "attn_v", Hk * d, D, &L->attn_v, e));
     SPILL_TRY(get_mat(ld, l, "attn_output", D, H * d, &L->attn_output, e));
+    if (a->gqa.qk_norm == SPILL_QK_NORM_HEAD) {
+      SPILL_TRY(get_f32(ld, l, "attn_q_norm", d, 0, &L->attn_q_norm, e));
+      SPILL_TRY(get_f32(ld, l, "attn_k_norm", d, 0, &L->attn_k_norm, e));
+    } else if (a->gqa.qk_norm == SPILL_QK_NORM_FULL) {
+      SPILL_TRY(get_f32(ld, l, "attn_q_norm", H * d, 0, &L->attn_q_norm, e));
+      SPILL_TRY(get_f32(ld, l, "attn_k_norm", Hk * d, 0, &L->attn_k_norm, e));
+    }
   } else if (L->kind == SPILL_ATTN_MLA) {
     const spill_mla_cfg *c = &a->mla;
     const uint64_t H = c->n_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim,

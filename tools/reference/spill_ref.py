@@ -608,6 +608,16 @@ class Forward:
         q = (self.M(f"blk.{l}.attn_q", H * d, D) @ h).reshape(H, d)
         k = (self.M(f"blk.{l}.attn_k", Hk * d, D) @ h).reshape(Hk, d)
         v = (self.M(f"blk.{l}.attn_v", Hk * d, D) @ h).reshape(Hk, d)
+        qn, eps = g.get("qk_norm", "none"), self.c.eps
+        if qn == "head":  # per head over d (Qwen3-MoE)
+            wq, wk = self.V(f"blk.{l}.attn_q_norm", d), self.V(f"blk.{l}.attn_k_norm", d)
+            q = np.stack([rmsnorm(r, wq, eps) for r in q])
+            k = np.stack([rmsnorm(r, wk, eps) for r in k])
+        elif qn == "full":  # over the whole projection (OLMoE)
+            q = rmsnorm(q.reshape(-1), self.V(f"blk.{l}.attn_q_norm", H * d), eps).reshape(H, d)
+            k = rmsnorm(k.reshape(-1), self.V(f"blk.{l}.attn_k_norm", Hk * d), eps).reshape(Hk, d)
+        elif qn != "none":
+            raise FormatError(f"manifest: arch.gqa.qk_norm {qn!r}")
         q, k = rope(q, p, theta), rope(k, p, theta)  # row-wise: each head rotated
         st = self.state[l]
         st.setdefault("k", []).append(k)

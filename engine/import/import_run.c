@@ -1,0 +1,663 @@
+/* engine/import/import_run.c: the import itself: dtype decisions, tensor
+ * conversion, the resume journal and the container writer.
+ *
+ * Data path: one unit at a time (a trunk tensor, or one expert's gate, up
+ * and down) is read from the source with pread into a buffer sized for the
+ * largest unit, converted into a second buffer and handed to the streaming
+ * writer. Nothing else grows with the model: peak memory is about
+ * 2 x (largest trunk tensor, source bytes + container bytes) + 2 x (one
+ * expert, source + container) + one f32 row.
+ *
+ * Conversion: `keep` copies bytes when the container has the source format
+ * (f32/f16/bf16 as is; GGUF Q8_0 -> q8 and Q4_0 -> q4 with group 32: the
+ * int8 values / nibbles and f16 scales are moved, not recomputed, so every
+ * dequantised weight is bit-identical). Otherwise rows are dequantised to f32
+ * (FP8 times its block's weight_scale_inv) and requantised by rounding
+ * (q8: s = f16(amax / 127), q = round(x / s); q4: s = f16(amax / 7),
+ * q = round(x / s) in [-8, 7]); the relative error per tensor is reported.
+ * GGUF llama q/k rows are un-permuted back to the rotate-half layout.
+ *
+ * Journal (DST/import.journal, text, append-only): line 1 is the import's
+ * identity (source files and sizes, options); then "T i crc32" per finished
+ * trunk tensor, "R layer expert" per finished record, "done". A re-run
+ * with the same identity adopts every journaled unit whose bytes on disk
+ * still check out (crc32 for tensors; header + payload crc32 + padding for
+ * records) and redoes the rest, so kill -9 or power loss at any point ends
+ * byte-identical to an uninterrupted import. A different identity is refused
+ * naming the difference.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "engine/base/clock.h"
+#include "engine/base/crc32.h"
+#include "engine/base/half.h"
+#include "engine/base/json_util.h"
+#include "engine/import/import_internal.h"
+
+#define JOURNAL "import.journal"
+
+static const char *target_name(spill_import_target t) {
+  switch (t) {
+    case SPILL_IMPORT_KEEP: return "keep";
+    case SPILL_IMPORT_Q8: return "q8";
+    case SPILL_IMPORT_Q4: return "q4";
+    case SPILL_IMPORT_RVQ3: return "rvq3";
+  }
+  return "?";
+}
+
+void spill_import_summary_free(spill_import_summary *s) {
+  if (!s) return;
+  free(s->errors);
+  s->errors = NULL;
+  s->n_errors = 0;
+}
+
+/* ---- conversion ---- */
+
+typedef struct conv {
+  uint8_t *src;   /* source bytes of one unit part */
+  size_t src_cap;
+  float *row;     /* (max cols) */
+  size_t row_cap;
+  float *scale;   /* FP8 scale grid */
+  size_t scale_cap;
+} conv;
+
+static int grow(void **p, size_t *cap, size_t need, spill_err *e) {
+  if (need <= *cap) return SPILL_OK;
+  void *q = realloc(*p, need);
+  SPILL_FAIL_IF(e, !q, SPILL_E_NOMEM, "out of memory for %zu bytes", need);
+  *p = q;
+  *cap = need;
+  return SPILL_OK;
+}
+
+/* The container dtype `keep` gives a source dtype, or -1. */
+static int keep_dtype(spill_src_dtype s, spill_dtype *dt, uint32_t *group) {
+  *group = 0;
+  switch (s) {
+    case SPILL_SRC_F32: *dt = SPILL_DT_F32; return 0;
+    case SPILL_SRC_F16: *dt = SPILL_DT_F16; return 0;
+    case SPILL_SRC_BF16: *dt = SPILL_DT_BF16; return 0;
+    case SPILL_SRC_Q8_0: *dt = SPILL_DT_Q8; *group = 32; return 0;
+    case SPILL_SRC_Q4_0: *dt = SPILL_DT_Q4; *group = 32; return 0;
+    default: return -1;
+  }
+}
+
+static uint64_t src_row(uint64_t r, uint64_t rows, int heads) {
+  if (heads <= 0) return r;
+  const uint64_t hd = rows / (uint64_t)heads, h = r / hd, rr = r % hd, half = hd / 2;
+  return h * hd + 2 * (rr % half) + rr / half; /* inverse of llama.cpp's permute() */
+}
+
+static void quant_row(const float *x, uint64_t cols, uint32_t group, spill_dtype dt, uint8_t *q,
+                      uint16_t *sc, double *num, double *den) {
+  const float qmax = dt == SPILL_DT_Q8 ? 127.0f : 7.0f, qmin = dt == SPILL_DT_Q8 ? -127.0f : -8.0f;
+  for (uint64_t g = 0; g < cols / group; g++) {
+    const float *xg = x + g * group;
+    float amax = 0;
+    for (uint32_t j = 0; j < group; j++) amax = fmaxf(amax, fabsf(xg[j]));
+    uint16_t s16 = spill_f32_to_f16(amax / qmax);
+    float s = spill_f16_to_f32(s16), inv = s > 0 ? 1.0f / s : 0.0f;
+    sc[g] = s16;
+    for (uint32_t j = 0; j < group; j++) {
+      float v = roundf(xg[j] * inv);
+      v = v > qmax ? qmax : v < qmin ? qmin : v;
+      const uint64_t c = g * group + j;
+      if (dt == SPILL_DT_Q8) {
+        q[c] = (uint8_t)(int8_t)v;
+      } else {
+        uint8_t nib = (uint8_t)((int)v + 8);
+        if (c & 1) q[c / 2] = (uint8_t)((q[c / 2] & 0x0F) | (nib << 4));
+        else q[c / 2] = (uint8_t)((q[c / 2] & 0xF0) | nib);
+      }
+      double dq = (double)s * (double)v, d = (double)xg[j] - dq;
+      *num += d * d;
+      *den += (double)xg[j] * xg[j];
+    }
+  }
+}
+
+/* Converts a (rows, cols) matrix whose source bytes are cv->src (dtype sd,
+ * rows of whole blocks) into dt/group at out. scale: FP8 grid (br x bc
+ * blocks) or NULL. num/den accumulate the requantisation error. */
+static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint32_t fp8b[2],
+                   uint64_t rows, uint64_t cols, int heads, spill_dtype dt, uint32_t group,
+                   uint8_t *out, double *num, double *den, const char *what, spill_err *e) {
+  uint64_t rb;
+  SPILL_TRY(spill_src_bytes(sd, cols, &rb, e));
+  spill_dtype kd;
+  uint32_t kg;
+  const int direct = scale == NULL && keep_dtype(sd, &kd, &kg) == 0 && kd == dt &&
+                     (kg == 0 || kg == group);
+  if (direct && (dt == SPILL_DT_F32 || dt == SPILL_DT_F16 || dt == SPILL_DT_BF16)) {
+    for (uint64_t r = 0; r < rows; r++)
+      memcpy(out + r * rb, cv->src + src_row(r, rows, heads) * rb, (size_t)rb);
+    return SPILL_OK;
+  }
+  if (direct) { /* Q8_0 -> q8 / Q4_0 -> q4, group 32: move values and scales */
+    const uint64_t nb = cols / 32;
+    uint8_t *vals = out;
+    uint8_t *scales = out + (dt == SPILL_DT_Q8 ? rows * cols : rows * cols / 2);
+    for (uint64_t r = 0; r < rows; r++) {
+      const uint8_t *sr = cv->src + src_row(r, rows, heads) * rb;
+      for (uint64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = sr + b * (dt == SPILL_DT_Q8 ? 34 : 18);
+        memcpy(scales + 2 * (r * nb + b), blk, 2);
+        if (dt == SPILL_DT_Q8) {
+          memcpy(vals + r * cols + b * 32, blk + 2, 32);
+        } else { /* ggml: j low, j+16 high; spill: flat element 2i low, 2i+1 high */
+          uint8_t v[32];
+          for (int j = 0; j < 16; j++) {
+            v[j] = blk[2 + j] & 0xF;
+            v[j + 16] = blk[2 + j] >> 4;
+          }
+          uint8_t *o = vals + (r * cols + b * 32) / 2; /* cols % 32 == 0: byte aligned */
+          for (int j = 0; j < 16; j++) o[j] = (uint8_t)(v[2 * j] | (v[2 * j + 1] << 4));
+        }
+      }
+    }
+    return SPILL_OK;
+  }
+  SPILL_TRY(grow((void **)&cv->row, &cv->row_cap, (size_t)cols * sizeof(float), e));
+  uint64_t vbytes = dt == SPILL_DT_Q8 ? rows * cols : dt == SPILL_DT_Q4 ? rows * cols / 2 : 0;
+  for (uint64_t r = 0; r < rows; r++) {
+    SPILL_TRY(spill_src_dequant(sd, cv->src + src_row(r, rows, heads) * rb, cols, cv->row, e));
+    if (scale) {
+      const uint64_t bc = (cols + fp8b[1] - 1) / fp8b[1];
+      const float *sr = scale + (r / fp8b[0]) * bc;
+      for (uint64_t c = 0; c < cols; c++) cv->row[c] *= sr[c / fp8b[1]];
+    }
+    switch (dt) {
+      case SPILL_DT_F32:
+        memcpy(out + r * cols * 4, cv->row, (size_t)cols * 4);
+        if (scale || sd != SPILL_SRC_F32) { /* exact widening (or FP8 x scale in f32) */ }
+        break;
+      case SPILL_DT_Q8:
+      case SPILL_DT_Q4:
+        quant_row(cv->row, cols, group, dt, out + (dt == SPILL_DT_Q8 ? r * cols : r * cols / 2),
+                  (uint16_t *)(void *)(out + vbytes) + r * (cols / group), num, den);
+        break;
+      default:
+        return spill_err_set(e, SPILL_E_INTERNAL, "%s: no conversion to %s", what, spill_dtype_name(dt));
+    }
+  }
+  return SPILL_OK;
+}
+
+/* Reads an FP8 tensor's scale grid (f32 or bf16, shape (ceil(r/br), ceil(c/bc))). */
+static int read_scale(const imp_src *s, const spill_src_tensor *st, uint64_t rows, uint64_t cols,
+                      conv *cv, spill_err *e) {
+  const uint64_t br = (rows + s->fp8_block[0] - 1) / s->fp8_block[0],
+                 bc = (cols + s->fp8_block[1] - 1) / s->fp8_block[1];
+  SPILL_FAIL_IF(e, st->ndim != 2 || st->shape[0] != br || st->shape[1] != bc, SPILL_E_FORMAT,
+                "tensor %s: shape is not the [%llu, %llu] block grid", st->name,
+                (unsigned long long)br, (unsigned long long)bc);
+  SPILL_FAIL_IF(e, st->dtype != SPILL_SRC_F32 && st->dtype != SPILL_SRC_BF16, SPILL_E_UNSUPPORTED,
+                "tensor %s: scales must be F32 or BF16", st->name);
+  SPILL_TRY(grow((void **)&cv->scale, &cv->scale_cap, (size_t)(br * bc) * sizeof(float), e));
+  uint8_t *raw = malloc((size_t)st->bytes + 1);
+  SPILL_FAIL_IF(e, !raw, SPILL_E_NOMEM, "out of memory");
+  int rc = imp_src_read(s, st, 0, raw, (size_t)st->bytes, e);
+  if (rc == SPILL_OK) rc = spill_src_dequant(st->dtype, raw, br * bc, cv->scale, e);
+  free(raw);
+  return rc;
+}
+
+/* ---- journal ---- */
+
+typedef struct journal {
+  int fd;
+  int n_t;
+  uint8_t *t_done;   /* (n_trunk) */
+  uint32_t *t_crc;   /* (n_trunk) */
+  uint8_t **r_done;  /* (n_moe)(E) */
+  int done;
+} journal;
+
+static void journal_free(journal *j, int n_moe) {
+  if (j->fd >= 0) close(j->fd);
+  free(j->t_done);
+  free(j->t_crc);
+  for (int i = 0; j->r_done && i < n_moe; i++) free(j->r_done[i]);
+  free(j->r_done);
+}
+
+static int jappend(journal *j, const char *line, spill_err *e) {
+  size_t n = strlen(line);
+  ssize_t w = write(j->fd, line, n);
+  SPILL_FAIL_IF(e, w != (ssize_t)n, SPILL_E_IO, "%s: append failed: %s", JOURNAL, strerror(errno));
+  return SPILL_OK;
+}
+
+/* The identity line: options and source files (names relative to SRC, sizes). */
+static int identity(const spill_import_request *r, const imp_src *s, uint32_t group, char **out,
+                    spill_err *e) {
+  size_t cap = 4096, len = 0;
+  char *b = malloc(cap);
+  SPILL_FAIL_IF(e, !b, SPILL_E_NOMEM, "out of memory");
+  len += (size_t)snprintf(b, cap, "spill-import 1 experts=%s trunk=%s group=%u files=",
+                          target_name(r->experts), target_name(r->trunk), group);
+  const int nf = s->is_gguf ? s->gg.n_files : s->st.n_files;
+  for (int i = 0; i < nf; i++) {
+    const char *p = s->is_gguf ? s->gg.paths[i] : s->st.paths[i];
+    struct stat st;
+    uint64_t sz = stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+    char rp[PATH_MAX];
+    if (!realpath(p, rp)) snprintf(rp, sizeof rp, "%s", p);
+    size_t need = len + strlen(rp) + 48;
+    if (need > cap) {
+      char *nb = realloc(b, need * 2);
+      if (!nb) { free(b); return spill_err_set(e, SPILL_E_NOMEM, "out of memory"); }
+      b = nb;
+      cap = need * 2;
+    }
+    len += (size_t)snprintf(b + len, cap - len, "%s%s:%llu", i ? "," : "", rp, (unsigned long long)sz);
+  }
+  if (len + 2 > cap) {
+    char *nb = realloc(b, len + 2);
+    if (!nb) { free(b); return spill_err_set(e, SPILL_E_NOMEM, "out of memory"); }
+    b = nb;
+  }
+  b[len++] = '\n';
+  b[len] = 0;
+  *out = b;
+  return SPILL_OK;
+}
+
+/* Names the first differing field of two identity lines. */
+static int identity_diff(const char *old, const char *now, spill_err *e) {
+  const char *keys[] = {"experts=", "trunk=", "group=", "files="};
+  for (int i = 0; i < 4; i++) {
+    const char *a = strstr(old, keys[i]), *b = strstr(now, keys[i]);
+    size_t la = a ? strcspn(a, " \n") : 0, lb = b ? strcspn(b, " \n") : 0;
+    if (!a || !b || la != lb || memcmp(a, b, la))
+      return spill_err_set(e, SPILL_E_INVALID_ARG,
+                           "DST holds an import made with %.*s; this run asks %.*s: refusing to "
+                           "mix them (remove DST or repeat the original command)",
+                           (int)(la > 300 ? 300 : la), a ? a : "(none)", (int)(lb > 300 ? 300 : lb),
+                           b ? b : "(none)");
+  }
+  return spill_err_set(e, SPILL_E_INVALID_ARG, "DST's %s is from another import version", JOURNAL);
+}
+
+static int journal_open(const char *dst, const char *id, const imp_plan *p, journal *j,
+                        int *resume, spill_err *e) {
+  memset(j, 0, sizeof *j);
+  j->fd = -1;
+  const int n_moe = spill_arch_n_moe(&p->arch), E = p->arch.moe.n_experts;
+  j->t_done = calloc((size_t)p->n_trunk + 1, 1);
+  j->t_crc = calloc((size_t)p->n_trunk + 1, sizeof *j->t_crc);
+  j->r_done = calloc((size_t)n_moe + 1, sizeof *j->r_done);
+  SPILL_FAIL_IF(e, !j->t_done || !j->t_crc || !j->r_done, SPILL_E_NOMEM, "out of memory");
+  for (int i = 0; i < n_moe; i++) {
+    j->r_done[i] = calloc((size_t)E, 1);
+    SPILL_FAIL_IF(e, !j->r_done[i], SPILL_E_NOMEM, "out of memory");
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dst, JOURNAL);
+  *resume = 0;
+  struct stat st;
+  if (stat(dst, &st) == 0) {
+    SPILL_FAIL_IF(e, !S_ISDIR(st.st_mode), SPILL_E_INVALID_ARG, "%s exists and is not a directory", dst);
+    if (stat(path, &st) == 0) {
+      *resume = 1;
+    } else {
+      DIR *d = opendir(dst);
+      int n = 0;
+      for (struct dirent *de; d && (de = readdir(d));)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
+      if (d) closedir(d);
+      SPILL_FAIL_IF(e, n > 0, SPILL_E_INVALID_ARG,
+                    "%s exists, is not empty and holds no %s: not overwriting it", dst, JOURNAL);
+    }
+  } else {
+    SPILL_FAIL_IF(e, mkdir(dst, 0755) != 0, SPILL_E_IO, "%s: cannot create: %s", dst, strerror(errno));
+  }
+  if (!*resume) {
+    j->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    SPILL_FAIL_IF(e, j->fd < 0, SPILL_E_IO, "%s: cannot create: %s", path, strerror(errno));
+    SPILL_TRY(jappend(j, id, e));
+    SPILL_FAIL_IF(e, fsync(j->fd) != 0, SPILL_E_IO, "%s: fsync failed", path);
+    return SPILL_OK;
+  }
+  char *txt = NULL;
+  size_t len = 0;
+  SPILL_TRY(spill_read_file(path, 1u << 30, &txt, &len, e));
+  const char *nl = memchr(txt, '\n', len);
+  if (!nl || (size_t)(nl - txt + 1) != strlen(id) || memcmp(txt, id, strlen(id))) {
+    int rc = nl ? identity_diff(txt, id, e)
+                : spill_err_set(e, SPILL_E_INVALID_ARG, "%s: no identity line", path);
+    free(txt);
+    return rc;
+  }
+  /* complete lines only: the last one may be torn */
+  for (const char *l = nl + 1; l < txt + len;) {
+    const char *end = memchr(l, '\n', (size_t)(txt + len - l));
+    if (!end) break;
+    int a, b;
+    unsigned c;
+    if (sscanf(l, "T %d %x", &a, &c) == 2 && a >= 0 && a < p->n_trunk) {
+      j->t_done[a] = 1;
+      j->t_crc[a] = c;
+    } else if (sscanf(l, "R %d %d", &a, &b) == 2 && a >= p->arch.n_dense_layers &&
+               a < p->arch.n_layers && b >= 0 && b < E) {
+      j->r_done[a - p->arch.n_dense_layers][b] = 1;
+    } else if (!strncmp(l, "done", 4)) {
+      j->done = 1;
+    }
+    l = end + 1;
+  }
+  free(txt);
+  j->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+  SPILL_FAIL_IF(e, j->fd < 0, SPILL_E_IO, "%s: cannot open: %s", path, strerror(errno));
+  /* a torn last line: terminate it so the next entry starts on its own line */
+  SPILL_TRY(jappend(j, "\n", e));
+  return SPILL_OK;
+}
+
+/* ---- the run ---- */
+
+static int choose(const spill_import_request *r, const imp_src *s, const imp_plan *p,
+                  uint32_t group, spill_manifest *m, spill_err *e) {
+  for (int i = 0; i < p->n_trunk; i++) {
+    const imp_trunk *t = &p->trunk[i];
+    spill_tensor_info *ti = &m->tensors[i];
+    snprintf(ti->name, sizeof ti->name, "%s", t->name);
+    ti->ndim = t->ndim;
+    ti->shape[0] = t->rows;
+    ti->shape[1] = t->ndim == 1 ? 1 : t->cols;
+    if (t->ndim == 1) {
+      ti->dtype = SPILL_DT_F32;
+      SPILL_FAIL_IF(e, t->src->dtype == SPILL_SRC_OTHER, SPILL_E_UNSUPPORTED,
+                    "tensor %s: source type %s is not supported", t->src->name, t->src->other_name);
+      continue;
+    }
+    if (r->trunk == SPILL_IMPORT_KEEP) {
+      SPILL_FAIL_IF(e, t->scale || keep_dtype(t->src->dtype, &ti->dtype, &ti->group) != 0,
+                    SPILL_E_UNSUPPORTED,
+                    "tensor %s: source type %s has no container format with the same numbers; "
+                    "name a target (--trunk q8|q4)",
+                    t->src->name, t->scale ? "F8_E4M3" : spill_src_dtype_traits(t->src->dtype)->name);
+    } else {
+      ti->dtype = r->trunk == SPILL_IMPORT_Q8 ? SPILL_DT_Q8 : SPILL_DT_Q4;
+      ti->group = group;
+      SPILL_FAIL_IF(e, t->cols % group, SPILL_E_UNSUPPORTED,
+                    "tensor %s: %llu columns are not a multiple of --group %u", t->name,
+                    (unsigned long long)t->cols, group);
+    }
+    SPILL_FAIL_IF(e, t->src->dtype == SPILL_SRC_OTHER, SPILL_E_UNSUPPORTED,
+                  "tensor %s: source type %s is not supported", t->src->name, t->src->other_name);
+  }
+  const int n_moe = spill_arch_n_moe(&p->arch);
+  if (r->experts == SPILL_IMPORT_KEEP) {
+    int first = 1;
+    for (int l = 0; l < n_moe; l++)
+      for (int k = 0; k < SPILL_SEC_COUNT; k++)
+        for (int x = 0; x < (s->is_gguf ? 1 : p->arch.moe.n_experts); x++) {
+          const spill_src_tensor *t = s->is_gguf ? p->moe[l].stacked[k] : p->moe[l].per[k][x];
+          spill_dtype dt;
+          uint32_t g;
+          SPILL_FAIL_IF(e, keep_dtype(t->dtype, &dt, &g) != 0, SPILL_E_UNSUPPORTED,
+                        "expert tensor %s: source type %s has no container format with the same "
+                        "numbers; name a target (--experts q8|q4)",
+                        t->name, spill_src_dtype_traits(t->dtype)->name);
+          if (first) {
+            m->expert_dtype = dt;
+            m->expert_group = g;
+            first = 0;
+          }
+          SPILL_FAIL_IF(e, dt != m->expert_dtype, SPILL_E_UNSUPPORTED,
+                        "experts mix source types (%s is %s, others map to %s): the container "
+                        "holds one expert format; name a target (--experts q8|q4)",
+                        t->name, spill_src_dtype_traits(t->dtype)->name, spill_dtype_name(m->expert_dtype));
+        }
+  } else {
+    m->expert_dtype = r->experts == SPILL_IMPORT_Q8 ? SPILL_DT_Q8 : SPILL_DT_Q4;
+    m->expert_group = group;
+    SPILL_FAIL_IF(e, p->arch.d_model % (int)group || p->arch.moe.d_expert % (int)group,
+                  SPILL_E_UNSUPPORTED, "experts: d_model %d / d_expert %d not multiples of --group %u",
+                  p->arch.d_model, p->arch.moe.d_expert, group);
+  }
+  return SPILL_OK;
+}
+
+typedef struct run {
+  const spill_import_request *r;
+  imp_src s;
+  imp_plan p;
+  spill_manifest m;
+  spill_writer *w;
+  journal j;
+  conv cv;
+  uint8_t *out;
+  size_t out_cap;
+  spill_import_progress pr;
+  spill_import_summary *sum;
+  double *exp_num, *exp_den; /* (n_moe * 3) */
+} run;
+
+static void note_err(run *R, const char *name, double num, double den) {
+  spill_import_summary *s = R->sum;
+  spill_import_tensor_error *ne = realloc(s->errors, ((size_t)s->n_errors + 1) * sizeof *ne);
+  if (!ne) return;
+  s->errors = ne;
+  spill_import_tensor_error *x = &s->errors[s->n_errors++];
+  snprintf(x->name, sizeof x->name, "%s", name);
+  x->rel_err = den > 0 ? sqrt(num / den) : 0.0;
+  if (x->rel_err > s->max_rel_err) s->max_rel_err = x->rel_err;
+}
+
+static void progress(run *R, const char *unit, uint64_t bytes, int adopted) {
+  R->pr.bytes_done += bytes;
+  R->pr.units_done++;
+  R->pr.units_adopted += adopted;
+  R->pr.unit = unit;
+  if (R->r->progress) R->r->progress(R->r->user, &R->pr);
+}
+
+static int do_trunk(run *R, int i, spill_err *e) {
+  const imp_trunk *t = &R->p.trunk[i];
+  const spill_tensor_info *ti = &spill_writer_manifest(R->w)->tensors[i];
+  SPILL_TRY(grow((void **)&R->out, &R->out_cap, (size_t)ti->bytes, e));
+  if (R->j.t_done[i]) {
+    spill_err ig = {0};
+    if (spill_writer_adopt_tensor(R->w, t->name, R->j.t_crc[i], R->out, R->out_cap, &ig) == SPILL_OK) {
+      progress(R, t->name, t->src->bytes, 1);
+      return SPILL_OK;
+    }
+    SPILL_FAIL_IF(e, ig.code != SPILL_E_CHECKSUM, ig.code, "%s", ig.msg);
+  }
+  SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)t->src->bytes, e));
+  SPILL_TRY(imp_src_read(&R->s, t->src, 0, R->cv.src, (size_t)t->src->bytes, e));
+  if (t->scale) SPILL_TRY(read_scale(&R->s, t->scale, t->rows, t->cols, &R->cv, e));
+  double num = 0, den = 0;
+  SPILL_TRY(convert(&R->cv, t->src->dtype, t->scale ? R->cv.scale : NULL, R->s.fp8_block, t->rows,
+                    t->cols, t->unpermute_heads, ti->dtype, ti->group, R->out, &num, &den, t->name, e));
+  if (ti->dtype == SPILL_DT_Q8 || ti->dtype == SPILL_DT_Q4) {
+    spill_dtype kd;
+    uint32_t kg;
+    if (!(keep_dtype(t->src->dtype, &kd, &kg) == 0 && kd == ti->dtype && kg == ti->group))
+      note_err(R, t->name, num, den);
+  }
+  SPILL_TRY(spill_writer_tensor(R->w, t->name, R->out, (size_t)ti->bytes, e));
+  char line[64];
+  snprintf(line, sizeof line, "T %d %08x\n", i, spill_crc32(0, R->out, (size_t)ti->bytes));
+  SPILL_TRY(jappend(&R->j, line, e));
+  progress(R, t->name, t->src->bytes, 0);
+  return SPILL_OK;
+}
+
+static int do_record(run *R, int bi, int x, spill_err *e) {
+  const spill_manifest *wm = spill_writer_manifest(R->w);
+  const int layer = R->p.arch.n_dense_layers + bi;
+  char unit[64];
+  snprintf(unit, sizeof unit, "blk.%d expert %d", layer, x);
+  const imp_moe_layer *ml = &R->p.moe[bi];
+  uint64_t sbytes = 0;
+  for (int k = 0; k < SPILL_SEC_COUNT; k++)
+    sbytes += R->s.is_gguf ? ml->stacked[k]->bytes / (uint64_t)R->p.arch.moe.n_experts : ml->per[k][x]->bytes;
+  SPILL_TRY(grow((void **)&R->out, &R->out_cap, (size_t)wm->record_bytes, e));
+  if (R->j.r_done[bi][x]) {
+    spill_err ig = {0};
+    if (spill_writer_adopt_record(R->w, layer, (uint32_t)x, R->out, &ig) == SPILL_OK) {
+      progress(R, unit, sbytes, 1);
+      return SPILL_OK;
+    }
+    SPILL_FAIL_IF(e, ig.code != SPILL_E_CHECKSUM && ig.code != SPILL_E_FORMAT, ig.code, "%s", ig.msg);
+  }
+  memset(R->out, 0, (size_t)wm->record_bytes);
+  for (int k = 0; k < SPILL_SEC_COUNT; k++) {
+    const spill_section_info *sec = &wm->sect[k];
+    const spill_src_tensor *t = R->s.is_gguf ? ml->stacked[k] : ml->per[k][x];
+    uint64_t n = R->s.is_gguf ? t->bytes / (uint64_t)R->p.arch.moe.n_experts : t->bytes;
+    uint64_t off = R->s.is_gguf ? n * (uint64_t)x : 0;
+    SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)n, e));
+    SPILL_TRY(imp_src_read(&R->s, t, off, R->cv.src, (size_t)n, e));
+    const spill_src_tensor *sc = R->s.is_gguf ? NULL : ml->scale[k][x];
+    if (sc) {
+      SPILL_FAIL_IF(e, !R->s.fp8_block[0], SPILL_E_FORMAT,
+                    "tensor %s is FP8 but config.json has no weight_block_size", t->name);
+      SPILL_TRY(read_scale(&R->s, sc, sec->rows, sec->cols, &R->cv, e));
+    }
+    SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows, sec->cols,
+                      0, wm->expert_dtype, wm->expert_group,
+                      R->out + (sec->offset - SPILL_RECORD_HEADER_BYTES),
+                      &R->exp_num[bi * 3 + k], &R->exp_den[bi * 3 + k], t->name, e));
+  }
+  SPILL_TRY(spill_writer_record(R->w, layer, (uint32_t)x, R->out, e));
+  char line[64];
+  snprintf(line, sizeof line, "R %d %d\n", layer, x);
+  SPILL_TRY(jappend(&R->j, line, e));
+  progress(R, unit, sbytes, 0);
+  return SPILL_OK;
+}
+
+static int run_impl(run *R, spill_err *e) {
+  const spill_import_request *r = R->r;
+  SPILL_FAIL_IF(e, !r->src || !r->dst, SPILL_E_INVALID_ARG, "import: SRC and DST are required");
+  SPILL_FAIL_IF(e, r->trunk == SPILL_IMPORT_RVQ3, SPILL_E_INVALID_ARG,
+                "--trunk rvq3: rvq3 is for experts only (trunk: keep, q8, q4)");
+  SPILL_FAIL_IF(e, r->experts == SPILL_IMPORT_RVQ3, SPILL_E_UNSUPPORTED,
+                "--experts rvq3: k-means residual VQ import is not implemented yet (keep, q8, q4)");
+  SPILL_FAIL_IF(e, (unsigned)r->experts > SPILL_IMPORT_RVQ3 || (unsigned)r->trunk > SPILL_IMPORT_RVQ3,
+                SPILL_E_INVALID_ARG, "import: bad target");
+  uint32_t group = r->group ? r->group : 32;
+  const int requant = r->experts != SPILL_IMPORT_KEEP || r->trunk != SPILL_IMPORT_KEEP;
+  SPILL_FAIL_IF(e, group > 1048576 || (group % 2 && (r->experts == SPILL_IMPORT_Q4 || r->trunk == SPILL_IMPORT_Q4)),
+                SPILL_E_INVALID_ARG, "--group %u: expected [1, 1048576], even for q4", group);
+  SPILL_FAIL_IF(e, r->group && !requant, SPILL_E_INVALID_ARG,
+                "--group applies to q8/q4 requantisation; with keep the source decides (GGUF Q8_0/Q4_0: 32)");
+  const uint64_t t0 = spill_clock_ns();
+  SPILL_TRY(imp_src_open(&R->s, r->src, e));
+  SPILL_TRY(imp_plan_build(&R->s, &R->p, e));
+  spill_import_summary *sum = R->sum;
+  snprintf(sum->arch, sizeof sum->arch, "%s", R->s.arch_name);
+  snprintf(sum->source, sizeof sum->source, "%s", R->s.is_gguf ? "gguf" : "safetensors");
+  /* the manifest the writer lays out */
+  spill_manifest *m = &R->m;
+  m->arch = R->p.arch;
+  const char *base = strrchr(r->src, '/');
+  base = base && base[1] ? base + 1 : r->src;
+  snprintf(m->name, sizeof m->name, "%.63s", base);
+  for (char *c = m->name; *c; c++)
+    if (*c < 0x20 || *c > 0x7e || *c == '"' || *c == '\\') *c = '_';
+  if (!m->name[0]) snprintf(m->name, sizeof m->name, "import");
+  m->n_tensors = R->p.n_trunk;
+  m->tensors = calloc((size_t)m->n_tensors + 1, sizeof *m->tensors);
+  SPILL_FAIL_IF(e, !m->tensors, SPILL_E_NOMEM, "out of memory");
+  SPILL_TRY(choose(r, &R->s, &R->p, group, m, e));
+  char gen[512];
+  snprintf(gen, sizeof gen,
+           "{\"tool\":\"spill import\",\"source_format\":\"%s\",\"source_arch\":\"%s\",\"experts\":\"%s\","
+           "\"trunk\":\"%s\",\"group\":%u}",
+           sum->source, sum->arch, target_name(r->experts), target_name(r->trunk), requant ? group : 0);
+  m->generator_json = strdup(gen);
+  SPILL_FAIL_IF(e, !m->generator_json, SPILL_E_NOMEM, "out of memory");
+  char *id = NULL;
+  SPILL_TRY(identity(r, &R->s, requant ? group : 0, &id, e));
+  int resume = 0;
+  int rc = journal_open(r->dst, id, &R->p, &R->j, &resume, e);
+  free(id);
+  SPILL_TRY(rc);
+  SPILL_TRY(resume ? spill_writer_open_resume(r->dst, m, &R->w, e) : spill_writer_open(r->dst, m, &R->w, e));
+  const int n_moe = spill_arch_n_moe(&R->p.arch), E = R->p.arch.moe.n_experts;
+  R->exp_num = calloc((size_t)n_moe * 3 + 1, sizeof(double));
+  R->exp_den = calloc((size_t)n_moe * 3 + 1, sizeof(double));
+  SPILL_FAIL_IF(e, !R->exp_num || !R->exp_den, SPILL_E_NOMEM, "out of memory");
+  R->pr.units_total = R->p.n_trunk + n_moe * E;
+  for (int i = 0; i < R->p.n_trunk; i++) R->pr.bytes_total += R->p.trunk[i].src->bytes;
+  for (int l = 0; l < n_moe; l++)
+    for (int k = 0; k < SPILL_SEC_COUNT; k++) {
+      if (R->s.is_gguf) R->pr.bytes_total += R->p.moe[l].stacked[k]->bytes;
+      else for (int x = 0; x < E; x++) R->pr.bytes_total += R->p.moe[l].per[k][x]->bytes;
+    }
+  for (int i = 0; i < R->p.n_trunk; i++) SPILL_TRY(do_trunk(R, i, e));
+  for (int l = 0; l < n_moe; l++)
+    for (int x = 0; x < E; x++) SPILL_TRY(do_record(R, l, x, e));
+  if (m->expert_dtype == SPILL_DT_Q8 || m->expert_dtype == SPILL_DT_Q4) {
+    int conv_experts = 0;
+    for (int l = 0; l < n_moe; l++)
+      for (int k = 0; k < 3; k++) conv_experts |= R->exp_den[l * 3 + k] > 0;
+    static const char *const sec[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    for (int l = 0; conv_experts && l < n_moe; l++)
+      for (int k = 0; k < 3; k++) {
+        char nm[96];
+        snprintf(nm, sizeof nm, "blk.%d.%s", R->p.arch.n_dense_layers + l, sec[k]);
+        note_err(R, nm, R->exp_num[l * 3 + k], R->exp_den[l * 3 + k]);
+      }
+  }
+  const spill_manifest *wm = spill_writer_manifest(R->w);
+  sum->dst_bytes = 0;
+  for (int i = 0; i < wm->n_files; i++) sum->dst_bytes += wm->files[i].bytes;
+  spill_writer *w = R->w;
+  R->w = NULL;
+  SPILL_TRY(spill_writer_finish(w, e));
+  SPILL_TRY(jappend(&R->j, "done\n", e));
+  (void)fsync(R->j.fd);
+  sum->n_tensors = R->p.n_trunk;
+  sum->n_records = n_moe * E;
+  sum->n_adopted = R->pr.units_adopted;
+  sum->src_bytes = R->pr.bytes_total;
+  sum->seconds = spill_clock_ms(t0, spill_clock_ns()) / 1000.0;
+  return SPILL_OK;
+}
+
+int spill_import_run(const spill_import_request *r, spill_import_summary *s, spill_err *e) {
+  SPILL_FAIL_IF(e, !r || !s, SPILL_E_INVALID_ARG, "import: NULL argument");
+  memset(s, 0, sizeof *s);
+  run *R = calloc(1, sizeof *R);
+  SPILL_FAIL_IF(e, !R, SPILL_E_NOMEM, "out of memory");
+  R->r = r;
+  R->sum = s;
+  R->j.fd = -1;
+  int rc = run_impl(R, e);
+  if (R->w) spill_writer_close_keep(R->w);
+  journal_free(&R->j, spill_arch_n_moe(&R->p.arch));
+  R->m.arch = R->p.arch;
+  spill_manifest_free(&R->m);
+  imp_plan_free(&R->p);
+  imp_src_close(&R->s);
+  free(R->cv.src);
+  free(R->cv.row);
+  free(R->cv.scale);
+  free(R->out);
+  free(R->exp_num);
+  free(R->exp_den);
+  free(R);
+  if (rc != SPILL_OK) spill_import_summary_free(s);
+  return rc;
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# `spill import` end to end (docs/MODEL.md "Imported architectures"): for
+# each architecture (qwen3_moe, olmoe, mixtral) and source format
+# (safetensors F32/F16/BF16, sharded with an index; GGUF F32/F16/BF16/Q8_0/
+# Q4_0), a tiny random checkpoint written by import_ref.py is imported,
+# `spill verify` must pass, and spill's logits at every position must agree
+# with import_ref.py's float64 forward pass computed from the SOURCE file
+# within 1e-4 of the logit scale. GGUF Q8_0/Q4_0 weights must dequantise
+# bit-identically in the container. Then, on imported models: logits
+# bit-identical across storage modes, cache sizes, lookahead and threads;
+# resume after kill -9 at several points (and after a corrupted record)
+# byte-identical to an uninterrupted import; refusals with named errors.
+set -uo pipefail
+SPILL="$1"
+REF="$2"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}/imp"
+rm -rf "$TMP"
+mkdir -p "$TMP"
+PY=/usr/bin/python3
+TOK="1,5,9,200,33,7,299,0,17"
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+for arch in qwen3_moe olmoe mixtral; do
+  for src in hf:F32:1 hf:F16:2 hf:BF16:3 gguf:F32 gguf:F16 gguf:BF16 gguf:Q8_0 gguf:Q4_0; do
+    IFS=: read -r kind ty shards <<<"$src"
+    if [ "$kind" = hf ]; then
+      in="$TMP/$arch-$ty"
+      $PY "$REF" make-hf "$in" --arch "$arch" --dtype "$ty" --shards "$shards" --seed 7 || { bad "$arch $src: make"; continue; }
+    else
+      in="$TMP/$arch-$ty.gguf"
+      $PY "$REF" make-gguf "$in" --arch "$arch" --type "$ty" --seed 7 || { bad "$arch $src: make"; continue; }
+    fi
+    out="$in.spill"
+    "$SPILL" import "$in" "$out" 2>"$TMP/err" || { bad "$arch $src: import: $(tail -1 "$TMP/err")"; continue; }
+    "$SPILL" verify "$out" >/dev/null 2>&1 || { bad "$arch $src: verify"; continue; }
+    "$SPILL" eval "$out" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1 || { bad "$arch $src: eval"; continue; }
+    r=$($PY "$REF" logits "$in" --tokens "$TOK" --compare "$TMP/l.f32" --tol 1e-4 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
+    if [ "$ty" = Q8_0 ] || [ "$ty" = Q4_0 ]; then
+      r=$($PY "$REF" check-weights "$in" "$out" 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
+    fi
+  done
+done
+
+# Placement never changes numerics, on an imported model (q4 experts from Q4_0
+# and f32 experts from safetensors).
+for m in "$TMP/qwen3_moe-Q4_0.gguf.spill" "$TMP/olmoe-F32.spill" "$TMP/mixtral-BF16.spill"; do
+  "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/base.f32" >/dev/null 2>&1
+  n=0
+  for knobs in "--storage direct" "--storage pagecache" "--storage mmap" "--cache-slots 0" \
+      "--cache-slots 3" "--lookahead 4" "--lookahead 4 --lookahead-depth 2 --cache-slots 5" \
+      "--threads 1" "--threads 2 --storage direct --verify"; do
+    # shellcheck disable=SC2086
+    "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/k.f32" $knobs >/dev/null 2>&1 &&
+      cmp -s "$TMP/base.f32" "$TMP/k.f32" || { bad "$(basename "$m"): $knobs changes the logits"; continue; }
+    n=$((n + 1))
+  done
+  ok "$(basename "$m"): logits bit-identical under $n placements"
+done
+
+# Resume after kill -9: at several points, then re-run; the container must be
+# byte-identical to an uninterrupted import (requantising, so units are work).
+SRC="$TMP/qwen3_moe-F32"
+"$SPILL" import "$SRC" "$TMP/full" --experts q4 --trunk q8 --json >"$TMP/full.json" 2>/dev/null || bad "resume: reference import"
+grep -q '"max_rel_err"' "$TMP/full.json" || bad "resume: --json summary"
+same() { # container files of $1 equal those of $TMP/full
+  for f in manifest.json trunk.bin experts-000.bin experts-001.bin; do
+    cmp -s "$1/$f" "$TMP/full/$f" || return 1
+  done
+}
+for k in 1 10 21 22 30 37; do
+  d="$TMP/kill$k"
+  (SPILL_IMPORT_TEST_KILL_AFTER=$k exec "$SPILL" import "$SRC" "$d" --experts q4 --trunk q8) >/dev/null 2>&1
+  rc=$?
+  [ $rc -eq 137 ] || [ $k -ge 37 ] || { bad "resume: kill after $k units: rc $rc"; continue; }
+  if [ -f "$d/manifest.json" ] && [ $k -lt 37 ]; then bad "resume: manifest after kill at $k"; fi
+  "$SPILL" verify "$d" >/dev/null 2>&1 && [ $k -lt 37 ] && bad "resume: verify accepts a killed import ($k)"
+  "$SPILL" import "$SRC" "$d" --experts q4 --trunk q8 2>"$TMP/err" || { bad "resume $k: $(tail -1 "$TMP/err")"; continue; }
+  grep -q "resumed" "$TMP/err" || bad "resume $k: no resume count"
+  same "$d" && "$SPILL" verify "$d" >/dev/null 2>&1 && ok "resume after kill -9 at unit $k: byte-identical ($(grep -o '([0-9]* resumed)' "$TMP/err" | tail -1))" || bad "resume after kill at $k: differs"
+done
+# a torn / corrupted record listed in the journal is redone, not adopted
+d="$TMP/kill-corrupt"
+(SPILL_IMPORT_TEST_KILL_AFTER=30 exec "$SPILL" import "$SRC" "$d" --experts q4 --trunk q8) >/dev/null 2>&1
+printf '\xff' | dd of="$d/experts-000.bin" bs=1 seek=$((4096 + 200)) conv=notrunc 2>/dev/null
+printf '\x00' | dd of="$d/trunk.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+"$SPILL" import "$SRC" "$d" --experts q4 --trunk q8 >/dev/null 2>&1 && same "$d" && ok "resume redoes corrupted journaled units" || bad "resume with corrupted units"
+
+# Refusals, each a named error, nothing verify accepts
+expect_err() { # $1 = grep pattern, rest = command
+  local pat="$1"; shift
+  if "$@" >/dev/null 2>"$TMP/err"; then bad "accepted: $*"; return; fi
+  grep -q -- "$pat" "$TMP/err" && ok "refused ($pat): $(tail -1 "$TMP/err" | cut -c1-150)" || bad "wrong error for $*: $(tail -1 "$TMP/err")"
+}
+expect_err "experts=q4" "$SPILL" import "$SRC" "$TMP/full" --experts q8 --trunk q8
+expect_err "files=" "$SPILL" import "$TMP/olmoe-F32" "$TMP/full" --experts q4 --trunk q8
+expect_err "not overwriting" "$SPILL" import "$SRC" "$TMP"
+cp -r "$SRC" "$TMP/bad"
+sed -i 's/"qwen3_moe"/"qwen2_moe"/' "$TMP/bad/config.json"
+expect_err 'model_type "qwen2_moe"' "$SPILL" import "$TMP/bad" "$TMP/bad.spill"
+cp "$SRC/config.json" "$TMP/bad/config.json"
+sed -i 's/"use_cache"/"partial_rotary_factor": 0.5, "use_cache"/' "$TMP/bad/config.json"
+expect_err "partial_rotary_factor" "$SPILL" import "$TMP/bad" "$TMP/bad2.spill"
+cp "$SRC/config.json" "$TMP/bad/config.json"
+sed -i 's/"attention_bias": false/"attention_bias": true/' "$TMP/bad/config.json"
+expect_err "attention_bias" "$SPILL" import "$TMP/bad" "$TMP/bad3.spill"
+cp "$SRC/config.json" "$TMP/bad/config.json"
+sed -i 's/"moe_intermediate_size": 32/"moe_intermediate_size": 48/' "$TMP/bad/config.json"
+expect_err "shape" "$SPILL" import "$TMP/bad" "$TMP/bad4.spill"
+cp "$SRC/config.json" "$TMP/bad/config.json"
+sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$TMP/bad/config.json"
+expect_err "model.layers.2.input_layernorm.weight is missing" "$SPILL" import "$TMP/bad" "$TMP/bad5.spill"
+[ -f "$TMP/bad5.spill/manifest.json" ] && bad "a manifest after a failed import"
+"$SPILL" verify "$TMP/bad5.spill" >/dev/null 2>&1 && bad "verify accepts a failed import"
+expect_err "rvq3" "$SPILL" import "$SRC" "$TMP/rvq.spill" --experts rvq3
+expect_err "usage" "$SPILL" import "$SRC"
+"$SPILL" import --help | grep -q "usage: spill import" || bad "import --help"
+exit $fail
