@@ -102,22 +102,66 @@ def hf_config(arch, c, tied):
     return base
 
 
+FP8_BLOCK = 16
+_E4M3 = ck.fp8_e4m3_to_f32(np.arange(256, dtype=np.uint8))
+
+
+def to_e4m3(x):
+    """Nearest e4m3fn byte of each value (|x| <= 448)."""
+    pos = np.where(np.isnan(_E4M3), np.inf, _E4M3)[:127]  # bytes 0..126: +0 .. 448, ascending
+    a = np.abs(x)
+    i = np.clip(np.searchsorted(pos, a), 1, 126)
+    i = np.where(np.abs(pos[i - 1] - a) <= np.abs(pos[i] - a), i - 1, i)
+    return (i | np.where(x < 0, 0x80, 0)).astype(np.uint8)
+
+
+def fp8_blocks(w):
+    """DeepSeek-style block FP8: (bytes, scale_inv (ceil(r/B), ceil(c/B)) f32)."""
+    r, c = w.shape
+    br, bc = -(-r // FP8_BLOCK), -(-c // FP8_BLOCK)
+    s = np.zeros((br, bc), dtype=np.float32)
+    q = np.zeros(w.shape, dtype=np.uint8)
+    for i in range(br):
+        for j in range(bc):
+            blk = w[i * FP8_BLOCK:(i + 1) * FP8_BLOCK, j * FP8_BLOCK:(j + 1) * FP8_BLOCK]
+            s[i, j] = max(np.abs(blk).max() / 448.0, 1e-12)
+            q[i * FP8_BLOCK:(i + 1) * FP8_BLOCK, j * FP8_BLOCK:(j + 1) * FP8_BLOCK] = to_e4m3(blk / s[i, j])
+    return q, s
+
+
+def st_entries(w, names, dtype):
+    out = []
+    for n in names:
+        if w[n].ndim != 2:
+            out.append((n, "F32", w[n]))
+        elif dtype == "F8_E4M3" and not n.endswith(("embed_tokens.weight", "lm_head.weight", "gate.weight")):
+            q, s = fp8_blocks(w[n])  # DeepSeek keeps embeddings, head and router in bf16
+            out += [(n, "F8_E4M3", q), (n + "_scale_inv", "F32", s)]
+        else:
+            out.append((n, "BF16" if dtype == "F8_E4M3" else dtype, w[n]))
+    return out
+
+
 def make_hf(out, arch, dtype, seed, shards=1, tied=False):
     os.makedirs(out, exist_ok=True)
     w, c = random_weights(arch, seed, tied)
+    cfg = hf_config(arch, c, tied)
+    if dtype == "F8_E4M3":
+        cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                      "quant_method": "fp8", "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(hf_config(arch, c, tied), f, indent=1)
+        json.dump(cfg, f, indent=1)
     names = sorted(w)
     if shards <= 1:
-        ck.write_safetensors(os.path.join(out, "model.safetensors"),
-                             [(n, dtype if w[n].ndim == 2 else "F32", w[n]) for n in names])
+        ck.write_safetensors(os.path.join(out, "model.safetensors"), st_entries(w, names, dtype))
         return
     wm = {}
     for s in range(shards):
         fn = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         part = names[s::shards]
-        ck.write_safetensors(os.path.join(out, fn), [(n, dtype if w[n].ndim == 2 else "F32", w[n]) for n in part])
-        for n in part:
+        ents = st_entries(w, part, dtype)
+        ck.write_safetensors(os.path.join(out, fn), ents)
+        for n, _, _ in ents:
             wm[n] = fn
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f, indent=1)
@@ -231,6 +275,12 @@ class Model:
     def _load_hf(self, d):
         cfg = json.load(open(os.path.join(d, "config.json")))
         w = {k: v.astype(np.float64) for k, v in ck.read_checkpoint_dir(d).items()}
+        bs = cfg.get("quantization_config", {}).get("weight_block_size")
+        for n in [n for n in w if n.endswith("_scale_inv")]:  # FP8: value x its block's scale_inv
+            s = w.pop(n)
+            t = n[:-len("_scale_inv")]
+            full = np.kron(s, np.ones((bs[0], bs[1])))[:w[t].shape[0], :w[t].shape[1]]
+            w[t] = w[t] * full
         self.arch = cfg["model_type"]
         self.eps = cfg["rms_norm_eps"]
         self.theta = cfg.get("rope_theta", 10000.0)
@@ -365,7 +415,7 @@ def main(argv=None):
     m = sub.add_parser("make-hf")
     m.add_argument("out")
     m.add_argument("--arch", required=True, choices=["qwen3_moe", "olmoe", "mixtral"])
-    m.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
+    m.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16", "F8_E4M3"])
     m.add_argument("--shards", type=int, default=1)
     m.add_argument("--tied", action="store_true")
     m.add_argument("--seed", type=int, default=1)
