@@ -685,9 +685,18 @@ static int job_state(const char *id, char *state, size_t sn, char *nodes, size_t
   char *av[] = {"scontrol", "show", "job", (char *)id, NULL};
   int st = run_capture(av, out, sizeof out, err, sizeof err);
   if (st != 0) {
-    snprintf(state, sn, st < 0 ? "unknown (no scontrol)" : "gone");
     nodes[0] = reason[0] = 0;
-    return 0;
+    if (st > 0 && strstr(err, "Invalid job id")) { /* finished longer than MinJobAge ago */
+      snprintf(state, sn, "gone");
+      return 0;
+    }
+    /* no controller (SLURM_CONF unset, daemon down): unknown, and counted
+     * as active so --resume never resubmits a unit that may still run */
+    snprintf(state, sn, "unknown");
+    char *nl = strchr(err, '\n');
+    if (nl) *nl = 0;
+    snprintf(reason, rn, "(%s)", st < 0 ? "scontrol not found" : err);
+    return 1;
   }
   /* an array job prints one record per task; id names one task */
   for (char *q = out; *q; q++)
