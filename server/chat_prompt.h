@@ -1,8 +1,8 @@
 /* server/chat_prompt.h: chat messages -> the prompt text the model sees.
  *
  * Role: a model with a chat template renders messages through it (the
- * tokenizer module's Jinja renderer, once the engine exposes a model's
- * template). A model without one (the synthetic nano/mini/twin models: byte
+ * tokenizer module's Jinja renderer, spill_chat_render; the server does
+ * that, server/http_server.c). A model without one (the synthetic nano/mini/twin models: byte
  * tokenizer, no template) gets the documented fallback rendering below,
  * never a made-up "official" template; the server says which one it used
  * (response header X-Spill-Chat-Template, /v1/models). Pure.

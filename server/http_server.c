@@ -72,6 +72,9 @@ struct spill_server {
   int n_waiting, stopping;
   volatile sig_atomic_t *stop;
   uint64_t next_id, id_salt;
+  spill_tok *tok;            /* the model directory's tokenizer, if it has one */
+  const char *chat_template; /* its chat template (borrowed from tok), or NULL */
+  char *bos_text, *eos_text; /* its BOS/EOS token texts for the template, or NULL */
   spill_srv_metrics m;
 };
 
@@ -279,19 +282,45 @@ static void run_job(spill_server *s, job *j) {
     spill_srv_metrics_run(&s->m, NULL, SPILL_FIN_CANCELLED);
     return;
   }
-  /* the prompt */
-  char *text = j->req.kind == SPILL_SRV_CHAT
-                   ? spill_srv_chat_fallback(j->req.messages, j->req.n_messages)
-                   : dup_s(j->req.prompt);
+  /* the prompt: a completion's text with BOS; a chat through the model's
+   * template (which writes its own BOS text, so none is added) or the
+   * documented fallback rendering (with BOS, like a completion) */
+  spill_err e = {0};
+  int rc = SPILL_OK, add_bos = 1;
+  char *text = NULL;
+  if (j->req.kind == SPILL_SRV_CHAT && s->chat_template) {
+    spill_chat_msg *msgs = calloc((size_t)j->req.n_messages, sizeof *msgs);
+    if (!msgs) rc = SPILL_E_NOMEM;
+    for (int i = 0; msgs && i < j->req.n_messages; i++) {
+      msgs[i].role = j->req.messages[i].role;
+      msgs[i].content = j->req.messages[i].content;
+    }
+    if (msgs)
+      rc = spill_chat_render(s->chat_template, msgs, (size_t)j->req.n_messages, 1, s->bos_text,
+                             s->eos_text, &text, &e);
+    free(msgs);
+    add_bos = 0;
+  } else {
+    text = j->req.kind == SPILL_SRV_CHAT ? spill_srv_chat_fallback(j->req.messages, j->req.n_messages)
+                                         : dup_s(j->req.prompt);
+    if (!text) rc = SPILL_E_NOMEM;
+  }
+  int render_rc = rc;
   size_t tl = text ? strlen(text) : 0;
   int cap = tl + 16 < (size_t)1 << 30 ? (int)tl + 16 : 0;
-  int *toks = text && cap ? malloc((size_t)cap * sizeof(int)) : NULL;
+  int *toks = !rc && cap ? malloc((size_t)cap * sizeof(int)) : NULL;
   int n = 0;
-  spill_err e = {0};
-  int rc = toks ? spill_tokenize(s->eng, text, 1, toks, cap, &n, &e) : SPILL_E_NOMEM;
+  if (!rc) rc = toks ? spill_tokenize(s->eng, text, add_bos, toks, cap, &n, &e) : SPILL_E_NOMEM;
   free(text);
   pthread_mutex_lock(&s->mu);
-  if (rc) {
+  if (render_rc) {
+    /* the template raised an exception (e.g. roles must alternate): the
+     * client's messages; anything else is ours */
+    int client = render_rc == SPILL_E_CONFIG;
+    fail_locked(j, client ? 400 : 500, client ? "invalid_request_error" : "server_error", NULL,
+                "chat template: %s", render_rc == SPILL_E_NOMEM ? "out of memory" : e.msg);
+    if (client) snprintf(j->err.param, sizeof j->err.param, "messages");
+  } else if (rc) {
     fail_locked(j, rc == SPILL_E_NOMEM ? 500 : 400,
                 rc == SPILL_E_NOMEM ? "server_error" : "invalid_request_error", NULL,
                 "cannot tokenize the prompt: %s", rc == SPILL_E_NOMEM ? "out of memory" : e.msg);
@@ -612,7 +641,7 @@ static enum MHD_Result do_generate(spill_server *s, struct MHD_Connection *c, co
     if (err.http_status == 499) return MHD_NO;
     return reply_error(s, c, cn->ep, &err);
   }
-  const char *tmpl = "fallback";
+  const char *tmpl = s->chat_template ? "model" : "fallback";
   if (j->req.stream) {
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j,
                                                                sse_free);
@@ -666,7 +695,7 @@ static cJSON *model_obj(spill_server *s) {
   cJSON_AddNumberToObject(m, "created", (double)s->started);
   cJSON_AddStringToObject(m, "owned_by", "spill");
   cJSON_AddNumberToObject(m, "context_length", s->ctx);
-  cJSON_AddStringToObject(m, "chat_template", "fallback");
+  cJSON_AddStringToObject(m, "chat_template", s->chat_template ? "model" : "fallback");
   return m;
 }
 
@@ -839,6 +868,21 @@ int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_serve
     spill_server_close(s);
     return spill_err_set(e, SPILL_E_NOMEM, "out of memory");
   }
+  if (o->model_dir) {
+    spill_err te = {0};
+    int trc = spill_tok_load(o->model_dir, &s->tok, &te);
+    if (trc == SPILL_OK) {
+      s->chat_template = spill_tok_chat_template(s->tok);
+      size_t len;
+      const char *p;
+      if ((p = spill_tok_piece(s->tok, spill_tok_bos(s->tok), &len))) s->bos_text = strndup(p, len);
+      if ((p = spill_tok_piece(s->tok, spill_tok_eos(s->tok), &len))) s->eos_text = strndup(p, len);
+    } else if (trc != SPILL_E_IO && !o->quiet) {
+      /* a tokenizer file that is there but unreadable: say so, serve anyway */
+      fprintf(stderr, "spill serve: %s (%s); chat uses the fallback rendering\n", te.msg,
+              spill_status_name(trc));
+    }
+  }
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
@@ -896,5 +940,8 @@ void spill_server_close(spill_server *s) {
   free(s->api_key);
   free(s->trace_dir);
   free(s->model_id);
+  free(s->bos_text);
+  free(s->eos_text);
+  spill_tok_free(s->tok);
   free(s);
 }

@@ -503,4 +503,75 @@ TEST_F(ServerClientTest, ApiKeyBodyCapAndErrorObjects) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// A byte-level BPE tokenizer.json without merges (every byte its own token,
+// ids = byte values; <s> 256 and </s> 257 special), for the template test.
+std::string byte_tokenizer_json() {
+  std::string vocab = "{";
+  int n = 0;
+  for (int b = 0; b < 256; b++) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    unsigned cp = (unsigned)b;
+    if (!printable) {
+      int k = 0;
+      for (int c = 0; c < b; c++)
+        if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE))) k++;
+      cp = 256 + (unsigned)k;
+    }
+    std::string u;
+    if (cp < 0x80) {
+      if (cp == '"' || cp == '\\') u = std::string("\\") + (char)cp;
+      else u = std::string(1, (char)cp);
+    } else {
+      u += (char)(0xC0 | (cp >> 6));
+      u += (char)(0x80 | (cp & 0x3F));
+    }
+    vocab += (n++ ? "," : "") + std::string("\"") + u + "\":" + std::to_string(b);
+  }
+  vocab += "}";
+  return "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":256,\"content\":\"<s>\",\"special\":true},"
+         "{\"id\":257,\"content\":\"</s>\",\"special\":true}],\"normalizer\":null,"
+         "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
+         "\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},"
+         "\"model\":{\"type\":\"BPE\",\"vocab\":" + vocab + ",\"merges\":[]}}";
+}
+
+TEST_F(ServerClientTest, ChatUsesTheModelsOwnTemplateWhenItHasOne) {
+  // a nano container with a tokenizer and a chat template beside its manifest
+  std::string dir = tmpdir() + "/nano-tmpl";
+  if (!exists(dir + "/manifest.json"))
+    ASSERT_EQ(run({spill_, "gen", "--preset", "nano", dir}, "/dev/null", "/dev/null"), 0);
+  {
+    std::ofstream(dir + "/tokenizer.json") << byte_tokenizer_json();
+    std::ofstream(dir + "/tokenizer_config.json")
+        << R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template": )"
+        << R"("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' and not loop.first %})"
+        << R"({{ raise_exception('a system message must come first') }}{% endif %})"
+        << R"([{{ m['role'] }}] {{ m['content'] }}{{ eos_token }}
+{% endfor %})"
+        << R"({% if add_generation_prompt %}[assistant] {% endif %}"})";
+  }
+  Server s(spill_, dir, {});
+  ASSERT_GT(s.port(), 0) << s.log();
+  Http h = http(s.port(), "POST", "/v1/chat/completions",
+                "{\"model\":\"" + model_id_ +
+                    "\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":4,"
+                    "\"temperature\":0}");
+  ASSERT_EQ(h.status, 200) << h.body << s.log();
+  EXPECT_NE(h.headers.find("X-Spill-Chat-Template: model"), std::string::npos) << h.headers;
+  // the rendered prompt, tokenized without an extra BOS (the template writes
+  // "<s>"); the engine's tokenizer here is nano's byte tokenizer
+  const std::string rendered = "<s>[user] Hello</s>\n[assistant] ";
+  EXPECT_EQ(json_int(h.body, "prompt_tokens"), (long long)rendered.size()) << h.body;
+  h = http(s.port(), "GET", "/v1/models");
+  EXPECT_NE(h.body.find("\"chat_template\":\"model\""), std::string::npos) << h.body;
+  // the template's own exception is the client's error: 400 naming it
+  h = http(s.port(), "POST", "/v1/chat/completions",
+           "{\"model\":\"" + model_id_ +
+               "\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\","
+               "\"content\":\"b\"}]}");
+  EXPECT_EQ(h.status, 400) << h.body;
+  EXPECT_NE(h.body.find("a system message must come first"), std::string::npos) << h.body;
+  EXPECT_EQ(s.stop(), 0);
+}
+
 }  // namespace
