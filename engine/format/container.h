@@ -1,4 +1,4 @@
-/* engine/format/container.h: the spill container, v1 (normative spec:
+/* engine/format/container.h: the spill container, v2 (reads v1; normative spec:
  * docs/FORMAT.md). A container is a directory:
  *
  *   MODEL/manifest.json        architecture, tensor table, banks, file hashes
@@ -28,7 +28,11 @@
 extern "C" {
 #endif
 
-#define SPILL_FORMAT_VERSION 1
+/* Writers write SPILL_FORMAT_VERSION; readers read [MIN, VERSION]. v2 adds
+ * the container identity (container_id in the manifest, every bank header
+ * and every record header) so a record from another container is refused. */
+#define SPILL_FORMAT_VERSION 2
+#define SPILL_FORMAT_VERSION_MIN 1
 #define SPILL_PAGE 4096u
 #define SPILL_TENSOR_ALIGN 64u
 #define SPILL_RECORD_HEADER_BYTES 64u
@@ -171,7 +175,9 @@ typedef struct spill_file_info {
 } spill_file_info;
 
 typedef struct spill_manifest {
-  int version;
+  int version;           /* 1 or 2 */
+  uint64_t container_id; /* v2: non-zero identity, repeated in every bank and
+                          * record header; 0 in v1. Writer: 0 = derive one */
   char name[64];
   spill_arch arch;
   int n_tensors;
@@ -225,13 +231,15 @@ typedef struct spill_record_header {
   uint32_t header_crc32; /* crc32 of the 64 header bytes with this field zero */
   uint32_t sect_offset[SPILL_SEC_COUNT];
   uint32_t n_sections; /* 3 */
+  uint64_t container_id; /* v2 (bytes 48..55); 0 in v1 (reserved there) */
 } spill_record_header;
 
 void spill_record_header_encode(const spill_record_header *h, uint8_t out[64]);
 void spill_record_header_decode(const uint8_t in[64], spill_record_header *h);
 /* Validates a record buffer read for (layer, expert) of bank file `file`:
- * magic, version, header crc, dtype, layer and expert ids, payload bounds and
- * section offsets against the manifest; with verify != 0 also the payload
+ * magic, version (the manifest's), header crc, container id (v2), dtype,
+ * layer and expert ids, payload bounds and section offsets against the
+ * manifest; with verify != 0 also the payload
  * crc32. Errors name file, layer and expert. */
 int spill_record_check(const spill_manifest *m, const char *file, int layer, uint32_t expert,
                        const void *rec, size_t len, int verify, spill_err *e);
@@ -240,6 +248,7 @@ int spill_record_check(const spill_manifest *m, const char *file, int layer, uin
 typedef struct spill_bank_header {
   uint32_t version, layer, n_experts, dtype;
   uint64_t record_bytes, data_offset;
+  uint64_t container_id; /* v2 (bytes 44..51); 0 in v1 (reserved there) */
 } spill_bank_header;
 /* Encodes the page (magic, fields, header crc32, zero reserved bytes). */
 void spill_bank_header_encode(const spill_bank_header *h, uint8_t out[SPILL_BANK_HEADER_BYTES]);
@@ -292,8 +301,12 @@ int spill_container_verify(const char *dir, spill_progress_fn progress, void *ct
 typedef struct spill_writer spill_writer;
 
 /* `m` supplies name, arch, expert dtype/group and the tensor list (names,
- * dtypes, shapes, groups; offsets/bytes are computed here). The writer copies
- * what it needs. */
+ * dtypes, shapes, groups; offsets/bytes are computed here), and optionally
+ * container_id (0 = derived here: a 64-bit hash of the layout manifest, i.e.
+ * name, generator, arch and tensor table, so a deterministic generator stays
+ * deterministic; give a random or source-derived id when those may repeat
+ * for different weights). The writer copies what it needs and always writes
+ * version SPILL_FORMAT_VERSION. */
 int spill_writer_open(const char *dir, const spill_manifest *m, spill_writer **out,
                       spill_err *e);
 /* Writes tensor `name`'s bytes (exactly its size). */

@@ -26,6 +26,7 @@ struct TinyModel {
 
   explicit TinyModel(spill_dtype expert_dtype, uint32_t group = 8) {
     memset(&m, 0, sizeof m);
+    m.version = 1;  // a v1 description (no container id); writers write v2
     snprintf(m.name, sizeof m.name, "tiny-%s", spill_dtype_name(expert_dtype));
     spill_arch &a = m.arch;
     snprintf(a.family, sizeof a.family, "test");

@@ -170,6 +170,24 @@ static int build_layout(spill_writer *w, const spill_manifest *src, spill_err *e
   return SPILL_OK;
 }
 
+/* The container identity (docs/FORMAT.md, container_id): the caller's, or
+ * FNV-1a-64 of the layout manifest (name, generator, arch, tensor table,
+ * written with id 0), so equal inputs give equal containers. */
+static int assign_id(spill_manifest *m, uint64_t given, spill_err *e) {
+  if (given) {
+    m->container_id = given;
+    return SPILL_OK;
+  }
+  char *json = NULL;
+  m->container_id = 0;
+  SPILL_TRY(spill_manifest_to_json(m, &json, e));
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char *p = json; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  free(json);
+  m->container_id = h ? h : 1;
+  return SPILL_OK;
+}
+
 /* Round trip through the reader's validation. */
 static int self_check(const spill_manifest *m, char **json_out, spill_err *e) {
   char *json = NULL;
@@ -197,6 +215,7 @@ static int open_impl(spill_writer *w, const char *dir, const spill_manifest *src
   w->dir = strdup(dir);
   SPILL_FAIL_IF(e, !w->dir, SPILL_E_NOMEM, "writer: out of memory");
   SPILL_TRY(build_layout(w, src, e));
+  SPILL_TRY(assign_id(&w->m, src->container_id, e));
   SPILL_TRY(self_check(&w->m, NULL, e));
   SPILL_FAIL_IF(e, mkdir(dir, 0755) != 0 && errno != EEXIST, SPILL_E_IO, "%s: cannot create: %s",
                 dir, strerror(errno));
@@ -222,7 +241,8 @@ static int open_impl(spill_writer *w, const char *dir, const spill_manifest *src
     wbank *k = &w->bank[i];
     SPILL_TRY(create_file(w, b->file, &k->fd, e));
     spill_bank_header h = {SPILL_FORMAT_VERSION, (uint32_t)b->layer, b->n_experts,
-                           (uint32_t)w->m.expert_dtype, b->record_bytes, b->data_offset};
+                           (uint32_t)w->m.expert_dtype, b->record_bytes, b->data_offset,
+                           w->m.container_id};
     spill_bank_header_encode(&h, page);
     SPILL_FAIL_IF(e, spill_fmt_pwrite_full(k->fd, page, sizeof page, 0) != 0, SPILL_E_IO,
                   "%s/%s: write failed: %s", dir, b->file, strerror(errno));
@@ -437,6 +457,7 @@ int spill_writer_record(spill_writer *w, int layer, uint32_t expert, const void 
   h.payload_crc32 = pcrc;
   for (int s = 0; s < SPILL_SEC_COUNT; s++) h.sect_offset[s] = m->sect[s].offset;
   h.n_sections = SPILL_SEC_COUNT;
+  h.container_id = m->container_id;
   spill_record_header_encode(&h, hdr);
 
   uint64_t off = b->data_offset + (uint64_t)expert * b->record_bytes;

@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include "engine/base/crc32.h"
 #include "engine/format/container.h"
 #include "engine/spill.h"
 
@@ -277,6 +278,105 @@ TEST(EngineCorruptionTest, SwappedRecordsAreCaughtWithVerifyOff) {
   EXPECT_EQ(o.gen_rc, SPILL_E_FORMAT) << o.gen_msg;
   EXPECT_TRUE(NamesRecord(o.gen_msg, 2)) << o.gen_msg;
   EXPECT_TRUE(Has(o.gen_msg, "swapped")) << o.gen_msg;
+}
+
+// A model of the same shape from another seed: its banks and records are
+// self-consistent (valid crcs, right layer and expert ids), so only the
+// container identity (format v2) ties them to their own manifest.
+const std::string &OtherSeed() {
+  static std::string dir;
+  if (dir.empty()) {
+    std::string d = Tmp() + "/nano-seed2";
+    spill_gen_request r = {};
+    r.preset = "nano";
+    r.seed = 2;
+    spill_err e = {};
+    EXPECT_EQ(spill_gen(d.c_str(), &r, nullptr, nullptr, &e), SPILL_OK) << e.msg;
+    dir = d;
+  }
+  return dir;
+}
+
+TEST(EngineCorruptionTest, BankFromAnotherModelIsRefusedWithAndWithoutVerify) {
+  // The whole bank file copied over: refused at open (bank header id).
+  std::string d = Copy("foreign-bank");
+  WriteAll(d + "/experts-002.bin", ReadAll(OtherSeed() + "/experts-002.bin"));
+  for (int verify : {0, 1}) {
+    Outcome o = RunEngine(d, verify);
+    EXPECT_EQ(o.open_rc, SPILL_E_FORMAT) << verify << ": " << o.open_msg;
+    EXPECT_TRUE(Has(o.open_msg, "experts-002.bin: bank of container")) << o.open_msg;
+    EXPECT_TRUE(Has(o.open_msg, "another model")) << o.open_msg;
+    EXPECT_NE(o.verify_rc, SPILL_OK);
+  }
+  // Only the records copied (this container's bank header kept): every
+  // record read is refused, verify on or off.
+  d = Copy("foreign-records");
+  std::string mine = ReadAll(d + "/experts-002.bin");
+  std::string theirs = ReadAll(OtherSeed() + "/experts-002.bin");
+  ASSERT_EQ(mine.size(), theirs.size());
+  WriteAll(d + "/experts-002.bin", mine.substr(0, kHdr) + theirs.substr(kHdr));
+  for (int verify : {0, 1}) {
+    Outcome o = RunEngine(d, verify);
+    ASSERT_EQ(o.open_rc, SPILL_OK) << o.open_msg;
+    EXPECT_EQ(o.gen_rc, SPILL_E_FORMAT) << verify << ": " << o.gen_msg;
+    EXPECT_TRUE(NamesRecord(o.gen_msg, 2)) << o.gen_msg;
+    EXPECT_TRUE(Has(o.gen_msg, "from another model")) << o.gen_msg;
+    EXPECT_NE(o.verify_rc, SPILL_OK);
+  }
+}
+
+// Format v1 (no container id) is still read: the pristine v2 container
+// rewritten as v1 (headers re-encoded with version 1 and zero ids, manifest
+// without container_id, file crcs updated) runs, verifies and gives the same
+// tokens.
+TEST(EngineCorruptionTest, Version1ContainerIsStillReadWithTheSameTokens) {
+  std::string d = Copy("v1");
+  std::vector<std::pair<std::string, uint32_t>> crcs;
+  for (int layer = 1; layer <= 3; layer++) {
+    char name[32];
+    snprintf(name, sizeof name, "experts-%03d.bin", layer);
+    std::string p = d + "/" + name;
+    std::string b = ReadAll(p);
+    ASSERT_EQ(b.size(), kHdr + kExperts * kRec);
+    uint8_t *u = reinterpret_cast<uint8_t *>(&b[0]);
+    spill_bank_header bh;
+    spill_bank_header_decode(u, &bh);
+    ASSERT_EQ(bh.version, 2u);
+    ASSERT_NE(bh.container_id, 0u);
+    bh.version = 1;
+    bh.container_id = 0;
+    spill_bank_header_encode(&bh, u);
+    for (int x = 0; x < kExperts; x++) {
+      spill_record_header rh;
+      spill_record_header_decode(u + kHdr + x * kRec, &rh);
+      rh.version = 1;
+      rh.container_id = 0;
+      spill_record_header_encode(&rh, u + kHdr + x * kRec);
+    }
+    WriteAll(p, b);
+    crcs.push_back({name, spill_crc32(0, u, b.size())});
+  }
+  EditManifest(d, [&](cJSON *root) {
+    SetNumber(root, "version", 1);
+    cJSON_DeleteItemFromObject(root, "container_id");
+    cJSON *files = cJSON_GetObjectItem(root, "files");
+    for (cJSON *f = files->child; f; f = f->next)
+      for (auto &c : crcs)
+        if (c.first == cJSON_GetObjectItem(f, "name")->valuestring)
+          SetNumber(f, "crc32", c.second);
+  });
+  Outcome v1 = RunEngine(d, 1), v2 = RunEngine(Pristine(), 1);
+  ASSERT_EQ(v1.open_rc, SPILL_OK) << v1.open_msg;
+  EXPECT_EQ(v1.gen_rc, SPILL_OK) << v1.gen_msg;
+  EXPECT_EQ(v1.verify_rc, SPILL_OK) << v1.verify_msg;
+  EXPECT_EQ(v1.tokens, v2.tokens);
+  EXPECT_EQ(v1.tokens.size(), 16u);
+  // A v2 bank in the v1 container is refused by its version.
+  WriteAll(d + "/experts-002.bin", ReadAll(Pristine() + "/experts-002.bin"));
+  Outcome mixed = RunEngine(d, 0);
+  EXPECT_EQ(mixed.open_rc, SPILL_E_VERSION) << mixed.open_msg;
+  EXPECT_TRUE(Has(mixed.open_msg, "experts-002.bin: bank version 2 in a version 1 container"))
+      << mixed.open_msg;
 }
 
 TEST(EngineCorruptionTest, BankHeaderMismatchIsRefusedAtOpen) {

@@ -7,6 +7,7 @@
  * write). Integers are below 2^53 so cJSON's doubles carry them exactly.
  */
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,7 +151,12 @@ int spill_manifest_to_json(const spill_manifest *m, char **out, spill_err *e) {
   cJSON *root = cJSON_CreateObject();
   SPILL_FAIL_IF(e, !root, SPILL_E_NOMEM, "manifest to JSON: out of memory");
   str(&b, root, "format", "spill");
-  num(&b, root, "version", SPILL_FORMAT_VERSION);
+  num(&b, root, "version", m->version >= SPILL_FORMAT_VERSION_MIN ? m->version : SPILL_FORMAT_VERSION);
+  if (m->version != 1) {
+    char id[17];
+    snprintf(id, sizeof id, "%016llx", (unsigned long long)m->container_id);
+    str(&b, root, "container_id", id);
+  }
   str(&b, root, "name", m->name);
   if (m->generator_json) {
     cJSON *g = cJSON_Parse(m->generator_json);

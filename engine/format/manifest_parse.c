@@ -520,8 +520,11 @@ static int check_dup_keys(const cJSON *node, const char *path, int depth, spill_
 }
 
 static int parse_root(const cJSON *root, spill_manifest *m, spill_err *e) {
-  static const char *const keys[] = {"format", "version", "name",  "generator", "arch",
-                                     "tensors", "experts", "banks", "files",     NULL};
+  static const char *const keys_v1[] = {"format", "version", "name",  "generator", "arch",
+                                        "tensors", "experts", "banks", "files",     NULL};
+  static const char *const keys_v2[] = {"format",  "version", "container_id", "name",
+                                        "generator", "arch",  "tensors",      "experts",
+                                        "banks",   "files",   NULL};
   const char *s;
   int64_t version;
   const cJSON *arr;
@@ -530,11 +533,26 @@ static int parse_root(const cJSON *root, spill_manifest *m, spill_err *e) {
   SPILL_TRY(spill_json_str(root, "format", "", 32, &s, F, e));
   SPILL_FAIL_IF(e, strcmp(s, "spill") != 0, F, "format: \"%s\", expected \"spill\"", s);
   SPILL_TRY(spill_json_int(root, "version", "", INT32_MIN, INT32_MAX, &version, F, e));
-  SPILL_FAIL_IF(e, version != SPILL_FORMAT_VERSION, SPILL_E_VERSION,
-                "version: %lld, this reader reads version %d", (long long)version,
-                SPILL_FORMAT_VERSION);
+  SPILL_FAIL_IF(e, version < SPILL_FORMAT_VERSION_MIN || version > SPILL_FORMAT_VERSION,
+                SPILL_E_VERSION, "version: %lld, this reader reads versions %d to %d",
+                (long long)version, SPILL_FORMAT_VERSION_MIN, SPILL_FORMAT_VERSION);
   m->version = (int)version;
-  SPILL_TRY(spill_json_only_keys(root, "", keys, F, e));
+  SPILL_TRY(spill_json_only_keys(root, "", version >= 2 ? keys_v2 : keys_v1, F, e));
+  if (version >= 2) {
+    /* 16 lower-case hex digits, not all zero (docs/FORMAT.md, container_id) */
+    SPILL_TRY(spill_json_str(root, "container_id", "", 16, &s, F, e));
+    uint64_t id = 0;
+    int ok = strlen(s) == 16;
+    for (int i = 0; ok && i < 16; i++) {
+      char c = s[i];
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) ok = 0;
+      id = id << 4 | (uint64_t)(d < 0 ? 0 : d);
+    }
+    SPILL_FAIL_IF(e, !ok || id == 0, F,
+                  "container_id: \"%s\" is not 16 lower-case hex digits (non-zero)", s);
+    m->container_id = id;
+  }
   SPILL_TRY(spill_json_str(root, "name", "", sizeof m->name - 1, &s, F, e));
   snprintf(m->name, sizeof m->name, "%s", s);
   if (has(root, "generator")) {

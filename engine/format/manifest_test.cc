@@ -129,8 +129,18 @@ TEST(ManifestTest, EachValidationRuleHasItsOwnError) {
        "manifest.json: bogus: unknown key"},
       {"unknown nested key", [](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch", "kda"), "x", 1); },
        SPILL_E_FORMAT, "arch.kda.x: unknown key"},
-      {"version", [](cJSON *r) { SetNum(r, "version", 2); }, SPILL_E_VERSION,
-       "version: 2, this reader reads version 1"},
+      {"version", [](cJSON *r) { SetNum(r, "version", 3); }, SPILL_E_VERSION,
+       "version: 3, this reader reads versions 1 to 2"},
+      {"v1 with a container id", [](cJSON *r) { SetNum(r, "version", 1); }, SPILL_E_FORMAT,
+       "manifest.json: container_id: unknown key"},
+      {"v2 without a container id", [](cJSON *r) { cJSON_DeleteItemFromObject(r, "container_id"); },
+       SPILL_E_FORMAT, "manifest.json: container_id: missing key"},
+      {"v2 with a zero container id", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(r, "container_id", cJSON_CreateString("0000000000000000"));
+       }, SPILL_E_FORMAT, "container_id: \"0000000000000000\" is not 16 lower-case hex digits"},
+      {"v2 with an upper-case container id", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(r, "container_id", cJSON_CreateString("00000000000000AA"));
+       }, SPILL_E_FORMAT, "is not 16 lower-case hex digits"},
       {"format", [](cJSON *r) {
          cJSON_ReplaceItemInObjectCaseSensitive(r, "format", cJSON_CreateString("gguf"));
        }, SPILL_E_FORMAT, "format: \"gguf\""},

@@ -6,7 +6,9 @@
  * only the 64 header bytes unless verification of the payload crc is asked
  * for. Checks run in the order docs/FORMAT.md gives (magic first, so a
  * record that is not a record at all is reported as such), and every error
- * names the bank file, the layer and the expert.
+ * names the bank file, the layer and the expert. Version 2 headers carry the
+ * container id (covered by the header crc) and must match the manifest's;
+ * version 1 headers are read as before (no identity).
  */
 #include <string.h>
 
@@ -27,7 +29,9 @@ enum {
   RH_HEADER_CRC = 28,
   RH_SECT = 32,
   RH_N_SECTIONS = 44,
-  RH_RESERVED = 48,
+  RH_ID = 48,          /* v2: container_id; v1: reserved */
+  RH_RESERVED_V1 = 48,
+  RH_RESERVED_V2 = 56,
 };
 
 /* Byte offsets inside the bank header page. */
@@ -40,7 +44,10 @@ enum {
   BH_RECORD_BYTES = 24,
   BH_DATA_OFFSET = 32,
   BH_HEADER_CRC = 40,
-  BH_RESERVED = 44,
+  BH_ID = 44,          /* v2: container_id; v1: reserved */
+  BH_RESERVED_V1 = 44,
+  BH_RESERVED_V2 = 52,
+  BH_AFTER_CRC = 44,   /* the crc covers everything but bytes 40..43 */
 };
 
 static uint32_t record_header_crc(const uint8_t in[SPILL_RECORD_HEADER_BYTES]) {
@@ -62,6 +69,7 @@ void spill_record_header_encode(const spill_record_header *h, uint8_t out[64]) {
   spill_put_u32(out + RH_PAYLOAD_CRC, h->payload_crc32);
   for (int i = 0; i < SPILL_SEC_COUNT; i++) spill_put_u32(out + RH_SECT + 4 * i, h->sect_offset[i]);
   spill_put_u32(out + RH_N_SECTIONS, h->n_sections);
+  spill_put_u64(out + RH_ID, h->container_id);
   /* header_crc32 is derived, never taken from h. */
   spill_put_u32(out + RH_HEADER_CRC, spill_crc32(0, out, SPILL_RECORD_HEADER_BYTES));
 }
@@ -78,6 +86,7 @@ void spill_record_header_decode(const uint8_t in[64], spill_record_header *h) {
   h->header_crc32 = spill_get_u32(in + RH_HEADER_CRC);
   for (int i = 0; i < SPILL_SEC_COUNT; i++) h->sect_offset[i] = spill_get_u32(in + RH_SECT + 4 * i);
   h->n_sections = spill_get_u32(in + RH_N_SECTIONS);
+  h->container_id = spill_get_u64(in + RH_ID);
 }
 
 int spill_record_check(const spill_manifest *m, const char *file, int layer, uint32_t expert,
@@ -97,16 +106,21 @@ int spill_record_check(const spill_manifest *m, const char *file, int layer, uin
   SPILL_FAIL_IF(e, h.magic != SPILL_RECORD_MAGIC, SPILL_E_FORMAT,
                 "%s: layer %d expert %u: bad record magic 0x%08x (expected 0x%08x)", file, layer,
                 expert, h.magic, SPILL_RECORD_MAGIC);
-  SPILL_FAIL_IF(e, h.version != SPILL_FORMAT_VERSION, SPILL_E_VERSION,
-                "%s: layer %d expert %u: record version %u, this reader reads %d", file, layer,
-                expert, h.version, SPILL_FORMAT_VERSION);
+  SPILL_FAIL_IF(e, h.version != (uint32_t)m->version, SPILL_E_VERSION,
+                "%s: layer %d expert %u: record version %u in a version %d container (a "
+                "record from another container?)", file, layer, expert, h.version, m->version);
   uint32_t hcrc = record_header_crc(b);
   SPILL_FAIL_IF(e, hcrc != h.header_crc32, SPILL_E_CHECKSUM,
                 "%s: layer %d expert %u: record header checksum mismatch (stored 0x%08x, "
                 "computed 0x%08x)", file, layer, expert, h.header_crc32, hcrc);
-  SPILL_FAIL_IF(e, !spill_fmt_all_zero(b + RH_RESERVED, SPILL_RECORD_HEADER_BYTES - RH_RESERVED),
+  const int rsv = m->version >= 2 ? RH_RESERVED_V2 : RH_RESERVED_V1;
+  SPILL_FAIL_IF(e, !spill_fmt_all_zero(b + rsv, SPILL_RECORD_HEADER_BYTES - rsv),
                 SPILL_E_FORMAT, "%s: layer %d expert %u: reserved header bytes are not zero",
                 file, layer, expert);
+  SPILL_FAIL_IF(e, m->version >= 2 && h.container_id != m->container_id, SPILL_E_FORMAT,
+                "%s: layer %d expert %u: record of container %016llx, this container is %016llx "
+                "(a record or bank file from another model)", file, layer, expert,
+                (unsigned long long)h.container_id, (unsigned long long)m->container_id);
   SPILL_FAIL_IF(e, h.dtype != (uint32_t)m->expert_dtype, SPILL_E_FORMAT,
                 "%s: layer %d expert %u: record dtype %u, manifest says %s (%d)", file, layer,
                 expert, h.dtype, spill_dtype_name(m->expert_dtype), (int)m->expert_dtype);
@@ -139,7 +153,7 @@ int spill_record_check(const spill_manifest *m, const char *file, int layer, uin
 static uint32_t bank_header_crc(const uint8_t *in) {
   uint32_t crc = spill_crc32(0, in, BH_HEADER_CRC);
   crc = spill_fmt_crc32_zeros(crc, 4);
-  return spill_crc32(crc, in + BH_RESERVED, SPILL_BANK_HEADER_BYTES - BH_RESERVED);
+  return spill_crc32(crc, in + BH_AFTER_CRC, SPILL_BANK_HEADER_BYTES - BH_AFTER_CRC);
 }
 
 void spill_bank_header_encode(const spill_bank_header *h, uint8_t out[SPILL_BANK_HEADER_BYTES]) {
@@ -151,6 +165,7 @@ void spill_bank_header_encode(const spill_bank_header *h, uint8_t out[SPILL_BANK
   spill_put_u32(out + BH_DTYPE, h->dtype);
   spill_put_u64(out + BH_RECORD_BYTES, h->record_bytes);
   spill_put_u64(out + BH_DATA_OFFSET, h->data_offset);
+  spill_put_u64(out + BH_ID, h->container_id);
   spill_put_u32(out + BH_HEADER_CRC, bank_header_crc(out));
 }
 
@@ -161,6 +176,7 @@ void spill_bank_header_decode(const uint8_t in[SPILL_BANK_HEADER_BYTES], spill_b
   h->dtype = spill_get_u32(in + BH_DTYPE);
   h->record_bytes = spill_get_u64(in + BH_RECORD_BYTES);
   h->data_offset = spill_get_u64(in + BH_DATA_OFFSET);
+  h->container_id = spill_get_u64(in + BH_ID);
 }
 
 int spill_bank_header_check(const spill_manifest *m, const spill_bank_info *b, const void *page,
@@ -174,14 +190,20 @@ int spill_bank_header_check(const spill_manifest *m, const spill_bank_info *b, c
                 "%s: bad bank magic (not a spill bank file)", f);
   spill_bank_header h;
   spill_bank_header_decode(p, &h);
-  SPILL_FAIL_IF(e, h.version != SPILL_FORMAT_VERSION, SPILL_E_VERSION,
-                "%s: bank version %u, this reader reads %d", f, h.version, SPILL_FORMAT_VERSION);
+  SPILL_FAIL_IF(e, h.version != (uint32_t)m->version, SPILL_E_VERSION,
+                "%s: bank version %u in a version %d container (a bank from another "
+                "container?)", f, h.version, m->version);
   uint32_t stored = spill_get_u32(p + BH_HEADER_CRC), crc = bank_header_crc(p);
   SPILL_FAIL_IF(e, stored != crc, SPILL_E_CHECKSUM,
                 "%s: bank header checksum mismatch (stored 0x%08x, computed 0x%08x)", f, stored,
                 crc);
-  SPILL_FAIL_IF(e, !spill_fmt_all_zero(p + BH_RESERVED, SPILL_BANK_HEADER_BYTES - BH_RESERVED),
-                SPILL_E_FORMAT, "%s: reserved bank header bytes are not zero", f);
+  const int rsv = m->version >= 2 ? BH_RESERVED_V2 : BH_RESERVED_V1;
+  SPILL_FAIL_IF(e, !spill_fmt_all_zero(p + rsv, SPILL_BANK_HEADER_BYTES - rsv), SPILL_E_FORMAT,
+                "%s: reserved bank header bytes are not zero", f);
+  SPILL_FAIL_IF(e, m->version >= 2 && h.container_id != m->container_id, SPILL_E_FORMAT,
+                "%s: bank of container %016llx, this container is %016llx (a bank file from "
+                "another model)", f, (unsigned long long)h.container_id,
+                (unsigned long long)m->container_id);
   SPILL_FAIL_IF(e, h.layer != (uint32_t)b->layer, SPILL_E_FORMAT,
                 "%s: bank holds layer %u, manifest says %d", f, h.layer, b->layer);
   SPILL_FAIL_IF(e, h.n_experts != b->n_experts, SPILL_E_FORMAT,

@@ -31,7 +31,8 @@ import numpy as np
 # Format constants (docs/FORMAT.md, engine/format/container.h)
 # ---------------------------------------------------------------------------
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2      # written by spill; 1 is still read (no container id)
+FORMAT_VERSIONS = (1, 2)
 PAGE = 4096
 TENSOR_ALIGN = 64
 RECORD_HEADER_BYTES = 64
@@ -299,8 +300,15 @@ class Container:
         if _get(m, "format", str, "") != "spill":
             raise FormatError(f"manifest: format {m['format']!r}, expected 'spill'")
         version = _get(m, "version", int, "")
-        if version != FORMAT_VERSION:
-            raise FormatError(f"manifest: version {version}, expected {FORMAT_VERSION}")
+        if version not in FORMAT_VERSIONS:
+            raise FormatError(f"manifest: version {version}, expected one of {FORMAT_VERSIONS}")
+        self.version = version
+        self.container_id = 0
+        if version >= 2:
+            cid = _get(m, "container_id", str, "")
+            if len(cid) != 16 or any(c not in "0123456789abcdef" for c in cid) or int(cid, 16) == 0:
+                raise FormatError(f"manifest: container_id {cid!r} is not 16 lower-case hex digits")
+            self.container_id = int(cid, 16)
         a = _get(m, "arch", dict, "")
         self.arch = a
         for key in ("vocab_size", "d_model", "n_layers", "n_dense_layers", "d_ff",
@@ -501,11 +509,13 @@ class Container:
         zeroed[40:44] = bytes(4)
         if zlib.crc32(bytes(zeroed)) != header_crc:
             raise FormatError(f"{path}: bank header crc mismatch")
-        if any(page[44:]):
+        rsv = 52 if self.version >= 2 else 44
+        if any(page[rsv:]):
             raise FormatError(f"{path}: bank header reserved bytes not zero")
-        exp = (FORMAT_VERSION, b["layer"], b["n_experts"], DTYPE_IDS[self.expert_dtype],
-               b["record_bytes"], b["data_offset"])
-        got = (version, layer, n_experts, dtype, record_bytes, data_offset)
+        cid = struct.unpack_from("<Q", page, 44)[0] if self.version >= 2 else 0
+        exp = (self.version, b["layer"], b["n_experts"], DTYPE_IDS[self.expert_dtype],
+               b["record_bytes"], b["data_offset"], self.container_id)
+        got = (version, layer, n_experts, dtype, record_bytes, data_offset, cid)
         if got != exp:
             raise FormatError(f"{path}: bank header {got} disagrees with manifest {exp}")
 
@@ -531,10 +541,15 @@ class Container:
             raise FormatError(f"{where}: bad record magic {magic:#x}")
         if zlib.crc32(bytes(zeroed)) != header_crc:
             raise FormatError(f"{where}: record header crc mismatch")
-        if any(rec[48:64]):
+        rsv = 56 if self.version >= 2 else 48
+        if any(rec[rsv:64]):
             raise FormatError(f"{where}: record header reserved bytes not zero")
+        cid = struct.unpack_from("<Q", rec, 48)[0] if self.version >= 2 else 0
+        if cid != self.container_id:
+            raise FormatError(f"{where}: record of container {cid:016x}, this container is "
+                              f"{self.container_id:016x} (from another model)")
         if (version, dtype, rlayer, rexpert, n_sections) != \
-                (FORMAT_VERSION, DTYPE_IDS[self.expert_dtype], layer, expert, 3):
+                (self.version, DTYPE_IDS[self.expert_dtype], layer, expert, 3):
             raise FormatError(f"{where}: record header fields disagree "
                               f"{(version, dtype, rlayer, rexpert, n_sections)}")
         if payload_off != RECORD_HEADER_BYTES or payload_bytes != self.payload_bytes:
