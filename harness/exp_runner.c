@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,6 +68,7 @@ typedef struct runner {
   int *done_cell, *done_arm;
   int n_done, cap_done;
   spill_ramlock lock;
+  int dir_lock_fd;   /* flock'ed DIR/.lock (one writer per results directory), -1 = none */
   uint64_t ram_total;
   double t0;
   int measured_now; /* measured runs done in this process */
@@ -181,6 +183,46 @@ static int ensure_storage_copy(runner *R) {
   return SPILL_OK;
 }
 
+/* One writer per rows file (docs/RELIABILITY.md): an exclusive flock on
+ * ROWS.lock (DIR/runs.jsonl.lock; a Slurm task's own rows file has its
+ * own), which the kernel releases when the holder dies (so a killed run
+ * never leaves a stale lock). The file holds the holder's PID for the second
+ * writer's message; flock, not the PID, is the lock. */
+static int lock_rows(runner *R) {
+  char p[1200];
+  snprintf(p, sizeof p, "%s.lock", R->rows_file);
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return spill_err_set(R->e, SPILL_E_IO, "%s: cannot open the results lock: %s", p,
+                         strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    int err = errno;
+    char buf[32] = "";
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+    if (err != EWOULDBLOCK)
+      return spill_err_set(R->e, SPILL_E_IO, "%s: cannot lock: %s", p, strerror(err));
+    if (pid > 0)
+      return spill_err_set(R->e, SPILL_E_IO,
+                           "%s is being written by process %ld (it holds %s); a results "
+                           "directory has one writer: wait for it to finish or stop it",
+                           R->rows_file, pid, p);
+    return spill_err_set(R->e, SPILL_E_IO,
+                         "%s is being written by another process (it holds %s); a results "
+                         "directory has one writer", R->rows_file, p);
+  }
+  char pid[32];
+  int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)k, 0) != k) {
+    int err = errno;
+    close(fd);
+    return spill_err_set(R->e, SPILL_E_IO, "%s: cannot write: %s", p, strerror(err));
+  }
+  R->dir_lock_fd = fd;
+  return SPILL_OK;
+}
+
 static int latest_dir(const char *parent, char *out, size_t n) {
   DIR *d = opendir(parent);
   if (!d) return -1;
@@ -204,6 +246,9 @@ static int setup_dir(runner *R, const char *resolved) {
     if (o->resume_dir) snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
     else if (latest_dir(parent, R->dir, sizeof R->dir) < 0)
       return spill_err_set(R->e, SPILL_E_IO, "--resume: no results under %s", parent);
+    struct stat st;
+    if (stat(R->dir, &st) != 0 || !S_ISDIR(st.st_mode))
+      return spill_err_set(R->e, SPILL_E_IO, "--resume: %s is not a results directory", R->dir);
     char cf[1100], *old = NULL;
     snprintf(cf, sizeof cf, "%s/config.json", R->dir);
     SPILL_TRY(spill_exp_read_file(cf, 1 << 20, &old, R->e));
@@ -234,7 +279,7 @@ static int setup_dir(runner *R, const char *resolved) {
   }
   if (o->rows_file) snprintf(R->rows_file, sizeof R->rows_file, "%s", o->rows_file);
   else snprintf(R->rows_file, sizeof R->rows_file, "%s/runs.jsonl", R->dir);
-  return SPILL_OK;
+  return lock_rows(R);
 }
 
 static int add_done(runner *R, const char *key, uint64_t hash, int cell, int arm) {
@@ -561,6 +606,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
                   size_t out_n, spill_err *e) {
   runner R;
   memset(&R, 0, sizeof R);
+  R.dir_lock_fd = -1;
   R.cfg = cfg;
   R.o = o;
   R.e = e;
@@ -667,6 +713,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
     }
     free(res);
   }
+  if (R.dir_lock_fd >= 0) close(R.dir_lock_fd); /* releases the flock */
   for (int i = 0; i < R.n_done; i++) free(R.done_keys[i]);
   free(R.done_keys), free(R.done_hash), free(R.done_cell), free(R.done_arm);
   free(R.prompt);

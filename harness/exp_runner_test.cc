@@ -604,3 +604,70 @@ TEST(ExpRunnerTest, PlotsAreDrawnWithTheirData) {
   // timeline: one line per decoded token
   EXPECT_EQ(CountRows(p + "timeline-off.dat"), 6);
 }
+
+// Two writers on one results directory: the second is refused with an error
+// naming the holder's PID (flock on DIR/.lock), and once the holder dies
+// (SIGKILL: the kernel drops the lock) a resume completes with every
+// planned run exactly once (issue 19 item 2).
+TEST(ExpRunnerTest, SecondWriterOfAResultsDirectoryIsRefusedNamingTheHolder) {
+  std::string root = TmpDir() + "/lock";
+  mkdir(root.c_str(), 0755);
+  std::string text = R"({"name": "lock", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "lock test", "decode_tokens": 4},
+    "base": {"storage": "pagecache"}, "sweep": {"lookahead": [0, 2]},
+    "arms": [{"name": "a"}, {"name": "b"}], "repeats": 2,
+    "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg = Parse(text);
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Slow enough (1 s per run) that the parent's attempts land mid-sweep.
+    o.progress = [](void *, const spill_exp_progress *p) {
+      if (!strcmp(p->phase, "run")) usleep(1000000);
+    };
+    char dir[1024];
+    spill_err ce = {};
+    _exit(spill_exp_execute(&cfg, &o, dir, sizeof dir, &ce) == 0 ? 0 : 1);
+  }
+  std::string dir;
+  for (int i = 0; i < 3000 && dir.empty(); i++) {
+    FILE *p = popen(("ls -d " + results + "/lock/*/ 2>/dev/null | tail -1").c_str(), "r");
+    char buf[1024] = "";
+    if (p) {
+      if (fgets(buf, sizeof buf, p)) dir = buf;
+      pclose(p);
+    }
+    if (!dir.empty()) {
+      dir.erase(dir.find_last_not_of("/\n") + 1);
+      if (CountRows(dir + "/runs.jsonl") < 1) dir.clear();
+    }
+    if (dir.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(dir.empty());
+  o.resume = 1;
+  o.resume_dir = dir.c_str();
+  char out[1024];
+  spill_err e = {};
+  EXPECT_EQ(spill_exp_execute(&cfg, &o, out, sizeof out, &e), SPILL_E_IO);
+  EXPECT_NE(std::string(e.msg).find("is being written by process " + std::to_string(child)),
+            std::string::npos)
+      << e.msg;
+  kill(child, SIGKILL);
+  int status;
+  waitpid(child, &status, 0);
+  int before = CountRows(dir + "/runs.jsonl");
+  EXPECT_LT(before, 8);
+  e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, out, sizeof out, &e), 0) << e.msg;
+  EXPECT_EQ(CountRows(dir + "/runs.jsonl"), 8);
+  spill_exp_report_result *res = new spill_exp_report_result;
+  ASSERT_EQ(spill_exp_report(dir.c_str(), res, &e), 0) << e.msg;  // no duplicates
+  EXPECT_EQ(res->rows, 8);
+  delete res;
+  spill_exp_config_free(&cfg);
+}
