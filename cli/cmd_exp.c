@@ -62,6 +62,11 @@ static void on_progress(void *user, const spill_exp_progress *p) {
     fprintf(stderr, "[%d/%d] %-48s (warmup, not recorded)\n", p->done, p->total, p->key);
   else if (!strcmp(p->phase, "copy"))
     fprintf(stderr, "copying %s to storage_path\n", p->key ? p->key : "");
+  else if (!strcmp(p->phase, "paging"))
+    fprintf(stderr,
+            "spill exp: WARNING: run %s is paging: %d decode tokens in a row with >= %d major "
+            "page faults each (from token %d): this budget is past the RAM cliff\n",
+            p->key ? p->key : "", SPILL_PAGING_TOKENS, SPILL_PAGING_FAULTS_PER_TOKEN, p->done);
   else if (!strcmp(p->phase, "report"))
     fprintf(stderr, "writing summary, tables and plots\n");
 }

@@ -296,6 +296,17 @@ int spill_sampling_get(const spill_sampling *s, const char *key, char *buf, size
 
 #define SPILL_LA_RANKS 16
 
+/* Runtime paging ("RAM cliff") detection: a decode token whose major page
+ * faults (getrusage) reach SPILL_PAGING_FAULTS_PER_TOKEN, for
+ * SPILL_PAGING_TOKENS decode tokens in a row, means the machine is paging
+ * the engine's memory (a file-backed trunk or mapped banks re-read from disk
+ * every token, where the hit rate no longer tells the cost). Prefill and the
+ * first decode token are judged too: a cold mapping is faulted in during
+ * prefill, so healthy decode tokens take ~0 major faults (twin at 6.5 GiB:
+ * 0-1; at the 7.25 GiB cliff: 181 median, up to 95,691). */
+#define SPILL_PAGING_FAULTS_PER_TOKEN 32
+#define SPILL_PAGING_TOKENS 2
+
 /* Counters of one generate/eval run, or of one token. Deterministic counters
  * (reads, bytes, hits, misses) are exact; times are wall clock. */
 typedef struct spill_run_stats {
@@ -329,6 +340,13 @@ typedef struct spill_run_stats {
   uint64_t bytes_read_direct, bytes_read_buffered, bytes_read_mapped;
   uint64_t compute_parallel_sections;
   int trunk_mode;
+  /* Paging detection (SPILL_PAGING_*), updated while the run goes: in a
+   * token callback's stats, paging = 1 from the token that completes the
+   * streak on; paging_token = that decode token's index (-1: none yet);
+   * paging_tokens = decode tokens so far at or above the fault threshold. */
+  int paging;
+  int paging_token;
+  uint64_t paging_tokens;
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop.

@@ -553,6 +553,8 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   SPILL_TRY(spill_sampler_init(&smp, &so, g->vocab, e));
   spill_model_reset(g->m);
   spill_stream_run_latency_reset(g->st);
+  st->paging_token = -1;
+  int paging_streak = 0;
   g->tok_counter = 0;
   g->la_predicted = g->la_correct = 0;
   memset(g->la_rank_total, 0, sizeof g->la_rank_total);
@@ -592,6 +594,20 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
     accumulate(st, &a, &b);
     tok_stats.decode_hits = tok_stats.demand_hits;
     tok_stats.decode_misses = tok_stats.demand_misses;
+    /* paging: SPILL_PAGING_TOKENS decode tokens in a row at or above the
+     * fault threshold */
+    if (tok_stats.major_faults >= SPILL_PAGING_FAULTS_PER_TOKEN) {
+      st->paging_tokens++;
+      if (++paging_streak >= SPILL_PAGING_TOKENS && !st->paging) {
+        st->paging = 1;
+        st->paging_token = i;
+      }
+    } else {
+      paging_streak = 0;
+    }
+    tok_stats.paging = st->paging;
+    tok_stats.paging_token = st->paging_token;
+    tok_stats.paging_tokens = st->paging_tokens;
     st->decode_hits += tok_stats.demand_hits;
     st->decode_misses += tok_stats.demand_misses;
     pos++;

@@ -6,6 +6,10 @@
 // ran differently (counters), so an ignored knob cannot pass.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -481,6 +485,91 @@ TEST(EngineTest, ReadPercentilesCoverTheWholeRun) {
   ASSERT_NE(at, std::string::npos) << last;
   double last_p99 = std::atof(last.c_str() + at + 15);
   EXPECT_LT(last_p99, 19.0) << last;
+}
+
+}  // namespace
+
+namespace {
+
+// Paging detection while a run goes (SPILL_PAGING_*): the trunk is a
+// file-backed mapping and, after every decoded token, the test pushes it out
+// of memory (MADV_PAGEOUT on the mapping, POSIX_FADV_DONTNEED on trunk.bin),
+// as memory pressure past the RAM cliff does, so the next token re-reads it
+// with major faults (readahead off for the mapping, MADV_RANDOM, as the
+// kernel turns it off for a mapping that keeps missing). The engine flags the run from the token completing the
+// streak on, in the token callback's stats (while running) and in the run's;
+// the same run without the push-out is not flagged.
+struct PagingProbe {
+  std::string trunk;
+  bool push_out = false;
+  int first_seen = -1;  // callback index at which ts->paging was first 1
+  int n = 0;
+  std::vector<uint64_t> faults;
+};
+
+void PushOut(const std::string &file) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.size() < file.size() || line.compare(line.size() - file.size(), file.size(), file))
+      continue;
+    unsigned long a = 0, b = 0;
+    if (sscanf(line.c_str(), "%lx-%lx", &a, &b) != 2) continue;
+    // readahead off, as the kernel does for a mapping that keeps missing:
+    // every page brought back is its own major fault
+    madvise(reinterpret_cast<void *>(a), b - a, MADV_RANDOM);
+    madvise(reinterpret_cast<void *>(a), b - a, MADV_PAGEOUT);
+  }
+  int fd = open(file.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+  }
+}
+
+int PagingCb(void *user, int, const char *, const spill_run_stats *ts) {
+  auto *p = static_cast<PagingProbe *>(user);
+  p->faults.push_back(ts->major_faults);
+  if (ts->paging && p->first_seen < 0) p->first_seen = p->n;
+  p->n++;
+  if (p->push_out) PushOut(p->trunk);
+  return 0;
+}
+
+TEST(EngineTest, PagingIsDetectedWhileRunning) {
+  const std::string &model = MiniSmall("k3");
+  spill_run_stats st[2];
+  PagingProbe probe[2];
+  for (int arm = 0; arm < 2; arm++) {
+    spill_config cfg = Cfg();
+    cfg.trunk = SPILL_TRUNK_MMAP;
+    spill_engine *eng = nullptr;
+    spill_err e = {};
+    ASSERT_EQ(spill_engine_open(model.c_str(), &cfg, &eng, &e), SPILL_OK) << e.msg;
+    probe[arm].trunk = model + "/trunk.bin";
+    probe[arm].push_out = arm == 1;
+    int toks[8] = {256, 'a', 'b', 'c'};
+    spill_sampling s = {0.0f, 0, 1.0f, 1};
+    ASSERT_EQ(spill_generate(eng, toks, 4, 6, &s, PagingCb, &probe[arm], nullptr, &st[arm], &e),
+              SPILL_OK)
+        << e.msg;
+    spill_engine_close(eng);
+  }
+  std::string f1;
+  for (uint64_t f : probe[1].faults) f1 += std::to_string(f) + " ";
+  std::printf("major faults per decoded token, trunk pushed out: %s\n", f1.c_str());
+  // control: the trunk stays resident after prefill
+  EXPECT_EQ(st[0].paging, 0);
+  EXPECT_EQ(st[0].paging_token, -1);
+  EXPECT_EQ(st[0].paging_tokens, 0u);
+  EXPECT_EQ(probe[0].first_seen, -1);
+  // pushed out after every token: tokens 1.. re-read the trunk
+  ASSERT_GE(probe[1].faults.size(), 3u);
+  EXPECT_GE(probe[1].faults[1], (uint64_t)SPILL_PAGING_FAULTS_PER_TOKEN) << f1;
+  EXPECT_EQ(st[1].paging, 1) << f1;
+  EXPECT_EQ(st[1].paging_token, SPILL_PAGING_TOKENS) << f1;  // tokens 1 and 2
+  EXPECT_GE(st[1].paging_tokens, 5u) << f1;
+  EXPECT_EQ(probe[1].first_seen, SPILL_PAGING_TOKENS) << "flag not seen while running: " << f1;
 }
 
 }  // namespace

@@ -370,6 +370,8 @@ typedef struct tok_rec {
   int n, cap;
   FILE *timeline; /* tokens.jsonl: one row per decoded token */
   double last;
+  const char *key; /* the run's key (paging warning) */
+  int paging_told; /* the paging warning went out */
 } tok_rec;
 
 static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
@@ -386,9 +388,16 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
   if (t->timeline && ts)
     fprintf(t->timeline,
             "{\"i\": %d, \"token\": %d, \"wall_s\": %.6f, \"io_wait_s\": %.6f, "
-            "\"hits\": %llu, \"misses\": %llu, \"bytes_read\": %llu}\n",
+            "\"hits\": %llu, \"misses\": %llu, \"bytes_read\": %llu, \"major_faults\": %llu}\n",
             t->n - 1, token, ts->decode_s, ts->io_wait_s, (unsigned long long)ts->decode_hits,
-            (unsigned long long)ts->decode_misses, (unsigned long long)ts->bytes_read);
+            (unsigned long long)ts->decode_misses, (unsigned long long)ts->bytes_read,
+            (unsigned long long)ts->major_faults);
+  /* the engine saw the machine paging: say so now, not after the run
+   * (progress phase "paging", done = the decode token it was detected at) */
+  if (ts && ts->paging && !t->paging_told) {
+    t->paging_told = 1;
+    progress(t->R, "paging", t->key, ts->paging_token, (int)ts->paging_tokens, 0);
+  }
   return 0;
 }
 
@@ -489,7 +498,7 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
     (void)w;
     close(cr);
   }
-  tok_rec t = {R, NULL, 0, 0, NULL, 0};
+  tok_rec t = {R, NULL, 0, 0, NULL, 0, run->key, 0};
   if (measured) {
     t.timeline = fopen(timeline, "w");
     if (!t.timeline) return spill_err_set(R->e, SPILL_E_IO, "%s: %s", timeline, strerror(errno));
@@ -551,6 +560,10 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   /* read p50/p99 cover the whole run (rows without this field come from
    * engines that reset the window per forward call: reports drop them) */
   cJSON_AddStringToObject(eng, "read_latency", "run");
+  /* runtime paging detection (SPILL_PAGING_*): the run crossed the RAM cliff */
+  cJSON_AddBoolToObject(eng, "paging", st.paging);
+  cJSON_AddNumberToObject(eng, "paging_token", st.paging_token);
+  cJSON_AddNumberToObject(eng, "paging_tokens", (double)st.paging_tokens);
   cJSON *mach = cJSON_AddObjectToObject(row, "machine");
   cJSON_AddNumberToObject(mach, "ram_bytes", (double)R->ram_total);
   cJSON_AddNumberToObject(mach, "emulate_ram_bytes", (double)cfg->emulate_ram);

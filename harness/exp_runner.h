@@ -34,9 +34,12 @@ int spill_exp_plan_runs(const spill_exp_config *cfg, spill_exp_run **runs_out, i
 void spill_exp_cell_key(const spill_exp_config *cfg, int c, char *buf, size_t n);
 
 typedef struct spill_exp_progress {
-  const char *phase; /* "model", "copy", "run", "warmup", "report" */
-  const char *key;   /* the run (phase run/warmup) */
-  int done, total;   /* measured runs finished / planned (including resumed) */
+  const char *phase; /* "model", "copy", "run", "warmup", "report", "paging" */
+  const char *key;   /* the run (phase run/warmup/paging) */
+  int done, total;   /* measured runs finished / planned (including resumed);
+                      * phase "paging" (the engine detected paging while the
+                      * run went, SPILL_PAGING_*): the decode token it was
+                      * detected at / decode tokens over the threshold so far */
   double elapsed_s, eta_s;
   double last_tok_per_s;
 } spill_exp_progress;

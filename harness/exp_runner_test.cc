@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <atomic>
 #include <thread>
 
 #include "harness/exp_files.h"
@@ -670,4 +673,99 @@ TEST(ExpRunnerTest, SecondWriterOfAResultsDirectoryIsRefusedNamingTheHolder) {
   EXPECT_EQ(res->rows, 8);
   delete res;
   spill_exp_config_free(&cfg);
+}
+
+namespace {
+
+struct PagingSeen {
+  std::vector<std::string> phases;  // in order
+  std::string key;
+};
+
+void RecordPhase(void *user, const spill_exp_progress *p) {
+  auto *s = static_cast<PagingSeen *>(user);
+  s->phases.push_back(p->phase);
+  if (!strcmp(p->phase, "paging")) s->key = p->key ? p->key : "";
+}
+
+// Pushes trunk.bin of `model` out of memory every millisecond while `on`.
+void PushOutLoop(std::string trunk, std::atomic<bool> *on) {
+  while (on->load()) {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      if (line.size() < trunk.size() ||
+          line.compare(line.size() - trunk.size(), trunk.size(), trunk))
+        continue;
+      unsigned long a = 0, b = 0;
+      if (sscanf(line.c_str(), "%lx-%lx", &a, &b) != 2) continue;
+      madvise(reinterpret_cast<void *>(a), b - a, MADV_RANDOM);
+      madvise(reinterpret_cast<void *>(a), b - a, MADV_PAGEOUT);
+    }
+    int fd = open(trunk.c_str(), O_RDONLY);
+    if (fd >= 0) {
+      posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      close(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace
+
+// Runtime paging detection in the harness: with the file-backed trunk pushed
+// out of memory all along (as past the RAM cliff), the runner reports phase
+// "paging" while the run goes (before the run's own "run" progress line;
+// `spill exp` prints it as a warning on stderr) and the row says
+// "paging": true; the same config without the push-out has neither.
+TEST(ExpRunnerTest, PagingIsFlaggedWhileTheRunGoes) {
+  std::string root = TmpDir() + "/paging";
+  mkdir(root.c_str(), 0755);
+  std::string model = root + "/mini-small";
+  spill_gen_request req = {};
+  req.preset = "mini";
+  req.experts = 8;
+  req.moe_layers = 1;
+  req.top_k = 2;
+  spill_err e = {};
+  ASSERT_EQ(spill_gen(model.c_str(), &req, nullptr, nullptr, &e), 0) << e.msg;
+  for (int arm = 0; arm < 2; arm++) {
+    std::string name = arm ? "paging-on" : "paging-off";
+    std::string text = R"({"name": ")" + name + R"(", "model": ")" + model + R"(",
+      "workload": {"prompt": "paging", "decode_tokens": 6},
+      "base": {"trunk": "mmap", "storage": "pagecache"},
+      "arms": [{"name": "a"}], "repeats": 1, "outputs": {"tables": ["md"], "plots": []}})";
+    spill_exp_config cfg = Parse(text);
+    std::string results = root + "/results";
+    PagingSeen seen;
+    spill_exp_opts o = {};
+    o.results_root = results.c_str();
+    o.commit = "test";
+    o.quick_env = 1;
+    o.progress = RecordPhase;
+    o.user = &seen;
+    char dir[1024];
+    std::atomic<bool> on(arm == 1);
+    std::thread pusher(PushOutLoop, model + "/trunk.bin", &on);
+    int rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &e);
+    on = false;
+    pusher.join();
+    spill_exp_config_free(&cfg);
+    ASSERT_EQ(rc, 0) << e.msg;
+    std::string rows = ReadAll(std::string(dir) + "/runs.jsonl");
+    auto at = [&](const char *ph) {
+      for (size_t i = 0; i < seen.phases.size(); i++)
+        if (seen.phases[i] == ph) return (int)i;
+      return -1;
+    };
+    if (arm == 0) {
+      EXPECT_NE(rows.find("\"paging\":false"), std::string::npos) << rows;
+      EXPECT_EQ(at("paging"), -1);
+    } else {
+      EXPECT_NE(rows.find("\"paging\":true"), std::string::npos) << rows;
+      ASSERT_GE(at("paging"), 0);
+      EXPECT_LT(at("paging"), at("run")) << "paging reported only after the run";
+      EXPECT_EQ(seen.key, "-/a/r0");
+    }
+  }
 }
