@@ -139,6 +139,8 @@ def _gval(v):
         return GGUF_F32, struct.pack("<f", v)
     if isinstance(v, (str, bytes)):
         return GGUF_STRING, _gstr(v)
+    if isinstance(v, np.ndarray) and v.dtype == np.int32:  # an i32 array (token types)
+        return GGUF_ARRAY, struct.pack("<IQ", GGUF_I32, v.size) + v.astype("<i4").tobytes()
     if isinstance(v, list):
         if not v:
             return GGUF_ARRAY, struct.pack("<IQ", GGUF_I32, 0)

@@ -177,7 +177,29 @@ GG_TYPES = {"F32": ck.GGML_F32, "F16": ck.GGML_F16, "BF16": ck.GGML_BF16, "Q8_0"
             "Q4_0": ck.GGML_Q4_0}
 
 
-def make_gguf(out, arch, ty, seed, tied=False):
+def byte_level_vocab(n):
+    """A valid GPT-2 byte-level BPE vocabulary of n >= 256 tokens: the 256
+    byte symbols, then two-letter merges ("a a", "a b", ...). llama.cpp
+    refuses a gpt2 tokenizer without tokens or merges (docs/PEERS.md)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    cs, k = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + k)
+            k += 1
+    sym = dict(zip(bs, (chr(c) for c in cs)))
+    toks = [sym[b] for b in range(256)]
+    merges = []
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for i in range(n - 256):
+        x, y = letters[(i // 26) % 26], letters[i % 26]
+        toks.append(x + y)
+        merges.append(x + " " + y)
+    return toks, merges
+
+
+def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
     hf = {"qwen3_moe": "qwen3moe", "olmoe": "olmoe", "mixtral": "llama"}[arch]
     w, c = random_weights(arch, seed, tied and arch != "olmoe")
     gt = GG_TYPES[ty]
@@ -196,6 +218,10 @@ def make_gguf(out, arch, ty, seed, tied=False):
         kv += [(a + ".feed_forward_length", c["F"])]
     kv += [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
            ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", arch == "mixtral")]
+    if vocab:
+        toks, merges = byte_level_vocab(c["V"])
+        kv += [("tokenizer.ggml.tokens", toks), ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)),
+               ("tokenizer.ggml.merges", merges)]
     T = []
 
     def mat(name, arr):
@@ -425,6 +451,8 @@ def main(argv=None):
     g.add_argument("--type", default="F32", choices=sorted(GG_TYPES))
     g.add_argument("--tied", action="store_true")
     g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--vocab", action="store_true",
+                   help="write a byte-level BPE vocabulary (llama.cpp needs one to load the file)")
     lg = sub.add_parser("logits")
     lg.add_argument("src")
     lg.add_argument("--tokens", required=True)
@@ -438,7 +466,7 @@ def main(argv=None):
     if a.cmd == "make-hf":
         make_hf(a.out, a.arch, a.dtype, a.seed, a.shards, a.tied)
     elif a.cmd == "make-gguf":
-        make_gguf(a.out, a.arch, a.type, a.seed, a.tied)
+        make_gguf(a.out, a.arch, a.type, a.seed, a.tied, a.vocab)
     elif a.cmd == "check-weights":
         check_weights(a.gguf, a.container)
     else:

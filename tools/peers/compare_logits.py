@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""compare_logits: spill's all-position logits against llama.cpp's.
+
+Both files are f32 little-endian, n_pos x n_vocab, row-major (`spill eval
+--logits-out F --all-positions`, `llama_peer logits`). Passes when the argmax
+agrees at every position and max |spill - llama| <= TOL[type] x max |llama|.
+
+Tolerances, per GGUF weight type, relative to the largest |logit|. What
+separates the engines is how each multiplies, not the weights (both use the
+same dequantised values: tools/reference check-weights):
+  F32   both multiply in f32. Strict: argmax equal at every position and
+        max diff <= 1e-4 (measured: 3.2e-7 to 6.0e-7 over 3 archs x 3 seeds).
+  F16   ggml's CPU path rounds activations to f16 before F16 dot products
+        (vec_dot_type F16: 2^-11 relative per element); spill keeps f32.
+  Q8_0, Q4_0  ggml quantises activations to Q8_0 blocks of 32 (scale =
+        block max / 127) before the integer dot product; spill keeps f32.
+  Rounded activations move logits a little everywhere (the bulk) and, where
+  two experts' router scores are closer than the rounding, flip a top-k
+  choice, which moves that position's logits a lot (an isolated outlier).
+  So for these types: the 90th percentile of the per-position max diff is
+  within BULK, at most 10% of positions exceed BULK (routing flips), and
+  every argmax disagreement is a near tie (llama.cpp's own top-1 margin
+  within TIE). Measured on seeds 11-13 (3 archs, 40 positions; the test runs
+  other seeds): F16 bulk p90 3.9e-4..4.8e-4, one outlier of 3.4e-2 in 9 runs,
+  one argmax flip at margin 7.9e-5; Q8_0/Q4_0 p90 1.0e-2..1.7e-2, at most 1
+  outlier per run (up to 1.9e-1), argmax flips at margins 4.6e-4..1.2e-2.
+  BULK and TIE are about 3x and 2.5x the largest bulk and flip margin seen.
+"""
+
+import argparse
+import sys
+
+import numpy as np
+
+STRICT = {"F32": 1e-4}
+BULK = {"F16": 1.5e-3, "Q8_0": 5e-2, "Q4_0": 5e-2}
+TIE = {"F16": 2e-4, "Q8_0": 3e-2, "Q4_0": 3e-2}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("spill")
+    ap.add_argument("llama")
+    ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--type", required=True, choices=sorted(list(STRICT) + list(BULK)))
+    ap.add_argument("--tol", type=float, help="override the type's tolerance")
+    a = ap.parse_args()
+    s = np.fromfile(a.spill, dtype="<f4")
+    g = np.fromfile(a.llama, dtype="<f4")
+    if s.size != g.size or s.size % a.vocab:
+        print(f"shape mismatch: spill {s.size} floats, llama.cpp {g.size}, vocab {a.vocab}")
+        return 1
+    s = s.reshape(-1, a.vocab).astype(np.float64)
+    g = g.reshape(-1, a.vocab).astype(np.float64)
+    if not np.isfinite(s).all() or not np.isfinite(g).all():
+        print("non-finite logits")
+        return 1
+    scale = np.abs(g).max()
+    rel = np.abs(s - g).max() / scale
+    sa, ga = s.argmax(axis=1), g.argmax(axis=1)
+    bad = np.nonzero(sa != ga)[0]
+    d = np.abs(s - g).max(axis=1) / scale  # per position
+    gs = np.sort(g, axis=1)
+    margin = (gs[:, -1] - gs[:, -2]) / scale
+    n = s.shape[0]
+    msg = (f"{n} positions, max |logit| {scale:.3g}, diff/max: max {d.max():.3g}, "
+           f"p90 {np.percentile(d, 90):.3g}; argmax agrees at {n - bad.size}/{n}")
+    if a.type in STRICT:
+        tol = a.tol if a.tol is not None else STRICT[a.type]
+        ok = d.max() <= tol and bad.size == 0
+        msg += f" (strict: tol {tol:g}, every argmax)"
+    else:
+        bulk = a.tol if a.tol is not None else BULK[a.type]
+        over = int((d > bulk).sum())
+        ties = all(margin[p] <= TIE[a.type] for p in bad)
+        ok = np.percentile(d, 90) <= bulk and over <= n // 10 and ties
+        msg += (f" (bulk tol {bulk:g}: {over} positions over, at most {n // 10}; "
+                f"flips at llama.cpp margins {[float('%.2g' % margin[p]) for p in bad]}, "
+                f"tie tol {TIE[a.type]:g})")
+    if bad.size and not ok:
+        p = bad[0]
+        msg += f"; first disagreement at position {p}: spill {sa[p]}, llama.cpp {ga[p]}"
+    print(msg)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
