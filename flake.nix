@@ -3,7 +3,11 @@
   # ./lab installs from Debian on Debian 12 (see README: what was tried).
   description = "spill: MoE inference streaming experts from SSD, and its research harness";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-24.05";
+  # nixos-23.11: the last release branch with bazel_4 (nixpkgs dropped it in
+  # PR 283142, merged 2024-01-23, before 24.05), the Bazel generation Debian 12
+  # carries (bazel-bootstrap 4.2.3) and the WORKSPACE build is written for.
+  # No flake.lock: locking needs the fetched tree (network); see README "Nix".
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-23.11";
 
   outputs = { self, nixpkgs }:
     let
