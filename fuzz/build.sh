@@ -2,7 +2,7 @@
 # fuzz/build.sh: builds the libFuzzer targets with clang-14 outside Bazel
 # (Bazel's autodetected toolchain here is gcc, which has no libFuzzer).
 #
-#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request}
+#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request,tok}
 #
 # The library sources the targets need are compiled once with
 # -fsanitize=fuzzer-no-link,address,undefined into a static archive; each
@@ -33,6 +33,8 @@ SRCS=(
   harness/exp_files.c harness/exp_env.c harness/stats.c
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c
   server/request_parse.c server/completion_text.c server/chat_prompt.c
+  engine/tok/tok_bpe.c engine/tok/tok_gguf.c engine/tok/tok_hf.c engine/tok/tok_load.c
+  engine/tok/tok_text.c engine/tok/chat_template.c engine/tok/jinja_parse.c engine/tok/jinja_eval.c
 )
 # Files with their own ISA flags (as their Bazel targets give them); chosen
 # at run time by CPUID, so the targets still run on any x86-64.
@@ -51,8 +53,8 @@ for s in "${SRCS[@]}"; do
 done
 rm -f "$OUT/libspill_fuzz.a"
 ar rcs "$OUT/libspill_fuzz.a" "${objs[@]}"
-for t in manifest record exp_config trace trace_convert runs safetensors gguf server_request; do
+for t in manifest record exp_config trace trace_convert runs safetensors gguf server_request tok; do
   $CC $CFLAGS -fsanitize=fuzzer "$ROOT/fuzz/fuzz_$t.c" "$OUT/libspill_fuzz.a" \
-    -lcjson -lm -lpthread -o "$OUT/fuzz_$t"
+    -lcjson -lpcre2-8 -lutf8proc -lm -lpthread -o "$OUT/fuzz_$t"
 done
-echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request}" >&2
+echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request,tok}" >&2

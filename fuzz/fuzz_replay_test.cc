@@ -25,6 +25,7 @@ int spill_fuzz_safetensors_one(const uint8_t *data, size_t size);
 int spill_fuzz_gguf_one(const uint8_t *data, size_t size);
 int spill_fuzz_trace_convert_one(const uint8_t *data, size_t size);
 int spill_fuzz_server_request_one(const uint8_t *data, size_t size);
+int spill_fuzz_tok_one(const uint8_t *data, size_t size);
 }
 
 namespace {
@@ -99,6 +100,10 @@ TEST(FuzzReplayTest, TraceConverterInputsConvertOrFailCleanly) {
 
 TEST(FuzzReplayTest, ServerRequestBodiesParseOrFailCleanly) {
   EXPECT_GE(Replay("server_request", spill_fuzz_server_request_one), 5u);
+}
+
+TEST(FuzzReplayTest, TokenizerAndTemplateInputsRoundTripOrFailCleanly) {
+  EXPECT_GE(Replay("tok", spill_fuzz_tok_one), 4u);
 }
 
 }  // namespace
