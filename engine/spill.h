@@ -269,6 +269,14 @@ int spill_tokenize(spill_engine *eng, const char *text, int add_bos, int *tokens
                    int *n_out, spill_err *e);
 /* Bytes of one token into buf (NUL-terminated); returns the byte count. */
 int spill_token_to_text(spill_engine *eng, int token, char *buf, size_t n);
+/* The model's own tokenizer (engine/tok) when its directory holds
+ * tokenizer.json or tiktoken.model (an imported checkpoint): spill_tokenize
+ * and spill_token_to_text use it (special tokens in the text are parsed;
+ * add_bos adds its BOS/post-processor tokens), and spill_generate's callback
+ * then gets whole UTF-8 characters only; special tokens and ids beyond the
+ * tokenizer (vocabulary padding) come as "". NULL for synthetic models (the
+ * byte tokenizer). Borrowed, valid until close. */
+const spill_tok *spill_engine_tokenizer(const spill_engine *eng);
 int spill_vocab_size(const spill_engine *eng);
 
 /* Runs tokens[0..n) from position 0 (the sequence is reset) and writes the

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "engine/base/clock.h"
 #include "engine/format/container.h"
@@ -81,6 +82,9 @@ struct spill_engine {
    * into, and the engine's own copy of its path */
   spill_trace route_trace;
   char *route_trace_path;
+  /* the checkpoint's own tokenizer (tokenizer.json / tiktoken.model in the
+   * model directory, engine/tok), or NULL: the byte tokenizer */
+  spill_tok *tok;
 };
 
 /* ------------------------------------------------------------ wrappers */
@@ -213,6 +217,25 @@ static int open_outputs(spill_engine *g, spill_err *e) {
   return SPILL_OK;
 }
 
+/* A model directory holding tokenizer.json or tiktoken.model (an imported
+ * checkpoint) speaks through that tokenizer; synthetic models keep the byte
+ * tokenizer (docs/MODEL.md). Its ids must fit the model's vocabulary. */
+static int open_tokenizer(spill_engine *g, const char *model_dir, spill_err *e) {
+  static const char *const names[] = {"tokenizer.json", "tiktoken.model"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    char p[4096];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", model_dir, names[i]);
+    if (stat(p, &sb) != 0) continue;
+    SPILL_TRY(spill_tok_load(model_dir, &g->tok, e));
+    SPILL_FAIL_IF(e, spill_tok_vocab_size(g->tok) > g->vocab, SPILL_E_FORMAT,
+                  "%s: the tokenizer has %d tokens, the model's vocabulary %d", model_dir,
+                  spill_tok_vocab_size(g->tok), g->vocab);
+    return SPILL_OK;
+  }
+  return SPILL_OK;
+}
+
 int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engine **out,
                       spill_err *e) {
   spill_engine *g = calloc(1, sizeof *g);
@@ -241,6 +264,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   g->a = spill_model_arch(g->m);
   if ((rc = open_routing_trace(g, e)) < 0) goto fail;
   g->vocab = g->a->vocab_size;
+  if ((rc = open_tokenizer(g, model_dir, e)) < 0) goto fail;
   g->top_k = spill_arch_n_moe(g->a) ? g->a->moe.top_k : 0;
   g->cap_tok = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 16;
   g->L = calloc((size_t)g->a->n_layers, sizeof *g->L);
@@ -307,6 +331,7 @@ void spill_engine_close(spill_engine *g) {
   if (g->profile) fclose(g->profile);
   if (g->trace) fclose(g->trace);
   free(g->dir);
+  spill_tok_free(g->tok);
   free(g);
 }
 
@@ -318,10 +343,36 @@ int spill_vocab_size(const spill_engine *g) { return g->vocab; }
 
 int spill_tokenize(spill_engine *g, const char *text, int add_bos, int *tokens, int max,
                    int *n_out, spill_err *e) {
-  return spill_tokenizer_encode(g->a, text, strlen(text), add_bos, tokens, max, n_out, e);
+  if (!g->tok) return spill_tokenizer_encode(g->a, text, strlen(text), add_bos, tokens, max, n_out, e);
+  spill_tok_ids ids = {0};
+  int rc = spill_tok_encode(g->tok, text, strlen(text),
+                            SPILL_TOK_SPECIAL | (add_bos ? SPILL_TOK_ADD_BOS : 0), &ids, e);
+  if (rc == SPILL_OK && ids.n > (size_t)(max > 0 ? max : 0))
+    rc = spill_err_set(e, SPILL_E_RANGE, "tokenize: %zu tokens do not fit in %d", ids.n, max);
+  if (rc == SPILL_OK) {
+    for (size_t i = 0; i < ids.n; i++) tokens[i] = ids.ids[i];
+    *n_out = (int)ids.n;
+  }
+  spill_tok_ids_free(&ids);
+  return rc;
 }
 
+const spill_tok *spill_engine_tokenizer(const spill_engine *g) { return g->tok; }
+
 int spill_token_to_text(spill_engine *g, int token, char *buf, size_t n) {
+  if (g->tok) {
+    int32_t id = token;
+    char *s = NULL;
+    size_t len = 0;
+    if (spill_tok_decode(g->tok, &id, 1, 0, &s, &len, NULL) != SPILL_OK) len = 0;
+    if (n && len >= n) len = n - 1;
+    if (n) {
+      if (s) memcpy(buf, s, len);
+      buf[len] = 0;
+    }
+    free(s);
+    return (int)len;
+  }
   char tmp[16];
   int len = spill_tokenizer_decode_token(g->a, token, tmp);
   if (len < 0) len = 0;
@@ -570,6 +621,11 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   st->prefill_s = (double)(spill_clock_ns() - t0) / 1e9;
   st->tokens_prefill = n_prompt;
   int pos = n_prompt;
+  /* streaming detokenisation of a real tokenizer */
+  spill_tok_stream tstream = {0};
+  size_t tcap = g->tok ? spill_tok_max_piece(g->tok) + 72 : 0;
+  char *tbuf = g->tok ? malloc(tcap) : NULL;
+  if (g->tok && !tbuf) rc = spill_err_set(e, SPILL_E_NOMEM, "generate: out of memory");
   uint64_t t1 = spill_clock_ns();
   for (int i = 0; i < n_new && rc == SPILL_OK; i++) {
     if (stop_flag && *stop_flag) {
@@ -611,12 +667,20 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
     st->decode_hits += tok_stats.demand_hits;
     st->decode_misses += tok_stats.demand_misses;
     pos++;
-    char text[16];
-    spill_token_to_text(g, tok, text, sizeof text);
+    char small[16];
+    const char *text = small;
+    if (g->tok) { /* only whole UTF-8 characters; special tokens print nothing */
+      int k = spill_tok_stream_push(g->tok, &tstream, tok, 1, tbuf, tcap, NULL);
+      tbuf[k > 0 ? k : 0] = 0;
+      text = tbuf;
+    } else {
+      spill_token_to_text(g, tok, small, sizeof small);
+    }
     if (cb && cb(user, tok, text, &tok_stats)) break;
     if (tok == g->a->eos_id && g->a->eos_id >= 0) break;
   }
   st->decode_s = (double)(spill_clock_ns() - t1) / 1e9;
+  free(tbuf);
   /* prefetches still in flight belong to this run: wait for them so the
    * counters are exact (reads == misses + prefetches issued) */
   snap qa, qb;

@@ -10,49 +10,9 @@
 #include <vector>
 
 #include "engine/tok/spill_tok.h"
+#include "engine/tok/tok_test_util.h"
 
 namespace {
-
-// Byte-level BPE: vocab = the 256 byte symbols (GPT-2 alphabet) + merges.
-std::string ByteLevelJson(const std::string &normalizer, bool ignore_merges) {
-  // GPT-2 byte alphabet: printable bytes map to themselves.
-  std::string vocab = "{";
-  int n = 0;
-  for (int b = 0; b < 256; b++) {
-    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    unsigned cp = printable ? (unsigned)b : 0;
-    if (!printable) {
-      int k = 0;
-      for (int c = 0; c < b; c++)
-        if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE))) k++;
-      cp = 256 + (unsigned)k;
-    }
-    std::string u;
-    if (cp < 0x80) {
-      if (cp == '"' || cp == '\\') u = std::string("\\") + (char)cp;
-      else u = std::string(1, (char)cp);
-    } else {
-      u += (char)(0xC0 | (cp >> 6));
-      u += (char)(0x80 | (cp & 0x3F));
-    }
-    vocab += (n ? "," : "") + std::string("\"") + u + "\":" + std::to_string(b);
-    n++;
-  }
-  // merges: "h e" -> he (256), "l l" -> ll (257), "he ll" -> hell (258),
-  // "Ġ w" -> Ġw (259), "hell o" -> hello (260)
-  vocab += ",\"he\":256,\"ll\":257,\"hell\":258,\"\xC4\xA0w\":259,\"hello\":260,\"lo\":261}";
-  return std::string("{\"version\":\"1.0\",\"added_tokens\":[{\"id\":262,\"content\":\"<|end|>\","
-                     "\"special\":true},{\"id\":263,\"content\":\"<think>\",\"special\":false}],"
-                     "\"normalizer\":") +
-         normalizer +
-         ",\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
-         "\"pattern\":{\"Regex\":\" ?\\\\p{L}+|\\\\p{N}| ?[^\\\\s\\\\p{L}\\\\p{N}]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
-         "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":"
-         "false,\"use_regex\":false}]},\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},"
-         "\"model\":{\"type\":\"BPE\",\"ignore_merges\":" +
-         (ignore_merges ? "true" : "false") + ",\"vocab\":" + vocab +
-         ",\"merges\":[\"h e\",\"l l\",\"he ll\",\"\xC4\xA0 w\",\"hell o\",\"l o\"]}}";
-}
 
 spill_tok *Load(const std::string &json) {
   spill_tok *t = nullptr;
@@ -81,7 +41,7 @@ std::string Dec(spill_tok *t, const std::vector<int32_t> &ids, int skip = 0) {
 }
 
 TEST(TokBpeTest, MergesByRankLeftmostFirst) {
-  spill_tok *t = Load(ByteLevelJson("null", false));
+  spill_tok *t = Load(tok_test::ByteLevelJson("null", false));
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(Enc(t, "hello"), (std::vector<int32_t>{260}));
   // " w" -> Ġw; "hellllo": he, ll, ll, o -> hell + lo? rank: "he ll" (2) before "l o" (5)
@@ -94,14 +54,14 @@ TEST(TokBpeTest, MergesByRankLeftmostFirst) {
 TEST(TokBpeTest, IgnoreMergesTakesWholeWords) {
   // "hello" is in the vocabulary; with ignore_merges a word that is a token
   // is emitted whole even when the merges would not reach it ("lo" alone).
-  spill_tok *t = Load(ByteLevelJson("null", true));
+  spill_tok *t = Load(tok_test::ByteLevelJson("null", true));
   EXPECT_EQ(Enc(t, "lo"), (std::vector<int32_t>{261}));
   EXPECT_EQ(Enc(t, "hello"), (std::vector<int32_t>{260}));
   spill_tok_free(t);
 }
 
 TEST(TokBpeTest, LongPieceUsesTheHeapAndAgreesWithTheScan) {
-  spill_tok *t = Load(ByteLevelJson("null", false));
+  spill_tok *t = Load(tok_test::ByteLevelJson("null", false));
   // 40 x "hello" in one piece (> 32 symbols: heap path) vs one at a time.
   std::string s;
   for (int i = 0; i < 40; i++) s += "hello";
@@ -115,7 +75,7 @@ TEST(TokBpeTest, LongPieceUsesTheHeapAndAgreesWithTheScan) {
 }
 
 TEST(TokBpeTest, AddedTokensMatchBeforeSplittingAndSpecialsCanBeText) {
-  spill_tok *t = Load(ByteLevelJson("null", false));
+  spill_tok *t = Load(tok_test::ByteLevelJson("null", false));
   EXPECT_EQ(Enc(t, "hello<|end|>"), (std::vector<int32_t>{260, 262}));
   // --no-special: the special one is text, the non-special added one still matches
   std::vector<int32_t> v = Enc(t, "<|end|><think>", 0);
@@ -130,14 +90,14 @@ TEST(TokBpeTest, AddedTokensMatchBeforeSplittingAndSpecialsCanBeText) {
 }
 
 TEST(TokBpeTest, InvalidUtf8BecomesReplacementCharacters) {
-  spill_tok *t = Load(ByteLevelJson("null", false));
+  spill_tok *t = Load(tok_test::ByteLevelJson("null", false));
   std::string bad = "a\xff" "b\xe2\x82" "c";
   EXPECT_EQ(Dec(t, Enc(t, bad)), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c");
   spill_tok_free(t);
 }
 
 TEST(TokBpeTest, NfcNormaliserComposes) {
-  spill_tok *t = Load(ByteLevelJson("{\"type\":\"NFC\"}", false));
+  spill_tok *t = Load(tok_test::ByteLevelJson("{\"type\":\"NFC\"}", false));
   EXPECT_EQ(Dec(t, Enc(t, "e\xcc\x81")), "\xc3\xa9");
   char *n = nullptr;
   size_t nl = 0;
@@ -149,7 +109,7 @@ TEST(TokBpeTest, NfcNormaliserComposes) {
 }
 
 TEST(TokStreamTest, NeverEmitsHalfACharacter) {
-  spill_tok *t = Load(ByteLevelJson("null", false));
+  spill_tok *t = Load(tok_test::ByteLevelJson("null", false));
   // "€" = E2 82 AC as three byte tokens
   std::vector<int32_t> ids = Enc(t, "x\xe2\x82\xac" "y");
   ASSERT_EQ(ids.size(), 5u);
@@ -234,17 +194,17 @@ TEST(TokErrorsTest, BadInputsGetNamedErrors) {
   std::string wp = "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}";
   EXPECT_EQ(spill_tok_load_hf(wp.data(), wp.size(), nullptr, 0, &t, &e), SPILL_E_UNSUPPORTED);
   EXPECT_NE(std::string(e.msg).find("WordPiece"), std::string::npos);
-  std::string j = ByteLevelJson("{\"type\":\"NFKC\"}", false);
+  std::string j = tok_test::ByteLevelJson("{\"type\":\"NFKC\"}", false);
   EXPECT_EQ(spill_tok_load_hf(j.data(), j.size(), nullptr, 0, &t, &e), SPILL_E_UNSUPPORTED);
   EXPECT_NE(std::string(e.msg).find("NFKC"), std::string::npos);
-  std::string badmerge = ByteLevelJson("null", false);
+  std::string badmerge = tok_test::ByteLevelJson("null", false);
   badmerge.replace(badmerge.find("\"l o\""), 5, "\"q z9\"");
   EXPECT_EQ(spill_tok_load_hf(badmerge.data(), badmerge.size(), nullptr, 0, &t, &e),
             SPILL_E_FORMAT);
   EXPECT_EQ(spill_tok_load_tiktoken("!!! 0\n", 6, nullptr, nullptr, nullptr, 0, &t, &e),
             SPILL_E_FORMAT);
   EXPECT_EQ(spill_tok_load("/nonexistent/tokenizer.json", &t, &e), SPILL_E_IO);
-  spill_tok *ok = Load(ByteLevelJson("null", false));
+  spill_tok *ok = Load(tok_test::ByteLevelJson("null", false));
   EXPECT_EQ(spill_tok_decode(ok, std::vector<int32_t>{99999}.data(), 1, 0, nullptr, nullptr, &e),
             SPILL_E_INVALID_ARG);
   char *out = nullptr;

@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef PCRE2_CODE_UNIT_WIDTH
+#define PCRE2_CODE_UNIT_WIDTH 8
+#endif
 #include <pcre2.h>
 #include <utf8proc.h>
 
