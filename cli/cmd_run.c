@@ -14,8 +14,13 @@
 #include "cli/commands.h"
 #include "engine/spill.h"
 
-const char cmd_run_usage[] = "usage: spill run MODEL PROMPT [-n N] [sampling knobs] [engine knobs]\n"
-                             "-n N: tokens to generate (64)\n";
+const char cmd_run_usage[] = "usage: spill run MODEL PROMPT [-n N] [--chat] [sampling knobs] [engine knobs]\n"
+                             "-n N: tokens to generate (64)\n"
+                             "--chat: PROMPT is a user message, rendered with the model's chat template\n";
+
+/* cli/cmd_chat.c */
+int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
+                  const spill_sampling *s, char **reply, spill_run_stats *st, spill_err *e);
 
 static volatile int g_stop;
 static void on_sigint(int sig) {
@@ -45,6 +50,7 @@ int cmd_run(int argc, char **argv) {
   spill_sampling s;
   spill_sampling_default(&s);
   long n_new = 64;
+  int chat = 0;
   const char *model = NULL, *prompt = NULL, *v;
   for (int i = 1; i < argc; i++) {
     int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG | CLI_KNOBS_SAMPLING, &cfg, &s);
@@ -53,6 +59,8 @@ int cmd_run(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "-n")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 0, 1L << 24, &n_new)) return 2;
+    } else if (!strcmp(a, "--chat")) {
+      chat = 1;
     } else if (a[0] == '-') {
       return cli_usage_error("unknown option %s", a);
     } else if (!model) model = a;
@@ -62,7 +70,26 @@ int cmd_run(int argc, char **argv) {
   if (!model || !prompt) return cli_usage_error(model ? "no prompt" : "no model");
   spill_engine *eng;
   if (cli_open_engine("run", model, &cfg, &eng)) return 1;
-  int cap = (int)strlen(prompt) + 2, n = 0;
+  if (chat) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    spill_chat_msg msg = {"user", prompt};
+    char *reply = NULL;
+    spill_run_stats st;
+    spill_err e = {0};
+    int rc = cli_chat_turn(eng, &msg, 1, (int)n_new, &s, &reply, &st, &e);
+    fputs("\n", stdout);
+    fflush(stdout);
+    if (rc == SPILL_OK || rc == SPILL_E_INTERRUPTED) cli_print_run_summary(eng, &st);
+    free(reply);
+    spill_engine_close(eng);
+    if (rc && rc != SPILL_E_INTERRUPTED) return cli_fail("run", rc, e.msg);
+    return 0;
+  }
+  /* a real tokenizer may turn an invalid byte into U+FFFD (3 bytes) */
+  int cap = (int)strlen(prompt) * 3 + 8, n = 0;
   int *toks = malloc((size_t)cap * sizeof(int));
   spill_err e = {0};
   int rc = toks ? spill_tokenize(eng, prompt, 1, toks, cap, &n, &e) : SPILL_E_NOMEM;

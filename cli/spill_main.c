@@ -52,6 +52,8 @@ static const cli_command k_commands[] = {
      cmd_tokenize_usage, 0},
     {"detokenize", cmd_detokenize, "token ids -> text with a real tokenizer", cmd_detokenize_usage,
      0},
+    {"chat", cmd_chat, "chat REPL with the model's own chat template, streamed replies",
+     cmd_chat_usage, KC | KS},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 

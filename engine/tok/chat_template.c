@@ -134,3 +134,29 @@ int spill_chat_render(const char *tmpl, const spill_chat_msg *msgs, size_t n_msg
   ja_free(&c.arena);
   return rc;
 }
+
+static char *piece_str(const spill_tok *t, int32_t id) {
+  size_t n = 0;
+  const char *p = id >= 0 ? spill_tok_piece(t, id, &n) : NULL;
+  char *s = malloc(n + 1);
+  if (!s) return NULL;
+  if (p) memcpy(s, p, n);
+  s[n] = 0;
+  return s;
+}
+
+int spill_tok_chat_render(const spill_tok *t, const spill_chat_msg *msgs, size_t n_msgs,
+                          int add_generation_prompt, char **out, spill_err *e) {
+  SPILL_FAIL_IF(e, !t || !out, SPILL_E_INVALID_ARG, "chat template: NULL argument");
+  *out = NULL;
+  const char *tmpl = spill_tok_chat_template(t);
+  SPILL_FAIL_IF(e, !tmpl, SPILL_E_UNSUPPORTED,
+                "chat: the tokenizer has no chat template (tokenizer_config.json chat_template "
+                "or GGUF tokenizer.chat_template)");
+  char *bos = piece_str(t, spill_tok_bos(t)), *eos = piece_str(t, spill_tok_eos(t));
+  int rc = bos && eos ? spill_chat_render(tmpl, msgs, n_msgs, add_generation_prompt, bos, eos, out, e)
+                      : spill_err_set(e, SPILL_E_NOMEM, "chat template: no memory");
+  free(bos);
+  free(eos);
+  return rc;
+}

@@ -130,6 +130,12 @@ typedef struct spill_chat_msg {
 int spill_chat_render(const char *tmpl, const spill_chat_msg *msgs, size_t n_msgs,
                       int add_generation_prompt, const char *bos_token, const char *eos_token,
                       char **out, spill_err *e);
+/* The tokenizer's own chat template (spill_tok_chat_template) rendered with
+ * its BOS/EOS token texts (SPILL_E_UNSUPPORTED if it has no template). The
+ * result is meant to be encoded with SPILL_TOK_SPECIAL and without
+ * SPILL_TOK_ADD_BOS (templates write BOS themselves), as transformers does. */
+int spill_tok_chat_render(const spill_tok *t, const spill_chat_msg *msgs, size_t n_msgs,
+                          int add_generation_prompt, char **out, spill_err *e);
 /* General form: the template context as a JSON object text (e.g.
  * {"messages": [...], "tools": [...], "add_generation_prompt": true,
  *  "bos_token": "<s>"}); any JSON value becomes a Jinja value. */

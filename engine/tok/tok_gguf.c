@@ -17,6 +17,7 @@
  * BOS/EOS from tokenizer.ggml.{bos,eos}_token_id, add_bos_token /
  * add_eos_token; tokenizer.chat_template is kept.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

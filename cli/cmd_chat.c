@@ -1,0 +1,187 @@
+/* cli/cmd_chat.c: `spill chat MODEL`: a REPL that keeps the conversation,
+ * renders it with the model's own chat template (engine/tok, spill_tok_chat_render),
+ * streams the reply as it is decoded (whole UTF-8 characters) to stdout and
+ * prints per-turn stats on stderr. Every turn re-runs the whole conversation
+ * (spill_generate resets the sequence; there is no KV reuse across turns).
+ * Lines: text = a user message; /reset clears the conversation; /exit or
+ * end of input quits. Needs a model with a tokenizer and a chat template
+ * (an imported checkpoint). Client of spill.h only.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "engine/spill.h"
+
+const char cmd_chat_usage[] =
+    "usage: spill chat MODEL [--system TEXT] [-n N] [sampling knobs] [engine knobs]\n"
+    "  reads user messages line by line from stdin (/reset, /exit), streams each reply\n"
+    "  to stdout and its stats to stderr; -n N: at most N tokens per reply (256)\n";
+
+static volatile int g_stop;
+static void on_sigint(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+typedef struct turn {
+  const spill_tok *tok;
+  char *text; /* the reply so far */
+  size_t n, cap;
+  int oom;
+} turn;
+
+static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
+  (void)ts;
+  turn *t = user;
+  if (token == spill_tok_eos(t->tok)) return 1; /* end of the reply */
+  size_t k = strlen(text);
+  if (t->n + k + 1 > t->cap) {
+    size_t cap = (t->cap ? t->cap * 2 : 256) + k;
+    char *p = realloc(t->text, cap);
+    if (!p) { t->oom = 1; return 1; }
+    t->text = p;
+    t->cap = cap;
+  }
+  memcpy(t->text + t->n, text, k);
+  t->n += k;
+  t->text[t->n] = 0;
+  fputs(text, stdout);
+  fflush(stdout);
+  return g_stop;
+}
+
+/* Renders msgs with the model's template and generates the reply; *reply
+ * gets it (malloc'ed). Shared with `spill run --chat`. */
+int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
+                  const spill_sampling *s, char **reply, spill_run_stats *st, spill_err *e);
+int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
+                  const spill_sampling *s, char **reply, spill_run_stats *st, spill_err *e) {
+  const spill_tok *tok = spill_engine_tokenizer(eng);
+  *reply = NULL;
+  SPILL_FAIL_IF(e, !tok, SPILL_E_UNSUPPORTED,
+                "chat: this model has no tokenizer (a synthetic model speaks bytes; import a "
+                "checkpoint)");
+  char *prompt = NULL;
+  SPILL_TRY(spill_tok_chat_render(tok, msgs, n_msgs, 1, &prompt, e));
+  int cap = (int)strlen(prompt) * 3 + 8, n = 0;
+  int *toks = malloc((size_t)cap * sizeof(int));
+  int rc = toks ? spill_tokenize(eng, prompt, 0, toks, cap, &n, e)
+                : spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
+  free(prompt);
+  turn t = {tok, NULL, 0, 0, 0};
+  if (rc == SPILL_OK) rc = spill_generate(eng, toks, n, n_new, s, on_token, &t, &g_stop, st, e);
+  free(toks);
+  if (rc == SPILL_OK && t.oom) rc = spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
+  if (rc != SPILL_OK && rc != SPILL_E_INTERRUPTED) {
+    free(t.text);
+    return rc;
+  }
+  *reply = t.text ? t.text : calloc(1, 1);
+  return rc;
+}
+
+int cmd_chat(int argc, char **argv) {
+  spill_config cfg;
+  spill_config_default(&cfg);
+  spill_sampling s;
+  spill_sampling_default(&s);
+  long n_new = 256;
+  const char *model = NULL, *system = NULL, *v;
+  for (int i = 1; i < argc; i++) {
+    int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG | CLI_KNOBS_SAMPLING, &cfg, &s);
+    if (k < 0) return 2;
+    if (k) continue;
+    const char *a = argv[i];
+    if (!strcmp(a, "-n")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1L << 24, &n_new)) return 2;
+    } else if (!strcmp(a, "--system")) {
+      if (!(system = cli_value(argc, argv, &i))) return 2;
+    } else if (a[0] == '-') {
+      return cli_usage_error("unknown option %s", a);
+    } else if (!model) model = a;
+    else return cli_usage_error("unexpected argument %s", a);
+  }
+  if (!model) return cli_usage_error("no model");
+  spill_engine *eng;
+  if (cli_open_engine("chat", model, &cfg, &eng)) return 1;
+  if (!spill_engine_tokenizer(eng) || !spill_tok_chat_template(spill_engine_tokenizer(eng))) {
+    spill_engine_close(eng);
+    fprintf(stderr, "spill chat: %s has no tokenizer with a chat template (synthetic models speak "
+                    "bytes; import a checkpoint)\n", model);
+    return 1;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigaction(SIGINT, &sa, NULL);
+  size_t n = 0, cap = 16;
+  spill_chat_msg *msgs = malloc(cap * sizeof *msgs);
+  char **owned = malloc(cap * sizeof *owned); /* the strings msgs point to */
+  int status = 0, turns = 0;
+  char *line = NULL;
+  size_t lcap = 0;
+  if (!msgs || !owned) status = 1;
+  if (system && !status) {
+    owned[n] = strdup(system);
+    msgs[n] = (spill_chat_msg){"system", owned[n]};
+    n++;
+  }
+  while (!status) {
+    fprintf(stderr, "> ");
+    ssize_t r = getline(&line, &lcap, stdin);
+    if (r < 0) break;
+    while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) line[--r] = 0;
+    if (!strcmp(line, "/exit")) break;
+    if (!strcmp(line, "/reset")) {
+      for (size_t i = system ? 1 : 0; i < n; i++) free(owned[i]);
+      n = system ? 1 : 0;
+      continue;
+    }
+    if (r == 0) continue;
+    if (n + 2 > cap) {
+      cap *= 2;
+      spill_chat_msg *m2 = realloc(msgs, cap * sizeof *m2);
+      if (m2) msgs = m2;
+      char **o2 = m2 ? realloc(owned, cap * sizeof *o2) : NULL;
+      if (o2) owned = o2;
+      if (!m2 || !o2) { status = 1; break; }
+    }
+    owned[n] = strdup(line);
+    msgs[n] = (spill_chat_msg){"user", owned[n]};
+    n++;
+    char *reply = NULL;
+    spill_run_stats st;
+    spill_err e = {0};
+    g_stop = 0;
+    int rc = cli_chat_turn(eng, msgs, n, (int)n_new, &s, &reply, &st, &e);
+    fputs("\n", stdout);
+    fflush(stdout);
+    if (rc && rc != SPILL_E_INTERRUPTED) {
+      status = cli_fail("chat", rc, e.msg);
+      n--;
+      free(owned[n]);
+      break;
+    }
+    turns++;
+    fprintf(stderr, "spill chat: turn %d: %d prompt tokens in %.2f s, %d reply tokens in %.2f s "
+                    "(%.2f tok/s), hits %llu, misses %llu%s\n",
+            turns, st.tokens_prefill, st.prefill_s, st.tokens_decode, st.decode_s,
+            st.decode_s > 0 ? st.tokens_decode / st.decode_s : 0.0,
+            (unsigned long long)st.decode_hits, (unsigned long long)st.decode_misses,
+            rc == SPILL_E_INTERRUPTED ? " (interrupted)" : "");
+    owned[n] = reply;
+    msgs[n] = (spill_chat_msg){"assistant", reply};
+    n++;
+  }
+  for (size_t i = 0; i < n; i++) free(owned[i]);
+  free(owned);
+  free(msgs);
+  free(line);
+  spill_engine_close(eng);
+  return status;
+}
