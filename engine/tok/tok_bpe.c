@@ -649,7 +649,7 @@ int spill_tok_stream_push(const spill_tok *t, spill_tok_stream *st, int32_t id, 
     memmove(buf, buf + 1, tl - 1);
     tl--;
   }
-  if (tl > 0) st->started = 1;
+  st->started = 1; /* decode strips one leading space of the whole text only */
   n += tl;
   size_t ready = utf8_ready((const unsigned char *)buf, n);
   st->n_pend = (int)(n - ready);

@@ -165,6 +165,19 @@ TEST(TokSentencePieceTest, ByteFallbackPrependAndStrip) {
   EXPECT_EQ(Enc(t, "\xc3\xa9"), (std::vector<int32_t>{258, 2 + 0xC3, 2 + 0xA9}));
   EXPECT_EQ(Dec(t, Enc(t, "hi \xc3\xa9 hi")), "hi \xc3\xa9 hi");
   EXPECT_EQ(spill_tok_bos(t), 1);
+  // streaming strips the one leading space only once (fuzz regression: " b")
+  std::vector<int32_t> ids = Enc(t, " hi");
+  spill_tok_stream st{};
+  std::string streamed;
+  char buf[128];
+  spill_err e{};
+  for (int32_t id : ids) {
+    int k = spill_tok_stream_push(t, &st, id, 0, buf, sizeof buf, &e);
+    ASSERT_GE(k, 0);
+    streamed.append(buf, (size_t)k);
+  }
+  EXPECT_EQ(streamed, Dec(t, ids));
+  EXPECT_EQ(streamed, " hi");
   spill_tok_free(t);
 }
 
