@@ -47,9 +47,11 @@ typedef struct spill_cache_policy {
 extern const spill_cache_policy spill_cache_policy_lru;
 extern const spill_cache_policy spill_cache_policy_lfru;
 extern const spill_cache_policy spill_cache_policy_wtinylfu;
-extern const spill_cache_policy spill_cache_policy_nextuse; /* policy_nextuse.c */
+extern const spill_cache_policy spill_cache_policy_nextuse;       /* policy_nextuse.c */
+extern const spill_cache_policy spill_cache_policy_nextuse_coact; /* policy_nextuse.c */
 
-/* Policy by name ("lru", "lfru", "wtinylfu", "nextuse"); NULL if unknown. */
+/* Policy by name ("lru", "lfru", "wtinylfu", "nextuse", "nextuse-coact");
+ * NULL if unknown. */
 const spill_cache_policy *spill_cache_policy_find(const char *name);
 /* NULL-terminated list of the built-in policy names, for help texts. */
 const char *const *spill_cache_policy_names(void);

@@ -10,10 +10,10 @@
 
 namespace {
 
-spill_cache *Make(uint32_t slots, uint64_t seed = 1) {
+spill_cache *Make(uint32_t slots, uint64_t seed = 1, const char *policy = "nextuse") {
   spill_cache_config cfg = {};
   cfg.n_slots = slots;
-  cfg.policy = "nextuse";
+  cfg.policy = policy;
   cfg.seed = seed;
   cfg.flags = SPILL_CACHE_F_NOLOCK;
   spill_cache *c = nullptr;
@@ -166,6 +166,44 @@ TEST(NextusePolicyTest, SurvivesLongRunsWithoutOverflow) {
   EXPECT_EQ(k.demand_hits + k.demand_misses, 5000u * 16);
   EXPECT_GT(k.demand_hits, 0u);
   spill_cache_free(c);
+}
+
+// Co-activated layers: layer 1 uses the same 4 of 16 experts layer 0 chose
+// for the token (drawn at random per token); layer 2 uses 4 of 6 popular
+// experts. Only layer 0's ids predict layer 1's; recency and frequency do
+// not tell which layer-1 experts come next, so nextuse-coact, which keeps the
+// predicted ones through layer 0's later misses, must hit more than nextuse
+// (the same policy without the co-activation counts). Deterministic:
+// 18,017 vs 18,367 hits of 36,000 at 16 slots when written.
+TEST(NextusePolicyTest, CoactKeepsTheExpertsTheNextLayerWillUse) {
+  auto hits = [](const char *policy) {
+    spill_cache *c = Make(16, 1, policy);
+    uint64_t rng = 7, n_hits = 0;
+    for (int t = 0; t < 3000; t++) {
+      uint32_t ids[4], used = 0;
+      for (int n = 0; n < 4;) {
+        uint32_t e = spill_cache_rng_below(&rng, 16);
+        if (used & (1u << e)) continue;
+        used |= 1u << e;
+        ids[n++] = e;
+      }
+      for (uint32_t e : ids) n_hits += spill_cache_access(c, 0, e, 0, 0) == SPILL_CACHE_HIT;
+      for (uint32_t e : ids) n_hits += spill_cache_access(c, 1, e, 0, 0) == SPILL_CACHE_HIT;
+      used = 0;
+      for (int n = 0; n < 4;) {
+        uint32_t e = spill_cache_rng_below(&rng, 6);
+        if (used & (1u << e)) continue;
+        used |= 1u << e;
+        n++;
+        n_hits += spill_cache_access(c, 2, e, 0, 0) == SPILL_CACHE_HIT;
+      }
+    }
+    spill_cache_free(c);
+    return n_hits;
+  };
+  ASSERT_NE(spill_cache_policy_find("nextuse-coact"), nullptr);
+  uint64_t plain = hits("nextuse"), coact = hits("nextuse-coact");
+  EXPECT_GT(coact, plain + 200) << "nextuse " << plain << ", nextuse-coact " << coact;
 }
 
 }  // namespace
