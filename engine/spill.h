@@ -339,6 +339,9 @@ typedef struct spill_run_stats {
   /* depth-1 predictions by rank (0 = the predicted top-1): how many were made
    * and how many the real router selected (precision at rank r = correct/made) */
   uint64_t lookahead_rank_made[SPILL_LA_RANKS], lookahead_rank_correct[SPILL_LA_RANKS];
+  /* depth-2 predictions (lookahead_depth 2: layer L predicting L+2), scored
+   * apart from the depth-1 ones above: made, and selected by the router */
+  uint64_t lookahead_depth2_predicted, lookahead_depth2_correct;
   /* How the run really ran (so a knob that is ignored shows): the bytes the
    * reader delivered by path (O_DIRECT into the cache, through the page
    * cache, copied from a mapping of the banks), the forward-pass sections

@@ -52,6 +52,9 @@ typedef struct layer_rec {
    * once scored, kept for the trace row */
   int n_pred, n_tpred;
   uint32_t pred[MAX_PRED], tpred[MAX_PRED];
+  /* depth-2 predictions made for this layer (by the layer two before) */
+  int n_pred2;
+  uint32_t pred2[MAX_PRED];
 } layer_rec;
 
 struct spill_engine {
@@ -69,6 +72,7 @@ struct spill_engine {
   uint32_t hint_ids[MAX_PRED]; /* union of a chunk's predictions for one layer */
   int in_prefill;
   /* lookahead scoring by rank */
+  uint64_t la2_predicted, la2_correct; /* depth-2 predictions scored */
   uint64_t la_rank_total[MAX_PRED], la_rank_hit[MAX_PRED];
   uint64_t la_predicted, la_correct;
   FILE *profile, *trace;
@@ -141,6 +145,16 @@ static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
       g->la_correct += (uint64_t)hit;
     }
   }
+  if (r->n_pred2 > 0 && n_tok >= 1) {
+    const uint32_t *sel = ids + (size_t)(n_tok - 1) * (size_t)k;
+    for (int p = 0; p < r->n_pred2; p++) {
+      int hit = 0;
+      for (int j = 0; j < k; j++) hit |= (sel[j] == r->pred2[p]);
+      g->la2_predicted++;
+      g->la2_correct += (uint64_t)hit;
+    }
+  }
+  r->n_pred2 = 0;
   r->n_tpred = r->n_pred;
   memcpy(r->tpred, r->pred, (size_t)r->n_pred * sizeof *r->pred);
   r->n_pred = 0;
@@ -168,6 +182,9 @@ static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
     if (n_tok == 1 && d == 1) { /* depth-1 predictions are scored when nl routes */
       memcpy(g->L[nl].pred, tmp, (size_t)width * sizeof *tmp);
       g->L[nl].n_pred = width;
+    } else if (n_tok == 1 && d == 2) { /* and depth-2 ones, separately */
+      memcpy(g->L[nl].pred2, tmp, (size_t)width * sizeof *tmp);
+      g->L[nl].n_pred2 = width;
     }
     /* on_route runs after layer's demand request: these reads queue behind it */
     int rc = g->inner.prefetch(g->inner.ctx, nl, g->hint_ids, nh, &e);
@@ -551,6 +568,8 @@ static void finish_stats(spill_engine *g, spill_run_stats *st) {
   st->read_p99_ms = p99 / 1e6;
   st->peak_rss_bytes = status_kb("VmHWM:");
   st->trunk_mode = spill_model_trunk_residency(g->m);
+  st->lookahead_depth2_predicted = g->la2_predicted;
+  st->lookahead_depth2_correct = g->la2_correct;
   st->lookahead_predicted = g->la_predicted;
   st->lookahead_correct = g->la_correct;
   for (int r = 0; r < SPILL_LA_RANKS; r++) {
@@ -608,6 +627,8 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   int paging_streak = 0;
   g->tok_counter = 0;
   g->la_predicted = g->la_correct = 0;
+  g->la2_predicted = g->la2_correct = 0;
+  for (int l = 0; l < g->a->n_layers; l++) g->L[l].n_pred = g->L[l].n_pred2 = 0;
   memset(g->la_rank_total, 0, sizeof g->la_rank_total);
   memset(g->la_rank_hit, 0, sizeof g->la_rank_hit);
   int rc = SPILL_OK;

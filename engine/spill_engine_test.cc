@@ -573,3 +573,33 @@ TEST(EngineTest, PagingIsDetectedWhileRunning) {
 }
 
 }  // namespace
+
+namespace {
+
+// lookahead_depth 2: layer L also predicts L+2 and prefetches for it. The
+// logits stay those of no lookahead; the depth-1 predictions are the same as
+// at depth 1 (same residual stream, same router); the depth-2 ones are made,
+// scored against the router's choice when L+2 routes, and prefetched on top.
+TEST(EngineTest, LookaheadDepthTwoPredictsTwoLayersAheadAndIsScored) {
+  spill_config off = Cfg(), d1 = Cfg(), d2 = Cfg();
+  off.cache_slots = d1.cache_slots = d2.cache_slots = 24;
+  d1.lookahead = d2.lookahead = 4;
+  d1.lookahead_depth = 1;
+  d2.lookahead_depth = 2;
+  Outcome a = Generate(off, Nano()), b = Generate(d1, Nano()), c = Generate(d2, Nano());
+  ExpectIdentical(a, b, "lookahead off vs depth 1");
+  ExpectIdentical(a, c, "lookahead off vs depth 2");
+  EXPECT_EQ(b.st.lookahead_depth2_predicted, 0u);
+  EXPECT_GT(c.st.lookahead_depth2_predicted, 0u);
+  EXPECT_LE(c.st.lookahead_depth2_correct, c.st.lookahead_depth2_predicted);
+  EXPECT_GT(c.st.lookahead_depth2_correct, 0u);  // better than nothing on nano
+  // depth-1 predictions do not change with the depth
+  EXPECT_EQ(b.st.lookahead_predicted, c.st.lookahead_predicted);
+  EXPECT_EQ(b.st.lookahead_correct, c.st.lookahead_correct);
+  // nano: 3 MoE layers, so per decode token one depth-2 target (the third
+  // MoE layer, predicted from the first) of 4 predictions
+  EXPECT_EQ(c.st.lookahead_depth2_predicted, 4u * (uint64_t)c.st.tokens_decode);
+  EXPECT_GT(c.st.spec_issued, b.st.spec_issued);  // depth 2 prefetches more
+}
+
+}  // namespace
