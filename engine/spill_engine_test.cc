@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/plan/ram_plan.h"
 #include "engine/stream/expert_stream.h"
 #include "engine/spill.h"
 
@@ -600,6 +602,63 @@ TEST(EngineTest, LookaheadDepthTwoPredictsTwoLayersAheadAndIsScored) {
   // MoE layer, predicted from the first) of 4 predictions
   EXPECT_EQ(c.st.lookahead_depth2_predicted, 4u * (uint64_t)c.st.tokens_decode);
   EXPECT_GT(c.st.spec_issued, b.st.spec_issued);  // depth 2 prefetches more
+}
+
+}  // namespace
+
+namespace {
+
+void WriteFile(const std::string &path, const std::string &text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+// A cgroup memory limit reaches the planner and the engine: with the cgroup
+// files pointed at fixtures (v2 memory.max, v1 memory.limit_in_bytes, v2
+// "max" = no limit), usable RAM is the limit, the default budget is planned
+// inside it, and an engine opened without usable_ram plans for it.
+TEST(EngineTest, CgroupMemoryLimitReachesThePlanner) {
+  std::string root = TmpDir() + "/cg";
+  mkdir(root.c_str(), 0755);
+  mkdir((root + "/spill.slice").c_str(), 0755);
+  mkdir((root + "/memory").c_str(), 0755);
+  mkdir((root + "/memory/grp").c_str(), 0755);
+  mkdir((root + "/free.slice").c_str(), 0755);
+  WriteFile(root + "/v2", "0::/spill.slice\n");
+  WriteFile(root + "/spill.slice/memory.max", "536870912\n");
+  WriteFile(root + "/v1", "7:cpu,cpuacct:/other\n4:memory:/grp\n");
+  WriteFile(root + "/memory/grp/memory.limit_in_bytes", "419430400\n");
+  WriteFile(root + "/v2max", "0::/free.slice\n");
+  WriteFile(root + "/free.slice/memory.max", "max\n");
+  uint64_t phys = spill_plan_usable_ram();  // this machine (its real cgroup)
+  // the hook keeps the pointers: the strings must outlive its use
+  const std::string f_v2 = root + "/v2", f_v1 = root + "/v1", f_max = root + "/v2max";
+
+  spill_plan_test_cgroup_paths(f_v2.c_str(), root.c_str());
+  uint64_t v2 = spill_plan_usable_ram();
+  spill_config cfg = Cfg();
+  spill_plan p;
+  spill_err e = {};
+  int rc = spill_plan_model(Nano().c_str(), cfg.ctx, cfg.threads, 0, 0, &p, &e);
+  spill_engine *eng = nullptr;
+  int orc = spill_engine_open(Nano().c_str(), &cfg, &eng, &e);
+  uint64_t eng_usable = orc == SPILL_OK ? spill_engine_plan(eng)->usable_ram : 0;
+  spill_engine_close(eng);
+  spill_plan_test_cgroup_paths(f_v1.c_str(), root.c_str());
+  uint64_t v1 = spill_plan_usable_ram();
+  spill_plan_test_cgroup_paths(f_max.c_str(), root.c_str());
+  uint64_t unlimited = spill_plan_usable_ram();
+  spill_plan_test_cgroup_paths(nullptr, nullptr);
+
+  ASSERT_GT(phys, 1ull << 30);  // the fixtures' limits are below this machine's RAM
+  EXPECT_EQ(v2, 536870912u);
+  EXPECT_EQ(v1, 419430400u);
+  EXPECT_GE(unlimited, phys);  // "max": physical RAM (no fixture limit)
+  ASSERT_EQ(rc, SPILL_OK) << e.msg;
+  EXPECT_EQ(p.usable_ram, 536870912u);
+  EXPECT_LE(p.budget, 536870912u / 8 * 7);  // the default budget fits inside the limit
+  ASSERT_EQ(orc, SPILL_OK);
+  EXPECT_EQ(eng_usable, 536870912u);
 }
 
 }  // namespace

@@ -198,11 +198,19 @@ static uint64_t read_u64_file(const char *path) {
   return v; /* "max" (v2 unlimited) reads as 0 = no limit */
 }
 
+/* Where the cgroup limit is read from (tests point these at fixtures). */
+static const char *g_proc_cgroup = "/proc/self/cgroup", *g_cgroup_root = "/sys/fs/cgroup";
+
+void spill_plan_test_cgroup_paths(const char *proc_cgroup, const char *cgroup_root) {
+  g_proc_cgroup = proc_cgroup ? proc_cgroup : "/proc/self/cgroup";
+  g_cgroup_root = cgroup_root ? cgroup_root : "/sys/fs/cgroup";
+}
+
 uint64_t spill_plan_usable_ram(void) {
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
   uint64_t phys = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : 0;
   uint64_t limit = 0;
-  FILE *f = fopen("/proc/self/cgroup", "r");
+  FILE *f = fopen(g_proc_cgroup, "r");
   if (f) {
     char line[1024];
     while (fgets(line, sizeof line, f)) {
@@ -215,12 +223,12 @@ uint64_t spill_plan_usable_ram(void) {
       char file[1400];
       uint64_t v = 0;
       if (c2 == c1 + 1) {
-        snprintf(file, sizeof file, "/sys/fs/cgroup%s/memory.max", path);
+        snprintf(file, sizeof file, "%s%s/memory.max", g_cgroup_root, path);
         v = read_u64_file(file);
       } else {
         *c2 = 0;
         if (strstr(c1 + 1, "memory")) {
-          snprintf(file, sizeof file, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", path);
+          snprintf(file, sizeof file, "%s/memory%s/memory.limit_in_bytes", g_cgroup_root, path);
           v = read_u64_file(file);
         }
       }

@@ -77,6 +77,11 @@ int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budg
 /* Usable RAM of this machine: min(physical RAM, cgroup v2 memory.max or v1
  * memory.limit_in_bytes on our cgroup path). Reads /proc and /sys. */
 uint64_t spill_plan_usable_ram(void);
+/* Test only: read the cgroup membership from proc_cgroup (a file in
+ * /proc/self/cgroup's format) and the limits under cgroup_root instead of
+ * /proc/self/cgroup and /sys/fs/cgroup (NULL restores each). Process-wide;
+ * not thread-safe against a concurrent spill_plan_usable_ram. */
+void spill_plan_test_cgroup_paths(const char *proc_cgroup, const char *cgroup_root);
 
 /* The published Kimi K3 shape (docs/PLAN.md): its arch, record size and the
  * trunk bytes we compute for it with our own tensor formats. */
