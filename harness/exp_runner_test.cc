@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -768,4 +769,82 @@ TEST(ExpRunnerTest, PagingIsFlaggedWhileTheRunGoes) {
       EXPECT_EQ(seen.key, "-/a/r0");
     }
   }
+}
+
+namespace {
+
+struct CopySeen {
+  int copies = 0;
+};
+
+void CountCopies(void *user, const spill_exp_progress *p) {
+  if (!strcmp(p->phase, "copy")) static_cast<CopySeen *>(user)->copies++;
+}
+
+}  // namespace
+
+// storage_path: the container is copied there once (every file, same bytes)
+// and the runs read the copy (env.json names it); the tokens equal a run on
+// the original; a second experiment finds the copy complete and copies
+// nothing.
+TEST(ExpRunnerTest, StoragePathRunsFromACopy) {
+  std::string root = TmpDir() + "/storage-path";
+  mkdir(root.c_str(), 0755);
+  std::string store = root + "/store";
+  std::string hashes[3];
+  int copies[3];
+  std::string model_dirs[3];
+  for (int i = 0; i < 3; i++) {  // 0: original, 1: copy made, 2: copy reused
+    std::string text = R"({"name": "sp)" + std::to_string(i) + R"(", "model": ")" + NanoModel() +
+                       R"(", "workload": {"prompt": "storage path", "decode_tokens": 4},
+      "base": {"storage": "pagecache"},)" +
+                       (i ? R"( "storage_path": ")" + store + R"(",)" : std::string()) + R"(
+      "arms": [{"name": "a"}], "repeats": 1, "outputs": {"tables": ["md"], "plots": []}})";
+    spill_exp_config cfg = Parse(text);
+    std::string results = root + "/results";
+    CopySeen seen;
+    spill_exp_opts o = {};
+    o.results_root = results.c_str();
+    o.commit = "test";
+    o.quick_env = 1;
+    o.progress = CountCopies;
+    o.user = &seen;
+    char dir[1024];
+    spill_err e = {};
+    ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+    spill_exp_config_free(&cfg);
+    std::string rows = ReadAll(std::string(dir) + "/runs.jsonl");
+    size_t k = rows.find("\"hash\":\"");
+    ASSERT_NE(k, std::string::npos) << rows;
+    hashes[i] = rows.substr(k + 8, 16);
+    copies[i] = seen.copies;
+    std::string env = ReadAll(std::string(dir) + "/env.json");
+    k = env.find("\"dir\":");
+    ASSERT_NE(k, std::string::npos) << env;
+    model_dirs[i] = env.substr(k, env.find('\n', k) - k);
+  }
+  EXPECT_EQ(hashes[1], hashes[0]);
+  EXPECT_EQ(hashes[2], hashes[0]);
+  EXPECT_EQ(copies[0], 0);
+  EXPECT_GT(copies[1], 0);
+  EXPECT_EQ(copies[2], 0) << "a complete copy was copied again";
+  EXPECT_EQ(model_dirs[0].find(store), std::string::npos) << model_dirs[0];
+  EXPECT_NE(model_dirs[1].find(store), std::string::npos) << model_dirs[1];
+  // every file of the container is in the copy with the same bytes
+  spill_info info;
+  spill_err e = {};
+  ASSERT_EQ(spill_info_read(NanoModel().c_str(), &info, &e), 0) << e.msg;
+  std::string copy = store + "/" + info.name;
+  DIR *d = opendir(NanoModel().c_str());
+  ASSERT_NE(d, nullptr);
+  int files = 0;
+  while (struct dirent *ent = readdir(d)) {
+    if (ent->d_name[0] == '.') continue;
+    std::string a = ReadAll(NanoModel() + "/" + ent->d_name), b = ReadAll(copy + "/" + ent->d_name);
+    EXPECT_EQ(a.size(), b.size()) << ent->d_name;
+    EXPECT_TRUE(a == b) << ent->d_name << " differs in the copy";
+    files++;
+  }
+  closedir(d);
+  EXPECT_GE(files, 2);
 }
