@@ -200,6 +200,49 @@ TEST(TokTiktokenTest, RanksMergeByTheConcatenationsRank) {
   spill_tok_free(t);
 }
 
+std::string B64(const std::string &in) {
+  static const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string o;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8 | (unsigned char)in[i + 2];
+    o += a[v >> 18]; o += a[(v >> 12) & 63]; o += a[(v >> 6) & 63]; o += a[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    unsigned v = (unsigned char)in[i] << 16;
+    o += a[v >> 18]; o += a[(v >> 12) & 63]; o += "==";
+  } else if (i + 2 == in.size()) {
+    unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8;
+    o += a[v >> 18]; o += a[(v >> 12) & 63]; o += a[(v >> 6) & 63]; o += '=';
+  }
+  return o;
+}
+
+TEST(TokTiktokenTest, KimiPatternSplitsHanFromOtherLetters) {
+  // ranks: the 256 bytes, then "文a" (a token crossing the Han/Latin split)
+  // and "文字" (Han only): the Kimi pattern must never produce "文a".
+  std::string ranks;
+  for (int b = 0; b < 256; b++) ranks += B64(std::string(1, (char)b)) + " " + std::to_string(b) + "\n";
+  ranks += B64("\xe6\x96\x87" "a") + " 256\n";
+  ranks += B64("\xe6\x96\x87\xe5\xad\x97") + " 257\n";
+  for (const char *pat : {SPILL_TOK_PAT_KIMI, "\\p{L}+"}) {
+    spill_tok *t = nullptr;
+    spill_err e{};
+    ASSERT_EQ(spill_tok_load_tiktoken(ranks.data(), ranks.size(), pat, nullptr, nullptr, 0, &t, &e),
+              SPILL_OK)
+        << e.msg;
+    std::vector<int32_t> ids = Enc(t, "\xe6\x96\x87" "a");
+    std::vector<int32_t> han = Enc(t, "\xe6\x96\x87\xe5\xad\x97");
+    if (pat == SPILL_TOK_PAT_KIMI) {
+      EXPECT_EQ(ids, (std::vector<int32_t>{0xe6, 0x96, 0x87, 'a'}));  // split: no 256
+    } else {
+      EXPECT_EQ(ids, (std::vector<int32_t>{256}));  // a plain letter run merges across
+    }
+    EXPECT_EQ(han, (std::vector<int32_t>{257}));
+    spill_tok_free(t);
+  }
+}
+
 TEST(TokErrorsTest, BadInputsGetNamedErrors) {
   spill_tok *t = nullptr;
   spill_err e{};
