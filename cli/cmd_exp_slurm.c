@@ -142,9 +142,9 @@ static int submit(const char *dir, const spill_exp_config *cfg, spill_exp_cluste
   return 0;
 }
 
-static volatile int g_task_stop;
+static volatile int g_task_stop, g_time_up;
 static void on_term(int sig) {
-  (void)sig;
+  if (sig == SIGUSR1) g_time_up = 1;
   g_task_stop = 1;
 }
 
@@ -199,12 +199,33 @@ int exp_slurm_main(const exp_slurm_args *a, const char *config, int resume, cons
     sa.sa_handler = on_term;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL); /* #SBATCH --signal: the time limit is near */
     spill_exp_opts o;
     memset(&o, 0, sizeof o);
     o.cache_root = "cache/models";
     o.stop = &g_task_stop;
     o.progress = progress;
-    int rc = spill_exp_slurm_task(a->task_dir, a->unit, &o, &e);
+    int done = 0;
+    int rc = spill_exp_slurm_task(a->task_dir, a->unit, &o, &done, &e);
+    if (rc == SPILL_E_INTERRUPTED && g_time_up) {
+      /* Near the time limit: requeue this task when it made progress, so
+       * the unit resumes by itself; a limit shorter than one run would
+       * requeue forever, so then it fails and --status shows it. */
+      if (done == 0) {
+        fprintf(stderr, "spill exp: unit %d: time limit reached before one run finished; not "
+                        "requeued (raise --time, then spill exp --resume DIR --slurm)\n", a->unit);
+        return 1;
+      }
+      if (spill_exp_slurm_requeue_self(&e) < 0) {
+        fprintf(stderr, "spill exp: unit %d: %s\n", a->unit, e.msg);
+        return 1;
+      }
+      fprintf(stderr, "spill exp: unit %d: time limit near after %d runs; requeued, the next "
+                      "instance resumes the unit\n", a->unit, done);
+      /* Slurm ends this instance; never report success for it */
+      for (int i = 0; i < 600; i++) sleep(1);
+      return 1;
+    }
     if (rc == SPILL_E_INTERRUPTED) {
       fprintf(stderr, "spill exp: unit %d interrupted; finished runs are kept\n", a->unit);
       return 1;

@@ -386,6 +386,9 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
          cfg->name, n_units, dir, cfg->name, spec);
   if (c->array_max) append(&a, &len, &cap, "%%%d", c->array_max);
   append(&a, &len, &cap, "\n#SBATCH --output=%s/slurm/logs/u%%a-j%%A.out\n", dir);
+  /* SIGUSR1 60 s before the time limit: the task stops after the current
+   * token and requeues itself; the new instance resumes the unit. */
+  append(&a, &len, &cap, "#SBATCH --requeue\n#SBATCH --signal=B:USR1@60\n#SBATCH --open-mode=append\n");
   sbatch_common(&a, &len, &cap, c, so->workdir);
   append(&a, &len, &cap, "exec %s exp --slurm-task %s --unit \"$SLURM_ARRAY_TASK_ID\"\n",
          so->spill_bin, dir);
@@ -498,7 +501,36 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
 
 /* ---- one array task ---- */
 
-int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, spill_err *e) {
+static int count_lines(const char *file) {
+  char **lines;
+  int n = 0;
+  spill_err ig = {0};
+  if (spill_exp_read_lines(file, 0, &lines, &n, &ig) < 0) return 0;
+  spill_exp_lines_free(lines, n);
+  return n;
+}
+
+int spill_exp_slurm_requeue_self(spill_err *e) {
+  const char *aj = getenv("SLURM_ARRAY_JOB_ID"), *at = getenv("SLURM_ARRAY_TASK_ID");
+  const char *j = getenv("SLURM_JOB_ID");
+  char id[128];
+  if (aj && at && aj[0] && at[0]) snprintf(id, sizeof id, "%.60s_%.60s", aj, at);
+  else if (j && j[0]) snprintf(id, sizeof id, "%.100s", j);
+  else return spill_err_set(e, SPILL_E_CONFIG, "requeue: not running under Slurm (no SLURM_JOB_ID)");
+  if (strspn(id, "0123456789_") != strlen(id))
+    return spill_err_set(e, SPILL_E_CONFIG, "requeue: job id %s is not numeric", id);
+  char out[512], err[512];
+  char *av[] = {"scontrol", "requeue", id, NULL};
+  int st = run_capture(av, out, sizeof out, err, sizeof err);
+  if (st != 0)
+    return spill_err_set(e, SPILL_E_IO, "scontrol requeue %s failed (status %d): %s", id, st,
+                         st < 0 ? "scontrol not found" : err);
+  return SPILL_OK;
+}
+
+int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, int *runs_done,
+                         spill_err *e) {
+  if (runs_done) *runs_done = 0;
   char cf[1200];
   snprintf(cf, sizeof cf, "%s/config.json", dir);
   spill_exp_config cfg;
@@ -574,7 +606,9 @@ int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, spi
     to.refuted_dir = NULL;
     to.verdict_out = to.refuted_entry_out = NULL;
     char out[1024];
+    int before = count_lines(rf);
     rc = spill_exp_execute(&cfg, &to, out, sizeof out, e);
+    if (runs_done) *runs_done = count_lines(rf) - before;
     if (rc < 0 && rc != SPILL_E_INTERRUPTED) spill_err_prefix(e, "unit %d on %s", unit, node);
   }
   if (lfd >= 0) close(lfd);
@@ -695,7 +729,7 @@ static int job_state(const char *id, char *state, size_t sn, char *nodes, size_t
     snprintf(state, sn, "unknown");
     char *nl = strchr(err, '\n');
     if (nl) *nl = 0;
-    snprintf(reason, rn, "(%s)", st < 0 ? "scontrol not found" : err);
+    snprintf(reason, rn, "(%.200s)", st < 0 ? "scontrol not found" : err);
     return 1;
   }
   /* an array job prints one record per task; id names one task */

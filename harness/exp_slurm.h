@@ -66,8 +66,16 @@ int spill_exp_slurm_missing(const char *dir, const spill_exp_config *cfg, unsign
 /* One array task: runs unit `unit` of the experiment in dir (resuming its
  * own rows; rows another node left are moved aside to uNNN.jsonl.stale-NODE
  * so one cell's arms never mix machines). o carries stop/progress/cache
- * root/quick_env; its unit fields are set here. */
-int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, spill_err *e);
+ * root/quick_env; its unit fields are set here. *runs_done (NULL fine) =
+ * runs this call finished. */
+int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, int *runs_done,
+                         spill_err *e);
+/* Puts the calling array task back in the queue (`scontrol requeue
+ * ARRAYJOB_TASK` from SLURM_ARRAY_JOB_ID / SLURM_ARRAY_TASK_ID, or
+ * SLURM_JOB_ID): the time-limit path. Slurm kills the running instance and
+ * starts it again (after its requeue delay, about 2 minutes); the new
+ * instance resumes the unit. */
+int spill_exp_slurm_requeue_self(spill_err *e);
 
 /* The merge: validates every task's rows (each key planned, in its file's
  * unit, once, with a node; one node per cell), writes DIR/runs.jsonl in plan

@@ -153,6 +153,8 @@ TEST(ExpSlurmTest, ScriptOnlyWritesArrayAndMergeScripts) {
   EXPECT_NE(a.find("#SBATCH --cpus-per-task=2\n"), std::string::npos) << a;
   EXPECT_NE(a.find("#SBATCH --mem=4G\n"), std::string::npos) << a;
   EXPECT_NE(a.find("#SBATCH --chdir=/home/lab/spill\n"), std::string::npos) << a;
+  // near the time limit the task requeues itself (and resumes its unit)
+  EXPECT_NE(a.find("#SBATCH --requeue\n#SBATCH --signal=B:USR1@60\n#SBATCH --open-mode=append\n"), std::string::npos) << a;
   EXPECT_NE(a.find("exec /opt/spill/bin/spill exp --slurm-task " + dir +
                    " --unit \"$SLURM_ARRAY_TASK_ID\""), std::string::npos) << a;
   EXPECT_NE(m.find("#SBATCH --kill-on-invalid-dep=yes\n"), std::string::npos) << m;
