@@ -21,7 +21,6 @@
 
 #include "engine/base/status.h"
 #include "engine/import/import.h" /* spill_import_run: part of this API */
-#include "engine/plan/ram_plan.h" /* spill_plan: part of this API */
 #include "engine/tok/spill_tok.h"  /* spill_tok_*, spill_chat_*: tokenizers, chat templates */
 
 #ifdef __cplusplus
@@ -170,7 +169,56 @@ typedef void (*spill_progress_cb)(void *user, uint64_t done, uint64_t total);
 int spill_verify(const char *model_dir, spill_progress_cb progress, void *user, spill_err *e);
 
 /* ------------------------------------------------------------------------ */
-/* RAM planning (docs/PLAN.md). */
+/* RAM planning (docs/PLAN.md): every term the engine keeps in RAM, in bytes.
+ *   floor = trunk + attention state at ctx + scratch + a minimum expert cache
+ *           of 2 x top_k records;
+ *   ws    = record x top_k x MoE layers (one token's expert working set);
+ *   recommended = floor + 3 ws.
+ * The default budget is the largest of floor + 3ws, + 2ws, + 1ws that fits
+ * 7/8 of usable RAM; else the floor, with a warning. The expert cache gets
+ * budget - (floor - min_cache). */
+
+typedef struct spill_plan_state {
+  uint64_t mla_latent;  /* (kv_lora + rope) floats x ctx x MLA layers */
+  uint64_t kda_state;   /* H d^2 floats x KDA layers */
+  uint64_t kda_conv;    /* 3 (K-1) H d floats x KDA layers */
+  uint64_t gqa_kv;      /* 2 Hk d floats x ctx x GQA layers */
+  uint64_t total;
+} spill_plan_state;
+
+typedef struct spill_plan_scratch {
+  uint64_t activations;  /* residual, norms, q/k/v/o projections of one token */
+  uint64_t attn_scores;  /* max heads x ctx floats */
+  uint64_t moe_buffers;  /* router scores, per-selection expert outputs, latent */
+  uint64_t rvq_luts;     /* rvq3 lookup tables: gate/up input LUTs + down LUT per thread */
+  uint64_t logits;       /* vocab floats */
+  uint64_t total;
+} spill_plan_scratch;
+
+typedef struct spill_plan {
+  int ctx;
+  uint64_t trunk;
+  spill_plan_state state;
+  spill_plan_scratch scratch;
+  uint64_t record_bytes;
+  uint64_t min_cache; /* 2 x top_k records */
+  uint64_t floor;
+  uint64_t ws;        /* record x top_k x MoE layers */
+  uint64_t recommended;
+  /* machine-dependent part */
+  uint64_t usable_ram;
+  uint64_t cap;        /* 7/8 usable */
+  uint64_t budget;     /* explicit or default */
+  int budget_ws;       /* default rule: how many ws above the floor (3,2,1; 0 = floor) */
+  int budget_explicit;
+  int below_recommended_warning; /* default fell back to the floor */
+  uint64_t expert_cache; /* budget - (floor - min_cache) */
+  uint64_t cache_slots;  /* expert_cache / record_bytes */
+} spill_plan;
+
+/* Usable RAM of this machine: min(physical RAM, the memory limit of our
+ * cgroup (v2 memory.max or v1 memory.limit_in_bytes)). Reads /proc and /sys. */
+uint64_t spill_usable_ram(void);
 
 /* Plans MODEL_DIR's RAM at ctx tokens with `threads` compute threads and
  * applies budget_bytes (0 = the default rule on this machine's usable RAM).

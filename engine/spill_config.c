@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine/cache/cache_policy.h"
+#include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
 
 /* How a row's value is stored in its struct. */

@@ -33,6 +33,7 @@
 #include "engine/model/model.h"
 #include "engine/model/sampler.h"
 #include "engine/model/tokenizer.h"
+#include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
 #include "engine/spill_routing_internal.h"
 #include "engine/stream/expert_stream.h"

@@ -8,6 +8,7 @@
 
 #include "engine/format/container.h"
 #include "engine/gen/synth.h"
+#include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
 
 /* Weights in a tensor (vectors count their length). */
@@ -124,3 +125,5 @@ int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_by
   return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
                            e);
 }
+
+uint64_t spill_usable_ram(void) { return spill_plan_usable_ram(); }

@@ -38,7 +38,7 @@ int spill_ramlock_meminfo(uint64_t *total, uint64_t *available, spill_err *e) {
 int spill_ramlock_plan(uint64_t emulate, uint64_t *lock_bytes, spill_err *e) {
   uint64_t total, avail;
   SPILL_TRY(spill_ramlock_meminfo(&total, &avail, e));
-  uint64_t usable = spill_plan_usable_ram();
+  uint64_t usable = spill_usable_ram();
   if (!usable || usable > total) usable = total;
   if (emulate >= usable)
     return spill_err_set(e, SPILL_E_CONFIG,

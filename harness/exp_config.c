@@ -142,7 +142,7 @@ static int get_size(ctx *c, const cJSON *it, const char *p, uint64_t *out) {
     return SPILL_OK;
   }
   if (!cJSON_IsString(it)) return fail(c, p, "expected a size such as \"8G\", got %s", type_name(it));
-  uint64_t b = spill_plan_parse_size(it->valuestring);
+  uint64_t b = spill_parse_size(it->valuestring);
   if (!b) return fail(c, p, "\"%s\": not a size", it->valuestring);
   *out = b;
   return SPILL_OK;
@@ -380,7 +380,7 @@ static int parse_workload(ctx *c, const cJSON *w, spill_exp_config *cfg) {
 }
 
 static int cmp_size_text(const void *a, const void *b) {
-  uint64_t x = spill_plan_parse_size((const char *)a), y = spill_plan_parse_size((const char *)b);
+  uint64_t x = spill_parse_size((const char *)a), y = spill_parse_size((const char *)b);
   if (!strcmp((const char *)a, "default") || !strcmp((const char *)a, "0")) x = 0;
   if (!strcmp((const char *)b, "default") || !strcmp((const char *)b, "0")) y = 0;
   return (x > y) - (x < y);

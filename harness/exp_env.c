@@ -151,7 +151,7 @@ int spill_exp_env_json(const char *model_dir, int quick, char **json_out, spill_
   spill_ramlock_meminfo(&total, &avail, e);
   cJSON_AddNumberToObject(r, "ram_bytes", (double)total);
   cJSON_AddNumberToObject(r, "ram_available_bytes", (double)avail);
-  cJSON_AddNumberToObject(r, "usable_ram_bytes", (double)spill_plan_usable_ram());
+  cJSON_AddNumberToObject(r, "usable_ram_bytes", (double)spill_usable_ram());
   struct utsname u;
   if (uname(&u) == 0) {
     char k[512];

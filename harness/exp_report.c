@@ -521,7 +521,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   /* Machine RAM (emulated when set) and the default budget on that RAM: the
    * RAM the runs saw (env.json), not the RAM of whoever regenerates the report. */
   double ram = R->n_rows ? (cfg->emulate_ram ? (double)cfg->emulate_ram
-                                             : (double)spill_plan_usable_ram())
+                                             : (double)spill_usable_ram())
                          : 0;
   double dflt = 0;
   char envp[1100], *env = NULL, model_dir[1024] = "";

@@ -12,7 +12,8 @@
  * the floor, with a warning. The expert cache gets budget - (floor - min
  * cache). The model allocates exactly the scratch terms counted here
  * (engine/model checks it against this file in a test), so the engine stays
- * inside its budget. Depends on engine/base and engine/format (spill_arch).
+ * inside its budget. Depends on engine/base, engine/format (spill_arch) and
+ * the public types of engine/spill.h (//engine:api).
  */
 #ifndef SPILL_PLAN_RAM_PLAN_H
 #define SPILL_PLAN_RAM_PLAN_H
@@ -21,48 +22,14 @@
 
 #include "engine/base/status.h"
 #include "engine/format/container.h"
+#include "engine/spill.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct spill_plan_state {
-  uint64_t mla_latent;  /* (kv_lora + rope) floats x ctx x MLA layers */
-  uint64_t kda_state;   /* H d^2 floats x KDA layers */
-  uint64_t kda_conv;    /* 3 (K-1) H d floats x KDA layers */
-  uint64_t gqa_kv;      /* 2 Hk d floats x ctx x GQA layers */
-  uint64_t total;
-} spill_plan_state;
-
-typedef struct spill_plan_scratch {
-  uint64_t activations;  /* residual, norms, q/k/v/o projections of one token */
-  uint64_t attn_scores;  /* max heads x ctx floats */
-  uint64_t moe_buffers;  /* router scores, per-selection expert outputs, latent */
-  uint64_t rvq_luts;     /* rvq3 lookup tables: gate/up input LUTs + down LUT per thread */
-  uint64_t logits;       /* vocab floats */
-  uint64_t total;
-} spill_plan_scratch;
-
-typedef struct spill_plan {
-  int ctx;
-  uint64_t trunk;
-  spill_plan_state state;
-  spill_plan_scratch scratch;
-  uint64_t record_bytes;
-  uint64_t min_cache; /* 2 x top_k records */
-  uint64_t floor;
-  uint64_t ws;        /* record x top_k x MoE layers */
-  uint64_t recommended;
-  /* machine-dependent part (filled by spill_plan_budget) */
-  uint64_t usable_ram;
-  uint64_t cap;        /* 7/8 usable */
-  uint64_t budget;     /* explicit or default */
-  int budget_ws;       /* default rule: how many ws above the floor (3,2,1; 0 = floor) */
-  int budget_explicit;
-  int below_recommended_warning; /* default fell back to the floor */
-  uint64_t expert_cache; /* budget - (floor - min_cache) */
-  uint64_t cache_slots;  /* expert_cache / record_bytes */
-} spill_plan;
+/* spill_plan, spill_plan_state, spill_plan_scratch: the public types of
+ * engine/spill.h (the plan is part of the API); this module fills them. */
 
 /* Counts state, scratch, floor, ws and recommended for (arch, record, trunk,
  * ctx, threads). Fails with SPILL_E_INVALID_ARG on impossible inputs and
