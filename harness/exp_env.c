@@ -21,7 +21,7 @@
 #include "harness/emulate_ram.h"
 #include "harness/exp_config.h"
 #include "harness/exp_files.h"
-#include "harness/exp_report.h"
+#include "harness/exp_env.h"
 
 static void run_cmd(const char *cmd, char *out, size_t n) {
   out[0] = 0;

@@ -26,7 +26,6 @@
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
 #include "harness/exp_rows.h"
-#include "harness/exp_runner.h"
 
 #define BOOT_RESAMPLES 4000
 #define BOOT_SEED 20240601ull

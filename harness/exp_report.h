@@ -45,14 +45,6 @@ int spill_exp_report_summary(const spill_exp_config *cfg, char **lines, int n, c
  * median ratio B/A); writes a Markdown table into *md_out (malloc'd). */
 int spill_exp_compare(const char *dir_a, const char *dir_b, char **md_out, spill_err *e);
 
-/* env.json for a run on model_dir: CPU, cores, RAM, kernel, filesystem and
- * device of model_dir, an O_DIRECT read bandwidth probe (skipped when quick),
- * compiler, git commit and dirty flag, manifest hash. *json_out malloc'd. */
-int spill_exp_env_json(const char *model_dir, int quick, char **json_out, spill_err *e);
-/* Short git commit of the working directory ("nogit" outside git) and
- * whether tracked files differ from it. */
-void spill_exp_git_commit(char *buf, size_t n, int *dirty);
-
 #ifdef __cplusplus
 }
 #endif

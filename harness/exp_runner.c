@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "harness/emulate_ram.h"
+#include "harness/exp_env.h"
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
 #include "harness/exp_report.h"
