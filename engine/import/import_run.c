@@ -546,6 +546,47 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
   return SPILL_OK;
 }
 
+/* The checkpoint's tokenizer files travel with the container (the engine
+ * loads them from the model directory: engine/tok, docs/TOKENIZER.md):
+ * tokenizer.json, tokenizer_config.json, tiktoken.model beside an HF
+ * checkpoint are copied (atomically) into dst. GGUF sources carry their
+ * tokenizer in the GGUF itself, which the container does not keep. */
+static int copy_tokenizer_files(const char *src, const char *dst, spill_err *e) {
+  char dir[PATH_MAX];
+  struct stat st;
+  if (stat(src, &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(dir, sizeof dir, "%s", src);
+  } else {
+    snprintf(dir, sizeof dir, "%s", src);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+  }
+  static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "tiktoken.model"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    char from[PATH_MAX + 64], to[PATH_MAX + 64], tmp[PATH_MAX + 80];
+    snprintf(from, sizeof from, "%s/%s", dir, names[i]);
+    snprintf(to, sizeof to, "%s/%s", dst, names[i]);
+    snprintf(tmp, sizeof tmp, "%s.tmp", to);
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    if (in < 0) continue;
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = out < 0 ? spill_err_set(e, SPILL_E_IO, "%s: %s", tmp, strerror(errno)) : SPILL_OK;
+    char buf[65536];
+    ssize_t n;
+    while (rc == SPILL_OK && (n = read(in, buf, sizeof buf)) != 0) {
+      if (n < 0 || write(out, buf, (size_t)n) != n)
+        rc = spill_err_set(e, SPILL_E_IO, "copying %s: %s", from, strerror(errno));
+    }
+    if (rc == SPILL_OK && fsync(out) != 0) rc = spill_err_set(e, SPILL_E_IO, "%s: %s", tmp, strerror(errno));
+    close(in);
+    if (out >= 0) close(out);
+    if (rc == SPILL_OK && rename(tmp, to) != 0) rc = spill_err_set(e, SPILL_E_IO, "%s: %s", to, strerror(errno));
+    if (rc != SPILL_OK) { unlink(tmp); return rc; }
+  }
+  return SPILL_OK;
+}
+
 static int run_impl(run *R, spill_err *e) {
   const spill_import_request *r = R->r;
   SPILL_FAIL_IF(e, !r->src || !r->dst, SPILL_E_INVALID_ARG, "import: SRC and DST are required");
@@ -626,6 +667,7 @@ static int run_impl(run *R, spill_err *e) {
   spill_writer *w = R->w;
   R->w = NULL;
   SPILL_TRY(spill_writer_finish(w, e));
+  if (!R->s.is_gguf) SPILL_TRY(copy_tokenizer_files(r->src, r->dst, e));
   SPILL_TRY(jappend(&R->j, "done\n", e));
   (void)fsync(R->j.fd);
   sum->n_tensors = R->p.n_trunk;

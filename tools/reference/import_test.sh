@@ -13,6 +13,7 @@
 set -uo pipefail
 SPILL="$1"
 REF="$2"
+TINYTOK="${3:-}"   # tools/tok/tiny_tokenizer.py: the tokenizer-travels-along check
 TMP="${TEST_TMPDIR:-$(mktemp -d)}/imp"
 rm -rf "$TMP"
 mkdir -p "$TMP"
@@ -42,6 +43,22 @@ for arch in qwen3_moe olmoe mixtral; do
     fi
   done
 done
+
+# The checkpoint's tokenizer travels with the container (engine/tok): an HF
+# checkpoint with tokenizer.json + tokenizer_config.json imports into a
+# container holding both, and spill tokenize / run --chat on the container
+# use them.
+if [ -n "$TINYTOK" ]; then
+  in="$TMP/tok-hf"
+  $PY "$REF" make-hf "$in" --arch qwen3_moe --dtype F32 --shards 1 --seed 7 && $PY "$TINYTOK" "$in" &&
+    "$SPILL" import "$in" "$in.spill" 2>"$TMP/err" || bad "tokenizer: import: $(tail -1 "$TMP/err")"
+  [ -f "$in.spill/tokenizer.json" ] && [ -f "$in.spill/tokenizer_config.json" ] || bad "tokenizer: files not copied"
+  ids=$("$SPILL" tokenize "$in.spill" "hello<|end|>" --json 2>/dev/null)
+  [ "$ids" = '{"ids": [260, 262], "offsets": [0, 5], "pieces": ["hello", "<|end|>"], "count": 2}' ] &&
+    ok "tokenizer: the container tokenizes with the checkpoint's tokenizer" || bad "tokenizer: $ids"
+  "$SPILL" run "$in.spill" "hello" --chat -n 3 >/dev/null 2>"$TMP/err" &&
+    ok "tokenizer: run --chat renders the checkpoint's template" || bad "tokenizer: run --chat: $(tail -1 "$TMP/err")"
+fi
 
 # FP8 e4m3 with block-wise weight_scale_inv (DeepSeek-V3 / Kimi K2 layout):
 # keep is refused naming the tensor; q8 requantises value x scale (q8 rounding
