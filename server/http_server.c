@@ -48,6 +48,7 @@ struct job {
   int fd; /* the client's socket, to notice it going away */
   uint64_t t_arrival, t_last_tok;
   char id[64];
+  uint64_t seq; /* this job's number (set under srv->mu, fixed after) */
   long long created;
   spill_srv_error err;        /* http_status != 0: failed */
   char *out;                  /* SSE bytes not yet sent */
@@ -351,11 +352,11 @@ static void run_job(spill_server *s, job *j) {
 
   int n_new = j->req.max_tokens > 0 ? j->req.max_tokens : s->ctx - n;
   spill_sampling smp = {j->req.temperature, j->req.top_k, j->req.top_p,
-                        j->req.has_seed ? j->req.seed : (now_ns() ^ (s->id_salt + s->next_id))};
+                        j->req.has_seed ? j->req.seed : (now_ns() ^ (s->id_salt + j->seq))};
   trace_knobs(s, j, 1);
   spill_run_stats st;
   memset(&st, 0, sizeof st);
-  rc = spill_generate(s->eng, toks, n, n_new, &smp, on_token, j, &j->cancel, &st, &e);
+  rc = spill_generate(s->eng, toks, n, n_new, &smp, on_token, j, NULL, &st, &e);
   free(toks);
   trace_knobs(s, j, 0);
 
@@ -622,6 +623,7 @@ static enum MHD_Result do_generate(spill_server *s, struct MHD_Connection *c, co
   }
   snprintf(j->id, sizeof j->id, "%s-%llx-%llu", kind == SPILL_SRV_CHAT ? "chatcmpl" : "cmpl",
            (unsigned long long)s->id_salt, (unsigned long long)++s->next_id);
+  j->seq = s->next_id;
   j->refs = 2;
   if (s->tail) s->tail->next = j;
   else s->head = j;
