@@ -1,7 +1,7 @@
 /* server/chat_prompt.h: chat messages -> the prompt text the model sees.
  *
  * Role: a model with a chat template renders messages through it (the
- * tokenizer module's Jinja renderer, spill_chat_render; the server does
+ * tokenizer module's Jinja renderer, spill_tok_chat_render; the server does
  * that, server/http_server.c). A model without one (the synthetic nano/mini/twin models: byte
  * tokenizer, no template) gets the documented fallback rendering below,
  * never a made-up "official" template; the server says which one it used

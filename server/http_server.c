@@ -73,9 +73,8 @@ struct spill_server {
   int n_waiting, stopping;
   volatile sig_atomic_t *stop;
   uint64_t next_id, id_salt;
-  spill_tok *tok;            /* the model directory's tokenizer, if it has one */
-  const char *chat_template; /* its chat template (borrowed from tok), or NULL */
-  char *bos_text, *eos_text; /* its BOS/EOS token texts for the template, or NULL */
+  const spill_tok *tok;      /* the engine's tokenizer (borrowed), NULL = bytes */
+  const char *chat_template; /* its chat template (borrowed), or NULL */
   spill_srv_metrics m;
 };
 
@@ -296,9 +295,7 @@ static void run_job(spill_server *s, job *j) {
       msgs[i].role = j->req.messages[i].role;
       msgs[i].content = j->req.messages[i].content;
     }
-    if (msgs)
-      rc = spill_chat_render(s->chat_template, msgs, (size_t)j->req.n_messages, 1, s->bos_text,
-                             s->eos_text, &text, &e);
+    if (msgs) rc = spill_tok_chat_render(s->tok, msgs, (size_t)j->req.n_messages, 1, &text, &e);
     free(msgs);
     add_bos = 0;
   } else {
@@ -870,21 +867,10 @@ int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_serve
     spill_server_close(s);
     return spill_err_set(e, SPILL_E_NOMEM, "out of memory");
   }
-  if (o->model_dir) {
-    spill_err te = {0};
-    int trc = spill_tok_load(o->model_dir, &s->tok, &te);
-    if (trc == SPILL_OK) {
-      s->chat_template = spill_tok_chat_template(s->tok);
-      size_t len;
-      const char *p;
-      if ((p = spill_tok_piece(s->tok, spill_tok_bos(s->tok), &len))) s->bos_text = strndup(p, len);
-      if ((p = spill_tok_piece(s->tok, spill_tok_eos(s->tok), &len))) s->eos_text = strndup(p, len);
-    } else if (trc != SPILL_E_IO && !o->quiet) {
-      /* a tokenizer file that is there but unreadable: say so, serve anyway */
-      fprintf(stderr, "spill serve: %s (%s); chat uses the fallback rendering\n", te.msg,
-              spill_status_name(trc));
-    }
-  }
+  /* a model directory with a tokenizer (spill_engine_tokenizer): chat goes
+   * through its own template when it has one */
+  s->tok = spill_engine_tokenizer(eng);
+  if (s->tok && spill_tok_chat_template(s->tok)) s->chat_template = spill_tok_chat_template(s->tok);
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
@@ -942,8 +928,5 @@ void spill_server_close(spill_server *s) {
   free(s->api_key);
   free(s->trace_dir);
   free(s->model_id);
-  free(s->bos_text);
-  free(s->eos_text);
-  spill_tok_free(s->tok);
   free(s);
 }

@@ -30,8 +30,6 @@ typedef struct spill_server_opts {
   const char *model_id;  /* the id served in /v1/models and required in requests */
   size_t max_body;       /* request body cap in bytes (413 past it); 0 = 1 MiB */
   int quiet;             /* no access log on stderr */
-  const char *model_dir; /* where to look for the model's tokenizer and chat
-                            template (spill_tok_load); NULL = fallback rendering */
 } spill_server_opts;
 
 typedef struct spill_server spill_server;

@@ -191,7 +191,6 @@ int spill_serve_cmd(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   spill_server *srv = NULL;
-  o.model_dir = model;
   rc = spill_server_open(eng, &o, &srv, &e);
   if (rc) {
     fprintf(stderr, "spill serve: %s (%s)\n", e.msg, spill_status_name(rc));
