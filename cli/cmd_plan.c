@@ -116,6 +116,10 @@ int cmd_plan(int argc, char **argv) {
   snprintf(note, sizeof note, "%llu slots of %llu B", (unsigned long long)p.cache_slots,
            (unsigned long long)p.record_bytes);
   row("expert_cache", p.expert_cache, note);
+  if (p.budget_above_model)
+    fprintf(stderr, "spill plan: note: the budget is more than the model can use; the cache is "
+                    "capped at its %llu expert records (%.2f MiB in all)\n",
+            (unsigned long long)p.model_records, p.model_max / 1048576.0);
   if (p.below_recommended_warning)
     fprintf(stderr, "spill plan: warning: the cap (%.2f GiB) is below floor + 1 ws; the budget "
                     "is the floor and most experts will be read every token\n",

@@ -52,6 +52,7 @@ typedef enum spill_io_backend_kind {
 typedef struct spill_config {
   uint64_t budget_bytes;  /* budget: RAM budget; 0 = the default rule (docs/PLAN.md) */
   uint64_t usable_ram;    /* RAM the default rule plans for; 0 = this machine */
+  int force_budget;       /* force_budget: accept a budget above 7/8 of usable RAM (0) */
   int64_t cache_slots;    /* cache_slots: -1 = from the budget; 0 = no expert cache */
   int ctx;                /* ctx: max context in tokens (4096) */
   int threads;            /* threads: compute threads (2) */
@@ -205,6 +206,8 @@ typedef struct spill_plan {
   uint64_t floor;
   uint64_t ws;        /* record x top_k x MoE layers */
   uint64_t recommended;
+  uint64_t model_records; /* expert records in the model (MoE layers x n_experts) */
+  uint64_t model_max;     /* the most RAM the model can use: every record cached */
   /* machine-dependent part */
   uint64_t usable_ram;
   uint64_t cap;        /* 7/8 usable */
@@ -212,7 +215,9 @@ typedef struct spill_plan {
   int budget_ws;       /* default rule: how many ws above the floor (3,2,1; 0 = floor) */
   int budget_explicit;
   int below_recommended_warning; /* default fell back to the floor */
-  uint64_t expert_cache; /* budget - (floor - min_cache) */
+  int budget_above_model; /* budget > model_max: the cache holds every record */
+  int budget_forced;      /* explicit budget above the cap, accepted by force */
+  uint64_t expert_cache; /* min(budget, model_max) - (floor - min_cache) */
   uint64_t cache_slots;  /* expert_cache / record_bytes */
 } spill_plan;
 
@@ -222,8 +227,11 @@ uint64_t spill_usable_ram(void);
 
 /* Plans MODEL_DIR's RAM at ctx tokens with `threads` compute threads and
  * applies budget_bytes (0 = the default rule on this machine's usable RAM).
- * An explicit budget below the floor fails with SPILL_E_RAM_BUDGET (the plan
- * is still filled, so the floor can be reported). */
+ * An explicit budget below the floor, or one that would use more than 7/8 of
+ * usable_ram (after capping the cache at every expert record of the model:
+ * plan->budget_above_model), fails with SPILL_E_RAM_BUDGET (the plan is still
+ * filled, so the numbers can be reported). The engine accepts the latter with
+ * the force_budget knob. */
 int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e);
 /* The same for a published shape without a container ("k3"); usable_ram 0 =

@@ -267,9 +267,23 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
     return spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
   }
   if ((rc = spill_info_read(model_dir, &g->info, e)) < 0) goto fail;
-  if ((rc = spill_plan_model(model_dir, g->cfg.ctx, g->cfg.threads, g->cfg.budget_bytes,
-                             g->cfg.usable_ram, &g->plan, e)) < 0)
-    goto fail;
+  rc = spill_plan_model(model_dir, g->cfg.ctx, g->cfg.threads, g->cfg.budget_bytes,
+                        g->cfg.usable_ram, &g->plan, e);
+  /* above the machine's cap: refused unless forced (the plan is filled) */
+  if (rc == SPILL_E_RAM_BUDGET && g->cfg.force_budget && g->plan.budget >= g->plan.floor)
+    rc = spill_plan_budget(&g->plan, g->plan.usable_ram, g->cfg.budget_bytes, 1, e);
+  if (rc < 0) goto fail;
+  if (g->plan.budget_above_model) {
+    char w[200];
+    snprintf(w, sizeof w,
+             "budget: %llu bytes is more than the model can use (%llu: every expert record "
+             "cached); the cache holds all %llu records",
+             (unsigned long long)g->plan.budget, (unsigned long long)g->plan.model_max,
+             (unsigned long long)g->plan.model_records);
+    warn(g, w);
+  }
+  if (g->plan.budget_forced)
+    warn(g, "budget: above 7/8 of usable RAM, accepted because force_budget is set");
   if (g->plan.below_recommended_warning)
     warn(g, "budget: the default rule fell back to the RAM floor (less than floor + 1 ws fits)");
   spill_model_opts mo = {0};
@@ -725,7 +739,7 @@ int spill_engine_clear_cache(spill_engine *g, int reset_counters, spill_err *e) 
 int spill_engine_set_budget(spill_engine *g, uint64_t budget_bytes, spill_err *e) {
   spill_plan p = g->plan;
   SPILL_TRY(spill_plan_budget(&p, g->cfg.usable_ram ? g->cfg.usable_ram : spill_plan_usable_ram(),
-                              budget_bytes, e));
+                              budget_bytes, g->cfg.force_budget, e));
   if (g->cfg.storage != SPILL_STORAGE_MMAP) {
     uint64_t slots = p.cache_slots > 0x7fffffffull ? 0x7fffffffull : p.cache_slots;
     SPILL_TRY(spill_stream_resize(g->st, (uint32_t)slots, e));

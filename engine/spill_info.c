@@ -111,7 +111,7 @@ int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budge
   spill_container_close(&c);
   SPILL_TRY(rc);
   return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
-                           e);
+                           0, e);
 }
 
 int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_bytes,
@@ -123,7 +123,7 @@ int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_by
   SPILL_TRY(spill_plan_k3_shape(&a, &rec, &trunk, e));
   SPILL_TRY(spill_plan_compute(&a, rec, trunk, ctx, threads, plan, e));
   return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
-                           e);
+                           0, e);
 }
 
 uint64_t spill_usable_ram(void) { return spill_plan_usable_ram(); }

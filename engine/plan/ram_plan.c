@@ -147,26 +147,47 @@ int spill_plan_compute(const spill_arch *a, uint64_t record_bytes, uint64_t trun
                  add(&ac, p->scratch.total, p->min_cache));
   p->ws = mul3(&ac, record_bytes, k, (uint64_t)n_moe);
   p->recommended = add(&ac, p->floor, mul(&ac, 3, p->ws));
+  p->model_records = mul(&ac, (uint64_t)n_moe, n_moe ? (uint64_t)moe->n_experts : 0);
+  uint64_t all = mul(&ac, p->model_records, record_bytes);
+  p->model_max = add(&ac, p->floor - p->min_cache, umax(all, p->min_cache));
   SPILL_FAIL_IF(e, ac.overflow, SPILL_E_RANGE, "plan: a RAM term overflows 64 bits");
   return SPILL_OK;
 }
 
-int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budget,
+/* "1.50 GiB", "576.0 KiB": a size with enough precision to compare. */
+static const char *fmt_size(char *buf, size_t n, uint64_t b) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, u++;
+  if (u == 0) snprintf(buf, n, "%llu B", (unsigned long long)b);
+  else snprintf(buf, n, v < 10 ? "%.2f %s" : "%.1f %s", v, unit[u]);
+  return buf;
+}
+
+int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budget, int force,
                       spill_err *e) {
   p->usable_ram = usable_ram;
   p->cap = usable_ram / 8 * 7 + (usable_ram % 8) * 7 / 8;
   p->budget_explicit = explicit_budget > 0;
   p->below_recommended_warning = 0;
+  p->budget_above_model = 0;
+  p->budget_forced = 0;
   p->budget_ws = 0;
+  char s1[32], s2[32], s3[32], s4[32], s5[32], s6[32];
   if (explicit_budget > 0) {
-    if (explicit_budget < p->floor)
-      return spill_err_set(e, SPILL_E_RAM_BUDGET,
-                           "budget %.2f GiB is below the RAM floor of %.2f GiB (trunk %.2f + "
-                           "state %.2f + scratch %.2f + minimum cache %.2f GiB)",
-                           explicit_budget / 1073741824.0, p->floor / 1073741824.0,
-                           p->trunk / 1073741824.0, p->state.total / 1073741824.0,
-                           p->scratch.total / 1073741824.0, p->min_cache / 1073741824.0);
     p->budget = explicit_budget;
+    if (explicit_budget < p->floor) {
+      p->expert_cache = p->cache_slots = 0;
+      return spill_err_set(e, SPILL_E_RAM_BUDGET,
+                           "budget %s is below the RAM floor of %s (trunk %s + state %s + "
+                           "scratch %s + minimum cache %s)",
+                           fmt_size(s1, sizeof s1, explicit_budget),
+                           fmt_size(s2, sizeof s2, p->floor), fmt_size(s3, sizeof s3, p->trunk),
+                           fmt_size(s4, sizeof s4, p->state.total),
+                           fmt_size(s5, sizeof s5, p->scratch.total),
+                           fmt_size(s6, sizeof s6, p->min_cache));
+    }
   } else {
     p->budget = p->floor;
     p->below_recommended_warning = 1;
@@ -181,8 +202,23 @@ int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budg
       }
     }
   }
-  p->expert_cache = p->budget - (p->floor - p->min_cache);
+  /* never more cache than the model has records */
+  uint64_t use = p->budget;
+  if (p->model_max && use > p->model_max) {
+    use = p->model_max;
+    p->budget_above_model = 1;
+  }
+  p->expert_cache = use - (p->floor - p->min_cache);
   p->cache_slots = p->record_bytes ? p->expert_cache / p->record_bytes : 0;
+  if (p->budget_explicit && use > p->cap) {
+    if (!force)
+      return spill_err_set(e, SPILL_E_RAM_BUDGET,
+                           "budget %s would use %s, above the %s this machine can give (7/8 of "
+                           "%s usable RAM); pass --force-budget (force_budget) to use it anyway",
+                           fmt_size(s1, sizeof s1, p->budget), fmt_size(s2, sizeof s2, use),
+                           fmt_size(s3, sizeof s3, p->cap), fmt_size(s4, sizeof s4, p->usable_ram));
+    p->budget_forced = 1;
+  }
   return SPILL_OK;
 }
 

@@ -10,7 +10,11 @@
  * The default budget is the largest of floor + 3ws, + 2ws, + 1ws that fits
  * 7/8 of usable RAM (min of physical RAM and our cgroup's memory limit); else
  * the floor, with a warning. The expert cache gets budget - (floor - min
- * cache). The model allocates exactly the scratch terms counted here
+ * cache), never more slots than the model has expert records (a budget
+ * above floor - min cache + every record is more than the model can use).
+ * An explicit budget whose RAM use (so bounded) is above the cap is refused
+ * unless forced: it would push the machine into swap or the OOM killer. The
+ * model allocates exactly the scratch terms counted here
  * (engine/model checks it against this file in a test), so the engine stays
  * inside its budget. Depends on engine/base, engine/format (spill_arch) and
  * the public types of engine/spill.h (//engine:api).
@@ -38,8 +42,10 @@ int spill_plan_compute(const spill_arch *a, uint64_t record_bytes, uint64_t trun
                        int ctx, int n_threads, spill_plan *p, spill_err *e);
 /* Applies a budget: explicit (> 0) or the default rule for usable_ram.
  * An explicit budget below the floor is refused with SPILL_E_RAM_BUDGET and a
- * message giving the floor. */
-int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budget,
+ * message giving the floor; so is one whose RAM use min(budget, model_max)
+ * is above the cap, unless force (then budget_forced is set). p is filled
+ * either way, so the numbers can be reported. */
+int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budget, int force,
                       spill_err *e);
 /* Usable RAM of this machine: min(physical RAM, cgroup v2 memory.max or v1
  * memory.limit_in_bytes on our cgroup path). Reads /proc and /sys. */

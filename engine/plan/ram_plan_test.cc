@@ -65,7 +65,7 @@ TEST_F(K3PlanTest, MlaLatentCostsKvLoraPlusRopeFloatsPerToken) {
 TEST_F(K3PlanTest, DefaultBudgetOn64GiBTakesOneWorkingSet) {
   spill_plan p = Plan(4096);
   spill_err e = {};
-  ASSERT_EQ(spill_plan_budget(&p, (uint64_t)(64 * GiB), 0, &e), SPILL_OK);
+  ASSERT_EQ(spill_plan_budget(&p, (uint64_t)(64 * GiB), 0, 0, &e), SPILL_OK);
   EXPECT_EQ(p.cap, (uint64_t)(56 * GiB));
   // floor + 2ws > 56 GiB, floor + 1ws fits: the published rule's outcome.
   EXPECT_GT(p.floor + 2 * p.ws, p.cap);
@@ -95,15 +95,15 @@ TEST(RamPlanTest, DefaultRuleStepsDownInWholeWorkingSets) {
   EXPECT_EQ(p.min_cache, 2 * 2 * rec);
   EXPECT_EQ(p.recommended, p.floor + 3 * p.ws);
   // Plenty of RAM: floor + 3 ws.
-  ASSERT_EQ(spill_plan_budget(&p, 8ull << 30, 0, &e), SPILL_OK);
+  ASSERT_EQ(spill_plan_budget(&p, 8ull << 30, 0, 0, &e), SPILL_OK);
   EXPECT_EQ(p.budget_ws, 3);
   // Cap just below floor + 3ws but above floor + 2ws.
   uint64_t ram = (p.floor + 3 * p.ws - 1) * 8 / 7;
-  ASSERT_EQ(spill_plan_budget(&p, ram, 0, &e), SPILL_OK);
+  ASSERT_EQ(spill_plan_budget(&p, ram, 0, 0, &e), SPILL_OK);
   EXPECT_EQ(p.budget_ws, 2);
   // Cap below floor + 1 ws: the floor with a warning.
   ram = (p.floor + p.ws / 2) * 8 / 7;
-  ASSERT_EQ(spill_plan_budget(&p, ram, 0, &e), SPILL_OK);
+  ASSERT_EQ(spill_plan_budget(&p, ram, 0, 0, &e), SPILL_OK);
   EXPECT_EQ(p.budget_ws, 0);
   EXPECT_EQ(p.budget, p.floor);
   EXPECT_EQ(p.below_recommended_warning, 1);
@@ -124,9 +124,9 @@ TEST(RamPlanTest, ExplicitBudgetBelowFloorIsRefusedWithTheFloor) {
   spill_plan p;
   spill_err e = {};
   ASSERT_EQ(spill_plan_compute(&a, 1 << 20, 1 << 30, 128, 1, &p, &e), SPILL_OK);
-  EXPECT_EQ(spill_plan_budget(&p, 16ull << 30, p.floor - 1, &e), SPILL_E_RAM_BUDGET);
+  EXPECT_EQ(spill_plan_budget(&p, 16ull << 30, p.floor - 1, 0, &e), SPILL_E_RAM_BUDGET);
   EXPECT_NE(std::string(e.msg).find("below the RAM floor"), std::string::npos) << e.msg;
-  EXPECT_EQ(spill_plan_budget(&p, 16ull << 30, p.floor, &e), SPILL_OK);
+  EXPECT_EQ(spill_plan_budget(&p, 16ull << 30, p.floor, 0, &e), SPILL_OK);
   EXPECT_EQ(p.expert_cache, p.min_cache);
 }
 
