@@ -106,10 +106,13 @@ int cmd_run(int argc, char **argv) {
   rc = spill_generate(eng, toks, n, (int)n_new, &s, on_token, NULL, &g_stop, &st, &e);
   fputs("\n", stdout);
   fflush(stdout);
-  if (rc == SPILL_E_INTERRUPTED || g_stop) fprintf(stderr, "spill run: interrupted\n");
-  cli_print_run_summary(eng, &st);
+  /* The summary of what was done, after an interruption too (exit 130 like
+   * a shell); an error is printed alone, not after a summary of nothing. */
+  int interrupted = rc == SPILL_E_INTERRUPTED || (rc == SPILL_OK && g_stop);
+  if (interrupted) fprintf(stderr, "spill run: interrupted: %s\n", rc ? e.msg : "stopped");
+  if (rc == SPILL_OK || interrupted) cli_print_run_summary(eng, &st);
   free(toks);
   spill_engine_close(eng);
-  if (rc && rc != SPILL_E_INTERRUPTED) return cli_fail("run", rc, e.msg);
-  return 0;
+  if (rc && !interrupted) return cli_fail("run", rc, e.msg);
+  return interrupted ? 130 : 0;
 }

@@ -648,14 +648,26 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   memset(g->la_rank_hit, 0, sizeof g->la_rank_hit);
   int rc = SPILL_OK;
   uint64_t t0 = spill_clock_ns();
-  /* one forward call (and one profile row) per prefill chunk */
+  /* one forward call (and one profile row) per prefill chunk; the stop flag
+   * is checked between chunks and, inside a forward, between layers */
+  spill_model_set_stop(g->m, stop_flag);
   int chunk = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 1;
+  int prefilled = 0;
   for (int i = 0; i < n_prompt && rc == SPILL_OK; i += chunk) {
+    if (stop_flag && *stop_flag) {
+      rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d of %d prompt tokens",
+                         i, n_prompt);
+      break;
+    }
     int n = n_prompt - i < chunk ? n_prompt - i : chunk;
     rc = step(g, prompt + i, n, i, 1, g->logits, st, e);
+    if (rc == SPILL_OK) prefilled = i + n;
+    else if (rc == SPILL_E_INTERRUPTED)
+      spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d of %d prompt tokens",
+                    prefilled, n_prompt);
   }
   st->prefill_s = (double)(spill_clock_ns() - t0) / 1e9;
-  st->tokens_prefill = n_prompt;
+  st->tokens_prefill = prefilled;
   int pos = n_prompt;
   /* streaming detokenisation of a real tokenizer */
   spill_tok_stream tstream = {0};
@@ -727,6 +739,7 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   accumulate(st, &qa, &qb);
   finish_stats(g, st);
   spill_sampler_free(&smp);
+  spill_model_set_stop(g->m, NULL);
   return rc;
 }
 

@@ -224,6 +224,37 @@ static int lock_rows(runner *R) {
   return SPILL_OK;
 }
 
+/* DIR/interrupted.json records a stop (SIGINT/SIGTERM through o->stop): the
+ * run that was cut (its row is not written), rows done and planned. A later
+ * run of the directory that finishes every planned run removes it. */
+static void mark_interrupted(runner *R, int rc, const char *key, int planned) {
+  if (!R->dir[0] || R->o->prepare_only) return;
+  char p[1100];
+  snprintf(p, sizeof p, "%s/interrupted.json", R->dir);
+  if (rc == SPILL_OK && R->n_done == planned) {
+    unlink(p);
+    return;
+  }
+  if (rc != SPILL_E_INTERRUPTED) return;
+  cJSON *j = cJSON_CreateObject();
+  char ts[32];
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  cJSON_AddStringToObject(j, "utc", ts);
+  cJSON_AddNumberToObject(j, "pid", (double)getpid());
+  cJSON_AddStringToObject(j, "interrupted_run", key ? key : "");
+  cJSON_AddNumberToObject(j, "rows_done", R->n_done);
+  cJSON_AddNumberToObject(j, "rows_planned", planned);
+  cJSON_AddStringToObject(j, "rows_file", R->rows_file);
+  char *text = cJSON_Print(j);
+  cJSON_Delete(j);
+  spill_err ig = {0};
+  if (text) (void)spill_exp_write_atomic(p, text, strlen(text), &ig);
+  free(text);
+}
+
 static int latest_dir(const char *parent, char *out, size_t n) {
   DIR *d = opendir(parent);
   if (!d) return -1;
@@ -670,6 +701,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   if (rc == SPILL_OK) rc = load_done(&R);
   if (rc == SPILL_OK && lock_bytes) rc = spill_ramlock_start(lock_bytes, &R.lock, e);
   int measured = 0, warmed_cell = -1;
+  const char *last_key = NULL;
   for (int i = 0; rc == SPILL_OK && !o->prepare_only && i < n_runs; i++) {
     if (o->cells && !o->cells[runs[i].cell]) continue;
     if (is_done(&R, runs[i].key)) continue;
@@ -687,11 +719,15 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
           rc = do_run(&R, &wr, 0, -1);
         }
     R.t_run = now_s();
-    if (rc == SPILL_OK) rc = do_run(&R, &runs[i], 1, i);
+    if (rc == SPILL_OK) {
+      last_key = runs[i].key;
+      rc = do_run(&R, &runs[i], 1, i);
+    }
     R.measured_s += now_s() - R.t_run;
     measured++;
   }
   spill_engine_close(R.eng);
+  mark_interrupted(&R, rc, last_key, n_runs);
   R.eng = NULL;
   spill_ramlock_release(&R.lock);
   /* Reports from whatever rows exist (also after an interruption or a

@@ -848,3 +848,46 @@ TEST(ExpRunnerTest, StoragePathRunsFromACopy) {
   closedir(d);
   EXPECT_GE(files, 2);
 }
+
+// A stop (SIGINT in `spill exp`) marks the results directory interrupted
+// (DIR/interrupted.json: the cut run, rows done and planned), keeps the
+// finished rows, and a resume that completes the plan removes the mark
+// (issue 19 item 5).
+TEST(ExpRunnerTest, StopMarksTheDirectoryInterruptedUntilAResumeCompletesIt) {
+  std::string root = TmpDir() + "/stop";
+  mkdir(root.c_str(), 0755);
+  std::string text = R"({"name": "stop", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "stop test", "decode_tokens": 4},
+    "base": {"storage": "pagecache"},
+    "arms": [{"name": "a"}, {"name": "b"}], "repeats": 2,
+    "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg = Parse(text);
+  std::string results = root + "/results";
+  static volatile int stop;
+  stop = 0;
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  o.stop = &stop;
+  o.progress = [](void *, const spill_exp_progress *p) {
+    if (!strcmp(p->phase, "run") && p->done >= 1) stop = 1;  // after the first row
+  };
+  char dir[1024];
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), SPILL_E_INTERRUPTED) << e.msg;
+  std::string mark = ReadAll(std::string(dir) + "/interrupted.json");
+  EXPECT_NE(mark.find("\"rows_done\":\t1"), std::string::npos) << mark;
+  EXPECT_NE(mark.find("\"rows_planned\":\t4"), std::string::npos) << mark;
+  EXPECT_NE(mark.find("\"interrupted_run\":\t\"-/"), std::string::npos) << mark;
+  EXPECT_EQ(CountRows(std::string(dir) + "/runs.jsonl"), 1);
+  stop = 0;
+  o.progress = nullptr;
+  o.resume = 1;
+  o.resume_dir = dir;
+  char dir2[1024];
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir2, sizeof dir2, &e), 0) << e.msg;
+  EXPECT_EQ(CountRows(std::string(dir) + "/runs.jsonl"), 4);
+  EXPECT_EQ(FileSize(std::string(dir) + "/interrupted.json"), -1);
+  spill_exp_config_free(&cfg);
+}

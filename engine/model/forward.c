@@ -216,6 +216,10 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
   for (int t = 0; t < T; t++) spill_k_dequant_row(&m->tok_embd, (uint32_t)tokens[t], x + (size_t)t * D);
 
   for (int l = 0; l < a->n_layers; l++) {
+    /* a long prefill chunk on a big model takes seconds: stop between
+     * layers (before this layer issues any expert read) */
+    if (m->stop && *m->stop)
+      return spill_err_set(e, SPILL_E_INTERRUPTED, "forward: stopped before layer %d", l);
     const spill_layer_weights *L = &m->L[l];
     /* attention, token by token in order */
     uint64_t t0 = spill_clock_ns();
@@ -248,6 +252,10 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
     for (size_t i = 0; i < (size_t)T * D; i++) x[i] += ffn_out[i];
   }
   return SPILL_OK;
+}
+
+void spill_model_set_stop(spill_model *m, volatile int *stop) {
+  if (m) m->stop = stop;
 }
 
 int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float *logits_last,

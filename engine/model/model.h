@@ -127,6 +127,11 @@ int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int 
 int spill_model_set_forced_routing(spill_model *m, const uint32_t *ids, int n_pos,
                                    spill_err *e);
 
+/* Stop flag (may be NULL): a forward checks *stop before every layer and
+ * returns SPILL_E_INTERRUPTED when it is set (the sequence state is then
+ * partial: reset before reuse). Borrowed; set between forwards only. */
+void spill_model_set_stop(spill_model *m, volatile int *stop);
+
 /* Replaces the expert source (NULL: back to the built-in one). Copied; the
  * source must outlive its use. Call between forwards only. */
 void spill_model_set_expert_source(spill_model *m, const spill_expert_source *src);

@@ -106,6 +106,7 @@ typedef struct spill_model_scratch {
 } spill_model_scratch;
 
 struct spill_model {
+  volatile int *stop; /* spill_model_set_stop: checked before each layer */
   spill_container c;
   int container_open;
   spill_arch a;        /* copy of c.m.arch */
