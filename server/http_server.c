@@ -276,10 +276,10 @@ static void run_job(spill_server *s, job *j) {
   int cancelled = j->cancel;
   pthread_mutex_unlock(&s->mu);
   if (cancelled) {
+    spill_srv_metrics_run(&s->m, NULL, SPILL_FIN_CANCELLED);
     pthread_mutex_lock(&s->mu);
     fail_locked(j, 499, "cancelled", NULL, "%s", "the client went away before the job started");
     pthread_mutex_unlock(&s->mu);
-    spill_srv_metrics_run(&s->m, NULL, SPILL_FIN_CANCELLED);
     return;
   }
   /* the prompt: a completion's text with BOS; a chat through the model's
@@ -335,9 +335,9 @@ static void run_job(spill_server *s, job *j) {
              j->req.kind == SPILL_SRV_CHAT ? "messages" : "prompt");
   }
   if (j->state == JOB_DONE) {
+    spill_srv_metrics_run(&s->m, NULL, SPILL_FIN_ERROR); /* before the reply can go */
     pthread_mutex_unlock(&s->mu);
     free(toks);
-    spill_srv_metrics_run(&s->m, NULL, SPILL_FIN_ERROR);
     return;
   }
   j->prompt_tokens = n;
@@ -396,10 +396,12 @@ static void run_job(spill_server *s, job *j) {
     }
     out_append(j, "data: [DONE]\n\n", 14);
   }
+  /* counted before the reply can reach the client, so a /metrics scrape
+   * after the reply includes this generation */
+  spill_srv_metrics_run(&s->m, &st, fin);
   j->state = JOB_DONE;
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&s->mu);
-  spill_srv_metrics_run(&s->m, &st, fin);
   if (!s->o.quiet)
     fprintf(stderr, "spill serve: %s %s %d prompt + %d generated tokens, %s, hits %llu misses %llu\n",
             j->id, j->req.kind == SPILL_SRV_CHAT ? "chat" : "completion", j->prompt_tokens,
