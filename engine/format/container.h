@@ -53,6 +53,9 @@ typedef enum spill_dtype {
   SPILL_DT_Q8 = 3,   /* int8 values, then one f16 scale per group of `group` */
   SPILL_DT_Q4 = 4,   /* 4-bit values (nibble - 8), then f16 scale per group */
   SPILL_DT_RVQ3 = 5, /* 3 x 8-bit codebook indices per 8 weights, f16 row scale */
+  SPILL_DT_Q4_K = 6, /* ggml Q4_K super-blocks of 256, verbatim (144 bytes each) */
+  SPILL_DT_Q5_K = 7, /* ggml Q5_K (176 bytes per 256) */
+  SPILL_DT_Q6_K = 8, /* ggml Q6_K (210 bytes per 256) */
   SPILL_DT_COUNT
 } spill_dtype;
 

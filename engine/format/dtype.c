@@ -17,7 +17,8 @@
 #include "engine/format/container.h"
 #include "engine/format/format_internal.h"
 
-static const char *const kDtypeNames[SPILL_DT_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "rvq3"};
+static const char *const kDtypeNames[SPILL_DT_COUNT] = {"f32", "f16", "bf16", "q8",  "q4",
+                                                            "rvq3", "q4_k", "q5_k", "q6_k"};
 
 const char *spill_dtype_name(spill_dtype dt) {
   if ((int)dt < 0 || dt >= SPILL_DT_COUNT) return "?";
@@ -70,6 +71,15 @@ int spill_dtype_matrix_bytes(spill_dtype dt, uint64_t rows, uint64_t cols, uint3
       ovf = ovf || !spill_mul_u64(rows, (cols / 8) * 3, &vals) ||
             !spill_mul_u64(rows, 2, &scales) || !spill_add_u64(vals, scales, &total);
       break;
+    case SPILL_DT_Q4_K:
+    case SPILL_DT_Q5_K:
+    case SPILL_DT_Q6_K: {
+      const uint64_t bb = dt == SPILL_DT_Q4_K ? 144 : dt == SPILL_DT_Q5_K ? 176 : 210;
+      SPILL_FAIL_IF(e, cols % 256 != 0, SPILL_E_FORMAT, "%s: cols %llu not a multiple of 256",
+                    name, (unsigned long long)cols);
+      ovf = ovf || !spill_mul_u64(rows, (cols / 256) * bb, &total);
+      break;
+    }
     default:
       return spill_err_set(e, SPILL_E_FORMAT, "unknown dtype %d", (int)dt);
   }

@@ -93,6 +93,9 @@ static int keep_dtype(spill_src_dtype s, spill_dtype *dt, uint32_t *group) {
     case SPILL_SRC_BF16: *dt = SPILL_DT_BF16; return 0;
     case SPILL_SRC_Q8_0: *dt = SPILL_DT_Q8; *group = 32; return 0;
     case SPILL_SRC_Q4_0: *dt = SPILL_DT_Q4; *group = 32; return 0;
+    case SPILL_SRC_Q4_K: *dt = SPILL_DT_Q4_K; return 0; /* ggml blocks kept verbatim */
+    case SPILL_SRC_Q5_K: *dt = SPILL_DT_Q5_K; return 0;
+    case SPILL_SRC_Q6_K: *dt = SPILL_DT_Q6_K; return 0;
     default: return -1;
   }
 }
@@ -143,7 +146,8 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
   uint32_t kg;
   const int direct = scale == NULL && keep_dtype(sd, &kd, &kg) == 0 && kd == dt &&
                      (kg == 0 || kg == group);
-  if (direct && (dt == SPILL_DT_F32 || dt == SPILL_DT_F16 || dt == SPILL_DT_BF16)) {
+  if (direct && (dt == SPILL_DT_F32 || dt == SPILL_DT_F16 || dt == SPILL_DT_BF16 ||
+                 dt == SPILL_DT_Q4_K || dt == SPILL_DT_Q5_K || dt == SPILL_DT_Q6_K)) {
     for (uint64_t r = 0; r < rows; r++)
       memcpy(out + r * rb, cv->src + src_row(r, rows, heads) * rb, (size_t)rb);
     return SPILL_OK;

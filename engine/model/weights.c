@@ -32,6 +32,9 @@ static void row_layout(int dtype, uint32_t cols, uint32_t group, size_t *row_byt
     case SPILL_DT_Q8: *row_bytes = cols; *row_scales = group ? cols / group : 0; break;
     case SPILL_DT_Q4: *row_bytes = cols / 2; *row_scales = group ? cols / group : 0; break;
     case SPILL_DT_RVQ3: *row_bytes = (size_t)(cols / 8) * 3; *row_scales = 1; break;
+    case SPILL_DT_Q4_K: *row_bytes = (size_t)(cols / 256) * 144; *row_scales = 0; break;
+    case SPILL_DT_Q5_K: *row_bytes = (size_t)(cols / 256) * 176; *row_scales = 0; break;
+    case SPILL_DT_Q6_K: *row_bytes = (size_t)(cols / 256) * 210; *row_scales = 0; break;
     default: *row_bytes = 0; *row_scales = 0; break;
   }
 }

@@ -25,6 +25,7 @@
 #include "engine/base/half.h"
 #include "engine/quant/kernels.h"
 #include "engine/quant/kernels_isa.h"
+#include "engine/quant/kernels_kquant.h"
 
 static inline float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -136,6 +137,14 @@ void spill_k_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_
         y[r] = row_q8((const int8_t *)w->data + r * cols, w->scales + r * (cols / w->group), x,
                       (uint32_t)cols, w->group);
       return;
+    case SPILL_K_DT_Q4_K:
+    case SPILL_K_DT_Q5_K:
+    case SPILL_K_DT_Q6_K: {
+      const size_t rb = (cols / 256) * spill_k_kquant_block_bytes(w->dtype);
+      for (uint32_t r = r0; r < r1; r++)
+        y[r] = spill_k_kquant_row__avx2(w->dtype, (const uint8_t *)w->data + r * rb, x, (uint32_t)cols);
+      return;
+    }
     case SPILL_K_DT_Q4:
       if (w->group % 16 != 0) break;
       for (uint32_t r = r0; r < r1; r++)

@@ -26,6 +26,7 @@
 #include "engine/base/half.h"
 #include "engine/quant/kernels.h"
 #include "engine/quant/kernels_isa.h"
+#include "engine/quant/kernels_kquant.h"
 
 /* ---------------------------------------------------------------- ref */
 
@@ -88,6 +89,14 @@ void spill_k_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t
       case SPILL_K_DT_Q4:
         acc = row_q4((const uint8_t *)w->data + (size_t)r * cols / 2,
                      w->scales + (size_t)r * (cols / w->group), x, (uint32_t)cols, w->group);
+        break;
+      case SPILL_K_DT_Q4_K:
+      case SPILL_K_DT_Q5_K:
+      case SPILL_K_DT_Q6_K:
+        acc = spill_k_kquant_row__ref(
+            w->dtype,
+            (const uint8_t *)w->data + (size_t)r * (cols / 256) * spill_k_kquant_block_bytes(w->dtype),
+            x, (uint32_t)cols);
         break;
       default: /* rvq3 goes through the LUT kernels; unknown dtypes: caller bug */
         acc = NAN;
@@ -227,6 +236,14 @@ void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out) {
         int nib = (c & 1) ? (q[c / 2] >> 4) : (q[c / 2] & 0x0F);
         out[c] = spill_f16_to_f32(s[c / w->group]) * (float)(nib - 8);
       }
+      return;
+    }
+    case SPILL_K_DT_Q4_K:
+    case SPILL_K_DT_Q5_K:
+    case SPILL_K_DT_Q6_K: {
+      const uint32_t bb = spill_k_kquant_block_bytes(w->dtype);
+      const uint8_t *p = (const uint8_t *)w->data + (size_t)r * (cols / 256) * bb;
+      for (size_t b = 0; b < cols / 256; b++) spill_k_kquant_dequant_block(w->dtype, p + b * bb, out + b * 256);
       return;
     }
     case SPILL_K_DT_RVQ3: {

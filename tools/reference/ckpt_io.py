@@ -208,54 +208,64 @@ def dequant_ggml(ty, raw, n):
         lo = ((b[:, 2:] & 0xF).astype(np.int32) - 8).astype(np.float32)
         hi = ((b[:, 2:] >> 4).astype(np.int32) - 8).astype(np.float32)
         return (np.concatenate([lo, hi], axis=1) * d[:, None]).reshape(-1)
-    out = np.zeros(n, dtype=np.float32)
-    if ty == GGML_Q4_K or ty == GGML_Q5_K:
+    f32 = np.float32
+    if ty == GGML_Q4_K or ty == GGML_Q5_K:  # vectorised over blocks, ggml's operation order
         bs = 144 if ty == GGML_Q4_K else 176
-        for k in range(n // 256):
-            blk = b[k * bs:(k + 1) * bs]
-            d, mn = _f16(blk[0:2].tobytes())[0], _f16(blk[2:4].tobytes())[0]
-            sc = blk[4:16]
-            qh = blk[16:48] if ty == GGML_Q5_K else None
-            ql = blk[48:] if ty == GGML_Q5_K else blk[16:]
-            y = out[k * 256:(k + 1) * 256]
-            pos, u1, u2 = 0, 1, 2
-            for j in range(4):
-                s, m = _scale_min_k4(2 * j, sc)
-                d1, m1 = f32(d * f32(s)), f32(mn * f32(m))
-                s, m = _scale_min_k4(2 * j + 1, sc)
-                d2, m2 = f32(d * f32(s)), f32(mn * f32(m))
-                q = ql[32 * j:32 * j + 32].astype(np.int32)
-                lo, hi = q & 0xF, q >> 4
-                if qh is not None:
-                    lo = lo + np.where(qh & u1, 16, 0)
-                    hi = hi + np.where(qh & u2, 16, 0)
-                    u1, u2 = u1 << 2, u2 << 2
-                y[pos:pos + 32] = d1 * lo.astype(np.float32) - m1
-                y[pos + 32:pos + 64] = d2 * hi.astype(np.float32) - m2
-                pos += 64
-        return out
+        b = b.reshape(-1, bs)
+        d = _f16(b[:, 0:2].tobytes())[:, None]
+        mn = _f16(b[:, 2:4].tobytes())[:, None]
+        q = b[:, 4:16].astype(np.int32)
+        sc = np.concatenate([q[:, 0:4] & 63, (q[:, 8:12] & 0xF) | ((q[:, 0:4] >> 6) << 4)], axis=1)
+        mm = np.concatenate([q[:, 4:8] & 63, (q[:, 8:12] >> 4) | ((q[:, 4:8] >> 6) << 4)], axis=1)
+        dd = (d * sc.astype(f32)).astype(f32)  # (nb, 8)
+        dm = (mn * mm.astype(f32)).astype(f32)
+        qh = b[:, 16:48].astype(np.int32) if ty == GGML_Q5_K else None
+        ql = (b[:, 48:] if ty == GGML_Q5_K else b[:, 16:]).astype(np.int32)
+        out = np.empty((b.shape[0], 256), dtype=f32)
+        for j in range(4):
+            c = ql[:, 32 * j:32 * j + 32]
+            lo, hi = c & 0xF, c >> 4
+            if qh is not None:
+                lo = lo + np.where(qh & (1 << (2 * j)), 16, 0)
+                hi = hi + np.where(qh & (2 << (2 * j)), 16, 0)
+            out[:, 64 * j:64 * j + 32] = dd[:, 2 * j:2 * j + 1] * lo.astype(f32) - dm[:, 2 * j:2 * j + 1]
+            out[:, 64 * j + 32:64 * j + 64] = dd[:, 2 * j + 1:2 * j + 2] * hi.astype(f32) - dm[:, 2 * j + 1:2 * j + 2]
+        return out.reshape(-1)[:n]
     if ty == GGML_Q6_K:
-        for k in range(n // 256):
-            blk = b[k * 210:(k + 1) * 210]
-            ql, qh = blk[0:128].astype(np.int32), blk[128:192].astype(np.int32)
-            sc = blk[192:208].view(np.int8).astype(np.float32)
-            d = _f16(blk[208:210].tobytes())[0]
-            y = out[k * 256:(k + 1) * 256]
-            for h in range(2):
-                L, H, S = ql[64 * h:64 * h + 64], qh[32 * h:32 * h + 32], sc[8 * h:8 * h + 8]
-                l = np.arange(32)
-                q1 = ((L[l] & 0xF) | (((H[l] >> 0) & 3) << 4)) - 32
-                q2 = ((L[l + 32] & 0xF) | (((H[l] >> 2) & 3) << 4)) - 32
-                q3 = ((L[l] >> 4) | (((H[l] >> 4) & 3) << 4)) - 32
-                q4 = ((L[l + 32] >> 4) | (((H[l] >> 6) & 3) << 4)) - 32
-                isv = l // 16
-                base = 128 * h
-                y[base + l] = (d * S[isv + 0]).astype(np.float32) * q1.astype(np.float32)
-                y[base + l + 32] = (d * S[isv + 2]).astype(np.float32) * q2.astype(np.float32)
-                y[base + l + 64] = (d * S[isv + 4]).astype(np.float32) * q3.astype(np.float32)
-                y[base + l + 96] = (d * S[isv + 6]).astype(np.float32) * q4.astype(np.float32)
-        return out
+        b = b.reshape(-1, 210)
+        d = _f16(b[:, 208:210].tobytes())[:, None]
+        sc = b[:, 192:208].view(np.int8).astype(f32)
+        out = np.empty((b.shape[0], 256), dtype=f32)
+        for h in range(2):
+            L = b[:, 64 * h:64 * h + 64].astype(np.int32)
+            H = b[:, 128 + 32 * h:128 + 32 * h + 32].astype(np.int32)
+            S = sc[:, 8 * h:8 * h + 8]
+            q1 = ((L[:, :32] & 0xF) | ((H & 3) << 4)) - 32
+            q2 = ((L[:, 32:] & 0xF) | (((H >> 2) & 3) << 4)) - 32
+            q3 = ((L[:, :32] >> 4) | (((H >> 4) & 3) << 4)) - 32
+            q4 = ((L[:, 32:] >> 4) | (((H >> 6) & 3) << 4)) - 32
+            isv = np.arange(32) // 16
+            base = 128 * h
+            for k, qq in enumerate((q1, q2, q3, q4)):
+                s = (d * S[:, isv + 2 * k]).astype(f32)
+                out[:, base + 32 * k:base + 32 * k + 32] = s * qq.astype(f32)
+        return out.reshape(-1)[:n]
     raise ValueError("ggml type %d" % ty)
+
+
+def random_kquant(ty, shape, rng, scale=0.02):
+    """Random K-quant blocks (random bits, f16 d/dmin set to small positive
+    values so no block holds inf/NaN) -> (raw bytes, shape) for write_gguf."""
+    be, bb = GGML_BLOCK[ty]
+    n = int(np.prod(shape))
+    b = rng.integers(0, 256, size=(n // be, bb), dtype=np.uint8)
+    d = (rng.uniform(0.2, 1.0, size=n // be) * scale / 256).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    m = (rng.uniform(0.2, 1.0, size=n // be) * scale / 256).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if ty == GGML_Q6_K:
+        b[:, 208:210] = d
+    else:
+        b[:, 0:2], b[:, 2:4] = d, m
+    return bytes(b.tobytes()), tuple(shape)
 
 
 def write_gguf(path, kvs, tensors, alignment=32):

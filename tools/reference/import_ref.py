@@ -30,8 +30,10 @@ import ckpt_io as ck  # noqa: E402
 DIMS = dict(V=300, D=64, L=2, H=4, Hk=2, d=16, E=8, F=32)
 
 
-def dims(arch):
+def dims(arch, kq=False):
     c = dict(DIMS)
+    if kq:  # K-quant rows are whole 256-element super-blocks
+        c.update(D=256, F=256, d=64)
     c["k"] = 2 if arch == "mixtral" else 3
     if arch == "olmoe":
         c["Hk"] = c["H"]  # llama.cpp's olmoe needs head_count_kv == head_count
@@ -39,9 +41,9 @@ def dims(arch):
     return c
 
 
-def random_weights(arch, seed, tied=False):
+def random_weights(arch, seed, tied=False, kq=False):
     """{hf_name: f32 array} of a random model (HF names)."""
-    c = dims(arch)
+    c = dims(arch, kq)
     r = np.random.default_rng(seed)
     D, V, H, Hk, d, E, F = c["D"], c["V"], c["H"], c["Hk"], c["d"], c["E"], c["F"]
 
@@ -174,7 +176,7 @@ def llama_permute(wt, n_head):
 
 
 GG_TYPES = {"F32": ck.GGML_F32, "F16": ck.GGML_F16, "BF16": ck.GGML_BF16, "Q8_0": ck.GGML_Q8_0,
-            "Q4_0": ck.GGML_Q4_0}
+            "Q4_0": ck.GGML_Q4_0, "Q4_K": ck.GGML_Q4_K, "Q5_K": ck.GGML_Q5_K, "Q6_K": ck.GGML_Q6_K}
 
 
 def byte_level_vocab(n):
@@ -201,8 +203,10 @@ def byte_level_vocab(n):
 
 def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
     hf = {"qwen3_moe": "qwen3moe", "olmoe": "olmoe", "mixtral": "llama"}[arch]
-    w, c = random_weights(arch, seed, tied and arch != "olmoe")
+    kq = ty in ("Q4_K", "Q5_K", "Q6_K")
+    w, c = random_weights(arch, seed, tied and arch != "olmoe", kq)
     gt = GG_TYPES[ty]
+    krng = np.random.default_rng(seed + 1000)
     a = hf
     kv = [("general.architecture", a), ("general.name", "tiny-" + a), ("general.alignment", 32),
           (a + ".context_length", 4096), (a + ".embedding_length", c["D"]),
@@ -225,9 +229,11 @@ def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
     T = []
 
     def mat(name, arr):
-        T.append((name, gt, arr))
+        # K-quants: random super-blocks of the array's shape (no quantiser needed:
+        # the reference dequantises the same blocks)
+        T.append((name, gt, ck.random_kquant(gt, arr.shape, krng, 1.0 / np.sqrt(arr.shape[-1])) if kq else arr))
 
-    T.append(("token_embd.weight", gt, w["model.embed_tokens.weight"]))
+    mat("token_embd.weight", w["model.embed_tokens.weight"])
     T.append(("output_norm.weight", ck.GGML_F32, w["model.norm.weight"]))
     if "lm_head.weight" in w:
         mat("output.weight", w["lm_head.weight"])
@@ -414,7 +420,7 @@ def check_weights(gguf_path, container):
     a = kv["general.architecture"]
     n = 0
     for name, (ty, shape, raw) in t.items():
-        if ty not in (ck.GGML_Q8_0, ck.GGML_Q4_0) or "_exps" in name:
+        if ty not in (ck.GGML_Q8_0, ck.GGML_Q4_0, ck.GGML_Q4_K, ck.GGML_Q5_K, ck.GGML_Q6_K) or "_exps" in name:
             continue
         if a == "llama" and (".attn_q." in name or ".attn_k." in name):
             continue  # rows un-permuted by the import; covered by the logits

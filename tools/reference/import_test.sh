@@ -24,7 +24,8 @@ ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 
 for arch in qwen3_moe olmoe mixtral; do
-  for src in hf:F32:1 hf:F16:2 hf:BF16:3 gguf:F32 gguf:F16 gguf:BF16 gguf:Q8_0 gguf:Q4_0; do
+  for src in hf:F32:1 hf:F16:2 hf:BF16:3 gguf:F32 gguf:F16 gguf:BF16 gguf:Q8_0 gguf:Q4_0 \
+      gguf:Q4_K gguf:Q5_K gguf:Q6_K; do
     IFS=: read -r kind ty shards <<<"$src"
     if [ "$kind" = hf ]; then
       in="$TMP/$arch-$ty"
@@ -38,7 +39,7 @@ for arch in qwen3_moe olmoe mixtral; do
     "$SPILL" verify "$out" >/dev/null 2>&1 || { bad "$arch $src: verify"; continue; }
     "$SPILL" eval "$out" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1 || { bad "$arch $src: eval"; continue; }
     r=$($PY "$REF" logits "$in" --tokens "$TOK" --compare "$TMP/l.f32" --tol 1e-4 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
-    if [ "$ty" = Q8_0 ] || [ "$ty" = Q4_0 ]; then
+    if [ "$kind" = gguf ] && [ "${ty:0:1}" = Q ]; then
       r=$($PY "$REF" check-weights "$in" "$out" 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
     fi
   done

@@ -41,7 +41,9 @@ RECORD_MAGIC = 0x52585053  # "SPXR" little-endian
 BANK_MAGIC = b"SPILLBNK"
 MANIFEST_MAX_BYTES = 64 << 20
 
-DTYPE_IDS = {"f32": 0, "f16": 1, "bf16": 2, "q8": 3, "q4": 4, "rvq3": 5}
+DTYPE_IDS = {"f32": 0, "f16": 1, "bf16": 2, "q8": 3, "q4": 4, "rvq3": 5, "q4_k": 6, "q5_k": 7,
+             "q6_k": 8}
+KQUANT_BLOCK = {"q4_k": 144, "q5_k": 176, "q6_k": 210}  # bytes per 256 (ggml super-blocks)
 DTYPE_NAMES = {v: k for k, v in DTYPE_IDS.items()}
 RVQ_STAGES, RVQ_ENTRIES, RVQ_DIM = 3, 256, 8
 SECTIONS = ("gate", "up", "down")
@@ -70,6 +72,10 @@ def dtype_matrix_bytes(dtype, rows, cols, group=0):
             raise FormatError(f"q4: odd group {group}")
         values = n if dtype == "q8" else n // 2
         return values + 2 * rows * (cols // group)
+    if dtype in KQUANT_BLOCK:
+        if cols % 256 != 0:
+            raise FormatError(f"{dtype}: cols {cols} not a multiple of 256")
+        return rows * (cols // 256) * KQUANT_BLOCK[dtype]
     if dtype == "rvq3":
         if cols % RVQ_DIM != 0:
             raise FormatError(f"rvq3: cols {cols} not a multiple of {RVQ_DIM}")
@@ -156,6 +162,11 @@ def dequant(dtype, buf, rows, cols, group=0, codebook=None):
         return deq_q8(buf, rows, cols, group)
     if dtype == "q4":
         return deq_q4(buf, rows, cols, group)
+    if dtype in KQUANT_BLOCK:  # ggml's own layout; ckpt_io holds our ggml dequantisers
+        import ckpt_io
+        _need(buf, rows * (cols // 256) * KQUANT_BLOCK[dtype], dtype)
+        ty = {"q4_k": ckpt_io.GGML_Q4_K, "q5_k": ckpt_io.GGML_Q5_K, "q6_k": ckpt_io.GGML_Q6_K}[dtype]
+        return ckpt_io.dequant_ggml(ty, bytes(buf), rows * cols).astype(np.float64).reshape(rows, cols)
     if dtype == "rvq3":
         if codebook is None:
             raise FormatError("rvq3 matrix without a codebook")
