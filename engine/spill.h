@@ -483,9 +483,9 @@ typedef struct spill_roofline_opts {
 typedef struct spill_roofline {
   uint64_t record_bytes;
   int probe_threads;
-  double disk_bytes_per_s, disk_reads_per_s, disk_p50_ms; /* probe (the faster of two) */
+  double disk_bytes_per_s, disk_reads_per_s, disk_p50_ms; /* the fastest of the three probes */
   double disk_probe1_bytes_per_s; /* before the cfg runs */
-  double disk_probe2_bytes_per_s; /* after them: a shared disk drifts; the bound takes the max */
+  double disk_probe2_bytes_per_s; /* after them (a shared disk drifts) */
   double disk_workload_bytes_per_s; /* after them, over the records the first cfg run routed to
                                      * (0: no trace); a disk behind a cache serves these faster */
   uint64_t workload_records;        /* distinct records in that set */

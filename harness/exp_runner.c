@@ -474,7 +474,8 @@ static cJSON *knobs_of(const spill_exp_config *cfg, int cell, int arm) {
   return o;
 }
 
-/* One run (measured when row != 0). */
+/* One run: a measured one (measured != 0) writes its row, profile, trace and
+ * token timeline under runs/; a warmup (measured == 0) writes nothing. */
 static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   const spill_exp_config *cfg = R->cfg;
   spill_config want;

@@ -1,68 +1,10 @@
 /* engine/gen/synth.h: synthetic K3-family models (`spill gen`).
  *
- * Real weights cannot be downloaded, so the engine is exercised on random
- * models of the real shape. This module plans an architecture from a preset,
- * draws every trunk tensor and expert record from a seeded PRNG and streams
- * them through the container writer (engine/format). Experts are drawn
- * directly in their quantised form (random per-layer rvq3 codebooks with
- * shrinking residual stages, random indices, f16 row scales), so a multi-GB
- * container is written at disk speed. Every tensor and every (layer, expert)
- * record has its own PRNG stream derived from the global seed: output is a
- * pure function of the options, independent of generation order/threads.
- *
- * Presets:
- *   nano  a few MB, for tests. vocab 320 (bytes, bos 256, eos 257), d_model
- *         64, 4 layers (0 dense, 1-3 MoE), 16 experts top-4, d_expert 32, one
- *         shared expert (d 32), heads 4 x 16, q4 trunk groups of 32. The
- *         attn_mix variants together cover every path of docs/MODEL.md:
- *           k3   kda,kda,kda,mla; MLA with q_lora and NoPE, KDA full-rank
- *                output gate; sigmoid router + bias; latent MoE (32).
- *           mla  all MLA, no q_lora (attn_q), RoPE on; latent MoE.
- *           kda  all KDA with a low-rank output gate (attn_g_a/attn_g_b).
- *           gqa  all GQA (4 heads, 2 kv heads, RoPE); softmax router, no
- *                latent MoE, no renormalisation (OLMoE style).
- *   mini  K3 structure at ~1.1 GB for the demo: d_model 1024, 16 layers
- *         (layer 0 dense; MLA at 3,7,11,15 = 12 KDA : 4 MLA), latent 512,
- *         d_expert 448, 256 experts top-8, 2 shared experts, rvq3 experts,
- *         q4/q8 trunk; ~31 MB of experts per token.
- *   twin  ("k3") K3's proportions scaled to a RAM size R (default 8 GiB):
- *         93 layers (1 dense + 92 MoE), top-16, MLA at l%4==3 and at the last
- *         layer (69 KDA + 24 MLA, K3's count), latent MoE, 2 shared experts.
- *         Derivation (K3: trunk 27.28 GB = 42.6% and per-token expert
- *         working set 17.0 GiB = 26.6% of a 64 GiB machine):
- *           1. ws = record_bytes x 16 x 92 -> target 0.27 R. For each
- *              d_latent (multiple of 64) take d_expert = round64(d_latent x
- *              3072/3584) and the exact rvq3 record size; keep the d_latent
- *              whose ws is nearest the target. d_model = 2 d_latent.
- *           2. K3 dims scaled by d_model/7168 (rounded to 64): vocab (from
- *              163840), dense d_ff (18432), q_lora (1536), kv_lora (512);
- *              head dims kept (KDA 128, MLA 128/64/128), KDA gate rank 128,
- *              d_shared = d_expert.
- *           3. Trunk -> target 0.43 R: the head count (KDA and MLA, K3: 96)
- *              is chosen so the trunk bytes are nearest the target.
- *           4. Experts per layer: as many as fit in disk_bytes (container
- *              = manifest + trunk + 92 banks <= disk_bytes).
- *         spill_gen_summarize prints the numbers of each step.
- *   Overrides: n_experts (any preset), n_moe_layers and top_k (nano and
- *         mini: a model shaped for a router trace, `spill gen --like-trace`;
- *         the preset's dense layer stays first and the attention pattern
- *         runs on over the added layers).
- *
- * Expert popularity: routers are f32 with N(0, 1/D) rows (logits ~N(0, 1)
- * for unit-rms h) and a selection-only bias exp_probs_b = skew * a *
- * (z + 0.05 (z^2 - 1)), z ~ N(0, 1) per (layer, expert): a slightly
- * right-skewed spread (a few very popular experts); experts with a large
- * bias win the top-k more often. The spread a is calibrated per (n_experts,
- * top_k) at plan time (bisection on a mean-field router: iid N(0, 1)
- * logits, ~0.2 s for a twin) so that the coverage curve matches the real OLMoE-1B-7B trace
- * (traces/olmoe-1b-7b-299.jsonl, pooled over its 16 layers: 50/80/95% of
- * activations come from 20.7/49.5/73.4% of the (layer, expert) pairs), at the
- * trace's sampling density. skew = 1 is that calibration, 0 a uniform bias.
- * spill_gen_routing_coverage checks it through the real routers with hidden
- * states drawn as rmsnorm'd Gaussians (the only distribution we control; real
- * hidden states are structured): mini gives 22.4/49.3/75.0% (15 layers),
- * the 8 GiB twin 22.4/48.9/74.1% (8 layers). The softmax router of the gqa
- * variant has no bias, hence no skew.
+ * Plans an architecture from a preset (nano, mini, twin) and streams seeded
+ * random trunk tensors and expert records, drawn in their quantised form,
+ * through the container writer; output is a pure function of the options.
+ * The presets, the twin's derivation and the router calibration against the
+ * OLMoE trace are described in docs/GEN.md.
  *
  * Thread safety: all calls are reentrant; spill_gen_write may run 2 threads
  * internally. Depends on engine/base and engine/format; never prints.
