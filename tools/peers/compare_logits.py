@@ -24,7 +24,11 @@ same dequantised values: tools/reference check-weights):
   other seeds): F16 bulk p90 3.9e-4..4.8e-4, one outlier of 3.4e-2 in 9 runs,
   one argmax flip at margin 7.9e-5; Q8_0/Q4_0 p90 1.0e-2..1.7e-2, at most 1
   outlier per run (up to 1.9e-1), argmax flips at margins 4.6e-4..1.2e-2.
+  Q4_K, Q5_K (activations to Q8_K blocks of 256): p90 5.2e-4..7.9e-3, no
+  outlier, no argmax flip on the same seeds; BULK 2.5e-2, TIE as Q8_0.
   BULK and TIE are about 3x and 2.5x the largest bulk and flip margin seen.
+  Q6_K is NOT judged: llama.cpp disagrees with both spill and the float64
+  reference on it (docs/PEERS.md, open investigation).
 """
 
 import argparse
@@ -33,8 +37,8 @@ import sys
 import numpy as np
 
 STRICT = {"F32": 1e-4}
-BULK = {"F16": 1.5e-3, "Q8_0": 5e-2, "Q4_0": 5e-2}
-TIE = {"F16": 2e-4, "Q8_0": 3e-2, "Q4_0": 3e-2}
+BULK = {"F16": 1.5e-3, "Q8_0": 5e-2, "Q4_0": 5e-2, "Q4_K": 2.5e-2, "Q5_K": 2.5e-2, "Q6_K": 2.5e-2}
+TIE = {"F16": 2e-4, "Q8_0": 3e-2, "Q4_0": 3e-2, "Q4_K": 3e-2, "Q5_K": 3e-2, "Q6_K": 3e-2}
 
 
 def main():

@@ -32,11 +32,14 @@ bad() { echo "FAIL $*"; fail=1; }
 
 # Seeds 11-13 were used to measure the tolerances; the test runs other seeds.
 SEEDS="${ORACLE_SEEDS:-101 202}"
+# Q6_K is left out: llama.cpp disagrees with spill AND with the float64
+# reference on it (docs/PEERS.md, open investigation)
+TYPES="${ORACLE_TYPES:-F32 F16 Q8_0 Q4_0 Q4_K Q5_K}"
 for seed in $SEEDS; do
   # 40 token ids, seeded, below the writer's vocabulary (300)
   TOK=$($PY -c "import random; r=random.Random($seed); print(','.join(str(r.randrange(300)) for _ in range(40)))")
   for arch in qwen3_moe olmoe mixtral; do
-    for ty in F32 F16 Q8_0 Q4_0; do
+    for ty in $TYPES; do
       g="$TMP/$arch-$ty-$seed.gguf"
       $PY "$REF" make-gguf "$g" --arch "$arch" --type "$ty" --seed "$seed" --vocab ||
         { bad "$arch $ty seed $seed: make-gguf"; continue; }

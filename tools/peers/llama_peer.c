@@ -31,7 +31,8 @@ static const char *USAGE =
     "usage: llama_peer logits MODEL.gguf --tokens IDS --out PREFIX [--threads N] [--batch N]\n"
     "       llama_peer bench  MODEL.gguf --tokens IDS -n N [--load mmap|none|mlock]\n"
     "                         [--threads N] [--batch N]\n"
-    "IDS is a comma-separated list of token ids (or @FILE holding one).\n";
+    "IDS is a comma-separated list of token ids (or @FILE holding one).\n"
+    "--no-repack keeps ggml from repacking weights into its CPU layouts (use_extra_bufts).\n";
 
 static double now_s(void) {
   struct timespec ts;
@@ -173,7 +174,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *tokens_arg = NULL, *out = NULL, *load = "mmap";
-  int threads = 2, batch = 512, n_decode = -1;
+  int threads = 2, batch = 512, n_decode = -1, no_repack = 0;
   for (int i = 3; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -182,6 +183,7 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (!strcmp(a, "--verbose")) { quiet_logs = 0; continue; }
+    if (!strcmp(a, "--no-repack")) { no_repack = 1; continue; }
     if (!v) {
       fprintf(stderr, "llama_peer: %s needs a value\n%s", a, USAGE);
       return 2;
@@ -228,6 +230,7 @@ int main(int argc, char **argv) {
   struct llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
   mp.load_mode = lm;
+  if (no_repack) mp.use_extra_bufts = 0; /* ggml's repacked CPU weight layouts off */
   struct llama_model *model = llama_model_load_from_file(model_path, mp);
   if (!model) {
     fprintf(stderr, "llama_peer: %s: llama.cpp could not load the model\n", model_path);
