@@ -55,6 +55,10 @@ int imp_src_read(const imp_src *s, const spill_src_tensor *t, uint64_t off, void
 int imp_src_n_tensors(const imp_src *s);
 const spill_src_tensor *imp_src_tensor(const imp_src *s, int i);
 
+/* GGUF sources: writes the tokenizer.* metadata as dst/tokenizer.gguf
+ * (import_tok.c); no-op for other sources. */
+int imp_gguf_tokenizer(const imp_src *s, const char *dst, spill_err *e);
+
 /* Builds the plan from the source's config / metadata. */
 int imp_plan_build(imp_src *s, imp_plan *p, spill_err *e);
 void imp_plan_free(imp_plan *p);

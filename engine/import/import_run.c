@@ -553,8 +553,8 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
 /* The checkpoint's tokenizer files travel with the container (the engine
  * loads them from the model directory: engine/tok, docs/TOKENIZER.md):
  * tokenizer.json, tokenizer_config.json, tiktoken.model beside an HF
- * checkpoint are copied (atomically) into dst. GGUF sources carry their
- * tokenizer in the GGUF itself, which the container does not keep. */
+ * checkpoint are copied (atomically) into dst. GGUF sources: their
+ * tokenizer.* metadata becomes dst/tokenizer.gguf (import_tok.c). */
 static int copy_tokenizer_files(const char *src, const char *dst, spill_err *e) {
   char dir[PATH_MAX];
   struct stat st;
@@ -672,6 +672,7 @@ static int run_impl(run *R, spill_err *e) {
   R->w = NULL;
   SPILL_TRY(spill_writer_finish(w, e));
   if (!R->s.is_gguf) SPILL_TRY(copy_tokenizer_files(r->src, r->dst, e));
+  else SPILL_TRY(imp_gguf_tokenizer(&R->s, r->dst, e));
   SPILL_TRY(jappend(&R->j, "done\n", e));
   (void)fsync(R->j.fd);
   sum->n_tensors = R->p.n_trunk;

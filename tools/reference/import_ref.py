@@ -144,6 +144,28 @@ def st_entries(w, names, dtype):
     return out
 
 
+def _byte_symbols():
+    """GPT-2's byte-level alphabet: byte b -> its printable symbol."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def tokenizer_kvs():
+    """A byte-level BPE of 262 tokens (256 bytes + 6 merges) as llama.cpp's
+    converter writes it (tokenizer.ggml.*)."""
+    sym = _byte_symbols()
+    merges = ["h e", "l l", "he ll", "\u0120 w", "hell o", "l o"]
+    tokens = [sym[b] for b in range(256)] + [m.replace(" ", "") for m in merges]
+    return [("tokenizer.ggml.pre", "gpt-2"), ("tokenizer.ggml.tokens", tokens),
+            ("tokenizer.ggml.token_type", [1] * len(tokens)), ("tokenizer.ggml.merges", merges)]
+
+
 def make_hf(out, arch, dtype, seed, shards=1, tied=False):
     os.makedirs(out, exist_ok=True)
     w, c = random_weights(arch, seed, tied)
@@ -220,6 +242,7 @@ def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
         kv += [(a + ".expert_feed_forward_length", c["F"]), (a + ".feed_forward_length", 4 * c["F"])]
     else:
         kv += [(a + ".feed_forward_length", c["F"])]
+    kv += tokenizer_kvs()
     kv += [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
            ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", arch == "mixtral")]
     if vocab:

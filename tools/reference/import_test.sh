@@ -39,6 +39,12 @@ for arch in qwen3_moe olmoe mixtral; do
     "$SPILL" verify "$out" >/dev/null 2>&1 || { bad "$arch $src: verify"; continue; }
     "$SPILL" eval "$out" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1 || { bad "$arch $src: eval"; continue; }
     r=$($PY "$REF" logits "$in" --tokens "$TOK" --compare "$TMP/l.f32" --tol 1e-4 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
+    # a GGUF's tokenizer travels as DST/tokenizer.gguf: same ids from both
+    if [ "$kind" = gguf ] && [ "$ty" = F32 ]; then
+      a=$("$SPILL" tokenize "$in" "hello world, hello" --json 2>&1) && b=$("$SPILL" tokenize "$out" "hello world, hello" --json 2>&1) &&
+        [ "$a" = "$b" ] && [ -f "$out/tokenizer.gguf" ] && ok "$arch $src: tokenizer carried as tokenizer.gguf: $(echo "$b" | cut -c1-50)" ||
+        bad "$arch $src: tokenizer: source '$a' container '$b'"
+    fi
     if [ "$kind" = gguf ] && [ "${ty:0:1}" = Q ]; then
       r=$($PY "$REF" check-weights "$in" "$out" 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
     fi
