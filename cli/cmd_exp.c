@@ -113,6 +113,15 @@ int cmd_exp(int argc, char **argv) {
     fprintf(stderr, "spill exp: %s\n", e.msg);
     return 1;
   }
+  if (validate || dry) {
+    /* everything knowable before running (harness/exp_runner.h) */
+    rc = spill_exp_preflight(&cfg, "cache/models", &e);
+    if (rc < 0) {
+      fprintf(stderr, "spill exp: %s (%s)\n", e.msg, spill_status_name(rc));
+      spill_exp_config_free(&cfg);
+      return 1;
+    }
+  }
   if (validate) {
     printf("%s: ok (%d cells x %d arms x %d repeats)\n", config, spill_exp_config_n_cells(&cfg),
            cfg.n_arms, cfg.repeats);

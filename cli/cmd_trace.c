@@ -376,6 +376,16 @@ int cmd_trace_replay(int argc, char **argv) {
 
   spill_trace t;
   if (read_trace(file, experts, &t)) return 1;
+  /* the window is checked against the trace before anything is printed */
+  if (a >= t.n_tokens || (b && b > t.n_tokens)) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "--tokens %u:%s%s: outside the trace's %u tokens", a,
+             b ? "" : "(end)", b ? "" : "", t.n_tokens);
+    if (b) snprintf(msg, sizeof msg, "--tokens %u:%u: outside the trace's %u tokens", a, b,
+                    t.n_tokens);
+    spill_trace_free(&t);
+    return cli_fail("trace replay", SPILL_E_RANGE, msg);
+  }
   double *miss = (double *)calloc((size_t)np * ns, sizeof(double));
   if (!miss) {
     spill_trace_free(&t);

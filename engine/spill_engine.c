@@ -254,6 +254,24 @@ static int open_tokenizer(spill_engine *g, const char *model_dir, spill_err *e) 
   return SPILL_OK;
 }
 
+/* The byte audit, then everything spill_engine_open checks beyond the
+ * container: the model's tensors resolved and shape-checked against the
+ * architecture (spill_model_open, ctx 1, one thread), so verify never calls
+ * clean what run refuses. */
+int spill_verify(const char *model_dir, spill_progress_cb progress, void *user, spill_err *e) {
+  SPILL_TRY(spill_container_verify(model_dir, progress, user, e));
+  spill_info info;
+  SPILL_TRY(spill_info_read(model_dir, &info, e));
+  spill_model_opts mo = {0};
+  mo.n_threads = 1;
+  mo.ctx = 1;
+  mo.max_chunk = 1;
+  spill_model *m = NULL;
+  SPILL_TRY(spill_model_open(model_dir, &mo, &m, e));
+  spill_model_close(m);
+  return SPILL_OK;
+}
+
 int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engine **out,
                       spill_err *e) {
   spill_engine *g = calloc(1, sizeof *g);

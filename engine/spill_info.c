@@ -68,10 +68,6 @@ int spill_info_read(const char *model_dir, spill_info *info, spill_err *e) {
   return SPILL_OK;
 }
 
-int spill_verify(const char *model_dir, spill_progress_cb progress, void *user, spill_err *e) {
-  return spill_container_verify(model_dir, progress, user, e);
-}
-
 int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
               void *user, spill_err *e) {
   spill_gen_opts o;

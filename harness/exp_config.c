@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
 
 uint64_t spill_exp_fnv1a(const void *data, size_t n, uint64_t h) {
@@ -304,25 +305,23 @@ static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
 }
 
 static int read_text_file(ctx *c, const char *p, const char *file, char **out) {
-  FILE *f = fopen(file, "rb");
-  if (!f) return fail(c, p, "\"%s\": cannot open", file);
-  char *buf = malloc((1 << 20) + 1);
-  if (!buf) {
-    fclose(f);
-    return spill_err_set(c->e, SPILL_E_NOMEM, "prompt_file: no memory");
+  char *buf = NULL;
+  spill_err re = {0};
+  if (spill_exp_read_text(file, 1 << 20, &buf, &re) < 0) {
+    /* re.msg is "<file>: <reason>" */
+    const char *why = strncmp(re.msg, file, strlen(file)) ? re.msg : re.msg + strlen(file) + 2;
+    return fail(c, p, "\"%s\": %s", file, why);
   }
-  size_t n = fread(buf, 1, 1 << 20, f);
-  int big = !feof(f) && fgetc(f) != EOF;
-  fclose(f);
-  if (big) {
-    free(buf);
-    return fail(c, p, "\"%s\": larger than 1 MiB", file);
-  }
+  size_t n = strlen(buf);
   if (n == 0) {
     free(buf);
     return fail(c, p, "\"%s\": empty", file);
   }
-  buf[n] = 0;
+  size_t bad = spill_exp_utf8_check(buf, n);
+  if (bad < n) {
+    free(buf);
+    return fail(c, p, "\"%s\": byte %zu: invalid UTF-8", file, bad);
+  }
   *out = buf;
   return SPILL_OK;
 }
@@ -713,7 +712,10 @@ int spill_exp_config_parse(const char *text, const char *source, spill_exp_confi
     for (size_t i = 0; i < off && text[i]; i++) line += text[i] == '\n';
     return spill_err_set(e, SPILL_E_CONFIG, "%s: line %d: not valid JSON", c.src, line);
   }
-  int rc = parse_all(&c, root, cfg);
+  /* repeated keys (first-wins in cJSON) and invalid UTF-8 (copied into
+   * results JSON that other tools reject) are refused */
+  int rc = spill_exp_json_check(text, root, c.src, e);
+  if (rc == SPILL_OK) rc = parse_all(&c, root, cfg);
   cJSON_Delete(root);
   if (rc < 0) {
     char src[SPILL_EXP_PATH_MAX];
@@ -726,21 +728,8 @@ int spill_exp_config_parse(const char *text, const char *source, spill_exp_confi
 
 int spill_exp_config_load(const char *file, spill_exp_config *cfg, spill_err *e) {
   memset(cfg, 0, sizeof *cfg);
-  FILE *f = fopen(file, "rb");
-  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot open", file);
-  char *buf = malloc((1 << 20) + 1);
-  if (!buf) {
-    fclose(f);
-    return spill_err_set(e, SPILL_E_NOMEM, "%s: no memory", file);
-  }
-  size_t n = fread(buf, 1, 1 << 20, f);
-  int big = !feof(f);
-  fclose(f);
-  if (big) {
-    free(buf);
-    return spill_err_set(e, SPILL_E_CONFIG, "%s: larger than 1 MiB", file);
-  }
-  buf[n] = 0;
+  char *buf = NULL;
+  SPILL_TRY(spill_exp_read_text(file, 1 << 20, &buf, e));
   int rc = spill_exp_config_parse(buf, file, cfg, e);
   free(buf);
   return rc;

@@ -2,7 +2,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "harness/exp_files.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -80,10 +82,27 @@ int spill_exp_append_line(const char *file, const char *line, spill_err *e) {
   return SPILL_OK;
 }
 
+int spill_exp_read_text(const char *file, size_t max, char **out, spill_err *e) {
+  *out = NULL;
+  struct stat st;
+  if (stat(file, &st) != 0) return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return spill_err_set(e, SPILL_E_IO, "%s: %s", file,
+                         S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
+  return spill_exp_read_file(file, max, out, e);
+}
+
 int spill_exp_read_file(const char *file, size_t max, char **out, spill_err *e) {
   *out = NULL;
   FILE *f = fopen(file, "rb");
   if (!f) return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max) {
+    fclose(f);
+    if (max >= (1u << 20))
+      return spill_err_set(e, SPILL_E_IO, "%s: larger than %.2f MiB", file, max / 1048576.0);
+    return spill_err_set(e, SPILL_E_IO, "%s: larger than %zu bytes", file, max);
+  }
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap + 1);
   while (buf) {
@@ -176,4 +195,56 @@ int spill_exp_mkdirs(const char *dir, spill_err *e) {
     }
   }
   return SPILL_OK;
+}
+
+size_t spill_exp_utf8_check(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = u[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    int k;
+    unsigned cp, min;
+    if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
+    else return i;
+    if (n - i <= (size_t)k) return i;
+    for (int j = 1; j <= k; j++) {
+      if ((u[i + j] & 0xC0) != 0x80) return i;
+      cp = cp << 6 | (u[i + j] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += (size_t)k + 1;
+  }
+  return n;
+}
+
+static int dup_keys(const cJSON *node, const char *path, int depth, const char *src, spill_err *e) {
+  if (depth > 64) return spill_err_set(e, SPILL_E_CONFIG, "%s: %s: nested too deeply", src, path);
+  int i = 0;
+  for (const cJSON *c = node->child; c; c = c->next, i++) {
+    char p[256];
+    if (cJSON_IsObject(node)) {
+      for (const cJSON *d = c->next; d; d = d->next)
+        if (c->string && d->string && !strcmp(c->string, d->string))
+          return spill_err_set(e, SPILL_E_CONFIG, "%s: %s%s%s: duplicate key", src, path,
+                               path[0] ? "." : "", c->string);
+      snprintf(p, sizeof p, "%s%s%s", path, path[0] ? "." : "", c->string ? c->string : "?");
+    } else {
+      snprintf(p, sizeof p, "%s[%d]", path, i);
+    }
+    if (cJSON_IsObject(c) || cJSON_IsArray(c)) SPILL_TRY(dup_keys(c, p, depth + 1, src, e));
+  }
+  return SPILL_OK;
+}
+
+int spill_exp_json_check(const char *text, const void *root, const char *source, spill_err *e) {
+  size_t n = strlen(text), bad = spill_exp_utf8_check(text, n);
+  if (bad < n)
+    return spill_err_set(e, SPILL_E_CONFIG, "%s: byte %zu: invalid UTF-8", source, bad);
+  return root ? dup_keys((const cJSON *)root, "", 0, source, e) : SPILL_OK;
 }

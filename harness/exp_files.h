@@ -31,8 +31,21 @@ void spill_exp_lines_free(char **lines, int n);
 /* mkdir -p. */
 int spill_exp_mkdirs(const char *dir, spill_err *e);
 /* Reads a whole file (at most max bytes) into a NUL-terminated malloc'd
- * buffer. */
+ * buffer. A read error and a file over max are SPILL_E_IO saying which
+ * ("larger than 1.00 MiB"). */
 int spill_exp_read_file(const char *file, size_t max, char **out, spill_err *e);
+/* The same for a file a user names (config, prompt_file): a directory or
+ * other non-regular file is refused as such ("is a directory, not a file"),
+ * never reported as too large or empty. */
+int spill_exp_read_text(const char *file, size_t max, char **out, spill_err *e);
+/* Checks JSON text the parsers take (configs, results rows): valid UTF-8
+ * (RFC 3629: no overlongs, surrogates or code points past U+10FFFF) and no
+ * object with a repeated key anywhere in root (JSON libraries disagree on
+ * which copy wins). SPILL_E_CONFIG "<source>: byte N: invalid UTF-8" or
+ * "<source>: <json path>: duplicate key". */
+int spill_exp_json_check(const char *text, const void *root, const char *source, spill_err *e);
+/* Offset of the first invalid UTF-8 byte of s[0..n), or n when valid. */
+size_t spill_exp_utf8_check(const char *s, size_t n);
 
 #ifdef __cplusplus
 }

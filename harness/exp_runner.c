@@ -69,7 +69,8 @@ typedef struct runner {
   int *done_cell, *done_arm;
   int n_done, cap_done;
   spill_ramlock lock;
-  int dir_lock_fd;   /* flock'ed DIR/.lock (one writer per results directory), -1 = none */
+  int dir_lock_fd;   /* flock'ed ROWS.lock (one writer per rows file), -1 = none */
+  int created_dir;   /* setup_dir made R->dir (not a resume) */
   uint64_t ram_total;
   double t0;
   int measured_now; /* measured runs done in this process */
@@ -100,6 +101,51 @@ static void gen_progress(void *user, uint64_t done, uint64_t total) {
 
 /* Generated models are built into a temporary directory and renamed, so a
  * cache directory with a manifest is always complete. */
+/* Removes a generator's temporary directory (flat: container files only). */
+static void remove_tmp_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *ent;
+    char p[1400];
+    while ((ent = readdir(d)))
+      if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) {
+        snprintf(p, sizeof p, "%s/%s", dir, ent->d_name);
+        unlink(p);
+      }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+/* Removes MODEL.tmp.<pid> directories left by generators that died (killed
+ * mid-generation). Called with the recipe lock held, so no live process is
+ * generating this recipe: a tmp directory whose PID is gone is garbage, and
+ * one whose PID lives (reused by another process) is too, as its generator
+ * would hold the lock. */
+static void clean_stale_tmps(const char *model) {
+  char parent[1100], base[512];
+  snprintf(parent, sizeof parent, "%s", model);
+  char *slash = strrchr(parent, '/');
+  if (slash) {
+    snprintf(base, sizeof base, "%s", slash + 1);
+    *slash = 0;
+  } else {
+    snprintf(base, sizeof base, "%s", parent);
+    snprintf(parent, sizeof parent, ".");
+  }
+  size_t bl = strlen(base);
+  DIR *d = opendir(parent);
+  if (!d) return;
+  struct dirent *ent;
+  while ((ent = readdir(d))) {
+    if (strncmp(ent->d_name, base, bl) || strncmp(ent->d_name + bl, ".tmp.", 5)) continue;
+    char p[1700];
+    snprintf(p, sizeof p, "%s/%s", parent, ent->d_name);
+    remove_tmp_dir(p);
+  }
+  closedir(d);
+}
+
 static int ensure_model(runner *R) {
   const spill_exp_config *c = R->cfg;
   spill_exp_model_dir(c, R->o->cache_root, R->model, sizeof R->model);
@@ -108,6 +154,31 @@ static int ensure_model(runner *R) {
   if (exists(man)) return SPILL_OK;
   if (!c->model_recipe) return spill_err_set(R->e, SPILL_E_IO, "model %s: no manifest.json", R->model);
   SPILL_TRY(spill_exp_mkdirs(R->o->cache_root ? R->o->cache_root : "cache/models", R->e));
+  /* One generator per recipe: MODEL.lock (flock, released by the kernel on
+   * death). A second experiment wanting the same recipe waits, then reuses
+   * what the first generated. */
+  char lk[1100];
+  snprintf(lk, sizeof lk, "%s.lock", R->model);
+  int lfd = open(lk, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lfd < 0) return spill_err_set(R->e, SPILL_E_IO, "%s: %s", lk, strerror(errno));
+  if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+    progress(R, "model", "waiting for another process generating this model", 0, 0, 0);
+    int r;
+    while ((r = flock(lfd, LOCK_EX)) < 0 && errno == EINTR)
+      if (R->o->stop && *R->o->stop) break;
+    if (r < 0) {
+      int err = errno;
+      close(lfd);
+      if (R->o->stop && *R->o->stop)
+        return spill_err_set(R->e, SPILL_E_INTERRUPTED, "stopped waiting for %s", lk);
+      return spill_err_set(R->e, SPILL_E_IO, "%s: %s", lk, strerror(err));
+    }
+  }
+  if (exists(man)) {
+    close(lfd);
+    return SPILL_OK;
+  }
+  clean_stale_tmps(R->model);
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", R->model, (long)getpid());
   spill_gen_request req = {0};
@@ -118,11 +189,15 @@ static int ensure_model(runner *R) {
   req.attn_mix = c->recipe_attn_mix;
   req.trunk_dtype = c->recipe_trunk_dtype;
   req.expert_dtype = c->recipe_expert_dtype;
-  if (c->recipe_like_trace[0]) SPILL_TRY(spill_gen_request_like_trace(&req, c->recipe_like_trace, R->e));
-  SPILL_TRY(spill_gen(tmp, &req, gen_progress, R, R->e));
-  if (rename(tmp, R->model) < 0)
-    return spill_err_set(R->e, SPILL_E_IO, "rename %s -> %s: %s", tmp, R->model, strerror(errno));
-  return SPILL_OK;
+  int rc = SPILL_OK;
+  if (c->recipe_like_trace[0]) rc = spill_gen_request_like_trace(&req, c->recipe_like_trace, R->e);
+  if (rc == SPILL_OK) rc = spill_gen(tmp, &req, gen_progress, R, R->e);
+  if (rc == SPILL_OK && exists(R->model)) remove_tmp_dir(R->model); /* a partial leftover */
+  if (rc == SPILL_OK && rename(tmp, R->model) < 0)
+    rc = spill_err_set(R->e, SPILL_E_IO, "rename %s -> %s: %s", tmp, R->model, strerror(errno));
+  if (rc < 0) remove_tmp_dir(tmp);
+  close(lfd);
+  return rc;
 }
 
 static int copy_file(const char *src, const char *dst, spill_err *e) {
@@ -255,6 +330,91 @@ static void mark_interrupted(runner *R, int rc, const char *key, int planned) {
   free(text);
 }
 
+/* The JSON path that sets knob `key` for (cell, arm): the arm, the sweep or
+ * base, in the order spill_exp_config_engine applies them. */
+static void knob_path(const spill_exp_config *cfg, int arm, const char *key, char *buf, size_t n) {
+  for (int k = 0; k < cfg->arms[arm].n_knobs; k++)
+    if (!strcmp(cfg->arms[arm].knobs[k].key, key)) {
+      snprintf(buf, n, "arms[%d].set.%s", arm, key);
+      return;
+    }
+  for (int a = 0; a < cfg->n_axes; a++)
+    if (!strcmp(cfg->axes[a].key, key)) {
+      snprintf(buf, n, "sweep.%s", key);
+      return;
+    }
+  for (int k = 0; k < cfg->n_base; k++)
+    if (!strcmp(cfg->base[k].key, key)) {
+      snprintf(buf, n, "base.%s", key);
+      return;
+    }
+  snprintf(buf, n, "%s (default)", key);
+}
+
+int spill_exp_preflight(const spill_exp_config *cfg, const char *cache_root, spill_err *e) {
+  const char *src = cfg->source[0] ? cfg->source : "config";
+  if (cfg->emulate_ram) {
+    uint64_t lock_bytes;
+    int rc = spill_ramlock_plan(cfg->emulate_ram, &lock_bytes, e);
+    if (rc < 0) {
+      spill_err_prefix(e, "%s: machine.emulate_ram", src);
+      return rc;
+    }
+  }
+  char model[1024], man[1100];
+  spill_exp_model_dir(cfg, cache_root ? cache_root : "cache/models", model, sizeof model);
+  snprintf(man, sizeof man, "%s/manifest.json", model);
+  if (!exists(man)) {
+    if (cfg->model_recipe) return SPILL_OK; /* generated at start, checked then */
+    return spill_err_set(e, SPILL_E_CONFIG, "%s: model: %s: no manifest.json (not a container)",
+                         src, model);
+  }
+  spill_info info;
+  SPILL_TRY(spill_info_read(model, &info, e));
+  const uint64_t records = (uint64_t)info.n_experts * (uint64_t)info.n_moe_layers;
+  for (int c = 0; c < spill_exp_config_n_cells(cfg); c++) {
+    char cell[200], path[128];
+    spill_exp_cell_key(cfg, c, cell, sizeof cell);
+    for (int a = 0; a < cfg->n_arms; a++) {
+      spill_config sc;
+      SPILL_TRY(spill_exp_config_engine(cfg, c, a, &sc, e));
+      if (sc.cache_slots > 0 && (uint64_t)sc.cache_slots > records) {
+        knob_path(cfg, a, "cache_slots", path, sizeof path);
+        return spill_err_set(e, SPILL_E_CONFIG,
+                             "%s: %s: cell %s, arm %s: %lld slots, but the model has %llu "
+                             "expert records", src, path, cell, cfg->arms[a].name,
+                             (long long)sc.cache_slots, (unsigned long long)records);
+      }
+      if ((uint64_t)sc.ctx < (uint64_t)cfg->decode_tokens + 2) {
+        knob_path(cfg, a, "ctx", path, sizeof path);
+        return spill_err_set(e, SPILL_E_CONFIG,
+                             "%s: %s: cell %s, arm %s: ctx %d cannot hold a prompt and %d "
+                             "decode tokens", src, path, cell, cfg->arms[a].name, sc.ctx,
+                             cfg->decode_tokens);
+      }
+      spill_plan p;
+      spill_err pe = {0};
+      int rc = spill_plan_model(model, sc.ctx, sc.threads, sc.budget_bytes,
+                                sc.usable_ram ? sc.usable_ram
+                                              : (cfg->emulate_ram ? cfg->emulate_ram : 0),
+                                &p, &pe);
+      if (rc == SPILL_E_RAM_BUDGET && sc.force_budget && p.budget >= p.floor) rc = SPILL_OK;
+      if (rc < 0) {
+        knob_path(cfg, a, "budget", path, sizeof path);
+        return spill_err_set(e, rc == SPILL_E_RAM_BUDGET ? SPILL_E_CONFIG : rc,
+                             "%s: %s: cell %s, arm %s: %s", src, path, cell, cfg->arms[a].name,
+                             pe.msg);
+      }
+    }
+  }
+  return SPILL_OK;
+}
+
+static long long file_size_or_zero(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 ? (long long)st.st_size : 0;
+}
+
 static int latest_dir(const char *parent, char *out, size_t n) {
   DIR *d = opendir(parent);
   if (!d) return -1;
@@ -300,11 +460,20 @@ static int setup_dir(runner *R, const char *resolved) {
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", &tm);
-    snprintf(R->dir, sizeof R->dir, "%s/%s-%s%s", parent, ts, commit, dirty ? "-dirty" : "");
-    /* two starts within a second get distinct directories */
-    for (int i = 2; exists(R->dir) && i < 100; i++)
-      snprintf(R->dir, sizeof R->dir, "%s/%s-%s%s-%d", parent, ts, commit, dirty ? "-dirty" : "", i);
-    SPILL_TRY(spill_exp_mkdirs(R->dir, R->e));
+    /* two starts within a second get distinct directories: mkdir of the
+     * last component is the atomic claim (two processes racing on one name
+     * both saw it free with a stat) */
+    SPILL_TRY(spill_exp_mkdirs(parent, R->e));
+    int made = 0;
+    for (int i = 1; !made && i < 100; i++) {
+      if (i == 1) snprintf(R->dir, sizeof R->dir, "%s/%s-%s%s", parent, ts, commit, dirty ? "-dirty" : "");
+      else snprintf(R->dir, sizeof R->dir, "%s/%s-%s%s-%d", parent, ts, commit, dirty ? "-dirty" : "", i);
+      if (mkdir(R->dir, 0755) == 0) made = 1;
+      else if (errno != EEXIST)
+        return spill_err_set(R->e, SPILL_E_IO, "%s: cannot create: %s", R->dir, strerror(errno));
+    }
+    if (!made) return spill_err_set(R->e, SPILL_E_IO, "%s: 99 results directories this second", parent);
+    R->created_dir = 1;
     char cf[1100];
     snprintf(cf, sizeof cf, "%s/config.json", R->dir);
     SPILL_TRY(spill_exp_write_atomic(cf, resolved, strlen(resolved), R->e));
@@ -763,6 +932,40 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
       rc = rr;
     }
     free(res);
+  }
+  /* A start that failed before any row leaves no results directory. */
+  if (rc < 0 && rc != SPILL_E_INTERRUPTED && R.created_dir && R.n_done == 0 &&
+      !o->prepare_only) {
+    DIR *d = opendir(R.dir);
+    int only_ours = d != NULL;
+    struct dirent *ent;
+    while (d && (ent = readdir(d)))
+      if (ent->d_name[0] != '.' && strcmp(ent->d_name, "config.json") &&
+          strcmp(ent->d_name, "env.json") && strcmp(ent->d_name, "runs.jsonl.lock") &&
+          strcmp(ent->d_name, "runs.jsonl") && strcmp(ent->d_name, "runs"))
+        only_ours = 0;
+    if (d) closedir(d);
+    if (only_ours && file_size_or_zero(R.rows_file) == 0) {
+      const char *names[] = {"config.json", "env.json", "runs.jsonl.lock", "runs.jsonl"};
+      char p[1200];
+      for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", R.dir, names[i]);
+        unlink(p);
+      }
+      /* runs/<run>/ of the run that failed (no run finished: nothing else) */
+      snprintf(p, sizeof p, "%s/runs", R.dir);
+      DIR *rd = opendir(p);
+      struct dirent *re;
+      while (rd && (re = readdir(rd)))
+        if (re->d_name[0] != '.') {
+          char q[1500];
+          snprintf(q, sizeof q, "%s/%s", p, re->d_name);
+          remove_tmp_dir(q);
+        }
+      if (rd) closedir(rd);
+      rmdir(p);
+      if (rmdir(R.dir) == 0 && out_dir && out_n) out_dir[0] = 0;
+    }
   }
   if (R.dir_lock_fd >= 0) close(R.dir_lock_fd); /* releases the flock */
   for (int i = 0; i < R.n_done; i++) free(R.done_keys[i]);

@@ -79,6 +79,18 @@ typedef struct spill_exp_opts {
 int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char *out_dir,
                   size_t out_n, spill_err *e);
 
+/* What `spill exp --validate` / `--dry-run` check beyond the config's own
+ * validation, with the model on disk (a recipe not generated yet is only
+ * checked after generation, at start): the model has a manifest; every
+ * (cell, arm) engine config plans (budget not below the floor nor above the
+ * machine unless force_budget, with sizes at a precision that means
+ * something); cache_slots not above the model's expert records; ctx holds
+ * the prompt (at most one token per byte plus BOS) and decode_tokens;
+ * machine.emulate_ram is safe (spill_ramlock_plan). Errors name the JSON
+ * path ("sweep.budget", "arms[1].set.cache_slots", ...). cache_root as in
+ * spill_exp_opts. */
+int spill_exp_preflight(const spill_exp_config *cfg, const char *cache_root, spill_err *e);
+
 /* The container directory the config runs on (a generated model's cache
  * directory for recipes, before storage_path copying). */
 void spill_exp_model_dir(const spill_exp_config *cfg, const char *cache_root, char *buf,

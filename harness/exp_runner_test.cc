@@ -891,3 +891,116 @@ TEST(ExpRunnerTest, StopMarksTheDirectoryInterruptedUntilAResumeCompletesIt) {
   EXPECT_EQ(FileSize(std::string(dir) + "/interrupted.json"), -1);
   spill_exp_config_free(&cfg);
 }
+
+// Two experiments generating the same model recipe at once: one generates,
+// the other waits on the recipe lock and reuses it (it once failed on
+// "rename ... Directory not empty" and leaked a temp directory); a temp
+// directory left by a killed generator is removed (issue 19 item 8).
+TEST(ExpRunnerTest, SameRecipeGeneratedOnceByTwoExperimentsAndStaleTempsRemoved) {
+  std::string root = TmpDir() + "/recipe";
+  mkdir(root.c_str(), 0755);
+  std::string cache = root + "/cache";
+  std::string text = R"({"name": "recipe", "model": {"preset": "nano", "seed": 7},
+    "workload": {"prompt": "recipe", "decode_tokens": 2}, "repeats": 1,
+    "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg = Parse(text);
+  char model[1024];
+  spill_exp_model_dir(&cfg, cache.c_str(), model, sizeof model);
+  mkdir(cache.c_str(), 0755);
+  std::string stale = std::string(model) + ".tmp.999999999";
+  mkdir(stale.c_str(), 0755);
+  std::ofstream(stale + "/trunk.bin") << "partial";
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.cache_root = cache.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  pid_t kids[2];
+  for (pid_t &k : kids) {
+    k = fork();
+    ASSERT_GE(k, 0);
+    if (k == 0) {
+      char dir[1024];
+      spill_err ce = {};
+      int rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &ce);
+      if (rc) fprintf(stderr, "child: %s\n", ce.msg);
+      _exit(rc == 0 ? 0 : 1);
+    }
+  }
+  for (pid_t k : kids) {
+    int st;
+    ASSERT_EQ(waitpid(k, &st, 0), k);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "an experiment failed";
+  }
+  EXPECT_GT(FileSize(std::string(model) + "/manifest.json"), 0);
+  // no temporary directory left: neither the stale one nor the losers'
+  std::string cmd = "ls -d '" + std::string(model) + "'.tmp.* 2>/dev/null | wc -l";
+  FILE *p = popen(cmd.c_str(), "r");
+  int left = -1;
+  if (p) {
+    if (fscanf(p, "%d", &left) != 1) left = -1;
+    pclose(p);
+  }
+  EXPECT_EQ(left, 0);
+  spill_exp_config_free(&cfg);
+}
+
+// --validate / --dry-run check what can be known before running, naming the
+// JSON path, and a start that fails before any row leaves no results
+// directory (issue 19 item 9).
+TEST(ExpRunnerTest, PreflightCatchesWhatWouldFailAtStartAndAFailedStartLeavesNoDirectory) {
+  std::string model = NanoModel();
+  auto cfg_with = [&](const std::string &base, const std::string &workload) {
+    return Parse(R"({"name": "pre", "model": ")" + model + R"(", "workload": )" + workload +
+                 R"(, "base": )" + base + R"(, "repeats": 1, "outputs": {"tables": ["md"], "plots": []}})");
+  };
+  const std::string wl = R"({"prompt": "preflight", "decode_tokens": 4})";
+  struct {
+    std::string base, want;
+  } cases[] = {
+      {R"({"budget": "4K"})", "base.budget: cell -, arm base: budget 4.00 KiB is below the RAM floor of "},
+      {R"({"cache_slots": 100000})", "base.cache_slots: cell -, arm base: 100000 slots, but the model has 48"},
+      {R"({"ctx": 4})", "base.ctx: cell -, arm base: ctx 4 cannot hold a prompt and 4 decode tokens"},
+  };
+  for (auto &c : cases) {
+    spill_exp_config cfg = cfg_with(c.base, wl);
+    spill_err e = {};
+    EXPECT_EQ(spill_exp_preflight(&cfg, nullptr, &e), SPILL_E_CONFIG) << c.base;
+    EXPECT_NE(std::string(e.msg).find(c.want), std::string::npos) << c.base << ": " << e.msg;
+    spill_exp_config_free(&cfg);
+  }
+  {
+    spill_exp_config cfg = Parse(R"({"name": "pre", "model": ")" + TmpDir() +
+                                 R"(/no-such-model", "workload": {"prompt": "x", "decode_tokens": 1}})");
+    spill_err e = {};
+    EXPECT_EQ(spill_exp_preflight(&cfg, nullptr, &e), SPILL_E_CONFIG);
+    EXPECT_NE(std::string(e.msg).find("model: "), std::string::npos) << e.msg;
+    spill_exp_config_free(&cfg);
+  }
+  {
+    spill_exp_config cfg = cfg_with("{}", wl);
+    spill_err e = {};
+    EXPECT_EQ(spill_exp_preflight(&cfg, nullptr, &e), SPILL_OK) << e.msg;
+    spill_exp_config_free(&cfg);
+  }
+  // A start that fails at the engine (budget below the floor) leaves nothing.
+  std::string results = TmpDir() + "/pre-results";
+  spill_exp_config cfg = cfg_with(R"({"budget": "4K"})", wl);
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  spill_err e = {};
+  EXPECT_LT(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0);
+  std::string cmd = "ls -A '" + results + "/pre' 2>/dev/null | wc -l";
+  FILE *p = popen(cmd.c_str(), "r");
+  int left = -1;
+  if (p) {
+    if (fscanf(p, "%d", &left) != 1) left = -1;
+    pclose(p);
+  }
+  EXPECT_EQ(left, 0) << "a results directory was left behind: " << e.msg;
+  spill_exp_config_free(&cfg);
+}

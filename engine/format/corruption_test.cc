@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -497,6 +498,79 @@ TEST(EngineCorruptionTest, ManifestLyingAboutRecordSizeIsRefused) {
   o = RunEngine(d, 0);
   EXPECT_LT(o.open_rc, 0);
   EXPECT_TRUE(Has(o.open_msg, "manifest.json")) << o.open_msg;
+}
+
+
+// The trunk's tensor crc32s are checked at open in every trunk mode (mmap
+// used to skip them without verify: a corrupt trunk gave exit 0 and wrong
+// text), issue 19 item 7.
+TEST(EngineCorruptionTest, CorruptTrunkIsRefusedInEveryTrunkMode) {
+  std::string d = Copy("trunk-bit");
+  std::string t = ReadAll(d + "/trunk.bin");
+  t[100] ^= 0x10;  // inside tok_embd (offset 0)
+  WriteAll(d + "/trunk.bin", t);
+  for (spill_trunk_mode mode : {SPILL_TRUNK_READ, SPILL_TRUNK_MMAP, SPILL_TRUNK_MLOCK}) {
+    spill_config c;
+    spill_config_default(&c);
+    c.ctx = 128;
+    c.storage = SPILL_STORAGE_PAGECACHE;
+    c.trunk = mode;
+    c.verify = 0;
+    spill_engine *eng = nullptr;
+    spill_err e = {};
+    int rc = spill_engine_open(d.c_str(), &c, &eng, &e);
+    if (rc == SPILL_E_NOMEM && mode == SPILL_TRUNK_MLOCK) continue;  // RLIMIT_MEMLOCK
+    EXPECT_EQ(rc, SPILL_E_CHECKSUM) << spill_trunk_mode_name(mode) << ": " << e.msg;
+    EXPECT_TRUE(Has(e.msg, "trunk.bin: tensor tok_embd:") && Has(e.msg, "mismatch")) << e.msg;
+    if (rc == SPILL_OK) spill_engine_close(eng);
+  }
+}
+
+// `spill verify` runs every check `spill run` (spill_engine_open) runs:
+// manifests that pass the byte audit but describe another model are refused
+// by both (issue 19 item 6).
+TEST(EngineCorruptionTest, VerifyRefusesWhatOpenRefuses) {
+  struct Case {
+    const char *name;
+    std::function<void(cJSON *)> edit;
+  } cases[] = {
+      {"d_model", [](cJSON *r) { SetNumber(cJSON_GetObjectItem(r, "arch"), "d_model", 32); }},
+      {"shape-swapped",
+       [](cJSON *r) {
+         cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "tensors"), 0);
+         cJSON *s = cJSON_GetObjectItem(t, "shape");
+         double a = cJSON_GetArrayItem(s, 0)->valuedouble, b = cJSON_GetArrayItem(s, 1)->valuedouble;
+         cJSON_ReplaceItemInObject(t, "shape", cJSON_CreateIntArray(std::vector<int>{(int)b, (int)a}.data(), 2));
+       }},
+      {"name-byte",
+       [](cJSON *r) {
+         cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "tensors"), 0);
+         std::string n = cJSON_GetObjectItem(t, "name")->valuestring;
+         n[n.size() - 1] ^= 1;
+         cJSON_ReplaceItemInObject(t, "name", cJSON_CreateString(n.c_str()));
+       }},
+  };
+  for (auto &c : cases) {
+    std::string d = Copy(std::string("verify-") + c.name);
+    EditManifest(d, c.edit);
+    Outcome o = RunEngine(d, 0);
+    EXPECT_NE(o.open_rc, SPILL_OK) << c.name;
+    EXPECT_NE(o.verify_rc, SPILL_OK) << c.name << ": verify said clean; open said: " << o.open_msg;
+  }
+}
+
+// The manifest is UTF-8: invalid bytes are refused, naming the offset
+// (issue 19 item 13).
+TEST(EngineCorruptionTest, InvalidUtf8InTheManifestIsRefused) {
+  std::string d = Copy("utf8");
+  std::string m = ReadAll(d + "/manifest.json");
+  size_t at = m.find("nano-k3-s1");
+  ASSERT_NE(at, std::string::npos);
+  m[at] = '\xC0';  // an overlong lead byte
+  WriteAll(d + "/manifest.json", m);
+  Outcome o = RunEngine(d, 0);
+  EXPECT_EQ(o.open_rc, SPILL_E_FORMAT) << o.open_msg;
+  EXPECT_TRUE(Has(o.open_msg, "invalid UTF-8")) << o.open_msg;
 }
 
 }  // namespace

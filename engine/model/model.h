@@ -52,8 +52,8 @@ typedef struct spill_model_opts {
   int verify;      /* built-in source: crc32 every expert payload it reads */
   /* Trunk residency: 0 = read into anonymous memory (each tensor's crc32
    * checked), 1 = a read-only file-backed mapping of trunk.bin (evictable by
-   * the OS under pressure, re-read on fault; crc32s checked only with
-   * verify), 2 = read and mlock()ed (SPILL_E_NOMEM naming RLIMIT_MEMLOCK if
+   * the OS under pressure, re-read on fault; crc32s checked at open, one
+   * pass over the mapping), 2 = read and mlock()ed (SPILL_E_NOMEM naming RLIMIT_MEMLOCK if
    * the lock is refused). */
   int trunk_mode;
   /* Matvecs / LUT builds with fewer weight MACs run on the calling thread

@@ -314,8 +314,14 @@ int spill_model_load_weights(spill_model *m, spill_err *e) {
                   SPILL_E_FORMAT, "tensor %s: [%" PRIu64 ", +%" PRIu64 ") outside trunk.bin (%zu B)",
                   t->name, t->offset, t->bytes, m->trunk_bytes);
     if (m->trunk_mapped) {
-      if (m->o.verify && spill_crc32(0, m->trunk + t->offset, (size_t)t->bytes) != t->crc32)
-        return spill_err_set(e, SPILL_E_CHECKSUM, "trunk.bin: tensor %s: crc32 mismatch", t->name);
+      /* Checked at open in every trunk mode, like read and mlock (one
+       * sequential pass over the mapping, the bytes read mode reads anyway;
+       * the pages stay evictable afterwards), not only with verify. */
+      uint32_t crc = spill_crc32(0, m->trunk + t->offset, (size_t)t->bytes);
+      if (crc != t->crc32)
+        return spill_err_set(e, SPILL_E_CHECKSUM,
+                             "trunk.bin: tensor %s: crc32 mismatch (stored 0x%08x, computed "
+                             "0x%08x)", t->name, t->crc32, crc);
       continue;
     }
     SPILL_TRY(spill_container_read_tensor(&m->c, t, m->trunk + t->offset,

@@ -1,0 +1,90 @@
+#!/bin/bash
+# cli/reliability_cli_test.sh: issue 19's command-line regressions outside
+# the argument contract (cli_test.sh): listing refuted entries never writes
+# (item 10), `spill trace replay --tokens` outside the trace fails before
+# printing anything (item 12), a directory given as a config or prompt_file
+# is named as such (item 14), duplicate keys and invalid UTF-8 in a config are
+# refused (item 13), and `spill run` with a prompt over ctx prints the error
+# alone (item 14). Usage: reliability_cli_test.sh SPILL
+set -u
+spill=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+tmp=${TEST_TMPDIR:-/tmp}/rel_cli.$$
+mkdir -p "$tmp/cwd"
+cd "$tmp/cwd" || exit 1
+fails=0
+fail() {
+  echo "FAIL: $*" >&2
+  fails=$((fails + 1))
+}
+run() {
+  "$spill" "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  out=$(cat "$tmp/out")
+  err=$(cat "$tmp/err")
+}
+
+# item 10: `spill refuted list --dir DIR` reads only
+mkdir -p "$tmp/ref"
+printf 'my own notes\n' >"$tmp/ref/README.md"
+run refuted list --dir "$tmp/ref"
+[ "$rc" = 0 ] || fail "refuted list: exit $rc: $err"
+[ "$(cat "$tmp/ref/README.md")" = "my own notes" ] || fail "refuted list rewrote README.md"
+[ "$(ls "$tmp/ref")" = "README.md" ] || fail "refuted list wrote files: $(ls "$tmp/ref")"
+
+# item 12: a --tokens window past the end of the trace
+cat >"$tmp/t.jsonl" <<'T'
+{"tok": 1, "layers": [[1, 2], [0, 3]]}
+{"tok": 2, "layers": [[2, 3], [1, 3]]}
+{"tok": 3, "layers": [[1, 3], [0, 2]]}
+T
+run trace replay --policy lru --slots 2 "$tmp/t.jsonl"
+if [ "$rc" = 0 ]; then
+  for w in 1000: 2:1000 3:; do
+    run trace replay --policy lru --slots 2 --tokens "$w" "$tmp/t.jsonl"
+    [ "$rc" = 1 ] || fail "trace replay --tokens $w: exit $rc, want 1"
+    [ -z "$out" ] || fail "trace replay --tokens $w: printed before the error: ${out:0:80}"
+    [[ "$err" == *"outside the trace's 3 tokens"* ]] || fail "trace replay --tokens $w: ${err:0:120}"
+  done
+else
+  fail "trace replay on a 3-token trace: exit $rc: ${err:0:200}"
+fi
+
+# item 14: a directory as the config, as the prompt_file
+mkdir -p "$tmp/adir"
+run exp "$tmp/adir" --validate
+[ "$rc" != 0 ] || fail "spill exp DIR: exit 0"
+[[ "$err" == *"is a directory"* ]] || fail "spill exp DIR: ${err:0:160}"
+[[ "$err" != *"larger than"* ]] || fail "spill exp DIR said 'larger than'"
+run gen --preset nano "$tmp/nano"
+[ "$rc" = 0 ] || fail "gen: $err"
+cat >"$tmp/pf.json" <<J
+{"name": "pf", "model": "$tmp/nano", "workload": {"prompt_file": "$tmp/adir", "decode_tokens": 2}}
+J
+run exp "$tmp/pf.json" --validate
+[ "$rc" != 0 ] || fail "prompt_file DIR: exit 0"
+[[ "$err" == *"workload.prompt_file"*"is a directory"* ]] || fail "prompt_file DIR: ${err:0:160}"
+
+# item 13: duplicate keys, invalid UTF-8
+cat >"$tmp/dup.json" <<J
+{"name": "a", "name": "b", "model": "$tmp/nano", "workload": {"prompt": "x", "decode_tokens": 2}}
+J
+run exp "$tmp/dup.json" --validate
+[ "$rc" != 0 ] || fail "duplicate key: exit 0"
+[[ "$err" == *"name: duplicate key"* ]] || fail "duplicate key: ${err:0:160}"
+printf '{"name": "u", "model": "%s", "workload": {"prompt": "caf\xc3 x", "decode_tokens": 2}}\n' \
+  "$tmp/nano" >"$tmp/utf.json"
+run exp "$tmp/utf.json" --validate
+[ "$rc" != 0 ] || fail "invalid UTF-8: exit 0"
+[[ "$err" == *"invalid UTF-8"* ]] || fail "invalid UTF-8: ${err:0:160}"
+
+# item 14: a prompt over ctx: the error alone, no summary line first
+run run "$tmp/nano" "a prompt that is longer than eight tokens for sure" --ctx 8 -n 2
+[ "$rc" = 1 ] || fail "prompt over ctx: exit $rc"
+[[ "$err" == *"exceed ctx 8"* ]] || fail "prompt over ctx: ${err:0:160}"
+[[ "$err" != *"generated tokens"* ]] || fail "prompt over ctx: a summary was printed: ${err:0:160}"
+
+if [ "$fails" != 0 ]; then
+  echo "$fails failures" >&2
+  exit 1
+fi
+echo "ok"
