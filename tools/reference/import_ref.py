@@ -242,13 +242,15 @@ def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
         kv += [(a + ".expert_feed_forward_length", c["F"]), (a + ".feed_forward_length", 4 * c["F"])]
     else:
         kv += [(a + ".feed_forward_length", c["F"])]
-    kv += tokenizer_kvs()
+    if vocab:  # one token per embedding row, i32 token types: what llama.cpp loads
+        toks, merges = byte_level_vocab(c["V"])
+        kv += [("tokenizer.ggml.pre", "gpt-2"), ("tokenizer.ggml.tokens", toks),
+               ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)),
+               ("tokenizer.ggml.merges", merges)]
+    else:
+        kv += tokenizer_kvs()
     kv += [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
            ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", arch == "mixtral")]
-    if vocab:
-        toks, merges = byte_level_vocab(c["V"])
-        kv += [("tokenizer.ggml.tokens", toks), ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)),
-               ("tokenizer.ggml.merges", merges)]
     T = []
 
     def mat(name, arr):
