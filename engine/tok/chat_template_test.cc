@@ -172,6 +172,8 @@ TEST(ChatTemplateTest, WhitespaceControlAndScoping) {
       {"{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{% if i == 1 %}{% continue %}{% endif %}{{ i }}{% endfor %}",
        "02"},
       {"{{ x is defined }} {{ none is none }} {{ 'é' | length }} {{ 'ab' ~ 1 }}", "False True 1 ab1"},
+      // powers by squaring: exact up to 64 bits, odd exponents keep their sign
+      {"{{ 3 ** 39 }} {{ (-1) ** 101 }} {{ 2 ** 62 }} {{ 7 // -2 }}", "4052555153018976267 -1 4611686018427387904 -4"},
   };
   for (const auto &c : cases) {
     char *out = nullptr;
@@ -191,6 +193,15 @@ TEST(ChatTemplateTest, BadTemplatesGetNamedErrors) {
       {"{{ x.y }}", SPILL_E_CONFIG, "undefined"},
       {"{{ [1] | sort }}", SPILL_E_UNSUPPORTED, "sort"},
       {"{{ 1 + 'a' }}", SPILL_E_CONFIG, "operand"},
+      // jinja2's integers are unbounded, ours 64-bit: overflow is an error
+      // (the fuzzer found a signed-overflow UB here: fuzz/regressions/tok)
+      {"{{ 9223372036854775807 * 791024275 }}", SPILL_E_CONFIG, "integer overflow"},
+      {"{{ 9223372036854775807 + 1 }}", SPILL_E_CONFIG, "integer overflow"},
+      {"{{ -9223372036854775807 - 2 }}", SPILL_E_CONFIG, "integer overflow"},
+      {"{{ 3 ** 41 }}", SPILL_E_CONFIG, "integer overflow"},
+      {"{{ 11110000000000000000791024275 }}", SPILL_E_FORMAT, "64 bits"},
+      {"{{ 1e300 | int }}", SPILL_E_CONFIG, "64-bit"},
+      {"{{ '99999999999999999999' | int }}", SPILL_E_CONFIG, "64-bit"},
   };
   for (const auto &c : cases) {
     char *out = nullptr;

@@ -9,7 +9,9 @@
  * naming it, never silently.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -956,13 +958,19 @@ static int apply_filter(ev *E, const char *nm, jv v, args *A, jv *out) {
   }
   if (!strcmp(nm, "int")) {
     if (v.t == JV_INT) *out = v;
-    else if (v.t == JV_FLOAT) *out = jv_int((int64_t)v.u.f);
+    else if (v.t == JV_FLOAT) {
+      if (!(v.u.f > -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
+        return fail(E, SPILL_E_CONFIG, "int of %g: outside 64-bit integers", v.u.f);
+      *out = jv_int((int64_t)v.u.f);
+    }
     else if (v.t == JV_BOOL) *out = jv_int(v.u.b);
     else if (v.t == JV_STR) {
       char buf[64];
       snprintf(buf, sizeof buf, "%.*s", (int)(v.u.s->len < 60 ? v.u.s->len : 60), v.u.s->s);
       char *end;
+      errno = 0;
       long long x = strtoll(buf, &end, 10);
+      if (errno == ERANGE) return fail(E, SPILL_E_CONFIG, "int of '%s': outside 64-bit integers", buf);
       *out = jv_int(*end == 0 && end != buf ? x : 0);
     } else *out = jv_int(0);
     return SPILL_OK;
@@ -974,7 +982,10 @@ static int apply_filter(ev *E, const char *nm, jv v, args *A, jv *out) {
     return SPILL_OK;
   }
   if (!strcmp(nm, "abs")) {
-    if (v.t == JV_INT) *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    if (v.t == JV_INT) {
+      if (v.u.i == INT64_MIN) return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+      *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    }
     else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.u.f));
     else return fail(E, SPILL_E_CONFIG, "abs of a %s", type_name(v));
     return SPILL_OK;
@@ -1133,9 +1144,23 @@ static int binop(ev *E, int op, jv a, jv b, jv *out) {
   if (an && bn) {
     int ints = xint && yint;
     switch (op) {
-      case JOP_ADD: *out = ints ? jv_int(xi + yi) : jv_float(x + y); return SPILL_OK;
-      case JOP_SUB: *out = ints ? jv_int(xi - yi) : jv_float(x - y); return SPILL_OK;
-      case JOP_MUL: *out = ints ? jv_int(xi * yi) : jv_float(x * y); return SPILL_OK;
+      /* jinja2's integers are unbounded, ours 64-bit: an overflow is an
+       * error, never a wrapped (or undefined) value */
+      case JOP_ADD:
+      case JOP_SUB:
+      case JOP_MUL: {
+        if (!ints) {
+          *out = jv_float(op == JOP_ADD ? x + y : op == JOP_SUB ? x - y : x * y);
+          return SPILL_OK;
+        }
+        int64_t r;
+        int ovf = op == JOP_ADD   ? __builtin_add_overflow(xi, yi, &r)
+                  : op == JOP_SUB ? __builtin_sub_overflow(xi, yi, &r)
+                                  : __builtin_mul_overflow(xi, yi, &r);
+        if (ovf) return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+        *out = jv_int(r);
+        return SPILL_OK;
+      }
       case JOP_DIV:
         if (y == 0) return fail(E, SPILL_E_CONFIG, "division by zero");
         *out = jv_float(x / y);
@@ -1144,6 +1169,8 @@ static int binop(ev *E, int op, jv a, jv b, jv *out) {
       case JOP_MOD:
         if (y == 0) return fail(E, SPILL_E_CONFIG, "division by zero");
         if (ints) {
+          if (xi == INT64_MIN && yi == -1)
+            return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
           int64_t q = xi / yi, r = xi % yi;
           if (r != 0 && ((r < 0) != (yi < 0))) { q--; r += yi; }
           *out = jv_int(op == JOP_FDIV ? q : r);
@@ -1154,7 +1181,17 @@ static int binop(ev *E, int op, jv a, jv b, jv *out) {
         }
         return SPILL_OK;
       case JOP_POW:
-        if (ints && yi >= 0) { int64_t r = 1; for (int64_t k = 0; k < yi && k < 64; k++) r *= xi; *out = jv_int(r); }
+        if (ints && yi >= 0) { /* by squaring, every step checked */
+          int64_t r = 1, b = xi, k = yi;
+          while (k > 0) {
+            if ((k & 1) && __builtin_mul_overflow(r, b, &r))
+              return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+            k >>= 1;
+            if (k > 0 && __builtin_mul_overflow(b, b, &b))
+              return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+          }
+          *out = jv_int(r);
+        }
         else *out = jv_float(pow(x, y));
         return SPILL_OK;
       case JOP_LT: *out = jv_bool(x < y); return SPILL_OK;
@@ -1268,6 +1305,8 @@ static int eval(ev *E, const jnode *n, jv *out) {
     case JN_UN: {
       jv a;
       ETRY(eval(E, n->a, &a));
+      if (a.t == JV_INT && n->op == JOP_NEG && a.u.i == INT64_MIN)
+        return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
       if (a.t == JV_INT) *out = jv_int(n->op == JOP_NEG ? -a.u.i : a.u.i);
       else if (a.t == JV_FLOAT) *out = jv_float(n->op == JOP_NEG ? -a.u.f : a.u.f);
       else if (a.t == JV_BOOL) *out = jv_int(n->op == JOP_NEG ? -a.u.b : a.u.b);

@@ -12,6 +12,7 @@
  * Anything else (macro, call, include, extends, ...) is SPILL_E_UNSUPPORTED
  * naming the tag; syntax errors are SPILL_E_FORMAT with the line.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,7 +251,13 @@ static int next(parser *P) {
     buf[bn] = 0;
     P->tk = is_float ? 'f' : 'i';
     if (is_float) { P->tv.t = JV_FLOAT; P->tv.u.f = strtod(buf, NULL); }
-    else { P->tv.t = JV_INT; P->tv.u.i = strtoll(buf, NULL, 10); }
+    else {
+      /* jinja2 has unbounded integers; ours are 64-bit: refuse what does not fit */
+      errno = 0;
+      P->tv.t = JV_INT;
+      P->tv.u.i = strtoll(buf, NULL, 10);
+      if (errno == ERANGE) return perr(P, SPILL_E_FORMAT, "integer literal outside 64 bits", NULL);
+    }
     P->tl = (size_t)(P->p - P->ts);
     return SPILL_OK;
   }
