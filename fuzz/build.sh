@@ -32,6 +32,7 @@ SRCS=(
   harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
   harness/exp_files.c harness/exp_env.c harness/stats.c
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c
+  engine/quant/kernels_kquant_ref.c
   server/request_parse.c server/completion_text.c server/chat_prompt.c
   engine/tok/tok_bpe.c engine/tok/tok_gguf.c engine/tok/tok_hf.c engine/tok/tok_load.c
   engine/tok/tok_text.c engine/tok/chat_template.c engine/tok/jinja_parse.c engine/tok/jinja_eval.c

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "engine/import/source.h"
+#include "engine/quant/kernels_kquant.h"
 
 #include <errno.h>
 #include <math.h>
@@ -59,76 +60,8 @@ float spill_src_fp8_e4m3_to_f32(uint8_t b) {
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
-/* ggml get_scale_min_k4: 6-bit scale and min j (0..7) of a Q4_K/Q5_K block */
-static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-static void deq_q4_k(const uint8_t *b, float *y) {
-  const float d = spill_f16_to_f32(rd16(b)), min = spill_f16_to_f32(rd16(b + 2));
-  const uint8_t *sc = b + 4, *q = b + 16;
-  int is = 0;
-  for (int j = 0; j < 256; j += 64) {
-    uint8_t s, m;
-    scale_min_k4(is + 0, sc, &s, &m);
-    const float d1 = d * s, m1 = min * m;
-    scale_min_k4(is + 1, sc, &s, &m);
-    const float d2 = d * s, m2 = min * m;
-    for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
-    q += 32;
-    is += 2;
-  }
-}
-
-static void deq_q5_k(const uint8_t *b, float *y) {
-  const float d = spill_f16_to_f32(rd16(b)), min = spill_f16_to_f32(rd16(b + 2));
-  const uint8_t *sc = b + 4, *qh = b + 16, *ql = b + 48;
-  int is = 0;
-  uint8_t u1 = 1, u2 = 2;
-  for (int j = 0; j < 256; j += 64) {
-    uint8_t s, m;
-    scale_min_k4(is + 0, sc, &s, &m);
-    const float d1 = d * s, m1 = min * m;
-    scale_min_k4(is + 1, sc, &s, &m);
-    const float d2 = d * s, m2 = min * m;
-    for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-    for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-    ql += 32;
-    is += 2;
-    u1 = (uint8_t)(u1 << 2);
-    u2 = (uint8_t)(u2 << 2);
-  }
-}
-
-static void deq_q6_k(const uint8_t *b, float *y) {
-  const uint8_t *ql = b, *qh = b + 128;
-  const int8_t *sc = (const int8_t *)(b + 192);
-  const float d = spill_f16_to_f32(rd16(b + 208));
-  for (int n = 0; n < 256; n += 128) {
-    for (int l = 0; l < 32; l++) {
-      const int is = l / 16;
-      const int8_t q1 = (int8_t)((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int8_t q3 = (int8_t)((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int8_t q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      y[l + 0] = d * sc[is + 0] * q1;
-      y[l + 32] = d * sc[is + 2] * q2;
-      y[l + 64] = d * sc[is + 4] * q3;
-      y[l + 96] = d * sc[is + 6] * q4;
-    }
-    y += 128;
-    ql += 64;
-    qh += 32;
-    sc += 8;
-  }
-}
+/* K-quant blocks: the quant module's scalar dequantiser (ggml's operations
+ * in ggml's order), the same one the engine's kernels use */
 
 int spill_src_dequant(spill_src_dtype dt, const void *src, uint64_t n, float *dst, spill_err *e) {
   const uint8_t *s = src;
@@ -163,13 +96,13 @@ int spill_src_dequant(spill_src_dtype dt, const void *src, uint64_t n, float *ds
       }
       return SPILL_OK;
     case SPILL_SRC_Q4_K:
-      for (uint64_t b = 0; b < n / 256; b++) deq_q4_k(s + b * 144, dst + b * 256);
+      for (uint64_t b = 0; b < n / 256; b++) spill_k_kquant_dequant_block(SPILL_K_DT_Q4_K, s + b * 144, dst + b * 256);
       return SPILL_OK;
     case SPILL_SRC_Q5_K:
-      for (uint64_t b = 0; b < n / 256; b++) deq_q5_k(s + b * 176, dst + b * 256);
+      for (uint64_t b = 0; b < n / 256; b++) spill_k_kquant_dequant_block(SPILL_K_DT_Q5_K, s + b * 176, dst + b * 256);
       return SPILL_OK;
     case SPILL_SRC_Q6_K:
-      for (uint64_t b = 0; b < n / 256; b++) deq_q6_k(s + b * 210, dst + b * 256);
+      for (uint64_t b = 0; b < n / 256; b++) spill_k_kquant_dequant_block(SPILL_K_DT_Q6_K, s + b * 210, dst + b * 256);
       return SPILL_OK;
     default:
       return spill_err_set(e, SPILL_E_UNSUPPORTED, "source dtype not readable");
