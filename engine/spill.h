@@ -137,6 +137,10 @@ int spill_knob_is_bool_word(const char *v);
 /* Bytes from "512M", "8G", "1.5GiB", "123456" (K/M/G/T are powers of 1024);
  * 0 if s is not a positive size. */
 uint64_t spill_parse_size(const char *s);
+/* Offset of the first byte of s[0..n) that is not valid UTF-8 (RFC 3629: no
+ * overlongs, surrogates or code points past U+10FFFF), or n when all is: the
+ * check manifests get, for clients' own untrusted text (configs, prompts). */
+size_t spill_utf8_check(const char *s, size_t n);
 /* Names for reports. */
 const char *spill_storage_name(spill_storage s);
 const char *spill_trunk_mode_name(spill_trunk_mode t);

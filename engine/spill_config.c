@@ -17,6 +17,7 @@
 
 #include "engine/cache/cache_policy.h"
 #include "engine/plan/ram_plan.h"
+#include "engine/base/json_util.h"
 #include "engine/spill.h"
 
 /* How a row's value is stored in its struct. */
@@ -407,3 +408,4 @@ int spill_sampling_get(const spill_sampling *s, const char *key, char *buf, size
 }
 
 uint64_t spill_parse_size(const char *s) { return spill_plan_parse_size(s); }
+size_t spill_utf8_check(const char *s, size_t n) { return spill_json_utf8_check(s, n); }

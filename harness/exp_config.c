@@ -317,7 +317,7 @@ static int read_text_file(ctx *c, const char *p, const char *file, char **out) {
     free(buf);
     return fail(c, p, "\"%s\": empty", file);
   }
-  size_t bad = spill_exp_utf8_check(buf, n);
+  size_t bad = spill_utf8_check(buf, n);
   if (bad < n) {
     free(buf);
     return fail(c, p, "\"%s\": byte %zu: invalid UTF-8", file, bad);

@@ -197,31 +197,6 @@ int spill_exp_mkdirs(const char *dir, spill_err *e) {
   return SPILL_OK;
 }
 
-size_t spill_exp_utf8_check(const char *s, size_t n) {
-  const unsigned char *u = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = u[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    int k;
-    unsigned cp, min;
-    if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
-    else return i;
-    if (n - i <= (size_t)k) return i;
-    for (int j = 1; j <= k; j++) {
-      if ((u[i + j] & 0xC0) != 0x80) return i;
-      cp = cp << 6 | (u[i + j] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += (size_t)k + 1;
-  }
-  return n;
-}
 
 static int dup_keys(const cJSON *node, const char *path, int depth, const char *src, spill_err *e) {
   if (depth > 64) return spill_err_set(e, SPILL_E_CONFIG, "%s: %s: nested too deeply", src, path);
@@ -243,7 +218,7 @@ static int dup_keys(const cJSON *node, const char *path, int depth, const char *
 }
 
 int spill_exp_json_check(const char *text, const void *root, const char *source, spill_err *e) {
-  size_t n = strlen(text), bad = spill_exp_utf8_check(text, n);
+  size_t n = strlen(text), bad = spill_utf8_check(text, n);
   if (bad < n)
     return spill_err_set(e, SPILL_E_CONFIG, "%s: byte %zu: invalid UTF-8", source, bad);
   return root ? dup_keys((const cJSON *)root, "", 0, source, e) : SPILL_OK;

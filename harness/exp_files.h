@@ -44,8 +44,6 @@ int spill_exp_read_text(const char *file, size_t max, char **out, spill_err *e);
  * which copy wins). SPILL_E_CONFIG "<source>: byte N: invalid UTF-8" or
  * "<source>: <json path>: duplicate key". */
 int spill_exp_json_check(const char *text, const void *root, const char *source, spill_err *e);
-/* Offset of the first invalid UTF-8 byte of s[0..n), or n when valid. */
-size_t spill_exp_utf8_check(const char *s, size_t n);
 
 #ifdef __cplusplus
 }

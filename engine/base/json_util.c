@@ -210,3 +210,31 @@ int spill_write_file_atomic(const char *file, const void *data, size_t len, spil
   free(tmp);
   return SPILL_OK;
 }
+
+/* Offset of the first byte of s[0..n) that is not valid UTF-8 (RFC 3629:
+ * no overlongs, surrogates or code points past U+10FFFF), or n. */
+size_t spill_json_utf8_check(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = u[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    int k;
+    unsigned cp, min;
+    if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
+    else return i;
+    if (n - i <= (size_t)k) return i;
+    for (int j = 1; j <= k; j++) {
+      if ((u[i + j] & 0xC0) != 0x80) return i;
+      cp = cp << 6 | (u[i + j] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += (size_t)k + 1;
+  }
+  return n;
+}

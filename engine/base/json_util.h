@@ -58,6 +58,10 @@ int spill_read_file(const char *file, size_t max_bytes, char **out, size_t *len_
  * rename. On failure the old file (if any) is intact and the temp removed. */
 int spill_write_file_atomic(const char *file, const void *data, size_t len, spill_err *e);
 
+/* Offset of the first byte of s[0..n) that is not valid UTF-8 (RFC 3629: no
+ * overlongs, surrogates or code points past U+10FFFF), or n when all is. */
+size_t spill_json_utf8_check(const char *s, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -588,32 +588,6 @@ static int parse_root(const cJSON *root, spill_manifest *m, spill_err *e) {
   return parse_files(root, m, trunk_end, e);
 }
 
-/* Offset of the first byte of s[0..n) that is not valid UTF-8 (RFC 3629:
- * no overlongs, surrogates or code points past U+10FFFF), or n. */
-static size_t utf8_check(const unsigned char *u, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = u[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    int k;
-    unsigned cp, min;
-    if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
-    else return i;
-    if (n - i <= (size_t)k) return i;
-    for (int j = 1; j <= k; j++) {
-      if ((u[i + j] & 0xC0) != 0x80) return i;
-      cp = cp << 6 | (u[i + j] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += (size_t)k + 1;
-  }
-  return n;
-}
 
 int spill_manifest_parse(const char *json, size_t len, const char *src, spill_manifest *m,
                          spill_err *e) {
@@ -623,7 +597,7 @@ int spill_manifest_parse(const char *json, size_t len, const char *src, spill_ma
   SPILL_FAIL_IF(e, len > SPILL_MANIFEST_MAX_BYTES, F, "%s: %zu bytes exceeds the limit of %u", src,
                 len, SPILL_MANIFEST_MAX_BYTES);
   /* the manifest is UTF-8 (docs/FORMAT.md); names are copied into results */
-  size_t nul = strnlen(json, len), bad = utf8_check((const unsigned char *)json, nul);
+  size_t nul = strnlen(json, len), bad = spill_json_utf8_check(json, nul);
   SPILL_FAIL_IF(e, bad < nul, F, "%s: byte %zu: invalid UTF-8", src, bad);
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
