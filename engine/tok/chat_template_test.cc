@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/tok/spill_tok.h"
+#include "engine/tok/tok_corpus_test_util.h"
 
 namespace {
 
@@ -28,31 +29,6 @@ std::string Runfile(const std::string &rel) {
 std::string Slurp(const std::string &p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-std::string B64(const std::string &s) {
-  auto v = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  unsigned buf = 0;
-  int bits = 0;
-  for (char c : s) {
-    int x = v(c);
-    if (x < 0) continue;
-    buf = ((buf << 6) | (unsigned)x) & 0xffffu;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back((char)((buf >> bits) & 0xff));
-    }
-  }
-  return out;
 }
 
 struct Rendered {
@@ -84,7 +60,7 @@ std::vector<Rendered> OracleBatch(const std::string &dir) {
     std::string line = all.substr(i, j - i);
     i = j + 1;
     if (line.empty()) continue;
-    r.push_back({field(line, "template"), field(line, "context"), B64(field(line, "out")),
+    r.push_back({field(line, "template"), field(line, "context"), tok_test::Base64Decode(field(line, "out")),
                  line.find("\"ok\": true") != std::string::npos});
   }
   return r;
