@@ -528,19 +528,24 @@ int spill_exp_slurm_requeue_self(spill_err *e) {
   return SPILL_OK;
 }
 
+/* The results directory's config.json and its plan (units, cells); on
+ * success the caller frees cfg (spill_exp_config_free) and the plan. */
+static int load_dir_plan(const char *dir, spill_exp_config *cfg, plan *P, spill_err *e) {
+  char cf[1200];
+  snprintf(cf, sizeof cf, "%s/config.json", dir);
+  SPILL_TRY(spill_exp_config_load(cf, cfg, e));
+  int rc = plan_init(cfg, P, e);
+  if (rc < 0) spill_exp_config_free(cfg);
+  return rc;
+}
+
 int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, int *runs_done,
                          spill_err *e) {
   if (runs_done) *runs_done = 0;
-  char cf[1200];
-  snprintf(cf, sizeof cf, "%s/config.json", dir);
   spill_exp_config cfg;
-  SPILL_TRY(spill_exp_config_load(cf, &cfg, e));
   plan P;
-  int rc = plan_init(&cfg, &P, e);
-  if (rc < 0) {
-    spill_exp_config_free(&cfg);
-    return rc;
-  }
+  int rc = load_dir_plan(dir, &cfg, &P, e);
+  if (rc < 0) return rc;
   unsigned char *cells = calloc((size_t)P.n_cells, 1);
   if (!cells) rc = spill_err_set(e, SPILL_E_NOMEM, "slurm: no memory");
   else if (unit < 0 || unit >= P.n_units)
@@ -626,16 +631,10 @@ int spill_exp_slurm_merge(const char *dir, const char *refuted_dir, int no_refut
   if (verdict_out && verdict_n) verdict_out[0] = 0;
   if (refuted_entry_out && refuted_entry_n) refuted_entry_out[0] = 0;
   if (missing_out) *missing_out = 0;
-  char cf[1200];
-  snprintf(cf, sizeof cf, "%s/config.json", dir);
   spill_exp_config cfg;
-  SPILL_TRY(spill_exp_config_load(cf, &cfg, e));
   plan P;
-  int rc = plan_init(&cfg, &P, e);
-  if (rc < 0) {
-    spill_exp_config_free(&cfg);
-    return rc;
-  }
+  int rc = load_dir_plan(dir, &cfg, &P, e);
+  if (rc < 0) return rc;
   rc = load_rows(dir, &P, e);
   int missing = 0;
   size_t total = 1;
@@ -760,16 +759,11 @@ static int spec_has(const char *spec, int u) {
 int spill_exp_slurm_status(const char *dir, char **text_out, int *active_out, spill_err *e) {
   *text_out = NULL;
   if (active_out) *active_out = 0;
-  char f[1200];
-  snprintf(f, sizeof f, "%s/config.json", dir);
   spill_exp_config cfg;
-  SPILL_TRY(spill_exp_config_load(f, &cfg, e));
   plan P;
-  int rc = plan_init(&cfg, &P, e);
-  if (rc < 0) {
-    spill_exp_config_free(&cfg);
-    return rc;
-  }
+  int rc = load_dir_plan(dir, &cfg, &P, e);
+  if (rc < 0) return rc;
+  char f[1200];
   char **jobs = NULL;
   int nj = 0;
   snprintf(f, sizeof f, "%s/slurm/jobs.jsonl", dir);

@@ -60,7 +60,6 @@ def main():
         print("non-finite logits")
         return 1
     scale = np.abs(g).max()
-    rel = np.abs(s - g).max() / scale
     sa, ga = s.argmax(axis=1), g.argmax(axis=1)
     bad = np.nonzero(sa != ga)[0]
     d = np.abs(s - g).max(axis=1) / scale  # per position
