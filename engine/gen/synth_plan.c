@@ -540,10 +540,117 @@ void spill_gen_plan_full_free(spill_gen_plan_full *p) {
   memset(p, 0, sizeof *p);
 }
 
+/* The preset's shape with the caller's overrides (MoE layers, top-k,
+ * experts per layer); the twin's derivation fills sum. */
+static int plan_shape(const spill_gen_opts *o, int mix, gen_shape *s, spill_gen_summary *sum,
+                      spill_err *e) {
+  const char *preset = o->preset ? o->preset : "nano";
+  SPILL_FAIL_IF(e, (o->n_moe_layers > 0 || o->top_k > 0) && strcmp(preset, "nano") &&
+                       strcmp(preset, "mini"),
+                SPILL_E_CONFIG, "gen: MoE-layer and top-k overrides need preset nano or mini, not %s",
+                preset);
+  if (!strcmp(preset, "nano")) {
+    shape_nano(s, mix);
+  } else if (!strcmp(preset, "mini")) {
+    shape_mini(s, mix);
+  } else if (!strcmp(preset, "twin") || !strcmp(preset, "k3")) {
+    SPILL_TRY(plan_twin(o, mix, s, sum, e));
+  } else {
+    return spill_err_set(e, SPILL_E_CONFIG, "gen: unknown preset '%s' (nano, mini, twin)",
+                         preset);
+  }
+
+  if (o->n_moe_layers > 0 || o->top_k > 0) { /* shape overrides (spill gen --like-trace) */
+    if (o->n_moe_layers > 0) {
+      SPILL_FAIL_IF(e, o->n_moe_layers > SPILL_MAX_LAYERS - s->n_dense, SPILL_E_CONFIG,
+                    "gen: %d MoE layers: at most %d (with %d dense)", o->n_moe_layers,
+                    SPILL_MAX_LAYERS - s->n_dense, s->n_dense);
+      s->n_layers = s->n_dense + o->n_moe_layers;
+    }
+    if (o->top_k > 0) {
+      SPILL_FAIL_IF(e, o->top_k > SPILL_MAX_TOPK, SPILL_E_CONFIG, "gen: top_k %d: at most %d",
+                    o->top_k, SPILL_MAX_TOPK);
+      s->top_k = o->top_k;
+      SPILL_FAIL_IF(e, o->n_experts <= 0 && s->n_experts < s->top_k, SPILL_E_CONFIG,
+                    "gen: top_k %d exceeds the preset's %d experts (give experts too)", s->top_k,
+                    s->n_experts);
+    }
+  }
+  if (o->n_experts > 0) { /* override of the preset's experts per layer */
+    SPILL_FAIL_IF(e, o->n_experts < s->top_k || o->n_experts > SPILL_MAX_EXPERTS, SPILL_E_CONFIG,
+                  "gen: experts %d must be in [top_k %d, %d]", o->n_experts, s->top_k,
+                  SPILL_MAX_EXPERTS);
+    s->n_experts = o->n_experts;
+  }
+  return SPILL_OK;
+}
+
+/* One bank per MoE layer, and the generator JSON the container records. */
+static int plan_banks(const spill_gen_opts *o, const gen_shape *s, float skew, float spread,
+                      uint64_t disk, spill_gen_plan_full *p, spill_err *e) {
+  spill_manifest *m = &p->m;
+  const int n_moe = s->n_layers - s->n_dense;
+  m->banks = calloc((size_t)n_moe, sizeof *m->banks);
+  SPILL_FAIL_IF(e, !m->banks, SPILL_E_NOMEM, "gen: banks");
+  m->n_banks = n_moe;
+  for (int i = 0; i < n_moe; i++) {
+    spill_bank_info *b = &m->banks[i];
+    b->layer = s->n_dense + i;
+    snprintf(b->file, sizeof b->file, "experts-%03d.bin", b->layer);
+    b->n_experts = (uint32_t)s->n_experts;
+    b->record_bytes = m->record_bytes;
+    b->data_offset = SPILL_BANK_HEADER_BYTES;
+  }
+  char js[512];
+  snprintf(js, sizeof js,
+           "{\"preset\":\"%s\",\"attn_mix\":\"%s\",\"seed\":%" PRIu64
+           ",\"skew\":%.4f,\"bias_spread\":%.6f,\"trunk\":\"%s\",\"expert_dtype\":\"%s\",\"ram_bytes\":%" PRIu64
+           ",\"disk_bytes\":%" PRIu64 "}",
+           s->name, o->attn_mix ? o->attn_mix : "k3", o->seed, (double)skew, (double)spread,
+           o->trunk == SPILL_GEN_TRUNK_Q4 ? "q4" : "f32", spill_dtype_name(m->expert_dtype),
+           p->sum.ram_bytes, disk);
+  m->generator_json = strdup(js);
+  SPILL_FAIL_IF(e, !m->generator_json, SPILL_E_NOMEM, "gen: generator json");
+  return SPILL_OK;
+}
+
+/* Sizes of the plan and the summary line spill gen prints. */
+static void plan_summarize(const gen_shape *s, uint64_t trunk, int n_tensors,
+                           spill_gen_plan_full *p) {
+  const spill_manifest *m = &p->m;
+  spill_gen_summary *sum = &p->sum;
+  const int n_moe = s->n_layers - s->n_dense;
+  sum->trunk_bytes = trunk;
+  sum->record_bytes = m->record_bytes;
+  sum->ws_bytes = m->record_bytes * (uint64_t)s->top_k * (uint64_t)n_moe;
+  sum->expert_bytes = (uint64_t)n_moe * (SPILL_BANK_HEADER_BYTES +
+                                         (uint64_t)s->n_experts * m->record_bytes);
+  sum->container_bytes = trunk + sum->expert_bytes + manifest_estimate(n_tensors, n_moe);
+  if (sum->ram_bytes) {
+    sum->trunk_frac = (double)trunk / (double)sum->ram_bytes;
+    sum->ws_frac = (double)sum->ws_bytes / (double)sum->ram_bytes;
+  }
+  size_t used = strlen(sum->text);
+  char tb[32], wb[32], cb[32];
+  snprintf(
+      sum->text + used, sizeof sum->text - used,
+      "%s: %d layers (%d dense), d_model %d, vocab %d, %d experts/layer top-%d, d_expert %d, "
+      "d_latent %d, %d shared; record %" PRIu64 " B, trunk %s, per-token experts %s, "
+      "container ~%s%s",
+      m->name, s->n_layers, s->n_dense, s->d_model, s->vocab, s->n_experts, s->top_k,
+      s->d_expert, s->d_latent, s->n_shared, m->record_bytes, human(trunk, tb),
+      human(sum->ws_bytes, wb), human(sum->container_bytes, cb), sum->ram_bytes ? "" : "\n");
+  if (sum->ram_bytes) {
+    used = strlen(sum->text);
+    snprintf(sum->text + used, sizeof sum->text - used,
+             " (trunk %.1f%%, working set %.1f%% of RAM)\n", 100 * sum->trunk_frac,
+             100 * sum->ws_frac);
+  }
+}
+
 int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, spill_err *e) {
   memset(p, 0, sizeof *p);
   SPILL_FAIL_IF(e, !o, SPILL_E_INVALID_ARG, "gen: no options");
-  const char *preset = o->preset ? o->preset : "nano";
   int mix = parse_mix(o->attn_mix);
   SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, mla, kda, gqa)",
                 o->attn_mix);
@@ -559,45 +666,7 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   const float skew = (float)(o->skew < 0 ? SPILL_GEN_DEFAULT_SKEW : o->skew);
   gen_shape s;
   memset(&s, 0, sizeof s);
-  spill_gen_summary *sum = &p->sum;
-  memset(sum, 0, sizeof *sum);
-  SPILL_FAIL_IF(e, (o->n_moe_layers > 0 || o->top_k > 0) && strcmp(preset, "nano") &&
-                       strcmp(preset, "mini"),
-                SPILL_E_CONFIG, "gen: MoE-layer and top-k overrides need preset nano or mini, not %s",
-                preset);
-  if (!strcmp(preset, "nano")) {
-    shape_nano(&s, mix);
-  } else if (!strcmp(preset, "mini")) {
-    shape_mini(&s, mix);
-  } else if (!strcmp(preset, "twin") || !strcmp(preset, "k3")) {
-    SPILL_TRY(plan_twin(o, mix, &s, sum, e));
-  } else {
-    return spill_err_set(e, SPILL_E_CONFIG, "gen: unknown preset '%s' (nano, mini, twin)",
-                         preset);
-  }
-
-  if (o->n_moe_layers > 0 || o->top_k > 0) { /* shape overrides (spill gen --like-trace) */
-    if (o->n_moe_layers > 0) {
-      SPILL_FAIL_IF(e, o->n_moe_layers > SPILL_MAX_LAYERS - s.n_dense, SPILL_E_CONFIG,
-                    "gen: %d MoE layers: at most %d (with %d dense)", o->n_moe_layers,
-                    SPILL_MAX_LAYERS - s.n_dense, s.n_dense);
-      s.n_layers = s.n_dense + o->n_moe_layers;
-    }
-    if (o->top_k > 0) {
-      SPILL_FAIL_IF(e, o->top_k > SPILL_MAX_TOPK, SPILL_E_CONFIG, "gen: top_k %d: at most %d",
-                    o->top_k, SPILL_MAX_TOPK);
-      s.top_k = o->top_k;
-      SPILL_FAIL_IF(e, o->n_experts <= 0 && s.n_experts < s.top_k, SPILL_E_CONFIG,
-                    "gen: top_k %d exceeds the preset's %d experts (give experts too)", s.top_k,
-                    s.n_experts);
-    }
-  }
-  if (o->n_experts > 0) { /* override of the preset's experts per layer */
-    SPILL_FAIL_IF(e, o->n_experts < s.top_k || o->n_experts > SPILL_MAX_EXPERTS, SPILL_E_CONFIG,
-                  "gen: experts %d must be in [top_k %d, %d]", o->n_experts, s.top_k,
-                  SPILL_MAX_EXPERTS);
-    s.n_experts = o->n_experts;
-  }
+  SPILL_TRY(plan_shape(o, mix, &s, &p->sum, e));
   float cal = 0.0f;
   if (!s.softmax_router && s.n_layers > s.n_dense)
     SPILL_TRY(spill_gen_calibrate_bias(s.n_experts, s.top_k, &cal, e));
@@ -623,32 +692,7 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   if (rc == SPILL_OK)
     rc = spill_record_layout(&m->arch, edt, m->expert_group, m->sect, &m->payload_bytes,
                              &m->record_bytes, e);
-  const int n_moe = s.n_layers - s.n_dense;
-  if (rc == SPILL_OK) {
-    m->banks = calloc((size_t)n_moe, sizeof *m->banks);
-    if (!m->banks) rc = spill_err_set(e, SPILL_E_NOMEM, "gen: banks");
-  }
-  if (rc == SPILL_OK) {
-    m->n_banks = n_moe;
-    for (int i = 0; i < n_moe; i++) {
-      spill_bank_info *b = &m->banks[i];
-      b->layer = s.n_dense + i;
-      snprintf(b->file, sizeof b->file, "experts-%03d.bin", b->layer);
-      b->n_experts = (uint32_t)s.n_experts;
-      b->record_bytes = m->record_bytes;
-      b->data_offset = SPILL_BANK_HEADER_BYTES;
-    }
-    char js[512];
-    snprintf(js, sizeof js,
-             "{\"preset\":\"%s\",\"attn_mix\":\"%s\",\"seed\":%" PRIu64
-             ",\"skew\":%.4f,\"bias_spread\":%.6f,\"trunk\":\"%s\",\"expert_dtype\":\"%s\",\"ram_bytes\":%" PRIu64
-             ",\"disk_bytes\":%" PRIu64 "}",
-             s.name, o->attn_mix ? o->attn_mix : "k3", o->seed, (double)skew, (double)(skew * cal),
-             o->trunk == SPILL_GEN_TRUNK_Q4 ? "q4" : "f32", spill_dtype_name(edt),
-             sum->ram_bytes, disk);
-    m->generator_json = strdup(js);
-    if (!m->generator_json) rc = spill_err_set(e, SPILL_E_NOMEM, "gen: generator json");
-  }
+  if (rc == SPILL_OK) rc = plan_banks(o, &s, skew, skew * cal, disk, p, e);
   if (rc != SPILL_OK) {
     spill_gen_plan_full_free(p);
     return rc;
@@ -663,33 +707,7 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
    * expert writes the residual stream directly */
   p->expert_sigma_out = (1.0f / 0.6f) / sqrtf((float)s.d_expert) *
                         (s.d_latent > 0 ? 1.0f : 2.0f / sqrtf(2.0f * (float)s.n_layers));
-
-  sum->trunk_bytes = trunk;
-  sum->record_bytes = m->record_bytes;
-  sum->ws_bytes = m->record_bytes * (uint64_t)s.top_k * (uint64_t)n_moe;
-  sum->expert_bytes = (uint64_t)n_moe * (SPILL_BANK_HEADER_BYTES +
-                                         (uint64_t)s.n_experts * m->record_bytes);
-  sum->container_bytes = trunk + sum->expert_bytes + manifest_estimate(tl.n, n_moe);
-  if (sum->ram_bytes) {
-    sum->trunk_frac = (double)trunk / (double)sum->ram_bytes;
-    sum->ws_frac = (double)sum->ws_bytes / (double)sum->ram_bytes;
-  }
-  size_t used = strlen(sum->text);
-  char tb[32], wb[32], cb[32];
-  snprintf(
-      sum->text + used, sizeof sum->text - used,
-      "%s: %d layers (%d dense), d_model %d, vocab %d, %d experts/layer top-%d, d_expert %d, "
-      "d_latent %d, %d shared; record %" PRIu64 " B, trunk %s, per-token experts %s, "
-      "container ~%s%s",
-      m->name, s.n_layers, s.n_dense, s.d_model, s.vocab, s.n_experts, s.top_k, s.d_expert,
-      s.d_latent, s.n_shared, m->record_bytes, human(trunk, tb), human(sum->ws_bytes, wb),
-      human(sum->container_bytes, cb), sum->ram_bytes ? "" : "\n");
-  if (sum->ram_bytes) {
-    used = strlen(sum->text);
-    snprintf(sum->text + used, sizeof sum->text - used,
-             " (trunk %.1f%%, working set %.1f%% of RAM)\n", 100 * sum->trunk_frac,
-             100 * sum->ws_frac);
-  }
+  plan_summarize(&s, trunk, tl.n, p);
   return SPILL_OK;
 }
 

@@ -342,143 +342,177 @@ static void retry_deferred(sim *s, uint32_t li, uint32_t from, uint32_t nu, doub
   sort_ready(s, from, nu);
 }
 
+/* Trunk pieces of layer li: touched when the layer runs; returns the
+ * compute-thread paging time. */
+static double touch_trunk(sim *s, uint32_t li, uint32_t L) {
+  double tt = 0;
+  if (!s->mem_on) return 0;
+  uint32_t p0 = (uint32_t)((uint64_t)li * s->pieces / L);
+  uint32_t p1 = (uint32_t)((uint64_t)(li + 1) * s->pieces / L);
+  for (uint32_t p = p0; p < p1; p++) {
+    double pc = touch(s, p);
+    tt += pc;
+    if (s->counting) s->paging_s += pc;
+  }
+  return tt;
+}
+
+/* Distinct ids of layer li over tokens [t0, t0 + T) in first-use order,
+ * with their use counts (s->uniq, s->uses); returns their number. */
+static uint32_t distinct_ids(sim *s, uint32_t t0, uint32_t T, uint32_t li) {
+  const spill_trace *t = s->t;
+  uint32_t nu = 0;
+  memset(s->stamp, 0, t->n_experts);
+  for (uint32_t k = 0; k < T; k++) {
+    const uint32_t *ids = spill_trace_ids(t, t0 + k, li);
+    for (uint32_t j = 0; j < t->top_k; j++) {
+      uint32_t id = ids[j];
+      if (!s->stamp[id]) {
+        s->stamp[id] = 1;
+        s->uniq[nu] = id;
+        s->uses[nu] = 0;
+        nu++;
+      }
+      for (uint32_t q = 0; q < nu; q++)
+        if (s->uniq[q] == id) {
+          s->uses[q]++;
+          break;
+        }
+    }
+  }
+  return nu;
+}
+
+/* The demand requests of layer li at time tt: hits, reads, deferrals. */
+static void demand(sim *s, uint32_t li, uint32_t nu, double tt) {
+  const spill_sim_config *c = s->c;
+  const uint32_t E = s->t->n_experts;
+  uint32_t layer = s->t->layer_ids[li];
+  for (uint32_t q = 0; q < nu; q++) {
+    spill_cache_entry *ent = NULL;
+    int out = spill_cache_acquire(s->cache, layer, s->uniq[q], &ent);
+    size_t key = (size_t)li * E + s->uniq[q];
+    s->ents[q] = ent;
+    s->qflag[q] = 0;
+    if (out == SPILL_CACHE_HIT) {
+      s->ready[q] = s->ready_t[key] > tt ? s->ready_t[key] : tt;
+      /* a hit on a prefetch not yet reaped waits for that read's
+       * completion like a miss; any other hit is handed over at once */
+      if (!pending_has(s, ent)) s->qflag[q] = Q_HANDED;
+    } else if (out == SPILL_CACHE_INSERTED) {
+      /* a read into an evicted slot faults it in on the reader thread:
+       * it delays that read (seen as stall), not the compute thread */
+      double wcost = touch(s, s->pieces + ent->slot);
+      s->ready[q] = reader_issue(s, tt, wcost);
+      s->ready_t[key] = s->ready[q];
+      spill_cache_ready(s->cache, ent, c->record_bytes);
+    } else {
+      /* every slot pinned: the stream defers the read until the layer's
+       * other experts are consumed (their pins gone), then claims again */
+      s->ready[q] = INFINITY;
+      s->qflag[q] = Q_DEFERRED;
+    }
+  }
+}
+
+/* Decode lookahead from layer li for layer li + 1 of token t0, queued behind
+ * this layer's reads (issued at tt). */
+static int lookahead(sim *s, uint32_t t0, uint32_t li, const preds *pr, double tt,
+                     spill_err *e) {
+  const spill_sim_config *c = s->c;
+  const spill_trace *t = s->t;
+  const uint32_t L = t->n_layers, K = t->top_k, E = t->n_experts;
+  uint32_t pid[SPILL_SIM_MAX_RANKS > 64 ? SPILL_SIM_MAX_RANKS : 64];
+  uint32_t np = 0;
+  if (c->la_source == SPILL_SIM_LA_TRACE) {
+    size_t at = (size_t)t0 * L + li + 1;
+    np = pr->n[at];
+    memcpy(pid, pr->ids + at * pr->w, np * sizeof *pid);
+  } else {
+    np = predict(s, t0, li + 1, pid);
+  }
+  if (s->counting) {
+    const uint32_t *act = spill_trace_ids(t, t0, li + 1);
+    for (uint32_t i = 0; i < np; i++)
+      for (uint32_t j = 0; j < K; j++) s->la_correct += act[j] == pid[i];
+    s->la_pred += np;
+  }
+  uint32_t nlayer = t->layer_ids[li + 1];
+  for (uint32_t i = 0; i < np; i++) {
+    if (spill_cache_contains(s->cache, nlayer, pid[i])) continue;
+    spill_cache_entry *ent = NULL;
+    if (spill_cache_claim(s->cache, nlayer, pid[i], SPILL_CACHE_SPECULATIVE, &ent) !=
+        SPILL_CACHE_INSERTED)
+      continue;
+    double wcost = touch(s, s->pieces + ent->slot);
+    double done = reader_issue(s, tt, wcost);
+    if (s->counting) s->bytes_spec += c->record_bytes;
+    s->ready_t[(size_t)(li + 1) * E + pid[i]] = done;
+    spill_cache_ready(s->cache, ent, c->record_bytes);
+    if (s->n_pending == s->cap_pending) {
+      uint32_t nc = s->cap_pending ? 2 * s->cap_pending : 256;
+      pend *np2 = realloc(s->pending, nc * sizeof *np2);
+      SPILL_FAIL_IF(e, !np2, SPILL_E_NOMEM, "sim: out of memory");
+      s->pending = np2;
+      s->cap_pending = nc;
+    }
+    s->pending[s->n_pending++] = (pend){ent, done};
+  }
+  return SPILL_OK;
+}
+
+/* Layer li's experts in arrival order from time tt: waits for reads (I/O
+ * stall), computes each; returns the time after the last one. */
+static double consume(sim *s, uint32_t li, uint32_t nu, double tt) {
+  const spill_sim_config *c = s->c;
+  for (uint32_t q = 0; q < nu; q++) s->order[q] = q;
+  sort_ready(s, 0, nu);
+  double reaped = -INFINITY; /* time of the layer's last reap */
+  for (uint32_t a = 0; a < nu; a++) {
+    uint32_t q = s->order[a];
+    if (s->qflag[q] & Q_DEFERRED) {
+      retry_deferred(s, li, a, nu, tt);
+      q = s->order[a];
+    }
+    /* the stream reaps completions only when its ready queue is empty:
+     * at max(now, this read's completion) it takes every read landed by
+     * then, and prefetches release their pins there, not when they land */
+    if (!(s->qflag[q] & Q_HANDED) && !(s->ready[q] <= reaped)) {
+      reaped = s->ready[q] > tt ? s->ready[q] : tt;
+      settle(s, reaped);
+    }
+    if (s->ready[q] > tt) {
+      if (s->counting) s->stall_s += s->ready[q] - tt;
+      tt = s->ready[q];
+    }
+    if (s->ents[q] && s->mem_on) {
+      double pc = touch(s, s->pieces + s->ents[q]->slot); /* reading the slot */
+      tt += pc;
+      if (s->counting) s->paging_s += pc;
+    }
+    tt += c->t_expert_s * s->uses[q];
+    if (s->ents[q]) spill_cache_release(s->cache, s->ents[q]);
+    s->ents[q] = NULL;
+  }
+  return tt;
+}
+
 /* One forward call over tokens [t0, t0 + T) (one decode token, or a prefill
  * chunk: layer-major, no lookahead). Advances *now. */
 static int forward(sim *s, uint32_t t0, uint32_t T, int decode, const preds *pr, double *now,
                    spill_err *e) {
   const spill_sim_config *c = s->c;
-  const spill_trace *t = s->t;
-  const uint32_t L = t->n_layers, K = t->top_k, E = t->n_experts;
+  const uint32_t L = s->t->n_layers;
   double tt = *now;
   for (uint32_t li = 0; li < L; li++) {
     /* trunk pieces of this layer, then the compute before the request */
-    if (s->mem_on) {
-      uint32_t p0 = (uint32_t)((uint64_t)li * s->pieces / L);
-      uint32_t p1 = (uint32_t)((uint64_t)(li + 1) * s->pieces / L);
-      for (uint32_t p = p0; p < p1; p++) {
-        double pc = touch(s, p);
-        tt += pc;
-        if (s->counting) s->paging_s += pc;
-      }
-    }
-    double pre = c->t_layer_s * (1 - c->layer_overlap) * T;
-    tt += pre;
-    /* distinct ids in first-use order */
-    uint32_t nu = 0;
-    memset(s->stamp, 0, E);
-    for (uint32_t k = 0; k < T; k++) {
-      const uint32_t *ids = spill_trace_ids(t, t0 + k, li);
-      for (uint32_t j = 0; j < K; j++) {
-        uint32_t id = ids[j];
-        if (!s->stamp[id]) {
-          s->stamp[id] = 1;
-          s->uniq[nu] = id;
-          s->uses[nu] = 0;
-          nu++;
-        }
-        for (uint32_t q = 0; q < nu; q++)
-          if (s->uniq[q] == id) {
-            s->uses[q]++;
-            break;
-          }
-      }
-    }
-    uint32_t layer = t->layer_ids[li];
-    for (uint32_t q = 0; q < nu; q++) {
-      spill_cache_entry *ent = NULL;
-      int out = spill_cache_acquire(s->cache, layer, s->uniq[q], &ent);
-      size_t key = (size_t)li * E + s->uniq[q];
-      s->ents[q] = ent;
-      s->qflag[q] = 0;
-      if (out == SPILL_CACHE_HIT) {
-        s->ready[q] = s->ready_t[key] > tt ? s->ready_t[key] : tt;
-        /* a hit on a prefetch not yet reaped waits for that read's
-         * completion like a miss; any other hit is handed over at once */
-        if (!pending_has(s, ent)) s->qflag[q] = Q_HANDED;
-      } else if (out == SPILL_CACHE_INSERTED) {
-        /* a read into an evicted slot faults it in on the reader thread:
-         * it delays that read (seen as stall), not the compute thread */
-        double wcost = touch(s, s->pieces + ent->slot);
-        s->ready[q] = reader_issue(s, tt, wcost);
-        s->ready_t[key] = s->ready[q];
-        spill_cache_ready(s->cache, ent, c->record_bytes);
-      } else {
-        /* every slot pinned: the stream defers the read until the layer's
-         * other experts are consumed (their pins gone), then claims again */
-        s->ready[q] = INFINITY;
-        s->qflag[q] = Q_DEFERRED;
-      }
-    }
-    /* lookahead for the next layer, queued behind this layer's reads */
-    if (decode && c->la_width > 0 && li + 1 < L) {
-      uint32_t pid[SPILL_SIM_MAX_RANKS > 64 ? SPILL_SIM_MAX_RANKS : 64];
-      uint32_t np = 0;
-      if (c->la_source == SPILL_SIM_LA_TRACE) {
-        size_t at = (size_t)t0 * L + li + 1;
-        np = pr->n[at];
-        memcpy(pid, pr->ids + at * pr->w, np * sizeof *pid);
-      } else {
-        np = predict(s, t0, li + 1, pid);
-      }
-      if (s->counting) {
-        const uint32_t *act = spill_trace_ids(t, t0, li + 1);
-        for (uint32_t i = 0; i < np; i++)
-          for (uint32_t j = 0; j < K; j++) s->la_correct += act[j] == pid[i];
-        s->la_pred += np;
-      }
-      uint32_t nlayer = t->layer_ids[li + 1];
-      for (uint32_t i = 0; i < np; i++) {
-        if (spill_cache_contains(s->cache, nlayer, pid[i])) continue;
-        spill_cache_entry *ent = NULL;
-        if (spill_cache_claim(s->cache, nlayer, pid[i], SPILL_CACHE_SPECULATIVE, &ent) !=
-            SPILL_CACHE_INSERTED)
-          continue;
-        double wcost = touch(s, s->pieces + ent->slot);
-        double done = reader_issue(s, tt, wcost);
-        if (s->counting) s->bytes_spec += c->record_bytes;
-        s->ready_t[(size_t)(li + 1) * E + pid[i]] = done;
-        spill_cache_ready(s->cache, ent, c->record_bytes);
-        if (s->n_pending == s->cap_pending) {
-          uint32_t nc = s->cap_pending ? 2 * s->cap_pending : 256;
-          pend *np2 = realloc(s->pending, nc * sizeof *np2);
-          SPILL_FAIL_IF(e, !np2, SPILL_E_NOMEM, "sim: out of memory");
-          s->pending = np2;
-          s->cap_pending = nc;
-        }
-        s->pending[s->n_pending++] = (pend){ent, done};
-      }
-    }
+    tt += touch_trunk(s, li, L);
+    tt += c->t_layer_s * (1 - c->layer_overlap) * T;
+    uint32_t nu = distinct_ids(s, t0, T, li);
+    demand(s, li, nu, tt);
+    if (decode && c->la_width > 0 && li + 1 < L) SPILL_TRY(lookahead(s, t0, li, pr, tt, e));
     tt += c->t_layer_s * c->layer_overlap * T;
-    /* experts in arrival order */
-    for (uint32_t q = 0; q < nu; q++) s->order[q] = q;
-    sort_ready(s, 0, nu);
-    double reaped = -INFINITY; /* time of the layer's last reap */
-    for (uint32_t a = 0; a < nu; a++) {
-      uint32_t q = s->order[a];
-      if (s->qflag[q] & Q_DEFERRED) {
-        retry_deferred(s, li, a, nu, tt);
-        q = s->order[a];
-      }
-      /* the stream reaps completions only when its ready queue is empty:
-       * at max(now, this read's completion) it takes every read landed by
-       * then, and prefetches release their pins there, not when they land */
-      if (!(s->qflag[q] & Q_HANDED) && !(s->ready[q] <= reaped)) {
-        reaped = s->ready[q] > tt ? s->ready[q] : tt;
-        settle(s, reaped);
-      }
-      if (s->ready[q] > tt) {
-        if (s->counting) s->stall_s += s->ready[q] - tt;
-        tt = s->ready[q];
-      }
-      if (s->ents[q] && s->mem_on) {
-        double pc = touch(s, s->pieces + s->ents[q]->slot); /* reading the slot */
-        tt += pc;
-        if (s->counting) s->paging_s += pc;
-      }
-      tt += c->t_expert_s * s->uses[q];
-      if (s->ents[q]) spill_cache_release(s->cache, s->ents[q]);
-      s->ents[q] = NULL;
-    }
+    tt = consume(s, li, nu, tt);
   }
   tt += c->t_token_s * T;
   *now = tt;
@@ -506,6 +540,75 @@ static void sim_free(sim *s) {
   free(s->order);
   free(s->stamp);
   free(s->qflag);
+}
+
+/* The memory model (machine.ram): the trunk pieces and the slots as units
+ * of one LRU, the trunk loaded at open. */
+static int mem_init(sim *s, uint64_t slots, uint64_t fixed, spill_sim_result *r, spill_err *e) {
+  const spill_sim_config *c = s->c;
+  const uint32_t L = s->t->n_layers;
+  uint64_t hot = fixed > c->trunk_bytes ? fixed - c->trunk_bytes : 0; /* state + scratch */
+  uint64_t avail = c->ram_bytes - c->reserved_bytes - c->extra_bytes;
+  s->mem_on = 1;
+  s->pieces = c->trunk_pieces ? c->trunk_pieces : L;
+  if (!c->trunk_bytes) s->pieces = 0;
+  unitlist *u = &s->u;
+  u->n = s->pieces + (uint32_t)slots;
+  u->cap = avail > hot ? avail - hot : 0;
+  u->prev = malloc(u->n * sizeof *u->prev);
+  u->next = malloc(u->n * sizeof *u->next);
+  u->bytes = malloc(u->n * sizeof *u->bytes);
+  u->resident = calloc(u->n, 1);
+  u->touched = calloc(u->n, 1);
+  u->evictable = calloc(u->n, 1);
+  if (!u->prev || !u->next || !u->bytes || !u->resident || !u->touched || !u->evictable)
+    return spill_err_set(e, SPILL_E_NOMEM, "sim: out of memory");
+  spill_cache_list_init(&u->lru);
+  for (uint32_t i = 0; i < u->n; i++) {
+    u->prev[i] = u->next[i] = SPILL_CACHE_NIL;
+    if (i < s->pieces) {
+      u->bytes[i] = c->trunk_bytes / s->pieces + (i < c->trunk_bytes % s->pieces);
+      u->evictable[i] = c->trunk_file || c->swap;
+    } else {
+      u->bytes[i] = c->record_bytes;
+      u->evictable[i] = (uint8_t)c->swap;
+    }
+  }
+  /* the trunk is loaded at open: resident, in layer order */
+  for (uint32_t i = 0; i < s->pieces; i++) touch(s, i);
+  uint64_t engine = c->trunk_bytes + (uint64_t)slots * c->record_bytes;
+  r->over_bytes = engine > u->cap ? engine - u->cap : 0;
+  uint64_t anon = (uint64_t)slots * c->record_bytes + (c->trunk_file ? 0 : c->trunk_bytes);
+  if (!c->swap && anon > u->cap) u->oom = 1;
+  return SPILL_OK;
+}
+
+/* The decode figures of one budget from the counters of the walk. */
+static void fill_result(const sim *s, const spill_cache_counters *acc, uint32_t n_decode,
+                        double t_decode, spill_sim_result *r) {
+  r->tokens = n_decode;
+  r->hits = acc->demand_hits;
+  r->misses = acc->demand_misses;
+  r->accesses = r->hits + r->misses;
+  r->hit_rate = r->accesses ? (double)r->hits / (double)r->accesses : 0;
+  r->spec_issued = acc->spec_issued;
+  r->spec_used = acc->spec_used;
+  r->spec_wasted = acc->spec_wasted;
+  r->reads = s->reads;
+  r->bytes_read = s->bytes_read;
+  r->bytes_read_spec = s->bytes_spec;
+  r->la_predicted = s->la_pred;
+  r->la_correct = s->la_correct;
+  r->oom = s->u.oom;
+  if (n_decode) {
+    r->s_per_token = t_decode / n_decode;
+    r->tok_per_s = r->s_per_token > 0 && !r->oom ? 1.0 / r->s_per_token : 0;
+    r->io_stall_s = s->stall_s / n_decode;
+    r->paging_s = s->paging_s / n_decode;
+    r->pagein_bytes = s->pagein_bytes / n_decode;
+    r->faults = s->faults / n_decode;
+    r->compute_s = r->s_per_token - r->io_stall_s - r->paging_s;
+  }
 }
 
 static int run_budget(const spill_sim_config *c, const spill_trace *t, const preds *pr,
@@ -545,42 +648,9 @@ static int run_budget(const spill_sim_config *c, const spill_trace *t, const pre
     return spill_err_set(e, SPILL_E_NOMEM, "sim: out of memory");
   }
   /* memory model */
-  if (c->ram_bytes) {
-    uint64_t hot = fixed > c->trunk_bytes ? fixed - c->trunk_bytes : 0; /* state + scratch */
-    uint64_t avail = c->ram_bytes - c->reserved_bytes - c->extra_bytes;
-    s.mem_on = 1;
-    s.pieces = c->trunk_pieces ? c->trunk_pieces : L;
-    if (!c->trunk_bytes) s.pieces = 0;
-    unitlist *u = &s.u;
-    u->n = s.pieces + (uint32_t)slots;
-    u->cap = avail > hot ? avail - hot : 0;
-    u->prev = malloc(u->n * sizeof *u->prev);
-    u->next = malloc(u->n * sizeof *u->next);
-    u->bytes = malloc(u->n * sizeof *u->bytes);
-    u->resident = calloc(u->n, 1);
-    u->touched = calloc(u->n, 1);
-    u->evictable = calloc(u->n, 1);
-    if (!u->prev || !u->next || !u->bytes || !u->resident || !u->touched || !u->evictable) {
-      sim_free(&s);
-      return spill_err_set(e, SPILL_E_NOMEM, "sim: out of memory");
-    }
-    spill_cache_list_init(&u->lru);
-    for (uint32_t i = 0; i < u->n; i++) {
-      u->prev[i] = u->next[i] = SPILL_CACHE_NIL;
-      if (i < s.pieces) {
-        u->bytes[i] = c->trunk_bytes / s.pieces + (i < c->trunk_bytes % s.pieces);
-        u->evictable[i] = c->trunk_file || c->swap;
-      } else {
-        u->bytes[i] = c->record_bytes;
-        u->evictable[i] = (uint8_t)c->swap;
-      }
-    }
-    /* the trunk is loaded at open: resident, in layer order */
-    for (uint32_t i = 0; i < s.pieces; i++) touch(&s, i);
-    uint64_t engine = c->trunk_bytes + (uint64_t)slots * c->record_bytes;
-    r->over_bytes = engine > u->cap ? engine - u->cap : 0;
-    uint64_t anon = (uint64_t)slots * c->record_bytes + (c->trunk_file ? 0 : c->trunk_bytes);
-    if (!c->swap && anon > u->cap) u->oom = 1;
+  if (c->ram_bytes && (rc = mem_init(&s, (uint64_t)slots, fixed, r, e)) < 0) {
+    sim_free(&s);
+    return rc;
   }
   /* walk the window: prefill chunks (a position that is a multiple of
    * prefill_chunk starts one) and decode tokens; only decode calls count */
@@ -612,31 +682,7 @@ static int run_budget(const spill_sim_config *c, const spill_trace *t, const pre
     }
     tk += T;
   }
-  if (rc == SPILL_OK) {
-    r->tokens = n_decode;
-    r->hits = acc.demand_hits;
-    r->misses = acc.demand_misses;
-    r->accesses = r->hits + r->misses;
-    r->hit_rate = r->accesses ? (double)r->hits / (double)r->accesses : 0;
-    r->spec_issued = acc.spec_issued;
-    r->spec_used = acc.spec_used;
-    r->spec_wasted = acc.spec_wasted;
-    r->reads = s.reads;
-    r->bytes_read = s.bytes_read;
-    r->bytes_read_spec = s.bytes_spec;
-    r->la_predicted = s.la_pred;
-    r->la_correct = s.la_correct;
-    r->oom = s.u.oom;
-    if (n_decode) {
-      r->s_per_token = t_decode / n_decode;
-      r->tok_per_s = r->s_per_token > 0 && !r->oom ? 1.0 / r->s_per_token : 0;
-      r->io_stall_s = s.stall_s / n_decode;
-      r->paging_s = s.paging_s / n_decode;
-      r->pagein_bytes = s.pagein_bytes / n_decode;
-      r->faults = s.faults / n_decode;
-      r->compute_s = r->s_per_token - r->io_stall_s - r->paging_s;
-    }
-  }
+  if (rc == SPILL_OK) fill_result(&s, &acc, n_decode, t_decode, r);
   sim_free(&s);
   return rc;
 }
