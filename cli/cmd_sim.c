@@ -1,5 +1,5 @@
 /* cli/cmd_sim.c: `spill sim CONFIG [--json]`: runs the decode simulator
- * (engine/sim/sim.h, schema in docs/SIM.md) and prints, per budget, hit
+ * (research/sim/sim.h, schema in docs/SIM.md) and prints, per budget, hit
  * rate, bytes read and tok/s with the time split (compute, I/O stall,
  * paging). For "model": {"dir": ...} the container's plan comes from
  * libspill (spill_info_read + spill_plan_model), so the simulator library
@@ -13,7 +13,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "engine/sim/sim.h"
+#include "research/sim/sim.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
 

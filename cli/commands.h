@@ -41,7 +41,7 @@ CLI_COMMAND(cmd_knobs);     /* cli/cmd_knobs.c */
 CLI_COMMAND(cmd_trace_stats);  /* cli/cmd_trace.c */
 CLI_COMMAND(cmd_trace_replay); /* cli/cmd_trace.c */
 CLI_COMMAND(cmd_trace_convert); /* cli/cmd_trace.c */
-CLI_COMMAND(cmd_sim);       /* cli/cmd_sim.c (engine/sim) */
+CLI_COMMAND(cmd_sim);       /* cli/cmd_sim.c (research/sim) */
 CLI_COMMAND(cmd_exp);       /* cli/cmd_exp.c (harness) */
 CLI_COMMAND(cmd_report);    /* cli/cmd_report.c (harness) */
 CLI_COMMAND(cmd_compare);   /* cli/cmd_compare.c (harness) */

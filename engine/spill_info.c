@@ -1,13 +1,13 @@
 /* engine/spill_info.c: the container-level calls of the public API: model
  * information from the manifest, the offline audit and synthetic generation.
- * Thin: the work is in engine/format and engine/gen; this file only maps
+ * Thin: the work is in engine/format and research/gen; this file only maps
  * public structs to module structs and counts parameters. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "engine/format/container.h"
-#include "engine/gen/synth.h"
+#include "research/gen/synth.h"
 #include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
 

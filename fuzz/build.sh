@@ -24,11 +24,11 @@ SRCS=(
   engine/format/manifest_parse.c engine/format/record.c
   engine/cache/expert_cache.c engine/cache/policy_lfru.c engine/cache/policy_lru.c
   engine/cache/policy_nextuse.c engine/cache/policy_wtinylfu.c
-  engine/trace/trace_convert.c engine/trace/trace_read.c engine/trace/trace_replay.c
-  engine/trace/trace_stats.c engine/trace/trace_write.c
+  research/trace/trace_convert.c engine/trace/trace_read.c research/trace/trace_replay.c
+  research/trace/trace_stats.c engine/trace/trace_write.c
   engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c engine/spill_routing.c
-  engine/spill_info.c engine/gen/synth_plan.c engine/gen/synth_route.c engine/gen/synth_values.c
-  engine/gen/synth_write.c
+  engine/spill_info.c research/gen/synth_plan.c research/gen/synth_route.c research/gen/synth_values.c
+  research/gen/synth_write.c
   harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
   harness/exp_files.c harness/exp_env.c harness/stats.c
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c

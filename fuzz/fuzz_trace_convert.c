@@ -1,5 +1,5 @@
 /* fuzz/fuzz_trace_convert.c: libFuzzer target for the router-trace
- * converters (spill_trace_convert, engine/trace/trace_convert.c) and the
+ * converters (spill_trace_convert, research/trace/trace_convert.c) and the
  * JSONL writer on what they accept.
  *
  * Byte 0 chooses the source format (low 2 bits: bmoe-csv, hf-router-json,

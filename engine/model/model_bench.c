@@ -1,5 +1,5 @@
 /* engine/model/model_bench.c: decode speed of the forward pass (manual tool,
- * not a test). Writes a synthetic container with engine/gen if `dir` has no
+ * not a test). Writes a synthetic container with research/gen if `dir` has no
  * manifest yet, opens it with the built-in synchronous expert source, runs a
  * short prompt and then greedy decode, and prints tokens/s and the time
  * split of spill_model_stats.
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "engine/base/clock.h"
-#include "engine/gen/synth.h"
+#include "research/gen/synth.h"
 #include "engine/model/model.h"
 #include "engine/model/sampler.h"
 #include "engine/model/tokenizer.h"

@@ -1,5 +1,5 @@
 // engine/model/model_test_util.h: fixtures shared by the model tests. Tiny
-// nano containers are written with engine/gen into TEST_TMPDIR once per test
+// nano containers are written with research/gen into TEST_TMPDIR once per test
 // binary and per variant; models are opened with explicit options.
 #ifndef SPILL_MODEL_TEST_UTIL_H
 #define SPILL_MODEL_TEST_UTIL_H
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/format/container.h"
-#include "engine/gen/synth.h"
+#include "research/gen/synth.h"
 #include "engine/model/model.h"
 
 namespace spill_test {

@@ -1,4 +1,4 @@
-/* engine/gen/synth_route.c: measures the expert-popularity curve of a plan.
+/* research/gen/synth_route.c: measures the expert-popularity curve of a plan.
  *
  * The routers of a synthetic model are what the generator writes (the same
  * call draws them), but real hidden states cannot be synthesised: the probe
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gen/synth_internal.h"
+#include "research/gen/synth_internal.h"
 
 static int cmp_desc_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

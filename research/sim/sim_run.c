@@ -1,4 +1,4 @@
-/* engine/sim/sim_run.c: the simulated decode loop, per budget.
+/* research/sim/sim_run.c: the simulated decode loop, per budget.
  *
  * Cache part (exact): each forward call walks the MoE layers; a layer's
  * distinct experts (first-use order over the call's tokens) are acquired
@@ -44,7 +44,7 @@
 #include "engine/base/json_util.h"
 #include "engine/cache/cache_policy.h"
 #include "engine/cache/expert_cache.h"
-#include "engine/sim/sim.h"
+#include "research/sim/sim.h"
 
 /* ------------------------------------------------------- recorded preds */
 

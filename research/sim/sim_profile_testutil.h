@@ -1,4 +1,4 @@
-// engine/sim/sim_profile_testutil.h: reads the engine's per-token profile
+// research/sim/sim_profile_testutil.h: reads the engine's per-token profile
 // (docs/TRACE.md) for the simulator-vs-engine tests: the mean compute per
 // decode token, split the way results/published/k3-twin-analyze.py feeds the
 // simulator (routed expert_matmul per expert use; attention, router, tables

@@ -1,4 +1,4 @@
-// engine/sim/sim_engine_timing_test.cc: the simulator's decode tok/s against
+// research/sim/sim_engine_timing_test.cc: the simulator's decode tok/s against
 // the real engine's, within 15%.
 //
 // Compute time on a shared 2-core machine is noisy, so the runs are made
@@ -30,10 +30,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/sim/sim_profile_testutil.h"
+#include "research/sim/sim_profile_testutil.h"
 
 extern "C" {
-#include "engine/sim/sim.h"
+#include "research/sim/sim.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
 }

@@ -1,4 +1,4 @@
-// engine/sim/sim_test.cc: the simulator's config validation, synthetic
+// research/sim/sim_test.cc: the simulator's config validation, synthetic
 // routing, the exactness of its cache part against trace replay, and the
 // direction of its timing and memory models.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 
 extern "C" {
-#include "engine/sim/sim.h"
+#include "research/sim/sim.h"
 #include "engine/trace/router_trace.h"
 }
 

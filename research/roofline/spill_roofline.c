@@ -1,4 +1,4 @@
-/* engine/spill_roofline.c: spill_roofline_measure (engine/spill.h).
+/* research/roofline/spill_roofline.c: spill_roofline_measure (engine/spill.h).
  *
  * Three probes and two kinds of engine run, in this order so the probes do
  * not compete with the engine: (1) the disk probe reads random whole records

@@ -1,4 +1,4 @@
-/* engine/sim/sim_config.c: the simulator's JSON config (schema in
+/* research/sim/sim_config.c: the simulator's JSON config (schema in
  * docs/SIM.md): defaults, parsing and validation.
  *
  * A config is untrusted input: unknown keys, wrong types and impossible
@@ -20,7 +20,7 @@
 #include "engine/cache/cache_policy.h"
 #include "engine/format/container.h"
 #include "engine/plan/ram_plan.h"
-#include "engine/sim/sim.h"
+#include "research/sim/sim.h"
 
 #define CFG SPILL_E_CONFIG
 

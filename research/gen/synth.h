@@ -1,4 +1,4 @@
-/* engine/gen/synth.h: synthetic K3-family models (`spill gen`).
+/* research/gen/synth.h: synthetic K3-family models (`spill gen`).
  *
  * Plans an architecture from a preset (nano, mini, twin) and streams seeded
  * random trunk tensors and expert records, drawn in their quantised form,

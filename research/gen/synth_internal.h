@@ -1,5 +1,5 @@
-/* engine/gen/synth_internal.h: what the planner, the value generators and the
- * coverage probe of engine/gen share; private to the module.
+/* research/gen/synth_internal.h: what the planner, the value generators and the
+ * coverage probe of research/gen share; private to the module.
  *
  * Streams: every tensor gets the PRNG stream seeded from (seed, fnv1a(name)),
  * every expert record the stream (seed, layer, expert), so values never
@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "engine/gen/synth.h"
+#include "research/gen/synth.h"
 
 #ifdef __cplusplus
 extern "C" {

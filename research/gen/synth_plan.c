@@ -1,4 +1,4 @@
-/* engine/gen/synth_plan.c: presets, the twin derivation and the tensor list.
+/* research/gen/synth_plan.c: presets, the twin derivation and the tensor list.
  *
  * A plan is an architecture (spill_arch) plus the ordered list of trunk
  * tensors with, for each, how its values are drawn (spill_gen_init). The
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gen/synth_internal.h"
+#include "research/gen/synth_internal.h"
 
 /* The shape knobs a preset sets; everything else is derived from them. */
 typedef struct gen_shape {

@@ -1,4 +1,4 @@
-/* engine/gen/synth_values.c: draws the values of trunk tensors and expert
+/* research/gen/synth_values.c: draws the values of trunk tensors and expert
  * records, directly in their stored encoding.
  *
  * Quantised tensors are never drawn in f32 and quantised: q8 values are
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "engine/base/half.h"
-#include "engine/gen/synth_internal.h"
+#include "research/gen/synth_internal.h"
 
 #define STREAM_TENSOR 0x74656E736F72ull /* "tensor" */
 

@@ -1,5 +1,5 @@
-// engine/sim/sim_profile_testutil.cc: see sim_profile_testutil.h.
-#include "engine/sim/sim_profile_testutil.h"
+// research/sim/sim_profile_testutil.cc: see sim_profile_testutil.h.
+#include "research/sim/sim_profile_testutil.h"
 
 #include <cjson/cJSON.h>
 

@@ -1,4 +1,4 @@
-// engine/gen/synth_test.cc: the synthetic-model generator. Plans are checked
+// research/gen/synth_test.cc: the synthetic-model generator. Plans are checked
 // against docs/MODEL.md's tensor names (listed here independently), the twin
 // against K3's proportions, written containers against the format's own
 // reader and verifier, determinism byte for byte, and the popularity skew
@@ -18,8 +18,8 @@
 
 #include "engine/base/half.h"
 #include "engine/format/container.h"
-#include "engine/gen/synth.h"
-#include "engine/gen/synth_internal.h"
+#include "research/gen/synth.h"
+#include "research/gen/synth_internal.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-/* engine/sim/sim.h: a model of decode with no container (docs/SIM.md).
+/* research/sim/sim.h: a model of decode with no container (docs/SIM.md).
  *
  * Role: predicts hit rate, bytes read and tok/s per RAM budget for a model
  * shape and a machine, without weights. Per MoE layer it takes the routed

@@ -1,4 +1,4 @@
-// engine/sim/sim_engine_test.cc: the simulator against the real engine.
+// research/sim/sim_engine_test.cc: the simulator against the real engine.
 //
 // A nano model (48 experts per MoE layer) is generated into TEST_TMPDIR; the
 // engine decodes with router lookahead and writes its router trace and
@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/sim/sim_profile_testutil.h"
+#include "research/sim/sim_profile_testutil.h"
 
 extern "C" {
-#include "engine/sim/sim.h"
+#include "research/sim/sim.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
 }

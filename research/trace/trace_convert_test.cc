@@ -284,10 +284,10 @@ TEST(TraceConvertTest, SortedIdsMalformedInputNamesTheLine) {
 }
 
 // A response of vLLM's OpenAI server with --enable-return-routed-experts,
-// written by us from vLLM's documentation (engine/trace/testdata).
+// written by us from vLLM's documentation (research/trace/testdata).
 TEST(TraceConvertTest, VllmRoutedJsonPromptThenChoiceZero) {
   Conv c = Convert(SPILL_TRACE_SRC_VLLM_ROUTED_JSON,
-                   {Slurp("engine/trace/testdata/vllm_routed.json")});
+                   {Slurp("research/trace/testdata/vllm_routed.json")});
   ASSERT_EQ(c.rc, SPILL_OK) << c.msg;
   const spill_trace &t = c.t;
   EXPECT_EQ(t.n_tokens, 5u);  // 2 prompt + 3 generated (choice 0)

@@ -1,4 +1,4 @@
-/* engine/gen/synth_write.c: streams a planned synthetic model through the
+/* research/gen/synth_write.c: streams a planned synthetic model through the
  * container writer.
  *
  * Trunk tensors are drawn one at a time (the largest, tok_embd of a twin, is
@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 
 #include "engine/base/alloc.h"
-#include "engine/gen/synth_internal.h"
+#include "research/gen/synth_internal.h"
 
 #define RING_SLOTS 8
 

@@ -1,4 +1,4 @@
-/* engine/trace/trace_replay.c: replays a trace through the expert cache and
+/* research/trace/trace_replay.c: replays a trace through the expert cache and
  * through Belady's MIN.
  *
  * Online policies run in the engine's own spill_cache (simulation mode: no

@@ -1,4 +1,4 @@
-/* engine/sim/sim_routing.c: where the simulator's routed experts come from.
+/* research/sim/sim_routing.c: where the simulator's routed experts come from.
  *
  * Either a router trace (engine/trace reads and validates it) or synthetic
  * routing: per layer a seeded random ranking of the experts with Zipf(s)
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "engine/cache/cache_policy.h"
-#include "engine/sim/sim.h"
+#include "research/sim/sim.h"
 
 /* Share of the top ceil(n/10) ranks under weights 1/(r+1)^s. */
 static double top10_share(uint32_t n, double s) {

@@ -1,4 +1,4 @@
-/* engine/trace/trace_stats.c: locality statistics of a router trace.
+/* research/trace/trace_stats.c: locality statistics of a router trace.
  *
  * Definitions (docs/TRACE.md): a "pair" is a (layer, expert); the pool is
  * n_layers * n_experts pairs. Next-token reuse counts, for every token after

@@ -1,4 +1,4 @@
-/* engine/trace/trace_convert.c: router traces of other tools -> spill_trace.
+/* research/trace/trace_convert.c: router traces of other tools -> spill_trace.
  *
  * Role: `spill trace convert --from FORMAT`. Each reader fills a builder, one
  * token at a time: per layer its ids in rank order (when the source has an
