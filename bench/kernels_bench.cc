@@ -42,9 +42,10 @@ typedef void (*lut_fn)(const float *, const float *, uint32_t, float *, uint32_t
 typedef void (*apply_fn)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
 
 const matvec_fn kMatvec[3] = {spill_k_matvec__ref, spill_k_matvec__avx2, spill_k_matvec__avx512};
-const lut_fn kLut[3] = {spill_k_rvq3_lut__ref, spill_k_rvq3_lut__avx2, spill_k_rvq3_lut__avx512};
-const apply_fn kApply[3] = {spill_k_rvq3_apply__ref, spill_k_rvq3_apply__avx2,
-                            spill_k_rvq3_apply__avx512};
+const lut_fn kLut[3] = {spill_k_lut_rvq3_f32__ref, spill_k_lut_rvq3_f32__avx2,
+                        spill_k_lut_rvq3_f32__avx512};
+const apply_fn kApply[3] = {spill_k_apply_rvq3_f32__ref, spill_k_apply_rvq3_f32__avx2,
+                            spill_k_apply_rvq3_f32__avx512};
 
 // A weight matrix with random contents, its input and output buffers.
 struct Problem {
@@ -95,9 +96,9 @@ std::unique_ptr<Problem> Make(int dtype, uint32_t rows, uint32_t cols, uint32_t 
   p->weight_bytes = vb + 2 * ns;
   if (dtype == SPILL_K_DT_RVQ3)
   {
-    spill_k_rvq3_lut__ref(p->codebook.data(), p->x.data(), cols, p->lut.data(), 0, cols / 8);
-    p->qlut.resize(spill_k_rvq3_qlut_bytes(cols));
-    spill_k_rvq3_qlut(p->lut.data(), cols, p->qlut.data(), 0, cols / 8);
+    spill_k_lut_rvq3_f32__ref(p->codebook.data(), p->x.data(), cols, p->lut.data(), 0, cols / 8);
+    p->qlut.resize(spill_k_qlut_rvq3_i16_bytes(cols));
+    spill_k_qlut_rvq3_i16(p->lut.data(), cols, p->qlut.data(), 0, cols / 8);
   }
   return p;
 }
@@ -169,8 +170,8 @@ void RunApplyGather(benchmark::State &state, uint32_t rows, uint32_t cols) {
   }
   if (!IsaOk(state)) return;
   Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
-  const apply_fn f = state.range(0) == 1 ? spill_k_rvq3_apply_gather__avx2
-                                         : spill_k_rvq3_apply_gather__avx512;
+  const apply_fn f = state.range(0) == 1 ? spill_k_apply_rvq3_f32_gather__avx2
+                                         : spill_k_apply_rvq3_f32_gather__avx512;
   uint32_t r0, r1;
   Split(state, rows, &r0, &r1);
   for (auto _ : state) {
@@ -182,10 +183,10 @@ void RunApplyGather(benchmark::State &state, uint32_t rows, uint32_t cols) {
   state.SetBytesProcessed((int64_t)(state.iterations() * (double)p.weight_bytes * share));
 }
 
-// rvq3 variants side by side (Arg): 0 spill_k_rvq3_apply__ref, 1 the
+// rvq3 variants side by side (Arg): 0 spill_k_apply_rvq3_f32__ref, 1 the
 // dispatched f32-LUT apply (column-blocked, __avx2), 2 the int16-LUT apply
-// with AVX-512 VBMI, 3 spill_k_rvq3_matvec__avx2 (dequantise + FMA, no LUT),
-// 4 spill_k_rvq3_apply_q__ref. Compare ratios within one invocation.
+// with AVX-512 VBMI, 3 spill_k_matvec_rvq3_f32__avx2 (dequantise + FMA, no LUT),
+// 4 spill_k_apply_rvq3_i16__ref. Compare ratios within one invocation.
 void RunRvq3(benchmark::State &state, uint32_t rows, uint32_t cols) {
   const int c = (int)state.range(0);
   const bool ok = c == 0 || c == 4 ? true
@@ -203,11 +204,21 @@ void RunRvq3(benchmark::State &state, uint32_t rows, uint32_t cols) {
   Split(state, rows, &r0, &r1);
   for (auto _ : state) {
     switch (c) {
-      case 0: spill_k_rvq3_apply__ref(&p.m, p.lut.data(), p.y.data(), r0, r1); break;
-      case 1: spill_k_rvq3_apply__avx2(&p.m, p.lut.data(), p.y.data(), r0, r1); break;
-      case 2: spill_k_rvq3_apply_q__vbmi(&p.m, p.qlut.data(), p.y.data(), r0, r1); break;
-      case 3: spill_k_rvq3_matvec__avx2(&p.m, p.x.data(), p.y.data(), r0, r1); break;
-      default: spill_k_rvq3_apply_q__ref(&p.m, p.qlut.data(), p.y.data(), r0, r1); break;
+      case 0:
+        spill_k_apply_rvq3_f32__ref(&p.m, p.lut.data(), p.y.data(), r0, r1);
+        break;
+      case 1:
+        spill_k_apply_rvq3_f32__avx2(&p.m, p.lut.data(), p.y.data(), r0, r1);
+        break;
+      case 2:
+        spill_k_apply_rvq3_i16__avx512vbmi(&p.m, p.qlut.data(), p.y.data(), r0, r1);
+        break;
+      case 3:
+        spill_k_matvec_rvq3_f32__avx2(&p.m, p.x.data(), p.y.data(), r0, r1);
+        break;
+      default:
+        spill_k_apply_rvq3_i16__ref(&p.m, p.qlut.data(), p.y.data(), r0, r1);
+        break;
     }
     benchmark::ClobberMemory();
   }
@@ -222,7 +233,7 @@ void RunQlut(benchmark::State &state, uint32_t rows, uint32_t cols) {
   uint32_t g0, g1;
   Split(state, cols / 8, &g0, &g1);
   for (auto _ : state) {
-    spill_k_rvq3_qlut(p.lut.data(), cols, q.data(), g0, g1);
+    spill_k_qlut_rvq3_i16(p.lut.data(), cols, q.data(), g0, g1);
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * (int64_t)3 * (g1 - g0) * 256);

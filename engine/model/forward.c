@@ -25,7 +25,7 @@ typedef struct mv_job {
   const spill_qmat *w[2];
   const float *x[2];
   const float *lut[2];
-  const void *qlut[2]; /* int16 LUT (spill_k_rvq3_apply_q), else NULL */
+  const void *qlut[2]; /* int16 LUT (spill_k_apply_rvq3_i16), else NULL */
   float *y[2];
   uint32_t rows_per_task;
   int tasks0; /* tasks of matrix 0 */
@@ -40,10 +40,8 @@ static void mv_task(void *ctx, int task, int thread) {
   const uint32_t r0 = (uint32_t)t * j->rows_per_task;
   uint32_t r1 = r0 + j->rows_per_task;
   if (r1 > w->rows) r1 = w->rows;
-  if (j->qlut[mi])
-    spill_k_rvq3_apply_q(w, j->qlut[mi], j->y[mi], r0, r1);
-  else if (j->lut[mi])
-    spill_k_rvq3_apply(w, j->lut[mi], j->y[mi], r0, r1);
+  if (j->qlut[mi]) spill_k_apply_rvq3_i16(w, j->qlut[mi], j->y[mi], r0, r1);
+  else if (j->lut[mi]) spill_k_apply_rvq3_f32(w, j->lut[mi], j->y[mi], r0, r1);
   else
     spill_k_matvec(w, j->x[mi], j->y[mi], r0, r1);
 }
@@ -119,10 +117,10 @@ static void lut_task(void *ctx, int task, int thread) {
   const uint32_t g0 = (uint32_t)task * j->groups_per_task;
   uint32_t g1 = g0 + j->groups_per_task;
   if (g1 > j->n_groups) g1 = j->n_groups;
-  spill_k_rvq3_lut(j->cb, j->x, j->cols, j->lut, g0, g1);
+  spill_k_lut_rvq3_f32(j->cb, j->x, j->cols, j->lut, g0, g1);
   /* scale_g depends on group g alone, so quantising right after building
    * the same groups needs no barrier and is bit-exact for any split */
-  if (j->qlut) spill_k_rvq3_qlut(j->lut, j->cols, j->qlut, g0, g1);
+  if (j->qlut) spill_k_qlut_rvq3_i16(j->lut, j->cols, j->qlut, g0, g1);
 }
 
 static void run_lut(spill_model *m, lut_job j);

@@ -196,9 +196,9 @@ static void plan_scratch(const spill_arch *a, int ctx, int n_threads, int T, int
   /* int16 LUTs of the VBMI path: carved only when the model uses it (qlut;
    * spill_model_scratch_bytes counts them, an upper bound) */
   const int nq = n_moe && qlut;
-  s->qlut_g = nq ? carve(cv, Tn * spill_k_rvq3_qlut_bytes((uint32_t)din), 1) : NULL;
-  s->qlut_u = nq ? carve(cv, Tn * spill_k_rvq3_qlut_bytes((uint32_t)din), 1) : NULL;
-  s->qlut_d = nq ? carve(cv, spill_k_rvq3_qlut_bytes((uint32_t)de), 1) : NULL;
+  s->qlut_g = nq ? carve(cv, Tn * spill_k_qlut_rvq3_i16_bytes((uint32_t)din), 1) : NULL;
+  s->qlut_u = nq ? carve(cv, Tn * spill_k_qlut_rvq3_i16_bytes((uint32_t)din), 1) : NULL;
+  s->qlut_d = nq ? carve(cv, spill_k_qlut_rvq3_i16_bytes((uint32_t)de), 1) : NULL;
   s->eg = carve(cv, de, 4);
   s->eu = carve(cv, de, 4);
   s->slot = carve(cv, Tn * K * din, 4);
@@ -238,8 +238,8 @@ static int open_impl(spill_model *m, const char *dir, spill_err *e) {
    * logits ~1e-4 relative, past the reference agreement tolerance on the
    * nano models (see refuted/0301), so the f32-LUT path stays the default. */
   const char *ql = getenv("SPILL_RVQ3_QLUT");
-  m->rvq_q = m->expert_dtype == SPILL_DT_RVQ3 && ql && !strcmp(ql, "1") &&
-             spill_k_rvq3_qlut_fast();
+  m->rvq_q =
+      m->expert_dtype == SPILL_DT_RVQ3 && ql && !strcmp(ql, "1") && spill_k_apply_rvq3_i16_fast();
   carver cv = {NULL, 0};
   plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, m->rvq_q, &cv, &m->s);
   SPILL_FAIL_IF(e, cv.off > SIZE_MAX, SPILL_E_NOMEM, "scratch overflows");

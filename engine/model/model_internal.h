@@ -85,8 +85,8 @@ typedef struct spill_model_scratch {
   float *u;        /* (T, d_in) expert input (latent or h copy) */
   float *lut_g, *lut_u; /* (T, 3*(d_in/8)*256) rvq3 LUTs of u */
   float *lut_d;    /* (3*(d_expert/8)*256) rvq3 LUT of one expert's activation */
-  /* int16 LUTs of the VBMI path (spill_k_rvq3_qlut_fast): quantised copies of
-   * lut_g/lut_u per token and of lut_d, spill_k_rvq3_qlut_bytes(cols) each */
+  /* int16 LUTs of the VBMI path (spill_k_apply_rvq3_i16_fast): quantised copies of
+   * lut_g/lut_u per token and of lut_d, spill_k_qlut_rvq3_i16_bytes(cols) each */
   uint8_t *qlut_g, *qlut_u; /* (T, qlut_bytes(d_in)) */
   uint8_t *qlut_d;          /* (qlut_bytes(d_expert)) */
   float *eg, *eu;  /* (d_expert) expert gate/up outputs */
@@ -169,11 +169,11 @@ void spill_model_lut(spill_model *m, const float *codebook, const float *x, uint
 /* y = W lut (rvq3) over all rows. */
 void spill_model_rvq3_apply(spill_model *m, const spill_qmat *w, const float *lut, float *y);
 /* int16-LUT path (m->rvq_q): builds the f32 LUT of x into lut and quantises it
- * into qlut (spill_k_rvq3_qlut_bytes(cols)), groups split across the pool
+ * into qlut (spill_k_qlut_rvq3_i16_bytes(cols)), groups split across the pool
  * (each task builds then quantises its own groups: bit-exact for any split). */
 void spill_model_lut_q(spill_model *m, const float *codebook, const float *x, uint32_t cols,
                        float *lut, void *qlut);
-/* y0 = W0 q0 and y1 = W1 q1 (w1 may be NULL) through spill_k_rvq3_apply_q. */
+/* y0 = W0 q0 and y1 = W1 q1 (w1 may be NULL) through spill_k_apply_rvq3_i16. */
 void spill_model_rvq3_apply2_q(spill_model *m, const spill_qmat *w0, const void *q0, float *y0,
                                const spill_qmat *w1, const void *q1, float *y1);
 /* RoPE (rotate-half) of v (d floats) with the cos/sin table cs (d/2 + d/2). */

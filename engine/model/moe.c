@@ -140,7 +140,7 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
   const int rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
   const int rq = rvq3 && m->rvq_q;
   const size_t lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
-  const size_t qlut_n = spill_k_rvq3_qlut_bytes((uint32_t)din);
+  const size_t qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
   float *router = s->router; /* (T, E) */
   uint32_t *sel = s->sel;    /* (T, K) */
   float *selw = s->selw;     /* (T, K) */

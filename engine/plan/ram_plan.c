@@ -129,7 +129,7 @@ int spill_plan_compute(const spill_arch *a, uint64_t record_bytes, uint64_t trun
     uint64_t lut_dn = mul(&ac, 3 * ((uint64_t)moe->d_expert / 8), 256);
     p->scratch.rvq_luts = mul(&ac, add(&ac, 2 * lut_in, mul(&ac, (uint64_t)n_threads, lut_dn)), F32);
     /* + their int16 copies on the VBMI path (engine/quant/kernels.h
-     * spill_k_rvq3_qlut_bytes: per group of 8 columns, 3 stages x 256 entries
+     * spill_k_qlut_rvq3_i16_bytes: per group of 8 columns, 3 stages x 256 entries
      * x 2 bytes + one f32 scale): gate and up of the input, one down. */
     uint64_t qlut_in = mul(&ac, d_in / 8, 3 * 256 * 2 + F32);
     uint64_t qlut_dn = mul(&ac, (uint64_t)moe->d_expert / 8, 3 * 256 * 2 + F32);

@@ -2,8 +2,11 @@
  *
  * Every kernel has a scalar `__ref` twin that is always built; AVX2 and
  * AVX-512 versions are compiled with their ISA enabled per file and selected
- * once at start-up by CPUID (spill_k_init). The dispatching names (no
- * suffix) call the selected version. Kernels work on a row range [r0, r1) so
+ * once at start-up by CPUID (spill_k_init, kernels_dispatch.c). The
+ * dispatching names (no suffix) call the selected version. Names say op,
+ * formats and ISA: spill_k_<op>_<weights>_<input>__<isa>, e.g.
+ * spill_k_matvec_rvq3_f32__avx2; spill_k_matvec takes its weight format
+ * from spill_qmat.dtype (f32/f16/bf16/q8/q4/q4_k/q5_k/q6_k). Kernels work on a row range [r0, r1) so
  * callers split work across threads by rows: each output element is computed
  * by exactly one thread with a fixed summation order, so results are
  * bit-identical for any thread count. For a given ISA results are
@@ -33,7 +36,9 @@ extern "C" {
 typedef enum spill_isa { SPILL_ISA_REF = 0, SPILL_ISA_AVX2 = 1, SPILL_ISA_AVX512 = 2 } spill_isa;
 
 /* Detects the CPU once (thread-safe, idempotent) and selects the best ISA;
- * SPILL_ISA env var ("ref", "avx2", "avx512") may lower it. Returns it. */
+ * the SPILL_ISA environment variable ("ref", "avx2", "avx512"), a test and
+ * benchmark hook (docs/PERFORMANCE.md "Environment hooks"), may lower it.
+ * Returns it. */
 spill_isa spill_k_init(void);
 /* Whether the CPU (and OS) support an ISA. */
 int spill_k_isa_supported(spill_isa isa);
@@ -68,58 +73,59 @@ void spill_k_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t
  * = dot(cb[s][k], x[8g .. 8g+8)). lut holds 3*(cols/8)*256 floats. Built
  * once per (input, codebook) and shared by every expert of a layer that uses
  * the same codebook. Groups [g0, g1) only, for threading. */
-void spill_k_rvq3_lut(const float *codebook, const float *x, uint32_t cols, float *lut,
-                      uint32_t g0, uint32_t g1);
-void spill_k_rvq3_lut__ref(const float *codebook, const float *x, uint32_t cols, float *lut,
-                           uint32_t g0, uint32_t g1);
+void spill_k_lut_rvq3_f32(const float *codebook, const float *x, uint32_t cols, float *lut,
+                          uint32_t g0, uint32_t g1);
+void spill_k_lut_rvq3_f32__ref(const float *codebook, const float *x, uint32_t cols, float *lut,
+                               uint32_t g0, uint32_t g1);
 /* y[r] = s[r] * sum_g (lut0[g][i0] + lut1[g][i1] + lut2[g][i2]) for r in [r0, r1).
  * The AVX2/AVX-512 versions are bit-identical to __ref (same order). */
-void spill_k_rvq3_apply(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                        uint32_t r1);
-void spill_k_rvq3_apply__ref(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                             uint32_t r1);
+void spill_k_apply_rvq3_f32(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                            uint32_t r1);
+void spill_k_apply_rvq3_f32__ref(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                                 uint32_t r1);
 
 /* rvq3 without a LUT: y[r] = s[r] * sum_g sum_j (cb0[i0][j] + cb1[i1][j] +
  * cb2[i2][j]) * x[8g + j] for r in [r0, r1); x has cols floats; w->codebook
  * must be set. About 2x the f32-LUT __ref apply at K3 shapes, 1.2x at the
  * twin's, and it needs no LUT build (worth it where a LUT serves one matrix
  * only, e.g. the down projection); within 1e-6 of sum |w x| of the LUT path. */
-void spill_k_rvq3_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1);
-void spill_k_rvq3_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
-                              uint32_t r1);
+void spill_k_matvec_rvq3_f32(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                             uint32_t r1);
+void spill_k_matvec_rvq3_f32__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                                  uint32_t r1);
 
 /* rvq3 through an int16 LUT: the fast path on AVX-512 VBMI CPUs (AMD Zen
  * 4/5, Intel Ice Lake and later), about 3x the f32-LUT __ref at K3 gate
- * shapes and 2x at the twin's. Use it when spill_k_rvq3_qlut_fast()
- * returns 1 (elsewhere spill_k_rvq3_apply_q runs a scalar loop slower than
- * spill_k_rvq3_apply). The forward pass: build the f32 LUT as before with
- * spill_k_rvq3_lut (groups split across threads), then, after every group
- * of it is built, spill_k_rvq3_qlut (groups split across threads; the
+ * shapes and 2x at the twin's. Use it when spill_k_apply_rvq3_i16_fast()
+ * returns 1 (elsewhere spill_k_apply_rvq3_i16 runs a scalar loop slower than
+ * spill_k_apply_rvq3_f32). The forward pass: build the f32 LUT as before with
+ * spill_k_lut_rvq3_f32 (groups split across threads), then, after every group
+ * of it is built, spill_k_qlut_rvq3_i16 (groups split across threads; the
  * scale of group g depends only on group g, so any split is bit-exact),
- * then spill_k_rvq3_apply_q instead of spill_k_rvq3_apply, rows split as
- * before. The f32 LUT may be discarded after spill_k_rvq3_qlut.
- * spill_k_rvq3_qlut quantises groups [g0, g1) of an f32 LUT (as built by
- * spill_k_rvq3_lut) into qlut, a caller buffer of spill_k_rvq3_qlut_bytes(
+ * then spill_k_apply_rvq3_i16 instead of spill_k_apply_rvq3_f32, rows split as
+ * before. The f32 LUT may be discarded after spill_k_qlut_rvq3_i16.
+ * spill_k_qlut_rvq3_i16 quantises groups [g0, g1) of an f32 LUT (as built by
+ * spill_k_lut_rvq3_f32) into qlut, a caller buffer of spill_k_qlut_rvq3_i16_bytes(
  * cols) bytes (64-byte aligned is best): per group g, for stage s and entry
  * k, q = round(lut[s][g][k] / scale_g), scale_g = max_{s,k} |lut[s][g][k]|
  * / 10922, stored as a low-byte plane and a high-byte plane of 256 bytes
- * each, then the ng f32 scales. spill_k_rvq3_apply_q computes
+ * each, then the ng f32 scales. spill_k_apply_rvq3_i16 computes
  * y[r] = s[r] * sum_g scale_g * (q0[g][i0] + q1[g][i1] + q2[g][i2]);
- * its error vs spill_k_rvq3_apply is at most s[r] * sum_g 1.5 scale_g (half
+ * its error vs spill_k_apply_rvq3_f32 is at most s[r] * sum_g 1.5 scale_g (half
  * a step per lookup) plus f32 rounding: ~1e-6 of sum |w x| for typical
  * inputs (see kernels_test.cc). Results are bit-identical across ISAs and
- * row splits; spill_k_rvq3_qlut's output is the same on every ISA. A group
+ * row splits; spill_k_qlut_rvq3_i16's output is the same on every ISA. A group
  * whose LUT holds a NaN or infinity gets a NaN scale (its rows give NaN). */
 #define SPILL_K_RVQ3_QLUT_GROUP_BYTES 1536u
-int spill_k_rvq3_qlut_fast(void);
-size_t spill_k_rvq3_qlut_bytes(uint32_t cols);
-void spill_k_rvq3_qlut(const float *lut, uint32_t cols, void *qlut, uint32_t g0, uint32_t g1);
-void spill_k_rvq3_qlut__ref(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
-                            uint32_t g1);
-void spill_k_rvq3_apply_q(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
-                          uint32_t r1);
-void spill_k_rvq3_apply_q__ref(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
-                               uint32_t r1);
+int spill_k_apply_rvq3_i16_fast(void);
+size_t spill_k_qlut_rvq3_i16_bytes(uint32_t cols);
+void spill_k_qlut_rvq3_i16(const float *lut, uint32_t cols, void *qlut, uint32_t g0, uint32_t g1);
+void spill_k_qlut_rvq3_i16__ref(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
+                                uint32_t g1);
+void spill_k_apply_rvq3_i16(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
+                            uint32_t r1);
+void spill_k_apply_rvq3_i16__ref(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
+                                 uint32_t r1);
 
 /* Dequantises row r of any dtype into out (cols floats), e.g. embeddings. */
 void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out);

@@ -142,7 +142,8 @@ void spill_k_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_
     case SPILL_K_DT_Q6_K: {
       const size_t rb = (cols / 256) * spill_k_kquant_block_bytes(w->dtype);
       for (uint32_t r = r0; r < r1; r++)
-        y[r] = spill_k_kquant_row__avx2(w->dtype, (const uint8_t *)w->data + r * rb, x, (uint32_t)cols);
+        y[r] = spill_k_dot_kquant_f32__avx2(w->dtype, (const uint8_t *)w->data + r * rb, x,
+                                            (uint32_t)cols);
       return;
     }
     case SPILL_K_DT_Q4:
@@ -159,8 +160,8 @@ void spill_k_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_
 
 /* ------------------------------------------------------------- rvq3 */
 
-void spill_k_rvq3_lut__avx2(const float *codebook, const float *x, uint32_t cols, float *lut,
-                            uint32_t g0, uint32_t g1) {
+void spill_k_lut_rvq3_f32__avx2(const float *codebook, const float *x, uint32_t cols, float *lut,
+                                uint32_t g0, uint32_t g1) {
   const size_t ng = cols / 8;
   float cbt[8 * 256] __attribute__((aligned(32))); /* (dim, entry) of one stage */
   for (uint32_t s = 0; s < 3; s++) {
@@ -204,8 +205,8 @@ static const char k_shuf_b[3][16] __attribute__((aligned(16))) = {
 };
 #undef Z
 
-void spill_k_rvq3_apply_gather__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                                     uint32_t r1) {
+void spill_k_apply_rvq3_f32_gather__avx2(const spill_qmat *w, const float *lut, float *y,
+                                         uint32_t r0, uint32_t r1) {
   const size_t ng = w->cols / 8;
   const size_t ng8 = ng & ~(size_t)7;
   const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
@@ -255,8 +256,8 @@ static inline __attribute__((always_inline)) float grp(const float *b0, const fl
   return (b0[p[0]] + b1[p[1]]) + b2[p[2]];
 }
 
-void spill_k_rvq3_apply__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                              uint32_t r1) {
+void spill_k_apply_rvq3_f32__avx2(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                                  uint32_t r1) {
   const size_t ng = w->cols / 8, rs = ng * 3;
   const uint8_t *idx = (const uint8_t *)w->data;
   const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
@@ -301,8 +302,8 @@ static inline __attribute__((always_inline)) __m256 cbsum(const float *c0, const
       _mm256_loadu_ps(c2 + (size_t)p[2] * 8));
 }
 
-void spill_k_rvq3_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
-                               uint32_t r1) {
+void spill_k_matvec_rvq3_f32__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                                   uint32_t r1) {
   const size_t ng = w->cols / 8, rs = ng * 3;
   const uint8_t *idx = (const uint8_t *)w->data;
   const float *c0 = w->codebook, *c1 = c0 + 256 * 8, *c2 = c1 + 256 * 8;
@@ -331,14 +332,14 @@ void spill_k_rvq3_matvec__avx2(const spill_qmat *w, const float *x, float *y, ui
   }
 }
 
-/* The int16 rvq3 LUT (spill_k_rvq3_qlut): bit-identical to the __ref loop
+/* The int16 rvq3 LUT (spill_k_qlut_rvq3_i16): bit-identical to the __ref loop
  * (the same scalar scale, v * inv rounded to nearest-even by cvtps2dq as
  * nearbyintf does in the default rounding mode, the same clamp); a group
  * holding a NaN or an infinity is left to __ref. 16 entries per step:
  * packssdw + vpermq give them in order as int16, then the low and high bytes
  * are split with and/shift + packuswb into the two planes. */
-void spill_k_rvq3_qlut__avx2(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
-                             uint32_t g1) {
+void spill_k_qlut_rvq3_i16__avx2(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
+                                 uint32_t g1) {
   const size_t ng = cols / 8;
   uint8_t *qt = (uint8_t *)qlut;
   float *scale = (float *)(qt + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
@@ -358,7 +359,7 @@ void spill_k_rvq3_qlut__avx2(const float *lut, uint32_t cols, void *qlut, uint32
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
     const float mx = _mm_cvtss_f32(h);
     if (_mm256_movemask_ps(unord) || mx > 3.4e38f) { /* NaN or inf: the __ref rules */
-      spill_k_rvq3_qlut__ref(lut, cols, qlut, (uint32_t)g, (uint32_t)g + 1);
+      spill_k_qlut_rvq3_i16__ref(lut, cols, qlut, (uint32_t)g, (uint32_t)g + 1);
       continue;
     }
     const float inv = mx > 0.0f ? 10922.0f / mx : 0.0f;

@@ -8,7 +8,7 @@
  * matvec: q8 needs group % 16 == 0 and q4 group % 32 == 0, else the AVX2
  * twin handles the matrix (which itself falls back to __ref).
  * rvq3 apply_q (int16 LUT, VBMI byte permutes, 64 rows at a time): see the
- * comment above spill_k_rvq3_apply_q__vbmi; its functions carry the VBMI
+ * comment above spill_k_apply_rvq3_i16__avx512vbmi; its functions carry the VBMI
  * target attribute so nothing else in this file may use VBMI.
  * rvq3 apply (gather version, kept to re-measure on CPUs with fast gathers):
  * 16 groups (48 index bytes) at a time; each half of 8 groups is
@@ -152,8 +152,8 @@ void spill_k_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint3
 
 /* ------------------------------------------------------------- rvq3 */
 
-void spill_k_rvq3_lut__avx512(const float *codebook, const float *x, uint32_t cols, float *lut,
-                              uint32_t g0, uint32_t g1) {
+void spill_k_lut_rvq3_f32__avx512(const float *codebook, const float *x, uint32_t cols, float *lut,
+                                  uint32_t g0, uint32_t g1) {
   const size_t ng = cols / 8;
   float cbt[8 * 256] __attribute__((aligned(64))); /* (dim, entry) of one stage */
   for (uint32_t s = 0; s < 3; s++) {
@@ -203,8 +203,8 @@ static inline __m128i idx8(const uint8_t *p, __m128i sa, __m128i sb) {
   return _mm_or_si128(_mm_shuffle_epi8(a, sa), _mm_shuffle_epi8(b, sb));
 }
 
-void spill_k_rvq3_apply_gather__avx512(const spill_qmat *w, const float *lut, float *y,
-                                       uint32_t r0, uint32_t r1) {
+void spill_k_apply_rvq3_f32_gather__avx512(const spill_qmat *w, const float *lut, float *y,
+                                           uint32_t r0, uint32_t r1) {
   const size_t ng = w->cols / 8;
   const size_t ng16 = ng & ~(size_t)15;
   const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
@@ -254,9 +254,9 @@ void spill_k_rvq3_apply_gather__avx512(const spill_qmat *w, const float *lut, fl
 /* The dispatched apply is the AVX2 twin's column-blocked scalar loop: the
  * 16-lane gather above is no faster than 8-lane ones on Zen 5 (measured by
  * BM_Rvq3ApplyGather_K3Gate). */
-void spill_k_rvq3_apply__avx512(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                                uint32_t r1) {
-  spill_k_rvq3_apply__avx2(w, lut, y, r0, r1);
+void spill_k_apply_rvq3_f32__avx512(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                                    uint32_t r1) {
+  spill_k_apply_rvq3_f32__avx2(w, lut, y, r0, r1);
 }
 
 /* ---- rvq3 apply over the int16 LUT with AVX-512 VBMI byte permutes ----
@@ -273,7 +273,7 @@ void spill_k_rvq3_apply__avx512(const spill_qmat *w, const float *lut, float *y,
  * separately and interleaved into int16 lanes, summed over the 3 stages in
  * int16 (|q| <= 10922, so no overflow), widened to int32, converted to f32
  * (exact) and added to the row accumulators as acc + f * scale_g, exactly
- * the arithmetic of spill_k_rvq3_apply_q__ref, so results are bit-identical
+ * the arithmetic of spill_k_apply_rvq3_i16__ref, so results are bit-identical
  * to it for any row split. */
 #define VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
 
@@ -349,8 +349,8 @@ static VBMI inline __attribute__((always_inline)) void vbmi_look(const int8_t *t
   *w_hi = _mm512_unpackhi_epi8(lo, hi);
 }
 
-VBMI void spill_k_rvq3_apply_q__vbmi(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
-                                     uint32_t r1) {
+VBMI void spill_k_apply_rvq3_i16__avx512vbmi(const spill_qmat *w, const void *qlut, float *y,
+                                             uint32_t r0, uint32_t r1) {
   const size_t ng = w->cols / 8, rs = ng * 3, ng8 = ng & ~(size_t)7;
   const int8_t *qt = (const int8_t *)qlut;
   const float *scale = (const float *)(qt + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);

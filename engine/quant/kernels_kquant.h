@@ -8,7 +8,8 @@
  * bit-identical to llama.cpp's. The matvec row kernels: __ref dequantises a
  * block and accumulates w*x in element order; __avx2 accumulates 8 lanes
  * with FMA (same values, different summation order: within the f32 ceilings
- * of kernels_test.cc). Internal to engine/quant (kernels_ref.c dispatches).
+ * of kernels_test.cc). Internal to engine/quant (spill_k_matvec dispatches
+ * to them).
  */
 #ifndef SPILL_QUANT_KERNELS_KQUANT_H
 #define SPILL_QUANT_KERNELS_KQUANT_H
@@ -29,8 +30,8 @@ uint32_t spill_k_kquant_block_bytes(int dtype);
 /* Dequantises one 256-element block into out (256 floats). */
 void spill_k_kquant_dequant_block(int dtype, const uint8_t *blk, float *out);
 /* sum_c w[c] x[c] over a row of cols elements (cols % 256 == 0). */
-float spill_k_kquant_row__ref(int dtype, const uint8_t *row, const float *x, uint32_t cols);
-float spill_k_kquant_row__avx2(int dtype, const uint8_t *row, const float *x, uint32_t cols);
+float spill_k_dot_kquant_f32__ref(int dtype, const uint8_t *row, const float *x, uint32_t cols);
+float spill_k_dot_kquant_f32__avx2(int dtype, const uint8_t *row, const float *x, uint32_t cols);
 
 #ifdef __cplusplus
 }

@@ -87,7 +87,7 @@ static __m256 q6_block(const uint8_t *b, const float *x, __m256 acc) {
   return acc;
 }
 
-float spill_k_kquant_row__avx2(int dt, const uint8_t *row, const float *x, uint32_t cols) {
+float spill_k_dot_kquant_f32__avx2(int dt, const uint8_t *row, const float *x, uint32_t cols) {
   const uint32_t bb = spill_k_kquant_block_bytes(dt);
   __m256 acc = _mm256_setzero_ps();
   for (uint32_t b = 0; b < cols / 256; b++) {

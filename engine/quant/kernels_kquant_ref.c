@@ -76,7 +76,7 @@ void spill_k_kquant_dequant_block(int dt, const uint8_t *b, float *y) {
   }
 }
 
-float spill_k_kquant_row__ref(int dt, const uint8_t *row, const float *x, uint32_t cols) {
+float spill_k_dot_kquant_f32__ref(int dt, const uint8_t *row, const float *x, uint32_t cols) {
   const uint32_t bb = spill_k_kquant_block_bytes(dt);
   float w[256], acc = 0.0f;
   for (uint32_t b = 0; b < cols / 256; b++) {

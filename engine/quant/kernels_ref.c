@@ -1,26 +1,19 @@
-/* engine/quant/kernels_ref.c: the scalar reference kernels, the small vector
- * helpers and the CPUID dispatch.
+/* engine/quant/kernels_ref.c: the scalar reference kernels (__ref) and the
+ * small vector helpers.
  *
  * The __ref kernels define the numerics every SIMD twin is tested against:
  * plain f32 arithmetic, one accumulator per row, summed in column order
  * (group by group for q8/q4, scale applied per group; rvq3 adds the three
  * stage lookups of a group before adding them to the row sum). They are
  * always built and run on any x86-64 (and any other CPU). The int16 rvq3
- * LUT (spill_k_rvq3_qlut) is built here for every ISA, and
- * spill_k_rvq3_apply_q__ref defines the exact arithmetic of the VBMI twin
- * (int sum of three stage entries, f32 convert, times the group scale, added
- * to the row sum; no FMA contraction in C11 mode).
- *
- * Dispatch: spill_k_init picks the best ISA the CPU and OS support
- * (__builtin_cpu_supports checks the OS-enabled XSAVE state too), lowered by
- * the SPILL_ISA environment variable; unknown values are ignored (the library
- * never prints). The selection lives in one atomic so that a dispatching call
- * costs one relaxed load. Depends on engine/base only.
+ * LUT quantiser spill_k_qlut_rvq3_i16__ref is the exact arithmetic of its
+ * AVX2 twin, and spill_k_apply_rvq3_i16__ref that of the VBMI twin (int sum
+ * of three stage entries, f32 convert, times the group scale, added to the
+ * row sum; no FMA contraction in C11 mode). Knows nothing of the CPU: the
+ * choice of ISA is kernels_dispatch.c's. Depends on engine/base and the
+ * K-quant reference (kernels_kquant_ref.c) only.
  */
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "engine/base/half.h"
@@ -93,9 +86,10 @@ void spill_k_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t
       case SPILL_K_DT_Q4_K:
       case SPILL_K_DT_Q5_K:
       case SPILL_K_DT_Q6_K:
-        acc = spill_k_kquant_row__ref(
+        acc = spill_k_dot_kquant_f32__ref(
             w->dtype,
-            (const uint8_t *)w->data + (size_t)r * (cols / 256) * spill_k_kquant_block_bytes(w->dtype),
+            (const uint8_t *)w->data +
+                (size_t)r * (cols / 256) * spill_k_kquant_block_bytes(w->dtype),
             x, (uint32_t)cols);
         break;
       default: /* rvq3 goes through the LUT kernels; unknown dtypes: caller bug */
@@ -106,8 +100,8 @@ void spill_k_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t
   }
 }
 
-void spill_k_rvq3_lut__ref(const float *codebook, const float *x, uint32_t cols, float *lut,
-                           uint32_t g0, uint32_t g1) {
+void spill_k_lut_rvq3_f32__ref(const float *codebook, const float *x, uint32_t cols, float *lut,
+                               uint32_t g0, uint32_t g1) {
   const size_t ng = cols / 8;
   for (uint32_t s = 0; s < 3; s++) {
     const float *cb = codebook + (size_t)s * 256 * 8;
@@ -119,8 +113,8 @@ void spill_k_rvq3_lut__ref(const float *codebook, const float *x, uint32_t cols,
   }
 }
 
-void spill_k_rvq3_apply__ref(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                             uint32_t r1) {
+void spill_k_apply_rvq3_f32__ref(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
+                                 uint32_t r1) {
   const size_t ng = w->cols / 8;
   const uint8_t *idx = (const uint8_t *)w->data;
   const float *l0 = lut, *l1 = lut + ng * 256, *l2 = lut + 2 * ng * 256;
@@ -133,8 +127,8 @@ void spill_k_rvq3_apply__ref(const spill_qmat *w, const float *lut, float *y, ui
   }
 }
 
-void spill_k_rvq3_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
-                              uint32_t r1) {
+void spill_k_matvec_rvq3_f32__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
+                                  uint32_t r1) {
   const size_t ng = w->cols / 8;
   const float *c0 = w->codebook, *c1 = c0 + 256 * 8, *c2 = c1 + 256 * 8;
   for (uint32_t r = r0; r < r1; r++) {
@@ -148,12 +142,12 @@ void spill_k_rvq3_matvec__ref(const spill_qmat *w, const float *x, float *y, uin
   }
 }
 
-size_t spill_k_rvq3_qlut_bytes(uint32_t cols) {
+size_t spill_k_qlut_rvq3_i16_bytes(uint32_t cols) {
   return (size_t)(cols / 8) * (SPILL_K_RVQ3_QLUT_GROUP_BYTES + sizeof(float));
 }
 
-void spill_k_rvq3_qlut__ref(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
-                            uint32_t g1) {
+void spill_k_qlut_rvq3_i16__ref(const float *lut, uint32_t cols, void *qlut, uint32_t g0,
+                                uint32_t g1) {
   const size_t ng = cols / 8;
   uint8_t *qt = (uint8_t *)qlut;
   float *scale = (float *)(qt + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
@@ -185,8 +179,8 @@ void spill_k_rvq3_qlut__ref(const float *lut, uint32_t cols, void *qlut, uint32_
   }
 }
 
-void spill_k_rvq3_apply_q__ref(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
-                               uint32_t r1) {
+void spill_k_apply_rvq3_i16__ref(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
+                                 uint32_t r1) {
   const size_t ng = w->cols / 8;
   const uint8_t *qt = (const uint8_t *)qlut;
   const float *scale = (const float *)(qt + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
@@ -311,161 +305,4 @@ void spill_k_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx) {
     }
     idx[pos] = i;
   }
-}
-
-/* ----------------------------------------------------------- dispatch */
-
-typedef struct k_table {
-  void (*matvec)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
-  void (*lut)(const float *, const float *, uint32_t, float *, uint32_t, uint32_t);
-  void (*apply)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
-  void (*rvq3_matvec)(const spill_qmat *, const float *, float *, uint32_t, uint32_t);
-} k_table;
-
-static const k_table k_tables[3] = {
-    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref, spill_k_rvq3_matvec__ref},
-#if defined(__x86_64__)
-    {spill_k_matvec__avx2, spill_k_rvq3_lut__avx2, spill_k_rvq3_apply__avx2,
-     spill_k_rvq3_matvec__avx2},
-    {spill_k_matvec__avx512, spill_k_rvq3_lut__avx512, spill_k_rvq3_apply__avx512,
-     spill_k_rvq3_matvec__avx2},
-#else
-    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref, spill_k_rvq3_matvec__ref},
-    {spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref, spill_k_rvq3_matvec__ref},
-#endif
-};
-
-static _Atomic(const k_table *) k_current;
-static _Atomic int k_current_isa;
-static pthread_once_t k_once = PTHREAD_ONCE_INIT;
-
-int spill_k_isa_supported(spill_isa isa) {
-  switch (isa) {
-    case SPILL_ISA_REF:
-      return 1;
-#if defined(__x86_64__)
-    case SPILL_ISA_AVX2:
-      __builtin_cpu_init();
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
-    case SPILL_ISA_AVX512:
-      __builtin_cpu_init();
-      return spill_k_isa_supported(SPILL_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512dq");
-#endif
-    default:
-      return 0;
-  }
-}
-
-static void k_select(spill_isa isa) {
-  atomic_store(&k_current_isa, (int)isa);
-  atomic_store(&k_current, &k_tables[isa]);
-}
-
-static void k_detect(void) {
-  spill_isa best = SPILL_ISA_REF;
-  if (spill_k_isa_supported(SPILL_ISA_AVX512)) best = SPILL_ISA_AVX512;
-  else if (spill_k_isa_supported(SPILL_ISA_AVX2)) best = SPILL_ISA_AVX2;
-  const char *env = getenv("SPILL_ISA");
-  if (env) {
-    spill_isa want = best;
-    if (strcmp(env, "ref") == 0) want = SPILL_ISA_REF;
-    else if (strcmp(env, "avx2") == 0) want = SPILL_ISA_AVX2;
-    else if (strcmp(env, "avx512") == 0) want = SPILL_ISA_AVX512;
-    if (want < best) best = want; /* the variable may only lower the choice */
-  }
-  k_select(best);
-}
-
-spill_isa spill_k_init(void) {
-  pthread_once(&k_once, k_detect);
-  return (spill_isa)atomic_load(&k_current_isa);
-}
-
-int spill_k_set_isa(spill_isa isa) {
-  if ((int)isa < 0 || (int)isa > SPILL_ISA_AVX512 || !spill_k_isa_supported(isa)) return 0;
-  spill_k_init();
-  k_select(isa);
-  return 1;
-}
-
-spill_isa spill_k_isa(void) { return spill_k_init(); }
-
-const char *spill_k_isa_name(spill_isa isa) {
-  switch (isa) {
-    case SPILL_ISA_REF: return "ref";
-    case SPILL_ISA_AVX2: return "avx2";
-    case SPILL_ISA_AVX512: return "avx512";
-    default: return "unknown";
-  }
-}
-
-static inline const k_table *k_table_get(void) {
-  const k_table *t = atomic_load_explicit(&k_current, memory_order_acquire);
-  if (!t) {
-    spill_k_init();
-    t = atomic_load(&k_current);
-  }
-  return t;
-}
-
-void spill_k_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1) {
-  k_table_get()->matvec(w, x, y, r0, r1);
-}
-
-void spill_k_rvq3_lut(const float *codebook, const float *x, uint32_t cols, float *lut,
-                      uint32_t g0, uint32_t g1) {
-  k_table_get()->lut(codebook, x, cols, lut, g0, g1);
-}
-
-/* Cached: spill_k_rvq3_apply_q asks on every call (hot path). */
-static atomic_int k_vbmi = -1;
-
-int spill_k_vbmi_supported(void) {
-  int v = atomic_load_explicit(&k_vbmi, memory_order_relaxed);
-  if (v >= 0) return v;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  v = spill_k_isa_supported(SPILL_ISA_AVX512) && __builtin_cpu_supports("avx512vbmi");
-#else
-  v = 0;
-#endif
-  atomic_store_explicit(&k_vbmi, v, memory_order_relaxed);
-  return v;
-}
-
-void spill_k_rvq3_qlut(const float *lut, uint32_t cols, void *qlut, uint32_t g0, uint32_t g1) {
-#if defined(__x86_64__)
-  if (spill_k_init() != SPILL_ISA_REF) {
-    spill_k_rvq3_qlut__avx2(lut, cols, qlut, g0, g1);
-    return;
-  }
-#endif
-  spill_k_rvq3_qlut__ref(lut, cols, qlut, g0, g1);
-}
-
-int spill_k_rvq3_qlut_fast(void) {
-  return spill_k_init() == SPILL_ISA_AVX512 && spill_k_vbmi_supported();
-}
-
-void spill_k_rvq3_apply_q(const spill_qmat *w, const void *qlut, float *y, uint32_t r0,
-                          uint32_t r1) {
-#if defined(__x86_64__)
-  if (spill_k_rvq3_qlut_fast()) {
-    spill_k_rvq3_apply_q__vbmi(w, qlut, y, r0, r1);
-    return;
-  }
-#endif
-  spill_k_rvq3_apply_q__ref(w, qlut, y, r0, r1);
-}
-
-void spill_k_rvq3_apply(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
-                        uint32_t r1) {
-  k_table_get()->apply(w, lut, y, r0, r1);
-}
-
-void spill_k_rvq3_matvec(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1) {
-  k_table_get()->rvq3_matvec(w, x, y, r0, r1);
 }

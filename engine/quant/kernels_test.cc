@@ -72,12 +72,13 @@ struct Twins {
 };
 
 const Twins kTwins[] = {
-    {SPILL_ISA_REF, spill_k_matvec__ref, spill_k_rvq3_lut__ref, spill_k_rvq3_apply__ref,
-     spill_k_rvq3_apply__ref, spill_k_rvq3_matvec__ref},
-    {SPILL_ISA_AVX2, spill_k_matvec__avx2, spill_k_rvq3_lut__avx2, spill_k_rvq3_apply__avx2,
-     spill_k_rvq3_apply_gather__avx2, spill_k_rvq3_matvec__avx2},
-    {SPILL_ISA_AVX512, spill_k_matvec__avx512, spill_k_rvq3_lut__avx512,
-     spill_k_rvq3_apply__avx512, spill_k_rvq3_apply_gather__avx512, spill_k_rvq3_matvec__avx2},
+    {SPILL_ISA_REF, spill_k_matvec__ref, spill_k_lut_rvq3_f32__ref, spill_k_apply_rvq3_f32__ref,
+     spill_k_apply_rvq3_f32__ref, spill_k_matvec_rvq3_f32__ref},
+    {SPILL_ISA_AVX2, spill_k_matvec__avx2, spill_k_lut_rvq3_f32__avx2, spill_k_apply_rvq3_f32__avx2,
+     spill_k_apply_rvq3_f32_gather__avx2, spill_k_matvec_rvq3_f32__avx2},
+    {SPILL_ISA_AVX512, spill_k_matvec__avx512, spill_k_lut_rvq3_f32__avx512,
+     spill_k_apply_rvq3_f32__avx512, spill_k_apply_rvq3_f32_gather__avx512,
+     spill_k_matvec_rvq3_f32__avx2},
 };
 
 // A matrix in one of the kernel layouts plus its view.
@@ -267,7 +268,7 @@ TEST_P(KernelsIsaTest, Rvq3LutMatchesRefWithinCeiling) {
     auto x = RandVec(rng, cols);
     const uint32_t ng = cols / 8;
     std::vector<float> lr(3 * ng * 256), li(3 * ng * 256);
-    spill_k_rvq3_lut__ref(cb.data(), x.data(), cols, lr.data(), 0, ng);
+    spill_k_lut_rvq3_f32__ref(cb.data(), x.data(), cols, lr.data(), 0, ng);
     tw_.lut(cb.data(), x.data(), cols, li.data(), 0, ng);
     double worst = 0;
     for (uint32_t s = 0; s < 3; s++)
@@ -302,9 +303,9 @@ TEST_P(KernelsIsaTest, Rvq3ApplyMatchesRefAndRowSplitIsBitExact) {
     Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
     auto x = RandVec(rng, cols);
     std::vector<float> lut(3 * (cols / 8) * 256);
-    spill_k_rvq3_lut__ref(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
+    spill_k_lut_rvq3_f32__ref(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
     std::vector<float> yr(rows);
-    spill_k_rvq3_apply__ref(&m.m, lut.data(), yr.data(), 0, rows);
+    spill_k_apply_rvq3_f32__ref(&m.m, lut.data(), yr.data(), 0, rows);
     for (apply_fn f : {tw_.apply, tw_.apply_gather}) {
       const char *which = f == tw_.apply ? "dispatched" : "gather";
       std::vector<float> yi(rows), ys(rows);
@@ -345,8 +346,8 @@ TEST_P(KernelsIsaTest, Rvq3DispatchedApplyIsBitExactWithRef) {
     Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
     auto x = RandVec(rng, cols);
     std::vector<float> lut(3 * (cols / 8) * 256), yr(rows), yi(rows);
-    spill_k_rvq3_lut__ref(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
-    spill_k_rvq3_apply__ref(&m.m, lut.data(), yr.data(), 0, rows);
+    spill_k_lut_rvq3_f32__ref(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
+    spill_k_apply_rvq3_f32__ref(&m.m, lut.data(), yr.data(), 0, rows);
     tw_.apply(&m.m, lut.data(), yi.data(), 0, rows);
     EXPECT_EQ(0, std::memcmp(yr.data(), yi.data(), rows * sizeof(float))) << "cols " << cols;
   }
@@ -359,7 +360,7 @@ TEST_P(KernelsIsaTest, Rvq3MatvecMatchesRefAndRowSplitIsBitExact) {
     Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
     auto x = RandVec(rng, cols);
     std::vector<float> yr(rows), yi(rows), ys(rows, -7.0f);
-    spill_k_rvq3_matvec__ref(&m.m, x.data(), yr.data(), 0, rows);
+    spill_k_matvec_rvq3_f32__ref(&m.m, x.data(), yr.data(), 0, rows);
     tw_.rvq3_matvec(&m.m, x.data(), yi.data(), 0, rows);
     EXPECT_LE(MaxRelErr(yi, yr, Rvq3Bound(m.m, x.data())), kRvq3MatvecCeiling) << "cols " << cols;
     tw_.rvq3_matvec(&m.m, x.data(), ys.data(), 5, rows);
@@ -381,22 +382,21 @@ TEST_P(KernelsIsaTest, DispatchCallsTheSelectedTwin) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
   Mat q = MakeMat(SPILL_K_DT_RVQ3, 9, 136, 0, rng);
   std::vector<float> la(3 * 17 * 256), lb(la.size());
-  spill_k_rvq3_lut(q.m.codebook, x.data(), 136, la.data(), 0, 17);
+  spill_k_lut_rvq3_f32(q.m.codebook, x.data(), 136, la.data(), 0, 17);
   tw_.lut(q.m.codebook, x.data(), 136, lb.data(), 0, 17);
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), sizeof(float) * la.size()));
-  spill_k_rvq3_apply(&q.m, la.data(), a.data(), 0, 9);
+  spill_k_apply_rvq3_f32(&q.m, la.data(), a.data(), 0, 9);
   tw_.apply(&q.m, la.data(), b.data(), 0, 9);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
-  spill_k_rvq3_matvec(&q.m, x.data(), a.data(), 0, 9);
+  spill_k_matvec_rvq3_f32(&q.m, x.data(), a.data(), 0, 9);
   tw_.rvq3_matvec(&q.m, x.data(), b.data(), 0, 9);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
-  std::vector<uint8_t> ql(spill_k_rvq3_qlut_bytes(136));
-  spill_k_rvq3_qlut(la.data(), 136, ql.data(), 0, 17);
-  spill_k_rvq3_apply_q(&q.m, ql.data(), a.data(), 0, 9);
+  std::vector<uint8_t> ql(spill_k_qlut_rvq3_i16_bytes(136));
+  spill_k_qlut_rvq3_i16(la.data(), 136, ql.data(), 0, 17);
+  spill_k_apply_rvq3_i16(&q.m, ql.data(), a.data(), 0, 9);
   if (tw_.isa == SPILL_ISA_AVX512 && spill_k_vbmi_supported())
-    spill_k_rvq3_apply_q__vbmi(&q.m, ql.data(), b.data(), 0, 9);
-  else
-    spill_k_rvq3_apply_q__ref(&q.m, ql.data(), b.data(), 0, 9);
+    spill_k_apply_rvq3_i16__avx512vbmi(&q.m, ql.data(), b.data(), 0, 9);
+  else spill_k_apply_rvq3_i16__ref(&q.m, ql.data(), b.data(), 0, 9);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
   spill_k_set_isa(SPILL_ISA_REF);
 }
@@ -422,10 +422,10 @@ QProblem MakeQ(uint32_t rows, uint32_t cols, std::mt19937 &rng, float x_outlier 
   for (uint32_t c = 0; c < cols; c += 37) p.x[c] *= x_outlier;
   const uint32_t ng = cols / 8;
   p.lut.resize(3 * ng * 256);
-  spill_k_rvq3_lut__ref(p.m.m.codebook, p.x.data(), cols, p.lut.data(), 0, ng);
-  p.qlut.resize(spill_k_rvq3_qlut_bytes(cols));
-  spill_k_rvq3_qlut(p.lut.data(), cols, p.qlut.data(), 0, ng / 2);  // two calls: by groups
-  spill_k_rvq3_qlut(p.lut.data(), cols, p.qlut.data(), ng / 2, ng);
+  spill_k_lut_rvq3_f32__ref(p.m.m.codebook, p.x.data(), cols, p.lut.data(), 0, ng);
+  p.qlut.resize(spill_k_qlut_rvq3_i16_bytes(cols));
+  spill_k_qlut_rvq3_i16(p.lut.data(), cols, p.qlut.data(), 0, ng / 2);  // two calls: by groups
+  spill_k_qlut_rvq3_i16(p.lut.data(), cols, p.qlut.data(), ng / 2, ng);
   return p;
 }
 
@@ -437,10 +437,10 @@ TEST(KernelsRvq3QuantTest, QlutStoresRoundedEntriesInTwoBytePlanes) {
   cb[(2 * 256 + 9) * 8] = 0.25f;  // 1365.25 -> 1365
   std::vector<float> x(8, 0.0f), lut(3 * 256);
   x[0] = 1.0f;
-  spill_k_rvq3_lut__ref(cb.data(), x.data(), 8, lut.data(), 0, 1);
-  std::vector<uint8_t> q(spill_k_rvq3_qlut_bytes(8));
+  spill_k_lut_rvq3_f32__ref(cb.data(), x.data(), 8, lut.data(), 0, 1);
+  std::vector<uint8_t> q(spill_k_qlut_rvq3_i16_bytes(8));
   ASSERT_EQ(q.size(), SPILL_K_RVQ3_QLUT_GROUP_BYTES + 4u);
-  spill_k_rvq3_qlut(lut.data(), 8, q.data(), 0, 1);
+  spill_k_qlut_rvq3_i16(lut.data(), 8, q.data(), 0, 1);
   auto entry = [&](int s, int k) {
     return (int16_t)(uint16_t)(q[s * 512 + k] | (q[s * 512 + 256 + k] << 8));
   };
@@ -460,8 +460,8 @@ TEST(KernelsRvq3QuantTest, ApplyQRefIsWithinTheQuantisationBoundOfTheF32Lut) {
       const uint32_t rows = 33, ng = cols / 8;
       QProblem p = MakeQ(rows, cols, rng, outlier);
       std::vector<float> yf(rows), yq(rows);
-      spill_k_rvq3_apply__ref(&p.m.m, p.lut.data(), yf.data(), 0, rows);
-      spill_k_rvq3_apply_q__ref(&p.m.m, p.qlut.data(), yq.data(), 0, rows);
+      spill_k_apply_rvq3_f32__ref(&p.m.m, p.lut.data(), yf.data(), 0, rows);
+      spill_k_apply_rvq3_i16__ref(&p.m.m, p.qlut.data(), yq.data(), 0, rows);
       const float *scale =
           reinterpret_cast<const float *>(p.qlut.data() + ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES);
       double steps = 0;
@@ -488,9 +488,9 @@ TEST(KernelsRvq3QuantTest, QlutAvx2IsBitExactWithRef) {
     const uint32_t ng = cols / 8;
     p.lut[(2 * ng + ng / 2) * 256 + 3] = NAN;  // one poisoned group
     std::vector<uint8_t> qr(p.qlut.size(), 0xAB), qa(p.qlut.size(), 0xCD);
-    spill_k_rvq3_qlut__ref(p.lut.data(), cols, qr.data(), 0, ng);
-    spill_k_rvq3_qlut__avx2(p.lut.data(), cols, qa.data(), 0, ng / 3);
-    spill_k_rvq3_qlut__avx2(p.lut.data(), cols, qa.data(), ng / 3, ng);
+    spill_k_qlut_rvq3_i16__ref(p.lut.data(), cols, qr.data(), 0, ng);
+    spill_k_qlut_rvq3_i16__avx2(p.lut.data(), cols, qa.data(), 0, ng / 3);
+    spill_k_qlut_rvq3_i16__avx2(p.lut.data(), cols, qa.data(), ng / 3, ng);
     EXPECT_EQ(0, std::memcmp(qr.data(), qa.data(), ng * SPILL_K_RVQ3_QLUT_GROUP_BYTES)) << cols;
     for (uint32_t g = 0; g < ng; g++) {  // scales: bitwise, NaN included
       uint32_t a, b;
@@ -505,14 +505,14 @@ TEST(KernelsRvq3QuantTest, NanInputGivesNanRowsNotGarbage) {
   std::mt19937 rng(23);
   QProblem p = MakeQ(5, 64, rng);
   p.x[9] = NAN;  // group 1
-  spill_k_rvq3_lut__ref(p.m.m.codebook, p.x.data(), 64, p.lut.data(), 0, 8);
-  spill_k_rvq3_qlut(p.lut.data(), 64, p.qlut.data(), 0, 8);
+  spill_k_lut_rvq3_f32__ref(p.m.m.codebook, p.x.data(), 64, p.lut.data(), 0, 8);
+  spill_k_qlut_rvq3_i16(p.lut.data(), 64, p.qlut.data(), 0, 8);
   std::vector<float> y(5);
-  spill_k_rvq3_apply_q__ref(&p.m.m, p.qlut.data(), y.data(), 0, 5);
+  spill_k_apply_rvq3_i16__ref(&p.m.m, p.qlut.data(), y.data(), 0, 5);
   for (float v : y) EXPECT_TRUE(std::isnan(v));
   if (spill_k_vbmi_supported()) {
     std::vector<float> yv(5);
-    spill_k_rvq3_apply_q__vbmi(&p.m.m, p.qlut.data(), yv.data(), 0, 5);
+    spill_k_apply_rvq3_i16__avx512vbmi(&p.m.m, p.qlut.data(), yv.data(), 0, 5);
     for (float v : yv) EXPECT_TRUE(std::isnan(v));
   }
 }
@@ -524,14 +524,14 @@ TEST(KernelsRvq3QuantTest, ApplyQVbmiIsBitExactWithRefForAnyRowSplit) {
     for (uint32_t cols : kRvq3Cols) {
       QProblem p = MakeQ(rows, cols, rng, 5.0f);
       std::vector<float> yr(rows), yv(rows), ys(rows, -7.0f);
-      spill_k_rvq3_apply_q__ref(&p.m.m, p.qlut.data(), yr.data(), 0, rows);
-      spill_k_rvq3_apply_q__vbmi(&p.m.m, p.qlut.data(), yv.data(), 0, rows);
+      spill_k_apply_rvq3_i16__ref(&p.m.m, p.qlut.data(), yr.data(), 0, rows);
+      spill_k_apply_rvq3_i16__avx512vbmi(&p.m.m, p.qlut.data(), yv.data(), 0, rows);
       EXPECT_EQ(0, std::memcmp(yr.data(), yv.data(), rows * sizeof(float)))
           << rows << "x" << cols;
       const uint32_t k = rows / 3;
-      spill_k_rvq3_apply_q__vbmi(&p.m.m, p.qlut.data(), ys.data(), k, rows);
+      spill_k_apply_rvq3_i16__avx512vbmi(&p.m.m, p.qlut.data(), ys.data(), k, rows);
       for (uint32_t r = 0; r < k; r++) ASSERT_EQ(ys[r], -7.0f) << "row " << r << " written";
-      spill_k_rvq3_apply_q__vbmi(&p.m.m, p.qlut.data(), ys.data(), 0, k);
+      spill_k_apply_rvq3_i16__avx512vbmi(&p.m.m, p.qlut.data(), ys.data(), 0, k);
       EXPECT_EQ(0, std::memcmp(yr.data(), ys.data(), rows * sizeof(float)))
           << rows << "x" << cols << " split at " << k;
     }
@@ -645,12 +645,12 @@ TEST(KernelsRefTest, Rvq3HandComputed) {
   m.scales = reinterpret_cast<const uint16_t *>(buf + 6);
   m.codebook = cb.data();
   std::vector<float> x(16, 1.0f), lut(3 * 2 * 256);
-  spill_k_rvq3_lut__ref(cb.data(), x.data(), 16, lut.data(), 0, 2);
+  spill_k_lut_rvq3_f32__ref(cb.data(), x.data(), 16, lut.data(), 0, 2);
   EXPECT_EQ(lut[(0 * 2 + 0) * 256 + 1], 8.0f);
   EXPECT_EQ(lut[(1 * 2 + 1) * 256 + 2], 4.0f);
   EXPECT_EQ(lut[(2 * 2 + 0) * 256 + 3], 4.0f);
   float y = 0;
-  spill_k_rvq3_apply__ref(&m, lut.data(), &y, 0, 1);
+  spill_k_apply_rvq3_f32__ref(&m, lut.data(), &y, 0, 1);
   EXPECT_EQ(y, 32.0f);
   float row[16];
   spill_k_dequant_row(&m, 0, row);
