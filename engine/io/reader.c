@@ -457,8 +457,10 @@ void spill_io__deliver_locked(spill_io *io, int slot, uint64_t now) {
 
 /* ---- faults and throttle ---- */
 
-spill_io_fault spill_io__consult_fault(spill_io *io, const spill_io_req *r,
-                                       size_t len) {
+/* The hook's answer for the next attempt of r (len = bytes it would ask);
+ * kind NONE without a hook. attempt_seq counts every attempt either way. */
+static spill_io_fault consult_fault(spill_io *io, const spill_io_req *r,
+                                    size_t len) {
   spill_io_fault f = {0};
   uint64_t seq = atomic_fetch_add_explicit(&io->attempt_seq, 1,
                                            memory_order_relaxed);
@@ -475,8 +477,9 @@ spill_io_fault spill_io__consult_fault(spill_io *io, const spill_io_req *r,
   return f;
 }
 
-size_t spill_io__short_len(const spill_io *io, size_t len, size_t short_len) {
-  size_t n = short_len < len ? short_len : len;
+/* A SHORT fault's attempt length (kept aligned in direct mode). */
+static size_t short_len(const spill_io *io, size_t len, size_t want) {
+  size_t n = want < len ? want : len;
   if (io->opts.mode == SPILL_IO_MODE_DIRECT) {
     n -= n % SPILL_IO_ALIGN;
     if (n == 0) n = SPILL_IO_ALIGN < len ? SPILL_IO_ALIGN : len;
@@ -484,6 +487,28 @@ size_t spill_io__short_len(const spill_io *io, size_t len, size_t short_len) {
     n = 1; /* a zero-length read would look like EOF */
   }
   return n;
+}
+
+size_t spill_io__begin_attempt(spill_io *io, spill_io_req *r) {
+  size_t want = r->len - r->done;
+  spill_io_fault flt = consult_fault(io, r, want);
+  r->attempt++;
+  atomic_fetch_add_explicit(&io->st_attempts, 1, memory_order_relaxed);
+  switch (flt.kind) {
+    case SPILL_IO_FAULT_ERROR:
+      r->status = SPILL_E_IO;
+      r->sys_errno = flt.err;
+      return 0;
+    case SPILL_IO_FAULT_DELAY: {
+      uint64_t t = spill_clock_ns() + flt.delay_ns;
+      if (t > r->not_before) r->not_before = t;
+      return want;
+    }
+    case SPILL_IO_FAULT_SHORT:
+      return short_len(io, want, flt.short_len);
+    default:
+      return want;
+  }
 }
 
 void spill_io__throttle_reserve(spill_io *io, spill_io_req *r) {

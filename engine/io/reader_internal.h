@@ -102,12 +102,12 @@ struct spill_io {
 };
 
 /* ---- reader.c ---- */
-/* Consults the fault hook for the next attempt of r (len = bytes it would
- * ask); returns the fault (kind NONE without a hook). Thread-safe. */
-spill_io_fault spill_io__consult_fault(spill_io *io, const spill_io_req *r,
-                                       size_t len);
-/* Applies a SHORT fault to an attempt length (alignment in direct mode). */
-size_t spill_io__short_len(const spill_io *io, size_t len, size_t short_len);
+/* Starts the next attempt of r, the one place both backends apply the fault
+ * hook: consults it, counts the attempt and applies the fault (DELAY moves
+ * r->not_before, SHORT shortens the attempt). Returns the bytes to ask for,
+ * or 0 when an injected error ended the request (r->status and sys_errno
+ * set). Requires r->done < r->len. Thread-safe for distinct requests. */
+size_t spill_io__begin_attempt(spill_io *io, spill_io_req *r);
 /* Reserves r->len bytes of the token bucket and sets r->throttle_deadline
  * and r->not_before (no-op without a cap). */
 void spill_io__throttle_reserve(spill_io *io, spill_io_req *r);

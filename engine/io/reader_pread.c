@@ -68,21 +68,8 @@ void spill_io__read_sync(spill_io *io, spill_io_req *r) {
   const spill_io_file *f = &io->files[r->file_id];
   r->status = SPILL_OK;
   while (r->done < r->len) {
-    size_t want = r->len - r->done;
-    spill_io_fault flt = spill_io__consult_fault(io, r, want);
-    r->attempt++;
-    atomic_fetch_add_explicit(&io->st_attempts, 1, memory_order_relaxed);
-    if (flt.kind == SPILL_IO_FAULT_ERROR) {
-      r->status = SPILL_E_IO;
-      r->sys_errno = flt.err;
-      break;
-    }
-    if (flt.kind == SPILL_IO_FAULT_DELAY) {
-      uint64_t t = spill_clock_ns() + flt.delay_ns;
-      if (t > r->not_before) r->not_before = t;
-    }
-    if (flt.kind == SPILL_IO_FAULT_SHORT)
-      want = spill_io__short_len(io, want, flt.short_len);
+    size_t want = spill_io__begin_attempt(io, r);
+    if (want == 0) break; /* injected error */
     ssize_t n = attempt_once(io, r, want);
     if (n == -EINTR || n == -EAGAIN) {
       atomic_fetch_add_explicit(&io->st_eintr_retries, 1, memory_order_relaxed);

@@ -71,22 +71,11 @@ static void finish(spill_io *io, uring_state *u, int slot) {
 static void issue(spill_io *io, uring_state *u, int slot) {
   spill_io_req *r = &io->reqs[slot];
   const spill_io_file *f = &io->files[r->file_id];
-  size_t want = r->len - r->done;
-  spill_io_fault flt = spill_io__consult_fault(io, r, want);
-  r->attempt++;
-  atomic_fetch_add_explicit(&io->st_attempts, 1, memory_order_relaxed);
-  if (flt.kind == SPILL_IO_FAULT_ERROR) {
-    r->status = SPILL_E_IO;
-    r->sys_errno = flt.err;
+  size_t want = spill_io__begin_attempt(io, r);
+  if (want == 0) { /* injected error */
     finish(io, u, slot);
     return;
   }
-  if (flt.kind == SPILL_IO_FAULT_DELAY) {
-    uint64_t t = spill_clock_ns() + flt.delay_ns;
-    if (t > r->not_before) r->not_before = t;
-  }
-  if (flt.kind == SPILL_IO_FAULT_SHORT)
-    want = spill_io__short_len(io, want, flt.short_len);
   if (want > UINT32_MAX) want = (size_t)1 << 30; /* SQE len is 32-bit */
   r->cur_len = want;
 
