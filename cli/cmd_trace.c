@@ -24,15 +24,20 @@ const char cmd_trace_stats_usage[] =
 
 const char cmd_trace_convert_usage[] =
     "usage: spill trace convert --from FORMAT -o OUT [--experts N] [--layers N] [--top-k K]\n"
-    "                           [--top-k-native K] [--model NAME] [--source TEXT]\n"
-    "                           [--drop-layers] INPUT...\n"
+    "                           [--hidden N] [--top-k-native K] [--model NAME]\n"
+    "                           [--source TEXT] [--drop-layers] INPUT...\n"
     "FORMAT: bmoe-csv (llama.cpp-based --route-trace CSV), hf-router-json (transformers\n"
     "capture, one JSON per sequence), sorted-ids-txt (one line of sorted ids per pass\n"
-    "and layer; needs --layers N). Several INPUTs are concatenated (one sequence each).\n"
-    "--experts declares the expert count; --top-k-native records that the source\n"
-    "overrode the model's top-k; tokens lacking a layer are dropped unless --drop-layers\n"
-    "(then such layers are dropped from every token). OUT is a simple-format trace whose\n"
-    "header line records the source and what it lacks (docs/TRACE.md).\n";
+    "and layer; needs --layers N), vllm-routed-json (a vLLM response with routed\n"
+    "experts), llama-moe-csv (llama.cpp's llama-moe-trace: layer,expert rows, or named\n"
+    "columns with token/phase/rank; --top-k K = rows per token when there is no token\n"
+    "column, default the last layer run's), flashmoe-bin (int32 layer, int32 K, N f32\n"
+    "hidden values with --hidden N, K int32 ids per record). Several INPUTs are\n"
+    "concatenated (one sequence each). --experts declares the expert count;\n"
+    "--top-k-native records that the source overrode the model's top-k; tokens lacking\n"
+    "a layer are dropped unless --drop-layers (then such layers are dropped from every\n"
+    "token). OUT is a simple-format trace whose header line records the source and\n"
+    "what it lacks (docs/TRACE.md).\n";
 
 const char cmd_trace_replay_usage[] =
     "usage: spill trace replay [--json] --policy P[,P...]|all\n"
@@ -428,7 +433,7 @@ int cmd_trace_replay(int argc, char **argv) {
 }
 
 int cmd_trace_convert(int argc, char **argv) {
-  long experts = 0, layers = 0, top_k = 0, native = 0;
+  long experts = 0, layers = 0, top_k = 0, native = 0, hidden = 0;
   const char *from = NULL, *outp = NULL, *v;
   spill_trace_convert_opts o;
   memset(&o, 0, sizeof o);
@@ -446,6 +451,8 @@ int cmd_trace_convert(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 4096, &layers)) return 2;
     } else if (!strcmp(s, "--top-k")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1024, &top_k)) return 2;
+    } else if (!strcmp(s, "--hidden")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 0, 1L << 20, &hidden)) return 2;
     } else if (!strcmp(s, "--top-k-native")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1024, &native)) return 2;
     } else if (!strcmp(s, "--model")) {
@@ -469,7 +476,12 @@ int cmd_trace_convert(int argc, char **argv) {
     return cli_usage_error("sorted-ids-txt needs --layers N");
   o.n_experts = (uint32_t)experts;
   o.n_layers = (uint32_t)layers;
+  if (top_k && src != SPILL_TRACE_SRC_SORTED_IDS_TXT && src != SPILL_TRACE_SRC_LLAMA_MOE_CSV)
+    return cli_usage_error("--top-k is for sorted-ids-txt and llama-moe-csv");
+  if (hidden && src != SPILL_TRACE_SRC_FLASHMOE_BIN)
+    return cli_usage_error("--hidden is for flashmoe-bin");
   o.top_k = (uint32_t)top_k;
+  o.hidden = (uint32_t)hidden;
   o.top_k_native = (uint32_t)native;
   char *bufs[256] = {0};
   size_t lens[256] = {0};

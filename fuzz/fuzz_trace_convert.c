@@ -2,10 +2,12 @@
  * converters (spill_trace_convert, research/trace/trace_convert.c) and the
  * JSONL writer on what they accept.
  *
- * Byte 0 chooses the source format (low 2 bits: bmoe-csv, hf-router-json,
- * sorted-ids-txt, vllm-routed-json), the
- * drop policy (bit 2) and, for sorted-ids-txt, the layers per pass (bits
- * 3-7, + 1); the rest is the source file, not NUL-terminated. A converted
+ * Byte 0 chooses the source format (low 3 bits modulo the count: bmoe-csv,
+ * hf-router-json, sorted-ids-txt, vllm-routed-json, llama-moe-csv,
+ * flashmoe-bin), the drop policy (bit 3) and, from the high nibble h, the
+ * layers per pass of sorted-ids-txt (h + 1), the top-k of llama-moe-csv
+ * (h, 0 = inferred) or the hidden floats of flashmoe-bin (h); the rest is
+ * the source file, not NUL-terminated. A converted
  * trace must satisfy the invariants of router_trace.h (checked here) and
  * its JSONL text must read back to the same ids.
  */
@@ -20,9 +22,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   spill_trace_convert_opts o;
   memset(&o, 0, sizeof o);
-  spill_trace_source src = (spill_trace_source)((data[0] & 3) % SPILL_TRACE_SRC_COUNT);
-  o.incomplete = (data[0] & 4) ? SPILL_TRACE_DROP_LAYERS : SPILL_TRACE_DROP_TOKENS;
-  o.n_layers = src == SPILL_TRACE_SRC_SORTED_IDS_TXT ? (uint32_t)(data[0] >> 3) + 1 : 0;
+  spill_trace_source src = (spill_trace_source)((data[0] & 7) % SPILL_TRACE_SRC_COUNT);
+  o.incomplete = (data[0] & 8) ? SPILL_TRACE_DROP_LAYERS : SPILL_TRACE_DROP_TOKENS;
+  const uint32_t h = (uint32_t)(data[0] >> 4);
+  o.n_layers = src == SPILL_TRACE_SRC_SORTED_IDS_TXT ? h + 1 : 0;
+  o.top_k = src == SPILL_TRACE_SRC_LLAMA_MOE_CSV ? h : 0;
+  o.hidden = src == SPILL_TRACE_SRC_FLASHMOE_BIN ? h : 0;
   size_t len = size - 1;
   char *buf = malloc(len ? len : 1); /* exact size: ASan catches overreads */
   if (!buf) return 0;

@@ -108,11 +108,13 @@ typedef enum spill_trace_source {
   SPILL_TRACE_SRC_HF_ROUTER_JSON = 1, /* transformers capture: JSON per sequence, "router_data" */
   SPILL_TRACE_SRC_SORTED_IDS_TXT = 2, /* one line per (pass, layer): sorted ids (mixtral-offloading) */
   SPILL_TRACE_SRC_VLLM_ROUTED_JSON = 3, /* vLLM --enable-return-routed-experts response JSON */
+  SPILL_TRACE_SRC_LLAMA_MOE_CSV = 4,    /* llama.cpp's llama-moe-trace CSV (MOE_TRACE_OUT) */
+  SPILL_TRACE_SRC_FLASHMOE_BIN = 5,     /* binary records: int32 layer, int32 K, [hidden], ids */
   SPILL_TRACE_SRC_COUNT
 } spill_trace_source;
 
 /* Name <-> enum ("bmoe-csv", "hf-router-json", "sorted-ids-txt",
- * "vllm-routed-json"); find
+ * "vllm-routed-json", "llama-moe-csv", "flashmoe-bin"); find
  * returns -1 for an unknown name, name_at NULL past the end. */
 int spill_trace_source_find(const char *name);
 const char *spill_trace_source_name_at(size_t i);
@@ -125,7 +127,10 @@ typedef enum spill_trace_incomplete {
 typedef struct spill_trace_convert_opts {
   uint32_t n_experts;    /* 0 = from the source (bmoe-csv header) or highest id + 1 */
   uint32_t n_layers;     /* sorted-ids-txt: layers per pass (required there); else 0 */
-  uint32_t top_k;        /* sorted-ids-txt: ids per decode line (0 = the last line's) */
+  uint32_t top_k;        /* sorted-ids-txt: ids per decode line (0 = the last line's);
+                            llama-moe-csv without a token column: rows per token (0 = the
+                            last layer run's length) */
+  uint32_t hidden;       /* flashmoe-bin: f32 hidden-state values per record (0 = none) */
   uint32_t top_k_native; /* the model's own top-k if the source overrode it (0 = same) */
   const char *model;     /* recorded in the header (NULL: the source's, if any) */
   const char *source;    /* recorded in the header (provenance; NULL: none) */

@@ -13,7 +13,7 @@
  * SPILL_E_TRACE "NAME:LINE: reason" (for JSON sources, the line of the
  * parse error or of the offending token's key). No asserts, no output.
  * Formats (docs/TRACE.md "Converting"): bmoe-csv, hf-router-json,
- * sorted-ids-txt, vllm-routed-json.
+ * sorted-ids-txt, vllm-routed-json, llama-moe-csv, flashmoe-bin.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -31,7 +31,8 @@
 #define CV_MAX_CAVEATS 32
 
 static const char *const kSourceNames[SPILL_TRACE_SRC_COUNT] = {
-    "bmoe-csv", "hf-router-json", "sorted-ids-txt", "vllm-routed-json"};
+    "bmoe-csv", "hf-router-json", "sorted-ids-txt", "vllm-routed-json", "llama-moe-csv",
+    "flashmoe-bin"};
 
 int spill_trace_source_find(const char *name) {
   for (int i = 0; name && i < SPILL_TRACE_SRC_COUNT; i++)
@@ -61,6 +62,7 @@ typedef struct builder {
   uint32_t *lline;  /* (cap, L) first line of each (token, layer) */
   size_t n, cap;
   int has_weights, rank_known;
+  int absent_ok; /* layers no token has are not traced layers (dense): left out */
   uint32_t max_id;
   char *caveats[CV_MAX_CAVEATS];
   uint32_t n_caveats;
@@ -175,10 +177,15 @@ static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *f
     goto done;
   }
   size_t n_incomplete = 0, n_incomplete_prefill = 0;
+  for (uint32_t l = 0; l < L; l++) { /* absent[l]: keep_l doubles as the mark here */
+    keep_l[l] = 0;
+    for (size_t i = 0; i < b->n && !keep_l[l]; i++) keep_l[l] = b->filled[i * L + l] > 0;
+  }
   for (size_t i = 0; i < b->n; i++) {
     int complete = 1;
     for (uint32_t l = 0; l < L; l++) {
       uint16_t f = b->filled[i * L + l];
+      if (b->absent_ok && !keep_l[l]) continue;
       if (f > 0 && f < K) {
         rc = bfail(b, b->lline[i * L + l], "layer %u of the token at pos %lld: %u of %u ranks",
                    l, (long long)b->tok[i].pos, f, K);
@@ -197,7 +204,7 @@ static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *f
   }
   char lay[160] = "";
   for (uint32_t l = 0, n = 0; l < L; l++) {
-    keep_l[l] = 1;
+    keep_l[l] = !b->absent_ok || keep_l[l];
     if (!lacking[l]) continue;
     size_t at = strlen(lay);
     if (n++ < 8) snprintf(lay + at, sizeof lay - at, "%s%u", at ? ", " : "", l);
@@ -205,7 +212,7 @@ static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *f
   }
   if (n_incomplete && o->incomplete == SPILL_TRACE_DROP_LAYERS) {
     uint32_t kept = 0;
-    for (uint32_t l = 0; l < L; l++) kept += (keep_l[l] = !lacking[l]);
+    for (uint32_t l = 0; l < L; l++) kept += (keep_l[l] = keep_l[l] && !lacking[l]);
     if (!kept) {
       rc = spill_err_set(b->e, SPILL_E_TRACE, "%s: no layer is present in every token", b->name);
       goto done;
@@ -971,6 +978,365 @@ out:
 
 /* -------------------------------------------------------------- driver */
 
+/* ------------------------------------------------------- llama-moe-csv */
+
+/* llama.cpp's llama-moe-trace (examples/moe-trace, MOE_TRACE_OUT) writes
+ * the ids of the ffn_moe_topk tensor of every MoE layer of every ubatch,
+ * one CSV row per routed activation. Upstream rows are `layer,expert`
+ * (header optional); forks add `phase`, `token` (or `pos`) and `rank`
+ * columns, named in a header line. Without a token column the tokens are
+ * recovered from the row order: a ubatch writes its layers in ascending
+ * order, each layer's rows token by token, top-k rows per token. */
+
+enum { LC_LAYER, LC_EXPERT, LC_TOKEN, LC_PHASE, LC_RANK, LC_N };
+#define LC_MAX_COLS 16
+
+typedef struct lcsv {
+  int col[LC_N]; /* column of each field, -1 absent */
+  int n_cols;
+  uint32_t header_line; /* 0: no header */
+} lcsv;
+
+static int lc_trim_eq(const char *s, size_t n, const char *name) {
+  while (n && (*s == ' ' || *s == '\t')) s++, n--;
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+  return n == strlen(name) && !memcmp(s, name, n);
+}
+
+/* Reads the header (if the first non-blank line has a non-numeric field). */
+static int lc_header(builder *b, const char *s, size_t n, uint32_t line, lcsv *c) {
+  const char *f[LC_MAX_COLS];
+  size_t fl[LC_MAX_COLS];
+  int nf = split_csv(s, n, f, fl, LC_MAX_COLS);
+  if (nf < 0) return bfail(b, line, "more than %d columns", LC_MAX_COLS);
+  int numeric = 1;
+  for (int i = 0; i < nf; i++) {
+    uint64_t v;
+    numeric &= !field_u64(f[i], fl[i], UINT64_MAX / 2, &v);
+  }
+  for (int k = 0; k < LC_N; k++) c->col[k] = -1;
+  c->n_cols = nf;
+  if (numeric) { /* upstream rows without a header: layer,expert */
+    if (nf != 2) return bfail(b, line, "no header and %d fields: expected layer,expert", nf);
+    c->col[LC_LAYER] = 0;
+    c->col[LC_EXPERT] = 1;
+    c->header_line = 0;
+    return SPILL_OK;
+  }
+  static const char *const names[LC_N][3] = {{"layer", NULL, NULL},
+                                             {"expert", NULL, NULL},
+                                             {"token", "pos", "position"},
+                                             {"phase", NULL, NULL},
+                                             {"rank", "slot", NULL}};
+  for (int i = 0; i < nf; i++)
+    for (int k = 0; k < LC_N; k++)
+      for (int a = 0; a < 3 && names[k][a]; a++)
+        if (lc_trim_eq(f[i], fl[i], names[k][a])) {
+          if (c->col[k] >= 0)
+            return bfail(b, line, "header: two columns name the %s", names[k][0]);
+          c->col[k] = i;
+        }
+  if (c->col[LC_LAYER] < 0 || c->col[LC_EXPERT] < 0)
+    return bfail(b, line, "header: needs columns layer and expert");
+  c->header_line = line;
+  return SPILL_OK;
+}
+
+typedef struct lrow {
+  uint64_t layer, expert, token, rank;
+  uint8_t phase;
+} lrow;
+
+static int lc_row(builder *b, const lcsv *c, const char *s, size_t n, uint32_t line, lrow *r) {
+  const char *f[LC_MAX_COLS];
+  size_t fl[LC_MAX_COLS];
+  int nf = split_csv(s, n, f, fl, LC_MAX_COLS);
+  if (nf != c->n_cols) return bfail(b, line, "%d fields, expected %d", nf, c->n_cols);
+  static const char *const what[LC_N] = {"layer", "expert", "token", "phase", "rank"};
+  const uint64_t hi[LC_N] = {CV_MAX_LAYERS - 1, CV_MAX_EXPERTS - 1, (1ull << 40),
+                             0, CV_MAX_TOPK - 1};
+  uint64_t *dst[LC_N] = {&r->layer, &r->expert, &r->token, NULL, &r->rank};
+  memset(r, 0, sizeof *r);
+  r->phase = SPILL_TRACE_PHASE_DECODE;
+  for (int k = 0; k < LC_N; k++) {
+    int i = c->col[k];
+    if (i < 0) continue;
+    if (k == LC_PHASE) {
+      if (lc_trim_eq(f[i], fl[i], "prefill") || lc_trim_eq(f[i], fl[i], "0"))
+        r->phase = SPILL_TRACE_PHASE_PREFILL;
+      else if (!lc_trim_eq(f[i], fl[i], "decode") && !lc_trim_eq(f[i], fl[i], "1"))
+        return bfail(b, line, "phase: expected prefill or decode, got \"%.*s\"",
+                     (int)(fl[i] > 40 ? 40 : fl[i]), f[i]);
+      continue;
+    }
+    if (field_u64(f[i], fl[i], hi[k], dst[k]))
+      return bfail(b, line, "%s: expected integer in [0, %llu], got \"%.*s\"", what[k],
+                   (unsigned long long)hi[k], (int)(fl[i] > 40 ? 40 : fl[i]), f[i]);
+  }
+  return SPILL_OK;
+}
+
+/* Next non-blank line. */
+static int next_data_line(lines *ls, const char **s, size_t *n) {
+  while (next_line(ls, s, n)) {
+    size_t k = 0;
+    while (k < *n && ((*s)[k] == ' ' || (*s)[k] == '\t')) k++;
+    if (k < *n) return 1;
+  }
+  return 0;
+}
+
+/* Rows with a token column: (token) -> builder token through map. */
+static int lc_by_token(builder *b, const char *buf, size_t len, const lcsv *c, tokmap *map) {
+  lines ls = {buf, len, 0, 0};
+  const char *s;
+  size_t n;
+  lrow r;
+  int rc = SPILL_OK;
+  if (c->header_line) next_data_line(&ls, &s, &n);
+  while (rc == SPILL_OK && next_data_line(&ls, &s, &n)) {
+    if ((rc = lc_row(b, c, s, n, ls.no, &r)) < 0) break;
+    uint32_t idx = (uint32_t)b->n;
+    int found = 0;
+    if (tokmap_get(map, r.token, &idx, &found) < 0) return bnomem(b);
+    if (!found) {
+      size_t ti;
+      if ((rc = b_token(b, (int64_t)r.token, r.phase, ls.no, &ti)) < 0) break;
+    } else if (b->tok[idx].phase != r.phase) {
+      rc = bfail(b, ls.no, "token %llu: phase differs from its first row (line %u)",
+                 (unsigned long long)r.token, b->tok[idx].line);
+      break;
+    }
+    if (c->col[LC_RANK] >= 0 && r.rank != b->filled[(size_t)idx * b->L + r.layer])
+      rc = bfail(b, ls.no, "token %llu layer %llu: rank %llu arrives after %u ranks",
+                 (unsigned long long)r.token, (unsigned long long)r.layer,
+                 (unsigned long long)r.rank, b->filled[(size_t)idx * b->L + r.layer]);
+    else
+      rc = b_set(b, idx, (uint32_t)r.layer, (uint32_t)r.expert, 0.0f, ls.no);
+  }
+  return rc;
+}
+
+/* Rows without a token column: ubatches from the row order (see above). */
+static int lc_by_order(builder *b, const char *buf, size_t len, const lcsv *c,
+                       uint32_t *n_ubatch) {
+  lines ls = {buf, len, 0, 0};
+  const char *s;
+  size_t n;
+  lrow r;
+  int rc = SPILL_OK;
+  const uint32_t K = b->K;
+  /* run: consecutive rows of one layer; a run whose layer is below the
+   * previous run's starts a ubatch of (run rows / K) tokens */
+  uint64_t run_layer = UINT64_MAX, run_rows = 0, ub_rows = 0;
+  uint32_t run_line = 0;
+  size_t ub_first = 0, ub_tokens = 0;
+  const uint32_t ub0 = *n_ubatch;
+  if (c->header_line) next_data_line(&ls, &s, &n);
+  for (;;) {
+    int more = next_data_line(&ls, &s, &n);
+    if (more && (rc = lc_row(b, c, s, n, ls.no, &r)) < 0) break;
+    if (!more || r.layer != run_layer) { /* close the run */
+      if (run_layer != UINT64_MAX) {
+        if (run_rows % K)
+          return bfail(b, run_line, "layer %llu: %llu rows is not a whole number of tokens "
+                                    "of %u ids",
+                       (unsigned long long)run_layer, (unsigned long long)run_rows, K);
+        if (ub_rows && run_rows != ub_rows)
+          return bfail(b, run_line, "layer %llu: %llu rows, the ubatch's first layer had %llu",
+                       (unsigned long long)run_layer, (unsigned long long)run_rows,
+                       (unsigned long long)ub_rows);
+      }
+      /* a one-token ubatch after the input's first is a decode step */
+      if (run_layer != UINT64_MAX && (!more || r.layer < run_layer) && ub_tokens == 1 &&
+          *n_ubatch > ub0 + 1)
+        b->tok[ub_first].phase = SPILL_TRACE_PHASE_DECODE;
+      if (!more) break;
+      if (r.layer < run_layer || run_layer == UINT64_MAX) { /* a new ubatch */
+        ub_rows = 0;
+        ub_first = b->n;
+        ub_tokens = 0;
+        (*n_ubatch)++;
+      } else {
+        ub_rows = run_rows; /* later layers of the ubatch repeat its size */
+      }
+      run_layer = r.layer;
+      run_rows = 0;
+      run_line = ls.no;
+    }
+    size_t t = ub_first + run_rows / K;
+    if (!ub_rows && run_rows % K == 0) { /* the ubatch's first layer: a new token */
+      size_t ti;
+      if ((rc = b_token(b, 0, SPILL_TRACE_PHASE_PREFILL, ls.no, &ti)) < 0) break;
+      ub_tokens++;
+    } else if (t >= ub_first + ub_tokens) {
+      return bfail(b, ls.no, "layer %llu: more rows than the ubatch's first layer had",
+                   (unsigned long long)r.layer);
+    }
+    if ((rc = b_set(b, t, (uint32_t)r.layer, (uint32_t)r.expert, 0.0f, ls.no)) < 0) break;
+    run_rows++;
+  }
+  return rc;
+}
+
+/* First pass: the header, the highest layer, and top-k (o->top_k, else the
+ * rank column's highest + 1, else the last layer run's rows). */
+static int lc_scan(builder *b, const char *buf, size_t len, const spill_trace_convert_opts *o,
+                   lcsv *c, uint32_t *L, uint32_t *K) {
+  lines ls = {buf, len, 0, 0};
+  const char *s;
+  size_t n;
+  if (!next_data_line(&ls, &s, &n)) return bfail(b, 1, "no rows");
+  SPILL_TRY(lc_header(b, s, n, ls.no, c));
+  if (!c->header_line) ls = (lines){buf, len, 0, 0};
+  lrow r;
+  uint64_t max_layer = 0, max_rank = 0, run_layer = UINT64_MAX, run = 0, rows = 0;
+  while (next_data_line(&ls, &s, &n)) {
+    SPILL_TRY(lc_row(b, c, s, n, ls.no, &r));
+    if (r.layer > max_layer) max_layer = r.layer;
+    if (r.rank > max_rank) max_rank = r.rank;
+    run = r.layer == run_layer ? run + 1 : 1;
+    run_layer = r.layer;
+    rows++;
+  }
+  if (!rows) return bfail(b, ls.no, "no rows after the header");
+  *L = (uint32_t)max_layer + 1;
+  *K = o->top_k ? o->top_k : c->col[LC_RANK] >= 0 ? (uint32_t)max_rank + 1 : (uint32_t)run;
+  if (*K == 0 || *K > CV_MAX_TOPK) return bfail(b, ls.no, "top-k %u out of range", *K);
+  return SPILL_OK;
+}
+
+static int conv_llama(builder *b, const char *buf, size_t len, const spill_trace_convert_opts *o,
+                      uint32_t *n_ubatch, int *by_order) {
+  lcsv c;
+  uint32_t L, K;
+  SPILL_TRY(lc_scan(b, buf, len, o, &c, &L, &K));
+  if (b->L == 0) {
+    b->L = L;
+    b->K = K;
+    b->absent_ok = 1;
+  } else if (b->K != K || b->L < L) {
+    return bfail(b, 1, "%u layers x top-%u, the first input has %u x %u", L, K, b->L, b->K);
+  }
+  if (c.col[LC_TOKEN] >= 0) {
+    tokmap map = {0};
+    int rc = lc_by_token(b, buf, len, &c, &map);
+    free(map.key);
+    free(map.val);
+    return rc;
+  }
+  *by_order = 1;
+  size_t first = b->n;
+  SPILL_TRY(lc_by_order(b, buf, len, &c, n_ubatch));
+  for (size_t i = first; i < b->n; i++) b->tok[i].pos = (int64_t)(i - first);
+  return SPILL_OK;
+}
+
+/* -------------------------------------------------------- flashmoe-bin */
+
+/* Binary routing records as flash-moe-style engines collect them for
+ * predictor training: little-endian int32 layer, int32 K, then `hidden`
+ * float32 values (the gate input; 0 when the engine writes none), then K
+ * int32 expert ids, back to back with no file header. A record whose layer
+ * is not above the previous record's starts the next token. */
+
+static int32_t rd_i32(const unsigned char *p) {
+  uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+  int32_t out;
+  memcpy(&out, &v, sizeof out);
+  return out;
+}
+
+static int fm_fail(builder *b, uint64_t rec, size_t at, const char *what, long long v,
+                   const spill_trace_convert_opts *o) {
+  return spill_err_set(b->e, SPILL_E_TRACE, "%s: record %llu (byte %zu): %s %lld%s", b->name,
+                       (unsigned long long)rec, at, what, v,
+                       o->hidden ? "" : " (records with hidden states? give --hidden N)");
+}
+
+static int conv_flashmoe(builder *b, const char *buf, size_t len,
+                         const spill_trace_convert_opts *o) {
+  const unsigned char *u = (const unsigned char *)buf;
+  const uint64_t hid = (uint64_t)o->hidden * 4;
+  /* first pass: shape and framing */
+  uint32_t maxl = 0, K0 = 0;
+  uint64_t rec = 0;
+  size_t at = 0;
+  while (at < len) {
+    rec++;
+    if (len - at < 8)
+      return spill_err_set(b->e, SPILL_E_TRACE, "%s: record %llu (byte %zu): %zu bytes left, "
+                           "a record header needs 8", b->name, (unsigned long long)rec, at,
+                           len - at);
+    int32_t l = rd_i32(u + at), k = rd_i32(u + at + 4);
+    if (l < 0 || l >= (int32_t)CV_MAX_LAYERS) return fm_fail(b, rec, at, "layer", l, o);
+    if (k < 1 || k > (int32_t)CV_MAX_TOPK) return fm_fail(b, rec, at, "K", k, o);
+    if (K0 && (uint32_t)k != K0) return fm_fail(b, rec, at, "K differs from the first record's:", k, o);
+    K0 = (uint32_t)k;
+    uint64_t need = 8 + hid + 4ull * (uint64_t)k;
+    if ((uint64_t)(len - at) < need)
+      return spill_err_set(b->e, SPILL_E_TRACE, "%s: record %llu (byte %zu): truncated, %zu "
+                           "bytes left of %llu", b->name, (unsigned long long)rec, at, len - at,
+                           (unsigned long long)need);
+    if ((uint32_t)l > maxl) maxl = (uint32_t)l;
+    at += (size_t)need;
+  }
+  if (!rec) return spill_err_set(b->e, SPILL_E_TRACE, "%s: no records", b->name);
+  if (b->L == 0) {
+    b->L = maxl + 1;
+    b->K = K0;
+    b->absent_ok = 1;
+  } else if (b->K != K0 || b->L < maxl + 1) {
+    return spill_err_set(b->e, SPILL_E_TRACE, "%s: %u layers x top-%u, the first input has "
+                         "%u x %u", b->name, maxl + 1, K0, b->L, b->K);
+  }
+  /* second pass: tokens */
+  int64_t prev = -1, pos = 0;
+  size_t ti = 0;
+  rec = 0;
+  for (at = 0; at < len;) {
+    rec++;
+    int32_t l = rd_i32(u + at);
+    if (l <= prev || prev < 0) SPILL_TRY(b_token(b, pos++, SPILL_TRACE_PHASE_DECODE, (uint32_t)rec, &ti));
+    prev = l;
+    const unsigned char *ids = u + at + 8 + hid;
+    for (uint32_t j = 0; j < K0; j++) {
+      int32_t id = rd_i32(ids + 4 * j);
+      if (id < 0 || id >= (int32_t)CV_MAX_EXPERTS)
+        return fm_fail(b, rec, at, "expert id", id, o);
+      int rc = b_set(b, ti, (uint32_t)l, (uint32_t)id, 0.0f, (uint32_t)rec);
+      if (rc < 0) return rc;
+    }
+    at += (size_t)(8 + hid + 4ull * K0);
+  }
+  return SPILL_OK;
+}
+
+/* What the llama-moe-csv and flashmoe-bin sources lack. */
+static int new_source_caveats(builder *b, spill_trace_source src, int by_order,
+                              uint32_t n_ubatch) {
+  int rc = SPILL_OK;
+  if (src == SPILL_TRACE_SRC_LLAMA_MOE_CSV) {
+    b->rank_known = 0;
+    rc = caveat(b, "rank order unknown: ids in the order of llama.cpp's ffn_moe_topk tensor, "
+                   "which its top-k does not promise to sort");
+    if (rc == SPILL_OK) rc = caveat(b, "no gate weights in the source");
+    if (rc == SPILL_OK && by_order)
+      rc = caveat(b, "no token column: %u ubatch(es) recovered from the row order (layers "
+                     "ascending per ubatch, top-%u rows per token); one-token ubatches after "
+                     "the first are decode, the rest prefill",
+                  n_ubatch, b->K);
+  } else if (src == SPILL_TRACE_SRC_FLASHMOE_BIN) {
+    b->rank_known = 0;
+    rc = caveat(b, "rank order unknown: ids in the order the engine recorded them");
+    if (rc == SPILL_OK) rc = caveat(b, "no gate weights in the source");
+    if (rc == SPILL_OK)
+      rc = caveat(b, "phase and positions not recorded: a record whose layer is not above the "
+                     "previous one starts the next token, every token taken as decode");
+  }
+  return rc;
+}
+
 int spill_trace_convert(spill_trace_source src, const char *const *in, const size_t *len,
                         const char *const *names, size_t n_in,
                         const spill_trace_convert_opts *opts, spill_trace *out, spill_err *e) {
@@ -987,8 +1353,8 @@ int spill_trace_convert(spill_trace_source src, const char *const *in, const siz
   memset(&b, 0, sizeof b);
   b.e = e;
   char model[256] = "";
-  uint32_t dropped = 0, extra_choices = 0;
-  int had_prompt = 0;
+  uint32_t dropped = 0, extra_choices = 0, n_ubatch = 0;
+  int had_prompt = 0, by_order = 0;
   int rc = SPILL_OK;
   for (size_t i = 0; i < n_in && rc == SPILL_OK; i++) {
     SPILL_FAIL_IF(e, !in[i] && len[i], SPILL_E_INVALID_ARG, "trace convert: NULL input");
@@ -1005,6 +1371,12 @@ int spill_trace_convert(spill_trace_source src, const char *const *in, const siz
         break;
       case SPILL_TRACE_SRC_VLLM_ROUTED_JSON:
         rc = conv_vllm(&b, in[i], len[i], &extra_choices, &had_prompt);
+        break;
+      case SPILL_TRACE_SRC_LLAMA_MOE_CSV:
+        rc = conv_llama(&b, in[i], len[i], &o, &n_ubatch, &by_order);
+        break;
+      case SPILL_TRACE_SRC_FLASHMOE_BIN:
+        rc = conv_flashmoe(&b, in[i], len[i], &o);
         break;
       default:
         rc = SPILL_E_INVALID_ARG;
@@ -1038,6 +1410,7 @@ int spill_trace_convert(spill_trace_source src, const char *const *in, const siz
       rc = caveat(&b, "%u further choice(s) not converted: only choice 0 follows the prompt",
                   extra_choices);
   }
+  if (rc == SPILL_OK) rc = new_source_caveats(&b, src, by_order, n_ubatch);
   if (rc == SPILL_OK && o.top_k_native && o.top_k_native != b.K)
     rc = caveat(&b, "top-k overridden from %u to %u by the recording engine: the ids are the "
                     "router's top %u",

@@ -1,5 +1,5 @@
 // Tests of `spill trace convert` (trace_convert.c) and the writer
-// (trace_write.c): the three source formats on the committed, unmodified
+// (trace_write.c): the source formats on the committed, unmodified
 // excerpts of the original files (traces/*/…excerpt.*), the caveats each
 // source earns, round trips through the JSONL writer and reader, one test
 // per class of malformed input (each checking the line number), and the
@@ -323,6 +323,120 @@ TEST(TraceConvertTest, VllmRoutedJsonMalformedInputNamesTheLine) {
   ASSERT_EQ(c.rc, SPILL_OK) << c.msg;
   EXPECT_TRUE(HasCaveat(c.t, "prompt (prefill) tokens are missing"));
   spill_trace_free(&c.t);
+}
+
+// llama.cpp's llama-moe-trace CSV as upstream writes it (`layer,expert`,
+// one row per routed activation), written by us from the example's
+// description (research/trace/testdata/llama_moe_trace.csv): layer 0 dense,
+// MoE layers 1-3, top-2, a 3-token prompt ubatch, then two decode steps.
+TEST(TraceConvertTest, LlamaMoeCsvRecoversTokensFromTheRowOrder) {
+  Conv c = Convert(SPILL_TRACE_SRC_LLAMA_MOE_CSV,
+                   {Slurp("research/trace/testdata/llama_moe_trace.csv")});
+  ASSERT_EQ(c.rc, SPILL_OK) << c.msg;
+  const spill_trace &t = c.t;
+  EXPECT_EQ(t.n_tokens, 5u);
+  ASSERT_EQ(t.n_layers, 3u);
+  EXPECT_EQ(t.layer_ids[0], 1u);  // the dense layer 0 is not a traced layer
+  EXPECT_EQ(t.layer_ids[2], 3u);
+  EXPECT_EQ(t.top_k, 2u);  // the last layer run: one decode token
+  EXPECT_EQ(t.n_experts, 8u);
+  for (uint32_t k = 0; k < 3; k++) EXPECT_EQ(t.phase[k], SPILL_TRACE_PHASE_PREFILL) << k;
+  EXPECT_EQ(t.phase[3], SPILL_TRACE_PHASE_DECODE);
+  EXPECT_EQ(t.phase[4], SPILL_TRACE_PHASE_DECODE);
+  EXPECT_EQ(t.pos[4], 4);
+  EXPECT_EQ(spill_trace_ids(&t, 1, 0)[1], 7u);  // token 1, layer 1
+  EXPECT_EQ(spill_trace_ids(&t, 2, 1)[0], 7u);  // token 2, layer 2
+  EXPECT_EQ(spill_trace_ids(&t, 4, 2)[1], 4u);  // token 4, layer 3
+  EXPECT_EQ(t.meta.rank_order, 0);
+  EXPECT_TRUE(HasCaveat(t, "3 ubatch(es) recovered from the row order"));
+  ExpectRoundTrip(t);
+  spill_trace_free(&c.t);
+}
+
+// Forks name their columns (phase,token,layer,rank,expert): prefill rows
+// come layer-major, tokens are keyed by the token column.
+TEST(TraceConvertTest, LlamaMoeCsvWithTokenColumns) {
+  const std::string csv =
+      "phase,token,layer,rank,expert\n"
+      "prefill,0,2,0,4\nprefill,0,2,1,1\nprefill,1,2,0,3\nprefill,1,2,1,0\n"
+      "prefill,0,3,0,7\nprefill,0,3,1,2\nprefill,1,3,0,5\nprefill,1,3,1,6\n"
+      "decode,2,2,0,1\ndecode,2,2,1,4\ndecode,2,3,0,6\ndecode,2,3,1,7\n";
+  Conv c = Convert(SPILL_TRACE_SRC_LLAMA_MOE_CSV, {csv});
+  ASSERT_EQ(c.rc, SPILL_OK) << c.msg;
+  const spill_trace &t = c.t;
+  EXPECT_EQ(t.n_tokens, 3u);
+  ASSERT_EQ(t.n_layers, 2u);
+  EXPECT_EQ(t.layer_ids[0], 2u);
+  EXPECT_EQ(t.top_k, 2u);
+  EXPECT_EQ(t.phase[1], SPILL_TRACE_PHASE_PREFILL);
+  EXPECT_EQ(t.phase[2], SPILL_TRACE_PHASE_DECODE);
+  EXPECT_EQ(spill_trace_ids(&t, 1, 1)[0], 5u);
+  EXPECT_EQ(spill_trace_ids(&t, 2, 0)[1], 4u);
+  EXPECT_FALSE(HasCaveat(t, "recovered from the row order"));
+  ExpectRoundTrip(t);
+  spill_trace_free(&c.t);
+}
+
+TEST(TraceConvertTest, LlamaMoeCsvMalformedInputNamesTheLine) {
+  const auto M = SPILL_TRACE_SRC_LLAMA_MOE_CSV;
+  ExpectConvError(M, "layer,expert\n1,5\n1,x\n", "in0:3: expert: expected integer");
+  ExpectConvError(M, "layer,expert\n1,5\n1,2,3\n", "in0:3: 3 fields, expected 2");
+  ExpectConvError(M, "layer,weight\n1,5\n", "in0:1: header: needs columns layer and expert");
+  ExpectConvError(M, "1,5\n1,2\n1,3\n2,4\n2,5\n", "in0:1: layer 1: 3 rows is not a whole",
+                  [] { spill_trace_convert_opts o = {}; o.top_k = 2; return o; }());
+  // the ubatch's second layer has fewer rows than its first
+  ExpectConvError(M, "1,5\n1,2\n1,3\n1,4\n2,4\n2,5\n", "in0:5: layer 2: 2 rows, the ubatch's",
+                  [] { spill_trace_convert_opts o = {}; o.top_k = 2; return o; }());
+  ExpectConvError(M, "1,5\n1,5\n", "in0:2: layer 1: expert 5 given twice");
+  ExpectConvError(M, "phase,token,layer,expert\nwarmup,0,1,5\n",
+                  "in0:2: phase: expected prefill or decode");
+  ExpectConvError(M, "token,layer,rank,expert\n0,1,1,5\n0,1,0,2\n",
+                  "in0:2: token 0 layer 1: rank 1 arrives after 0 ranks");
+  ExpectConvError(M, "layer,expert\n", "in0:1: no rows after the header");
+}
+
+// flashmoe-bin records (int32 layer, int32 K, float32[hidden], int32[K]
+// ids), written by us from the format's description
+// (research/trace/testdata/flashmoe_routing.bin: 3 tokens x 3 layers, top-2,
+// 4 hidden-state floats per record).
+TEST(TraceConvertTest, FlashMoeBinRecords) {
+  const std::string bin = Slurp("research/trace/testdata/flashmoe_routing.bin");
+  ASSERT_EQ(bin.size(), 288u);
+  spill_trace_convert_opts o = {};
+  o.hidden = 4;
+  Conv c = Convert(SPILL_TRACE_SRC_FLASHMOE_BIN, {bin}, o);
+  ASSERT_EQ(c.rc, SPILL_OK) << c.msg;
+  const spill_trace &t = c.t;
+  EXPECT_EQ(t.n_tokens, 3u);
+  EXPECT_EQ(t.n_layers, 3u);
+  EXPECT_EQ(t.top_k, 2u);
+  EXPECT_EQ(t.n_experts, 8u);
+  EXPECT_EQ(spill_trace_ids(&t, 0, 2)[0], 5u);
+  EXPECT_EQ(spill_trace_ids(&t, 1, 1)[1], 7u);
+  EXPECT_EQ(spill_trace_ids(&t, 2, 0)[0], 1u);
+  EXPECT_TRUE(HasCaveat(t, "phase and positions not recorded"));
+  ExpectRoundTrip(t);
+  spill_trace_free(&c.t);
+  // read without the hidden states, the first record's floats are taken as ids
+  ExpectConvError(SPILL_TRACE_SRC_FLASHMOE_BIN, bin, "give --hidden N");
+}
+
+TEST(TraceConvertTest, FlashMoeBinMalformedInputNamesTheRecord) {
+  auto rec = [](int32_t layer, int32_t k, std::vector<int32_t> ids) {
+    std::string s(reinterpret_cast<const char *>(&layer), 4);
+    s.append(reinterpret_cast<const char *>(&k), 4);
+    for (int32_t id : ids) s.append(reinterpret_cast<const char *>(&id), 4);
+    return s;
+  };
+  const auto F = SPILL_TRACE_SRC_FLASHMOE_BIN;
+  ExpectConvError(F, rec(0, 2, {1, 2}) + rec(1, 3, {1, 2, 3}),
+                  "record 2 (byte 16): K differs from the first record's: 3");
+  ExpectConvError(F, rec(0, 2, {1, 2}) + rec(1, 2, {1}), "record 2 (byte 16): truncated");
+  ExpectConvError(F, rec(0, 2, {1, -4}), "record 1 (byte 0): expert id -4");
+  ExpectConvError(F, rec(-1, 2, {1, 2}), "record 1 (byte 0): layer -1");
+  ExpectConvError(F, rec(0, 2, {1, 2}) + "abc", "record 2 (byte 16): 3 bytes left");
+  ExpectConvError(F, rec(0, 2, {1, 1}), "layer 0: expert 1 given twice");
+  ExpectConvError(F, "", "no records");
 }
 
 TEST(TraceConvertTest, SourceNamesRoundTrip) {
