@@ -31,6 +31,7 @@
 
 #include "engine/model/model.h"
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

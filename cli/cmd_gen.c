@@ -8,6 +8,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
 
 const char cmd_gen_usage[] =
     "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"

@@ -20,6 +20,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/spill.h"
+#include "research/roofline/spill_roofline.h"
 
 const char cmd_roofline_usage[] =
     "usage: spill roofline [--json] [--fio] [-n N] [--repeats R] [--prompt TEXT]\n"

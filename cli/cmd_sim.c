@@ -16,6 +16,7 @@
 #include "research/sim/sim.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 const char cmd_sim_usage[] =
     "usage: spill sim [--json] CONFIG\n"

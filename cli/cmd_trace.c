@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "engine/base/json_util.h"
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 #define MAX_LIST 64
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

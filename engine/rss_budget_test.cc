@@ -21,6 +21,7 @@
 #include <malloc.h>
 
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

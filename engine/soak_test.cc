@@ -19,6 +19,7 @@
 #include <string>
 
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

@@ -244,22 +244,6 @@ int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_by
                      uint64_t usable_ram, spill_plan *plan, spill_err *e);
 
 /* ------------------------------------------------------------------------ */
-/* Synthetic models (docs/GEN.md). */
-
-typedef struct spill_gen_request {
-  const char *preset;   /* "nano", "mini", or "twin" (K3 proportions scaled to ram_bytes) */
-  uint64_t ram_bytes;   /* twin: the machine RAM to scale to (default 8 GiB) */
-  uint64_t disk_bytes;  /* twin: container size cap (default 40e9) */
-  uint64_t seed;        /* default 1 */
-  const char *attn_mix; /* "k3" (default), "mla", "kda", "gqa" */
-  const char *trunk_dtype;  /* "q4" (default: q4 bulk, q8 embeddings) or "f32" */
-  const char *expert_dtype; /* "rvq3" (default), "f32", "q8", "q4" */
-  int experts;          /* > 0: experts per MoE layer instead of the preset's */
-  int moe_layers;       /* > 0: MoE layers (after the preset's dense layer); nano/mini */
-  int top_k;            /* > 0: routed experts per token; nano/mini */
-} spill_gen_request;
-
-/* ------------------------------------------------------------------------ */
 /* Forced routing from a recorded router trace (docs/MODEL.md "Forced
  * routing", docs/TRACE.md). With cfg.routing_trace set, token i of the trace
  * (file order: simple-format lines in order; router-format lines grouped by
@@ -289,17 +273,6 @@ typedef struct spill_routing_trace_info {
  * experts. spill_engine_open runs the same check. */
 int spill_routing_trace_inspect(const char *file, const char *model_dir,
                                 spill_routing_trace_info *info, spill_err *e);
-/* Fills req's moe_layers, experts and top_k from the trace FILE (checked as
- * above), so that spill_gen makes a model that can replay it (`spill gen
- * --like-trace`). Fails with SPILL_E_CONFIG if req already asks for a
- * different shape or for the twin preset. */
-int spill_gen_request_like_trace(spill_gen_request *req, const char *file, spill_err *e);
-
-/* Writes a container into out_dir (created; must not hold a manifest).
- * Deterministic for a seed. progress may be NULL. */
-int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
-              void *user, spill_err *e);
-
 /* ------------------------------------------------------------------------ */
 /* The engine: a model opened for inference. */
 
@@ -447,80 +420,6 @@ int spill_engine_evict_page_cache(spill_engine *eng, spill_err *e);
  * writing)) without reopening. Other knobs give SPILL_E_CONFIG ("reopen the
  * engine"). */
 int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value, spill_err *e);
-
-/* ------------------------------------------------------------------------ */
-/* Roofline (docs/PERFORMANCE.md): what this machine allows for a model and
- * how close the engine gets, measured in one call.
- *   disk    random O_DIRECT reads of whole expert records from the model's
- *           own banks, probe_threads threads each with one read in flight:
- *           before the engine runs, after them, and after them again over
- *           only the records the workload routed to (from a router trace of
- *           the first cfg run, unless cfg sets its own trace path); the
- *           fastest of the three is the disk leg;
- *   memory  read bandwidth of a buffer of mem_probe_bytes, 2 threads;
- *   compute decode seconds per token with every expert the workload needs
- *           resident: a budget holding all of them (the container's experts,
- *           or what the run can touch), one untimed run to fill the cache,
- *           then `repeats` timed runs; the fastest counts (a roofline is a
- *           best case; resident_hit_rate says whether it all hit);
- *   missed  demand bytes read per decode token with cfg's cache, starting
- *           cold (cache cleared), on the same workload, `repeats` times; the
- *           median decode tok/s is the achieved rate.
- *   read    every byte read per decode token (demand + lookahead prefetch):
- *           what the disk has to deliver, so the disk leg uses it.
- * bound = min(disk / read, 1 / compute) tok/s; fraction = achieved / bound.
- * Workload: greedy decode of n_tokens after the prompt (default "The quick
- * brown fox"; a short prompt keeps the resident run's cache small on big
- * models).
- * One engine; the two kinds of run alternate (cfg, resident, cfg, ...) with
- * the cache resized in place, so that both legs see the same machine load.
- * Takes seconds to minutes (a cold twin token reads ~2.3 GB). */
-typedef struct spill_roofline_opts {
-  int probe_threads;        /* 0 = 8 */
-  double probe_seconds;     /* disk probe duration; 0 = 3 */
-  uint64_t mem_probe_bytes; /* 0 = 512 MiB */
-  int n_tokens;             /* decode tokens per run; 0 = 8 */
-  int repeats;              /* timed runs of each kind; 0 = 3 */
-  const char *prompt;       /* NULL = "The quick brown fox" */
-} spill_roofline_opts;
-
-typedef struct spill_roofline {
-  uint64_t record_bytes;
-  int probe_threads;
-  double disk_bytes_per_s, disk_reads_per_s, disk_p50_ms; /* the fastest of the three probes */
-  double disk_probe1_bytes_per_s; /* before the cfg runs */
-  double disk_probe2_bytes_per_s; /* after them (a shared disk drifts) */
-  double disk_workload_bytes_per_s; /* after them, over the records the first cfg run routed to
-                                     * (0: no trace); a disk behind a cache serves these faster */
-  uint64_t workload_records;        /* distinct records in that set */
-  double mem_bytes_per_s;
-  double compute_s_per_token;   /* resident run: decode_s / tokens */
-  double resident_hit_rate;     /* decode hits / accesses of the resident run */
-  uint64_t resident_budget;
-  double missed_bytes_per_token, misses_per_token; /* cfg's cache, cold start */
-  double read_bytes_per_token;   /* demand + speculative bytes per decode token */
-  double spec_bytes_per_token;   /* of which lookahead prefetch */
-  int prompt_tokens;             /* of the workload */
-  uint64_t cache_slots, budget;  /* of the cfg run */
-  int tokens;                    /* decode tokens of the cfg run */
-  double io_wait_s_per_token;    /* cfg run: compute thread blocked on reads */
-  double bound_disk_tok_s;       /* disk / read (nothing read: infinity) */
-  double bound_compute_tok_s;    /* 1 / compute */
-  double bound_tok_s;            /* min of the two */
-  double achieved_tok_s;         /* cfg runs: median */
-  double achieved_min_tok_s, achieved_max_tok_s; /* their spread */
-  double compute_max_s_per_token; /* slowest resident run (spread) */
-  double fraction;               /* achieved / bound */
-  /* Per round: the cfg run's tok/s over the same round's resident tok/s
-   * (median, min, max): how close decoding with the configured cache gets to
-   * decoding with everything resident, under the same machine load. */
-  double paired_fraction, paired_fraction_min, paired_fraction_max;
-} spill_roofline;
-
-/* Measures the roofline of MODEL_DIR under cfg (NULL = defaults); o may be
- * NULL. Errors as spill_engine_open, SPILL_E_IO from the probes. */
-int spill_roofline_measure(const char *model_dir, const spill_config *cfg,
-                           const spill_roofline_opts *o, spill_roofline *out, spill_err *e);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

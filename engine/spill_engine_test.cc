@@ -22,6 +22,7 @@
 #include "engine/plan/ram_plan.h"
 #include "engine/stream/expert_stream.h"
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

@@ -11,6 +11,7 @@
 
 #include "engine/spill.h"
 #include "engine/tok/tok_test_util.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

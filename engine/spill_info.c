@@ -1,13 +1,13 @@
 /* engine/spill_info.c: the container-level calls of the public API: model
- * information from the manifest, the offline audit and synthetic generation.
- * Thin: the work is in engine/format and research/gen; this file only maps
- * public structs to module structs and counts parameters. */
+ * information from the manifest and RAM plans of a model or a published
+ * shape. Thin: the work is in engine/format and engine/plan; this file only
+ * maps public structs to module structs and counts parameters. (Synthetic
+ * generation is a research tool: research/gen/spill_gen.h.) */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "engine/format/container.h"
-#include "research/gen/synth.h"
 #include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
 
@@ -66,37 +66,6 @@ int spill_info_read(const char *model_dir, spill_info *info, spill_err *e) {
                         expert_params * (uint64_t)info->top_k * (uint64_t)info->n_moe_layers;
   spill_container_close(&c);
   return SPILL_OK;
-}
-
-int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
-              void *user, spill_err *e) {
-  spill_gen_opts o;
-  spill_gen_opts_init(&o);
-  if (req->preset) o.preset = req->preset;
-  if (req->ram_bytes) o.ram_bytes = req->ram_bytes;
-  if (req->disk_bytes) o.disk_bytes = req->disk_bytes;
-  if (req->seed) o.seed = req->seed;
-  if (req->attn_mix) o.attn_mix = req->attn_mix;
-  if (req->trunk_dtype) {
-    if (strcmp(req->trunk_dtype, "q4") == 0) o.trunk = SPILL_GEN_TRUNK_Q4;
-    else if (strcmp(req->trunk_dtype, "f32") == 0) o.trunk = SPILL_GEN_TRUNK_F32;
-    else
-      return spill_err_set(e, SPILL_E_CONFIG, "trunk dtype '%s': expected q4 or f32",
-                           req->trunk_dtype);
-  }
-  if (req->expert_dtype) {
-    spill_dtype dt;
-    if (spill_dtype_parse(req->expert_dtype, &dt) != SPILL_OK)
-      return spill_err_set(e, SPILL_E_CONFIG, "expert dtype '%s': expected rvq3, f32, q8 or q4",
-                           req->expert_dtype);
-    o.expert_dtype = dt;
-  }
-  if (req->experts > 0) o.n_experts = req->experts;
-  if (req->moe_layers > 0) o.n_moe_layers = req->moe_layers;
-  if (req->top_k > 0) o.top_k = req->top_k;
-  o.progress = progress;
-  o.progress_ctx = user;
-  return spill_gen_write(out_dir, &o, e);
 }
 
 int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,

@@ -1,6 +1,7 @@
 /* engine/spill_routing.c: router traces as a routing source (forced routing,
- * docs/MODEL.md "Forced routing"): reading a trace for replay, checking its
- * shape against a model, and shaping a synthetic model for a trace.
+ * docs/MODEL.md "Forced routing"): reading a trace for replay and checking its
+ * shape against a model (research/gen shapes a synthetic model for a trace
+ * through spill_routing_trace_inspect).
  *
  * A trace records no expert count, so a trace's experts per layer is its
  * highest id + 1; a model replays a trace only if its MoE layers, experts per
@@ -115,25 +116,4 @@ int spill_routing_trace_inspect(const char *file, const char *model_dir,
   }
   spill_trace_free(&t);
   return rc;
-}
-
-int spill_gen_request_like_trace(spill_gen_request *req, const char *file, spill_err *e) {
-  SPILL_FAIL_IF(e, !req, SPILL_E_INVALID_ARG, "gen: no request");
-  spill_routing_trace_info ti;
-  SPILL_TRY(spill_routing_trace_inspect(file, NULL, &ti, e));
-  if (!req->preset) req->preset = "mini";
-  SPILL_FAIL_IF(e, strcmp(req->preset, "nano") && strcmp(req->preset, "mini"), SPILL_E_CONFIG,
-                "gen: a model like trace %s takes preset nano or mini, not %s", file,
-                req->preset);
-  SPILL_FAIL_IF(e, req->experts > 0 && req->experts != ti.n_experts, SPILL_E_CONFIG,
-                "gen: experts %d, but trace %s has %d experts per layer", req->experts, file,
-                ti.n_experts);
-  SPILL_FAIL_IF(e, req->moe_layers > 0 && req->moe_layers != ti.n_layers, SPILL_E_CONFIG,
-                "gen: %d MoE layers, but trace %s has %d", req->moe_layers, file, ti.n_layers);
-  SPILL_FAIL_IF(e, req->top_k > 0 && req->top_k != ti.top_k, SPILL_E_CONFIG,
-                "gen: top-%d, but trace %s has top-%d", req->top_k, file, ti.top_k);
-  req->experts = ti.n_experts;
-  req->moe_layers = ti.n_layers;
-  req->top_k = ti.top_k;
-  return SPILL_OK;
 }

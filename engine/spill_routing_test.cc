@@ -18,6 +18,7 @@
 #include "engine/model/model.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

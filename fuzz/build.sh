@@ -27,8 +27,7 @@ SRCS=(
   research/trace/trace_convert.c engine/trace/trace_read.c research/trace/trace_replay.c
   research/trace/trace_stats.c engine/trace/trace_write.c
   engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c engine/spill_routing.c
-  engine/spill_info.c research/gen/synth_plan.c research/gen/synth_route.c research/gen/synth_values.c
-  research/gen/synth_write.c
+  engine/spill_info.c
   harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
   harness/exp_files.c harness/exp_env.c harness/stats.c
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c

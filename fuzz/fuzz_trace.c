@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;

@@ -32,6 +32,7 @@
 #include "harness/exp_rows.h"
 #include "harness/refuted.h"
 #include "harness/stats.h"
+#include "research/gen/spill_gen.h"
 
 static double now_s(void) {
   struct timespec ts;

@@ -27,6 +27,7 @@
 #include "harness/exp_files.h"
 #include "harness/exp_report.h"
 #include "harness/refuted.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

@@ -27,6 +27,7 @@
 #include "engine/base/crc32.h"
 #include "engine/format/container.h"
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

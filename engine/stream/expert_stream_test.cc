@@ -28,6 +28,7 @@
 
 #include "engine/spill.h"
 #include "engine/stream/expert_stream.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-/* research/roofline/spill_roofline.c: spill_roofline_measure (engine/spill.h).
+/* research/roofline/spill_roofline.c: spill_roofline_measure (spill_roofline.h).
  *
  * Three probes and two kinds of engine run, in this order so the probes do
  * not compete with the engine: (1) the disk probe reads random whole records
@@ -25,6 +25,7 @@
 #include "engine/format/container.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
+#include "research/roofline/spill_roofline.h"
 
 #define PROMPT "The quick brown fox"
 

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "engine/spill.h"
+#include "research/gen/spill_gen.h"
+#include "research/roofline/spill_roofline.h"
 
 namespace {
 

@@ -23,6 +23,7 @@
 #include "research/sim/sim_profile_testutil.h"
 
 extern "C" {
+#include "research/gen/spill_gen.h"
 #include "research/sim/sim.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"

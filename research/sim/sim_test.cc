@@ -9,6 +9,7 @@
 extern "C" {
 #include "research/sim/sim.h"
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 }
 
 namespace {

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 #define CV_MAX_LAYERS 4096u
 #define CV_MAX_TOPK 1024u

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 namespace {
 

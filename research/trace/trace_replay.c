@@ -17,6 +17,7 @@
 
 #include "engine/cache/expert_cache.h"
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 typedef struct heap_ent {
   uint64_t next; /* position of the next use; UINT64_MAX = never */

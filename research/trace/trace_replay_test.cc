@@ -8,6 +8,7 @@
 
 #include "engine/cache/expert_cache.h"
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 namespace {
 

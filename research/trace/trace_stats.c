@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 const double spill_trace_belady_fracs[SPILL_TRACE_BELADY_POINTS] = {0.03, 0.06, 0.12};
 

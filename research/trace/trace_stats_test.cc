@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/trace/router_trace.h"
+#include "research/trace/trace_analysis.h"
 
 namespace {
 

@@ -1,0 +1,64 @@
+/* research/gen/spill_gen.c: the client-facing calls of the synthetic-model
+ * generator (research/gen/spill_gen.h): maps a spill_gen_request onto
+ * spill_gen_opts and shapes a request after a router trace. Thin: the
+ * planning and writing are in synth_*.c; the trace check is the engine's
+ * (spill_routing_trace_inspect), so `spill gen --like-trace` accepts exactly
+ * the traces the engine replays.
+ */
+#include <string.h>
+
+#include "engine/format/container.h"
+#include "research/gen/spill_gen.h"
+#include "research/gen/synth.h"
+
+int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
+              void *user, spill_err *e) {
+  spill_gen_opts o;
+  spill_gen_opts_init(&o);
+  if (req->preset) o.preset = req->preset;
+  if (req->ram_bytes) o.ram_bytes = req->ram_bytes;
+  if (req->disk_bytes) o.disk_bytes = req->disk_bytes;
+  if (req->seed) o.seed = req->seed;
+  if (req->attn_mix) o.attn_mix = req->attn_mix;
+  if (req->trunk_dtype) {
+    if (strcmp(req->trunk_dtype, "q4") == 0) o.trunk = SPILL_GEN_TRUNK_Q4;
+    else if (strcmp(req->trunk_dtype, "f32") == 0) o.trunk = SPILL_GEN_TRUNK_F32;
+    else
+      return spill_err_set(e, SPILL_E_CONFIG, "trunk dtype '%s': expected q4 or f32",
+                           req->trunk_dtype);
+  }
+  if (req->expert_dtype) {
+    spill_dtype dt;
+    if (spill_dtype_parse(req->expert_dtype, &dt) != SPILL_OK)
+      return spill_err_set(e, SPILL_E_CONFIG, "expert dtype '%s': expected rvq3, f32, q8 or q4",
+                           req->expert_dtype);
+    o.expert_dtype = dt;
+  }
+  if (req->experts > 0) o.n_experts = req->experts;
+  if (req->moe_layers > 0) o.n_moe_layers = req->moe_layers;
+  if (req->top_k > 0) o.top_k = req->top_k;
+  o.progress = progress;
+  o.progress_ctx = user;
+  return spill_gen_write(out_dir, &o, e);
+}
+
+int spill_gen_request_like_trace(spill_gen_request *req, const char *file, spill_err *e) {
+  SPILL_FAIL_IF(e, !req, SPILL_E_INVALID_ARG, "gen: no request");
+  spill_routing_trace_info ti;
+  SPILL_TRY(spill_routing_trace_inspect(file, NULL, &ti, e));
+  if (!req->preset) req->preset = "mini";
+  SPILL_FAIL_IF(e, strcmp(req->preset, "nano") && strcmp(req->preset, "mini"), SPILL_E_CONFIG,
+                "gen: a model like trace %s takes preset nano or mini, not %s", file,
+                req->preset);
+  SPILL_FAIL_IF(e, req->experts > 0 && req->experts != ti.n_experts, SPILL_E_CONFIG,
+                "gen: experts %d, but trace %s has %d experts per layer", req->experts, file,
+                ti.n_experts);
+  SPILL_FAIL_IF(e, req->moe_layers > 0 && req->moe_layers != ti.n_layers, SPILL_E_CONFIG,
+                "gen: %d MoE layers, but trace %s has %d", req->moe_layers, file, ti.n_layers);
+  SPILL_FAIL_IF(e, req->top_k > 0 && req->top_k != ti.top_k, SPILL_E_CONFIG,
+                "gen: top-%d, but trace %s has top-%d", req->top_k, file, ti.top_k);
+  req->experts = ti.n_experts;
+  req->moe_layers = ti.n_layers;
+  req->top_k = ti.top_k;
+  return SPILL_OK;
+}

@@ -1,0 +1,47 @@
+/* research/gen/spill_gen.h: synthetic models for clients (`spill gen`, the
+ * experiment runner, tests that need a tiny container): the request, its
+ * shaping after a router trace, and the call that writes the container.
+ *
+ * A research tool beside the inference library, not part of it: libspill
+ * (//engine:spill) reads containers, this module writes synthetic ones
+ * through research/gen's planner and engine/format's writer (docs/GEN.md).
+ * Depends on the public API (engine/spill.h) and research/gen's synth.h.
+ * Never prints. Calls are reentrant.
+ */
+#ifndef SPILL_GEN_SPILL_GEN_H
+#define SPILL_GEN_SPILL_GEN_H
+
+#include "engine/spill.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spill_gen_request {
+  const char *preset;   /* "nano", "mini", or "twin" (K3 proportions scaled to ram_bytes) */
+  uint64_t ram_bytes;   /* twin: the machine RAM to scale to (default 8 GiB) */
+  uint64_t disk_bytes;  /* twin: container size cap (default 40e9) */
+  uint64_t seed;        /* default 1 */
+  const char *attn_mix; /* "k3" (default), "mla", "kda", "gqa" */
+  const char *trunk_dtype;  /* "q4" (default: q4 bulk, q8 embeddings) or "f32" */
+  const char *expert_dtype; /* "rvq3" (default), "f32", "q8", "q4" */
+  int experts;          /* > 0: experts per MoE layer instead of the preset's */
+  int moe_layers;       /* > 0: MoE layers (after the preset's dense layer); nano/mini */
+  int top_k;            /* > 0: routed experts per token; nano/mini */
+} spill_gen_request;
+
+/* Fills req's moe_layers, experts and top_k from the trace FILE (checked by
+ * spill_routing_trace_inspect, engine/spill.h), so that spill_gen makes a
+ * model that can replay it (`spill gen --like-trace`). Fails with SPILL_E_CONFIG if req already asks for a
+ * different shape or for the twin preset. */
+int spill_gen_request_like_trace(spill_gen_request *req, const char *file, spill_err *e);
+
+/* Writes a container into out_dir (created; must not hold a manifest).
+ * Deterministic for a seed. progress may be NULL. */
+int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
+              void *user, spill_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
