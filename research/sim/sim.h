@@ -2,9 +2,10 @@
  *
  * Role: predicts hit rate, bytes read and tok/s per RAM budget for a model
  * shape and a machine, without weights. Per MoE layer it takes the routed
- * experts (a router trace, or synthetic routing with a stated popularity skew
- * and next-token reuse), drives the engine's own cache policies through
- * engine/cache in simulation mode (same acquire / claim / ready / release
+ * experts (a router trace, or synthetic routing with a stated popularity
+ * skew, next-token reuse and cross-layer co-activation, calibrated by
+ * default), drives the engine's own cache policies through engine/cache in
+ * simulation mode (same acquire / claim / ready / release
  * calls and pin pattern as engine/stream), models router lookahead (the
  * trace's recorded predictions, or a precision per rank), a reader of N
  * threads on a device of given bandwidth and per-read latency, compute time
@@ -34,10 +35,24 @@ extern "C" {
 #define SPILL_SIM_MAX_BUDGETS 32
 #define SPILL_SIM_MAX_RANKS 16
 #define SPILL_SIM_PATH_MAX 512
+#define SPILL_SIM_SKEW_MAX 64     /* per-layer popularity entries (resampled by depth) */
+#define SPILL_SIM_CAL_TOKENS 150  /* calibration pilot: the OLMoE tuning half's length */
+#define SPILL_SIM_CAL_LAYERS 8    /* ... over at most this many layers */
+#define SPILL_SIM_CAL_REUSE_X 4   /* reuse is measured on this many times the tokens */
+
+/* Defaults of synthetic routing, measured by `spill trace stats --tokens
+ * 0:150` on traces/olmoe-1b-7b-299.jsonl (its tuning half; docs/SIM.md):
+ * per-layer top-10% share, next-token reuse, co-activation precision. */
+#define SPILL_SIM_DEFAULT_REUSE 0.411
+#define SPILL_SIM_DEFAULT_COACT 0.575
+extern const double spill_sim_default_top10[16];
+/* Default lookahead precision by rank (published K3: 92% at rank 1, 81%
+ * over the top 6): linear from 0.92, mean 0.81 over six ranks. */
+extern const double spill_sim_default_la_precision[6];
 
 typedef enum spill_sim_routing_kind {
   SPILL_SIM_ROUTING_TRACE = 0,     /* a router trace file (either format) */
-  SPILL_SIM_ROUTING_SYNTHETIC = 1, /* Zipf popularity + next-token reuse */
+  SPILL_SIM_ROUTING_SYNTHETIC = 1, /* Zipf popularity, topics: reuse and co-activation */
 } spill_sim_routing_kind;
 
 typedef enum spill_sim_la_source {
@@ -63,7 +78,11 @@ typedef struct spill_sim_config {
   uint32_t synth_prefill;        /* synthetic: prompt tokens before them */
   double synth_zipf;             /* popularity exponent over a per-layer random ranking */
   double synth_top10_share;      /* > 0: fit the exponent to this top-10% share instead */
+  double synth_top10_layers[SPILL_SIM_SKEW_MAX]; /* per-layer top-10% shares (n > 0: used
+                                                    instead of the two above, by depth) */
+  uint32_t synth_top10_n;
   double synth_reuse;            /* target next-token reuse (fraction of a layer's ids) */
+  double synth_coact;            /* target co-activation precision (trace stats' measure) */
   uint64_t synth_seed;
   int prefill_chunk;             /* prompt tokens per chunk (layer-major, as the engine) */
   /* ---- cache */
@@ -145,9 +164,19 @@ int spill_sim_run(const spill_sim_config *c, const spill_trace *t, spill_sim_res
                   spill_err *e);
 
 /* Synthetic routing (sim_routing.c), exposed for tests: n_layers x top_k ids
- * per token from Zipf(s) over a seeded per-layer ranking, with reuse target. */
-int spill_sim_synth(uint32_t n_tokens, uint32_t n_layers, uint32_t n_experts, uint32_t top_k,
-                    double zipf, double reuse, uint64_t seed, spill_trace *out, spill_err *e);
+ * per token from Zipf popularity over a seeded per-layer ranking (exponent
+ * f x zipf[l]), with targets for the mean top-10% share (solves f; 0 = f 1),
+ * next-token reuse and cross-layer co-activation precision, as
+ * spill_trace_compute_stats measures them on SPILL_SIM_CAL_TOKENS tokens
+ * (0 = none). The solved knobs are returned in the *_out fields. */
+typedef struct spill_sim_synth_params {
+  uint32_t n_tokens, n_layers, n_experts, top_k;
+  const double *zipf; /* (n_layers) exponents */
+  double reuse, coact, top10;
+  double skew_out, reuse_p_out, topic_b_out; /* solved: f, reuse and topic probabilities */
+} spill_sim_synth_params;
+int spill_sim_synth(spill_sim_synth_params *sp, uint64_t seed, spill_trace *out,
+                    spill_err *e);
 /* Zipf exponent whose top ceil(10%) experts carry `share` of the weight. */
 double spill_sim_zipf_for_top10(uint32_t n_experts, double share);
 

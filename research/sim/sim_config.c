@@ -30,7 +30,11 @@ void spill_sim_config_default(spill_sim_config *c) {
   c->routing = SPILL_SIM_ROUTING_SYNTHETIC;
   c->synth_tokens = 64;
   c->synth_zipf = 0.0;
-  c->synth_reuse = 0.0;
+  c->synth_top10_n = 16; /* calibrated defaults (sim.h, docs/SIM.md) */
+  for (int i = 0; i < 16; i++) c->synth_top10_layers[i] = spill_sim_default_top10[i];
+  c->synth_reuse = SPILL_SIM_DEFAULT_REUSE;
+  c->synth_coact = SPILL_SIM_DEFAULT_COACT;
+  for (int i = 0; i < 6; i++) c->la_precision[i] = spill_sim_default_la_precision[i];
   c->synth_seed = 1;
   c->prefill_chunk = 16;
   snprintf(c->policy, sizeof c->policy, "lfru");
@@ -226,7 +230,8 @@ static int parse_routing(pctx *p, const cJSON *r, spill_sim_config *c) {
   if (cJSON_GetObjectItemCaseSensitive(r, "tokens"))
     return fail(p, "routing.tokens", "only with \"trace\" (synthetic: routing.synthetic.tokens)");
   if (!cJSON_IsObject(sy)) return fail(p, "routing.synthetic", "expected an object");
-  static const char *const skeys[] = {"tokens", "prefill", "zipf", "top10_share", "reuse", "seed", NULL};
+  static const char *const skeys[] = {"tokens", "prefill", "zipf", "top10_share", "reuse",
+                                      "coact", "seed", NULL};
   const char *sp = "routing.synthetic";
   SPILL_TRY(wrap(p, spill_json_only_keys(sy, sp, skeys, CFG, p->e)));
   c->routing = SPILL_SIM_ROUTING_SYNTHETIC;
@@ -236,14 +241,36 @@ static int parse_routing(pctx *p, const cJSON *r, spill_sim_config *c) {
   c->synth_prefill = (uint32_t)v;
   SPILL_TRY(wrap(p, spill_json_int_opt(sy, "seed", sp, 0, INT64_C(1) << 53, 1, &v, CFG, p->e)));
   c->synth_seed = (uint64_t)v;
-  int has_z = !!cJSON_GetObjectItemCaseSensitive(sy, "zipf");
-  int has_t = !!cJSON_GetObjectItemCaseSensitive(sy, "top10_share");
-  if (has_z && has_t) return fail(p, sp, "give at most one of \"zipf\" and \"top10_share\"");
+  const cJSON *zj = cJSON_GetObjectItemCaseSensitive(sy, "zipf");
+  const cJSON *tj = cJSON_GetObjectItemCaseSensitive(sy, "top10_share");
+  if (zj && tj) return fail(p, sp, "give at most one of \"zipf\" and \"top10_share\"");
+  if (zj || tj) c->synth_top10_n = 0; /* the config states the skew: no default */
   SPILL_TRY(wrap(p, spill_json_num_opt(sy, "zipf", sp, 0, 8, 0, &c->synth_zipf, CFG, p->e)));
-  SPILL_TRY(wrap(p, spill_json_num_opt(sy, "top10_share", sp, 0.1, 1, 0, &c->synth_top10_share,
-                                       CFG, p->e)));
-  if (has_t && c->synth_top10_share <= 0) return fail(p, "routing.synthetic.top10_share", "must be > 0");
-  SPILL_TRY(wrap(p, spill_json_num_opt(sy, "reuse", sp, 0, 1, 0, &c->synth_reuse, CFG, p->e)));
+  if (cJSON_IsArray(tj)) { /* per layer, resampled by depth */
+    int n = cJSON_GetArraySize(tj);
+    if (n < 1 || n > SPILL_SIM_SKEW_MAX)
+      return fail(p, "routing.synthetic.top10_share", "1 to %d per-layer shares, got %d",
+                  SPILL_SIM_SKEW_MAX, n);
+    for (int i = 0; i < n; i++) {
+      const cJSON *x = cJSON_GetArrayItem(tj, i);
+      if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0.1 && x->valuedouble <= 1)) {
+        char path[64];
+        snprintf(path, sizeof path, "routing.synthetic.top10_share[%d]", i);
+        return fail(p, path, "expected a share in [0.1, 1]");
+      }
+      c->synth_top10_layers[i] = x->valuedouble;
+    }
+    c->synth_top10_n = (uint32_t)n;
+  } else {
+    SPILL_TRY(wrap(p, spill_json_num_opt(sy, "top10_share", sp, 0.1, 1, 0, &c->synth_top10_share,
+                                         CFG, p->e)));
+    if (tj && c->synth_top10_share <= 0)
+      return fail(p, "routing.synthetic.top10_share", "must be > 0");
+  }
+  SPILL_TRY(wrap(p, spill_json_num_opt(sy, "reuse", sp, 0, 1, SPILL_SIM_DEFAULT_REUSE,
+                                       &c->synth_reuse, CFG, p->e)));
+  SPILL_TRY(wrap(p, spill_json_num_opt(sy, "coact", sp, 0, 1, SPILL_SIM_DEFAULT_COACT,
+                                       &c->synth_coact, CFG, p->e)));
   return SPILL_OK;
 }
 
@@ -276,8 +303,9 @@ static int parse_lookahead(pctx *p, const cJSON *o, spill_sim_config *c) {
       }
       c->la_precision[i] = x->valuedouble;
     }
-  } else if (c->la_width > 0 && c->la_source == SPILL_SIM_LA_PRECISION) {
-    return fail(p, "lookahead.precision", "required with width > 0 and source \"precision\"");
+  } else if (c->la_width > 6 && c->la_source == SPILL_SIM_LA_PRECISION) {
+    return fail(p, "lookahead.precision",
+                "required with width > 6 and source \"precision\" (the K3 default covers 6 ranks)");
   }
   return SPILL_OK;
 }
