@@ -15,6 +15,7 @@
 #include "cli/cmd_exp_slurm.h"
 #include "cli/commands.h"
 #include "harness/exp_config.h"
+#include "harness/exp_peer.h"
 #include "harness/exp_report.h"
 #include "harness/exp_runner.h"
 #include "harness/refuted.h"
@@ -71,81 +72,127 @@ static void on_progress(void *user, const spill_exp_progress *p) {
     fprintf(stderr, "writing summary, tables and plots\n");
 }
 
-int cmd_exp(int argc, char **argv) {
-  cli_enter_workspace();
-  const char *config = NULL, *resume_dir = NULL, *results = "results", *refuted = NULL;
-  int resume = 0, dry = 0, validate = 0, publish = 0, no_refuted = 0, k;
+typedef struct exp_args {
+  const char *config, *resume_dir, *results, *refuted;
+  int resume, dry, validate, publish, no_refuted;
   exp_slurm_args sl;
-  memset(&sl, 0, sizeof sl);
-  sl.unit = -1;
+} exp_args;
+
+/* Parses the command line; returns 0, or 2 after a usage error. */
+static int parse_args(int argc, char **argv, exp_args *x) {
+  memset(x, 0, sizeof *x);
+  x->results = "results";
+  x->sl.unit = -1;
+  int k;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--resume")) {
-      resume = 1;
-      if (i + 1 < argc && argv[i + 1][0] != '-' && config) resume_dir = argv[++i];
-    } else if (!strcmp(a, "--dry-run")) dry = 1;
-    else if (!strcmp(a, "--validate")) validate = 1;
+      x->resume = 1;
+      if (i + 1 < argc && argv[i + 1][0] != '-' && x->config) x->resume_dir = argv[++i];
+    } else if (!strcmp(a, "--dry-run")) x->dry = 1;
+    else if (!strcmp(a, "--validate")) x->validate = 1;
     else if (!strcmp(a, "--results")) {
-      if (!(results = cli_value(argc, argv, &i))) return 2;
-    } else if (!strcmp(a, "--no-refuted")) no_refuted = 1;
-    else if (!strcmp(a, "--publish")) publish = 1;
+      if (!(x->results = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--no-refuted")) x->no_refuted = 1;
+    else if (!strcmp(a, "--publish")) x->publish = 1;
     else if (!strcmp(a, "--refuted")) {
-      if (!(refuted = cli_value(argc, argv, &i))) return 2;
-    } else if ((k = exp_slurm_parse(argc, argv, i, &sl)) != 0) {
+      if (!(x->refuted = cli_value(argc, argv, &i))) return 2;
+    } else if ((k = exp_slurm_parse(argc, argv, i, &x->sl)) != 0) {
       if (k < 0) return 2;
       i += k - 1;
     } else if (a[0] == '-') {
       return cli_usage_error("unknown option %s", a);
-    } else if (!config) config = a;
+    } else if (!x->config) x->config = a;
     else return cli_usage_error("unexpected argument %s", a);
   }
   struct stat cst;
-  if (resume && !resume_dir && config && stat(config, &cst) == 0 && S_ISDIR(cst.st_mode))
-    resume_dir = config, config = NULL; /* spill exp --resume DIR */
-  int slurm_rc = exp_slurm_main(&sl, config, resume, resume_dir, results, refuted, no_refuted,
-                                publish, on_progress);
-  if (slurm_rc >= 0) return slurm_rc;
-  if (!config) return cli_usage_error("no config");
-  spill_exp_config cfg;
+  if (x->resume && !x->resume_dir && x->config && stat(x->config, &cst) == 0 && S_ISDIR(cst.st_mode))
+    x->resume_dir = x->config, x->config = NULL; /* spill exp --resume DIR */
+  return 0;
+}
+
+/* --validate / --dry-run: everything knowable before running
+ * (harness/exp_runner.h), then the resolved config and the ordered runs. */
+static int validate_or_dry(const exp_args *x, spill_exp_config *cfg) {
   spill_err e = {0};
-  int rc = spill_exp_config_load(config, &cfg, &e);
+  int rc = spill_exp_preflight(cfg, "cache/models", &e);
+  if (rc < 0) {
+    fprintf(stderr, "spill exp: %s (%s)\n", e.msg, spill_status_name(rc));
+    return 1;
+  }
+  if (x->validate) {
+    printf("%s: ok (%d cells x %d arms x %d repeats)\n", x->config, spill_exp_config_n_cells(cfg),
+           cfg->n_arms, cfg->repeats);
+    return 0;
+  }
+  spill_exp_run *runs;
+  int n;
+  rc = spill_exp_plan_runs(cfg, &runs, &n, &e);
   if (rc < 0) {
     fprintf(stderr, "spill exp: %s\n", e.msg);
     return 1;
   }
-  if (validate || dry) {
-    /* everything knowable before running (harness/exp_runner.h) */
-    rc = spill_exp_preflight(&cfg, "cache/models", &e);
-    if (rc < 0) {
-      fprintf(stderr, "spill exp: %s (%s)\n", e.msg, spill_status_name(rc));
-      spill_exp_config_free(&cfg);
-      return 1;
-    }
+  char *json = spill_exp_config_resolved_json(cfg);
+  printf("%s\n", json ? json : "");
+  free(json);
+  char model[1024], exe[1024];
+  spill_exp_model_dir(cfg, "cache/models", model, sizeof model);
+  printf("model directory: %s\n", model);
+  if (cfg->n_peer_arms && spill_exp_peer_path(exe, sizeof exe, &e) == SPILL_OK)
+    printf("peer arms run %s on %s (the container's import source)\n", exe, cfg->model_gguf);
+  printf("%d measured runs (+ %d warmup runs per cell x arm):\n", n, cfg->warmup);
+  for (int i = 0; i < n; i++) printf("  %4d  %s\n", i, runs[i].key);
+  free(runs);
+  return 0;
+}
+
+/* The table, where the results and plots are, the verdict. */
+static void print_results(const char *dir, const char *verdict, const char *entry) {
+  char tbl[1100];
+  snprintf(tbl, sizeof tbl, "%s/table.md", dir);
+  FILE *f = fopen(tbl, "r");
+  if (f) {
+    char buf[4096];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, r, stdout);
+    fclose(f);
   }
-  if (validate) {
-    printf("%s: ok (%d cells x %d arms x %d repeats)\n", config, spill_exp_config_n_cells(&cfg),
-           cfg.n_arms, cfg.repeats);
-    spill_exp_config_free(&cfg);
-    return 0;
+  printf("\nresults: %s\n", dir);
+  char plots[1100];
+  snprintf(plots, sizeof plots, "%s/plots", dir);
+  DIR *pd = opendir(plots);
+  if (pd) {
+    /* name every plot (PNG; an SVG with the same name sits beside each) */
+    struct dirent *ent;
+    printf("plots (PNG, and SVG beside each):\n");
+    while ((ent = readdir(pd)))
+      if (strlen(ent->d_name) > 4 && !strcmp(ent->d_name + strlen(ent->d_name) - 4, ".png"))
+        printf("  %s/%s\n", plots, ent->d_name);
+    closedir(pd);
   }
-  if (dry) {
-    spill_exp_run *runs;
-    int n;
-    rc = spill_exp_plan_runs(&cfg, &runs, &n, &e);
-    if (rc == 0) {
-      char *json = spill_exp_config_resolved_json(&cfg);
-      printf("%s\n", json ? json : "");
-      free(json);
-      char model[1024];
-      spill_exp_model_dir(&cfg, "cache/models", model, sizeof model);
-      printf("model directory: %s\n%d measured runs (+ %d warmup runs per cell x arm):\n", model, n,
-             cfg.warmup);
-      for (int i = 0; i < n; i++) printf("  %4d  %s\n", i, runs[i].key);
-      free(runs);
-    }
+  if (verdict[0]) printf("hypothesis %s\n", verdict);
+  if (entry[0]) printf("refuted entry: %s\n", entry);
+}
+
+int cmd_exp(int argc, char **argv) {
+  cli_enter_workspace();
+  exp_args x;
+  if (parse_args(argc, argv, &x)) return 2;
+  int slurm_rc = exp_slurm_main(&x.sl, x.config, x.resume, x.resume_dir, x.results, x.refuted,
+                                x.no_refuted, x.publish, on_progress);
+  if (slurm_rc >= 0) return slurm_rc;
+  if (!x.config) return cli_usage_error("no config");
+  spill_exp_config cfg;
+  spill_err e = {0};
+  int rc = spill_exp_config_load(x.config, &cfg, &e);
+  if (rc < 0) {
+    fprintf(stderr, "spill exp: %s\n", e.msg);
+    return 1;
+  }
+  if (x.validate || x.dry) {
+    rc = validate_or_dry(&x, &cfg);
     spill_exp_config_free(&cfg);
-    if (rc < 0) fprintf(stderr, "spill exp: %s\n", e.msg);
-    return rc < 0;
+    return rc;
   }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -154,13 +201,13 @@ int cmd_exp(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   spill_exp_opts o;
   memset(&o, 0, sizeof o);
-  o.results_root = results;
+  o.results_root = x.results;
   o.cache_root = "cache/models";
-  o.refuted_dir = refuted ? refuted : publish ? "refuted" : NULL;
-  o.no_refuted = no_refuted;
-  o.publish = publish;
-  o.resume = resume;
-  o.resume_dir = resume_dir;
+  o.refuted_dir = x.refuted ? x.refuted : x.publish ? "refuted" : NULL;
+  o.no_refuted = x.no_refuted;
+  o.publish = x.publish;
+  o.resume = x.resume;
+  o.resume_dir = x.resume_dir;
   o.stop = &g_stop;
   o.progress = on_progress;
   char verdict[1024] = "", entry[1024] = "";
@@ -171,32 +218,7 @@ int cmd_exp(int argc, char **argv) {
   char dir[1024] = "";
   rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &e);
   spill_exp_config_free(&cfg);
-  if (dir[0]) {
-    char tbl[1100];
-    snprintf(tbl, sizeof tbl, "%s/table.md", dir);
-    FILE *f = fopen(tbl, "r");
-    if (f) {
-      char buf[4096];
-      size_t r;
-      while ((r = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, r, stdout);
-      fclose(f);
-    }
-    printf("\nresults: %s\n", dir);
-    char plots[1100];
-    snprintf(plots, sizeof plots, "%s/plots", dir);
-    DIR *pd = opendir(plots);
-    if (pd) {
-      /* name every plot (PNG; an SVG with the same name sits beside each) */
-      struct dirent *ent;
-      printf("plots (PNG, and SVG beside each):\n");
-      while ((ent = readdir(pd)))
-        if (strlen(ent->d_name) > 4 && !strcmp(ent->d_name + strlen(ent->d_name) - 4, ".png"))
-          printf("  %s/%s\n", plots, ent->d_name);
-      closedir(pd);
-    }
-    if (verdict[0]) printf("hypothesis %s\n", verdict);
-    if (entry[0]) printf("refuted entry: %s\n", entry);
-  }
+  if (dir[0]) print_results(dir, verdict, entry);
   if (rc == SPILL_E_INTERRUPTED) {
     fprintf(stderr, "spill exp: interrupted; finished runs are kept (continue with --resume)\n");
     return 1;

@@ -19,6 +19,7 @@
 
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
+#include "harness/exp_rows.h"
 
 uint64_t spill_exp_fnv1a(const void *data, size_t n, uint64_t h) {
   const unsigned char *p = data;
@@ -213,13 +214,21 @@ static const spill_exp_knob *find_knob(const spill_exp_knob *k, int n, const cha
   return NULL;
 }
 
+/* A path as given, with a leading "~/" standing for $HOME (models kept in
+ * a machine-wide cache outside the repository, e.g. ~/.cache/spill/models). */
+static int home_path(ctx *c, const char *p, const char *v, char *out, size_t n) {
+  const char *home = getenv("HOME");
+  int w = !strncmp(v, "~/", 2) && home && home[0] ? snprintf(out, n, "%s/%s", home, v + 2)
+                                                  : snprintf(out, n, "%s", v);
+  if (w < 0 || (size_t)w >= n) return fail(c, p, "path too long");
+  return SPILL_OK;
+}
+
 static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
   if (!m) return fail(c, "model", "missing (required): a container path or a recipe such as {\"preset\": \"mini\"}");
   if (cJSON_IsString(m)) {
     if (!m->valuestring[0]) return fail(c, "model", "empty path");
-    if (strlen(m->valuestring) >= sizeof cfg->model_path) return fail(c, "model", "path too long");
-    snprintf(cfg->model_path, sizeof cfg->model_path, "%s", m->valuestring);
-    return SPILL_OK;
+    return home_path(c, "model", m->valuestring, cfg->model_path, sizeof cfg->model_path);
   }
   if (!cJSON_IsObject(m))
     return fail(c, "model", "expected a path or a recipe object, got %s", type_name(m));
@@ -385,14 +394,24 @@ static int cmp_size_text(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* An emulated RAM size (machine.emulate_ram or a value of its sweep axis). */
+static int check_emulate_ram(ctx *c, const cJSON *it, const char *p) {
+  uint64_t v;
+  SPILL_TRY(get_size(c, it, p, &v));
+  if (v < (256ull << 20)) return fail(c, p, "below 256 MiB is not a machine this engine can run on");
+  return SPILL_OK;
+}
+
 static int parse_sweep(ctx *c, const cJSON *s, spill_exp_config *cfg) {
   if (!s) return SPILL_OK;
   if (!cJSON_IsObject(s)) return fail(c, "sweep", "expected an object of knob lists, got %s", type_name(s));
-  /* budget first: it is the slowest axis so that it only ever grows. */
-  for (int pass = 0; pass < 2; pass++)
+  /* emulate_ram, then budget first: the slowest axes, so that inside one
+   * emulated machine the budget only ever grows. */
+  for (int pass = 0; pass < 3; pass++)
     for (const cJSON *it = s->child; it; it = it->next) {
+      int is_ram = !strcmp(it->string, SPILL_EXP_AXIS_EMULATE_RAM);
       int is_budget = !strcmp(it->string, "budget");
-      if (is_budget != (pass == 0)) continue;
+      if ((pass == 0) != is_ram || (pass == 1) != is_budget) continue;
       char p[256];
       snprintf(p, sizeof p, "sweep.%s", it->string);
       if (cfg->n_axes >= SPILL_EXP_MAX_AXES) return fail(c, p, "too many swept knobs (at most %d)", SPILL_EXP_MAX_AXES);
@@ -410,17 +429,71 @@ static int parse_sweep(ctx *c, const cJSON *s, spill_exp_config *cfg) {
         char pv[288];
         snprintf(pv, sizeof pv, "%s[%d]", p, i);
         SPILL_TRY(knob_text(c, v, pv, ax->values[i], sizeof ax->values[i]));
-        SPILL_TRY(check_knob(c, pv, ax->key, ax->values[i]));
+        if (is_ram) SPILL_TRY(check_emulate_ram(c, v, pv));
+        else SPILL_TRY(check_knob(c, pv, ax->key, ax->values[i]));
         for (int j = 0; j < i; j++)
           if (!strcmp(ax->values[j], ax->values[i])) return fail(c, pv, "\"%s\": duplicate value", ax->values[i]);
       }
       ax->n = n;
-      if (is_budget) qsort(ax->values, (size_t)n, sizeof ax->values[0], cmp_size_text);
+      if (is_budget || is_ram) qsort(ax->values, (size_t)n, sizeof ax->values[0], cmp_size_text);
       cfg->n_axes++;
     }
   long cells = 1;
   for (int a = 0; a < cfg->n_axes; a++) cells *= cfg->axes[a].n;
   if (cells > SPILL_EXP_MAX_CELLS) return fail(c, "sweep", "%ld cells (at most %d)", cells, SPILL_EXP_MAX_CELLS);
+  return SPILL_OK;
+}
+
+/* An arm's name: unique, [A-Za-z0-9._-]. */
+static int arm_name(ctx *c, const cJSON *it, const char *p, int i, spill_exp_config *cfg) {
+  spill_exp_arm *arm = &cfg->arms[i];
+  SPILL_TRY(get_str(c, it, p, "name", 1, arm->name, sizeof arm->name));
+  for (const char *q = arm->name; *q; q++)
+    if (!isalnum((unsigned char)*q) && *q != '-' && *q != '_' && *q != '.')
+      return fail(c, p, "name \"%s\": use letters, digits, '-', '_' or '.'", arm->name);
+  for (int j = 0; j < i; j++)
+    if (!strcmp(cfg->arms[j].name, arm->name)) return fail(c, p, "duplicate arm name \"%s\"", arm->name);
+  return SPILL_OK;
+}
+
+/* {"name", "peer": "llama.cpp", "args": {"load", "threads", "batch"}}: no
+ * engine knobs, never exact (another engine's numerics), never the control. */
+static int parse_peer_arm(ctx *c, const cJSON *it, const char *p, int i, spill_exp_config *cfg) {
+  spill_exp_arm *arm = &cfg->arms[i];
+  SPILL_TRY(arm_name(c, it, p, i, cfg));
+  char pp[96];
+  snprintf(pp, sizeof pp, "%s.peer", p);
+  SPILL_TRY(get_str(c, it, p, "peer", 1, arm->peer.name, sizeof arm->peer.name));
+  if (strcmp(arm->peer.name, "llama.cpp"))
+    return fail(c, pp, "\"%s\": the known peer is \"llama.cpp\"", arm->peer.name);
+  if (cJSON_GetObjectItemCaseSensitive(it, "set"))
+    return fail(c, p, "a peer arm takes \"args\" (load, threads, batch), not engine knobs");
+  if (cJSON_GetObjectItemCaseSensitive(it, "exact"))
+    return fail(c, p, "a peer arm cannot be exact (another engine rounds differently)");
+  if (i == 0) return fail(c, p, "the first arm is the control: make it a spill arm");
+  snprintf(arm->peer.load, sizeof arm->peer.load, "mmap");
+  arm->peer.batch = cfg->prefill_chunked ? 512 : 1;
+  arm->peer.repack = 1;
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(it, "args");
+  if (args) {
+    snprintf(pp, sizeof pp, "%s.args", p);
+    if (!cJSON_IsObject(args)) return fail(c, pp, "expected an object, got %s", type_name(args));
+    static const char *const keys[] = {"load", "threads", "batch", "repack", NULL};
+    SPILL_TRY(only_keys(c, args, pp, keys));
+    SPILL_TRY(get_str(c, args, pp, "load", 0, arm->peer.load, sizeof arm->peer.load));
+    if (strcmp(arm->peer.load, "mmap") && strcmp(arm->peer.load, "none") &&
+        strcmp(arm->peer.load, "mlock"))
+      return fail(c, pp, "load \"%s\": expected mmap, none or mlock", arm->peer.load);
+    long v;
+    SPILL_TRY(get_int(c, args, pp, "threads", 1, 256, 0, &v));
+    arm->peer.threads = (int)v;
+    SPILL_TRY(get_int(c, args, pp, "batch", 1, 1 << 16, arm->peer.batch, &v));
+    if (!cfg->prefill_chunked && v != 1)
+      return fail(c, pp, "batch %ld: workload.prefill is sequential (one token per call)", v);
+    arm->peer.batch = (int)v;
+    SPILL_TRY(get_bool(c, args, pp, "repack", 1, &arm->peer.repack));
+  }
+  cfg->n_peer_arms++;
   return SPILL_OK;
 }
 
@@ -439,15 +512,14 @@ static int parse_arms(ctx *c, const cJSON *a, spill_exp_config *cfg) {
     char p[64];
     snprintf(p, sizeof p, "arms[%d]", i);
     if (!cJSON_IsObject(it)) return fail(c, p, "expected an object, got %s", type_name(it));
-    static const char *const keys[] = {"name", "set", "exact", NULL};
+    static const char *const keys[] = {"name", "set", "exact", "peer", "args", NULL};
     SPILL_TRY(only_keys(c, it, p, keys));
     spill_exp_arm *arm = &cfg->arms[i];
-    SPILL_TRY(get_str(c, it, p, "name", 1, arm->name, sizeof arm->name));
-    for (const char *q = arm->name; *q; q++)
-      if (!isalnum((unsigned char)*q) && *q != '-' && *q != '_' && *q != '.')
-        return fail(c, p, "name \"%s\": use letters, digits, '-', '_' or '.'", arm->name);
-    for (int j = 0; j < i; j++)
-      if (!strcmp(cfg->arms[j].name, arm->name)) return fail(c, p, "duplicate arm name \"%s\"", arm->name);
+    if (cJSON_GetObjectItemCaseSensitive(it, "peer") || cJSON_GetObjectItemCaseSensitive(it, "args")) {
+      SPILL_TRY(parse_peer_arm(c, it, p, i, cfg));
+      continue;
+    }
+    SPILL_TRY(arm_name(c, it, p, i, cfg));
     SPILL_TRY(get_bool(c, it, p, "exact", 0, &arm->exact));
     const cJSON *set = cJSON_GetObjectItemCaseSensitive(it, "set");
     if (set) {
@@ -475,11 +547,39 @@ static int arm_index(const spill_exp_config *cfg, const char *name) {
   return -1;
 }
 
+/* hypothesis.cell_thresholds: {"<cell key>": ratio > 0, ...}; every key a
+ * cell of the sweep (spill_exp_cell_key's spelling, e.g. "emulate_ram=8G"). */
+static int parse_thresholds(ctx *c, const cJSON *t, spill_exp_config *cfg) {
+  if (!t) return SPILL_OK;
+  const char *p = "hypothesis.cell_thresholds";
+  if (!cJSON_IsObject(t)) return fail(c, p, "expected an object of cell -> ratio, got %s", type_name(t));
+  spill_exp_hypothesis *y = &cfg->hyp;
+  for (const cJSON *it = t->child; it; it = it->next) {
+    char pk[300];
+    snprintf(pk, sizeof pk, "%s.%s", p, it->string);
+    if (y->n_thresholds >= SPILL_EXP_MAX_THRESHOLDS)
+      return fail(c, p, "too many cells (at most %d)", SPILL_EXP_MAX_THRESHOLDS);
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble <= 0 ||
+        it->valuedouble > 1e6)
+      return fail(c, pk, "expected a ratio > 0, got %s", type_name(it));
+    int found = 0;
+    for (int cell = 0; cell < spill_exp_config_n_cells(cfg) && !found; cell++) {
+      char key[200];
+      spill_exp_cell_key(cfg, cell, key, sizeof key);
+      found = !strcmp(key, it->string);
+    }
+    if (!found) return fail(c, pk, "not a cell of the sweep (cells are named like the table's rows, e.g. \"emulate_ram=8G\")");
+    snprintf(y->thresholds[y->n_thresholds].cell, sizeof y->thresholds[0].cell, "%s", it->string);
+    y->thresholds[y->n_thresholds++].ratio = it->valuedouble;
+  }
+  return SPILL_OK;
+}
+
 static int parse_hypothesis(ctx *c, const cJSON *h, spill_exp_config *cfg) {
   if (!h) return SPILL_OK;
   if (!cJSON_IsObject(h)) return fail(c, "hypothesis", "expected an object, got %s", type_name(h));
   static const char *const keys[] = {"claim", "metric", "direction", "min_effect", "alpha",
-                                     "control", "treatment", NULL};
+                                     "control", "treatment", "cell_thresholds", NULL};
   SPILL_TRY(only_keys(c, h, "hypothesis", keys));
   spill_exp_hypothesis *y = &cfg->hyp;
   y->present = 1;
@@ -504,13 +604,14 @@ static int parse_hypothesis(ctx *c, const cJSON *h, spill_exp_config *cfg) {
   if (y->treatment < 0) return fail(c, "hypothesis.treatment", "\"%s\": no such arm", trt);
   if (y->control == y->treatment) return fail(c, "hypothesis.treatment", "same arm as the control");
   if (cfg->repeats < 3) return fail(c, "repeats", "%d: a hypothesis needs at least 3 paired repeats", cfg->repeats);
-  return SPILL_OK;
+  return parse_thresholds(c, cJSON_GetObjectItemCaseSensitive(h, "cell_thresholds"), cfg);
 }
 
 static int parse_outputs(ctx *c, const cJSON *o, spill_exp_config *cfg) {
   spill_exp_outputs *out = &cfg->out;
-  int has_budget = 0;
-  for (int a = 0; a < cfg->n_axes; a++) has_budget |= !strcmp(cfg->axes[a].key, "budget");
+  int has_budget = 0; /* a budget or emulated-RAM sweep: the cliff's x axis */
+  for (int a = 0; a < cfg->n_axes; a++)
+    has_budget |= !strcmp(cfg->axes[a].key, "budget") || !strcmp(cfg->axes[a].key, SPILL_EXP_AXIS_EMULATE_RAM);
   out->table_md = out->table_csv = 1;
   out->plot_cliff = has_budget;
   out->plot_ab = cfg->n_arms >= 2;
@@ -544,7 +645,7 @@ static int parse_outputs(ctx *c, const cJSON *o, spill_exp_config *cfg) {
       snprintf(p, sizeof p, "outputs.plots[%d]", i);
       if (!cJSON_IsString(v)) return fail(c, p, "expected a string, got %s", type_name(v));
       if (!strcmp(v->valuestring, "cliff")) {
-        if (!has_budget) return fail(c, p, "\"cliff\" needs a budget sweep (sweep.budget)");
+        if (!has_budget) return fail(c, p, "\"cliff\" needs a budget or emulated-RAM sweep (sweep.budget, sweep.emulate_ram)");
         out->plot_cliff = 1;
       } else if (!strcmp(v->valuestring, "ab")) {
         if (cfg->n_arms < 2) return fail(c, p, "\"ab\" needs at least two arms");
@@ -614,12 +715,31 @@ static int parse_cluster(ctx *c, const cJSON *o, spill_exp_config *cfg) {
   return SPILL_OK;
 }
 
+/* model_gguf and what peer arms need: an imported container (a path) whose
+ * GGUF they run, routed by the model (a trace forces spill's routing only). */
+static int parse_peers(ctx *c, const cJSON *root, spill_exp_config *cfg) {
+  char gguf[SPILL_EXP_PATH_MAX] = "";
+  SPILL_TRY(get_str(c, root, "", "model_gguf", 0, gguf, sizeof gguf));
+  SPILL_TRY(home_path(c, "model_gguf", gguf, cfg->model_gguf, sizeof cfg->model_gguf));
+  if (!cfg->n_peer_arms) {
+    if (cfg->model_gguf[0]) return fail(c, "model_gguf", "only used by peer arms (\"peer\": \"llama.cpp\")");
+    return SPILL_OK;
+  }
+  if (!cfg->model_gguf[0])
+    return fail(c, "model_gguf", "missing: peer arms run the GGUF file the container was imported from");
+  if (cfg->model_recipe)
+    return fail(c, "model", "peer arms need a container imported from model_gguf (`spill import`), not a generated recipe");
+  if (cfg->routing_trace[0])
+    return fail(c, "workload.routing", "a peer arm routes with the model's own routers: use \"model\"");
+  return SPILL_OK;
+}
+
 static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   if (!cJSON_IsObject(root)) return fail(c, "(top)", "expected a JSON object, got %s", type_name(root));
   static const char *const keys[] = {"name", "description", "model", "workload", "base",
                                      "sweep", "arms", "repeats", "warmup", "order",
                                      "order_seed", "cold", "storage_path", "io_throttle",
-                                     "machine", "hypothesis", "outputs", "cluster", NULL};
+                                     "machine", "hypothesis", "outputs", "cluster", "model_gguf", NULL};
   SPILL_TRY(only_keys(c, root, "", keys));
   SPILL_TRY(get_str(c, root, "", "name", 1, cfg->name, sizeof cfg->name));
   for (const char *q = cfg->name; *q; q++)
@@ -678,11 +798,13 @@ static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
     SPILL_TRY(only_keys(c, m, "machine", mk));
     const cJSON *er = cJSON_GetObjectItemCaseSensitive(m, "emulate_ram");
     if (er) {
+      SPILL_TRY(check_emulate_ram(c, er, "machine.emulate_ram"));
       SPILL_TRY(get_size(c, er, "machine.emulate_ram", &cfg->emulate_ram));
-      if (cfg->emulate_ram < (256ull << 20))
-        return fail(c, "machine.emulate_ram", "below 256 MiB is not a machine this engine can run on");
+      if (cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM))
+        return fail(c, "machine.emulate_ram", "also swept in sweep.emulate_ram");
     }
   }
+  SPILL_TRY(parse_peers(c, root, cfg));
   SPILL_TRY(parse_hypothesis(c, cJSON_GetObjectItemCaseSensitive(root, "hypothesis"), cfg));
   SPILL_TRY(parse_outputs(c, cJSON_GetObjectItemCaseSensitive(root, "outputs"), cfg));
   SPILL_TRY(parse_cluster(c, cJSON_GetObjectItemCaseSensitive(root, "cluster"), cfg));
@@ -762,8 +884,11 @@ int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spil
     SPILL_TRY(spill_config_set(out, cfg->base[i].key, cfg->base[i].value, e));
   const char *vals[SPILL_EXP_MAX_AXES];
   spill_exp_config_cell(cfg, cell, vals);
-  for (int a = 0; a < cfg->n_axes; a++) SPILL_TRY(spill_config_set(out, cfg->axes[a].key, vals[a], e));
-  const spill_exp_arm *am = &cfg->arms[arm];
+  for (int a = 0; a < cfg->n_axes; a++)
+    if (strcmp(cfg->axes[a].key, SPILL_EXP_AXIS_EMULATE_RAM))
+      SPILL_TRY(spill_config_set(out, cfg->axes[a].key, vals[a], e));
+  out->usable_ram = spill_exp_config_emulate_ram(cfg, cell);
+  const spill_exp_arm *am = &cfg->arms[cfg->arms[arm].peer.name[0] ? 0 : arm];
   for (int i = 0; i < am->n_knobs; i++)
     SPILL_TRY(spill_config_set(out, am->knobs[i].key, am->knobs[i].value, e));
   if (!cfg->prefill_chunked && out->prefill_chunk != 1)
@@ -772,6 +897,26 @@ int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spil
                          out->prefill_chunk);
   out->routing_trace = cfg->routing_trace[0] ? cfg->routing_trace : NULL;
   return SPILL_OK;
+}
+
+uint64_t spill_exp_config_emulate_ram(const spill_exp_config *cfg, int c) {
+  if (cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM)) {
+    const char *vals[SPILL_EXP_MAX_AXES];
+    spill_exp_config_cell(cfg, c, vals);
+    return spill_parse_size(vals[0]);
+  }
+  return cfg->emulate_ram;
+}
+
+double spill_exp_config_threshold(const spill_exp_config *cfg, int c) {
+  const spill_exp_hypothesis *h = &cfg->hyp;
+  if (h->n_thresholds) {
+    char key[200];
+    spill_exp_cell_key(cfg, c, key, sizeof key);
+    for (int i = 0; i < h->n_thresholds; i++)
+      if (!strcmp(h->thresholds[i].cell, key)) return h->thresholds[i].ratio;
+  }
+  return h->direction > 0 ? 1 + h->min_effect : 1 - h->min_effect;
 }
 
 static cJSON *knobs_json(const spill_exp_knob *k, int n) {
@@ -798,6 +943,7 @@ char *spill_exp_config_resolved_json(const spill_exp_config *cfg) {
   } else {
     cJSON_AddStringToObject(r, "model", cfg->model_path);
   }
+  if (cfg->model_gguf[0]) cJSON_AddStringToObject(r, "model_gguf", cfg->model_gguf);
   cJSON *w = cJSON_AddObjectToObject(r, "workload");
   cJSON_AddStringToObject(w, "prompt", cfg->prompt ? cfg->prompt : "");
   cJSON_AddNumberToObject(w, "decode_tokens", cfg->decode_tokens);
@@ -812,9 +958,19 @@ char *spill_exp_config_resolved_json(const spill_exp_config *cfg) {
   cJSON *arms = cJSON_AddArrayToObject(r, "arms");
   for (int i = 0; i < cfg->n_arms; i++) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "name", cfg->arms[i].name);
-    cJSON_AddItemToObject(o, "set", knobs_json(cfg->arms[i].knobs, cfg->arms[i].n_knobs));
-    cJSON_AddBoolToObject(o, "exact", cfg->arms[i].exact);
+    const spill_exp_arm *am = &cfg->arms[i];
+    cJSON_AddStringToObject(o, "name", am->name);
+    if (am->peer.name[0]) {
+      cJSON_AddStringToObject(o, "peer", am->peer.name);
+      cJSON *a = cJSON_AddObjectToObject(o, "args");
+      cJSON_AddStringToObject(a, "load", am->peer.load);
+      if (am->peer.threads) cJSON_AddNumberToObject(a, "threads", am->peer.threads);
+      cJSON_AddNumberToObject(a, "batch", am->peer.batch);
+      cJSON_AddBoolToObject(a, "repack", am->peer.repack);
+    } else {
+      cJSON_AddItemToObject(o, "set", knobs_json(am->knobs, am->n_knobs));
+      cJSON_AddBoolToObject(o, "exact", am->exact);
+    }
     cJSON_AddItemToArray(arms, o);
   }
   cJSON_AddNumberToObject(r, "repeats", cfg->repeats);
@@ -836,6 +992,11 @@ char *spill_exp_config_resolved_json(const spill_exp_config *cfg) {
     cJSON_AddNumberToObject(h, "alpha", cfg->hyp.alpha);
     cJSON_AddStringToObject(h, "control", cfg->arms[cfg->hyp.control].name);
     cJSON_AddStringToObject(h, "treatment", cfg->arms[cfg->hyp.treatment].name);
+    if (cfg->hyp.n_thresholds) {
+      cJSON *t = cJSON_AddObjectToObject(h, "cell_thresholds");
+      for (int i = 0; i < cfg->hyp.n_thresholds; i++)
+        cJSON_AddNumberToObject(t, cfg->hyp.thresholds[i].cell, cfg->hyp.thresholds[i].ratio);
+    }
   }
   cJSON *o = cJSON_AddObjectToObject(r, "outputs");
   cJSON *t = cJSON_AddArrayToObject(o, "tables");

@@ -42,12 +42,30 @@ typedef struct spill_exp_axis {
   char values[SPILL_EXP_MAX_VALUES][SPILL_EXP_VALUE_MAX]; /* budget: sorted upward */
 } spill_exp_axis;
 
+/* A peer arm runs another engine on the same weights (docs/PEERS.md):
+ * `{"name": ..., "peer": "llama.cpp", "args": {"load": "mmap", "threads": 2}}`.
+ * It takes no engine knobs; from its cell it takes only the emulated RAM. */
+typedef struct spill_exp_peer {
+  char name[16];  /* "llama.cpp"; "" = a spill arm */
+  char load[8];   /* mmap | none | mlock (llama.cpp's load_mode) */
+  int threads;    /* 0 = the control arm's threads knob in the cell */
+  int batch;      /* prompt tokens per llama_decode call (sequential prefill: 1) */
+  int repack;     /* ggml's repacked CPU weight layouts (llama.cpp's default: on;
+                   * they copy the weights into anonymous memory at load) */
+} spill_exp_peer;
+
 typedef struct spill_exp_arm {
   char name[32];
   int n_knobs;
   spill_exp_knob knobs[SPILL_EXP_MAX_KNOBS];
   int exact; /* must produce the control arm's tokens */
+  spill_exp_peer peer;
 } spill_exp_arm;
+
+/* The runner-owned sweep axis: emulated RAM per cell (machine.emulate_ram
+ * swept), sorted upward and always the slowest axis. */
+#define SPILL_EXP_AXIS_EMULATE_RAM "emulate_ram"
+#define SPILL_EXP_MAX_THRESHOLDS 32
 
 typedef enum spill_exp_order {
   SPILL_EXP_ORDER_INTERLEAVED = 0, /* A B A B ... */
@@ -63,6 +81,14 @@ typedef struct spill_exp_hypothesis {
   int direction; /* +1 increase, -1 decrease */
   double min_effect, alpha;
   int control, treatment; /* arm indexes (default 0 and 1) */
+  /* "cell_thresholds": {"emulate_ram=8G": 3.0, ...}: the ratio treatment /
+   * control a cell must reach (increase) or stay under (decrease), instead
+   * of 1 +- min_effect. Keys are cell keys of the sweep. */
+  int n_thresholds;
+  struct {
+    char cell[200];
+    double ratio;
+  } thresholds[SPILL_EXP_MAX_THRESHOLDS];
 } spill_exp_hypothesis;
 
 typedef struct spill_exp_outputs {
@@ -88,6 +114,11 @@ typedef struct spill_exp_config {
   /* model: a container path, or a generator recipe */
   char model_path[SPILL_EXP_PATH_MAX];
   int model_recipe;
+  /* model_gguf: the GGUF the container was imported from, which peer arms
+   * run (required with peer arms; the runner checks the container's import
+   * provenance against it). n_peer_arms: arms with a peer. */
+  char model_gguf[SPILL_EXP_PATH_MAX];
+  int n_peer_arms;
   char recipe_preset[16];    /* nano | mini | twin */
   uint64_t recipe_ram, recipe_disk, recipe_seed;
   char recipe_attn_mix[16], recipe_expert_dtype[16], recipe_trunk_dtype[16];
@@ -142,9 +173,17 @@ int spill_exp_config_n_cells(const spill_exp_config *cfg);
  * order runs the first axis slowest, so budget, placed first, runs upward). */
 void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **values_out);
 
+/* The emulated RAM of cell c: its emulate_ram axis value, else
+ * machine.emulate_ram (0 = none). */
+uint64_t spill_exp_config_emulate_ram(const spill_exp_config *cfg, int c);
+/* The ratio threshold of the hypothesis in cell c (cell_thresholds, else
+ * 1 + min_effect for increase, 1 - min_effect for decrease). */
+double spill_exp_config_threshold(const spill_exp_config *cfg, int c);
+
 /* Builds the engine config of (cell, arm): defaults, then base, cell values,
  * arm knobs in that order, then the workload's prefill mode and routing
- * (routing_trace). String knobs point into cfg (valid while it lives). */
+ * (routing_trace); the emulate_ram axis sets usable_ram. A peer arm gets
+ * the control arm's config. String knobs point into cfg (valid while it lives). */
 int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spill_config *out,
                             spill_err *e);
 

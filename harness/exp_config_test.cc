@@ -98,7 +98,7 @@ TEST(ExpConfigTest, RejectsUnknownKeysWithTheirPath) {
   EXPECT_EQ(Error(Edit("\"repeats\": 3", "\"repeats\": 3, \"repeat\": 2")),
             "x.json: (top): unknown key \"repeat\" (expected one of: name, description, model, "
             "workload, base, sweep, arms, repeats, warmup, order, order_seed, cold, "
-            "storage_path, io_throttle, machine, hypothesis, outputs, cluster)");
+            "storage_path, io_throttle, machine, hypothesis, outputs, cluster, model_gguf)");
   EXPECT_NE(Error(Edit("\"decode_tokens\": 4", "\"decode_tokens\": 4, \"x\": 1")).find(
                 "x.json: workload: unknown key \"x\""),
             std::string::npos);
@@ -308,7 +308,8 @@ TEST(ExpConfigTest, LikeTraceRecipes) {
 TEST(ExpConfigTest, RejectsPlotsThatCannotBeDrawn) {
   std::string s = Edit("\"sweep\": {\"lookahead\": [0, 4], \"budget\": [\"2G\", \"512M\", \"1G\"]},",
                        "\"outputs\": {\"plots\": [\"cliff\"]},");
-  EXPECT_EQ(Error(s), "x.json: outputs.plots[0]: \"cliff\" needs a budget sweep (sweep.budget)");
+  EXPECT_EQ(Error(s), "x.json: outputs.plots[0]: \"cliff\" needs a budget or emulated-RAM sweep (sweep.budget, "
+            "sweep.emulate_ram)");
 }
 
 // Every seed config in experiments/ must validate (the test runs from the
@@ -329,4 +330,112 @@ TEST(ExpConfigTest, EverySeedExperimentValidates) {
   }
   closedir(d);
   EXPECT_GE(n, 9);
+}
+
+// Peer arms (docs/PEERS.md): a llama.cpp arm beside spill arms, the GGUF
+// named by model_gguf; every misuse is refused with its path.
+const char *kPeer = R"({
+  "name": "vs",
+  "model": "cache/m.spill",
+  "model_gguf": "cache/m.gguf",
+  "workload": {"prompt": "hello", "decode_tokens": 4},
+  "sweep": {"emulate_ram": ["8G", "4G", "16G"]},
+  "arms": [{"name": "spill"},
+           {"name": "llama.cpp-mmap", "peer": "llama.cpp", "args": {"load": "mmap", "threads": 2, "repack": false}},
+           {"name": "llama.cpp-none", "peer": "llama.cpp", "args": {"load": "none"}}],
+  "repeats": 3, "order": "abba", "cold": true,
+  "hypothesis": {"claim": "c", "metric": "decode_tok_per_s", "direction": "increase",
+                 "control": "llama.cpp-mmap", "treatment": "spill",
+                 "cell_thresholds": {"emulate_ram=4G": 3, "emulate_ram=16G": 0.8}}
+})";
+
+std::string PeerEdit(const std::string &from, const std::string &to) {
+  std::string s = kPeer;
+  size_t p = s.find(from);
+  EXPECT_NE(p, std::string::npos) << from;
+  if (p != std::string::npos) s.replace(p, from.size(), to);
+  return s;
+}
+
+TEST(ExpConfigTest, PeerArmsAndEmulatedRamSweepResolve) {
+  spill_exp_config cfg;
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_config_parse(kPeer, "x.json", &cfg, &e), 0) << e.msg;
+  EXPECT_EQ(cfg.n_peer_arms, 2);
+  EXPECT_STREQ(cfg.arms[1].peer.name, "llama.cpp");
+  EXPECT_STREQ(cfg.arms[1].peer.load, "mmap");
+  EXPECT_EQ(cfg.arms[1].peer.threads, 2);
+  EXPECT_EQ(cfg.arms[1].peer.repack, 0);
+  EXPECT_EQ(cfg.arms[2].peer.repack, 1);    // llama.cpp's default
+  EXPECT_EQ(cfg.arms[2].peer.threads, 0);   // the control arm's threads
+  EXPECT_EQ(cfg.arms[2].peer.batch, 512);   // chunked prefill
+  EXPECT_STREQ(cfg.axes[0].key, "emulate_ram");
+  EXPECT_STREQ(cfg.axes[0].values[0], "4G");  // sorted upward
+  EXPECT_EQ(spill_exp_config_emulate_ram(&cfg, 0), 4ull << 30);
+  EXPECT_EQ(spill_exp_config_emulate_ram(&cfg, 2), 16ull << 30);
+  EXPECT_DOUBLE_EQ(spill_exp_config_threshold(&cfg, 0), 3.0);
+  EXPECT_DOUBLE_EQ(spill_exp_config_threshold(&cfg, 1), 1.0);  // 1 + min_effect
+  EXPECT_DOUBLE_EQ(spill_exp_config_threshold(&cfg, 2), 0.8);
+  // the emulated RAM reaches the engine as usable_ram; peers get the control's config
+  spill_config sc;
+  ASSERT_EQ(spill_exp_config_engine(&cfg, 1, 2, &sc, &e), 0) << e.msg;
+  EXPECT_EQ(sc.usable_ram, 8ull << 30);
+  // the resolved form is itself a valid config that resolves to the same text
+  char *r1 = spill_exp_config_resolved_json(&cfg);
+  spill_exp_config again;
+  ASSERT_EQ(spill_exp_config_parse(r1, "r.json", &again, &e), 0) << e.msg << "\n" << r1;
+  char *r2 = spill_exp_config_resolved_json(&again);
+  EXPECT_STREQ(r1, r2);
+  free(r1), free(r2);
+  spill_exp_config_free(&again);
+  spill_exp_config_free(&cfg);
+}
+
+TEST(ExpConfigTest, RejectsBadPeerArms) {
+  struct {
+    std::string text, want;
+  } cases[] = {
+      {PeerEdit("\"peer\": \"llama.cpp\", \"args\": {\"load\": \"none\"}", "\"peer\": \"vllm\""),
+       "x.json: arms[2].peer: \"vllm\": the known peer is \"llama.cpp\""},
+      {PeerEdit("\"args\": {\"load\": \"none\"}", "\"set\": {\"threads\": 1}"),
+       "x.json: arms[2]: a peer arm takes \"args\""},
+      {PeerEdit("\"args\": {\"load\": \"none\"}", "\"exact\": true"),
+       "x.json: arms[2]: a peer arm cannot be exact"},
+      {PeerEdit("\"load\": \"none\"", "\"load\": \"swap\""),
+       "x.json: arms[2].args: load \"swap\": expected mmap, none or mlock"},
+      {PeerEdit("\"load\": \"none\"", "\"mmap\": true"), "x.json: arms[2].args: unknown key \"mmap\" (expected one of: load, threads, batch, repack)"},
+      {PeerEdit("\"threads\": 2", "\"threads\": 0"), "arms[1].args.threads"},
+      {PeerEdit("[{\"name\": \"spill\"},", "[{\"name\": \"l0\", \"peer\": \"llama.cpp\"}, {\"name\": \"spill\"},"),
+       "x.json: arms[0]: the first arm is the control: make it a spill arm"},
+      {PeerEdit("\"model_gguf\": \"cache/m.gguf\",", ""),
+       "x.json: model_gguf: missing: peer arms run the GGUF file"},
+      {PeerEdit("\"model\": \"cache/m.spill\"", "\"model\": {\"preset\": \"nano\"}"),
+       "x.json: model: peer arms need a container imported from model_gguf"},
+      {PeerEdit("\"decode_tokens\": 4}", "\"decode_tokens\": 4, \"prefill\": \"sequential\"}"),
+       "OK"},  // sequential prefill: peers feed one token per call
+      {PeerEdit("\"sweep\": {\"emulate_ram\": [\"8G\", \"4G\", \"16G\"]},",
+                "\"sweep\": {\"emulate_ram\": [\"8G\", \"100M\"]},"),
+       "x.json: sweep.emulate_ram[1]: below 256 MiB"},
+      {PeerEdit("\"sweep\": {\"emulate_ram\": [\"8G\", \"4G\", \"16G\"]},",
+                "\"sweep\": {\"emulate_ram\": [\"8G\", \"4G\", \"16G\"]}, \"machine\": {\"emulate_ram\": \"8G\"},"),
+       "x.json: machine.emulate_ram: also swept in sweep.emulate_ram"},
+      {PeerEdit("\"emulate_ram=4G\": 3", "\"emulate_ram=5G\": 3"),
+       "x.json: hypothesis.cell_thresholds.emulate_ram=5G: not a cell of the sweep"},
+      {PeerEdit("\"emulate_ram=4G\": 3", "\"emulate_ram=4G\": -1"),
+       "x.json: hypothesis.cell_thresholds.emulate_ram=4G: expected a ratio > 0"},
+  };
+  for (auto &c : cases) {
+    std::string got = Error(c.text);
+    EXPECT_NE(got.find(c.want), std::string::npos) << "want: " << c.want << "\ngot:  " << got;
+  }
+  // model_gguf without peer arms is unused, so refused
+  EXPECT_NE(Error(Edit("\"model\": {\"preset\": \"nano\"},",
+                       "\"model\": {\"preset\": \"nano\"}, \"model_gguf\": \"x.gguf\","))
+                .find("x.json: model_gguf: only used by peer arms"),
+            std::string::npos);
+  // a sequential workload takes batch 1 only
+  std::string seq = PeerEdit("\"decode_tokens\": 4}", "\"decode_tokens\": 4, \"prefill\": \"sequential\"}");
+  seq.replace(seq.find("\"load\": \"none\""), 14, "\"batch\": 8");
+  EXPECT_NE(Error(seq).find("x.json: arms[2].args: batch 8: workload.prefill is sequential"),
+            std::string::npos) << Error(seq);
 }

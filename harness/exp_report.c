@@ -60,6 +60,7 @@ typedef struct report {
  * they count as missing (NaN: "-" in tables, null in summary.json). */
 static int latency_is_run_wide(const row *r) {
   const cJSON *g = cJSON_GetObjectItemCaseSensitive(r->j, "engine");
+  if (g && cJSON_GetObjectItemCaseSensitive(g, "peer")) return 1; /* a peer: none, not stale */
   const cJSON *w = g ? cJSON_GetObjectItemCaseSensitive(g, "read_latency") : NULL;
   return cJSON_IsString(w) && !strcmp(w->valuestring, "run");
 }
@@ -74,6 +75,12 @@ static double metric_of(const row *r, const char *name) {
 
 static double engine_num(const row *r, const char *name) {
   const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->j, "engine");
+  const cJSON *v = m ? cJSON_GetObjectItemCaseSensitive(m, name) : NULL;
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static double machine_num(const row *r, const char *name) {
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->j, "machine");
   const cJSON *v = m ? cJSON_GetObjectItemCaseSensitive(m, name) : NULL;
   return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
@@ -185,22 +192,20 @@ static int compare_groups(const group *ga, const group *gb, const char *metric, 
   return rc;
 }
 
-static cJSON *summary_json(report *R, spill_exp_report_result *res) {
+/* Per (cell, arm): median, min, max, quartiles of every timing metric;
+ * counters with whether they were equal across repeats. */
+static void summary_cells(report *R, cJSON *s) {
   const spill_exp_config *cfg = R->cfg;
-  cJSON *s = cJSON_CreateObject();
-  cJSON_AddStringToObject(s, "name", cfg->name);
-  cJSON_AddNumberToObject(s, "rows", R->n_rows);
-  cJSON_AddNumberToObject(s, "planned_rows", spill_exp_config_n_cells(cfg) * cfg->n_arms * cfg->repeats);
-  cJSON_AddStringToObject(s, "quantiles", "type 7 (linear interpolation); iqr = q3 - q1");
   int nm;
   const spill_exp_metric *mt = spill_exp_metrics(&nm);
   cJSON *cells = cJSON_AddArrayToObject(s, "cells");
   double *v = malloc(sizeof(double) * (size_t)(R->n_rows + 1));
-  for (int gi = 0; gi < R->n_groups; gi++) {
+  for (int gi = 0; v && gi < R->n_groups; gi++) {
     const group *g = &R->groups[gi];
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "cell", g->cell);
     cJSON_AddStringToObject(c, "arm", cfg->arms[g->arm].name);
+    if (cfg->arms[g->arm].peer.name[0]) cJSON_AddStringToObject(c, "peer", cfg->arms[g->arm].peer.name);
     cJSON_AddNumberToObject(c, "n", g->n);
     if (g->node) cJSON_AddStringToObject(c, "node", g->node);
     if (g->n < cfg->repeats) cJSON_AddNumberToObject(c, "missing", cfg->repeats - g->n);
@@ -227,7 +232,11 @@ static cJSON *summary_json(report *R, spill_exp_report_result *res) {
     cJSON_AddItemToArray(cells, c);
   }
   free(v);
-  /* A/B comparisons against the control arm (or the hypothesis's control). */
+}
+
+/* A/B comparisons against the control arm (or the hypothesis's control). */
+static void summary_comparisons(report *R, cJSON *s) {
+  const spill_exp_config *cfg = R->cfg;
   int ctl = cfg->hyp.present ? cfg->hyp.control : 0;
   double alpha = cfg->hyp.present ? cfg->hyp.alpha : 0.05;
   cJSON *cmp = cJSON_AddArrayToObject(s, "comparisons");
@@ -257,54 +266,75 @@ static cJSON *summary_json(report *R, spill_exp_report_result *res) {
         cJSON_AddItemToArray(cmp, x);
       }
     }
-  if (cfg->hyp.present) {
-    const spill_exp_hypothesis *h = &cfg->hyp;
-    res->has_hypothesis = 1;
-    snprintf(res->claim, sizeof res->claim, "%s", h->claim);
-    snprintf(res->metric, sizeof res->metric, "%s", h->metric);
-    cJSON *hj = cJSON_AddObjectToObject(s, "hypothesis");
-    cJSON_AddStringToObject(hj, "claim", h->claim);
-    cJSON_AddStringToObject(hj, "metric", h->metric);
-    cJSON_AddStringToObject(hj, "direction", h->direction > 0 ? "increase" : "decrease");
-    cJSON_AddNumberToObject(hj, "min_effect", h->min_effect);
-    cJSON_AddNumberToObject(hj, "alpha", h->alpha);
-    cJSON_AddNumberToObject(hj, "threshold", h->direction > 0 ? 1 + h->min_effect : 1 - h->min_effect);
-    cJSON_AddStringToObject(hj, "control", cfg->arms[h->control].name);
-    cJSON_AddStringToObject(hj, "treatment", cfg->arms[h->treatment].name);
-    cJSON *pc = cJSON_AddArrayToObject(hj, "cells");
-    int cells_n = spill_exp_config_n_cells(cfg);
-    spill_verdict *vs = calloc((size_t)cells_n, sizeof *vs);
-    size_t off = 0;
-    res->result_text[0] = 0;
-    for (int c = 0; c < cells_n; c++) {
-      const group *ga = find_group(R, c, h->control), *gb = find_group(R, c, h->treatment);
-      spill_stats_ab ab;
-      spill_stats_mwu mw;
-      compare_groups(ga, gb, h->metric, h->alpha, &ab, &mw);
-      vs[c] = spill_stats_verdict(h->direction, h->min_effect, ab.ci_lo, ab.ci_hi);
-      cJSON *x = cJSON_CreateObject();
-      cJSON_AddStringToObject(x, "cell", ga->cell);
-      cJSON_AddNumberToObject(x, "pairs", ab.n);
-      cJSON_AddNumberToObject(x, "ratio", ab.ratio);
-      cJSON_AddNumberToObject(x, "ci_lo", ab.ci_lo);
-      cJSON_AddNumberToObject(x, "ci_hi", ab.ci_hi);
-      cJSON_AddNumberToObject(x, "mann_whitney_p", mw.p);
-      cJSON_AddStringToObject(x, "verdict", spill_verdict_name(vs[c]));
-      cJSON_AddItemToArray(pc, x);
-      if (off < sizeof res->result_text)
-        off += (size_t)snprintf(res->result_text + off, sizeof res->result_text - off,
-                                "%s%s: %s ratio %.3f [%.3f, %.3f] (%.0f%% CI, n=%d, MW p=%.3g) %s",
-                                c ? "; " : "", ga->cell, cfg->arms[h->treatment].name, ab.ratio,
-                                ab.ci_lo, ab.ci_hi, 100 * (1 - h->alpha), ab.n, mw.p,
-                                spill_verdict_name(vs[c]));
-    }
-    res->verdict = spill_stats_verdict_combine(vs, cells_n);
-    free(vs);
-    int complete = R->n_rows == cells_n * cfg->n_arms * cfg->repeats;
-    if (!complete) res->verdict = SPILL_VERDICT_INCONCLUSIVE;
-    cJSON_AddStringToObject(hj, "verdict", spill_verdict_name(res->verdict));
-    if (!complete) cJSON_AddStringToObject(hj, "note", "experiment incomplete: verdict withheld");
+}
+
+/* The hypothesis: a verdict per cell from the CI against the cell's
+ * threshold (hypothesis.cell_thresholds, else 1 +- min_effect), combined
+ * over cells; withheld while the experiment is incomplete. */
+static void summary_hypothesis(report *R, cJSON *s, spill_exp_report_result *res) {
+  const spill_exp_config *cfg = R->cfg;
+  const spill_exp_hypothesis *h = &cfg->hyp;
+  res->has_hypothesis = 1;
+  snprintf(res->claim, sizeof res->claim, "%s", h->claim);
+  snprintf(res->metric, sizeof res->metric, "%s", h->metric);
+  cJSON *hj = cJSON_AddObjectToObject(s, "hypothesis");
+  cJSON_AddStringToObject(hj, "claim", h->claim);
+  cJSON_AddStringToObject(hj, "metric", h->metric);
+  cJSON_AddStringToObject(hj, "direction", h->direction > 0 ? "increase" : "decrease");
+  cJSON_AddNumberToObject(hj, "min_effect", h->min_effect);
+  cJSON_AddNumberToObject(hj, "alpha", h->alpha);
+  cJSON_AddNumberToObject(hj, "threshold", h->direction > 0 ? 1 + h->min_effect : 1 - h->min_effect);
+  cJSON_AddStringToObject(hj, "control", cfg->arms[h->control].name);
+  cJSON_AddStringToObject(hj, "treatment", cfg->arms[h->treatment].name);
+  cJSON *pc = cJSON_AddArrayToObject(hj, "cells");
+  int cells_n = spill_exp_config_n_cells(cfg);
+  spill_verdict *vs = calloc((size_t)cells_n, sizeof *vs);
+  size_t off = 0;
+  res->result_text[0] = 0;
+  for (int c = 0; vs && c < cells_n; c++) {
+    const group *ga = find_group(R, c, h->control), *gb = find_group(R, c, h->treatment);
+    spill_stats_ab ab;
+    spill_stats_mwu mw;
+    compare_groups(ga, gb, h->metric, h->alpha, &ab, &mw);
+    double t = spill_exp_config_threshold(cfg, c);
+    vs[c] = spill_stats_verdict(h->direction, h->direction > 0 ? t - 1 : 1 - t, ab.ci_lo, ab.ci_hi);
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "cell", ga->cell);
+    cJSON_AddNumberToObject(x, "threshold", t);
+    cJSON_AddNumberToObject(x, "pairs", ab.n);
+    cJSON_AddNumberToObject(x, "ratio", ab.ratio);
+    cJSON_AddNumberToObject(x, "ci_lo", ab.ci_lo);
+    cJSON_AddNumberToObject(x, "ci_hi", ab.ci_hi);
+    cJSON_AddNumberToObject(x, "mann_whitney_p", mw.p);
+    cJSON_AddStringToObject(x, "verdict", spill_verdict_name(vs[c]));
+    cJSON_AddItemToArray(pc, x);
+    char tt[48] = ""; /* with per-cell thresholds, the cell's own */
+    if (h->n_thresholds) snprintf(tt, sizeof tt, " vs %s %.3g", h->direction > 0 ? ">=" : "<=", t);
+    if (off < sizeof res->result_text)
+      off += (size_t)snprintf(res->result_text + off, sizeof res->result_text - off,
+                              "%s%s: %s ratio %.3f [%.3f, %.3f] (%.0f%% CI, n=%d, MW p=%.3g)%s %s",
+                              c ? "; " : "", ga->cell, cfg->arms[h->treatment].name, ab.ratio,
+                              ab.ci_lo, ab.ci_hi, 100 * (1 - h->alpha), ab.n, mw.p, tt,
+                              spill_verdict_name(vs[c]));
   }
+  res->verdict = vs ? spill_stats_verdict_combine(vs, cells_n) : SPILL_VERDICT_INCONCLUSIVE;
+  free(vs);
+  int complete = R->n_rows == cells_n * cfg->n_arms * cfg->repeats;
+  if (!complete) res->verdict = SPILL_VERDICT_INCONCLUSIVE;
+  cJSON_AddStringToObject(hj, "verdict", spill_verdict_name(res->verdict));
+  if (!complete) cJSON_AddStringToObject(hj, "note", "experiment incomplete: verdict withheld");
+}
+
+static cJSON *summary_json(report *R, spill_exp_report_result *res) {
+  const spill_exp_config *cfg = R->cfg;
+  cJSON *s = cJSON_CreateObject();
+  cJSON_AddStringToObject(s, "name", cfg->name);
+  cJSON_AddNumberToObject(s, "rows", R->n_rows);
+  cJSON_AddNumberToObject(s, "planned_rows", spill_exp_config_n_cells(cfg) * cfg->n_arms * cfg->repeats);
+  cJSON_AddStringToObject(s, "quantiles", "type 7 (linear interpolation); iqr = q3 - q1");
+  summary_cells(R, s);
+  summary_comparisons(R, s);
+  if (cfg->hyp.present) summary_hypothesis(R, s, res);
   return s;
 }
 
@@ -486,10 +516,13 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   snprintf(dat, sizeof dat, "%s/cliff.dat", pdir);
   FILE *f = fopen(dat, "w");
   if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", dat);
-  /* One data block per (other axes, arm) series, x = budget GiB. */
+  /* One data block per (other axes, arm) series, x = budget GiB (or the
+   * emulated RAM, for an emulate_ram sweep); peers have no hit rate. */
+  const int ram_axis = !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM);
   double *v = malloc(sizeof(double) * (size_t)(R->n_rows + 1));
   int n_series = 0;
   char titles[64][128];
+  int is_peer[64];
   int cells = spill_exp_config_n_cells(cfg), per_budget = cells / cfg->axes[0].n;
   for (int other = 0; other < per_budget && n_series < 64; other++)
     for (int a = 0; a < cfg->n_arms && n_series < 64; a++) {
@@ -499,6 +532,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
       int o = snprintf(t, sizeof t, "%s", cfg->arms[a].name);
       for (int x = 1; x < cfg->n_axes; x++) o += snprintf(t + o, sizeof t - (size_t)o, " %s=%s", cfg->axes[x].key, vals[x]);
       snprintf(titles[n_series], sizeof titles[n_series], "%s", t);
+      is_peer[n_series] = cfg->arms[a].peer.name[0] != 0;
       fprintf(f, "# %s\n", t);
       for (int b = 0; b < cfg->axes[0].n; b++) {
         const group *g = find_group(R, b * per_budget + other, a);
@@ -508,10 +542,12 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
         spill_stats_summarize(v, g->n, &tok);
         values(g, "decode_hit_rate", v);
         spill_stats_summarize(v, g->n, &hit);
-        for (int i = 0; i < g->n; i++) v[i] = engine_num(g->rows[i], "budget_bytes");
+        for (int i = 0; i < g->n; i++)
+          v[i] = ram_axis ? machine_num(g->rows[i], "emulate_ram_bytes")
+                          : engine_num(g->rows[i], "budget_bytes");
         spill_stats_summarize(v, g->n, &bud);
         fprintf(f, "%.6f %.6f %.6f %.6f %.6f\n", bud.median / 1073741824.0, tok.median, tok.min,
-                tok.max, hit.median * 100);
+                tok.max, cfg->arms[a].peer.name[0] ? NAN : hit.median * 100);
       }
       fprintf(f, "\n\n");
       n_series++;
@@ -519,9 +555,9 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   fclose(f);
   /* Machine RAM (emulated when set) and the default budget on that RAM: the
    * RAM the runs saw (env.json), not the RAM of whoever regenerates the report. */
-  double ram = R->n_rows ? (cfg->emulate_ram ? (double)cfg->emulate_ram
-                                             : (double)spill_usable_ram())
-                         : 0;
+  double ram = R->n_rows && !ram_axis ? (cfg->emulate_ram ? (double)cfg->emulate_ram
+                                                         : (double)spill_usable_ram())
+                                      : 0;
   double dflt = 0;
   char envp[1100], *env = NULL, model_dir[1024] = "";
   snprintf(envp, sizeof envp, "%s/env.json", dir);
@@ -532,23 +568,34 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
     const cJSON *d = m ? cJSON_GetObjectItemCaseSensitive(m, "dir") : NULL;
     if (cJSON_IsString(d)) snprintf(model_dir, sizeof model_dir, "%s", d->valuestring);
     const cJSON *u = j ? cJSON_GetObjectItemCaseSensitive(j, "usable_ram_bytes") : NULL;
-    if (R->n_rows && !cfg->emulate_ram && cJSON_IsNumber(u) && u->valuedouble > 0)
+    if (R->n_rows && !cfg->emulate_ram && !ram_axis && cJSON_IsNumber(u) && u->valuedouble > 0)
       ram = u->valuedouble;
     cJSON_Delete(j);
     free(env);
   }
+  double model_bytes = 0; /* the container's size: where the model fits */
+  spill_info info;
+  if (model_dir[0] && ram_axis && spill_info_read(model_dir, &info, &ig) == SPILL_OK)
+    model_bytes = (double)info.container_bytes;
   spill_plan plan;
-  if (model_dir[0] && spill_plan_model(model_dir, 4096, 2, 0, (uint64_t)ram, &plan, &ig) == SPILL_OK)
+  if (model_dir[0] && !ram_axis && spill_plan_model(model_dir, 4096, 2, 0, (uint64_t)ram, &plan, &ig) == SPILL_OK)
     dflt = plan.budget / 1073741824.0;
   char body[8192];
   int o = snprintf(body, sizeof body,
-                   "set title '%s: decode speed and hit rate vs RAM budget'\n"
-                   "set xlabel 'RAM budget (GiB, log scale)'\nset logscale x\n"
+                   "set title '%s: decode speed and hit rate vs %s'\n"
+                   "set xlabel '%s (GiB, log scale)'\nset logscale x\n"
                    "set ylabel 'decode tok/s (median, min-max bars)'\n"
                    "set y2label 'decode demand hit rate (%%)'\nset y2range [0:100]\nset ytics nomirror\n"
                    "set y2tics\nset key outside bottom center horizontal\nset grid\n"
                    "set yrange [0:*]\n",
-                   cfg->name);
+                   cfg->name, ram_axis ? "emulated RAM" : "RAM budget",
+                   ram_axis ? "emulated machine RAM" : "RAM budget");
+  if (ram_axis && model_bytes > 0)
+    o += snprintf(body + o, sizeof body - (size_t)o,
+                  "set arrow 1 from %.6f, graph 0 to %.6f, graph 1 nohead dt 2 lc rgb 'red'\n"
+                  "set label 1 'model %.1f GiB' at %.6f, graph 0.95 right offset -0.5,0 tc rgb 'red'\n",
+                  model_bytes / 1073741824.0, model_bytes / 1073741824.0,
+                  model_bytes / 1073741824.0, model_bytes / 1073741824.0);
   if (ram > 0)
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "set xrange [*:%.6f]\n"
@@ -563,11 +610,15 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
                   "set label 2 'default budget %.2f GiB' at %.6f, graph 0.88 left offset 0.5,0 tc rgb 'dark-green'\n",
                   dflt, dflt, dflt, dflt);
   o += snprintf(body + o, sizeof body - (size_t)o, "plot ");
-  for (int s = 0; s < n_series; s++)
+  for (int s = 0; s < n_series; s++) {
     o += snprintf(body + o, sizeof body - (size_t)o,
-                  "%s'cliff.dat' index %d using 1:2:3:4 with yerrorlines lw 2 title '%s tok/s', "
-                  "'cliff.dat' index %d using 1:5 axes x1y2 with linespoints dt 2 title '%s decode hit %%'",
-                  s ? ", " : "", s, titles[s], s, titles[s]);
+                  "%s'cliff.dat' index %d using 1:2:3:4 with yerrorlines lw 2 title '%s tok/s'",
+                  s ? ", " : "", s, titles[s]);
+    if (!is_peer[s])
+      o += snprintf(body + o, sizeof body - (size_t)o,
+                    ", 'cliff.dat' index %d using 1:5 axes x1y2 with linespoints dt 2 title '%s decode hit %%'",
+                    s, titles[s]);
+  }
   char gp[1200];
   snprintf(gp, sizeof gp, "%s/cliff.gp", pdir);
   f = fopen(gp, "w");
@@ -578,6 +629,22 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   SPILL_TRY(gnuplot(pdir, "cliff.gp", e));
   add_plot(res, dir, "cliff");
   return SPILL_OK;
+}
+
+/* The hypothesis threshold of a comparison's point ("NaN": none). */
+static const char *ab_threshold(const spill_exp_config *cfg, const char *cell, const char *trt) {
+  static char buf[32];
+  const spill_exp_hypothesis *h = &cfg->hyp;
+  if (!h->present || !h->n_thresholds || strcmp(trt, cfg->arms[h->treatment].name)) return "NaN";
+  for (int c = 0; c < spill_exp_config_n_cells(cfg); c++) {
+    char key[200];
+    spill_exp_cell_key(cfg, c, key, sizeof key);
+    if (!strcmp(key, cell)) {
+      snprintf(buf, sizeof buf, "%.6f", spill_exp_config_threshold(cfg, c));
+      return buf;
+    }
+  }
+  return "NaN";
 }
 
 static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
@@ -596,9 +663,10 @@ static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
     double r = cJSON_GetObjectItemCaseSensitive(x, "ratio")->valuedouble;
     double lo = cJSON_GetObjectItemCaseSensitive(x, "ci_lo")->valuedouble;
     double hi = cJSON_GetObjectItemCaseSensitive(x, "ci_hi")->valuedouble;
-    fprintf(f, "%d %.6f %.6f %.6f \"%s %s\"\n", i++, isnan(r) ? 1.0 : r, isnan(lo) ? 1.0 : lo,
-            isnan(hi) ? 1.0 : hi, cJSON_GetObjectItemCaseSensitive(x, "cell")->valuestring,
-            cJSON_GetObjectItemCaseSensitive(x, "treatment")->valuestring);
+    const char *cell = cJSON_GetObjectItemCaseSensitive(x, "cell")->valuestring;
+    const char *trt = cJSON_GetObjectItemCaseSensitive(x, "treatment")->valuestring;
+    fprintf(f, "%d %.6f %.6f %.6f \"%s %s\" %s\n", i++, isnan(r) ? 1.0 : r, isnan(lo) ? 1.0 : lo,
+            isnan(hi) ? 1.0 : hi, cell, trt, ab_threshold(cfg, cell, trt));
   }
   fclose(f);
   if (i == 0) return SPILL_OK;
@@ -609,15 +677,18 @@ static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
                    "set xtics rotate by 20 right\nset key top left\n"
                    "set arrow 1 from graph 0, first 1 to graph 1, first 1 nohead lc rgb 'gray'\n",
                    cfg->name, metric, 100 * (1 - (cfg->hyp.present ? cfg->hyp.alpha : 0.05)), i - 1);
-  if (cfg->hyp.present) {
+  if (cfg->hyp.present && !cfg->hyp.n_thresholds) {
     double t = cfg->hyp.direction > 0 ? 1 + cfg->hyp.min_effect : 1 - cfg->hyp.min_effect;
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "set arrow 2 from graph 0, first %.6f to graph 1, first %.6f nohead dt 2 lc rgb 'red'\n"
                   "set label 2 'hypothesis threshold %.3f' at graph 0.99, first %.6f right offset 0,0.7 tc rgb 'red'\n",
                   t, t, t, t);
   }
-  snprintf(body + o, sizeof body - (size_t)o,
-           "plot 'ab.dat' using 1:2:3:4:xtic(5) with yerrorbars pt 7 ps 1.5 lw 2 title 'ratio [CI]'");
+  o += snprintf(body + o, sizeof body - (size_t)o,
+                "plot 'ab.dat' using 1:2:3:4:xtic(5) with yerrorbars pt 7 ps 1.5 lw 2 title 'ratio [CI]'");
+  if (cfg->hyp.present && cfg->hyp.n_thresholds)
+    snprintf(body + o, sizeof body - (size_t)o,
+             ", 'ab.dat' using 1:6 with points pt 2 ps 2 lc rgb 'red' title 'cell threshold'");
   char gp[1200];
   snprintf(gp, sizeof gp, "%s/ab.gp", pdir);
   f = fopen(gp, "w");

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include "harness/exp_env.h"
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
+#include "harness/exp_peer.h"
 #include "harness/exp_report.h"
 #include "harness/exp_rows.h"
 #include "harness/refuted.h"
@@ -70,6 +72,8 @@ typedef struct runner {
   int *done_cell, *done_arm;
   int n_done, cap_done;
   spill_ramlock lock;
+  uint64_t lock_emulate; /* the emulated RAM the running lock serves (0 = none) */
+  char peer_exe[1024];   /* llama_peer, when the config has peer arms */
   int dir_lock_fd;   /* flock'ed ROWS.lock (one writer per rows file), -1 = none */
   int created_dir;   /* setup_dir made R->dir (not a resume) */
   uint64_t ram_total;
@@ -352,16 +356,36 @@ static void knob_path(const spill_exp_config *cfg, int arm, const char *key, cha
   snprintf(buf, n, "%s (default)", key);
 }
 
-int spill_exp_preflight(const spill_exp_config *cfg, const char *cache_root, spill_err *e) {
+/* Every emulated RAM of the config is safe (spill_ramlock_plan), refused
+ * before anything runs. */
+static int check_emulation(const spill_exp_config *cfg, spill_err *e) {
   const char *src = cfg->source[0] ? cfg->source : "config";
-  if (cfg->emulate_ram) {
-    uint64_t lock_bytes;
-    int rc = spill_ramlock_plan(cfg->emulate_ram, &lock_bytes, e);
+  int swept = cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM);
+  for (int c = 0; c < spill_exp_config_n_cells(cfg); c++) {
+    uint64_t ram = spill_exp_config_emulate_ram(cfg, c), lock_bytes;
+    if (!ram) continue;
+    int rc = spill_ramlock_plan(ram, &lock_bytes, e);
     if (rc < 0) {
-      spill_err_prefix(e, "%s: machine.emulate_ram", src);
+      spill_err_prefix(e, "%s: %s", src, swept ? "sweep.emulate_ram" : "machine.emulate_ram");
       return rc;
     }
   }
+  return SPILL_OK;
+}
+
+/* Peer arms: the peer is built and model_gguf holds the container's weights. */
+static int check_peer(const spill_exp_config *cfg, const char *model, char *exe, size_t n,
+                      spill_err *e) {
+  const char *src = cfg->source[0] ? cfg->source : "config";
+  int rc = spill_exp_peer_path(exe, n, e);
+  if (rc == SPILL_OK) rc = spill_exp_peer_provenance(model, cfg->model_gguf, e);
+  if (rc < 0) spill_err_prefix(e, "%s", src);
+  return rc;
+}
+
+int spill_exp_preflight(const spill_exp_config *cfg, const char *cache_root, spill_err *e) {
+  const char *src = cfg->source[0] ? cfg->source : "config";
+  SPILL_TRY(check_emulation(cfg, e));
   char model[1024], man[1100];
   spill_exp_model_dir(cfg, cache_root ? cache_root : "cache/models", model, sizeof model);
   snprintf(man, sizeof man, "%s/manifest.json", model);
@@ -369,6 +393,10 @@ int spill_exp_preflight(const spill_exp_config *cfg, const char *cache_root, spi
     if (cfg->model_recipe) return SPILL_OK; /* generated at start, checked then */
     return spill_err_set(e, SPILL_E_CONFIG, "%s: model: %s: no manifest.json (not a container)",
                          src, model);
+  }
+  if (cfg->n_peer_arms) {
+    char exe[1024];
+    SPILL_TRY(check_peer(cfg, model, exe, sizeof exe, e));
   }
   spill_info info;
   SPILL_TRY(spill_info_read(model, &info, e));
@@ -378,6 +406,7 @@ int spill_exp_preflight(const spill_exp_config *cfg, const char *cache_root, spi
     spill_exp_cell_key(cfg, c, cell, sizeof cell);
     for (int a = 0; a < cfg->n_arms; a++) {
       spill_config sc;
+      if (cfg->arms[a].peer.name[0]) continue; /* checked above */
       SPILL_TRY(spill_exp_config_engine(cfg, c, a, &sc, e));
       if (sc.cache_slots > 0 && (uint64_t)sc.cache_slots > records) {
         knob_path(cfg, a, "cache_slots", path, sizeof path);
@@ -632,6 +661,16 @@ static int open_engine(runner *R, const spill_config *want) {
 
 static cJSON *knobs_of(const spill_exp_config *cfg, int cell, int arm) {
   cJSON *o = cJSON_CreateObject();
+  const spill_exp_peer *pa = &cfg->arms[arm].peer;
+  if (pa->name[0]) { /* a peer: its args (threads as run: in the row's engine) */
+    uint64_t ram = spill_exp_config_emulate_ram(cfg, cell);
+    cJSON_AddStringToObject(o, "peer", pa->name);
+    cJSON_AddStringToObject(o, "load", pa->load);
+    cJSON_AddNumberToObject(o, "batch", pa->batch);
+    cJSON_AddBoolToObject(o, "repack", pa->repack);
+    if (ram) cJSON_AddNumberToObject(o, "emulate_ram", (double)ram);
+    return o;
+  }
   for (int i = 0; i < cfg->n_base; i++) cJSON_AddStringToObject(o, cfg->base[i].key, cfg->base[i].value);
   const char *v[SPILL_EXP_MAX_AXES];
   spill_exp_config_cell(cfg, cell, v);
@@ -644,132 +683,116 @@ static cJSON *knobs_of(const spill_exp_config *cfg, int cell, int arm) {
   return o;
 }
 
-/* One run: a measured one (measured != 0) writes its row, profile, trace and
- * token timeline under runs/; a warmup (measured == 0) writes nothing. */
-static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
-  const spill_exp_config *cfg = R->cfg;
-  spill_config want;
-  SPILL_TRY(spill_exp_config_engine(cfg, run->cell, run->arm, &want, R->e));
-  if (R->lock.pid || cfg->emulate_ram) want.usable_ram = cfg->emulate_ram;
-  char rundir[1400] = "", profile[1500] = "", trace[1500] = "", timeline[1500] = "";
-  if (measured) {
-    char s[300];
-    sanitize(run->key, s, sizeof s);
-    snprintf(rundir, sizeof rundir, "%s/runs/%s", R->dir, s);
-    SPILL_TRY(spill_exp_mkdirs(rundir, R->e));
-    snprintf(timeline, sizeof timeline, "%s/tokens.jsonl", rundir);
-    if (cfg->out.profile) {
-      snprintf(profile, sizeof profile, "%s/profile.jsonl", rundir);
-      want.profile_path = profile;
-    }
-    if (cfg->out.trace) {
-      snprintf(trace, sizeof trace, "%s/trace.jsonl", rundir);
-      want.trace_path = trace;
-      want.trace_max_bytes = cfg->out.trace_max_bytes;
-    }
-  }
-  /* Reopen when the shape changes or the budget would shrink. Per-run
-   * profile/trace files are switched on the open engine. */
-  uint64_t want_budget = want.budget_bytes;
-  int reopened = 0, raised = 0;
-  if (!R->eng || !same_shape(&R->cur, &want) ||
-      (want_budget && want_budget < R->cur_budget) ||
-      (!want_budget && R->cur.budget_bytes)) {
-    SPILL_TRY(open_engine(R, &want));
-    reopened = 1;
-  } else {
-    SPILL_TRY(apply_live(R, &want));
-    if (want_budget != R->cur.budget_bytes) {
-      SPILL_TRY(spill_engine_set_budget(R->eng, want_budget, R->e));
-      raised = 1;
-      R->cur.budget_bytes = want_budget;
-      R->cur_budget = spill_engine_plan(R->eng)->budget;
-    }
-  }
-  SPILL_TRY(spill_engine_clear_cache(R->eng, 1, R->e));
-  if (cfg->cold) SPILL_TRY(spill_engine_evict_page_cache(R->eng, R->e));
-  /* This run's profile/trace files (measured runs only; warmups write none). */
-  if (profile[0]) SPILL_TRY(spill_engine_set_knob(R->eng, "profile", profile, R->e));
-  if (trace[0]) SPILL_TRY(spill_engine_set_knob(R->eng, "trace", trace, R->e));
+/* The emulated machine of a cell: the RAM lock is restarted when the cell's
+ * emulated RAM differs from the running lock's. The engine is closed first
+ * (its memory must not count against the next machine) and reopens at the
+ * next spill run. */
+static int ensure_lock(runner *R, int cell) {
+  uint64_t want = spill_exp_config_emulate_ram(R->cfg, cell);
+  if (want == R->lock_emulate) return SPILL_OK;
+  spill_engine_close(R->eng);
+  R->eng = NULL;
+  spill_ramlock_release(&R->lock);
+  memset(&R->lock, 0, sizeof R->lock);
+  R->lock_emulate = 0;
+  if (!want) return SPILL_OK;
+  uint64_t lock_bytes = 0;
+  SPILL_TRY(spill_ramlock_plan(want, &lock_bytes, R->e));
+  if (lock_bytes) SPILL_TRY(spill_ramlock_start(lock_bytes, &R->lock, R->e));
+  R->lock_emulate = want;
+  return SPILL_OK;
+}
 
-  /* Reset the kernel's peak-RSS mark (VmHWM) so peak_rss_bytes is this run's
-   * peak, not the process's: an earlier mmap arm would otherwise show in every
-   * later row. Best effort (Linux >= 4.0); failure leaves the process peak. */
+/* Cold runs start with neither engine's files in the page cache (with peer
+ * arms, the GGUF and the container are both evicted before every run). */
+static int evict_cold(runner *R) {
+  if (!R->cfg->cold) return SPILL_OK;
+  if (R->eng) SPILL_TRY(spill_engine_evict_page_cache(R->eng, R->e));
+  else spill_exp_evict_path(R->model);
+  if (R->cfg->n_peer_arms) spill_exp_evict_path(R->cfg->model_gguf);
+  return SPILL_OK;
+}
+
+/* A measured run's directory and files: runs/<key>/tokens.jsonl, and the
+ * profile/trace paths the config asks for (spill arms). */
+typedef struct run_files {
+  char rundir[1400], profile[1500], trace[1500], timeline[1500];
+} run_files;
+
+static int make_run_files(runner *R, const spill_exp_run *run, int spill_arm, run_files *f) {
+  memset(f, 0, sizeof *f);
+  char s[300];
+  sanitize(run->key, s, sizeof s);
+  snprintf(f->rundir, sizeof f->rundir, "%s/runs/%s", R->dir, s);
+  SPILL_TRY(spill_exp_mkdirs(f->rundir, R->e));
+  snprintf(f->timeline, sizeof f->timeline, "%s/tokens.jsonl", f->rundir);
+  if (spill_arm && R->cfg->out.profile) snprintf(f->profile, sizeof f->profile, "%s/profile.jsonl", f->rundir);
+  if (spill_arm && R->cfg->out.trace) snprintf(f->trace, sizeof f->trace, "%s/trace.jsonl", f->rundir);
+  return SPILL_OK;
+}
+
+/* Reopens the engine when the shape changes or the budget would shrink,
+ * otherwise applies live knobs and raises the budget in place. */
+static int prepare_engine(runner *R, const spill_config *want, int *reopened, int *raised) {
+  uint64_t want_budget = want->budget_bytes;
+  *reopened = *raised = 0;
+  if (!R->eng || !same_shape(&R->cur, want) || (want_budget && want_budget < R->cur_budget) ||
+      (!want_budget && R->cur.budget_bytes)) {
+    SPILL_TRY(open_engine(R, want));
+    *reopened = 1;
+    return SPILL_OK;
+  }
+  SPILL_TRY(apply_live(R, want));
+  if (want_budget != R->cur.budget_bytes) {
+    SPILL_TRY(spill_engine_set_budget(R->eng, want_budget, R->e));
+    *raised = 1;
+    R->cur.budget_bytes = want_budget;
+    R->cur_budget = spill_engine_plan(R->eng)->budget;
+  }
+  return SPILL_OK;
+}
+
+/* Resets the kernel's peak-RSS mark (VmHWM) so peak_rss_bytes is this run's
+ * peak, not the process's: an earlier mmap arm would otherwise show in every
+ * later row. Best effort (Linux >= 4.0); failure leaves the process peak. */
+static void reset_peak_rss(void) {
   int cr = open("/proc/self/clear_refs", O_WRONLY);
   if (cr >= 0) {
     ssize_t w = write(cr, "5", 1);
     (void)w;
     close(cr);
   }
-  tok_rec t = {R, NULL, 0, 0, NULL, 0, run->key, 0};
-  if (measured) {
-    t.timeline = fopen(timeline, "w");
-    if (!t.timeline) return spill_err_set(R->e, SPILL_E_IO, "%s: %s", timeline, strerror(errno));
-  }
-  spill_sampling samp = {0.0f, 0, 1.0f, 1};
-  spill_run_stats st;
-  double t_start = now_s();
-  int rc = spill_generate(R->eng, R->prompt, R->n_prompt, cfg->decode_tokens, &samp, on_token, &t,
-                          R->o->stop, &st, R->e);
-  double wall = now_s() - t_start;
-  if (t.timeline) fclose(t.timeline);
-  /* Close (flush) this run's files so the next run cannot write into them. */
-  spill_err ig = {0};
-  if (profile[0] && spill_engine_set_knob(R->eng, "profile", "", &ig) < 0 && rc >= 0)
-    rc = spill_err_set(R->e, ig.code, "%s", ig.msg);
-  if (trace[0] && spill_engine_set_knob(R->eng, "trace", "", &ig) < 0 && rc >= 0)
-    rc = spill_err_set(R->e, ig.code, "%s", ig.msg);
-  if (rc < 0) {
-    free(t.tokens);
-    if (measured && rc == SPILL_E_INTERRUPTED) unlink(timeline);
-    if (rc != SPILL_E_INTERRUPTED) spill_err_prefix(R->e, "run %s", run->key);
-    return rc;
-  }
-  uint64_t hash = spill_exp_fnv1a(t.tokens, (size_t)t.n * sizeof(int), SPILL_EXP_FNV_SEED);
-  int n_tokens = t.n;
-  free(t.tokens);
-  if (!measured) return SPILL_OK;
+}
 
-  /* The row. */
-  const spill_plan *plan = spill_engine_plan(R->eng);
+/* The fields every row starts with: key, seq, utc, cell, arm, repeat, node,
+ * knobs (a peer arm's: its peer and args), routing. */
+static cJSON *row_head(runner *R, const spill_exp_run *run, int seq, char *cell_key, size_t n) {
+  const spill_exp_config *cfg = R->cfg;
   cJSON *row = cJSON_CreateObject();
   cJSON_AddStringToObject(row, "key", run->key);
   cJSON_AddNumberToObject(row, "seq", seq);
-  char ts[32], cell_key[200];
+  char ts[32];
   time_t now = time(NULL);
   struct tm tm;
   gmtime_r(&now, &tm);
   strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
   cJSON_AddStringToObject(row, "utc", ts);
-  spill_exp_cell_key(cfg, run->cell, cell_key, sizeof cell_key);
+  spill_exp_cell_key(cfg, run->cell, cell_key, n);
   cJSON_AddStringToObject(row, "cell", cell_key);
   cJSON_AddStringToObject(row, "arm", cfg->arms[run->arm].name);
   cJSON_AddNumberToObject(row, "repeat", run->repeat);
   if (R->o->node) cJSON_AddStringToObject(row, "node", R->o->node);
   cJSON_AddItemToObject(row, "knobs", knobs_of(cfg, run->cell, run->arm));
   cJSON_AddStringToObject(row, "routing", cfg->routing); /* "model" or "trace:FILE" */
-  cJSON *eng = cJSON_AddObjectToObject(row, "engine");
-  cJSON_AddBoolToObject(eng, "reopened", reopened);
-  cJSON_AddBoolToObject(eng, "budget_raised", raised);
-  cJSON_AddNumberToObject(eng, "budget_bytes", (double)plan->budget);
-  cJSON_AddNumberToObject(eng, "floor_bytes", (double)plan->floor);
-  /* the slots the cache really has: the cache_slots knob overrides the plan's */
-  uint64_t slots = R->cur.storage == SPILL_STORAGE_MMAP ? 0
-                   : R->cur.cache_slots >= 0         ? (uint64_t)R->cur.cache_slots
-                                                     : plan->cache_slots;
-  cJSON_AddNumberToObject(eng, "cache_slots", (double)slots);
-  cJSON_AddStringToObject(eng, "storage", spill_storage_name(R->cur.storage));
-  cJSON_AddStringToObject(eng, "warnings", spill_engine_warnings(R->eng));
-  /* read p50/p99 cover the whole run (rows without this field come from
-   * engines that reset the window per forward call: reports drop them) */
-  cJSON_AddStringToObject(eng, "read_latency", "run");
-  /* runtime paging detection (SPILL_PAGING_*): the run crossed the RAM cliff */
-  cJSON_AddBoolToObject(eng, "paging", st.paging);
-  cJSON_AddNumberToObject(eng, "paging_token", st.paging_token);
-  cJSON_AddNumberToObject(eng, "paging_tokens", (double)st.paging_tokens);
+  return row;
+}
+
+/* machine, tokens and wall_s. */
+static void row_machine_tokens(runner *R, cJSON *row, int cell, int n_tokens, uint64_t hash,
+                               double wall) {
   cJSON *mach = cJSON_AddObjectToObject(row, "machine");
   cJSON_AddNumberToObject(mach, "ram_bytes", (double)R->ram_total);
-  cJSON_AddNumberToObject(mach, "emulate_ram_bytes", (double)cfg->emulate_ram);
+  cJSON_AddNumberToObject(mach, "emulate_ram_bytes", (double)spill_exp_config_emulate_ram(R->cfg, cell));
   cJSON_AddNumberToObject(mach, "locked_bytes", (double)R->lock.locked);
   cJSON *tk = cJSON_AddObjectToObject(row, "tokens");
   cJSON_AddNumberToObject(tk, "n", n_tokens);
@@ -777,27 +800,22 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   snprintf(hx, sizeof hx, "%016llx", (unsigned long long)hash);
   cJSON_AddStringToObject(tk, "hash", hx);
   cJSON_AddNumberToObject(row, "wall_s", wall);
-  cJSON *m = cJSON_AddObjectToObject(row, "metrics");
-  int nm;
-  const spill_exp_metric *mt = spill_exp_metrics(&nm);
-  for (int i = 0; i < nm; i++) cJSON_AddNumberToObject(m, mt[i].name, spill_exp_metric_value(i, &st));
-  if (rundir[0]) {
-    cJSON *f = cJSON_AddObjectToObject(row, "files");
-    cJSON_AddStringToObject(f, "tokens", timeline + strlen(R->dir) + 1);
-    if (profile[0]) cJSON_AddStringToObject(f, "profile", profile + strlen(R->dir) + 1);
-    if (trace[0]) cJSON_AddStringToObject(f, "trace", trace + strlen(R->dir) + 1);
-  }
+}
+
+/* Appends the row, records the run as done and checks exactness: every
+ * exact arm and the control produce one token sequence per cell (greedy
+ * decoding; placement never changes numerics). Takes the row. */
+static int finish_row(runner *R, const spill_exp_run *run, cJSON *row, uint64_t hash,
+                      const char *cell_key, double tok_s) {
+  const spill_exp_config *cfg = R->cfg;
   char *line = cJSON_PrintUnformatted(row);
   cJSON_Delete(row);
   if (!line) return spill_err_set(R->e, SPILL_E_NOMEM, "row: no memory");
-  rc = spill_exp_append_line(R->rows_file, line, R->e);
+  int rc = spill_exp_append_line(R->rows_file, line, R->e);
   free(line);
   SPILL_TRY(rc);
   SPILL_TRY(add_done(R, run->key, hash, run->cell, run->arm));
   R->measured_now++;
-
-  /* Exactness: every exact arm and the control produce one token sequence
-   * per cell (greedy decoding; placement never changes numerics). */
   const spill_exp_arm *am = &cfg->arms[run->arm];
   if (am->exact || run->arm == 0) {
     for (int i = 0; i < R->n_done - 1; i++) {
@@ -814,8 +832,198 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
     }
   }
   progress(R, "run", run->key, R->n_done, cfg->repeats * cfg->n_arms * spill_exp_config_n_cells(cfg),
-           st.decode_tok_per_s);
+           tok_s);
   return SPILL_OK;
+}
+
+/* The "engine" object of a spill run's row. */
+static void row_engine(runner *R, cJSON *row, int reopened, int raised, const spill_run_stats *st) {
+  const spill_plan *plan = spill_engine_plan(R->eng);
+  cJSON *eng = cJSON_AddObjectToObject(row, "engine");
+  cJSON_AddBoolToObject(eng, "reopened", reopened);
+  cJSON_AddBoolToObject(eng, "budget_raised", raised);
+  cJSON_AddNumberToObject(eng, "budget_bytes", (double)plan->budget);
+  cJSON_AddNumberToObject(eng, "floor_bytes", (double)plan->floor);
+  /* the slots the cache really has: the cache_slots knob overrides the plan's */
+  uint64_t slots = R->cur.storage == SPILL_STORAGE_MMAP ? 0
+                   : R->cur.cache_slots >= 0         ? (uint64_t)R->cur.cache_slots
+                                                     : plan->cache_slots;
+  cJSON_AddNumberToObject(eng, "cache_slots", (double)slots);
+  cJSON_AddStringToObject(eng, "storage", spill_storage_name(R->cur.storage));
+  cJSON_AddStringToObject(eng, "warnings", spill_engine_warnings(R->eng));
+  /* read p50/p99 cover the whole run (rows without this field come from
+   * engines that reset the window per forward call: reports drop them) */
+  cJSON_AddStringToObject(eng, "read_latency", "run");
+  /* runtime paging detection (SPILL_PAGING_*): the run crossed the RAM cliff */
+  cJSON_AddBoolToObject(eng, "paging", st->paging);
+  cJSON_AddNumberToObject(eng, "paging_token", st->paging_token);
+  cJSON_AddNumberToObject(eng, "paging_tokens", (double)st->paging_tokens);
+}
+
+/* Switches this run's profile/trace files on (before) or off (after: closes
+ * and flushes them so the next run cannot write into them). */
+static int switch_run_files(runner *R, const run_files *f, int on, int rc) {
+  spill_err ig = {0};
+  if (on) {
+    if (f->profile[0]) SPILL_TRY(spill_engine_set_knob(R->eng, "profile", f->profile, R->e));
+    if (f->trace[0]) SPILL_TRY(spill_engine_set_knob(R->eng, "trace", f->trace, R->e));
+    return SPILL_OK;
+  }
+  if (f->profile[0] && spill_engine_set_knob(R->eng, "profile", "", &ig) < 0 && rc >= 0)
+    rc = spill_err_set(R->e, ig.code, "%s", ig.msg);
+  if (f->trace[0] && spill_engine_set_knob(R->eng, "trace", "", &ig) < 0 && rc >= 0)
+    rc = spill_err_set(R->e, ig.code, "%s", ig.msg);
+  return rc;
+}
+
+/* One spill run: a measured one (measured != 0) writes its row, profile,
+ * trace and token timeline under runs/; a warmup writes nothing. */
+static int do_spill_run(runner *R, const spill_exp_run *run, int measured, int seq) {
+  const spill_exp_config *cfg = R->cfg;
+  spill_config want;
+  SPILL_TRY(spill_exp_config_engine(cfg, run->cell, run->arm, &want, R->e));
+  run_files f;
+  memset(&f, 0, sizeof f);
+  if (measured) {
+    SPILL_TRY(make_run_files(R, run, 1, &f));
+    if (f.profile[0]) want.profile_path = f.profile;
+    if (f.trace[0]) {
+      want.trace_path = f.trace;
+      want.trace_max_bytes = cfg->out.trace_max_bytes;
+    }
+  }
+  int reopened, raised;
+  SPILL_TRY(prepare_engine(R, &want, &reopened, &raised));
+  SPILL_TRY(spill_engine_clear_cache(R->eng, 1, R->e));
+  SPILL_TRY(evict_cold(R));
+  SPILL_TRY(switch_run_files(R, &f, 1, SPILL_OK));
+  reset_peak_rss();
+  tok_rec t = {R, NULL, 0, 0, NULL, 0, run->key, 0};
+  if (measured) {
+    t.timeline = fopen(f.timeline, "w");
+    if (!t.timeline) return spill_err_set(R->e, SPILL_E_IO, "%s: %s", f.timeline, strerror(errno));
+  }
+  spill_sampling samp = {0.0f, 0, 1.0f, 1};
+  spill_run_stats st;
+  double t_start = now_s();
+  int rc = spill_generate(R->eng, R->prompt, R->n_prompt, cfg->decode_tokens, &samp, on_token, &t,
+                          R->o->stop, &st, R->e);
+  double wall = now_s() - t_start;
+  if (t.timeline) fclose(t.timeline);
+  rc = switch_run_files(R, &f, 0, rc);
+  if (rc < 0) {
+    free(t.tokens);
+    if (measured && rc == SPILL_E_INTERRUPTED) unlink(f.timeline);
+    if (rc != SPILL_E_INTERRUPTED) spill_err_prefix(R->e, "run %s", run->key);
+    return rc;
+  }
+  uint64_t hash = spill_exp_fnv1a(t.tokens, (size_t)t.n * sizeof(int), SPILL_EXP_FNV_SEED);
+  int n_tokens = t.n;
+  free(t.tokens);
+  if (!measured) return SPILL_OK;
+  char cell_key[200];
+  cJSON *row = row_head(R, run, seq, cell_key, sizeof cell_key);
+  row_engine(R, row, reopened, raised, &st);
+  row_machine_tokens(R, row, run->cell, n_tokens, hash, wall);
+  cJSON *m = cJSON_AddObjectToObject(row, "metrics");
+  int nm;
+  const spill_exp_metric *mt = spill_exp_metrics(&nm);
+  for (int i = 0; i < nm; i++) cJSON_AddNumberToObject(m, mt[i].name, spill_exp_metric_value(i, &st));
+  cJSON *fj = cJSON_AddObjectToObject(row, "files");
+  cJSON_AddStringToObject(fj, "tokens", f.timeline + strlen(R->dir) + 1);
+  if (f.profile[0]) cJSON_AddStringToObject(fj, "profile", f.profile + strlen(R->dir) + 1);
+  if (f.trace[0]) cJSON_AddStringToObject(fj, "trace", f.trace + strlen(R->dir) + 1);
+  return finish_row(R, run, row, hash, cell_key, st.decode_tok_per_s);
+}
+
+/* The prompt's token ids come from spill's tokenizer (a peer gets the same
+ * ids): a peer run before any spill run opens the engine once for them. */
+static int ensure_prompt(runner *R, int cell) {
+  if (R->prompt) return SPILL_OK;
+  spill_config c;
+  SPILL_TRY(spill_exp_config_engine(R->cfg, cell, 0, &c, R->e));
+  return open_engine(R, &c);
+}
+
+/* The metrics of a peer row: what another engine can tell (no expert
+ * cache: hit rates, reads and I/O wait are absent, "-" in tables). */
+static void peer_metrics(cJSON *row, const spill_exp_peer_result *p) {
+  cJSON *m = cJSON_AddObjectToObject(row, "metrics");
+  cJSON_AddNumberToObject(m, "decode_tok_per_s", p->n_decode / p->decode_s);
+  cJSON_AddNumberToObject(m, "prefill_tok_per_s", p->prefill_s > 0 ? p->n_prefill / p->prefill_s : 0);
+  cJSON_AddNumberToObject(m, "decode_s", p->decode_s);
+  cJSON_AddNumberToObject(m, "prefill_s", p->prefill_s);
+  cJSON_AddNumberToObject(m, "peak_rss_bytes", (double)p->peak_rss_bytes);
+  cJSON_AddNumberToObject(m, "major_faults", (double)p->major_faults);
+  cJSON_AddNumberToObject(m, "tokens_prefill", p->n_prefill);
+  cJSON_AddNumberToObject(m, "tokens_decode", p->n_decode);
+  cJSON_AddNumberToObject(m, "bytes_read", (double)p->read_bytes);
+}
+
+/* One peer run (docs/PEERS.md): the spill engine is closed first (its
+ * memory must not squeeze the peer), both engines' files are evicted when
+ * cold, and the child is measured from outside (harness/exp_peer.h). */
+static int do_peer_run(runner *R, const spill_exp_run *run, int measured, int seq) {
+  const spill_exp_config *cfg = R->cfg;
+  const spill_exp_peer *pa = &cfg->arms[run->arm].peer;
+  SPILL_TRY(ensure_prompt(R, run->cell));
+  spill_config ctl;
+  SPILL_TRY(spill_exp_config_engine(cfg, run->cell, 0, &ctl, R->e));
+  spill_engine_close(R->eng);
+  R->eng = NULL;
+  malloc_trim(0);
+  run_files f;
+  memset(&f, 0, sizeof f);
+  if (measured) SPILL_TRY(make_run_files(R, run, 0, &f));
+  else snprintf(f.rundir, sizeof f.rundir, "%s", R->dir); /* warmups keep no files but these */
+  char ids[1500], log[1500];
+  snprintf(ids, sizeof ids, "%s/peer-prompt.ids", f.rundir);
+  snprintf(log, sizeof log, "%s/peer%s.log", f.rundir, measured ? "" : "-warmup");
+  SPILL_TRY(evict_cold(R));
+  spill_exp_peer_req q = {R->peer_exe, cfg->model_gguf, pa->load,
+                          pa->threads ? pa->threads : ctl.threads, pa->batch, cfg->decode_tokens,
+                          pa->repack, R->prompt, R->n_prompt, ids, log, R->o->stop};
+  spill_exp_peer_result p;
+  int rc = spill_exp_peer_run(&q, &p, R->e);
+  if (rc < 0) {
+    if (rc != SPILL_E_INTERRUPTED) spill_err_prefix(R->e, "run %s", run->key);
+    return rc;
+  }
+  uint64_t hash = spill_exp_fnv1a(p.tokens, (size_t)p.n_decode * sizeof(int), SPILL_EXP_FNV_SEED);
+  if (!measured) {
+    spill_exp_peer_result_free(&p);
+    return SPILL_OK;
+  }
+  char cell_key[200];
+  cJSON *row = row_head(R, run, seq, cell_key, sizeof cell_key);
+  cJSON *eng = cJSON_AddObjectToObject(row, "engine");
+  cJSON_AddStringToObject(eng, "peer", pa->name);
+  cJSON_AddStringToObject(eng, "load", pa->load);
+  cJSON_AddNumberToObject(eng, "threads", q.threads);
+  cJSON_AddNumberToObject(eng, "batch", q.batch);
+  cJSON_AddBoolToObject(eng, "repack", q.repack);
+  cJSON_AddNumberToObject(eng, "load_s", p.load_s);
+  cJSON_AddNumberToObject(eng, "minor_faults", (double)p.minor_faults);
+  cJSON_AddNumberToObject(eng, "user_s", p.user_s);
+  cJSON_AddNumberToObject(eng, "sys_s", p.sys_s);
+  cJSON_AddStringToObject(eng, "measured", "bytes_read: /proc/PID/io read_bytes; peak RSS and "
+                                           "major faults: wait4 rusage; whole process (load, "
+                                           "prefill, decode)");
+  cJSON *ph = p.phases[0] ? cJSON_Parse(p.phases) : NULL;
+  if (ph) cJSON_AddItemToObject(eng, "phases", ph);
+  row_machine_tokens(R, row, run->cell, p.n_decode, hash, p.wall_s);
+  peer_metrics(row, &p);
+  cJSON *fj = cJSON_AddObjectToObject(row, "files");
+  cJSON_AddStringToObject(fj, "log", log + strlen(R->dir) + 1);
+  double tok_s = p.n_decode / p.decode_s;
+  spill_exp_peer_result_free(&p);
+  return finish_row(R, run, row, hash, cell_key, tok_s);
+}
+
+static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
+  SPILL_TRY(ensure_lock(R, run->cell));
+  if (R->cfg->arms[run->arm].peer.name[0]) return do_peer_run(R, run, measured, seq);
+  return do_spill_run(R, run, measured, seq);
 }
 
 int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char *out_dir,
@@ -852,9 +1060,9 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   int rc = spill_ramlock_meminfo(&R.ram_total, &avail, e);
   if (rc == SPILL_OK) rc = spill_exp_plan_runs(cfg, &runs, &n_runs, e);
   /* Refuse an unsafe emulation before touching anything. */
-  uint64_t lock_bytes = 0;
-  if (rc == SPILL_OK && cfg->emulate_ram) rc = spill_ramlock_plan(cfg->emulate_ram, &lock_bytes, e);
+  if (rc == SPILL_OK) rc = check_emulation(cfg, e);
   if (rc == SPILL_OK) rc = ensure_model(&R);
+  if (rc == SPILL_OK && cfg->n_peer_arms) rc = check_peer(cfg, R.model, R.peer_exe, sizeof R.peer_exe, e);
   if (rc == SPILL_OK) rc = ensure_storage_copy(&R);
   if (rc == SPILL_OK) rc = setup_dir(&R, resolved);
   if (rc == SPILL_OK && out_dir) snprintf(out_dir, out_n, "%s", R.dir);
@@ -870,7 +1078,6 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
     }
   }
   if (rc == SPILL_OK) rc = load_done(&R);
-  if (rc == SPILL_OK && lock_bytes) rc = spill_ramlock_start(lock_bytes, &R.lock, e);
   int measured = 0, warmed_cell = -1;
   const char *last_key = NULL;
   for (int i = 0; rc == SPILL_OK && !o->prepare_only && i < n_runs; i++) {

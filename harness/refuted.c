@@ -171,6 +171,13 @@ int spill_refuted_write(const char *dir, const char *results_dir, const char *co
                cJSON_IsString(ctl) ? ctl->valuestring : "control", up ? ">=" : "<=",
                up ? 1 + eff->valuedouble : 1 - eff->valuedouble, up ? "increase" : "decrease",
                100 * eff->valuedouble);
+      /* per-cell thresholds replace that ratio in the cells they name */
+      const cJSON *ct = cJSON_GetObjectItemCaseSensitive(h, "cell_thresholds");
+      size_t off = strlen(prediction);
+      for (const cJSON *t = cJSON_IsObject(ct) ? ct->child : NULL; t && off < sizeof prediction; t = t->next)
+        off += (size_t)snprintf(prediction + off, sizeof prediction - off, "%s%s %s %.3g",
+                                t == ct->child ? "; per cell: " : ", ", t->string, up ? ">=" : "<=",
+                                t->valuedouble);
     }
     cJSON_Delete(c);
     free(cfgtext);

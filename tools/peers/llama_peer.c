@@ -12,7 +12,9 @@
  *   llama_peer bench MODEL.gguf --tokens 1,2,3 -n N [--load mmap|none|mlock]
  *       [--threads N] [--batch N]
  *       prefill the prompt, then N greedy decode tokens, one JSON line on
- *       stdout: load, prefill and decode seconds and tok/s, the generated ids.
+ *       stdout: load, prefill and decode seconds and tok/s, per phase (load,
+ *       prefill, decode) the major page faults and bytes read from the disk
+ *       (/proc/self/io), the generated ids.
  *
  * Depends only on llama.h. Prints errors on stderr, exit 1; usage errors
  * exit 2; -h/--help prints the usage on stdout.
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "llama.h"
@@ -158,40 +161,62 @@ static int write_all(const char *path, const void *p, size_t n) {
   return 0;
 }
 
-int main(int argc, char **argv) {
+/* Process counters at a phase boundary: major faults (getrusage) and bytes
+ * read from the disk (/proc/self/io read_bytes). */
+typedef struct counters {
+  long majflt;
+  unsigned long long read_bytes;
+} counters;
+
+static counters sample(void) {
+  counters c = {0, 0};
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) c.majflt = ru.ru_majflt;
+  FILE *f = fopen("/proc/self/io", "r");
+  char line[128];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "read_bytes: %llu", &c.read_bytes) == 1) break;
+  if (f) fclose(f);
+  return c;
+}
+
+typedef struct opts {
+  const char *mode, *model, *tokens, *out, *load;
+  int is_logits, threads, batch, n_decode, no_repack;
+} opts;
+
+/* Parses the command line: 0 to run, 1 = help printed (exit 0), 2 = usage error. */
+static int parse_opts(int argc, char **argv, opts *o) {
   if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
     fputs(USAGE, stdout);
-    return 0;
+    return 1;
   }
   if (argc < 3) {
     fputs(USAGE, stderr);
     return 2;
   }
-  const char *mode = argv[1], *model_path = argv[2];
-  int is_logits = !strcmp(mode, "logits"), is_bench = !strcmp(mode, "bench");
-  if (!is_logits && !is_bench) {
-    fprintf(stderr, "llama_peer: unknown mode %s\n%s", mode, USAGE);
+  *o = (opts){argv[1], argv[2], NULL, NULL, "mmap", !strcmp(argv[1], "logits"), 2, 512, -1, 0};
+  if (!o->is_logits && strcmp(o->mode, "bench")) {
+    fprintf(stderr, "llama_peer: unknown mode %s\n%s", o->mode, USAGE);
     return 2;
   }
-  const char *tokens_arg = NULL, *out = NULL, *load = "mmap";
-  int threads = 2, batch = 512, n_decode = -1, no_repack = 0;
   for (int i = 3; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       fputs(USAGE, stdout);
-      return 0;
+      return 1;
     }
     if (!strcmp(a, "--verbose")) { quiet_logs = 0; continue; }
-    if (!strcmp(a, "--no-repack")) { no_repack = 1; continue; }
+    if (!strcmp(a, "--no-repack")) { o->no_repack = 1; continue; }
     if (!v) {
       fprintf(stderr, "llama_peer: %s needs a value\n%s", a, USAGE);
       return 2;
     }
     i++;
-    if (!strcmp(a, "--tokens")) tokens_arg = v;
-    else if (!strcmp(a, "--out")) out = v;
-    else if (!strcmp(a, "--load")) load = v;
+    if (!strcmp(a, "--tokens")) o->tokens = v;
+    else if (!strcmp(a, "--out")) o->out = v;
+    else if (!strcmp(a, "--load")) o->load = v;
     else if (!strcmp(a, "--threads") || !strcmp(a, "--batch") || !strcmp(a, "-n")) {
       char *end;
       long x = strtol(v, &end, 10);
@@ -199,41 +224,114 @@ int main(int argc, char **argv) {
         fprintf(stderr, "llama_peer: %s: expected an integer in [1, 1048576], got %s\n", a, v);
         return 2;
       }
-      if (a[2] == 't') threads = (int)x;
-      else if (a[2] == 'b') batch = (int)x;
-      else n_decode = (int)x;
+      if (a[2] == 't') o->threads = (int)x;
+      else if (a[2] == 'b') o->batch = (int)x;
+      else o->n_decode = (int)x;
     } else {
       fprintf(stderr, "llama_peer: unknown option %s\n%s", a, USAGE);
       return 2;
     }
   }
-  if (!tokens_arg || (is_logits && !out) || (is_bench && n_decode < 1)) {
+  if (!o->tokens || (o->is_logits && !o->out) || (!o->is_logits && o->n_decode < 1)) {
     fprintf(stderr, "llama_peer: missing %s\n%s",
-            !tokens_arg ? "--tokens" : is_logits ? "--out" : "-n", USAGE);
+            !o->tokens ? "--tokens" : o->is_logits ? "--out" : "-n", USAGE);
     return 2;
   }
-  enum llama_load_mode lm;
-  if (!strcmp(load, "mmap")) lm = LLAMA_LOAD_MODE_MMAP;
-  else if (!strcmp(load, "none")) lm = LLAMA_LOAD_MODE_NONE;
-  else if (!strcmp(load, "mlock")) lm = LLAMA_LOAD_MODE_MMAP_MLOCK;
-  else {
-    fprintf(stderr, "llama_peer: --load: expected mmap, none or mlock, got %s\n", load);
+  if (strcmp(o->load, "mmap") && strcmp(o->load, "none") && strcmp(o->load, "mlock")) {
+    fprintf(stderr, "llama_peer: --load: expected mmap, none or mlock, got %s\n", o->load);
     return 2;
   }
+  return 0;
+}
+
+/* logits: every position's logits to PREFIX.bin and PREFIX.json. */
+static int run_logits(struct llama_context *ctx, const opts *o, const int32_t *ids, int n_ids,
+                      int n_vocab) {
+  float *logits = malloc(sizeof(float) * (size_t)n_ids * n_vocab);
+  if (!logits) { fprintf(stderr, "llama_peer: out of memory\n"); return 1; }
+  int rc = feed(ctx, ids, n_ids, 0, o->batch, 1, logits, n_vocab);
+  if (!rc) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.bin", o->out);
+    rc = write_all(path, logits, sizeof(float) * (size_t)n_ids * n_vocab);
+    if (!rc) {
+      char hdr[1024];
+      int len = snprintf(hdr, sizeof hdr,
+                         "{\"n_pos\": %d, \"n_vocab\": %d, \"dtype\": \"f32le\", "
+                         "\"kv_cache\": \"f32\", \"flash_attn\": false, \"threads\": %d, "
+                         "\"batch\": %d}\n",
+                         n_ids, n_vocab, o->threads, o->batch);
+      snprintf(path, sizeof path, "%s.json", o->out);
+      rc = write_all(path, hdr, (size_t)len);
+    }
+  }
+  free(logits);
+  return rc;
+}
+
+/* bench: prefill, then N greedy decode steps, one JSON line. c0/c1: the
+ * counters at start and after loading. */
+static int run_bench(struct llama_context *ctx, const opts *o, const int32_t *ids, int n_ids,
+                     int n_vocab, double t_load, counters c0, counters c1) {
+  float *last = malloc(sizeof(float) * n_vocab);
+  int32_t *gen = malloc(sizeof(int32_t) * o->n_decode);
+  if (!last || !gen) { fprintf(stderr, "llama_peer: out of memory\n"); return 1; }
+  double tp = now_s();
+  int rc = feed(ctx, ids, n_ids, 0, o->batch, 0, last, n_vocab);
+  double t_prefill = now_s() - tp, td = now_s();
+  counters c2 = sample();
+  /* as spill_generate: each of the N tokens is chosen from the current
+   * logits and then fed through one forward step, so N steps are timed */
+  for (int i = 0; !rc && i < o->n_decode; i++) {
+    int best = 0; /* greedy: the lowest id among equal maxima, as spill's sampler */
+    for (int v = 1; v < n_vocab; v++)
+      if (last[v] > last[best]) best = v;
+    gen[i] = best;
+    rc = feed(ctx, &gen[i], 1, n_ids + i, 1, 0, last, n_vocab);
+  }
+  double t_decode = now_s() - td;
+  counters c3 = sample();
+  if (!rc) {
+    printf("{\"peer\": \"llama.cpp\", \"load\": \"%s\", \"threads\": %d, \"load_s\": %.6f, "
+           "\"prefill_tokens\": %d, \"prefill_s\": %.6f, \"prefill_tok_s\": %.4f, "
+           "\"decode_tokens\": %d, \"decode_s\": %.6f, \"decode_tok_s\": %.4f, \"phases\": {",
+           o->load, o->threads, t_load, n_ids, t_prefill, n_ids / t_prefill, o->n_decode, t_decode,
+           t_decode > 0 ? o->n_decode / t_decode : 0.0);
+    const char *names[3] = {"load", "prefill", "decode"};
+    counters cs[4] = {c0, c1, c2, c3};
+    for (int p = 0; p < 3; p++)
+      printf("%s\"%s\": {\"major_faults\": %ld, \"read_bytes\": %llu}", p ? ", " : "", names[p],
+             cs[p + 1].majflt - cs[p].majflt, cs[p + 1].read_bytes - cs[p].read_bytes);
+    printf("}, \"tokens\": [");
+    for (int i = 0; i < o->n_decode; i++) printf(i ? ", %d" : "%d", gen[i]);
+    printf("]}\n");
+  }
+  free(last);
+  free(gen);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  opts o;
+  int pr = parse_opts(argc, argv, &o);
+  if (pr) return pr == 1 ? 0 : 2;
+  enum llama_load_mode lm = !strcmp(o.load, "mmap")   ? LLAMA_LOAD_MODE_MMAP
+                            : !strcmp(o.load, "none") ? LLAMA_LOAD_MODE_NONE
+                                                      : LLAMA_LOAD_MODE_MMAP_MLOCK;
   int32_t *ids = NULL;
   int n_ids = 0;
-  if (parse_ids(tokens_arg, &ids, &n_ids)) return 2;
-
+  if (parse_ids(o.tokens, &ids, &n_ids)) return 2;
   llama_log_set(log_cb, NULL);
   llama_backend_init();
+  counters c0 = sample();
   double t0 = now_s();
   struct llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
   mp.load_mode = lm;
-  if (no_repack) mp.use_extra_bufts = 0; /* ggml's repacked CPU weight layouts off */
-  struct llama_model *model = llama_model_load_from_file(model_path, mp);
+  if (o.no_repack) mp.use_extra_bufts = 0; /* ggml's repacked CPU weight layouts off */
+  struct llama_model *model = llama_model_load_from_file(o.model, mp);
   if (!model) {
-    fprintf(stderr, "llama_peer: %s: llama.cpp could not load the model\n", model_path);
+    fprintf(stderr, "llama_peer: %s: llama.cpp could not load the model\n", o.model);
     return 1;
   }
   const struct llama_vocab *vocab = llama_model_get_vocab(model);
@@ -244,11 +342,11 @@ int main(int argc, char **argv) {
       return 1;
     }
   struct llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = (uint32_t)(n_ids + (n_decode > 0 ? n_decode : 0) + 1);
-  cp.n_batch = cp.n_ubatch = (uint32_t)batch;
-  cp.n_threads = cp.n_threads_batch = threads;
+  cp.n_ctx = (uint32_t)(n_ids + (o.n_decode > 0 ? o.n_decode : 0) + 1);
+  cp.n_batch = cp.n_ubatch = (uint32_t)o.batch;
+  cp.n_threads = cp.n_threads_batch = o.threads;
   cp.no_perf = 1;
-  if (is_logits) { /* the tight-oracle settings of ../shared/reference/llama-cpp.md */
+  if (o.is_logits) { /* the tight-oracle settings of ../shared/reference/llama-cpp.md */
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = GGML_TYPE_F32;
     cp.type_v = GGML_TYPE_F32;
@@ -259,56 +357,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   double t_load = now_s() - t0;
-  int rc = 0;
-  if (is_logits) {
-    float *logits = malloc(sizeof(float) * (size_t)n_ids * n_vocab);
-    if (!logits) { fprintf(stderr, "llama_peer: out of memory\n"); return 1; }
-    rc = feed(ctx, ids, n_ids, 0, batch, 1, logits, n_vocab);
-    if (!rc) {
-      char path[4096];
-      snprintf(path, sizeof path, "%s.bin", out);
-      rc = write_all(path, logits, sizeof(float) * (size_t)n_ids * n_vocab);
-      if (!rc) {
-        char hdr[1024];
-        int len = snprintf(hdr, sizeof hdr,
-                           "{\"n_pos\": %d, \"n_vocab\": %d, \"dtype\": \"f32le\", "
-                           "\"kv_cache\": \"f32\", \"flash_attn\": false, \"threads\": %d, "
-                           "\"batch\": %d}\n",
-                           n_ids, n_vocab, threads, batch);
-        snprintf(path, sizeof path, "%s.json", out);
-        rc = write_all(path, hdr, (size_t)len);
-      }
-    }
-    free(logits);
-  } else {
-    float *last = malloc(sizeof(float) * n_vocab);
-    int32_t *gen = malloc(sizeof(int32_t) * n_decode);
-    if (!last || !gen) { fprintf(stderr, "llama_peer: out of memory\n"); return 1; }
-    double tp = now_s();
-    rc = feed(ctx, ids, n_ids, 0, batch, 0, last, n_vocab);
-    double t_prefill = now_s() - tp, td = now_s();
-    /* as spill_generate: each of the N tokens is chosen from the current
-     * logits and then fed through one forward step, so N steps are timed */
-    for (int i = 0; !rc && i < n_decode; i++) {
-      int best = 0; /* greedy: the lowest id among equal maxima, as spill's sampler */
-      for (int v = 1; v < n_vocab; v++)
-        if (last[v] > last[best]) best = v;
-      gen[i] = best;
-      rc = feed(ctx, &gen[i], 1, n_ids + i, 1, 0, last, n_vocab);
-    }
-    double t_decode = now_s() - td;
-    if (!rc) {
-      printf("{\"peer\": \"llama.cpp\", \"load\": \"%s\", \"threads\": %d, \"load_s\": %.6f, "
-             "\"prefill_tokens\": %d, \"prefill_s\": %.6f, \"prefill_tok_s\": %.4f, "
-             "\"decode_tokens\": %d, \"decode_s\": %.6f, \"decode_tok_s\": %.4f, \"tokens\": [",
-             load, threads, t_load, n_ids, t_prefill, n_ids / t_prefill, n_decode, t_decode,
-             t_decode > 0 ? n_decode / t_decode : 0.0);
-      for (int i = 0; i < n_decode; i++) printf(i ? ", %d" : "%d", gen[i]);
-      printf("]}\n");
-    }
-    free(last);
-    free(gen);
-  }
+  int rc = o.is_logits ? run_logits(ctx, &o, ids, n_ids, n_vocab)
+                       : run_bench(ctx, &o, ids, n_ids, n_vocab, t_load, c0, sample());
   llama_free(ctx);
   llama_model_free(model);
   llama_backend_free();
