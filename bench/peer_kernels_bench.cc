@@ -1,0 +1,204 @@
+// bench/peer_kernels_bench.cc: spill's Q4_K / Q4_0 matvec kernels beside
+// ggml's on the same quant blocks (docs/PEERS.md, vs-llama-cpp).
+//
+// One expert matrix of the Qwen3-30B-A3B shape (gate/up: 768 x 2048, down:
+// 2048 x 768) of random blocks with valid f16 scales. spill multiplies it by
+// the f32 activation (engine/quant's spill_k_matvec: its AVX2 K-quant row
+// kernel, or the q4 group-32 kernel); ggml, as its CPU backend does for a
+// matrix-vector product, quantises the activation once (Q8_K for Q4_K, Q8_0
+// for Q4_0: `from_float`) and calls `vec_dot` per row. ggml is loaded at run
+// time from the `./lab peers` build (libggml-cpu.so, through dlopen; nothing
+// of it is compiled here): $SPILL_GGML_CPU names the library, else the peer
+// cache. Without it the ggml cases report an error naming `./lab peers` and
+// the spill cases still run. Each ggml case checks first that both engines
+// agree on the product (max |diff| within 2% of max |y|: ggml rounds the
+// activation to 8 bits) and reports that as the counter rel_diff.
+//   bazel run //bench:peer_kernels_bench -- --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "engine/quant/kernels.h"
+}
+
+namespace {
+
+// ggml's CPU type traits (ggml-cpu.h, ggml 0.25.1): the four fields we use.
+typedef void (*from_float_t)(const float *x, void *y, int64_t k);
+typedef void (*vec_dot_t)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                          size_t by, int nrc);
+struct ggml_traits_cpu {
+  from_float_t from_float;
+  vec_dot_t vec_dot;
+  int vec_dot_type;
+  int64_t nrows;
+};
+enum { GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12 };
+const int kQ8KBlock = 4 + 256 + 2 * 16;  // block_q8_K: f32 d, 256 int8, 16 int16 sums
+
+struct Ggml {
+  const ggml_traits_cpu *(*traits)(int) = nullptr;
+  std::string why;
+  Ggml() {
+    std::string lib;
+    if (const char *e = getenv("SPILL_GGML_CPU")) lib = e;
+    else {
+      const char *home = getenv("HOME");
+      lib = std::string(home ? home : "") +
+            "/.cache/spill/peers/llama.cpp-3.22.1-de3ff81/build/bin/libggml-cpu.so";
+    }
+    void *h = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+      why = "ggml not found (" + lib + "): run ./lab peers or set SPILL_GGML_CPU";
+      return;
+    }
+    auto init = (void (*)(void))dlsym(h, "ggml_cpu_init");
+    traits = (const ggml_traits_cpu *(*)(int))dlsym(h, "ggml_get_type_traits_cpu");
+    if (!init || !traits) {
+      traits = nullptr;
+      why = lib + ": no ggml_get_type_traits_cpu";
+      return;
+    }
+    init();
+  }
+};
+
+Ggml &G() {
+  static Ggml g;
+  return g;
+}
+
+uint16_t F16(float f) {  // round to nearest even, normal range only (our scales)
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
+  int ee = (int)e - 127 + 15;
+  if (ee <= 0) return (uint16_t)sign;
+  uint32_t r = (uint32_t)(ee << 10) | (m >> 13);
+  if ((m & 0x1fff) > 0x1000 || ((m & 0x1fff) == 0x1000 && (r & 1))) r++;
+  return (uint16_t)(sign | r);
+}
+
+// One matrix in both engines' layouts, and the activation.
+struct Case {
+  uint32_t rows, cols;
+  bool kq;                         // Q4_K (else Q4_0)
+  std::vector<uint8_t> ggml;       // ggml blocks (Q4_K: also spill's q4_k layout)
+  std::vector<uint8_t> spill_q4;   // spill q4: nibbles then f16 scales (group 32)
+  std::vector<float> x;
+  spill_qmat w;
+  Case(uint32_t r, uint32_t c, bool k) : rows(r), cols(c), kq(k) {
+    std::mt19937 rng(1234 + r + c + k);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> u(0.5f, 1.5f);
+    float scale = 1.0f / std::sqrt((float)c);
+    x.resize(c);
+    std::normal_distribution<float> n01;
+    for (auto &v : x) v = n01(rng);
+    if (kq) {
+      size_t nb = (size_t)r * c / 256;
+      ggml.resize(nb * 144);
+      for (auto &b : ggml) b = (uint8_t)byte(rng);
+      for (size_t b = 0; b < nb; b++) {
+        float d = u(rng) * scale / 245.0f;
+        uint16_t dh = F16(d), mh = F16(d * 7.5f);
+        memcpy(&ggml[b * 144], &dh, 2);
+        memcpy(&ggml[b * 144 + 2], &mh, 2);
+      }
+      w = {SPILL_K_DT_Q4_K_CODE, r, c, 0, ggml.data(), nullptr, nullptr};
+    } else {
+      size_t nb = (size_t)r * c / 32;
+      ggml.resize(nb * 18);
+      spill_q4.resize((size_t)r * c / 2 + nb * 2);
+      uint16_t *sc = (uint16_t *)(spill_q4.data() + (size_t)r * c / 2);
+      for (size_t b = 0; b < nb; b++) {
+        uint16_t dh = F16(u(rng) * scale / 4.6f);
+        memcpy(&ggml[b * 18], &dh, 2);
+        memcpy(&sc[b], &dh, 2);
+        uint8_t q[32];
+        for (int i = 0; i < 32; i++) q[i] = (uint8_t)(byte(rng) & 15);
+        // ggml Q4_0: byte j holds element j (low) and j + 16 (high)
+        for (int j = 0; j < 16; j++) ggml[b * 18 + 2 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+        // spill q4: element 2i low nibble, 2i + 1 high (flat row-major)
+        for (int i = 0; i < 16; i++)
+          spill_q4[b * 16 + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
+      }
+      w = {SPILL_K_DT_Q4_CODE, r, c, 32, spill_q4.data(),
+           (const spill_k_u16_unaligned *)sc, nullptr};
+    }
+  }
+  static constexpr int SPILL_K_DT_Q4_K_CODE = 6, SPILL_K_DT_Q4_CODE = 4;
+};
+
+Case &Get(int i) {
+  static Case cases[] = {Case(768, 2048, true), Case(2048, 768, true), Case(768, 2048, false),
+                         Case(2048, 768, false)};
+  return cases[i];
+}
+
+void Spill(benchmark::State &st, int i) {
+  Case &c = Get(i);
+  std::vector<float> y(c.rows);
+  for (auto _ : st) {
+    spill_k_matvec(&c.w, c.x.data(), y.data(), 0, c.rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["weight_GB/s"] = benchmark::Counter(
+      (double)c.ggml.size() * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+void Ggml(benchmark::State &st, int i) {
+  Case &c = Get(i);
+  if (!G().traits) {
+    st.SkipWithError(G().why.c_str());
+    return;
+  }
+  const ggml_traits_cpu *t = G().traits(c.kq ? GGML_Q4_K : GGML_Q4_0);
+  const ggml_traits_cpu *tq = G().traits(t->vec_dot_type);
+  size_t xq_bytes = c.kq ? (size_t)c.cols / 256 * kQ8KBlock : (size_t)c.cols / 32 * 34;
+  size_t row_bytes = c.kq ? (size_t)c.cols / 256 * 144 : (size_t)c.cols / 32 * 18;
+  std::vector<uint8_t> xq(xq_bytes + 64);
+  std::vector<float> y(c.rows), ys(c.rows);
+  // agreement with spill on this product first
+  tq->from_float(c.x.data(), xq.data(), c.cols);
+  for (uint32_t r = 0; r < c.rows; r++)
+    t->vec_dot((int)c.cols, &y[r], 0, c.ggml.data() + r * row_bytes, 0, xq.data(), 0, 1);
+  spill_k_matvec(&c.w, c.x.data(), ys.data(), 0, c.rows);
+  double md = 0, my = 0;
+  for (uint32_t r = 0; r < c.rows; r++) {
+    md = std::fmax(md, std::fabs((double)y[r] - ys[r]));
+    my = std::fmax(my, std::fabs((double)ys[r]));
+  }
+  if (!(md <= 0.02 * my)) {
+    st.SkipWithError("ggml and spill disagree on the product");
+    return;
+  }
+  for (auto _ : st) {
+    tq->from_float(c.x.data(), xq.data(), c.cols);
+    for (uint32_t r = 0; r < c.rows; r++)
+      t->vec_dot((int)c.cols, &y[r], 0, c.ggml.data() + r * row_bytes, 0, xq.data(), 0, 1);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["weight_GB/s"] = benchmark::Counter(
+      (double)c.ggml.size() * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+  st.counters["rel_diff"] = md / my;
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(Spill, Q4K_Gate_768x2048, 0);
+BENCHMARK_CAPTURE(Ggml, Q4K_Gate_768x2048, 0);
+BENCHMARK_CAPTURE(Spill, Q4K_Down_2048x768, 1);
+BENCHMARK_CAPTURE(Ggml, Q4K_Down_2048x768, 1);
+BENCHMARK_CAPTURE(Spill, Q4_0_Gate_768x2048, 2);
+BENCHMARK_CAPTURE(Ggml, Q4_0_Gate_768x2048, 2);
+BENCHMARK_CAPTURE(Spill, Q4_0_Down_2048x768, 3);
+BENCHMARK_CAPTURE(Ggml, Q4_0_Down_2048x768, 3);
