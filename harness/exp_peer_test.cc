@@ -22,6 +22,7 @@
 #include "harness/emulate_ram.h"
 #include "harness/exp_config.h"
 #include "harness/exp_runner.h"
+#include "research/gen/spill_gen.h"
 
 namespace {
 
