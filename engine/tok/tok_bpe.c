@@ -20,12 +20,6 @@
 
 /* ---- tables ---------------------------------------------------------------- */
 
-static uint64_t hash_bytes(const char *s, size_t len) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-  return h ^ (h >> 29);
-}
-
 static uint64_t hash_u64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
@@ -76,51 +70,122 @@ const char *tok_bytes(const spill_tok *t, int32_t id, size_t *len) {
   return t->arena + (o >> 24);
 }
 
+/* The vocabulary map hashes with a polynomial (h = h * B + byte, seeded 1)
+ * so that loaders can derive the hash of a concatenation or of a suffix
+ * from hashes they already have (tok_hash_concat); the slot keeps the upper
+ * 32 bits of the mixed hash as a tag, so a probe compares token bytes only
+ * on a tag match. */
+#define TOK_HASH_B 0x100000001b3ull
+
+uint64_t tok_hash(const char *s, size_t len) {
+  uint64_t h = 1;
+  for (size_t i = 0; i < len; i++) h = h * TOK_HASH_B + (unsigned char)s[i];
+  return h;
+}
+
+uint64_t tok_hash_pow(size_t n) {
+  uint64_t r = 1, b = TOK_HASH_B;
+  for (; n; n >>= 1, b *= b)
+    if (n & 1) r *= b;
+  return r;
+}
+
+uint64_t tok_hash_concat(uint64_t ha, uint64_t hb, size_t len_b) {
+  return (ha - 1) * tok_hash_pow(len_b) + hb;
+}
+
+/* Inserts ids [from, to) (hashes in h[k - from]); first id wins on equal text. */
+static void strmap_insert(spill_tok *t, int32_t from, int32_t to, const uint64_t *h) {
+  for (int32_t id = from; id < to; id++) {
+    if (t->flags[id] & TOK_F_UNUSED) continue;
+    size_t len;
+    const char *s = tok_bytes(t, id, &len);
+    uint64_t m = h[id - from];
+    uint32_t i = (uint32_t)m & t->vocab.mask;
+    uint64_t tag = m & 0xffffffff00000000ull;
+    for (;;) {
+      uint64_t v = t->vocab.slot[i];
+      if (v == 0) { t->vocab.slot[i] = tag | ((uint32_t)id + 1); break; }
+      if ((v & 0xffffffff00000000ull) == tag) {
+        size_t l2;
+        const char *s2 = tok_bytes(t, (int32_t)(uint32_t)v - 1, &l2);
+        if (l2 == len && memcmp(s, s2, len) == 0) break; /* duplicate text: first id wins */
+      }
+      i = (i + 1) & t->vocab.mask;
+    }
+  }
+}
+
 int tok_strmap_build(spill_tok *t, spill_err *e) {
   uint32_t size = 1;
   while (size < (uint32_t)t->n_vocab * 2u) size <<= 1;
   free(t->vocab.slot);
-  t->vocab.slot = calloc(size, sizeof(uint32_t));
+  t->vocab.slot = calloc(size, sizeof *t->vocab.slot);
   SPILL_FAIL_IF(e, !t->vocab.slot, SPILL_E_NOMEM, "tokenizer: no memory for the vocabulary map");
   t->vocab.mask = size - 1;
-  for (int32_t id = 0; id < t->n_vocab; id++) {
-    if (t->flags[id] & TOK_F_UNUSED) continue;
-    size_t len;
-    const char *s = tok_bytes(t, id, &len);
-    uint32_t h = (uint32_t)hash_bytes(s, len) & t->vocab.mask;
-    for (;;) {
-      uint32_t v = t->vocab.slot[h];
-      if (v == 0) { t->vocab.slot[h] = (uint32_t)id + 1; break; }
-      size_t l2;
-      const char *s2 = tok_bytes(t, (int32_t)v - 1, &l2);
-      if (l2 == len && memcmp(s, s2, len) == 0) break; /* duplicate text: first id wins */
-      h = (h + 1) & t->vocab.mask;
+  enum { B = 64 };
+  uint64_t h[B];
+  for (int32_t base = 0; base < t->n_vocab; base += B) { /* batches: slot misses overlap */
+    int32_t end = t->n_vocab - base < B ? t->n_vocab : base + B;
+    for (int32_t id = base; id < end; id++) {
+      size_t len;
+      const char *s = tok_bytes(t, id, &len);
+      h[id - base] = hash_u64(tok_hash(s, len));
+      __builtin_prefetch(&t->vocab.slot[(uint32_t)h[id - base] & t->vocab.mask], 1);
     }
+    strmap_insert(t, base, end, h);
   }
   return SPILL_OK;
 }
 
-int32_t tok_strmap_get(const spill_tok *t, const char *s, size_t len) {
+int32_t tok_strmap_get_h(const spill_tok *t, const char *s, size_t len, uint64_t hash) {
   if (!t->vocab.slot) return -1;
-  uint32_t h = (uint32_t)hash_bytes(s, len) & t->vocab.mask;
+  uint64_t m = hash_u64(hash);
+  uint32_t h = (uint32_t)m & t->vocab.mask;
+  uint64_t tag = m & 0xffffffff00000000ull;
   for (;;) {
-    uint32_t v = t->vocab.slot[h];
+    uint64_t v = t->vocab.slot[h];
     if (v == 0) return -1;
-    size_t l2;
-    const char *s2 = tok_bytes(t, (int32_t)v - 1, &l2);
-    if (l2 == len && memcmp(s, s2, len) == 0) return (int32_t)v - 1;
+    if ((v & 0xffffffff00000000ull) == tag) {
+      size_t l2;
+      int32_t id = (int32_t)(uint32_t)v - 1;
+      const char *s2 = tok_bytes(t, id, &l2);
+      if (l2 == len && memcmp(s, s2, len) == 0) return id;
+    }
     h = (h + 1) & t->vocab.mask;
   }
+}
+
+void tok_strmap_get_many(const spill_tok *t, size_t n, const char *const *s, const size_t *len,
+                         const uint64_t *hash, int32_t *id) {
+  const uint64_t *slot = t->vocab.slot;
+  if (!slot) {
+    for (size_t k = 0; k < n; k++) id[k] = -1;
+    return;
+  }
+  /* stage 1: the slots; stage 2: the first tag match's token record;
+   * stage 3: its bytes; then the exact lookups, now from the cache */
+  for (size_t k = 0; k < n; k++)
+    __builtin_prefetch(&slot[(uint32_t)hash_u64(hash[k]) & t->vocab.mask]);
+  for (size_t k = 0; k < n; k++) {
+    uint64_t m = hash_u64(hash[k]), v = slot[(uint32_t)m & t->vocab.mask];
+    id[k] = v && (v >> 32) == (m >> 32) ? (int32_t)(uint32_t)v - 1 : -1;
+    if (id[k] >= 0) __builtin_prefetch(&t->tok_off[id[k]]);
+  }
+  for (size_t k = 0; k < n; k++)
+    if (id[k] >= 0) __builtin_prefetch(t->arena + (t->tok_off[id[k]] >> 24));
+  for (size_t k = 0; k < n; k++) id[k] = tok_strmap_get_h(t, s[k], len[k], hash[k]);
+}
+
+int32_t tok_strmap_get(const spill_tok *t, const char *s, size_t len) {
+  return tok_strmap_get_h(t, s, len, tok_hash(s, len));
 }
 
 int tok_pairmap_init(tok_pairmap *m, size_t n, spill_err *e) {
   size_t size = 16;
   while (size < n * 2) size <<= 1;
-  m->key = calloc(size, sizeof *m->key);
-  m->rank = malloc(size * sizeof *m->rank);
-  m->id = malloc(size * sizeof *m->id);
-  SPILL_FAIL_IF(e, !m->key || !m->rank || !m->id, SPILL_E_NOMEM,
-                "tokenizer: no memory for %zu merges", n);
+  m->ent = calloc(size, sizeof *m->ent);
+  SPILL_FAIL_IF(e, !m->ent, SPILL_E_NOMEM, "tokenizer: no memory for %zu merges", n);
   m->mask = (uint32_t)(size - 1);
   return SPILL_OK;
 }
@@ -128,23 +193,38 @@ int tok_pairmap_init(tok_pairmap *m, size_t n, spill_err *e) {
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id) {
   uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
   uint32_t h = (uint32_t)hash_u64(k) & m->mask;
-  while (m->key[h] != 0) {
-    if (m->key[h] == k) return;
+  while (m->ent[h].key != 0) {
+    if (m->ent[h].key == k) return;
     h = (h + 1) & m->mask;
   }
-  m->key[h] = k;
-  m->rank[h] = rank;
-  m->id[h] = id;
+  m->ent[h] = (tok_pair_ent){k, rank, id};
+}
+
+void tok_pairmap_put_many(tok_pairmap *m, size_t n, const int32_t *abm, uint32_t rank0) {
+  enum { B = 64 };
+  uint64_t k[B];
+  for (size_t base = 0; base < n; base += B) {
+    size_t c = n - base < B ? n - base : B;
+    for (size_t i = 0; i < c; i++) {
+      const int32_t *x = abm + 3 * (base + i);
+      k[i] = (((uint64_t)(uint32_t)x[0] << 32) | (uint32_t)x[1]) + 1;
+      __builtin_prefetch(&m->ent[(uint32_t)hash_u64(k[i]) & m->mask], 1);
+    }
+    for (size_t i = 0; i < c; i++) {
+      const int32_t *x = abm + 3 * (base + i);
+      tok_pairmap_put(m, x[0], x[1], rank0 + (uint32_t)(base + i), x[2]);
+    }
+  }
 }
 
 int tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *id) {
-  if (!m->key) return 0;
+  if (!m->ent) return 0;
   uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
   uint32_t h = (uint32_t)hash_u64(k) & m->mask;
   for (;;) {
-    uint64_t v = m->key[h];
-    if (v == 0) return 0;
-    if (v == k) { *rank = m->rank[h]; *id = m->id[h]; return 1; }
+    const tok_pair_ent *v = &m->ent[h];
+    if (v->key == 0) return 0;
+    if (v->key == k) { *rank = v->rank; *id = v->id; return 1; }
     h = (h + 1) & m->mask;
   }
 }
@@ -210,18 +290,32 @@ int tok_merges_from_ranks(spill_tok *t, spill_err *e) {
     if (len > 1) total += len - 1;
   }
   SPILL_TRY(tok_pairmap_init(&t->merges, total / 2 + 16, e));
+  /* powers of the hash base, for the suffix hashes */
+  size_t max_len = 0;
+  for (int32_t id = 0; id < t->n_vocab; id++) {
+    size_t len = (size_t)(t->tok_off[id] & 0xffffff);
+    if (len > max_len) max_len = len;
+  }
+  uint64_t *pw = malloc((max_len + 1) * sizeof *pw);
+  SPILL_FAIL_IF(e, !pw, SPILL_E_NOMEM, "tokenizer: no memory");
+  pw[0] = 1;
+  for (size_t k = 1; k <= max_len; k++) pw[k] = pw[k - 1] * TOK_HASH_B;
   for (int32_t id = 0; id < t->n_vocab; id++) {
     if (t->flags[id] & (TOK_F_UNUSED | TOK_F_ADDED)) continue;
     size_t len;
     const char *s = tok_bytes(t, id, &len);
+    uint64_t whole = tok_hash(s, len), pre = 1;
     for (size_t k = 1; k < len; k++) {
-      int32_t a = tok_strmap_get(t, s, k);
+      pre = pre * TOK_HASH_B + (unsigned char)s[k - 1]; /* hash of s[0..k) */
+      int32_t a = tok_strmap_get_h(t, s, k, pre);
       if (a < 0) continue;
-      int32_t b = tok_strmap_get(t, s + k, len - k);
+      /* hash of s[k..len): whole = (pre - 1) * B^(len-k) + suffix */
+      int32_t b = tok_strmap_get_h(t, s + k, len - k, whole - (pre - 1) * pw[len - k]);
       if (b < 0) continue;
       tok_pairmap_put(&t->merges, a, b, (uint32_t)id, id);
     }
   }
+  free(pw);
   return SPILL_OK;
 }
 
@@ -707,9 +801,7 @@ void spill_tok_free(spill_tok *t) {
   free(t->tok_off);
   free(t->flags);
   free(t->vocab.slot);
-  free(t->merges.key);
-  free(t->merges.rank);
-  free(t->merges.id);
+  free(t->merges.ent);
   free(t->trie);
   free(t->chat_template);
   free(t);

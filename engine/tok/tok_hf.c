@@ -252,8 +252,209 @@ static int load_config(spill_tok *t, const char *cj, size_t clen, spill_err *e) 
   return rc;
 }
 
-static int load_model(spill_tok *t, const cJSON *root, hf_state *st, spill_err *e) {
-  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+/* ---- the document: vocab and merges by the scanner, the rest by cJSON ---- */
+
+typedef struct vocab_ent {
+  int32_t id;
+  uint32_t len;
+  size_t off; /* into the arena */
+} vocab_ent;
+
+/* One merge's text: the two tokens as in the file (raw_off, into hf_doc.raw)
+ * and as vocabulary bytes (off, into txt: un-mapped when byte-level), and the
+ * map's hashes of the latter. */
+typedef struct merge_txt {
+  size_t raw_off, off;
+  uint32_t raw_la, raw_lb, la, lb;
+  uint64_t ha, hb;
+} merge_txt;
+
+typedef struct hf_doc {
+  cJSON *root; /* every member except model.vocab and model.merges */
+  int vocab_seen, merges_seen, vocab_bad, merges_bad;
+  vocab_ent *ents; /* model.vocab, its text in the tokenizer's arena */
+  size_t n_ents;
+  double max_id;
+  char *raw; /* model.merges as in the file, a then b */
+  merge_txt *ms;
+  size_t n_ms;
+} hf_doc;
+
+/* Reads the next member key of an object into a malloc'ed string. */
+static int member_key(tok_json *j, char **key) {
+  size_t k0 = j->i, len;
+  SPILL_TRY(tj_string(j, NULL, NULL));
+  free(*key);
+  *key = malloc(j->i - k0 + 1);
+  SPILL_FAIL_IF(j->e, !*key, SPILL_E_NOMEM, "tokenizer.json: no memory");
+  j->i = k0;
+  SPILL_TRY(tj_string(j, *key, &len));
+  (*key)[len] = '\0';
+  return tj_expect(j, ':');
+}
+
+/* Skips the value at j and adds it, parsed by cJSON, to obj under key. */
+static int add_member(tok_json *j, cJSON *obj, const char *key) {
+  tj_ws(j);
+  size_t v0 = j->i;
+  SPILL_TRY(tj_skip(j));
+  cJSON *item = cJSON_ParseWithLength(j->s + v0, j->i - v0);
+  if (!item) return tj_fail(j, "value");
+  cJSON_AddItemToObject(obj, key, item);
+  return SPILL_OK;
+}
+
+/* model.vocab, one pass: token text decoded straight into the arena (room:
+ * the document's length), ids checked. */
+static int read_vocab(tok_json *j, spill_tok *t, hf_doc *d) {
+  size_t cap = 0;
+  t->arena = malloc(j->n + 1);
+  SPILL_FAIL_IF(j->e, !t->arena, SPILL_E_NOMEM, "tokenizer.json: no memory for the vocabulary");
+  t->arena_cap = j->n + 1;
+  int first = 1, r;
+  SPILL_TRY(tj_expect(j, '{'));
+  while ((r = tj_next(j, &first, '}')) == 1) {
+    char *dst = t->arena + t->arena_len;
+    size_t len;
+    double v = -1;
+    SPILL_TRY(tj_string(j, dst, &len));
+    SPILL_TRY(tj_expect(j, ':'));
+    int c = tj_peek(j);
+    SPILL_TRY(c == '-' || (c >= '0' && c <= '9') ? tj_number(j, &v) : tj_skip(j));
+    dst[len] = '\0';
+    SPILL_FAIL_IF(j->e, v < 0 || v >= (1 << 24) || v != (double)(int)v, SPILL_E_FORMAT,
+                  "tokenizer.json: vocab entry \"%.40s\" has a bad id", dst);
+    if (v > d->max_id) d->max_id = v;
+    if (d->n_ents == cap) {
+      cap = cap ? 2 * cap : 1 << 16;
+      vocab_ent *g = realloc(d->ents, cap * sizeof *g);
+      SPILL_FAIL_IF(j->e, !g, SPILL_E_NOMEM, "tokenizer.json: no memory");
+      d->ents = g;
+    }
+    d->ents[d->n_ents++] = (vocab_ent){(int32_t)v, (uint32_t)len, t->arena_len};
+    t->arena_len += len + 1;
+  }
+  return r;
+}
+
+/* One merge at j (a "a b" string or an ["a", "b"] pair) decoded into buf:
+ * a = buf[0..*la), b = buf[*la..*la + *lb). *ok 0 if it is not a pair. */
+static int read_merge(tok_json *j, char *buf, size_t *la, size_t *lb, int *ok) {
+  *ok = 0;
+  int c = tj_peek(j);
+  if (c == '"') {
+    size_t len;
+    SPILL_TRY(tj_string(j, buf, &len));
+    char *sp = memchr(buf, ' ', len);
+    if (!sp) return SPILL_OK;
+    *la = (size_t)(sp - buf);
+    memmove(sp, sp + 1, len - *la - 1);
+    *lb = len - *la - 1;
+    *ok = *la > 0 && *lb > 0;
+    return SPILL_OK;
+  }
+  if (c != '[') return tj_skip(j);
+  size_t n = 0, got = 0;
+  j->i++;
+  int first = 1, r;
+  while ((r = tj_next(j, &first, ']')) == 1) {
+    if (n < 2 && tj_peek(j) == '"') {
+      size_t len;
+      SPILL_TRY(tj_string(j, buf + got, &len));
+      if (n == 0) *la = len; else *lb = len;
+      got += len;
+      n++;
+    } else {
+      SPILL_TRY(tj_skip(j));
+      n = 3;
+    }
+  }
+  SPILL_TRY(r);
+  *ok = n == 2 && *la > 0 && *lb > 0;
+  return SPILL_OK;
+}
+
+/* model.merges, one pass, as written (un-mapped later, once the
+ * pre-tokenizer says whether the vocabulary is byte-level). */
+static int read_merges(tok_json *j, hf_doc *d) {
+  size_t cap = 0, rpos = 0;
+  d->raw = malloc(j->n + 1);
+  SPILL_FAIL_IF(j->e, !d->raw, SPILL_E_NOMEM, "tokenizer.json: no memory for the merges");
+  int first = 1, r;
+  SPILL_TRY(tj_expect(j, '['));
+  while ((r = tj_next(j, &first, ']')) == 1) {
+    size_t la = 0, lb = 0;
+    int ok;
+    SPILL_TRY(read_merge(j, d->raw + rpos, &la, &lb, &ok));
+    SPILL_FAIL_IF(j->e, !ok, SPILL_E_FORMAT, "tokenizer.json: merge %zu is not a pair", d->n_ms);
+    if (d->n_ms == cap) {
+      cap = cap ? 2 * cap : 1 << 16;
+      merge_txt *g = realloc(d->ms, cap * sizeof *g);
+      SPILL_FAIL_IF(j->e, !g, SPILL_E_NOMEM, "tokenizer.json: no memory for the merges");
+      d->ms = g;
+    }
+    d->ms[d->n_ms++] = (merge_txt){.raw_off = rpos, .raw_la = (uint32_t)la, .raw_lb = (uint32_t)lb};
+    rpos += la + lb;
+  }
+  return r;
+}
+
+/* The members of "model": vocab and merges read here, the rest into obj. */
+static int split_model(tok_json *j, cJSON *obj, spill_tok *t, hf_doc *d, char **key) {
+  SPILL_TRY(tj_expect(j, '{'));
+  int first = 1, r;
+  while ((r = tj_next(j, &first, '}')) == 1) {
+    SPILL_TRY(member_key(j, key));
+    int c = tj_peek(j);
+    if (!strcmp(*key, "vocab") && !d->vocab_seen) {
+      d->vocab_seen = 1;
+      d->vocab_bad = c != '{';
+      SPILL_TRY(c == '{' ? read_vocab(j, t, d) : tj_skip(j));
+    } else if (!strcmp(*key, "merges") && !d->merges_seen) {
+      d->merges_seen = 1;
+      d->merges_bad = c != '[';
+      SPILL_TRY(c == '[' ? read_merges(j, d) : tj_skip(j));
+    } else {
+      SPILL_TRY(add_member(j, obj, *key));
+    }
+  }
+  return r;
+}
+
+static int split_doc(const char *json, size_t len, spill_tok *t, hf_doc *d, spill_err *e) {
+  tok_json j = {json, len, 0, "tokenizer.json", e};
+  d->max_id = -1;
+  d->root = cJSON_CreateObject();
+  SPILL_FAIL_IF(e, !d->root, SPILL_E_NOMEM, "tokenizer.json: no memory");
+  char *key = NULL;
+  int first = 1, seen_model = 0, r = tj_expect(&j, '{');
+  while (r == SPILL_OK && (r = tj_next(&j, &first, '}')) == 1) {
+    r = member_key(&j, &key);
+    if (r == SPILL_OK && !strcmp(key, "model") && !seen_model && tj_peek(&j) == '{') {
+      seen_model = 1;
+      cJSON *model = cJSON_CreateObject();
+      r = model ? split_model(&j, model, t, d, &key)
+                : spill_err_set(e, SPILL_E_NOMEM, "tokenizer.json: no memory");
+      if (model) cJSON_AddItemToObject(d->root, "model", model);
+    } else if (r == SPILL_OK) {
+      r = add_member(&j, d->root, key);
+    }
+  }
+  free(key);
+  if (r == SPILL_OK && tj_peek(&j) >= 0) r = tj_fail(&j, "content after the object");
+  return r;
+}
+
+static void free_doc(hf_doc *d) {
+  cJSON_Delete(d->root);
+  free(d->ents);
+  free(d->raw);
+  free(d->ms);
+}
+
+/* ---- model ---------------------------------------------------------------- */
+
+static int check_model(const cJSON *model, spill_err *e) {
   const char *mtype = jstr(model, "type");
   SPILL_FAIL_IF(e, !model, SPILL_E_FORMAT, "tokenizer.json: no model");
   SPILL_FAIL_IF(e, mtype && strcmp(mtype, "BPE"), SPILL_E_UNSUPPORTED,
@@ -265,51 +466,37 @@ static int load_model(spill_tok *t, const cJSON *root, hf_state *st, spill_err *
   const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
   SPILL_FAIL_IF(e, cJSON_IsNumber(dropout) && dropout->valuedouble > 0, SPILL_E_UNSUPPORTED,
                 "tokenizer.json: BPE dropout is not supported");
-  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-  const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-  SPILL_FAIL_IF(e, !cJSON_IsObject(vocab), SPILL_E_FORMAT, "tokenizer.json: model.vocab missing");
-  SPILL_FAIL_IF(e, merges && !cJSON_IsArray(merges), SPILL_E_FORMAT,
-                "tokenizer.json: model.merges is not an array");
-  double max_id = -1;
-  const cJSON *it;
-  cJSON_ArrayForEach(it, vocab) {
-    SPILL_FAIL_IF(e, !cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24) ||
-                         it->valuedouble != (double)(int)it->valuedouble,
-                  SPILL_E_FORMAT, "tokenizer.json: vocab entry \"%.40s\" has a bad id", it->string);
-    if (it->valuedouble > max_id) max_id = it->valuedouble;
-  }
-  cJSON_ArrayForEach(it, added) {
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-    SPILL_FAIL_IF(e, !cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) ||
-                         !jstr(it, "content"),
-                  SPILL_E_FORMAT, "tokenizer.json: added token without id/content");
-    if (id->valuedouble > max_id) max_id = id->valuedouble;
-  }
-  SPILL_TRY(tok_alloc_vocab(t, (int)max_id + 1, e));
-  char *buf = NULL;
-  size_t cap = 0;
-  cJSON_ArrayForEach(it, vocab) {
-    const char *s = it->string;
-    size_t len = strlen(s);
-    int32_t id = (int32_t)it->valuedouble;
-    if (st->bytelevel) {
-      if (len + 1 > cap) {
-        cap = 2 * len + 64;
-        free(buf);
-        buf = malloc(cap);
-        SPILL_FAIL_IF(e, !buf, SPILL_E_NOMEM, "tokenizer.json: no memory");
-      }
-      long n = tok_unmap_bytelevel(s, len, buf);
-      if (n >= 0) { s = buf; len = (size_t)n; }
+  return SPILL_OK;
+}
+
+/* Un-maps the vocabulary from GPT-2's byte alphabet (a token outside it keeps
+ * its text), gives every entry its id (a later entry with the same id wins),
+ * and returns the arena's spare room. */
+static int assign_vocab(spill_tok *t, hf_doc *d, int bytelevel, spill_err *e) {
+  char scratch[1024], *big = NULL;
+  for (size_t k = 0; k < d->n_ents; k++) {
+    vocab_ent *v = &d->ents[k];
+    char *s = t->arena + v->off;
+    if (bytelevel) {
+      char *u = v->len <= sizeof scratch ? scratch : (free(big), big = malloc(v->len));
+      SPILL_FAIL_IF(e, !u, SPILL_E_NOMEM, "tokenizer.json: no memory");
+      long m = tok_unmap_bytelevel(s, v->len, u);
+      if (m >= 0) { memcpy(s, u, (size_t)m); v->len = (uint32_t)m; s[m] = '\0'; }
     }
-    int rc = tok_set_token(t, id, s, len, e);
-    if (rc < 0) { free(buf); return rc; }
+    t->tok_off[v->id] = ((uint64_t)v->off << 24) | v->len;
+    t->flags[v->id] &= (uint8_t)~TOK_F_UNUSED;
   }
-  SPILL_TRY(tok_strmap_build(t, e));
-  /* byte tokens */
+  free(big);
+  if (t->arena_len > 0) {
+    char *a = realloc(t->arena, t->arena_len);
+    if (a) { t->arena = a; t->arena_cap = t->arena_len; }
+  }
+  return SPILL_OK;
+}
+
+static void set_byte_tokens(spill_tok *t, int bytelevel) {
   for (int b = 0; b < 256; b++) {
-    if (st->bytelevel) {
+    if (bytelevel) {
       char c = (char)b;
       t->byte_id[b] = tok_strmap_get(t, &c, 1);
     } else {
@@ -320,60 +507,83 @@ static int load_model(spill_tok *t, const cJSON *root, hf_state *st, spill_err *
       if (id >= 0) t->flags[id] |= TOK_F_BYTE;
     }
   }
-  /* merges */
-  int n_merges = cJSON_GetArraySize(merges);
-  int rc = tok_pairmap_init(&t->merges, (size_t)n_merges + 1, e);
-  uint32_t rank = 0;
-  if (rc == SPILL_OK) cJSON_ArrayForEach(it, merges) {
-    const char *a = NULL, *b = NULL;
-    size_t la = 0, lb = 0;
-    if (cJSON_IsString(it)) {
-      const char *sp = strchr(it->valuestring, ' ');
-      if (sp) { a = it->valuestring; la = (size_t)(sp - a); b = sp + 1; lb = strlen(b); }
-    } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2) {
-      const cJSON *x = cJSON_GetArrayItem(it, 0), *y = cJSON_GetArrayItem(it, 1);
-      if (cJSON_IsString(x) && cJSON_IsString(y)) {
-        a = x->valuestring; la = strlen(a); b = y->valuestring; lb = strlen(b);
-      }
+}
+
+/* The merges' tokens as vocabulary bytes, into *txt, with their hashes. */
+static int unmap_merges(hf_doc *d, int bytelevel, char **txt, spill_err *e) {
+  size_t total = 0, tpos = 0;
+  for (size_t k = 0; k < d->n_ms; k++) total += d->ms[k].raw_la + d->ms[k].raw_lb;
+  *txt = malloc(total + 1);
+  SPILL_FAIL_IF(e, !*txt, SPILL_E_NOMEM, "tokenizer.json: no memory for the merges");
+  for (size_t k = 0; k < d->n_ms; k++) {
+    merge_txt *x = &d->ms[k];
+    const char *a = d->raw + x->raw_off;
+    char *u = *txt + tpos;
+    long na = -1, nb = -1;
+    if (bytelevel) {
+      na = tok_unmap_bytelevel(a, x->raw_la, u);
+      nb = na >= 0 ? tok_unmap_bytelevel(a + x->raw_la, x->raw_lb, u + na) : -1;
     }
-    if (!a || !b || la == 0 || lb == 0) {
-      rc = spill_err_set(e, SPILL_E_FORMAT, "tokenizer.json: merge %u is not a pair", rank);
-      break;
+    if (na < 0 || nb < 0) { /* outside the byte map: the text as is */
+      memcpy(u, a, (size_t)x->raw_la + x->raw_lb);
+      na = (long)x->raw_la;
+      nb = (long)x->raw_lb;
     }
-    if (la + lb + 1 > cap) {
-      cap = 2 * (la + lb) + 64;
-      free(buf);
-      buf = malloc(cap);
-      if (!buf) { rc = spill_err_set(e, SPILL_E_NOMEM, "tokenizer.json: no memory"); break; }
-    }
-    long na = (long)la, nb = (long)lb;
-    memcpy(buf, a, la);
-    memcpy(buf + la, b, lb);
-    if (st->bytelevel) {
-      na = tok_unmap_bytelevel(a, la, buf);
-      nb = na >= 0 ? tok_unmap_bytelevel(b, lb, buf + na) : -1;
-      if (na < 0 || nb < 0) { /* a token outside the byte alphabet: keep its text */
-        memcpy(buf, a, la);
-        memcpy(buf + la, b, lb);
-        na = (long)la;
-        nb = (long)lb;
-      }
-    }
-    int32_t ia = tok_strmap_get(t, buf, (size_t)na), ib = tok_strmap_get(t, buf + na, (size_t)nb);
-    int32_t im = tok_strmap_get(t, buf, (size_t)(na + nb));
-    if (ia < 0 || ib < 0 || im < 0) {
-      rc = spill_err_set(e, SPILL_E_FORMAT,
-                         "tokenizer.json: merge %u (\"%.*s\" \"%.*s\") names a token not in the "
-                         "vocabulary",
-                         rank, (int)la, a, (int)lb, b);
-      break;
-    }
-    tok_pairmap_put(&t->merges, ia, ib, rank, im);
-    rank++;
+    x->off = tpos;
+    x->la = (uint32_t)na;
+    x->lb = (uint32_t)nb;
+    x->ha = tok_hash(u, (size_t)na);
+    x->hb = tok_hash(u + na, (size_t)nb);
+    tpos += (size_t)(na + nb);
   }
-  free(buf);
-  SPILL_TRY(rc);
-  /* added tokens: matched before splitting */
+  return SPILL_OK;
+}
+
+/* Resolves the merges' three tokens (a, b, a+b) in batches whose lookups
+ * overlap their cache misses, and fills the pair table in rank order. */
+static int resolve_merges(spill_tok *t, const hf_doc *d, const char *txt, spill_err *e) {
+  enum { B = 64 };
+  const char *s[3 * B];
+  size_t len[3 * B];
+  uint64_t h[3 * B];
+  int32_t id[3 * B];
+  size_t n = d->n_ms;
+  SPILL_TRY(tok_pairmap_init(&t->merges, n + 1, e));
+  for (size_t base = 0; base < n; base += B) {
+    size_t m = n - base < B ? n - base : B;
+    for (size_t k = 0; k < m; k++) {
+      const merge_txt *x = &d->ms[base + k];
+      const char *u = txt + x->off;
+      s[3 * k] = u, len[3 * k] = x->la, h[3 * k] = x->ha;
+      s[3 * k + 1] = u + x->la, len[3 * k + 1] = x->lb, h[3 * k + 1] = x->hb;
+      s[3 * k + 2] = u, len[3 * k + 2] = x->la + x->lb;
+      h[3 * k + 2] = tok_hash_concat(x->ha, x->hb, x->lb);
+    }
+    tok_strmap_get_many(t, 3 * m, s, len, h, id);
+    for (size_t k = 0; k < m; k++) {
+      const merge_txt *x = &d->ms[base + k];
+      SPILL_FAIL_IF(e, id[3 * k] < 0 || id[3 * k + 1] < 0 || id[3 * k + 2] < 0, SPILL_E_FORMAT,
+                    "tokenizer.json: merge %zu (\"%.*s\" \"%.*s\") names a token not in the "
+                    "vocabulary",
+                    base + k, (int)x->raw_la, d->raw + x->raw_off, (int)x->raw_lb,
+                    d->raw + x->raw_off + x->raw_la);
+    }
+    tok_pairmap_put_many(&t->merges, m, id, (uint32_t)base);
+  }
+  return SPILL_OK;
+}
+
+static int load_merges(spill_tok *t, hf_doc *d, int bytelevel, spill_err *e) {
+  char *txt = NULL;
+  int rc = unmap_merges(d, bytelevel, &txt, e);
+  if (rc == SPILL_OK) rc = resolve_merges(t, d, txt, e);
+  free(txt);
+  return rc;
+}
+
+/* added_tokens: matched before splitting. */
+static int load_added(spill_tok *t, const cJSON *added, spill_err *e) {
+  const cJSON *it;
   cJSON_ArrayForEach(it, added) {
     int32_t id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
     const char *content = jstr(it, "content");
@@ -390,6 +600,36 @@ static int load_model(spill_tok *t, const cJSON *root, hf_state *st, spill_err *
     if (jbool(it, "rstrip", 0)) t->flags[id] |= TOK_F_RSTRIP;
     SPILL_TRY(tok_trie_add(t, content, len, id, e));
   }
+  return SPILL_OK;
+}
+
+static int check_added_ids(const cJSON *added, double *max_id, spill_err *e) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, added) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+    SPILL_FAIL_IF(e, !cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) ||
+                         !jstr(it, "content"),
+                  SPILL_E_FORMAT, "tokenizer.json: added token without id/content");
+    if (id->valuedouble > *max_id) *max_id = id->valuedouble;
+  }
+  return SPILL_OK;
+}
+
+static int load_model(spill_tok *t, hf_doc *d, hf_state *st, spill_err *e) {
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(d->root, "model");
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(d->root, "added_tokens");
+  SPILL_TRY(check_model(model, e));
+  SPILL_FAIL_IF(e, !d->vocab_seen || d->vocab_bad, SPILL_E_FORMAT,
+                "tokenizer.json: model.vocab missing");
+  SPILL_FAIL_IF(e, d->merges_bad, SPILL_E_FORMAT, "tokenizer.json: model.merges is not an array");
+  double max_id = d->max_id;
+  SPILL_TRY(check_added_ids(added, &max_id, e));
+  SPILL_TRY(tok_alloc_vocab(t, (int)max_id + 1, e));
+  SPILL_TRY(assign_vocab(t, d, st->bytelevel, e));
+  SPILL_TRY(tok_strmap_build(t, e));
+  set_byte_tokens(t, st->bytelevel);
+  SPILL_TRY(load_merges(t, d, st->bytelevel, e));
+  SPILL_TRY(load_added(t, added, e));
   t->ignore_merges = jbool(model, "ignore_merges", 0);
   t->byte_fallback = jbool(model, "byte_fallback", 0);
   t->fuse_unk = jbool(model, "fuse_unk", 0);
@@ -402,13 +642,11 @@ int spill_tok_load_hf(const char *json, size_t len, const char *config_json, siz
                       spill_tok **out, spill_err *e) {
   SPILL_FAIL_IF(e, !json || !out, SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
   *out = NULL;
-  cJSON *root = cJSON_ParseWithLength(json, len);
-  if (!root || !cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    return spill_err_set(e, SPILL_E_FORMAT, "tokenizer.json: not a JSON object");
-  }
+  hf_doc d = {0};
   spill_tok *t = calloc(1, sizeof *t);
-  int rc = t ? SPILL_OK : spill_err_set(e, SPILL_E_NOMEM, "tokenizer: no memory");
+  int rc = t ? split_doc(json, len, t, &d, e)
+             : spill_err_set(e, SPILL_E_NOMEM, "tokenizer: no memory");
+  const cJSON *root = d.root;
   hf_state st = {0};
   if (rc == SPILL_OK) rc = load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), e);
   if (rc == SPILL_OK)
@@ -420,12 +658,12 @@ int spill_tok_load_hf(const char *json, size_t len, const char *config_json, siz
       rc = spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "tokenizer.json: ByteLevel mixed with SentencePiece normalisers");
   }
-  if (rc == SPILL_OK) rc = load_model(t, root, &st, e);
+  if (rc == SPILL_OK) rc = load_model(t, &d, &st, e);
   if (rc == SPILL_OK) rc = load_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), e);
   if (rc == SPILL_OK && t->n_prefix > 0) t->bos_id = t->prefix_ids[0];
   if (rc == SPILL_OK && config_json) rc = load_config(t, config_json, config_len, e);
   if (rc == SPILL_OK) rc = tok_finish(t, e);
-  cJSON_Delete(root);
+  free_doc(&d);
   if (rc < 0) {
     spill_tok_free(t);
     return rc;

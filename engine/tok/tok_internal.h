@@ -29,15 +29,19 @@ enum {
 
 /* bytes -> id (open addressing, power-of-two size). */
 typedef struct tok_strmap {
-  uint32_t *slot; /* id + 1, 0 = empty */
+  uint64_t *slot; /* hash tag << 32 | (id + 1), 0 = empty */
   uint32_t mask;
 } tok_strmap;
 
-/* (a, b) -> (rank, id) (open addressing on the 64-bit key). */
+/* (a, b) -> (rank, id) (open addressing on the 64-bit key; one entry is one
+ * 16-byte record, so a lookup touches one cache line). */
+typedef struct tok_pair_ent {
+  uint64_t key; /* (a << 32 | b) + 1, 0 = empty */
+  uint32_t rank;
+  int32_t id;
+} tok_pair_ent;
 typedef struct tok_pairmap {
-  uint64_t *key; /* (a << 32 | b) + 1, 0 = empty */
-  uint32_t *rank;
-  int32_t *id;
+  tok_pair_ent *ent;
   uint32_t mask;
 } tok_pairmap;
 
@@ -82,9 +86,23 @@ int tok_set_token(spill_tok *t, int32_t id, const char *bytes, size_t len, spill
 const char *tok_bytes(const spill_tok *t, int32_t id, size_t *len);
 int tok_strmap_build(spill_tok *t, spill_err *e);
 int32_t tok_strmap_get(const spill_tok *t, const char *s, size_t len);
+/* The map's hash of s (tok_hash), of a concatenation a+b from the hashes of
+ * a and b (no pass over the bytes), and the lookup with a known hash. */
+uint64_t tok_hash(const char *s, size_t len);
+uint64_t tok_hash_pow(size_t n);
+uint64_t tok_hash_concat(uint64_t ha, uint64_t hb, size_t len_b);
+int32_t tok_strmap_get_h(const spill_tok *t, const char *s, size_t len, uint64_t hash);
+/* n lookups at once (hash[k] of s[k][0..len[k])) -> id[k], the same answers
+ * as tok_strmap_get_h; the table's cache misses overlap (prefetch per stage),
+ * which is what the loaders' hundreds of thousands of lookups pay for. */
+void tok_strmap_get_many(const spill_tok *t, size_t n, const char *const *s, const size_t *len,
+                         const uint64_t *hash, int32_t *id);
 int tok_pairmap_init(tok_pairmap *m, size_t n, spill_err *e);
 /* Inserts (a,b) -> (rank,id) unless (a,b) is present (first rank wins). */
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
+/* tok_pairmap_put of n (a, b, id) triples abm[3k..3k+2] with ranks rank0 + k,
+ * the table's cache misses overlapped. */
+void tok_pairmap_put_many(tok_pairmap *m, size_t n, const int32_t *abm, uint32_t rank0);
 int tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *id);
 int tok_trie_add(spill_tok *t, const char *s, size_t len, int32_t id, spill_err *e);
 /* Derives the tiktoken merge table: every split of every token into two
@@ -112,6 +130,36 @@ int tok_cp_to_byte(uint32_t cp);
  * out may be s). Returns the raw length, or -1 if a character is not in the
  * byte map. */
 long tok_unmap_bytelevel(const char *s, size_t len, char *out);
+
+/* JSON scanner (tok_json.c) over s[0..n), position i; errors are
+ * SPILL_E_FORMAT naming `what` and the byte offset. */
+typedef struct tok_json {
+  const char *s;
+  size_t n, i;
+  const char *what;
+  spill_err *e;
+} tok_json;
+static inline void tj_ws(tok_json *j) {
+  while (j->i < j->n) {
+    char c = j->s[j->i];
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
+    j->i++;
+  }
+}
+/* The next non-space byte, -1 at the end. */
+static inline int tj_peek(tok_json *j) {
+  tj_ws(j);
+  return j->i < j->n ? (unsigned char)j->s[j->i] : -1;
+}
+int tj_fail(tok_json *j, const char *what);
+int tj_expect(tok_json *j, char c);
+/* A string: decoded into out (room for the raw length suffices; NULL skips). */
+int tj_string(tok_json *j, char *out, size_t *len);
+int tj_number(tok_json *j, double *v);
+int tj_skip(tok_json *j); /* any value, validated */
+/* Inside an object or array: 1 if another element follows (after the ','),
+ * 0 at the closing bracket (consumed), < 0 on a syntax error. *first starts 1. */
+int tj_next(tok_json *j, int *first, char close);
 
 /* Ids list growth. */
 int tok_ids_push(spill_tok_ids *v, int32_t id, uint32_t off, spill_err *e);

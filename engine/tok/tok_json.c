@@ -1,0 +1,208 @@
+/* engine/tok/tok_json.c: a single-pass JSON scanner for the big parts of a
+ * tokenizer.json (model.vocab: 150k string keys, model.merges: 150k pairs).
+ *
+ * Building a cJSON tree of those 300k nodes (a malloc per node and per
+ * string) was most of the load time; tok_hf.c instead walks the document
+ * once with this scanner, reads vocab and merges straight into its tables,
+ * and hands every other (small) member to cJSON. The scanner validates what
+ * it skips (RFC 8259 grammar, nesting depth <= 1000 as cJSON's), decodes
+ * string escapes as cJSON does (\uXXXX with surrogate pairs to UTF-8; a lone
+ * surrogate is an error) and never reads past the given length.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/tok/tok_internal.h"
+
+#define TJ_MAX_DEPTH 1000
+
+int tj_fail(tok_json *j, const char *what) {
+  return spill_err_set(j->e, SPILL_E_FORMAT, "%s: bad JSON at byte %zu (%s)", j->what, j->i, what);
+}
+
+int tj_expect(tok_json *j, char c) {
+  if (tj_peek(j) != (unsigned char)c) {
+    char what[16] = "expected 'x'";
+    what[10] = c;
+    return tj_fail(j, what);
+  }
+  j->i++;
+  return SPILL_OK;
+}
+
+static int hex4(const char *p, uint32_t *v) {
+  uint32_t r = 0;
+  for (int k = 0; k < 4; k++) {
+    char c = p[k];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    r = r << 4 | (uint32_t)d;
+  }
+  *v = r;
+  return 0;
+}
+
+static size_t put_utf8(char *o, uint32_t cp) {
+  if (cp < 0x80) { o[0] = (char)cp; return 1; }
+  if (cp < 0x800) {
+    o[0] = (char)(0xC0 | cp >> 6);
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    o[0] = (char)(0xE0 | cp >> 12);
+    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  o[0] = (char)(0xF0 | cp >> 18);
+  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+  o[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* One escape at s[i] == '\\'; writes its bytes to *o. Returns the escape's
+ * length in the input, or 0 if it is malformed. */
+static size_t unescape(const char *s, size_t i, size_t n, char *o, size_t *olen) {
+  if (i + 1 >= n) return 0;
+  char c = s[i + 1];
+  const char *simple = strchr("\"\\/bfnrt", c);
+  if (c && simple) {
+    static const char out[] = "\"\\/\b\f\n\r\t";
+    *o = out[simple - "\"\\/bfnrt"];
+    *olen = 1;
+    return 2;
+  }
+  uint32_t cp, lo;
+  if (c != 'u' || i + 6 > n || hex4(s + i + 2, &cp)) return 0;
+  if (cp >= 0xDC00 && cp <= 0xDFFF) return 0; /* lone low surrogate */
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    if (i + 12 > n || s[i + 6] != '\\' || s[i + 7] != 'u' || hex4(s + i + 8, &lo) ||
+        lo < 0xDC00 || lo > 0xDFFF)
+      return 0;
+    *olen = put_utf8(o, 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00));
+    return 12;
+  }
+  *olen = put_utf8(o, cp);
+  return 6;
+}
+
+int tj_string(tok_json *j, char *out, size_t *len) {
+  SPILL_TRY(tj_expect(j, '"'));
+  const char *s = j->s;
+  size_t i = j->i, n = j->n, o = 0;
+  for (;;) {
+    size_t run = i;
+    while (run < n && s[run] != '"' && s[run] != '\\') run++;
+    if (out) memcpy(out + o, s + i, run - i);
+    o += run - i;
+    i = run;
+    if (i >= n) { j->i = i; return tj_fail(j, "unterminated string"); }
+    if (s[i] == '"') break;
+    char tmp[4];
+    size_t ol = 0, used = unescape(s, i, n, out ? out + o : tmp, &ol);
+    if (!used) { j->i = i; return tj_fail(j, "bad escape"); }
+    i += used;
+    o += ol;
+  }
+  j->i = i + 1;
+  if (len) *len = o;
+  return SPILL_OK;
+}
+
+/* Number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int skip_number(tok_json *j, int *integral) {
+  const char *s = j->s;
+  size_t i = j->i, n = j->n, d;
+  *integral = 1;
+  if (i < n && s[i] == '-') i++;
+  for (d = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+  if (i == d || (s[d] == '0' && i - d > 1)) { j->i = i; return tj_fail(j, "bad number"); }
+  if (i < n && s[i] == '.') {
+    *integral = 0;
+    for (d = ++i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+    if (i == d) { j->i = i; return tj_fail(j, "bad number"); }
+  }
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    *integral = 0;
+    i++;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    for (d = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {}
+    if (i == d) { j->i = i; return tj_fail(j, "bad number"); }
+  }
+  j->i = i;
+  return SPILL_OK;
+}
+
+int tj_number(tok_json *j, double *v) {
+  tj_ws(j);
+  size_t start = j->i;
+  int integral;
+  SPILL_TRY(skip_number(j, &integral));
+  const char *s = j->s + start;
+  size_t len = j->i - start;
+  if (integral && len <= 15 && s[0] != '-') { /* the common case: a small id */
+    double r = 0;
+    for (size_t k = 0; k < len; k++) r = r * 10 + (s[k] - '0');
+    *v = r;
+    return SPILL_OK;
+  }
+  char buf[64];
+  if (len >= sizeof buf) return tj_fail(j, "number too long");
+  memcpy(buf, s, len);
+  buf[len] = '\0';
+  *v = strtod(buf, NULL);
+  return SPILL_OK;
+}
+
+static int skip_value(tok_json *j, int depth) {
+  if (depth > TJ_MAX_DEPTH) return tj_fail(j, "nested too deeply");
+  int c = tj_peek(j);
+  if (c == '"') return tj_string(j, NULL, NULL);
+  if (c == '{' || c == '[') {
+    char close = c == '{' ? '}' : ']';
+    j->i++;
+    if (tj_peek(j) == close) { j->i++; return SPILL_OK; }
+    for (;;) {
+      if (c == '{') {
+        SPILL_TRY(tj_string(j, NULL, NULL));
+        SPILL_TRY(tj_expect(j, ':'));
+      }
+      SPILL_TRY(skip_value(j, depth + 1));
+      int d = tj_peek(j);
+      j->i++;
+      if (d == close) return SPILL_OK;
+      if (d != ',') { j->i--; return tj_fail(j, "expected ',' or a closing bracket"); }
+    }
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    int integral;
+    return skip_number(j, &integral);
+  }
+  static const char *const lit[] = {"true", "false", "null"};
+  for (int k = 0; k < 3; k++) {
+    size_t l = strlen(lit[k]);
+    if (j->i + l <= j->n && !memcmp(j->s + j->i, lit[k], l)) {
+      j->i += l;
+      return SPILL_OK;
+    }
+  }
+  return tj_fail(j, "expected a value");
+}
+
+int tj_skip(tok_json *j) { return skip_value(j, 1); }
+
+int tj_next(tok_json *j, int *first, char close) {
+  int c = tj_peek(j);
+  if (*first) {
+    *first = 0;
+    if (c == (unsigned char)close) { j->i++; return 0; }
+    return 1;
+  }
+  if (c == (unsigned char)close) { j->i++; return 0; }
+  if (c != ',') return tj_fail(j, "expected ',' or a closing bracket");
+  j->i++;
+  return 1;
+}
