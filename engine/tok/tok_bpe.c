@@ -20,6 +20,14 @@
 
 /* ---- tables ---------------------------------------------------------------- */
 
+/* Equal bytes (tokens are short: a loop beats a memcmp call). */
+static inline int bytes_eq(const char *a, const char *b, size_t len) {
+  if (len > 16) return memcmp(a, b, len) == 0;
+  for (size_t i = 0; i < len; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
+}
+
 static uint64_t hash_u64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
@@ -109,7 +117,7 @@ static void strmap_insert(spill_tok *t, int32_t from, int32_t to, const uint64_t
       if ((v & 0xffffffff00000000ull) == tag) {
         size_t l2;
         const char *s2 = tok_bytes(t, (int32_t)(uint32_t)v - 1, &l2);
-        if (l2 == len && memcmp(s, s2, len) == 0) break; /* duplicate text: first id wins */
+        if (l2 == len && bytes_eq(s, s2, len)) break; /* duplicate text: first id wins */
       }
       i = (i + 1) & t->vocab.mask;
     }
@@ -150,7 +158,7 @@ int32_t tok_strmap_get_h(const spill_tok *t, const char *s, size_t len, uint64_t
       size_t l2;
       int32_t id = (int32_t)(uint32_t)v - 1;
       const char *s2 = tok_bytes(t, id, &l2);
-      if (l2 == len && memcmp(s, s2, len) == 0) return id;
+      if (l2 == len && bytes_eq(s, s2, len)) return id;
     }
     h = (h + 1) & t->vocab.mask;
   }
@@ -200,7 +208,8 @@ void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_
   m->ent[h] = (tok_pair_ent){k, rank, id};
 }
 
-void tok_pairmap_put_many(tok_pairmap *m, size_t n, const int32_t *abm, uint32_t rank0) {
+void tok_pairmap_put_many(tok_pairmap *m, size_t n, const int32_t *abm, const uint32_t *rank,
+                          uint32_t rank0) {
   enum { B = 64 };
   uint64_t k[B];
   for (size_t base = 0; base < n; base += B) {
@@ -212,7 +221,7 @@ void tok_pairmap_put_many(tok_pairmap *m, size_t n, const int32_t *abm, uint32_t
     }
     for (size_t i = 0; i < c; i++) {
       const int32_t *x = abm + 3 * (base + i);
-      tok_pairmap_put(m, x[0], x[1], rank0 + (uint32_t)(base + i), x[2]);
+      tok_pairmap_put(m, x[0], x[1], rank ? rank[base + i] : rank0 + (uint32_t)(base + i), x[2]);
     }
   }
 }
@@ -281,40 +290,78 @@ static int32_t trie_match(const spill_tok *t, const char *s, size_t len, int spe
   return best;
 }
 
+/* One batch of tok_merges_from_ranks: every split of ids [from, to). */
+typedef struct split_batch {
+  const char *s[1024];
+  size_t len[1024];
+  uint64_t h[1024];
+  int32_t got[1024], abm[3 * 512];
+  uint32_t rank[512];
+} split_batch;
+
 int tok_merges_from_ranks(spill_tok *t, spill_err *e) {
-  size_t total = 0;
+  size_t total = 0, max_len = 0;
   for (int32_t id = 0; id < t->n_vocab; id++) {
     if (t->flags[id] & (TOK_F_UNUSED | TOK_F_ADDED)) continue;
     size_t len;
     tok_bytes(t, id, &len);
     if (len > 1) total += len - 1;
-  }
-  SPILL_TRY(tok_pairmap_init(&t->merges, total / 2 + 16, e));
-  /* powers of the hash base, for the suffix hashes */
-  size_t max_len = 0;
-  for (int32_t id = 0; id < t->n_vocab; id++) {
-    size_t len = (size_t)(t->tok_off[id] & 0xffffff);
     if (len > max_len) max_len = len;
   }
-  uint64_t *pw = malloc((max_len + 1) * sizeof *pw);
-  SPILL_FAIL_IF(e, !pw, SPILL_E_NOMEM, "tokenizer: no memory");
+  SPILL_TRY(tok_pairmap_init(&t->merges, total / 2 + 16, e));
+  split_batch *bt = malloc(sizeof *bt);
+  uint64_t *pw = malloc((max_len + 1) * sizeof *pw); /* powers of the hash base */
+  if (!bt || !pw) {
+    free(bt);
+    free(pw);
+    return spill_err_set(e, SPILL_E_NOMEM, "tokenizer: no memory");
+  }
   pw[0] = 1;
   for (size_t k = 1; k <= max_len; k++) pw[k] = pw[k - 1] * TOK_HASH_B;
-  for (int32_t id = 0; id < t->n_vocab; id++) {
-    if (t->flags[id] & (TOK_F_UNUSED | TOK_F_ADDED)) continue;
-    size_t len;
-    const char *s = tok_bytes(t, id, &len);
-    uint64_t whole = tok_hash(s, len), pre = 1;
-    for (size_t k = 1; k < len; k++) {
-      pre = pre * TOK_HASH_B + (unsigned char)s[k - 1]; /* hash of s[0..k) */
-      int32_t a = tok_strmap_get_h(t, s, k, pre);
-      if (a < 0) continue;
-      /* hash of s[k..len): whole = (pre - 1) * B^(len-k) + suffix */
-      int32_t b = tok_strmap_get_h(t, s + k, len - k, whole - (pre - 1) * pw[len - k]);
-      if (b < 0) continue;
-      tok_pairmap_put(&t->merges, a, b, (uint32_t)id, id);
+  /* Each split s = s[0..k) + s[k..len) is two lookups, done a batch at a
+   * time (misses overlapped); pairs go in in id, then k order (first wins). */
+  int32_t id = 0;
+  while (id < t->n_vocab) {
+    size_t n = 0;
+    for (; id < t->n_vocab; id++) {
+      if (t->flags[id] & (TOK_F_UNUSED | TOK_F_ADDED)) continue;
+      size_t len;
+      const char *s = tok_bytes(t, id, &len);
+      if (len < 2) continue;
+      if (n + 2 * (len - 1) > 1024) break; /* batch full (or > 512 splits: alone below) */
+      uint64_t whole = tok_hash(s, len), pre = 1;
+      for (size_t k = 1; k < len; k++) {
+        pre = pre * TOK_HASH_B + (unsigned char)s[k - 1]; /* hash of s[0..k) */
+        bt->s[n] = s, bt->len[n] = k, bt->h[n] = pre;
+        /* s[k..len): whole = (pre - 1) * B^(len-k) + its hash */
+        bt->s[n + 1] = s + k, bt->len[n + 1] = len - k, bt->h[n + 1] = whole - (pre - 1) * pw[len - k];
+        bt->rank[n / 2] = (uint32_t)id;
+        n += 2;
+      }
     }
+    if (n == 0 && id < t->n_vocab) { /* one token of over 512 splits: plain lookups */
+      size_t len;
+      const char *s = tok_bytes(t, id, &len);
+      for (size_t k = 1; k < len; k++) {
+        int32_t a = tok_strmap_get(t, s, k), b = a >= 0 ? tok_strmap_get(t, s + k, len - k) : -1;
+        if (b >= 0) tok_pairmap_put(&t->merges, a, b, (uint32_t)id, id);
+      }
+      id++;
+      continue;
+    }
+    tok_strmap_get_many(t, n, bt->s, bt->len, bt->h, bt->got);
+    size_t m = 0;
+    for (size_t q = 0; q < n; q += 2) {
+      if (bt->got[q] < 0 || bt->got[q + 1] < 0) continue;
+      bt->abm[3 * m] = bt->got[q];
+      bt->abm[3 * m + 1] = bt->got[q + 1];
+      bt->abm[3 * m + 2] = (int32_t)bt->rank[q / 2];
+      bt->rank[m] = bt->rank[q / 2];
+      m++;
+    }
+    tok_pairmap_put_many(&t->merges, m, bt->abm, bt->rank, 0);
   }
+  free(bt);
   free(pw);
   return SPILL_OK;
 }

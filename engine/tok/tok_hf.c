@@ -568,7 +568,7 @@ static int resolve_merges(spill_tok *t, const hf_doc *d, const char *txt, spill_
                     base + k, (int)x->raw_la, d->raw + x->raw_off, (int)x->raw_lb,
                     d->raw + x->raw_off + x->raw_la);
     }
-    tok_pairmap_put_many(&t->merges, m, id, (uint32_t)base);
+    tok_pairmap_put_many(&t->merges, m, id, NULL, (uint32_t)base);
   }
   return SPILL_OK;
 }

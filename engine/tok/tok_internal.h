@@ -100,9 +100,10 @@ void tok_strmap_get_many(const spill_tok *t, size_t n, const char *const *s, con
 int tok_pairmap_init(tok_pairmap *m, size_t n, spill_err *e);
 /* Inserts (a,b) -> (rank,id) unless (a,b) is present (first rank wins). */
 void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
-/* tok_pairmap_put of n (a, b, id) triples abm[3k..3k+2] with ranks rank0 + k,
- * the table's cache misses overlapped. */
-void tok_pairmap_put_many(tok_pairmap *m, size_t n, const int32_t *abm, uint32_t rank0);
+/* tok_pairmap_put of n (a, b, id) triples abm[3k..3k+2] with ranks rank[k]
+ * (rank NULL: rank0 + k), in order, the table's cache misses overlapped. */
+void tok_pairmap_put_many(tok_pairmap *m, size_t n, const int32_t *abm, const uint32_t *rank,
+                          uint32_t rank0);
 int tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *id);
 int tok_trie_add(spill_tok *t, const char *s, size_t len, int32_t id, spill_err *e);
 /* Derives the tiktoken merge table: every split of every token into two
