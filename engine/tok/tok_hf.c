@@ -260,13 +260,11 @@ typedef struct vocab_ent {
   size_t off; /* into the arena */
 } vocab_ent;
 
-/* One merge's text: the two tokens as in the file (raw_off, into hf_doc.raw)
- * and as vocabulary bytes (off, into txt: un-mapped when byte-level), and the
- * map's hashes of the latter. */
+/* One merge: its two tokens a then b at off in hf_doc.raw, first as in the
+ * file, then (unmap_merges) as vocabulary bytes, un-mapped in place when
+ * byte-level (mapped: 1, so an error message can show the file's text). */
 typedef struct merge_txt {
-  size_t raw_off, off;
-  uint32_t raw_la, raw_lb, la, lb;
-  uint64_t ha, hb;
+  uint32_t off, la, lb, mapped;
 } merge_txt;
 
 typedef struct hf_doc {
@@ -377,7 +375,10 @@ static int read_merge(tok_json *j, char *buf, size_t *la, size_t *lb, int *ok) {
 /* model.merges, one pass, as written (un-mapped later, once the
  * pre-tokenizer says whether the vocabulary is byte-level). */
 static int read_merges(tok_json *j, hf_doc *d) {
-  size_t cap = 0, rpos = 0;
+  size_t cap = d->n_ents > 1024 ? d->n_ents : 1024, rpos = 0; /* merges ~ vocabulary */
+  d->ms = malloc(cap * sizeof *d->ms);
+  SPILL_FAIL_IF(j->e, !d->ms, SPILL_E_NOMEM, "tokenizer.json: no memory for the merges");
+  SPILL_FAIL_IF(j->e, j->n >= UINT32_MAX, SPILL_E_FORMAT, "tokenizer.json: over 4 GiB");
   d->raw = malloc(j->n + 1);
   SPILL_FAIL_IF(j->e, !d->raw, SPILL_E_NOMEM, "tokenizer.json: no memory for the merges");
   int first = 1, r;
@@ -388,12 +389,12 @@ static int read_merges(tok_json *j, hf_doc *d) {
     SPILL_TRY(read_merge(j, d->raw + rpos, &la, &lb, &ok));
     SPILL_FAIL_IF(j->e, !ok, SPILL_E_FORMAT, "tokenizer.json: merge %zu is not a pair", d->n_ms);
     if (d->n_ms == cap) {
-      cap = cap ? 2 * cap : 1 << 16;
+      cap *= 2;
       merge_txt *g = realloc(d->ms, cap * sizeof *g);
       SPILL_FAIL_IF(j->e, !g, SPILL_E_NOMEM, "tokenizer.json: no memory for the merges");
       d->ms = g;
     }
-    d->ms[d->n_ms++] = (merge_txt){.raw_off = rpos, .raw_la = (uint32_t)la, .raw_lb = (uint32_t)lb};
+    d->ms[d->n_ms++] = (merge_txt){(uint32_t)rpos, (uint32_t)la, (uint32_t)lb, 0};
     rpos += la + lb;
   }
   return r;
@@ -509,39 +510,45 @@ static void set_byte_tokens(spill_tok *t, int bytelevel) {
   }
 }
 
-/* The merges' tokens as vocabulary bytes, into *txt, with their hashes. */
-static int unmap_merges(hf_doc *d, int bytelevel, char **txt, spill_err *e) {
-  size_t total = 0, tpos = 0;
-  for (size_t k = 0; k < d->n_ms; k++) total += d->ms[k].raw_la + d->ms[k].raw_lb;
-  *txt = malloc(total + 1);
-  SPILL_FAIL_IF(e, !*txt, SPILL_E_NOMEM, "tokenizer.json: no memory for the merges");
+/* The merges' tokens as vocabulary bytes: un-mapped from GPT-2's byte
+ * alphabet in place when byte-level (a token outside it keeps its text). */
+static int unmap_merges(hf_doc *d, spill_err *e) {
+  char small[1024], *big = NULL;
   for (size_t k = 0; k < d->n_ms; k++) {
     merge_txt *x = &d->ms[k];
-    const char *a = d->raw + x->raw_off;
-    char *u = *txt + tpos;
-    long na = -1, nb = -1;
-    if (bytelevel) {
-      na = tok_unmap_bytelevel(a, x->raw_la, u);
-      nb = na >= 0 ? tok_unmap_bytelevel(a + x->raw_la, x->raw_lb, u + na) : -1;
+    char *a = d->raw + x->off, *u = small;
+    if ((size_t)x->la + x->lb > sizeof small) {
+      free(big);
+      u = big = malloc((size_t)x->la + x->lb);
+      SPILL_FAIL_IF(e, !big, SPILL_E_NOMEM, "tokenizer.json: no memory");
     }
-    if (na < 0 || nb < 0) { /* outside the byte map: the text as is */
-      memcpy(u, a, (size_t)x->raw_la + x->raw_lb);
-      na = (long)x->raw_la;
-      nb = (long)x->raw_lb;
-    }
-    x->off = tpos;
+    long na = tok_unmap_bytelevel(a, x->la, u);
+    long nb = na >= 0 ? tok_unmap_bytelevel(a + x->la, x->lb, u + na) : -1;
+    if (na < 0 || nb < 0) continue;
+    memcpy(a, u, (size_t)(na + nb));
     x->la = (uint32_t)na;
     x->lb = (uint32_t)nb;
-    x->ha = tok_hash(u, (size_t)na);
-    x->hb = tok_hash(u + na, (size_t)nb);
-    tpos += (size_t)(na + nb);
+    x->mapped = 1;
   }
+  free(big);
   return SPILL_OK;
+}
+
+/* A merge token as the file wrote it (GPT-2's alphabet re-applied). */
+static const char *file_text(const char *s, size_t len, int mapped, char *buf, size_t cap) {
+  size_t o = 0;
+  for (size_t i = 0; i < len && o + 3 < cap; i++) {
+    uint32_t cp = mapped ? tok_byte_to_cp((unsigned char)s[i]) : (unsigned char)s[i];
+    if (cp < 0x80 || !mapped) buf[o++] = (char)cp;
+    else { buf[o++] = (char)(0xC0 | cp >> 6); buf[o++] = (char)(0x80 | (cp & 0x3F)); }
+  }
+  buf[o] = '\0';
+  return buf;
 }
 
 /* Resolves the merges' three tokens (a, b, a+b) in batches whose lookups
  * overlap their cache misses, and fills the pair table in rank order. */
-static int resolve_merges(spill_tok *t, const hf_doc *d, const char *txt, spill_err *e) {
+static int resolve_merges(spill_tok *t, const hf_doc *d, spill_err *e) {
   enum { B = 64 };
   const char *s[3 * B];
   size_t len[3 * B];
@@ -553,32 +560,25 @@ static int resolve_merges(spill_tok *t, const hf_doc *d, const char *txt, spill_
     size_t m = n - base < B ? n - base : B;
     for (size_t k = 0; k < m; k++) {
       const merge_txt *x = &d->ms[base + k];
-      const char *u = txt + x->off;
-      s[3 * k] = u, len[3 * k] = x->la, h[3 * k] = x->ha;
-      s[3 * k + 1] = u + x->la, len[3 * k + 1] = x->lb, h[3 * k + 1] = x->hb;
+      const char *u = d->raw + x->off;
+      uint64_t ha = tok_hash(u, x->la), hb = tok_hash(u + x->la, x->lb);
+      s[3 * k] = u, len[3 * k] = x->la, h[3 * k] = ha;
+      s[3 * k + 1] = u + x->la, len[3 * k + 1] = x->lb, h[3 * k + 1] = hb;
       s[3 * k + 2] = u, len[3 * k + 2] = x->la + x->lb;
-      h[3 * k + 2] = tok_hash_concat(x->ha, x->hb, x->lb);
+      h[3 * k + 2] = tok_hash_concat(ha, hb, x->lb);
     }
     tok_strmap_get_many(t, 3 * m, s, len, h, id);
     for (size_t k = 0; k < m; k++) {
       const merge_txt *x = &d->ms[base + k];
+      char ta[128], tb[128];
       SPILL_FAIL_IF(e, id[3 * k] < 0 || id[3 * k + 1] < 0 || id[3 * k + 2] < 0, SPILL_E_FORMAT,
-                    "tokenizer.json: merge %zu (\"%.*s\" \"%.*s\") names a token not in the "
-                    "vocabulary",
-                    base + k, (int)x->raw_la, d->raw + x->raw_off, (int)x->raw_lb,
-                    d->raw + x->raw_off + x->raw_la);
+                    "tokenizer.json: merge %zu (\"%s\" \"%s\") names a token not in the vocabulary",
+                    base + k, file_text(s[3 * k], x->la, x->mapped, ta, sizeof ta),
+                    file_text(s[3 * k + 1], x->lb, x->mapped, tb, sizeof tb));
     }
     tok_pairmap_put_many(&t->merges, m, id, NULL, (uint32_t)base);
   }
   return SPILL_OK;
-}
-
-static int load_merges(spill_tok *t, hf_doc *d, int bytelevel, spill_err *e) {
-  char *txt = NULL;
-  int rc = unmap_merges(d, bytelevel, &txt, e);
-  if (rc == SPILL_OK) rc = resolve_merges(t, d, txt, e);
-  free(txt);
-  return rc;
 }
 
 /* added_tokens: matched before splitting. */
@@ -628,7 +628,8 @@ static int load_model(spill_tok *t, hf_doc *d, hf_state *st, spill_err *e) {
   SPILL_TRY(assign_vocab(t, d, st->bytelevel, e));
   SPILL_TRY(tok_strmap_build(t, e));
   set_byte_tokens(t, st->bytelevel);
-  SPILL_TRY(load_merges(t, d, st->bytelevel, e));
+  if (st->bytelevel) SPILL_TRY(unmap_merges(d, e));
+  SPILL_TRY(resolve_merges(t, d, e));
   SPILL_TRY(load_added(t, added, e));
   t->ignore_merges = jbool(model, "ignore_merges", 0);
   t->byte_fallback = jbool(model, "byte_fallback", 0);
