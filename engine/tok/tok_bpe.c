@@ -13,8 +13,11 @@
  * pieces, a binary heap with lazy invalidation for long ones (O(n log n) on
  * a 1 MB whitespace run or a SentencePiece text with no pre-tokenizer).
  */
+#define _GNU_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "engine/tok/tok_internal.h"
 
@@ -34,6 +37,32 @@ static uint64_t hash_u64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xc4ceb9fe1a85ec53ull;
   return x ^ (x >> 33);
+}
+
+/* Zeroed memory for the big hash tables (4-32 MB, touched at random while
+ * loading): from 2 MiB up an anonymous mapping aligned to 2 MiB with
+ * transparent huge pages requested, which turns thousands of page faults
+ * into a few (docs/PERFORMANCE.md, tokenizer load); smaller ones calloc. */
+#define TABLE_HUGE ((size_t)2 << 20)
+static size_t table_len(size_t bytes) { return (bytes + TABLE_HUGE - 1) & ~(TABLE_HUGE - 1); }
+
+static void *table_alloc(size_t bytes) {
+  if (bytes < TABLE_HUGE) return calloc(1, bytes);
+  size_t len = table_len(bytes);
+  char *m = mmap(NULL, len + TABLE_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                 0);
+  if (m == MAP_FAILED) return NULL;
+  char *a = (char *)(((uintptr_t)m + TABLE_HUGE - 1) & ~(uintptr_t)(TABLE_HUGE - 1));
+  if (a > m) munmap(m, (size_t)(a - m));
+  if (m + len + TABLE_HUGE > a + len) munmap(a + len, (size_t)(m + TABLE_HUGE - a));
+  madvise(a, len, MADV_HUGEPAGE); /* a hint: without THP, plain pages */
+  return a;
+}
+
+static void table_free(void *p, size_t bytes) {
+  if (!p) return;
+  if (bytes < TABLE_HUGE) free(p);
+  else munmap(p, table_len(bytes));
 }
 
 int tok_alloc_vocab(spill_tok *t, int n_vocab, spill_err *e) {
@@ -125,10 +154,10 @@ static void strmap_insert(spill_tok *t, int32_t from, int32_t to, const uint64_t
 }
 
 int tok_strmap_build(spill_tok *t, spill_err *e) {
-  uint32_t size = 1;
-  while (size < (uint32_t)t->n_vocab * 2u) size <<= 1;
-  free(t->vocab.slot);
-  t->vocab.slot = calloc(size, sizeof *t->vocab.slot);
+  uint32_t size = 16; /* load <= 2/3: tagged slots keep probes cheap */
+  while (size < (uint32_t)t->n_vocab / 2u * 3u) size <<= 1;
+  if (t->vocab.slot) table_free(t->vocab.slot, ((size_t)t->vocab.mask + 1) * sizeof *t->vocab.slot);
+  t->vocab.slot = table_alloc((size_t)size * sizeof *t->vocab.slot);
   SPILL_FAIL_IF(e, !t->vocab.slot, SPILL_E_NOMEM, "tokenizer: no memory for the vocabulary map");
   t->vocab.mask = size - 1;
   enum { B = 64 };
@@ -190,9 +219,9 @@ int32_t tok_strmap_get(const spill_tok *t, const char *s, size_t len) {
 }
 
 int tok_pairmap_init(tok_pairmap *m, size_t n, spill_err *e) {
-  size_t size = 16;
-  while (size < n * 2) size <<= 1;
-  m->ent = calloc(size, sizeof *m->ent);
+  size_t size = 16; /* load <= 2/3 */
+  while (size < n / 2 * 3) size <<= 1;
+  m->ent = table_alloc(size * sizeof *m->ent);
   SPILL_FAIL_IF(e, !m->ent, SPILL_E_NOMEM, "tokenizer: no memory for %zu merges", n);
   m->mask = (uint32_t)(size - 1);
   return SPILL_OK;
@@ -847,8 +876,8 @@ void spill_tok_free(spill_tok *t) {
   free(t->arena);
   free(t->tok_off);
   free(t->flags);
-  free(t->vocab.slot);
-  free(t->merges.ent);
+  if (t->vocab.slot) table_free(t->vocab.slot, ((size_t)t->vocab.mask + 1) * sizeof *t->vocab.slot);
+  if (t->merges.ent) table_free(t->merges.ent, ((size_t)t->merges.mask + 1) * sizeof *t->merges.ent);
   free(t->trie);
   free(t->chat_template);
   free(t);

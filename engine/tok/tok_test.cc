@@ -12,6 +12,10 @@
 #include "engine/tok/spill_tok.h"
 #include "engine/tok/tok_test_util.h"
 
+extern "C" {
+#include "engine/tok/tok_internal.h"
+}
+
 namespace {
 
 spill_tok *Load(const std::string &json) {
@@ -240,6 +244,27 @@ TEST(TokTiktokenTest, KimiPatternSplitsHanFromOtherLetters) {
     }
     EXPECT_EQ(han, (std::vector<int32_t>{257}));
     spill_tok_free(t);
+  }
+}
+
+// The loaders' byte-alphabet decoding (arithmetic) against the table
+// definition (tok_byte_to_cp / tok_cp_to_byte), for every code point it can see.
+TEST(TokByteMapTest, UnmapAgreesWithTheByteMap) {
+  for (uint32_t cp = 0; cp < 0x800; cp++) {
+    char u[2];
+    size_t n = 0;
+    if (cp < 0x80) u[n++] = (char)cp;
+    else { u[n++] = (char)(0xC0 | cp >> 6); u[n++] = (char)(0x80 | (cp & 0x3F)); }
+    char out[2];
+    long got = tok_unmap_bytelevel(u, n, out);
+    int want = tok_cp_to_byte(cp);
+    if (want < 0) {
+      EXPECT_EQ(got, -1) << "cp " << cp;
+    } else {
+      ASSERT_EQ(got, 1) << "cp " << cp;
+      EXPECT_EQ((unsigned char)out[0], want) << "cp " << cp;
+      EXPECT_EQ(tok_byte_to_cp((unsigned)want), cp);
+    }
   }
 }
 

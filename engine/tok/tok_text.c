@@ -14,7 +14,6 @@
  * - "Isolated" split semantics: the matches and the gaps between them are
  *   both pieces, in order; empty matches produce nothing.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -257,25 +256,29 @@ int tok_cp_to_byte(uint32_t cp) {
   return -1;
 }
 
-static int16_t unmap_table[256 + 68];
-static pthread_once_t unmap_once = PTHREAD_ONCE_INIT;
-static void unmap_init(void) {
-  for (uint32_t cp = 0; cp < 256 + 68; cp++) unmap_table[cp] = (int16_t)tok_cp_to_byte(cp);
-}
-
 long tok_unmap_bytelevel(const char *s, size_t len, char *out) {
-  pthread_once(&unmap_once, unmap_init);
-  const int16_t *table = unmap_table;
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0, o = 0;
   while (i < len) {
-    uint32_t cp;
     unsigned b = p[i];
-    if (b < 0x80) { cp = b; i++; }
-    else if ((b & 0xE0) == 0xC0 && i + 1 < len) { cp = ((b & 0x1F) << 6) | (p[i + 1] & 0x3F); i += 2; }
-    else return -1;
-    if (cp >= 256 + 68 || table[cp] < 0) return -1;
-    out[o++] = (char)table[cp];
+    if (b >= '!' && b <= '~') { /* printable ASCII maps to itself */
+      out[o++] = (char)b;
+      i++;
+      continue;
+    }
+    if ((b & 0xE0) != 0xC0 || i + 1 >= len) return -1;
+    uint32_t cp = ((b & 0x1F) << 6) | (p[i + 1] & 0x3F);
+    i += 2;
+    /* tok_cp_to_byte without its loop: U+0100 + n is the n-th unprintable
+     * byte (0x00-0x20: 33 of them, 0x7F-0xA0: 34, 0xAD) */
+    if (cp < 256) {
+      if (!printable_byte(cp)) return -1;
+      out[o++] = (char)cp;
+    } else {
+      uint32_t n = cp - 256;
+      if (n >= 68) return -1;
+      out[o++] = (char)(n < 33 ? n : n < 67 ? 0x7F + (n - 33) : 0xAD);
+    }
   }
   return (long)o;
 }
