@@ -618,163 +618,197 @@ static int str_arg(ev *E, jv *v, const char *what, const jstr **out) {
   return SPILL_OK;
 }
 
+/* ---- methods: strings and dicts, dispatched by name ---- */
+
+/* str.strip / lstrip / rstrip([chars]) */
+static int sm_strip(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
+  const jstr *chars = NULL;
+  ETRY(str_arg(E, arg(A, 0, "chars"), nm, &chars));
+  *out = str_strip(E, s, chars, nm[0] != 'r', nm[0] != 'l');
+  return SPILL_OK;
+}
+
+/* str.startswith / endswith(str or list of str) */
+static int sm_affix(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
+  jv *p = arg(A, 0, NULL);
+  if (!p) return fail(E, SPILL_E_CONFIG, "%s() needs an argument", nm);
+  int hit = 0;
+  jlist one = {1, 1, p};
+  jlist *l = p->t == JV_LIST ? p->u.l : &one;
+  for (size_t i = 0; i < l->n; i++) {
+    if (l->v[i].t != JV_STR) return fail(E, SPILL_E_CONFIG, "%s(): expected a string", nm);
+    const jstr *x = l->v[i].u.s;
+    if (x->len <= s->len &&
+        !memcmp(nm[0] == 's' ? s->s : s->s + s->len - x->len, x->s, x->len))
+      hit = 1;
+  }
+  *out = jv_bool(hit);
+  return SPILL_OK;
+}
+
+/* str.split / rsplit([sep[, maxsplit]]) (rsplit without maxsplit) */
+static int sm_split(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
+  const jstr *sep = NULL;
+  ETRY(str_arg(E, arg(A, 0, "sep"), nm, &sep));
+  jv *ms = arg(A, 1, "maxsplit");
+  int64_t maxsplit = ms && ms->t == JV_INT ? ms->u.i : -1;
+  if (nm[0] == 'r' && maxsplit >= 0) return fail(E, SPILL_E_UNSUPPORTED, "rsplit with maxsplit");
+  jlist *l = jl_new(E->c);
+  if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+  if (sep) {
+    if (sep->len == 0) return fail(E, SPILL_E_CONFIG, "empty separator");
+    size_t from = 0;
+    int64_t k = 0;
+    for (;;) {
+      int at = (maxsplit < 0 || k < maxsplit) ? str_find(s, sep, from) : -1;
+      if (at < 0) { ETRY(jl_push(E->c, l, jv_str(E->c, s->s + from, s->len - from))); break; }
+      ETRY(jl_push(E->c, l, jv_str(E->c, s->s + from, (size_t)at - from)));
+      from = (size_t)at + sep->len;
+      k++;
+    }
+  } else { /* whitespace runs */
+    size_t i = 0;
+    int64_t k = 0;
+    while (i < s->len) {
+      size_t j = i;
+      while (j < s->len) { size_t t = j; if (!py_space(cp_next(s->s, s->len, &t))) break; j = t; }
+      i = j;
+      if (i >= s->len) break;
+      if (maxsplit >= 0 && k >= maxsplit) {
+        jv rest = str_strip(E, &(jstr){0}, NULL, 0, 0);
+        (void)rest;
+        jstr *tail = jv_str(E->c, s->s + i, s->len - i).u.s;
+        ETRY(jl_push(E->c, l, str_strip(E, tail, NULL, 0, 1)));
+        break;
+      }
+      while (j < s->len) { size_t t = j; if (py_space(cp_next(s->s, s->len, &t))) break; j = t; }
+      ETRY(jl_push(E->c, l, jv_str(E->c, s->s + i, j - i)));
+      k++;
+      i = j;
+    }
+  }
+  out->t = JV_LIST;
+  out->u.l = l;
+  return SPILL_OK;
+}
+
+/* str.lower / upper / title / capitalize */
+static int sm_case(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
+  (void)A;
+  *out = str_case(E, s, nm[0] == 'l' ? 0 : nm[0] == 'u' ? 1 : nm[0] == 't' ? 2 : 3);
+  return SPILL_OK;
+}
+
+/* str.replace(old, new[, count]) */
+static int sm_replace(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
+  const jstr *a = NULL, *b = NULL;
+  ETRY(str_arg(E, arg(A, 0, NULL), nm, &a));
+  ETRY(str_arg(E, arg(A, 1, NULL), nm, &b));
+  if (!a || !b) return fail(E, SPILL_E_CONFIG, "replace() needs two strings");
+  jv *cnt = arg(A, 2, "count");
+  int64_t limit = cnt && cnt->t == JV_INT ? cnt->u.i : -1;
+  if (a->len == 0) return fail(E, SPILL_E_UNSUPPORTED, "replace() of an empty string");
+  sbuf sb = {0};
+  size_t from = 0;
+  int64_t k = 0;
+  for (;;) {
+    int at = (limit < 0 || k < limit) ? str_find(s, a, from) : -1;
+    if (at < 0) { sb_put(&sb, s->s + from, s->len - from); break; }
+    sb_put(&sb, s->s + from, (size_t)at - from);
+    sb_put(&sb, b->s, b->len);
+    from = (size_t)at + a->len;
+    k++;
+  }
+  *out = jv_str(E->c, sb.s ? sb.s : "", sb.n);
+  free(sb.s);
+  return SPILL_OK;
+}
+
+/* str.find / count(sub), in code points */
+static int sm_find_count(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
+  const jstr *a = NULL;
+  ETRY(str_arg(E, arg(A, 0, NULL), nm, &a));
+  if (!a) return fail(E, SPILL_E_CONFIG, "%s() needs a string", nm);
+  if (nm[0] == 'f') {
+    int at = str_find(s, a, 0);
+    size_t cps = 0;
+    if (at >= 0) for (int i = 0; i < at; i++) cps += ((unsigned char)s->s[i] & 0xC0) != 0x80;
+    *out = jv_int(at < 0 ? -1 : (int64_t)cps);
+  } else {
+    int64_t k = 0;
+    size_t from = 0;
+    if (a->len == 0) k = (int64_t)cp_count(s) + 1;
+    else for (int at; (at = str_find(s, a, from)) >= 0; from = (size_t)at + a->len) k++;
+    *out = jv_int(k);
+  }
+  return SPILL_OK;
+}
+
+/* str.join(list of str) */
+static int sm_join(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
+  (void)nm;
+  jv *it = arg(A, 0, NULL);
+  if (!it || it->t != JV_LIST) return fail(E, SPILL_E_CONFIG, "join() needs a list");
+  sbuf sb = {0};
+  for (size_t i = 0; i < it->u.l->n; i++) {
+    if (i) sb_put(&sb, s->s, s->len);
+    if (it->u.l->v[i].t != JV_STR) { free(sb.s); return fail(E, SPILL_E_CONFIG, "join(): item %zu is not a string", i); }
+    sb_put(&sb, it->u.l->v[i].u.s->s, it->u.l->v[i].u.s->len);
+  }
+  *out = jv_str(E->c, sb.s ? sb.s : "", sb.n);
+  free(sb.s);
+  return SPILL_OK;
+}
+
+static const struct {
+  const char *name;
+  int (*fn)(ev *E, const char *nm, const jstr *s, args *A, jv *out);
+} STR_METHODS[] = {
+    {"strip", sm_strip},     {"lstrip", sm_strip},         {"rstrip", sm_strip},
+    {"startswith", sm_affix}, {"endswith", sm_affix},      {"split", sm_split},
+    {"rsplit", sm_split},    {"lower", sm_case},           {"upper", sm_case},
+    {"title", sm_case},      {"capitalize", sm_case},      {"replace", sm_replace},
+    {"find", sm_find_count}, {"count", sm_find_count},     {"join", sm_join},
+};
+
+/* dict.get(key[, default]); keys / values / items() */
+static int dict_method(ev *E, const char *nm, jdict *d, args *A, jv *out) {
+  if (!strcmp(nm, "get")) {
+    jv *k = arg(A, 0, NULL), *dflt = arg(A, 1, NULL);
+    if (!k) return fail(E, SPILL_E_CONFIG, "get() needs a key");
+    jv *v = jd_find_v(d, *k);
+    *out = v ? *v : dflt ? *dflt : jv_none();
+    return SPILL_OK;
+  }
+  jlist *l = jl_new(E->c);
+  if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+  for (size_t i = 0; i < d->n; i++) {
+    if (!strcmp(nm, "keys")) ETRY(jl_push(E->c, l, d->k[i]));
+    else if (!strcmp(nm, "values")) ETRY(jl_push(E->c, l, d->v[i]));
+    else {
+      jlist *pair = jl_new(E->c);
+      if (!pair) return fail(E, SPILL_E_NOMEM, "no memory");
+      ETRY(jl_push(E->c, pair, d->k[i]));
+      ETRY(jl_push(E->c, pair, d->v[i]));
+      jv pv = {0};
+      pv.t = JV_LIST;
+      pv.u.l = pair;
+      ETRY(jl_push(E->c, l, pv));
+    }
+  }
+  out->t = JV_LIST;
+  out->u.l = l;
+  return SPILL_OK;
+}
+
 static int call_method(ev *E, jmethod *m, args *A, jv *out) {
   jv self = m->self;
   const char *nm = m->name;
   if (self.t == JV_STR) {
-    const jstr *s = self.u.s;
-    if (!strcmp(nm, "strip") || !strcmp(nm, "lstrip") || !strcmp(nm, "rstrip")) {
-      const jstr *chars = NULL;
-      ETRY(str_arg(E, arg(A, 0, "chars"), nm, &chars));
-      *out = str_strip(E, s, chars, nm[0] != 'r', nm[0] != 'l');
-      return SPILL_OK;
-    }
-    if (!strcmp(nm, "startswith") || !strcmp(nm, "endswith")) {
-      jv *p = arg(A, 0, NULL);
-      if (!p) return fail(E, SPILL_E_CONFIG, "%s() needs an argument", nm);
-      int hit = 0;
-      jlist one = {1, 1, p};
-      jlist *l = p->t == JV_LIST ? p->u.l : &one;
-      for (size_t i = 0; i < l->n; i++) {
-        if (l->v[i].t != JV_STR) return fail(E, SPILL_E_CONFIG, "%s(): expected a string", nm);
-        const jstr *x = l->v[i].u.s;
-        if (x->len <= s->len &&
-            !memcmp(nm[0] == 's' ? s->s : s->s + s->len - x->len, x->s, x->len))
-          hit = 1;
-      }
-      *out = jv_bool(hit);
-      return SPILL_OK;
-    }
-    if (!strcmp(nm, "split") || !strcmp(nm, "rsplit")) {
-      const jstr *sep = NULL;
-      ETRY(str_arg(E, arg(A, 0, "sep"), nm, &sep));
-      jv *ms = arg(A, 1, "maxsplit");
-      int64_t maxsplit = ms && ms->t == JV_INT ? ms->u.i : -1;
-      if (nm[0] == 'r' && maxsplit >= 0) return fail(E, SPILL_E_UNSUPPORTED, "rsplit with maxsplit");
-      jlist *l = jl_new(E->c);
-      if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
-      if (sep) {
-        if (sep->len == 0) return fail(E, SPILL_E_CONFIG, "empty separator");
-        size_t from = 0;
-        int64_t k = 0;
-        for (;;) {
-          int at = (maxsplit < 0 || k < maxsplit) ? str_find(s, sep, from) : -1;
-          if (at < 0) { ETRY(jl_push(E->c, l, jv_str(E->c, s->s + from, s->len - from))); break; }
-          ETRY(jl_push(E->c, l, jv_str(E->c, s->s + from, (size_t)at - from)));
-          from = (size_t)at + sep->len;
-          k++;
-        }
-      } else { /* whitespace runs */
-        size_t i = 0;
-        int64_t k = 0;
-        while (i < s->len) {
-          size_t j = i;
-          while (j < s->len) { size_t t = j; if (!py_space(cp_next(s->s, s->len, &t))) break; j = t; }
-          i = j;
-          if (i >= s->len) break;
-          if (maxsplit >= 0 && k >= maxsplit) {
-            jv rest = str_strip(E, &(jstr){0}, NULL, 0, 0);
-            (void)rest;
-            jstr *tail = jv_str(E->c, s->s + i, s->len - i).u.s;
-            ETRY(jl_push(E->c, l, str_strip(E, tail, NULL, 0, 1)));
-            break;
-          }
-          while (j < s->len) { size_t t = j; if (py_space(cp_next(s->s, s->len, &t))) break; j = t; }
-          ETRY(jl_push(E->c, l, jv_str(E->c, s->s + i, j - i)));
-          k++;
-          i = j;
-        }
-      }
-      out->t = JV_LIST;
-      out->u.l = l;
-      return SPILL_OK;
-    }
-    if (!strcmp(nm, "lower") || !strcmp(nm, "upper") || !strcmp(nm, "title") || !strcmp(nm, "capitalize")) {
-      *out = str_case(E, s, nm[0] == 'l' ? 0 : nm[0] == 'u' ? 1 : nm[0] == 't' ? 2 : 3);
-      return SPILL_OK;
-    }
-    if (!strcmp(nm, "replace")) {
-      const jstr *a = NULL, *b = NULL;
-      ETRY(str_arg(E, arg(A, 0, NULL), nm, &a));
-      ETRY(str_arg(E, arg(A, 1, NULL), nm, &b));
-      if (!a || !b) return fail(E, SPILL_E_CONFIG, "replace() needs two strings");
-      jv *cnt = arg(A, 2, "count");
-      int64_t limit = cnt && cnt->t == JV_INT ? cnt->u.i : -1;
-      if (a->len == 0) return fail(E, SPILL_E_UNSUPPORTED, "replace() of an empty string");
-      sbuf sb = {0};
-      size_t from = 0;
-      int64_t k = 0;
-      for (;;) {
-        int at = (limit < 0 || k < limit) ? str_find(s, a, from) : -1;
-        if (at < 0) { sb_put(&sb, s->s + from, s->len - from); break; }
-        sb_put(&sb, s->s + from, (size_t)at - from);
-        sb_put(&sb, b->s, b->len);
-        from = (size_t)at + a->len;
-        k++;
-      }
-      *out = jv_str(E->c, sb.s ? sb.s : "", sb.n);
-      free(sb.s);
-      return SPILL_OK;
-    }
-    if (!strcmp(nm, "find") || !strcmp(nm, "count")) {
-      const jstr *a = NULL;
-      ETRY(str_arg(E, arg(A, 0, NULL), nm, &a));
-      if (!a) return fail(E, SPILL_E_CONFIG, "%s() needs a string", nm);
-      if (nm[0] == 'f') {
-        int at = str_find(s, a, 0);
-        size_t cps = 0;
-        if (at >= 0) for (int i = 0; i < at; i++) cps += ((unsigned char)s->s[i] & 0xC0) != 0x80;
-        *out = jv_int(at < 0 ? -1 : (int64_t)cps);
-      } else {
-        int64_t k = 0;
-        size_t from = 0;
-        if (a->len == 0) k = (int64_t)cp_count(s) + 1;
-        else for (int at; (at = str_find(s, a, from)) >= 0; from = (size_t)at + a->len) k++;
-        *out = jv_int(k);
-      }
-      return SPILL_OK;
-    }
-    if (!strcmp(nm, "join")) {
-      jv *it = arg(A, 0, NULL);
-      if (!it || it->t != JV_LIST) return fail(E, SPILL_E_CONFIG, "join() needs a list");
-      sbuf sb = {0};
-      for (size_t i = 0; i < it->u.l->n; i++) {
-        if (i) sb_put(&sb, s->s, s->len);
-        if (it->u.l->v[i].t != JV_STR) { free(sb.s); return fail(E, SPILL_E_CONFIG, "join(): item %zu is not a string", i); }
-        sb_put(&sb, it->u.l->v[i].u.s->s, it->u.l->v[i].u.s->len);
-      }
-      *out = jv_str(E->c, sb.s ? sb.s : "", sb.n);
-      free(sb.s);
-      return SPILL_OK;
-    }
+    for (size_t k = 0; k < sizeof STR_METHODS / sizeof *STR_METHODS; k++)
+      if (!strcmp(nm, STR_METHODS[k].name)) return STR_METHODS[k].fn(E, nm, self.u.s, A, out);
   } else if (self.t == JV_DICT) {
-    jdict *d = self.u.d;
-    if (!strcmp(nm, "get")) {
-      jv *k = arg(A, 0, NULL), *dflt = arg(A, 1, NULL);
-      if (!k) return fail(E, SPILL_E_CONFIG, "get() needs a key");
-      jv *v = jd_find_v(d, *k);
-      *out = v ? *v : dflt ? *dflt : jv_none();
-      return SPILL_OK;
-    }
-    jlist *l = jl_new(E->c);
-    if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
-    for (size_t i = 0; i < d->n; i++) {
-      if (!strcmp(nm, "keys")) ETRY(jl_push(E->c, l, d->k[i]));
-      else if (!strcmp(nm, "values")) ETRY(jl_push(E->c, l, d->v[i]));
-      else {
-        jlist *pair = jl_new(E->c);
-        if (!pair) return fail(E, SPILL_E_NOMEM, "no memory");
-        ETRY(jl_push(E->c, pair, d->k[i]));
-        ETRY(jl_push(E->c, pair, d->v[i]));
-        jv pv = {0};
-        pv.t = JV_LIST;
-        pv.u.l = pair;
-        ETRY(jl_push(E->c, l, pv));
-      }
-    }
-    out->t = JV_LIST;
-    out->u.l = l;
-    return SPILL_OK;
+    return dict_method(E, nm, self.u.d, A, out);
   }
   return fail(E, SPILL_E_UNSUPPORTED, "method %s.%s() is not supported", type_name(self), nm);
 }
@@ -878,179 +912,276 @@ static int iter_list(ev *E, jv v, jlist **out) {
 
 static int apply_test(ev *E, const char *nm, jv v, args *A, int *out);
 
-static int apply_filter(ev *E, const char *nm, jv v, args *A, jv *out) {
-  if (!strcmp(nm, "length") || !strcmp(nm, "count")) {
-    int64_t n = 0;
-    ETRY(length_of(E, v, &n));
-    *out = jv_int(n);
-    return SPILL_OK;
-  }
-  if (!strcmp(nm, "tojson")) {
-    jv *ind = arg(A, 0, "indent");
-    jv *sk = arg(A, 1, "sort_keys");
-    int indent = ind && ind->t == JV_INT ? (int)ind->u.i : -1;
-    if (ind && ind->t != JV_INT && ind->t != JV_NONE) return fail(E, SPILL_E_UNSUPPORTED, "tojson indent must be an integer");
-    for (int i = 0; i < A->n; i++)
-      if (A->kw[i] && strcmp(A->kw[i], "indent") && strcmp(A->kw[i], "sort_keys"))
-        return fail(E, SPILL_E_UNSUPPORTED, "tojson(%s=...)", A->kw[i]);
-    sbuf b = {0};
-    int rc = to_json(E, &b, v, indent, 0, sk && truthy(*sk));
-    if (rc == SPILL_OK) *out = jv_str(E->c, b.s ? b.s : "", b.n);
-    free(b.s);
-    return rc;
-  }
-  if (!strcmp(nm, "trim")) {
-    ETRY(need_defined(E, v, "trim"));
+/* ---- filters, dispatched by name (FILTERS) ---- */
+
+/* | length count */
+static int f_length(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  (void)A;
+  int64_t n = 0;
+  ETRY(length_of(E, v, &n));
+  *out = jv_int(n);
+  return SPILL_OK;
+}
+
+/* | tojson */
+static int f_tojson(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  jv *ind = arg(A, 0, "indent");
+  jv *sk = arg(A, 1, "sort_keys");
+  int indent = ind && ind->t == JV_INT ? (int)ind->u.i : -1;
+  if (ind && ind->t != JV_INT && ind->t != JV_NONE) return fail(E, SPILL_E_UNSUPPORTED, "tojson indent must be an integer");
+  for (int i = 0; i < A->n; i++)
+    if (A->kw[i] && strcmp(A->kw[i], "indent") && strcmp(A->kw[i], "sort_keys"))
+      return fail(E, SPILL_E_UNSUPPORTED, "tojson(%s=...)", A->kw[i]);
+  sbuf b = {0};
+  int rc = to_json(E, &b, v, indent, 0, sk && truthy(*sk));
+  if (rc == SPILL_OK) *out = jv_str(E->c, b.s ? b.s : "", b.n);
+  free(b.s);
+  return rc;
+}
+
+/* | trim */
+static int f_trim(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  ETRY(need_defined(E, v, "trim"));
+  jv s;
+  ETRY(jv_tostr(E, v, &s));
+  const jstr *chars = NULL;
+  ETRY(str_arg(E, arg(A, 0, "chars"), "trim", &chars));
+  *out = str_strip(E, s.u.s, chars, 1, 1);
+  return SPILL_OK;
+}
+
+/* | string */
+static int f_string(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  (void)A;
+  if (v.t == JV_UNDEF) { *out = jv_str(E->c, "", 0); return SPILL_OK; }
+  return jv_tostr(E, v, out);
+}
+
+/* | upper lower title capitalize */
+static int f_case(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)A;
+  jv s;
+  ETRY(jv_tostr(E, v, &s));
+  *out = str_case(E, s.u.s, nm[0] == 'l' ? 0 : nm[0] == 'u' ? 1 : nm[0] == 't' ? 2 : 3);
+  return SPILL_OK;
+}
+
+/* | default d */
+static int f_default(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  jv *dflt = arg(A, 0, "default_value");
+  jv *boolean = arg(A, 1, "boolean");
+  int use = v.t == JV_UNDEF || (boolean && truthy(*boolean) && !truthy(v));
+  *out = use ? (dflt ? *dflt : jv_str(E->c, "", 0)) : v;
+  return SPILL_OK;
+}
+
+/* | first last */
+static int f_first(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)A;
+  jlist *l;
+  ETRY(iter_list(E, v, &l));
+  *out = l->n ? l->v[nm[0] == 'f' ? 0 : l->n - 1] : jv_undef(nm);
+  return SPILL_OK;
+}
+
+/* | list */
+static int f_list(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  (void)A;
+  jlist *l;
+  ETRY(iter_list(E, v, &l));
+  out->t = JV_LIST;
+  out->u.l = l;
+  return SPILL_OK;
+}
+
+/* | reverse */
+static int f_reverse(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  (void)A;
+  if (v.t == JV_STR || v.t == JV_LIST) return slice_v(E, v, jv_undef(NULL), jv_undef(NULL), jv_int(-1), out);
+  return fail(E, SPILL_E_CONFIG, "reverse of a %s", type_name(v));
+}
+
+/* | join */
+static int f_join(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  jlist *l;
+  ETRY(iter_list(E, v, &l));
+  const jstr *sep = NULL;
+  ETRY(str_arg(E, arg(A, 0, "d"), "join", &sep));
+  sbuf b = {0};
+  for (size_t i = 0; i < l->n; i++) {
+    if (i && sep) sb_put(&b, sep->s, sep->len);
     jv s;
-    ETRY(jv_tostr(E, v, &s));
-    const jstr *chars = NULL;
-    ETRY(str_arg(E, arg(A, 0, "chars"), "trim", &chars));
-    *out = str_strip(E, s.u.s, chars, 1, 1);
-    return SPILL_OK;
+    int rc = jv_tostr(E, l->v[i], &s);
+    if (rc < 0) { free(b.s); return rc; }
+    sb_put(&b, s.u.s->s, s.u.s->len);
   }
-  if (!strcmp(nm, "string")) { if (v.t == JV_UNDEF) { *out = jv_str(E->c, "", 0); return SPILL_OK; } return jv_tostr(E, v, out); }
-  if (!strcmp(nm, "upper") || !strcmp(nm, "lower") || !strcmp(nm, "title") || !strcmp(nm, "capitalize")) {
-    jv s;
-    ETRY(jv_tostr(E, v, &s));
-    *out = str_case(E, s.u.s, nm[0] == 'l' ? 0 : nm[0] == 'u' ? 1 : nm[0] == 't' ? 2 : 3);
-    return SPILL_OK;
+  *out = jv_str(E->c, b.s ? b.s : "", b.n);
+  free(b.s);
+  return SPILL_OK;
+}
+
+/* | int */
+static int f_int(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  (void)A;
+  if (v.t == JV_INT) *out = v;
+  else if (v.t == JV_FLOAT) {
+    if (!(v.u.f > -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
+      return fail(E, SPILL_E_CONFIG, "int of %g: outside 64-bit integers", v.u.f);
+    *out = jv_int((int64_t)v.u.f);
   }
-  if (!strcmp(nm, "default") || !strcmp(nm, "d")) {
-    jv *dflt = arg(A, 0, "default_value");
-    jv *boolean = arg(A, 1, "boolean");
-    int use = v.t == JV_UNDEF || (boolean && truthy(*boolean) && !truthy(v));
-    *out = use ? (dflt ? *dflt : jv_str(E->c, "", 0)) : v;
-    return SPILL_OK;
+  else if (v.t == JV_BOOL) *out = jv_int(v.u.b);
+  else if (v.t == JV_STR) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*s", (int)(v.u.s->len < 60 ? v.u.s->len : 60), v.u.s->s);
+    char *end;
+    errno = 0;
+    long long x = strtoll(buf, &end, 10);
+    if (errno == ERANGE) return fail(E, SPILL_E_CONFIG, "int of '%s': outside 64-bit integers", buf);
+    *out = jv_int(*end == 0 && end != buf ? x : 0);
+  } else *out = jv_int(0);
+  return SPILL_OK;
+}
+
+/* | float */
+static int f_float(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)E;
+  (void)nm;
+  (void)A;
+  if (v.t == JV_INT) *out = jv_float((double)v.u.i);
+  else if (v.t == JV_FLOAT) *out = v;
+  else *out = jv_float(0);
+  return SPILL_OK;
+}
+
+/* | abs */
+static int f_abs(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  (void)A;
+  if (v.t == JV_INT) {
+    if (v.u.i == INT64_MIN) return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+    *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
   }
-  if (!strcmp(nm, "first") || !strcmp(nm, "last")) {
-    jlist *l;
-    ETRY(iter_list(E, v, &l));
-    *out = l->n ? l->v[nm[0] == 'f' ? 0 : l->n - 1] : jv_undef(nm);
-    return SPILL_OK;
-  }
-  if (!strcmp(nm, "list")) {
-    jlist *l;
-    ETRY(iter_list(E, v, &l));
-    out->t = JV_LIST;
-    out->u.l = l;
-    return SPILL_OK;
-  }
-  if (!strcmp(nm, "reverse")) {
-    if (v.t == JV_STR || v.t == JV_LIST) return slice_v(E, v, jv_undef(NULL), jv_undef(NULL), jv_int(-1), out);
-    return fail(E, SPILL_E_CONFIG, "reverse of a %s", type_name(v));
-  }
-  if (!strcmp(nm, "join")) {
-    jlist *l;
-    ETRY(iter_list(E, v, &l));
-    const jstr *sep = NULL;
-    ETRY(str_arg(E, arg(A, 0, "d"), "join", &sep));
-    sbuf b = {0};
+  else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.u.f));
+  else return fail(E, SPILL_E_CONFIG, "abs of a %s", type_name(v));
+  return SPILL_OK;
+}
+
+/* | items */
+static int f_items(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  (void)A;
+  if (v.t != JV_DICT) return fail(E, SPILL_E_CONFIG, "items of a %s", type_name(v));
+  jmethod m = {v, "items"};
+  args none = {0};
+  return call_method(E, &m, &none, out);
+}
+
+/* | safe e escape */
+static int f_safe(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)A;
+  if (nm[0] != 's') return fail(E, SPILL_E_UNSUPPORTED, "filter %s", nm);
+  *out = v;
+  return SPILL_OK;
+}
+
+/* | replace */
+static int f_replace(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  jv s;
+  ETRY(jv_tostr(E, v, &s));
+  jmethod m = {s, "replace"};
+  return call_method(E, &m, A, out);
+}
+
+/* | selectattr rejectattr map select reject */
+static int f_selectattr(ev *E, const char *nm, jv v, args *A, jv *out) {
+  jlist *l;
+  ETRY(iter_list(E, v, &l));
+  jlist *r = jl_new(E->c);
+  if (!r) return fail(E, SPILL_E_NOMEM, "no memory");
+  int is_attr = strstr(nm, "attr") != NULL, is_map = !strcmp(nm, "map");
+  jv *attr = is_attr ? arg(A, 0, NULL) : is_map ? arg(A, 99, "attribute") : NULL;
+  if ((is_attr || is_map) && (!attr || attr->t != JV_STR))
+    return fail(E, SPILL_E_UNSUPPORTED, "%s without an attribute name", nm);
+  jv *test = arg(A, is_attr ? 1 : 0, NULL);
+  if (is_map) {
     for (size_t i = 0; i < l->n; i++) {
-      if (i && sep) sb_put(&b, sep->s, sep->len);
-      jv s;
-      int rc = jv_tostr(E, l->v[i], &s);
-      if (rc < 0) { free(b.s); return rc; }
-      sb_put(&b, s.u.s->s, s.u.s->len);
+      jv x;
+      ETRY(getitem_v(E, l->v[i], *attr, &x));
+      if (x.t == JV_UNDEF) { jv *d = arg(A, 99, "default"); if (d) x = *d; }
+      ETRY(jl_push(E->c, r, x));
     }
-    *out = jv_str(E->c, b.s ? b.s : "", b.n);
-    free(b.s);
-    return SPILL_OK;
-  }
-  if (!strcmp(nm, "int")) {
-    if (v.t == JV_INT) *out = v;
-    else if (v.t == JV_FLOAT) {
-      if (!(v.u.f > -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
-        return fail(E, SPILL_E_CONFIG, "int of %g: outside 64-bit integers", v.u.f);
-      *out = jv_int((int64_t)v.u.f);
-    }
-    else if (v.t == JV_BOOL) *out = jv_int(v.u.b);
-    else if (v.t == JV_STR) {
-      char buf[64];
-      snprintf(buf, sizeof buf, "%.*s", (int)(v.u.s->len < 60 ? v.u.s->len : 60), v.u.s->s);
-      char *end;
-      errno = 0;
-      long long x = strtoll(buf, &end, 10);
-      if (errno == ERANGE) return fail(E, SPILL_E_CONFIG, "int of '%s': outside 64-bit integers", buf);
-      *out = jv_int(*end == 0 && end != buf ? x : 0);
-    } else *out = jv_int(0);
-    return SPILL_OK;
-  }
-  if (!strcmp(nm, "float")) {
-    if (v.t == JV_INT) *out = jv_float((double)v.u.i);
-    else if (v.t == JV_FLOAT) *out = v;
-    else *out = jv_float(0);
-    return SPILL_OK;
-  }
-  if (!strcmp(nm, "abs")) {
-    if (v.t == JV_INT) {
-      if (v.u.i == INT64_MIN) return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
-      *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
-    }
-    else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.u.f));
-    else return fail(E, SPILL_E_CONFIG, "abs of a %s", type_name(v));
-    return SPILL_OK;
-  }
-  if (!strcmp(nm, "items")) {
-    if (v.t != JV_DICT) return fail(E, SPILL_E_CONFIG, "items of a %s", type_name(v));
-    jmethod m = {v, "items"};
-    args none = {0};
-    return call_method(E, &m, &none, out);
-  }
-  if (!strcmp(nm, "safe") || !strcmp(nm, "e") || !strcmp(nm, "escape")) {
-    if (nm[0] != 's') return fail(E, SPILL_E_UNSUPPORTED, "filter %s", nm);
-    *out = v;
-    return SPILL_OK;
-  }
-  if (!strcmp(nm, "replace")) {
-    jv s;
-    ETRY(jv_tostr(E, v, &s));
-    jmethod m = {s, "replace"};
-    return call_method(E, &m, A, out);
-  }
-  if (!strcmp(nm, "selectattr") || !strcmp(nm, "rejectattr") || !strcmp(nm, "map") ||
-      !strcmp(nm, "select") || !strcmp(nm, "reject")) {
-    jlist *l;
-    ETRY(iter_list(E, v, &l));
-    jlist *r = jl_new(E->c);
-    if (!r) return fail(E, SPILL_E_NOMEM, "no memory");
-    int is_attr = strstr(nm, "attr") != NULL, is_map = !strcmp(nm, "map");
-    jv *attr = is_attr ? arg(A, 0, NULL) : is_map ? arg(A, 99, "attribute") : NULL;
-    if ((is_attr || is_map) && (!attr || attr->t != JV_STR))
-      return fail(E, SPILL_E_UNSUPPORTED, "%s without an attribute name", nm);
-    jv *test = arg(A, is_attr ? 1 : 0, NULL);
-    if (is_map) {
-      for (size_t i = 0; i < l->n; i++) {
-        jv x;
-        ETRY(getitem_v(E, l->v[i], *attr, &x));
-        if (x.t == JV_UNDEF) { jv *d = arg(A, 99, "default"); if (d) x = *d; }
-        ETRY(jl_push(E->c, r, x));
+  } else {
+    int want = nm[0] == 's';
+    for (size_t i = 0; i < l->n; i++) {
+      jv x = l->v[i];
+      if (is_attr) ETRY(getitem_v(E, l->v[i], *attr, &x));
+      int ok;
+      if (test) {
+        if (test->t != JV_STR) return fail(E, SPILL_E_CONFIG, "%s: test name must be a string", nm);
+        char tn[64];
+        snprintf(tn, sizeof tn, "%.*s", (int)test->u.s->len, test->u.s->s);
+        args ta = {0};
+        for (int k = (is_attr ? 2 : 1); k < A->n && ta.n < 8; k++) { ta.v[ta.n] = A->v[k]; ta.kw[ta.n++] = A->kw[k]; }
+        ETRY(apply_test(E, tn, x, &ta, &ok));
+      } else {
+        ok = truthy(x);
       }
-    } else {
-      int want = nm[0] == 's';
-      for (size_t i = 0; i < l->n; i++) {
-        jv x = l->v[i];
-        if (is_attr) ETRY(getitem_v(E, l->v[i], *attr, &x));
-        int ok;
-        if (test) {
-          if (test->t != JV_STR) return fail(E, SPILL_E_CONFIG, "%s: test name must be a string", nm);
-          char tn[64];
-          snprintf(tn, sizeof tn, "%.*s", (int)test->u.s->len, test->u.s->s);
-          args ta = {0};
-          for (int k = (is_attr ? 2 : 1); k < A->n && ta.n < 8; k++) { ta.v[ta.n] = A->v[k]; ta.kw[ta.n++] = A->kw[k]; }
-          ETRY(apply_test(E, tn, x, &ta, &ok));
-        } else {
-          ok = truthy(x);
-        }
-        if (ok == want) ETRY(jl_push(E->c, r, l->v[i]));
-      }
+      if (ok == want) ETRY(jl_push(E->c, r, l->v[i]));
     }
-    out->t = JV_LIST;
-    out->u.l = r;
-    return SPILL_OK;
   }
-  if (!strcmp(nm, "unique") || !strcmp(nm, "sort") || !strcmp(nm, "indent") || !strcmp(nm, "wordcount") ||
-      !strcmp(nm, "batch") || !strcmp(nm, "groupby"))
-    return fail(E, SPILL_E_UNSUPPORTED, "filter %s is not supported", nm);
+  out->t = JV_LIST;
+  out->u.l = r;
+  return SPILL_OK;
+}
+
+static const struct {
+  const char *name;
+  int (*fn)(ev *E, const char *nm, jv v, args *A, jv *out);
+} FILTERS[] = {
+    {"length", f_length},
+    {"count", f_length},
+    {"tojson", f_tojson},
+    {"trim", f_trim},
+    {"string", f_string},
+    {"upper", f_case},
+    {"lower", f_case},
+    {"title", f_case},
+    {"capitalize", f_case},
+    {"default", f_default},
+    {"d", f_default},
+    {"first", f_first},
+    {"last", f_first},
+    {"list", f_list},
+    {"reverse", f_reverse},
+    {"join", f_join},
+    {"int", f_int},
+    {"float", f_float},
+    {"abs", f_abs},
+    {"items", f_items},
+    {"safe", f_safe},
+    {"e", f_safe},
+    {"escape", f_safe},
+    {"replace", f_replace},
+    {"selectattr", f_selectattr},
+    {"rejectattr", f_selectattr},
+    {"map", f_selectattr},
+    {"select", f_selectattr},
+    {"reject", f_selectattr},
+};
+
+static int apply_filter(ev *E, const char *nm, jv v, args *A, jv *out) {
+  for (size_t k = 0; k < sizeof FILTERS / sizeof *FILTERS; k++)
+    if (!strcmp(nm, FILTERS[k].name)) return FILTERS[k].fn(E, nm, v, A, out);
   return fail(E, SPILL_E_UNSUPPORTED, "filter %s is not supported", nm);
 }
 

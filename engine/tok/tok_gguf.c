@@ -129,31 +129,24 @@ static int spm_merges(spill_tok *t, const spill_gguf_kv *scores, spill_err *e) {
   return rc;
 }
 
-static int load(const spill_gguf *g, spill_tok *t, spill_err *e) {
-  const char *model = NULL, *pre = NULL;
-  uint64_t len;
-  SPILL_TRY(spill_gguf_get_str(g, "tokenizer.ggml.model", &model, &len, e));
-  if (spill_gguf_find_kv(g, "tokenizer.ggml.pre"))
-    SPILL_TRY(spill_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &len, e));
-  int bytelevel = !strcmp(model, "gpt2");
-  SPILL_FAIL_IF(e, !bytelevel && strcmp(model, "llama"), SPILL_E_UNSUPPORTED,
-                "gguf: tokenizer.ggml.model \"%s\" is not supported (gpt2, llama)", model);
-  const spill_gguf_kv *tokens = str_array(g, "tokenizer.ggml.tokens");
-  SPILL_FAIL_IF(e, !tokens || tokens->n == 0 || tokens->n > (1u << 24), SPILL_E_FORMAT,
-                "gguf: tokenizer.ggml.tokens missing or not an array of strings");
-  const spill_gguf_kv *types = spill_gguf_find_kv(g, "tokenizer.ggml.token_type");
-  SPILL_FAIL_IF(e, types && (types->type != SPILL_GGUF_ARRAY || types->n != tokens->n),
-                SPILL_E_FORMAT, "gguf: tokenizer.ggml.token_type does not match the tokens");
-  const spill_gguf_kv *scores = spill_gguf_find_kv(g, "tokenizer.ggml.scores");
-  SPILL_FAIL_IF(e, scores && (scores->type != SPILL_GGUF_ARRAY || scores->n != tokens->n),
-                SPILL_E_FORMAT, "gguf: tokenizer.ggml.scores does not match the tokens");
-  t->kind = bytelevel ? TOK_BYTELEVEL : TOK_SENTENCEPIECE;
-  SPILL_TRY(tok_alloc_vocab(t, (int)tokens->n, e));
-  char *buf = malloc(4096);
-  SPILL_FAIL_IF(e, !buf, SPILL_E_NOMEM, "gguf tokenizer: no memory");
-  size_t cap = 4096;
+/* Grows a scratch buffer to at least n bytes. */
+static int grow(char **buf, size_t *cap, size_t n, spill_err *e) {
+  if (n <= *cap) return SPILL_OK;
+  char *nb = realloc(*buf, n);
+  SPILL_FAIL_IF(e, !nb, SPILL_E_NOMEM, "gguf tokenizer: no memory");
+  *buf = nb;
+  *cap = n;
+  return SPILL_OK;
+}
+
+/* tokenizer.ggml.tokens (+ token_type): pass 1 the ordinary tokens (the
+ * vocabulary map holds only these), pass 2 the added ones (3 control =
+ * special, 4 user-defined) into the trie. */
+static int load_tokens(const spill_gguf_kv *tokens, const spill_gguf_kv *types, int bytelevel,
+                       spill_tok *t, spill_err *e) {
+  char *buf = NULL;
+  size_t cap = 0;
   int rc = SPILL_OK;
-  /* pass 1: ordinary tokens (the vocabulary map holds only these) */
   for (uint64_t i = 0; rc == SPILL_OK && i < tokens->n; i++) {
     int64_t ty = 1;
     if (types) rc = spill_gguf_arr_i64(types, i, &ty, e);
@@ -162,12 +155,8 @@ static int load(const spill_gguf *g, spill_tok *t, spill_err *e) {
     size_t sl = (size_t)tokens->str_len[i];
     if (ty == 3 || ty == 4) continue; /* added tokens: pass 2 */
     if (bytelevel && ty != 6) {
-      if (sl + 1 > cap) {
-        char *nb = realloc(buf, sl + 1);
-        if (!nb) { rc = spill_err_set(e, SPILL_E_NOMEM, "gguf tokenizer: no memory"); break; }
-        buf = nb;
-        cap = sl + 1;
-      }
+      rc = grow(&buf, &cap, sl + 1, e);
+      if (rc < 0) break;
       long n = tok_unmap_bytelevel(s, sl, buf);
       if (n >= 0) { s = buf; sl = (size_t)n; }
     }
@@ -175,6 +164,7 @@ static int load(const spill_gguf *g, spill_tok *t, spill_err *e) {
     if (rc == SPILL_OK && ty == 5) t->flags[i] |= TOK_F_UNUSED;
     if (rc == SPILL_OK && ty == 2) t->unk_id = (int32_t)i;
   }
+  free(buf);
   if (rc == SPILL_OK) rc = tok_strmap_build(t, e);
   for (uint64_t i = 0; rc == SPILL_OK && i < tokens->n; i++) {
     int64_t ty = 1;
@@ -188,78 +178,75 @@ static int load(const spill_gguf *g, spill_tok *t, spill_err *e) {
       if (sl > 0) rc = tok_trie_add(t, s, sl, (int32_t)i, e);
     }
   }
-  if (rc == SPILL_OK) {
-    for (int b = 0; b < 256; b++) {
-      if (bytelevel) {
-        char ch = (char)b;
-        t->byte_id[b] = tok_strmap_get(t, &ch, 1);
-      } else {
-        char name[8];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        int32_t id = tok_strmap_get(t, name, 6);
-        t->byte_id[b] = id;
-        if (id >= 0) t->flags[id] |= TOK_F_BYTE;
-      }
+  return rc;
+}
+
+static void byte_tokens(spill_tok *t, int bytelevel) {
+  for (int b = 0; b < 256; b++) {
+    if (bytelevel) {
+      char ch = (char)b;
+      t->byte_id[b] = tok_strmap_get(t, &ch, 1);
+    } else {
+      char name[8];
+      snprintf(name, sizeof name, "<0x%02X>", b);
+      int32_t id = tok_strmap_get(t, name, 6);
+      t->byte_id[b] = id;
+      if (id >= 0) t->flags[id] |= TOK_F_BYTE;
     }
   }
-  if (rc == SPILL_OK && bytelevel) {
-    const spill_gguf_kv *merges = str_array(g, "tokenizer.ggml.merges");
-    if (!merges) rc = spill_err_set(e, SPILL_E_FORMAT, "gguf: tokenizer.ggml.merges missing");
-    if (rc == SPILL_OK) rc = tok_pairmap_init(&t->merges, (size_t)merges->n + 1, e);
-    for (uint64_t r = 0; rc == SPILL_OK && r < merges->n; r++) {
-      const char *m = merges->str[r];
-      size_t ml = (size_t)merges->str_len[r];
-      const char *sp = memchr(m, ' ', ml);
-      if (!sp || sp == m || sp + 1 == m + ml) {
-        rc = spill_err_set(e, SPILL_E_FORMAT, "gguf: merge %llu is not \"a b\"", (unsigned long long)r);
-        break;
-      }
-      if (ml + 1 > cap) {
-        char *nb = realloc(buf, ml + 1);
-        if (!nb) { rc = spill_err_set(e, SPILL_E_NOMEM, "gguf tokenizer: no memory"); break; }
-        buf = nb;
-        cap = ml + 1;
-      }
-      size_t la = (size_t)(sp - m), lb = ml - la - 1;
-      long na = tok_unmap_bytelevel(m, la, buf);
-      long nb2 = na >= 0 ? tok_unmap_bytelevel(sp + 1, lb, buf + na) : -1;
-      if (na < 0 || nb2 < 0) {
-        memcpy(buf, m, la);
-        memcpy(buf + la, sp + 1, lb);
-        na = (long)la;
-        nb2 = (long)lb;
-      }
-      int32_t ia = tok_strmap_get(t, buf, (size_t)na), ib = tok_strmap_get(t, buf + na, (size_t)nb2);
-      int32_t im = tok_strmap_get(t, buf, (size_t)(na + nb2));
-      if (ia < 0 || ib < 0 || im < 0) {
-        rc = spill_err_set(e, SPILL_E_FORMAT, "gguf: merge %llu names a token not in the vocabulary",
-                           (unsigned long long)r);
-        break;
-      }
-      tok_pairmap_put(&t->merges, ia, ib, (uint32_t)r, im);
+}
+
+/* Byte-level BPE: tokenizer.ggml.merges ("a b" in GPT-2's alphabet) and the
+ * split regexes named by tokenizer.ggml.pre. */
+static int load_bpe(const spill_gguf *g, const char *pre, spill_tok *t, spill_err *e) {
+  const spill_gguf_kv *merges = str_array(g, "tokenizer.ggml.merges");
+  SPILL_FAIL_IF(e, !merges, SPILL_E_FORMAT, "gguf: tokenizer.ggml.merges missing");
+  int rc = tok_pairmap_init(&t->merges, (size_t)merges->n + 1, e);
+  char *buf = NULL;
+  size_t cap = 0;
+  for (uint64_t r = 0; rc == SPILL_OK && r < merges->n; r++) {
+    const char *m = merges->str[r];
+    size_t ml = (size_t)merges->str_len[r];
+    const char *sp = memchr(m, ' ', ml);
+    if (!sp || sp == m || sp + 1 == m + ml) {
+      rc = spill_err_set(e, SPILL_E_FORMAT, "gguf: merge %llu is not \"a b\"", (unsigned long long)r);
+      break;
     }
-    const struct pre_def *pd = NULL;
-    for (size_t k = 0; rc == SPILL_OK && k < sizeof PRE / sizeof *PRE; k++)
-      if (pre && !strcmp(pre, PRE[k].name)) pd = &PRE[k];
-    if (rc == SPILL_OK && !pd)
-      rc = spill_err_set(e, SPILL_E_UNSUPPORTED, "gguf: tokenizer.ggml.pre \"%s\" is not supported",
-                         pre ? pre : "(absent)");
-    for (int k = 0; rc == SPILL_OK && k < 3 && pd->pat[k]; k++) rc = tok_add_split(t, pd->pat[k], e);
-    if (rc == SPILL_OK) {
-      t->nfc = pd->nfc;
-      t->ignore_merges = pd->ignore_merges;
+    rc = grow(&buf, &cap, ml + 1, e);
+    if (rc < 0) break;
+    size_t la = (size_t)(sp - m), lb = ml - la - 1;
+    long na = tok_unmap_bytelevel(m, la, buf);
+    long nb2 = na >= 0 ? tok_unmap_bytelevel(sp + 1, lb, buf + na) : -1;
+    if (na < 0 || nb2 < 0) {
+      memcpy(buf, m, la);
+      memcpy(buf + la, sp + 1, lb);
+      na = (long)la;
+      nb2 = (long)lb;
     }
-  } else if (rc == SPILL_OK) {
-    int prefix = 1;
-    rc = opt_bool(g, "tokenizer.ggml.add_space_prefix", 1, &prefix, e);
-    t->spm_prepend = prefix;
-    t->spm_replace_space = 1;
-    t->spm_strip_leading = prefix;
-    t->byte_fallback = 1;
-    if (rc == SPILL_OK) rc = spm_merges(t, scores, e);
+    int32_t ia = tok_strmap_get(t, buf, (size_t)na), ib = tok_strmap_get(t, buf + na, (size_t)nb2);
+    int32_t im = tok_strmap_get(t, buf, (size_t)(na + nb2));
+    if (ia < 0 || ib < 0 || im < 0) {
+      rc = spill_err_set(e, SPILL_E_FORMAT, "gguf: merge %llu names a token not in the vocabulary",
+                         (unsigned long long)r);
+      break;
+    }
+    tok_pairmap_put(&t->merges, ia, ib, (uint32_t)r, im);
   }
   free(buf);
   SPILL_TRY(rc);
+  const struct pre_def *pd = NULL;
+  for (size_t k = 0; k < sizeof PRE / sizeof *PRE; k++)
+    if (pre && !strcmp(pre, PRE[k].name)) pd = &PRE[k];
+  SPILL_FAIL_IF(e, !pd, SPILL_E_UNSUPPORTED, "gguf: tokenizer.ggml.pre \"%s\" is not supported",
+                pre ? pre : "(absent)");
+  for (int k = 0; k < 3 && pd->pat[k]; k++) SPILL_TRY(tok_add_split(t, pd->pat[k], e));
+  t->nfc = pd->nfc;
+  t->ignore_merges = pd->ignore_merges;
+  return SPILL_OK;
+}
+
+/* BOS/EOS ids and whether to add them; the chat template. */
+static int load_specials(const spill_gguf *g, int bytelevel, spill_tok *t, spill_err *e) {
   int64_t bos, eos;
   int add_bos, add_eos;
   SPILL_TRY(opt_int(g, "tokenizer.ggml.bos_token_id", -1, &bos, e));
@@ -281,6 +268,43 @@ static int load(const spill_gguf *g, spill_tok *t, spill_err *e) {
     memcpy(t->chat_template, ct, (size_t)cl);
     t->chat_template[cl] = '\0';
   }
+  return SPILL_OK;
+}
+
+static int load(const spill_gguf *g, spill_tok *t, spill_err *e) {
+  const char *model = NULL, *pre = NULL;
+  uint64_t len;
+  SPILL_TRY(spill_gguf_get_str(g, "tokenizer.ggml.model", &model, &len, e));
+  if (spill_gguf_find_kv(g, "tokenizer.ggml.pre"))
+    SPILL_TRY(spill_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &len, e));
+  int bytelevel = !strcmp(model, "gpt2");
+  SPILL_FAIL_IF(e, !bytelevel && strcmp(model, "llama"), SPILL_E_UNSUPPORTED,
+                "gguf: tokenizer.ggml.model \"%s\" is not supported (gpt2, llama)", model);
+  const spill_gguf_kv *tokens = str_array(g, "tokenizer.ggml.tokens");
+  SPILL_FAIL_IF(e, !tokens || tokens->n == 0 || tokens->n > (1u << 24), SPILL_E_FORMAT,
+                "gguf: tokenizer.ggml.tokens missing or not an array of strings");
+  const spill_gguf_kv *types = spill_gguf_find_kv(g, "tokenizer.ggml.token_type");
+  SPILL_FAIL_IF(e, types && (types->type != SPILL_GGUF_ARRAY || types->n != tokens->n),
+                SPILL_E_FORMAT, "gguf: tokenizer.ggml.token_type does not match the tokens");
+  const spill_gguf_kv *scores = spill_gguf_find_kv(g, "tokenizer.ggml.scores");
+  SPILL_FAIL_IF(e, scores && (scores->type != SPILL_GGUF_ARRAY || scores->n != tokens->n),
+                SPILL_E_FORMAT, "gguf: tokenizer.ggml.scores does not match the tokens");
+  t->kind = bytelevel ? TOK_BYTELEVEL : TOK_SENTENCEPIECE;
+  SPILL_TRY(tok_alloc_vocab(t, (int)tokens->n, e));
+  SPILL_TRY(load_tokens(tokens, types, bytelevel, t, e));
+  byte_tokens(t, bytelevel);
+  if (bytelevel) {
+    SPILL_TRY(load_bpe(g, pre, t, e));
+  } else {
+    int prefix = 1;
+    SPILL_TRY(opt_bool(g, "tokenizer.ggml.add_space_prefix", 1, &prefix, e));
+    t->spm_prepend = prefix;
+    t->spm_replace_space = 1;
+    t->spm_strip_leading = prefix;
+    t->byte_fallback = 1;
+    SPILL_TRY(spm_merges(t, scores, e));
+  }
+  SPILL_TRY(load_specials(g, bytelevel, t, e));
   return tok_finish(t, e);
 }
 
