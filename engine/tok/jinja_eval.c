@@ -1244,93 +1244,75 @@ static int num(jv v, double *d, int64_t *i, int *is_int) {
   return 0;
 }
 
-static int binop(ev *E, int op, jv a, jv b, jv *out) {
-  if (op == JOP_EQ) { *out = jv_bool(jv_equal(a, b)); return SPILL_OK; }
-  if (op == JOP_NE) { *out = jv_bool(!jv_equal(a, b)); return SPILL_OK; }
-  if (op == JOP_IN || op == JOP_NOTIN) {
-    args A = {1, {b}, {NULL}};
-    int r;
-    ETRY(need_defined(E, b, "'in'"));
-    ETRY(apply_test(E, "in", a, &A, &r));
-    *out = jv_bool(op == JOP_IN ? r : !r);
-    return SPILL_OK;
-  }
-  if (op == JOP_CAT) {
-    jv x, y;
-    ETRY(jv_tostr(E, a, &x));
-    ETRY(jv_tostr(E, b, &y));
-    sbuf s = {0};
-    sb_put(&s, x.u.s->s, x.u.s->len);
-    sb_put(&s, y.u.s->s, y.u.s->len);
-    *out = jv_str(E->c, s.s ? s.s : "", s.n);
-    free(s.s);
-    return SPILL_OK;
-  }
-  ETRY(need_defined(E, a, "an operation"));
-  ETRY(need_defined(E, b, "an operation"));
-  double x = 0, y = 0;
-  int64_t xi = 0, yi = 0;
-  int xint = 0, yint = 0;
-  int an = num(a, &x, &xi, &xint), bn = num(b, &y, &yi, &yint);
-  if (an && bn) {
-    int ints = xint && yint;
-    switch (op) {
-      /* jinja2's integers are unbounded, ours 64-bit: an overflow is an
-       * error, never a wrapped (or undefined) value */
-      case JOP_ADD:
-      case JOP_SUB:
-      case JOP_MUL: {
-        if (!ints) {
-          *out = jv_float(op == JOP_ADD ? x + y : op == JOP_SUB ? x - y : x * y);
-          return SPILL_OK;
-        }
-        int64_t r;
-        int ovf = op == JOP_ADD   ? __builtin_add_overflow(xi, yi, &r)
-                  : op == JOP_SUB ? __builtin_sub_overflow(xi, yi, &r)
-                                  : __builtin_mul_overflow(xi, yi, &r);
-        if (ovf) return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
-        *out = jv_int(r);
+/* Arithmetic and comparison of two numbers (x, y; xi, yi when ints);
+ * *done 0 when op is none of these. */
+static int num_binop(ev *E, int op, double x, double y, int64_t xi, int64_t yi, int ints, jv *out,
+                     int *done) {
+  *done = 1;
+  switch (op) {
+    /* jinja2's integers are unbounded, ours 64-bit: an overflow is an
+     * error, never a wrapped (or undefined) value */
+    case JOP_ADD:
+    case JOP_SUB:
+    case JOP_MUL: {
+      if (!ints) {
+        *out = jv_float(op == JOP_ADD ? x + y : op == JOP_SUB ? x - y : x * y);
         return SPILL_OK;
       }
-      case JOP_DIV:
-        if (y == 0) return fail(E, SPILL_E_CONFIG, "division by zero");
-        *out = jv_float(x / y);
-        return SPILL_OK;
-      case JOP_FDIV:
-      case JOP_MOD:
-        if (y == 0) return fail(E, SPILL_E_CONFIG, "division by zero");
-        if (ints) {
-          if (xi == INT64_MIN && yi == -1)
-            return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
-          int64_t q = xi / yi, r = xi % yi;
-          if (r != 0 && ((r < 0) != (yi < 0))) { q--; r += yi; }
-          *out = jv_int(op == JOP_FDIV ? q : r);
-        } else {
-          double q = floor(x / y), r = fmod(x, y);
-          if (r != 0 && ((r < 0) != (y < 0))) r += y;
-          *out = jv_float(op == JOP_FDIV ? q : r);
-        }
-        return SPILL_OK;
-      case JOP_POW:
-        if (ints && yi >= 0) { /* by squaring, every step checked */
-          int64_t r = 1, b = xi, k = yi;
-          while (k > 0) {
-            if ((k & 1) && __builtin_mul_overflow(r, b, &r))
-              return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
-            k >>= 1;
-            if (k > 0 && __builtin_mul_overflow(b, b, &b))
-              return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
-          }
-          *out = jv_int(r);
-        }
-        else *out = jv_float(pow(x, y));
-        return SPILL_OK;
-      case JOP_LT: *out = jv_bool(x < y); return SPILL_OK;
-      case JOP_LE: *out = jv_bool(x <= y); return SPILL_OK;
-      case JOP_GT: *out = jv_bool(x > y); return SPILL_OK;
-      case JOP_GE: *out = jv_bool(x >= y); return SPILL_OK;
+      int64_t r;
+      int ovf = op == JOP_ADD   ? __builtin_add_overflow(xi, yi, &r)
+                : op == JOP_SUB ? __builtin_sub_overflow(xi, yi, &r)
+                                : __builtin_mul_overflow(xi, yi, &r);
+      if (ovf) return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+      *out = jv_int(r);
+      return SPILL_OK;
     }
+    case JOP_DIV:
+      if (y == 0) return fail(E, SPILL_E_CONFIG, "division by zero");
+      *out = jv_float(x / y);
+      return SPILL_OK;
+    case JOP_FDIV:
+    case JOP_MOD:
+      if (y == 0) return fail(E, SPILL_E_CONFIG, "division by zero");
+      if (ints) {
+        if (xi == INT64_MIN && yi == -1)
+          return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+        int64_t q = xi / yi, r = xi % yi;
+        if (r != 0 && ((r < 0) != (yi < 0))) { q--; r += yi; }
+        *out = jv_int(op == JOP_FDIV ? q : r);
+      } else {
+        double q = floor(x / y), r = fmod(x, y);
+        if (r != 0 && ((r < 0) != (y < 0))) r += y;
+        *out = jv_float(op == JOP_FDIV ? q : r);
+      }
+      return SPILL_OK;
+    case JOP_POW:
+      if (ints && yi >= 0) { /* by squaring, every step checked */
+        int64_t r = 1, b = xi, k = yi;
+        while (k > 0) {
+          if ((k & 1) && __builtin_mul_overflow(r, b, &r))
+            return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+          k >>= 1;
+          if (k > 0 && __builtin_mul_overflow(b, b, &b))
+            return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+        }
+        *out = jv_int(r);
+      }
+      else *out = jv_float(pow(x, y));
+      return SPILL_OK;
+    case JOP_LT: *out = jv_bool(x < y); return SPILL_OK;
+    case JOP_LE: *out = jv_bool(x <= y); return SPILL_OK;
+    case JOP_GT: *out = jv_bool(x > y); return SPILL_OK;
+    case JOP_GE: *out = jv_bool(x >= y); return SPILL_OK;
   }
+  *done = 0;
+  return SPILL_OK;
+}
+
+/* + of two strings or two lists, string comparison, string * int;
+ * *done 0 otherwise. */
+static int seq_binop(ev *E, int op, jv a, jv b, jv *out, int *done) {
+  *done = 1;
   if (a.t == JV_STR && b.t == JV_STR) {
     if (op == JOP_ADD) {
       sbuf s = {0};
@@ -1367,9 +1349,104 @@ static int binop(ev *E, int op, jv a, jv b, jv *out) {
     free(sb.s);
     return SPILL_OK;
   }
+  *done = 0;
+  return SPILL_OK;
+}
+
+static int binop(ev *E, int op, jv a, jv b, jv *out) {
+  if (op == JOP_EQ) { *out = jv_bool(jv_equal(a, b)); return SPILL_OK; }
+  if (op == JOP_NE) { *out = jv_bool(!jv_equal(a, b)); return SPILL_OK; }
+  if (op == JOP_IN || op == JOP_NOTIN) {
+    args A = {1, {b}, {NULL}};
+    int r;
+    ETRY(need_defined(E, b, "'in'"));
+    ETRY(apply_test(E, "in", a, &A, &r));
+    *out = jv_bool(op == JOP_IN ? r : !r);
+    return SPILL_OK;
+  }
+  if (op == JOP_CAT) {
+    jv x, y;
+    ETRY(jv_tostr(E, a, &x));
+    ETRY(jv_tostr(E, b, &y));
+    sbuf s = {0};
+    sb_put(&s, x.u.s->s, x.u.s->len);
+    sb_put(&s, y.u.s->s, y.u.s->len);
+    *out = jv_str(E->c, s.s ? s.s : "", s.n);
+    free(s.s);
+    return SPILL_OK;
+  }
+  ETRY(need_defined(E, a, "an operation"));
+  ETRY(need_defined(E, b, "an operation"));
+  double x = 0, y = 0;
+  int64_t xi = 0, yi = 0;
+  int xint = 0, yint = 0;
+  int an = num(a, &x, &xi, &xint), bn = num(b, &y, &yi, &yint);
+  if (an && bn) {
+    int numeric;
+    ETRY(num_binop(E, op, x, y, xi, yi, xint && yint, out, &numeric));
+    if (numeric) return SPILL_OK;
+  }
+  int done;
+  ETRY(seq_binop(E, op, a, b, out, &done));
+  if (done) return SPILL_OK;
   static const char *names[] = {"", "+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", "<=", ">", ">="};
   return fail(E, SPILL_E_CONFIG, "unsupported operand types for %s: '%s' and '%s'",
               op < (int)(sizeof names / sizeof *names) ? names[op] : "?", type_name(a), type_name(b));
+}
+
+/* A call: a global function (range, namespace, ...) or a method. */
+static int eval_call(ev *E, const jnode *n, jv *out) {
+  jv f;
+  ETRY(eval(E, n->a, &f));
+  args A;
+  ETRY(eval_args(E, n, &A));
+  E->line = n->line;
+  if (f.t == JV_FUNC) return call_func(E, (int)f.u.i, &A, out);
+  if (f.t == JV_METHOD) return call_method(E, f.u.m, &A, out);
+  if (f.t == JV_UNDEF) return fail(E, SPILL_E_CONFIG, "'%s' is undefined", f.undef_name ? f.undef_name : "function");
+  return fail(E, SPILL_E_CONFIG, "'%s' object is not callable", type_name(f));
+}
+
+/* Unary - and + (booleans count as integers, as in Python). */
+static int eval_unary(ev *E, const jnode *n, jv *out) {
+  jv a;
+  ETRY(eval(E, n->a, &a));
+  if (a.t == JV_INT && n->op == JOP_NEG && a.u.i == INT64_MIN)
+    return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
+  if (a.t == JV_INT) *out = jv_int(n->op == JOP_NEG ? -a.u.i : a.u.i);
+  else if (a.t == JV_FLOAT) *out = jv_float(n->op == JOP_NEG ? -a.u.f : a.u.f);
+  else if (a.t == JV_BOOL) *out = jv_int(n->op == JOP_NEG ? -a.u.b : a.u.b);
+  else return fail(E, SPILL_E_CONFIG, "bad operand type for unary -: '%s'", type_name(a));
+  return SPILL_OK;
+}
+
+/* A list or tuple literal. */
+static int eval_list(ev *E, const jnode *n, jv *out) {
+  jlist *l = jl_new(E->c);
+  if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+  for (int i = 0; i < n->n; i++) {
+    jv x;
+    ETRY(eval(E, n->args[i], &x));
+    ETRY(jl_push(E->c, l, x));
+  }
+  out->t = JV_LIST;
+  out->u.l = l;
+  return SPILL_OK;
+}
+
+/* A dict literal. */
+static int eval_dict(ev *E, const jnode *n, jv *out) {
+  jdict *d = jd_new(E->c);
+  if (!d) return fail(E, SPILL_E_NOMEM, "no memory");
+  for (int i = 0; i < n->n; i++) {
+    jv k, v;
+    ETRY(eval(E, n->args[i], &k));
+    ETRY(eval(E, n->vals[i], &v));
+    ETRY(jd_set(E->c, d, k, v));
+  }
+  out->t = JV_DICT;
+  out->u.d = d;
+  return SPILL_OK;
 }
 
 static int eval(ev *E, const jnode *n, jv *out) {
@@ -1396,17 +1473,7 @@ static int eval(ev *E, const jnode *n, jv *out) {
       if (n->d) ETRY(eval(E, n->d, &c));
       return slice_v(E, o, a, b, c, out);
     }
-    case JN_CALL: {
-      jv f;
-      ETRY(eval(E, n->a, &f));
-      args A;
-      ETRY(eval_args(E, n, &A));
-      E->line = n->line;
-      if (f.t == JV_FUNC) return call_func(E, (int)f.u.i, &A, out);
-      if (f.t == JV_METHOD) return call_method(E, f.u.m, &A, out);
-      if (f.t == JV_UNDEF) return fail(E, SPILL_E_CONFIG, "'%s' is undefined", f.undef_name ? f.undef_name : "function");
-      return fail(E, SPILL_E_CONFIG, "'%s' object is not callable", type_name(f));
-    }
+    case JN_CALL: return eval_call(E, n, out);
     case JN_FILTER: {
       jv v;
       ETRY(eval(E, n->a, &v));
@@ -1433,17 +1500,7 @@ static int eval(ev *E, const jnode *n, jv *out) {
       E->line = n->line;
       return binop(E, n->op, a, b, out);
     }
-    case JN_UN: {
-      jv a;
-      ETRY(eval(E, n->a, &a));
-      if (a.t == JV_INT && n->op == JOP_NEG && a.u.i == INT64_MIN)
-        return fail(E, SPILL_E_CONFIG, "integer overflow (templates use 64-bit integers)");
-      if (a.t == JV_INT) *out = jv_int(n->op == JOP_NEG ? -a.u.i : a.u.i);
-      else if (a.t == JV_FLOAT) *out = jv_float(n->op == JOP_NEG ? -a.u.f : a.u.f);
-      else if (a.t == JV_BOOL) *out = jv_int(n->op == JOP_NEG ? -a.u.b : a.u.b);
-      else return fail(E, SPILL_E_CONFIG, "bad operand type for unary -: '%s'", type_name(a));
-      return SPILL_OK;
-    }
+    case JN_UN: return eval_unary(E, n, out);
     case JN_AND: {
       ETRY(eval(E, n->a, out));
       if (!truthy(*out)) return SPILL_OK;
@@ -1468,31 +1525,8 @@ static int eval(ev *E, const jnode *n, jv *out) {
       *out = jv_undef("else");
       return SPILL_OK;
     }
-    case JN_LIST: {
-      jlist *l = jl_new(E->c);
-      if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
-      for (int i = 0; i < n->n; i++) {
-        jv x;
-        ETRY(eval(E, n->args[i], &x));
-        ETRY(jl_push(E->c, l, x));
-      }
-      out->t = JV_LIST;
-      out->u.l = l;
-      return SPILL_OK;
-    }
-    case JN_DICT: {
-      jdict *d = jd_new(E->c);
-      if (!d) return fail(E, SPILL_E_NOMEM, "no memory");
-      for (int i = 0; i < n->n; i++) {
-        jv k, v;
-        ETRY(eval(E, n->args[i], &k));
-        ETRY(eval(E, n->vals[i], &v));
-        ETRY(jd_set(E->c, d, k, v));
-      }
-      out->t = JV_DICT;
-      out->u.d = d;
-      return SPILL_OK;
-    }
+    case JN_LIST: return eval_list(E, n, out);
+    case JN_DICT: return eval_dict(E, n, out);
     default: return fail(E, SPILL_E_INTERNAL, "statement used as an expression");
   }
 }

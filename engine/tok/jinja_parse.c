@@ -784,6 +784,154 @@ static int end_of_tag(parser *P) {
   return SPILL_OK;
 }
 
+static int body(parser *P, const char *const *stops, jnode **out, const char **stop);
+
+/* {% if %} ... {% elif %} ... {% else %} ... {% endif %} */
+static int tag_if(parser *P, jnode **out) {
+  jnode *n = mk(P, JN_IF), *cur;
+  if (!n) return SPILL_E_NOMEM;
+  cur = n;
+  PTRY(next(P));
+  PTRY(expr(P, &cur->a));
+  PTRY(end_of_tag(P));
+  static const char *const ifstops[] = {"elif", "else", "endif", NULL};
+  for (;;) {
+    const char *st;
+    jnode *b;
+    PTRY(body(P, ifstops, &b, &st));
+    if (!st) return perr(P, SPILL_E_FORMAT, "if without endif", NULL);
+    cur->b = b;
+    if (!strcmp(st, "endif")) { PTRY(end_of_tag(P)); break; }
+    if (!strcmp(st, "else")) {
+      PTRY(end_of_tag(P));
+      static const char *const elsestops[] = {"endif", NULL};
+      PTRY(body(P, elsestops, &cur->c, &st));
+      if (!st) return perr(P, SPILL_E_FORMAT, "if without endif", NULL);
+      PTRY(end_of_tag(P));
+      break;
+    }
+    jnode *e2 = mk(P, JN_IF); /* elif */
+    if (!e2) return SPILL_E_NOMEM;
+    PTRY(expr(P, &e2->a));
+    PTRY(end_of_tag(P));
+    jnode *wrap = mk(P, JN_BODY);
+    if (!wrap) return SPILL_E_NOMEM;
+    wrap->args = ja_alloc(&P->c->arena, sizeof(jnode *));
+    if (!wrap->args) return SPILL_E_NOMEM;
+    wrap->args[0] = e2;
+    wrap->n = 1;
+    cur->c = wrap;
+    cur = e2;
+  }
+  *out = n;
+return SPILL_OK;
+}
+
+/* {% for x[, y] in iterable [if cond] %} ... [{% else %} ...] {% endfor %} */
+static int tag_for(parser *P, jnode **out) {
+  jnode *n = mk(P, JN_FOR);
+  if (!n) return SPILL_E_NOMEM;
+  PTRY(next(P));
+  if (is_op(P, "(")) PTRY(next(P));
+  if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected a loop variable", NULL);
+  n->name = tok_name(P);
+  PTRY(next(P));
+  if (is_op(P, ",")) {
+    PTRY(next(P));
+    if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected a loop variable", NULL);
+    n->name2 = tok_name(P);
+    PTRY(next(P));
+  }
+  if (is_op(P, ")")) PTRY(next(P));
+  if (!is_name(P, "in")) return perr(P, SPILL_E_FORMAT, "expected in", NULL);
+  PTRY(next(P));
+  PTRY(or_expr(P, &n->a)); /* the iterable: no cond-expr (its "if" is the filter) */
+  if (is_name(P, "if")) {
+    PTRY(next(P));
+    PTRY(or_expr(P, &n->d));
+  }
+  if (is_name(P, "recursive")) return perr(P, SPILL_E_UNSUPPORTED, "recursive loops", NULL);
+  PTRY(end_of_tag(P));
+  static const char *const forstops[] = {"else", "endfor", NULL};
+  const char *st;
+  PTRY(body(P, forstops, &n->b, &st));
+  if (!st) return perr(P, SPILL_E_FORMAT, "for without endfor", NULL);
+  PTRY(end_of_tag(P));
+  if (!strcmp(st, "else")) {
+    static const char *const endfor[] = {"endfor", NULL};
+    PTRY(body(P, endfor, &n->c, &st));
+    if (!st) return perr(P, SPILL_E_FORMAT, "for without endfor", NULL);
+    PTRY(end_of_tag(P));
+  }
+  *out = n;
+return SPILL_OK;
+}
+
+/* {% set name[.attr] = expr %} or {% set name %} ... {% endset %} */
+static int tag_set(parser *P, jnode **out) {
+  PTRY(next(P));
+  if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected a name after set", NULL);
+  jnode *n = mk(P, JN_SET);
+  if (!n) return SPILL_E_NOMEM;
+  n->name = tok_name(P);
+  PTRY(next(P));
+  if (is_op(P, ".")) {
+    PTRY(next(P));
+    if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected an attribute name", NULL);
+    n->name2 = tok_name(P);
+    PTRY(next(P));
+  }
+  if (is_op(P, "=")) {
+    PTRY(next(P));
+    PTRY(expr(P, &n->a));
+    PTRY(end_of_tag(P));
+  } else { /* block set */
+    if (n->name2) return perr(P, SPILL_E_UNSUPPORTED, "block set of an attribute", NULL);
+    PTRY(end_of_tag(P));
+    static const char *const endset[] = {"endset", NULL};
+    const char *st;
+    PTRY(body(P, endset, &n->a, &st));
+    if (!st) return perr(P, SPILL_E_FORMAT, "set without endset", NULL);
+    PTRY(end_of_tag(P));
+    n->t = JN_SETBLOCK;
+  }
+  *out = n;
+return SPILL_OK;
+}
+
+/* {% break %} / {% continue %} */
+static int tag_loopctl(parser *P, jnode **out) {
+  jnode *n = mk(P, is_name(P, "break") ? JN_BREAK : JN_CONTINUE);
+  if (!n) return SPILL_E_NOMEM;
+  PTRY(next(P));
+  PTRY(end_of_tag(P));
+  *out = n;
+return SPILL_OK;
+}
+
+/* {% generation %} ... {% endgeneration %}: transformers' assistant-mask marker, rendered transparently */
+static int tag_generation(parser *P, jnode **out) {
+  PTRY(next(P));
+  PTRY(end_of_tag(P));
+  static const char *const endgen[] = {"endgeneration", NULL};
+  const char *st;
+  jnode *b;
+  PTRY(body(P, endgen, &b, &st));
+  if (!st) return perr(P, SPILL_E_FORMAT, "generation without endgeneration", NULL);
+  PTRY(end_of_tag(P));
+  *out = b;
+return SPILL_OK;
+}
+
+/* Block tags by their first word. */
+static const struct {
+  const char *name;
+  int (*fn)(parser *P, jnode **out);
+} TAGS[] = {
+    {"if", tag_if},       {"for", tag_for},           {"set", tag_set},
+    {"break", tag_loopctl}, {"continue", tag_loopctl}, {"generation", tag_generation},
+};
+
 /* Parses segments into a body until a block tag whose first word is in
  * stops (NULL-terminated); *stop gets that word (or NULL at the end). The
  * parser is left positioned after the stop tag's first word. */
@@ -817,127 +965,16 @@ static int body(parser *P, const char *const *stops, jnode **out, const char **s
         PTRY(next(P));
         goto done;
       }
-    if (is_name(P, "if")) {
-      jnode *n = mk(P, JN_IF), *cur;
-      if (!n) return SPILL_E_NOMEM;
-      cur = n;
-      PTRY(next(P));
-      PTRY(expr(P, &cur->a));
-      PTRY(end_of_tag(P));
-      static const char *const ifstops[] = {"elif", "else", "endif", NULL};
-      for (;;) {
-        const char *st;
-        jnode *b;
-        PTRY(body(P, ifstops, &b, &st));
-        if (!st) return perr(P, SPILL_E_FORMAT, "if without endif", NULL);
-        cur->b = b;
-        if (!strcmp(st, "endif")) { PTRY(end_of_tag(P)); break; }
-        if (!strcmp(st, "else")) {
-          PTRY(end_of_tag(P));
-          static const char *const elsestops[] = {"endif", NULL};
-          PTRY(body(P, elsestops, &cur->c, &st));
-          if (!st) return perr(P, SPILL_E_FORMAT, "if without endif", NULL);
-          PTRY(end_of_tag(P));
-          break;
-        }
-        jnode *e2 = mk(P, JN_IF); /* elif */
-        if (!e2) return SPILL_E_NOMEM;
-        PTRY(expr(P, &e2->a));
-        PTRY(end_of_tag(P));
-        jnode *wrap = mk(P, JN_BODY);
-        if (!wrap) return SPILL_E_NOMEM;
-        wrap->args = ja_alloc(&P->c->arena, sizeof(jnode *));
-        if (!wrap->args) return SPILL_E_NOMEM;
-        wrap->args[0] = e2;
-        wrap->n = 1;
-        cur->c = wrap;
-        cur = e2;
-      }
-      PTRY(nv_push(P, &kids, n, NULL));
-    } else if (is_name(P, "for")) {
-      jnode *n = mk(P, JN_FOR);
-      if (!n) return SPILL_E_NOMEM;
-      PTRY(next(P));
-      if (is_op(P, "(")) PTRY(next(P));
-      if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected a loop variable", NULL);
-      n->name = tok_name(P);
-      PTRY(next(P));
-      if (is_op(P, ",")) {
-        PTRY(next(P));
-        if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected a loop variable", NULL);
-        n->name2 = tok_name(P);
-        PTRY(next(P));
-      }
-      if (is_op(P, ")")) PTRY(next(P));
-      if (!is_name(P, "in")) return perr(P, SPILL_E_FORMAT, "expected in", NULL);
-      PTRY(next(P));
-      PTRY(or_expr(P, &n->a)); /* the iterable: no cond-expr (its "if" is the filter) */
-      if (is_name(P, "if")) {
-        PTRY(next(P));
-        PTRY(or_expr(P, &n->d));
-      }
-      if (is_name(P, "recursive")) return perr(P, SPILL_E_UNSUPPORTED, "recursive loops", NULL);
-      PTRY(end_of_tag(P));
-      static const char *const forstops[] = {"else", "endfor", NULL};
-      const char *st;
-      PTRY(body(P, forstops, &n->b, &st));
-      if (!st) return perr(P, SPILL_E_FORMAT, "for without endfor", NULL);
-      PTRY(end_of_tag(P));
-      if (!strcmp(st, "else")) {
-        static const char *const endfor[] = {"endfor", NULL};
-        PTRY(body(P, endfor, &n->c, &st));
-        if (!st) return perr(P, SPILL_E_FORMAT, "for without endfor", NULL);
-        PTRY(end_of_tag(P));
-      }
-      PTRY(nv_push(P, &kids, n, NULL));
-    } else if (is_name(P, "set")) {
-      PTRY(next(P));
-      if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected a name after set", NULL);
-      jnode *n = mk(P, JN_SET);
-      if (!n) return SPILL_E_NOMEM;
-      n->name = tok_name(P);
-      PTRY(next(P));
-      if (is_op(P, ".")) {
-        PTRY(next(P));
-        if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected an attribute name", NULL);
-        n->name2 = tok_name(P);
-        PTRY(next(P));
-      }
-      if (is_op(P, "=")) {
-        PTRY(next(P));
-        PTRY(expr(P, &n->a));
-        PTRY(end_of_tag(P));
-      } else { /* block set */
-        if (n->name2) return perr(P, SPILL_E_UNSUPPORTED, "block set of an attribute", NULL);
-        PTRY(end_of_tag(P));
-        static const char *const endset[] = {"endset", NULL};
-        const char *st;
-        PTRY(body(P, endset, &n->a, &st));
-        if (!st) return perr(P, SPILL_E_FORMAT, "set without endset", NULL);
-        PTRY(end_of_tag(P));
-        n->t = JN_SETBLOCK;
-      }
-      PTRY(nv_push(P, &kids, n, NULL));
-    } else if (is_name(P, "break") || is_name(P, "continue")) {
-      jnode *n = mk(P, is_name(P, "break") ? JN_BREAK : JN_CONTINUE);
-      if (!n) return SPILL_E_NOMEM;
-      PTRY(next(P));
-      PTRY(end_of_tag(P));
-      PTRY(nv_push(P, &kids, n, NULL));
-    } else if (is_name(P, "generation")) { /* transformers' assistant-mask marker */
-      PTRY(next(P));
-      PTRY(end_of_tag(P));
-      static const char *const endgen[] = {"endgeneration", NULL};
-      const char *st;
-      jnode *b;
-      PTRY(body(P, endgen, &b, &st));
-      if (!st) return perr(P, SPILL_E_FORMAT, "generation without endgeneration", NULL);
-      PTRY(end_of_tag(P));
-      PTRY(nv_push(P, &kids, b, NULL));
-    } else {
+    int (*tag)(parser *, jnode **) = NULL;
+    for (size_t k = 0; k < sizeof TAGS / sizeof *TAGS; k++)
+      if (is_name(P, TAGS[k].name)) tag = TAGS[k].fn;
+    if (!tag) {
       const char *nm = tok_name(P);
       return perr(P, SPILL_E_UNSUPPORTED, "unsupported tag: ", nm);
     }
+    jnode *n;
+    PTRY(tag(P, &n));
+    PTRY(nv_push(P, &kids, n, NULL));
   }
 done:;
   jnode *b = mk(P, JN_BODY);
