@@ -33,7 +33,7 @@ SRCS=(
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c
   engine/quant/kernels_kquant_ref.c
   server/request_parse.c server/completion_text.c server/chat_prompt.c
-  engine/tok/tok_bpe.c engine/tok/tok_gguf.c engine/tok/tok_hf.c engine/tok/tok_load.c
+  engine/tok/tok_bpe.c engine/tok/tok_gguf.c engine/tok/tok_hf.c engine/tok/tok_json.c engine/tok/tok_load.c
   engine/tok/tok_text.c engine/tok/chat_template.c engine/tok/jinja_parse.c engine/tok/jinja_eval.c
 )
 # Files with their own ISA flags (as their Bazel targets give them); chosen
