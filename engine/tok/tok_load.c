@@ -114,7 +114,9 @@ int spill_tok_load_tiktoken(const char *ranks, size_t len, const char *pattern,
       line++;
       size_t k = i;
       while (ranks[k] != ' ') k++;
-      long r = strtol(ranks + k + 1, NULL, 10);
+      long r = 0; /* digits checked by pass 1; never past the line (no NUL needed) */
+      for (size_t q = k + 1; q < j && ranks[q] >= '0' && ranks[q] <= '9'; q++)
+        r = r * 10 + (ranks[q] - '0');
       long n = k - i <= sizeof buf * 3 / 4 ? b64decode(ranks + i, k - i, buf) : -1;
       if (n <= 0) rc = spill_err_set(e, SPILL_E_FORMAT, "tiktoken: line %zu: bad base64", line);
       else if (!(t->flags[r] & TOK_F_UNUSED))

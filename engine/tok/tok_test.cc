@@ -268,6 +268,21 @@ TEST(TokByteMapTest, UnmapAgreesWithTheByteMap) {
   }
 }
 
+// A rank file handed over without a terminating NUL (the public call takes
+// a length): nothing past it is read (ASan would see the over-read).
+TEST(TokTiktokenTest, RankFileNeedsNoTerminator) {
+  const char text[] = "YQ== 0\nYg== 1\nYWI= 7";
+  std::vector<char> ranks(text, text + sizeof text - 1);
+  spill_tok *t = nullptr;
+  spill_err e{};
+  ASSERT_EQ(spill_tok_load_tiktoken(ranks.data(), ranks.size(), nullptr, nullptr, nullptr, 0, &t, &e),
+            SPILL_OK)
+      << e.msg;
+  EXPECT_EQ(spill_tok_vocab_size(t), 8);
+  EXPECT_EQ(spill_tok_find(t, "ab", 2), 7);
+  spill_tok_free(t);
+}
+
 TEST(TokErrorsTest, BadInputsGetNamedErrors) {
   spill_tok *t = nullptr;
   spill_err e{};
