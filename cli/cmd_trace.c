@@ -43,8 +43,10 @@ const char cmd_trace_convert_usage[] =
 const char cmd_trace_replay_usage[] =
     "usage: spill trace replay [--json] --policy P[,P...]|all\n"
     "                          (--slots N[,N...] | --curve MIN:MAX:STEP [--plot OUT])\n"
-    "                          [--seed S] [--experts N] [--tokens A:B] FILE\n"
+    "                          [--seed S] [--experts N] [--tokens A:B] [--batch] FILE\n"
     "policies: the engine's cache policies (spill knobs) and belady; all = every one\n"
+    "--batch acquires each layer's ids pinned together, as the engine does (online\n"
+    "policies only: pinned entries cannot be victims; docs/CACHE.md)\n"
     "--tokens A:B replays tokens [A, B) only (0-based, B empty = to the end)\n"
     "--plot OUT writes OUT.tsv, OUT.png and OUT.svg (miss ratio vs slots)\n";
 
@@ -301,94 +303,161 @@ static int plot(const char *out, char **pols, int np, const uint32_t *slots, int
   return 0;
 }
 
-int cmd_trace_replay(int argc, char **argv) {
-  int json = 0;
-  long experts = 0, seed = 1;
-  uint32_t a = 0, b = 0;
-  const char *file = NULL, *v, *policy = NULL, *slots_s = NULL, *curve = NULL, *plot_out = NULL;
+/* Options of `spill trace replay`, parsed. */
+typedef struct replay_opts {
+  int json, batch;
+  long experts, seed;
+  uint32_t a, b;
+  const char *file, *policy, *slots_s, *curve, *plot_out;
+} replay_opts;
+
+static int replay_parse_args(int argc, char **argv, replay_opts *o) {
+  const char *v;
+  memset(o, 0, sizeof *o);
+  o->seed = 1;
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
-    if (!strcmp(s, "--json")) json = 1;
+    if (!strcmp(s, "--json")) o->json = 1;
+    else if (!strcmp(s, "--batch")) o->batch = 1;
     else if (!strcmp(s, "--experts")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1L << 20, &experts)) return 2;
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1L << 20, &o->experts)) return 2;
     } else if (!strcmp(s, "--seed")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 0, 1L << 62, &seed)) return 2;
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 0, 1L << 62, &o->seed)) return 2;
     } else if (!strcmp(s, "--tokens")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
-      if (parse_window(v, &a, &b)) return cli_usage_error("--tokens: expected A:B with A < B");
+      if (parse_window(v, &o->a, &o->b))
+        return cli_usage_error("--tokens: expected A:B with A < B");
     } else if (!strcmp(s, "--policy")) {
-      if (!(policy = cli_value(argc, argv, &i))) return 2;
+      if (!(o->policy = cli_value(argc, argv, &i))) return 2;
     } else if (!strcmp(s, "--slots")) {
-      if (!(slots_s = cli_value(argc, argv, &i))) return 2;
+      if (!(o->slots_s = cli_value(argc, argv, &i))) return 2;
     } else if (!strcmp(s, "--curve")) {
-      if (!(curve = cli_value(argc, argv, &i))) return 2;
+      if (!(o->curve = cli_value(argc, argv, &i))) return 2;
     } else if (!strcmp(s, "--plot")) {
-      if (!(plot_out = cli_value(argc, argv, &i))) return 2;
+      if (!(o->plot_out = cli_value(argc, argv, &i))) return 2;
     } else if (s[0] == '-') {
       return cli_usage_error("unknown option %s", s);
-    } else if (file) return cli_usage_error("unexpected argument %s", s);
-    else file = s;
+    } else if (o->file) return cli_usage_error("unexpected argument %s", s);
+    else o->file = s;
   }
-  if (!file) return cli_usage_error("no trace file");
-  if (!policy) return cli_usage_error("--policy needed");
-  if (!!slots_s == !!curve) return cli_usage_error("give --slots or --curve (one of them)");
-  if (plot_out && !curve) return cli_usage_error("--plot needs --curve");
+  if (!o->file) return cli_usage_error("no trace file");
+  if (!o->policy) return cli_usage_error("--policy needed");
+  if (!!o->slots_s == !!o->curve) return cli_usage_error("give --slots or --curve (one of them)");
+  if (o->plot_out && !o->curve) return cli_usage_error("--plot needs --curve");
+  return 0;
+}
 
-  char pol_buf[1024], *pols[MAX_LIST];
-  int np;
+/* --policy P[,P...]|all into pols (pointing into buf or at static names). */
+static int replay_parse_policies(const char *policy, char *buf, size_t cap, char **pols,
+                                 int *np) {
   if (!strcmp(policy, "all")) {
-    np = 0;
-    for (size_t i = 0; spill_trace_policy_name_at(i) && np < MAX_LIST; i++)
-      pols[np++] = (char *)spill_trace_policy_name_at(i);
-  } else {
-    snprintf(pol_buf, sizeof pol_buf, "%s", policy);
-    np = split(pol_buf, pols);
-    if (np <= 0) return cli_usage_error("--policy: expected P[,P...] or all");
-    for (int p = 0; p < np; p++) {
-      size_t i = 0;
-      while (spill_trace_policy_name_at(i) && strcmp(spill_trace_policy_name_at(i), pols[p])) i++;
-      if (!spill_trace_policy_name_at(i)) {
-        char known[512] = "";
-        for (size_t j = 0; spill_trace_policy_name_at(j); j++)
-          snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "",
-                   spill_trace_policy_name_at(j));
-        return cli_usage_error("--policy: unknown policy '%s' (known: %s)", pols[p], known);
-      }
-    }
+    *np = 0;
+    for (size_t i = 0; spill_trace_policy_name_at(i) && *np < MAX_LIST; i++)
+      pols[(*np)++] = (char *)spill_trace_policy_name_at(i);
+    return 0;
   }
+  snprintf(buf, cap, "%s", policy);
+  *np = split(buf, pols);
+  if (*np <= 0) return cli_usage_error("--policy: expected P[,P...] or all");
+  for (int p = 0; p < *np; p++) {
+    size_t i = 0;
+    while (spill_trace_policy_name_at(i) && strcmp(spill_trace_policy_name_at(i), pols[p])) i++;
+    if (spill_trace_policy_name_at(i)) continue;
+    char known[512] = "";
+    for (size_t j = 0; spill_trace_policy_name_at(j); j++)
+      snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "",
+               spill_trace_policy_name_at(j));
+    return cli_usage_error("--policy: unknown policy '%s' (known: %s)", pols[p], known);
+  }
+  return 0;
+}
 
-  uint32_t slots[1024];
-  int ns = 0;
-  if (slots_s) {
+/* --slots N[,N...] or --curve MIN:MAX:STEP into slots[0..*ns) (at most 1024). */
+static int replay_parse_slots(const replay_opts *o, uint32_t *slots, int *ns) {
+  *ns = 0;
+  if (o->slots_s) {
     char buf[4096], *items[MAX_LIST];
-    snprintf(buf, sizeof buf, "%s", slots_s);
+    snprintf(buf, sizeof buf, "%s", o->slots_s);
     int n = split(buf, items);
     if (n <= 0) return cli_usage_error("--slots: expected N[,N...]");
     for (int i = 0; i < n; i++) {
       long x;
       if (cli_int("--slots", items[i], 1, 1L << 28, &x)) return 2;
-      slots[ns++] = (uint32_t)x;
+      slots[(*ns)++] = (uint32_t)x;
     }
-  } else {
-    unsigned long lo, hi, step;
-    char extra;
-    if (sscanf(curve, "%lu:%lu:%lu%c", &lo, &hi, &step, &extra) != 3 || lo < 1 || hi < lo ||
-        step < 1 || (hi - lo) / step + 1 > 1024 || hi > (1ul << 28)) {
-      return cli_usage_error("--curve: expected MIN:MAX:STEP, 1 <= MIN <= MAX, at most 1024 "
-                             "points");
-    }
-    for (unsigned long x = lo; x <= hi; x += step) slots[ns++] = (uint32_t)x;
+    return 0;
   }
+  unsigned long lo, hi, step;
+  char extra;
+  if (sscanf(o->curve, "%lu:%lu:%lu%c", &lo, &hi, &step, &extra) != 3 || lo < 1 || hi < lo ||
+      step < 1 || (hi - lo) / step + 1 > 1024 || hi > (1ul << 28)) {
+    return cli_usage_error("--curve: expected MIN:MAX:STEP, 1 <= MIN <= MAX, at most 1024 "
+                           "points");
+  }
+  for (unsigned long x = lo; x <= hi; x += step) slots[(*ns)++] = (uint32_t)x;
+  return 0;
+}
+
+/* Replays every (policy, slots) pair and prints the table or JSON; miss[p *
+ * ns + s] receives the miss ratios. */
+static int replay_run(const replay_opts *o, const spill_trace *t, char **pols, int np,
+                      const uint32_t *slots, int ns, double *miss) {
+  int first = 1, status = 0;
+  if (o->json) printf("[");
+  else {
+    printf("%-14s", "policy");
+    for (int s = 0; s < ns; s++) printf(" %8u", slots[s]);
+    printf("   (hit rate, %u tokens%s)\n", (o->b ? o->b : t->n_tokens) - o->a,
+           o->batch ? ", layer batches pinned" : "");
+  }
+  for (int p = 0; p < np && !status; p++) {
+    if (!o->json) printf("%-14s", pols[p]);
+    for (int s = 0; s < ns; s++) {
+      spill_trace_replay_result r;
+      spill_err e = {0};
+      int rc = spill_trace_replay(t, pols[p], slots[s], (uint64_t)o->seed, o->a, o->b,
+                                  o->batch ? SPILL_TRACE_REPLAY_BATCH : 0, &r, &e);
+      if (rc) {
+        if (!o->json) printf("\n");
+        status = cli_fail("trace", rc, e.msg);
+        break;
+      }
+      miss[p * ns + s] = 1.0 - r.hit_rate;
+      if (o->json)
+        printf("%s\n  {\"policy\": \"%s\", \"slots\": %u, \"hits\": %llu, \"accesses\": %llu, "
+               "\"hit_rate\": %.6f}",
+               first ? "" : ",", pols[p], slots[s], (unsigned long long)r.hits,
+               (unsigned long long)r.accesses, r.hit_rate);
+      else printf(" %7.2f%%", 100.0 * r.hit_rate);
+      first = 0;
+    }
+    if (!o->json && !status) printf("\n");
+  }
+  if (o->json && !status) printf("\n]\n");
+  return status;
+}
+
+int cmd_trace_replay(int argc, char **argv) {
+  replay_opts o;
+  int rc = replay_parse_args(argc, argv, &o);
+  if (rc) return rc;
+  char pol_buf[1024], *pols[MAX_LIST];
+  int np = 0, ns = 0;
+  if ((rc = replay_parse_policies(o.policy, pol_buf, sizeof pol_buf, pols, &np))) return rc;
+  uint32_t slots[1024];
+  if ((rc = replay_parse_slots(&o, slots, &ns))) return rc;
 
   spill_trace t;
-  if (read_trace(file, experts, &t)) return 1;
+  if (read_trace(o.file, o.experts, &t)) return 1;
   /* the window is checked against the trace before anything is printed */
-  if (a >= t.n_tokens || (b && b > t.n_tokens)) {
+  if (o.a >= t.n_tokens || (o.b && o.b > t.n_tokens)) {
     char msg[160];
-    snprintf(msg, sizeof msg, "--tokens %u:%s%s: outside the trace's %u tokens", a,
-             b ? "" : "(end)", b ? "" : "", t.n_tokens);
-    if (b) snprintf(msg, sizeof msg, "--tokens %u:%u: outside the trace's %u tokens", a, b,
-                    t.n_tokens);
+    if (o.b)
+      snprintf(msg, sizeof msg, "--tokens %u:%u: outside the trace's %u tokens", o.a, o.b,
+               t.n_tokens);
+    else
+      snprintf(msg, sizeof msg, "--tokens %u:(end): outside the trace's %u tokens", o.a,
+               t.n_tokens);
     spill_trace_free(&t);
     return cli_fail("trace replay", SPILL_E_RANGE, msg);
   }
@@ -397,37 +466,8 @@ int cmd_trace_replay(int argc, char **argv) {
     spill_trace_free(&t);
     return cli_fail("trace", SPILL_E_NOMEM, "out of memory");
   }
-  int first = 1, status = 0;
-  if (json) printf("[");
-  else {
-    printf("%-14s", "policy");
-    for (int s = 0; s < ns; s++) printf(" %8u", slots[s]);
-    printf("   (hit rate, %u tokens)\n", (b ? b : t.n_tokens) - a);
-  }
-  for (int p = 0; p < np && !status; p++) {
-    if (!json) printf("%-14s", pols[p]);
-    for (int s = 0; s < ns; s++) {
-      spill_trace_replay_result r;
-      spill_err e = {0};
-      int rc = spill_trace_replay(&t, pols[p], slots[s], (uint64_t)seed, a, b, &r, &e);
-      if (rc) {
-        if (!json) printf("\n");
-        status = cli_fail("trace", rc, e.msg);
-        break;
-      }
-      miss[p * ns + s] = 1.0 - r.hit_rate;
-      if (json)
-        printf("%s\n  {\"policy\": \"%s\", \"slots\": %u, \"hits\": %llu, \"accesses\": %llu, "
-               "\"hit_rate\": %.6f}",
-               first ? "" : ",", pols[p], slots[s], (unsigned long long)r.hits,
-               (unsigned long long)r.accesses, r.hit_rate);
-      else printf(" %7.2f%%", 100.0 * r.hit_rate);
-      first = 0;
-    }
-    if (!json && !status) printf("\n");
-  }
-  if (json && !status) printf("\n]\n");
-  if (!status && plot_out) status = plot(plot_out, pols, np, slots, ns, miss, file);
+  int status = replay_run(&o, &t, pols, np, slots, ns, miss);
+  if (!status && o.plot_out) status = plot(o.plot_out, pols, np, slots, ns, miss, o.file);
   free(miss);
   spill_trace_free(&t);
   return status;

@@ -41,6 +41,15 @@ typedef struct spill_cache_policy {
   int64_t (*choose_victim)(void *st, uint64_t incoming_key, const uint8_t *evictable);
   /* slot leaves the cache (eviction, clear or a discarded load). */
   void (*on_evict)(void *st, uint32_t slot, uint64_t key);
+  /* Optional (NULL: every miss is admitted). Asked on a demand miss of key
+   * when every slot is occupied, before choose_victim: 0 refuses to cache
+   * key (the caller reads it into a bounce buffer, the cache counts it as
+   * bypassed and no slot changes), nonzero admits it. A refusing policy has
+   * recorded the access itself (no on_insert follows); asking again for the
+   * same key before any other access must give the same answer and record
+   * nothing more (the engine re-claims deferred reads). evictable as for
+   * choose_victim. */
+  int (*admit)(void *st, uint64_t key, const uint8_t *evictable);
 } spill_cache_policy;
 
 /* The built-in policies. */

@@ -257,6 +257,12 @@ static int64_t slot_for_insert(spill_cache *c, uint64_t key) {
 
 /* Claim under the lock; the key is known to be absent. */
 static int claim_absent(spill_cache *c, uint64_t key, unsigned flags, spill_cache_entry **out) {
+  if (c->st.n_free == 0 && !(flags & SPILL_CACHE_SPECULATIVE) && c->pol->admit &&
+      !c->pol->admit(c->st.pst, key, c->st.evictable)) {
+    c->ctr.bypassed++;
+    *out = NULL;
+    return SPILL_CACHE_BYPASSED;
+  }
   int64_t v = slot_for_insert(c, key);
   if (v < 0) {
     c->ctr.all_pinned++;

@@ -80,6 +80,9 @@ typedef enum spill_cache_outcome {
                                  nothing pinned or counted */
   SPILL_CACHE_ALL_PINNED = 3, /* key absent and no slot is evictable: *out NULL; read
                                  into a bounce buffer instead */
+  SPILL_CACHE_BYPASSED = 4,   /* demand claim of an absent key the policy declined to
+                                 cache (cache_policy.h admit): *out NULL; read into a
+                                 bounce buffer */
 } spill_cache_outcome;
 
 /* Claim flags. */
@@ -103,6 +106,7 @@ typedef struct spill_cache_counters {
   uint64_t bytes_inserted_spec;
   uint64_t evictions;           /* entries evicted to make room */
   uint64_t all_pinned;          /* claims that found no evictable slot */
+  uint64_t bypassed;            /* demand claims the policy declined to cache */
 } spill_cache_counters;
 
 /* Creates a cache. On success *out is owned by the caller (spill_cache_free).
@@ -123,13 +127,16 @@ spill_cache_entry *spill_cache_get(spill_cache *c, uint32_t layer, uint32_t expe
  * Returns SPILL_CACHE_INSERTED with *out pinned and LOADING (counted as
  * spec_issued when flags has SPILL_CACHE_SPECULATIVE), SPILL_CACHE_PRESENT if
  * the key is already resident (e.g. a racing prefetch; a demand caller then
- * calls get again), or SPILL_CACHE_ALL_PINNED. Does not count hits/misses:
+ * calls get again), SPILL_CACHE_ALL_PINNED, or (a demand claim with every
+ * slot occupied) SPILL_CACHE_BYPASSED when the policy declines to cache the
+ * key; prefetches are never declined. Does not count hits/misses:
  * the preceding get did. */
 int spill_cache_claim(spill_cache *c, uint32_t layer, uint32_t expert, unsigned flags,
                       spill_cache_entry **out);
 
 /* get-or-claim under one lock, for demand accesses: HIT (pinned entry, maybe
- * LOADING), INSERTED (pinned, LOADING: fill then ready) or ALL_PINNED (NULL).
+ * LOADING), INSERTED (pinned, LOADING: fill then ready), ALL_PINNED or
+ * BYPASSED (NULL).
  * Counts exactly one demand hit or miss. */
 int spill_cache_acquire(spill_cache *c, uint32_t layer, uint32_t expert, spill_cache_entry **out);
 

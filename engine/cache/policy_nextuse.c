@@ -19,7 +19,9 @@
  * Admission: when a newly inserted key would itself be the best victim, it
  * becomes the "scratch" entry and is the next one evicted, so a cold key
  * cannot push out a warm one (Belady with bypass, emulated in a cache that
- * must place every miss). A hit clears the mark.
+ * must place every miss). A hit clears the mark. Marks are per slot: the
+ * engine claims a layer's misses pinned in one batch, so several newcomers
+ * can be marked before any of them may be evicted.
  *
  * Cost: choose_victim and a full-cache insert each scan the slots once
  * (O(n_slots), no allocation); the ghost table is 8-way set-associative,
@@ -66,7 +68,8 @@ typedef struct nu_state {
   uint64_t *key;      /* (n_slots) */
   double *val;        /* (n_slots) sum of 2^((t_i - base) / H) over uses t_i */
   uint64_t *last;     /* (n_slots) token of the last use */
-  uint32_t scratch;   /* slot marked for eviction first, or SPILL_CACHE_NIL */
+  uint8_t *scratch;   /* (n_slots) 1: marked for eviction first (admission refused) */
+  uint32_t n_scratch; /* marked slots */
   /* ghost history of evicted keys */
   uint32_t n_sets;    /* power of two */
   uint64_t *g_key;    /* (n_sets * NU_WAYS) */
@@ -85,6 +88,8 @@ typedef struct nu_state {
   uint32_t prev_ids[NU_CO_MAXK], n_prev;  /* ids of the previous layer of this token */
   uint32_t cur_ids[NU_CO_MAXK], n_cur;    /* ids of the current layer so far */
   uint32_t co_layer;                      /* layer of cur_ids, UINT32_MAX = none */
+  /* admit: the last refused key and the access count when it was refused */
+  uint64_t refused_key, refused_at, n_access;
 } nu_state;
 
 static void nu_reset(void *p) {
@@ -94,6 +99,7 @@ static void nu_reset(void *p) {
     s->key[i] = 0;
     s->val[i] = 0;
     s->last[i] = 0;
+    s->scratch[i] = 0;
   }
   for (size_t i = 0; i < (size_t)s->n_sets * NU_WAYS; i++) {
     s->g_key[i] = NU_EMPTY_KEY;
@@ -101,7 +107,7 @@ static void nu_reset(void *p) {
     s->g_last[i] = 0;
   }
   s->n_resident = 0;
-  s->scratch = SPILL_CACHE_NIL;
+  s->n_scratch = 0;
   uint64_t rng = s->seed;
   s->salt = spill_cache_rng_next(&rng);
   s->tok = s->base = 0;
@@ -114,6 +120,8 @@ static void nu_reset(void *p) {
   }
   s->n_prev = s->n_cur = 0;
   s->co_layer = UINT32_MAX;
+  s->refused_key = NU_EMPTY_KEY;
+  s->refused_at = s->n_access = 0;
 }
 
 static void nu_destroy(void *p) {
@@ -123,6 +131,7 @@ static void nu_destroy(void *p) {
   free(s->key);
   free(s->val);
   free(s->last);
+  free(s->scratch);
   free(s->g_key);
   free(s->g_val);
   free(s->g_last);
@@ -148,10 +157,12 @@ static void *nu_create(uint32_t n_slots, uint64_t seed) {
   s->key = (uint64_t *)calloc(n_slots, sizeof(uint64_t));
   s->val = (double *)calloc(n_slots, sizeof(double));
   s->last = (uint64_t *)calloc(n_slots, sizeof(uint64_t));
+  s->scratch = (uint8_t *)calloc(n_slots, 1);
   s->g_key = (uint64_t *)calloc(g, sizeof(uint64_t));
   s->g_val = (double *)calloc(g, sizeof(double));
   s->g_last = (uint64_t *)calloc(g, sizeof(uint64_t));
-  if (!s->resident || !s->key || !s->val || !s->last || !s->g_key || !s->g_val || !s->g_last) {
+  if (!s->resident || !s->key || !s->val || !s->last || !s->scratch || !s->g_key || !s->g_val ||
+      !s->g_last) {
     nu_destroy(s);
     return NULL;
   }
@@ -225,6 +236,7 @@ static void nu_rescale(nu_state *s) {
  * lookahead slack (prefetches run up to 2 layers ahead of demand). */
 static void nu_observe(nu_state *s, uint64_t key) {
   uint32_t l = key_layer(key);
+  s->n_access++;
   if (!s->seen_any) {
     s->seen_any = 1;
     s->hi_layer = s->max_layer = s->cur_layer = l;
@@ -295,6 +307,52 @@ static void ghost_put(nu_state *s, uint64_t key, double val, uint64_t last) {
   s->g_last[v] = last;
 }
 
+static void nu_unmark(nu_state *s, uint32_t slot) {
+  if (!s->scratch[slot]) return;
+  s->scratch[slot] = 0;
+  s->n_scratch--;
+}
+
+/* Finds key in the ghost table: its entry index, or -1. */
+static int64_t ghost_find(const nu_state *s, uint64_t key) {
+  size_t b = ghost_set(s, key);
+  for (uint32_t w = 0; w < NU_WAYS; w++)
+    if (s->g_key[b + w] == key) return (int64_t)(b + w);
+  return -1;
+}
+
+/* Admission on a miss into a full cache: key is refused when it would itself
+ * be the best victim (its expected distance, counting this use, is above
+ * every evictable resident's; ties admit it). A refused key's use goes into its ghost
+ * entry. This is Belady-with-bypass's rule made online; replay and engine
+ * then agree, since a refused key needs no slot while the engine's batch of
+ * claims is pinned (docs/CACHE.md). */
+static int nu_admit(void *p, uint64_t key, const uint8_t *evictable) {
+  nu_state *s = (nu_state *)p;
+  if (key == s->refused_key && s->n_access == s->refused_at) return 0; /* asked again */
+  nu_observe(s, key);
+  if (s->co) nu_coact_observe(s, key);
+  int64_t g = ghost_find(s, key);
+  double val = (g >= 0 ? s->g_val[g] : 0) + s->w_now;
+  double mine = nu_distance(s, key, val, s->tok);
+  int any = 0;
+  for (uint32_t i = 0; i < s->n_slots; i++) {
+    if (!evictable[i] || !s->resident[i]) continue;
+    if (nu_distance(s, s->key[i], s->val[i], s->last[i]) >= mine) return 1;
+    any = 1;
+  }
+  if (!any) return 1; /* nothing evictable: the cache reports ALL_PINNED */
+  if (g >= 0) {
+    s->g_val[g] = val;
+    s->g_last[g] = s->tok;
+  } else {
+    ghost_put(s, key, val, s->tok);
+  }
+  s->refused_key = key;
+  s->refused_at = s->n_access;
+  return 0;
+}
+
 static void nu_use(nu_state *s, uint32_t slot) {
   s->val[slot] += s->w_now;
   s->last[slot] = s->tok;
@@ -306,7 +364,7 @@ static void nu_on_hit(void *p, uint32_t slot, uint64_t key) {
   nu_observe(s, key);
   if (s->co) nu_coact_observe(s, key);
   nu_use(s, slot);
-  if (s->scratch == slot) s->scratch = SPILL_CACHE_NIL;
+  nu_unmark(s, slot);
 }
 
 static void nu_on_insert(void *p, uint32_t slot, uint64_t key) {
@@ -319,14 +377,15 @@ static void nu_on_insert(void *p, uint32_t slot, uint64_t key) {
   ghost_take(s, key, &s->val[slot], &s->last[slot]);
   if (s->co) nu_coact_observe(s, key);
   nu_use(s, slot);
-  if (s->scratch == slot) s->scratch = SPILL_CACHE_NIL;
+  nu_unmark(s, slot);
   if (s->n_resident < s->n_slots) return;
   /* Full: admit only if some other resident is a better victim. */
   double mine = nu_distance(s, key, s->val[slot], s->last[slot]);
   for (uint32_t i = 0; i < s->n_slots; i++)
     if (i != slot && s->resident[i] && nu_distance(s, s->key[i], s->val[i], s->last[i]) > mine)
       return;
-  s->scratch = slot;
+  s->scratch[slot] = 1;
+  s->n_scratch++;
 }
 
 static void nu_on_evict(void *p, uint32_t slot, uint64_t key) {
@@ -336,18 +395,29 @@ static void nu_on_evict(void *p, uint32_t slot, uint64_t key) {
   s->resident[slot] = 0;
   s->n_resident--;
   s->val[slot] = 0;
-  if (s->scratch == slot) s->scratch = SPILL_CACHE_NIL;
+  nu_unmark(s, slot);
 }
 
 static int64_t nu_choose_victim(void *p, uint64_t incoming_key, const uint8_t *evictable) {
   nu_state *s = (nu_state *)p;
   nu_observe(s, incoming_key);
-  if (s->scratch != SPILL_CACHE_NIL && evictable[s->scratch]) return (int64_t)s->scratch;
+  /* A marked newcomer goes first; when a layer's batch of misses left
+   * several marks (the engine pins them until the layer is served, so each
+   * later miss of the batch must pass over them), the marked one with the
+   * largest distance. */
   uint32_t best = SPILL_CACHE_NIL;
   double best_d = -1.0;
+  int marked = 0;
   for (uint32_t i = 0; i < s->n_slots; i++) {
     if (!evictable[i]) continue;
+    if (s->n_scratch && marked && !s->scratch[i]) continue;
     double d = nu_distance(s, s->key[i], s->val[i], s->last[i]);
+    if (s->n_scratch && s->scratch[i] && !marked) {
+      marked = 1;
+      best = i;
+      best_d = d;
+      continue;
+    }
     if (best == SPILL_CACHE_NIL || d > best_d) {
       best = i;
       best_d = d;
@@ -378,6 +448,7 @@ const spill_cache_policy spill_cache_policy_nextuse_coact = {
     .on_insert = nu_on_insert,
     .choose_victim = nu_choose_victim,
     .on_evict = nu_on_evict,
+    .admit = nu_admit,
 };
 
 const spill_cache_policy spill_cache_policy_nextuse = {
@@ -389,4 +460,5 @@ const spill_cache_policy spill_cache_policy_nextuse = {
     .on_insert = nu_on_insert,
     .choose_victim = nu_choose_victim,
     .on_evict = nu_on_evict,
+    .admit = nu_admit,
 };

@@ -287,8 +287,9 @@ static int start_item(spill_stream *s, int i, int first, spill_err *e) {
       return 1;
     }
     /* ALL_PINNED: fall through to a bounce buffer unless this is the first
-     * try (then wait for releases). */
-    if (first) return 0;
+     * try (then wait for releases). BYPASSED (the policy declined to cache
+     * it): a bounce buffer at once, unless reads are serial. */
+    if (first && (out != SPILL_CACHE_BYPASSED || !s->o.overlap)) return 0;
   } else if (first && !s->o.overlap) {
     return 0;
   }

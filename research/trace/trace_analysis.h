@@ -149,10 +149,20 @@ typedef struct spill_trace_replay_result {
  * MIN: always insert on a miss, evict the resident used farthest in the
  * future) or "belady-bypass" (MIN that may also decline to insert a key whose
  * next use is farther than every resident's). Errors: SPILL_E_INVALID_ARG
- * (unknown policy, n_slots 0, bad window), SPILL_E_NOMEM. */
+ * (unknown policy, n_slots 0, bad window), SPILL_E_NOMEM.
+ *
+ * flags: SPILL_TRACE_REPLAY_BATCH replays an online policy the way the
+ * streaming engine asks the cache (engine/stream/expert_stream.c): a layer's
+ * ids are acquired together, each entry (hit or claimed miss) stays pinned
+ * until the whole layer has been acquired, then all are marked ready and
+ * released. Pinned entries cannot be victims, so this is what the engine's
+ * decode hit rate is (docs/CACHE.md "Through the engine"). A layer whose
+ * misses find every slot pinned counts them as misses not cached (the
+ * engine reads them into bounce buffers). Belady ignores the flag. */
+#define SPILL_TRACE_REPLAY_BATCH 1u
 int spill_trace_replay(const spill_trace *t, const char *policy, uint32_t n_slots, uint64_t seed,
-                       uint32_t tok_begin, uint32_t tok_end, spill_trace_replay_result *out,
-                       spill_err *e);
+                       uint32_t tok_begin, uint32_t tok_end, unsigned flags,
+                       spill_trace_replay_result *out, spill_err *e);
 
 /* Belady on a raw access sequence of dense keys in [0, n_keys): hits of MIN
  * with n_slots slots; bypass != 0 allows declining insertion. Returns the

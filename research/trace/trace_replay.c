@@ -107,9 +107,54 @@ const char *spill_trace_policy_name_at(size_t i) {
   return NULL;
 }
 
+/* Online policy through spill_cache: one access at a time, or (batch) a
+ * layer's ids acquired pinned together, then readied and released. */
+static int replay_online(const spill_trace *t, const char *policy, uint32_t n_slots,
+                         uint64_t seed, uint32_t tok_begin, uint32_t tok_end, int batch,
+                         uint64_t *hits, uint64_t *accesses, spill_err *e) {
+  const uint32_t L = t->n_layers, K = t->top_k;
+  SPILL_FAIL_IF(e, !spill_cache_policy_find(policy), SPILL_E_INVALID_ARG,
+                "replay: unknown policy \"%s\"", policy);
+  spill_cache_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.n_slots = n_slots;
+  cfg.policy = policy;
+  cfg.seed = seed;
+  cfg.flags = SPILL_CACHE_F_NOLOCK;
+  spill_cache_entry **ents = (spill_cache_entry **)calloc(K ? K : 1, sizeof(*ents));
+  if (!ents) return spill_err_set(e, SPILL_E_NOMEM, "replay: out of memory");
+  spill_cache *c = NULL;
+  int rc = spill_cache_init(&c, &cfg, e);
+  if (rc) {
+    free(ents);
+    return rc;
+  }
+  for (uint32_t tok = tok_begin; tok < tok_end; tok++)
+    for (uint32_t l = 0; l < L; l++) {
+      const uint32_t *ids = spill_trace_ids(t, tok, l);
+      if (!batch) {
+        for (uint32_t k = 0; k < K; k++) spill_cache_access(c, t->layer_ids[l], ids[k], 0, 0);
+        continue;
+      }
+      for (uint32_t k = 0; k < K; k++) {
+        ents[k] = NULL;
+        int out = spill_cache_acquire(c, t->layer_ids[l], ids[k], &ents[k]);
+        if (out == SPILL_CACHE_INSERTED) spill_cache_ready(c, ents[k], 0);
+      }
+      for (uint32_t k = 0; k < K; k++) spill_cache_release(c, ents[k]);
+    }
+  spill_cache_counters ctr;
+  spill_cache_get_counters(c, &ctr);
+  spill_cache_free(c);
+  free(ents);
+  *hits = ctr.demand_hits;
+  *accesses = ctr.demand_hits + ctr.demand_misses;
+  return SPILL_OK;
+}
+
 int spill_trace_replay(const spill_trace *t, const char *policy, uint32_t n_slots, uint64_t seed,
-                       uint32_t tok_begin, uint32_t tok_end, spill_trace_replay_result *out,
-                       spill_err *e) {
+                       uint32_t tok_begin, uint32_t tok_end, unsigned flags,
+                       spill_trace_replay_result *out, spill_err *e) {
   SPILL_FAIL_IF(e, !t || !policy || !out, SPILL_E_INVALID_ARG, "replay: NULL argument");
   memset(out, 0, sizeof(*out));
   if (tok_end == 0) tok_end = t->n_tokens;
@@ -136,28 +181,12 @@ int spill_trace_replay(const spill_trace *t, const char *policy, uint32_t n_slot
     if (hits < 0) return spill_err_set(e, SPILL_E_NOMEM, "replay: out of memory");
     out->hits = (uint64_t)hits;
   } else {
-    SPILL_FAIL_IF(e, !spill_cache_policy_find(policy), SPILL_E_INVALID_ARG,
-                  "replay: unknown policy \"%s\"", policy);
-    spill_cache_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.n_slots = n_slots;
-    cfg.policy = policy;
-    cfg.seed = seed;
-    cfg.flags = SPILL_CACHE_F_NOLOCK;
-    spill_cache *c = NULL;
-    SPILL_TRY(spill_cache_init(&c, &cfg, e));
-    for (uint32_t tok = tok_begin; tok < tok_end; tok++)
-      for (uint32_t l = 0; l < L; l++) {
-        const uint32_t *ids = spill_trace_ids(t, tok, l);
-        for (uint32_t k = 0; k < K; k++) spill_cache_access(c, t->layer_ids[l], ids[k], 0, 0);
-      }
-    spill_cache_counters ctr;
-    spill_cache_get_counters(c, &ctr);
-    spill_cache_free(c);
-    out->hits = ctr.demand_hits;
-    if (ctr.demand_hits + ctr.demand_misses != n)
+    uint64_t acc = 0;
+    SPILL_TRY(replay_online(t, policy, n_slots, seed, tok_begin, tok_end,
+                            (flags & SPILL_TRACE_REPLAY_BATCH) != 0, &out->hits, &acc, e));
+    if (acc != n)
       return spill_err_set(e, SPILL_E_INTERNAL, "replay: cache counted %llu accesses, expected %zu",
-                           (unsigned long long)(ctr.demand_hits + ctr.demand_misses), n);
+                           (unsigned long long)acc, n);
   }
   out->accesses = n;
   out->hit_rate = n ? (double)out->hits / (double)n : 0.0;

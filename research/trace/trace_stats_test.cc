@@ -100,7 +100,7 @@ TEST(TraceStatsTest, ReproducesOlmoeReferenceFigures) {
   for (int p = 0; p < SPILL_TRACE_BELADY_POINTS; p++) {
     EXPECT_EQ(s.belady_slots[p], want_slots[p]);
     spill_trace_replay_result r;
-    ASSERT_EQ(spill_trace_replay(&t, "belady", want_slots[p], 1, 0, 0, &r, &e), SPILL_OK);
+    ASSERT_EQ(spill_trace_replay(&t, "belady", want_slots[p], 1, 0, 0, 0, &r, &e), SPILL_OK);
     EXPECT_DOUBLE_EQ(s.belady_hit_rate[p], r.hit_rate);
   }
   uint64_t sum = 0;
