@@ -88,8 +88,8 @@ typedef struct nu_state {
   uint32_t prev_ids[NU_CO_MAXK], n_prev;  /* ids of the previous layer of this token */
   uint32_t cur_ids[NU_CO_MAXK], n_cur;    /* ids of the current layer so far */
   uint32_t co_layer;                      /* layer of cur_ids, UINT32_MAX = none */
-  /* admit: the last refused key and the access count when it was refused */
-  uint64_t refused_key, refused_at, n_access;
+  /* admit: the last refused key and the token that asked for it */
+  uint64_t refused_key, refused_tok;
 } nu_state;
 
 static void nu_reset(void *p) {
@@ -121,7 +121,7 @@ static void nu_reset(void *p) {
   s->n_prev = s->n_cur = 0;
   s->co_layer = UINT32_MAX;
   s->refused_key = NU_EMPTY_KEY;
-  s->refused_at = s->n_access = 0;
+  s->refused_tok = 0;
 }
 
 static void nu_destroy(void *p) {
@@ -236,7 +236,6 @@ static void nu_rescale(nu_state *s) {
  * lookahead slack (prefetches run up to 2 layers ahead of demand). */
 static void nu_observe(nu_state *s, uint64_t key) {
   uint32_t l = key_layer(key);
-  s->n_access++;
   if (!s->seen_any) {
     s->seen_any = 1;
     s->hi_layer = s->max_layer = s->cur_layer = l;
@@ -329,7 +328,9 @@ static int64_t ghost_find(const nu_state *s, uint64_t key) {
  * claims is pinned (docs/CACHE.md). */
 static int nu_admit(void *p, uint64_t key, const uint8_t *evictable) {
   nu_state *s = (nu_state *)p;
-  if (key == s->refused_key && s->n_access == s->refused_at) return 0; /* asked again */
+  /* A key is used at most once per token: asked again by the same token, it
+   * is the caller re-claiming a deferred read. */
+  if (key == s->refused_key && s->tok == s->refused_tok) return 0;
   nu_observe(s, key);
   if (s->co) nu_coact_observe(s, key);
   int64_t g = ghost_find(s, key);
@@ -349,7 +350,7 @@ static int nu_admit(void *p, uint64_t key, const uint8_t *evictable) {
     ghost_put(s, key, val, s->tok);
   }
   s->refused_key = key;
-  s->refused_at = s->n_access;
+  s->refused_tok = s->tok;
   return 0;
 }
 

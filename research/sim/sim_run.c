@@ -406,6 +406,10 @@ static void demand(sim *s, uint32_t li, uint32_t nu, double tt) {
       s->ready[q] = reader_issue(s, tt, wcost);
       s->ready_t[key] = s->ready[q];
       spill_cache_ready(s->cache, ent, c->record_bytes);
+    } else if (out == SPILL_CACHE_BYPASSED) {
+      /* the policy declined to cache it: a bounce read at once, as the
+       * stream does with overlapped reads */
+      s->ready[q] = reader_issue(s, tt, 0);
     } else {
       /* every slot pinned: the stream defers the read until the layer's
        * other experts are consumed (their pins gone), then claims again */
