@@ -328,12 +328,15 @@ static int64_t ghost_find(const nu_state *s, uint64_t key) {
  * claims is pinned (docs/CACHE.md). */
 static int nu_admit(void *p, uint64_t key, const uint8_t *evictable) {
   nu_state *s = (nu_state *)p;
-  /* A key is used at most once per token: asked again by the same token, it
-   * is the caller re-claiming a deferred read. */
+  /* A key is used at most once per token: asked again by the token that
+   * already recorded its use (the last refusal, or any refusal whose ghost
+   * entry says so), it is the caller re-claiming a deferred read (the stream
+   * defers a declined miss when both bounce buffers are busy). */
   if (key == s->refused_key && s->tok == s->refused_tok) return 0;
   nu_observe(s, key);
-  if (s->co) nu_coact_observe(s, key);
   int64_t g = ghost_find(s, key);
+  if (g >= 0 && s->g_last[g] == s->tok) return 0;
+  if (s->co) nu_coact_observe(s, key);
   double val = (g >= 0 ? s->g_val[g] : 0) + s->w_now;
   double mine = nu_distance(s, key, val, s->tok);
   int any = 0;
