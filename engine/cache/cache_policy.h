@@ -58,8 +58,9 @@ extern const spill_cache_policy spill_cache_policy_lfru;
 extern const spill_cache_policy spill_cache_policy_wtinylfu;
 extern const spill_cache_policy spill_cache_policy_nextuse;       /* policy_nextuse.c */
 extern const spill_cache_policy spill_cache_policy_nextuse_coact; /* policy_nextuse.c */
+extern const spill_cache_policy spill_cache_policy_nextuse_opt;   /* policy_nextuse.c */
 
-/* Policy by name ("lru", "lfru", "wtinylfu", "nextuse", "nextuse-coact");
+/* Policy by name ("lru", "lfru", "wtinylfu", "nextuse", "nextuse-coact", "nextuse-opt");
  * NULL if unknown. */
 const spill_cache_policy *spill_cache_policy_find(const char *name);
 /* NULL-terminated list of the built-in policy names, for help texts. */

@@ -62,9 +62,10 @@ struct spill_cache {
 
 static const spill_cache_policy *const k_policies[] = {
     &spill_cache_policy_lru, &spill_cache_policy_lfru, &spill_cache_policy_wtinylfu,
-    &spill_cache_policy_nextuse, &spill_cache_policy_nextuse_coact};
-static const char *const k_policy_names[] = {"lru", "lfru", "wtinylfu", "nextuse", "nextuse-coact",
-                                             NULL};
+    &spill_cache_policy_nextuse, &spill_cache_policy_nextuse_coact,
+    &spill_cache_policy_nextuse_opt};
+static const char *const k_policy_names[] = {"lru",           "lfru",        "wtinylfu", "nextuse",
+                                             "nextuse-coact", "nextuse-opt", NULL};
 
 const spill_cache_policy *spill_cache_policy_find(const char *name) {
   if (!name) return NULL;

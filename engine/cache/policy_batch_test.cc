@@ -94,7 +94,7 @@ TEST(PolicyBatch, WTinyLfuKeepsItsFilterWhenMissesArePinned) {
 // in a batch it could not be one, so each later miss of the layer evicted a
 // warm resident. Admission now declines it without a slot.
 TEST(PolicyBatch, NextuseKeepsItsAdmissionWhenMissesArePinned) {
-  for (const char *p : {"nextuse", "nextuse-coact"})
+  for (const char *p : {"nextuse", "nextuse-coact", "nextuse-opt"})
     for (uint32_t slots : {32u, 64u, 96u}) {
       const double one = HitRate(p, slots, false), batch = HitRate(p, slots, true);
       EXPECT_GT(batch, one - 0.005) << p << " " << slots << " slots: batched " << batch
@@ -103,7 +103,7 @@ TEST(PolicyBatch, NextuseKeepsItsAdmissionWhenMissesArePinned) {
 }
 
 TEST(PolicyBatch, EveryPolicyBeatsLruBatchedOnASkewedLoop) {
-  for (const char *p : {"lfru", "wtinylfu", "nextuse", "nextuse-coact"}) {
+  for (const char *p : {"lfru", "wtinylfu", "nextuse", "nextuse-coact", "nextuse-opt"}) {
     const double lru = HitRate("lru", 96, true), h = HitRate(p, 96, true);
     EXPECT_GT(h, lru + 0.10) << p << ": " << h << " vs lru " << lru;
   }

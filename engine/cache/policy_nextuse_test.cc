@@ -217,7 +217,7 @@ namespace {
 // and asking again at once gives the same answer; a prefetch is never
 // declined.
 TEST(NextusePolicyTest, DeclinesAColdMissIntoAFullCache) {
-  for (const char *pol : {"nextuse", "nextuse-coact"}) {
+  for (const char *pol : {"nextuse", "nextuse-coact", "nextuse-opt"}) {
     spill_cache *c = Make(4, 1, pol);
     ASSERT_NE(c, nullptr);
     for (int t = 0; t < 20; t++)  // four keys, each used by every token
