@@ -42,8 +42,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       spill_trace_stats st;
       if (spill_trace_compute_stats(&t, 0, 0, &st, &e) == SPILL_OK) spill_trace_stats_free(&st);
       spill_trace_replay_result r;
-      (void)spill_trace_replay(&t, "lru", 4, 1, 0, 0, &r, &e);
-      (void)spill_trace_replay(&t, "belady", 4, 1, 0, 0, &r, &e);
+      (void)spill_trace_replay(&t, "lru", 4, 1, 0, 0, 0, &r, &e);
+      (void)spill_trace_replay(&t, "belady", 4, 1, 0, 0, 0, &r, &e);
+      (void)spill_trace_replay(&t, "nextuse", 4, 1, 0, 0, SPILL_TRACE_REPLAY_BATCH, &r, &e);
     }
     spill_trace_free(&t);
   }

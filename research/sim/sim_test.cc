@@ -156,7 +156,7 @@ TEST(SimRunTest, CachePartMatchesTraceReplayOnTheOlmoeTrace) {
     spill_sim_result r;
     ASSERT_EQ(spill_sim_run(&c, &t, &r, &e), 0) << e.msg;
     spill_trace_replay_result rr;
-    ASSERT_EQ(spill_trace_replay(&t, pol, 128, 1, 0, 0, &rr, &e), 0) << e.msg;
+    ASSERT_EQ(spill_trace_replay(&t, pol, 128, 1, 0, 0, 0, &rr, &e), 0) << e.msg;
     if (std::string(pol) == "lru") EXPECT_EQ(r.hits, rr.hits);
     EXPECT_NEAR(r.hit_rate, rr.hit_rate, 0.01) << pol;
     EXPECT_EQ(r.accesses, rr.accesses) << pol;
