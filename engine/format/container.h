@@ -77,6 +77,11 @@ int spill_dtype_matrix_bytes(spill_dtype dt, uint64_t rows, uint64_t cols, uint3
 
 typedef enum spill_attn_kind { SPILL_ATTN_GQA = 0, SPILL_ATTN_MLA = 1, SPILL_ATTN_KDA = 2 } spill_attn_kind;
 typedef enum spill_router_kind { SPILL_ROUTER_SIGMOID = 0, SPILL_ROUTER_SOFTMAX = 1 } spill_router_kind;
+/* How group-limited routing scores a group of experts (docs/MODEL.md "MOE(l)"). */
+typedef enum spill_group_score {
+  SPILL_GROUP_MAX = 0, /* its best selection score (DeepSeek-V2 group_limited_greedy) */
+  SPILL_GROUP_TOP2 = 1 /* the sum of its two best (DeepSeek-V3 noaux_tc) */
+} spill_group_score;
 typedef enum spill_act_kind { SPILL_ACT_SWIGLU = 0 } spill_act_kind;
 
 typedef struct spill_mla_cfg {
@@ -88,6 +93,14 @@ typedef struct spill_mla_cfg {
   int v_head_dim;
   int use_rope;     /* 0 = NoPE (K3): rope dims are kept but not rotated */
   double rope_theta;
+  /* YaRN RoPE scaling (DeepSeek-V2/V3, docs/MODEL.md "ATTN MLA"): 0 = none.
+   * Frequencies of the rope dims ramp between base and base/factor over the
+   * correction range of beta_fast..beta_slow rotations in orig_ctx tokens. */
+  double yarn_factor;
+  int yarn_orig_ctx;
+  double yarn_beta_fast, yarn_beta_slow;
+  double rope_mscale;   /* cos/sin multiplier; 0 = 1 */
+  double softmax_scale; /* attention score scale; 0 = 1/sqrt(qk_nope_dim + qk_rope_dim) */
 } spill_mla_cfg;
 
 typedef struct spill_kda_cfg {
@@ -124,6 +137,13 @@ typedef struct spill_moe_cfg {
   spill_router_kind router;
   int norm_topk;   /* renormalise the selected weights to sum to 1 */
   double routed_scale;
+  /* group-limited selection: experts in n_group equal groups, only the
+   * topk_group best groups compete for the top-k. n_group 0 or 1 = none. */
+  int n_group;
+  int topk_group;
+  spill_group_score group_score;
+  int group_mask_zero; /* 1: experts of dropped groups compete with score 0 (the DeepSeek
+                        * modelling code's masked_fill(0.0)); 0: they are out (-inf, llama.cpp) */
 } spill_moe_cfg;
 
 typedef struct spill_arch {

@@ -111,6 +111,18 @@ static void arch_json(jb *b, cJSON *root, const spill_arch *a) {
       num(b, m, "v_head_dim", a->mla.v_head_dim);
       boolean(b, m, "use_rope", a->mla.use_rope);
       num(b, m, "rope_theta", a->mla.rope_theta);
+      /* written only when used, so older containers stay byte-identical */
+      if (a->mla.rope_mscale != 0) num(b, m, "rope_mscale", a->mla.rope_mscale);
+      if (a->mla.softmax_scale != 0) num(b, m, "softmax_scale", a->mla.softmax_scale);
+      if (a->mla.yarn_factor != 0) {
+        cJSON *y = obj(b, m, "yarn");
+        if (y) {
+          num(b, y, "factor", a->mla.yarn_factor);
+          num(b, y, "orig_ctx", a->mla.yarn_orig_ctx);
+          num(b, y, "beta_fast", a->mla.yarn_beta_fast);
+          num(b, y, "beta_slow", a->mla.yarn_beta_slow);
+        }
+      }
     }
   }
   if (used[SPILL_ATTN_KDA] || a->kda.n_heads > 0) {
@@ -136,6 +148,12 @@ static void arch_json(jb *b, cJSON *root, const spill_arch *a) {
       str(b, m, "router", a->moe.router == SPILL_ROUTER_SIGMOID ? "sigmoid" : "softmax");
       boolean(b, m, "norm_topk", a->moe.norm_topk);
       num(b, m, "routed_scale", a->moe.routed_scale);
+      if (a->moe.n_group > 1) {
+        num(b, m, "n_group", a->moe.n_group);
+        num(b, m, "topk_group", a->moe.topk_group);
+        str(b, m, "group_score", a->moe.group_score == SPILL_GROUP_TOP2 ? "top2" : "max");
+        if (a->moe.group_mask_zero) str(b, m, "group_mask", "zero");
+      }
     }
   }
 }

@@ -88,7 +88,8 @@ static int parse_gqa(const cJSON *o, spill_gqa_cfg *g, spill_err *e) {
 static int parse_mla(const cJSON *o, spill_mla_cfg *m, spill_err *e) {
   static const char *const keys[] = {"n_heads",     "q_lora_rank", "kv_lora_rank",
                                      "qk_nope_dim", "qk_rope_dim", "v_head_dim",
-                                     "use_rope",    "rope_theta",  NULL};
+                                     "use_rope",    "rope_theta",  "yarn",
+                                     "rope_mscale", "softmax_scale", NULL};
   const char *p = "arch.mla";
   SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
   SPILL_TRY(get_int(o, "n_heads", p, 1, 4096, &m->n_heads, e));
@@ -99,7 +100,23 @@ static int parse_mla(const cJSON *o, spill_mla_cfg *m, spill_err *e) {
   SPILL_FAIL_IF(e, m->qk_rope_dim % 2 != 0, F, "%s.qk_rope_dim: %d is odd", p, m->qk_rope_dim);
   SPILL_TRY(get_int(o, "v_head_dim", p, 1, 4096, &m->v_head_dim, e));
   SPILL_TRY(get_bool(o, "use_rope", p, &m->use_rope, e));
-  return get_pos_num(o, "rope_theta", p, 1e12, &m->rope_theta, e);
+  SPILL_TRY(get_pos_num(o, "rope_theta", p, 1e12, &m->rope_theta, e));
+  /* optional (absent in containers written before YaRN): 0 = default */
+  SPILL_TRY(spill_json_num_opt(o, "rope_mscale", p, 0.0, 1e3, 0.0, &m->rope_mscale, F, e));
+  SPILL_TRY(spill_json_num_opt(o, "softmax_scale", p, 0.0, 1e3, 0.0, &m->softmax_scale, F, e));
+  m->yarn_factor = 0;
+  if (has(o, "yarn")) {
+    static const char *const ykeys[] = {"factor", "orig_ctx", "beta_fast", "beta_slow", NULL};
+    const cJSON *y;
+    const char *yp = "arch.mla.yarn";
+    SPILL_TRY(spill_json_obj(o, "yarn", p, &y, F, e));
+    SPILL_TRY(spill_json_only_keys(y, yp, ykeys, F, e));
+    SPILL_TRY(spill_json_num(y, "factor", yp, 1.0, 1e6, &m->yarn_factor, F, e));
+    SPILL_TRY(get_int(y, "orig_ctx", yp, 1, 1 << 30, &m->yarn_orig_ctx, e));
+    SPILL_TRY(get_pos_num(y, "beta_fast", yp, 1e6, &m->yarn_beta_fast, e));
+    SPILL_TRY(get_pos_num(y, "beta_slow", yp, 1e6, &m->yarn_beta_slow, e));
+  }
+  return SPILL_OK;
 }
 
 static int parse_kda(const cJSON *o, spill_kda_cfg *k, spill_err *e) {
@@ -118,7 +135,7 @@ static int parse_kda(const cJSON *o, spill_kda_cfg *k, spill_err *e) {
 static int parse_moe(const cJSON *o, spill_moe_cfg *m, spill_err *e) {
   static const char *const keys[] = {"n_experts", "top_k",    "d_expert",  "n_shared",
                                      "d_shared",  "d_latent", "router",    "norm_topk",
-                                     "routed_scale", NULL};
+                                     "routed_scale", "n_group", "topk_group", "group_score", "group_mask", NULL};
   const char *p = "arch.moe";
   const char *router;
   SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
@@ -139,7 +156,41 @@ static int parse_moe(const cJSON *o, spill_moe_cfg *m, spill_err *e) {
   else
     return spill_err_set(e, F, "%s.router: \"%s\" is not \"sigmoid\" or \"softmax\"", p, router);
   SPILL_TRY(get_bool(o, "norm_topk", p, &m->norm_topk, e));
-  return get_pos_num(o, "routed_scale", p, 1e6, &m->routed_scale, e);
+  SPILL_TRY(get_pos_num(o, "routed_scale", p, 1e6, &m->routed_scale, e));
+  /* optional group-limited selection (absent = none: n_group 0) */
+  m->n_group = m->topk_group = 0;
+  m->group_score = SPILL_GROUP_MAX;
+  if (!has(o, "n_group")) {
+    SPILL_FAIL_IF(e, has(o, "topk_group") || has(o, "group_score") || has(o, "group_mask"), F,
+                  "%s: topk_group / group_score without n_group", p);
+    return SPILL_OK;
+  }
+  int64_t ng, tg;
+  const char *gs;
+  SPILL_TRY(spill_json_int(o, "n_group", p, 1, m->n_experts, &ng, F, e));
+  SPILL_TRY(spill_json_int_opt(o, "topk_group", p, 1, ng, ng, &tg, F, e));
+  SPILL_TRY(spill_json_str_opt(o, "group_score", p, 8, "max", &gs, F, e));
+  m->n_group = (int)ng;
+  m->topk_group = (int)tg;
+  if (!strcmp(gs, "max"))
+    m->group_score = SPILL_GROUP_MAX;
+  else if (!strcmp(gs, "top2"))
+    m->group_score = SPILL_GROUP_TOP2;
+  else
+    return spill_err_set(e, F, "%s.group_score: \"%s\" is not \"max\" or \"top2\"", p, gs);
+  const char *gm;
+  SPILL_TRY(spill_json_str_opt(o, "group_mask", p, 8, "inf", &gm, F, e));
+  SPILL_FAIL_IF(e, strcmp(gm, "inf") && strcmp(gm, "zero"), F,
+                "%s.group_mask: \"%s\" is not \"inf\" or \"zero\"", p, gm);
+  m->group_mask_zero = !strcmp(gm, "zero");
+  SPILL_FAIL_IF(e, m->n_experts % m->n_group != 0, F, "%s.n_group: %d does not divide n_experts %d",
+                p, m->n_group, m->n_experts);
+  SPILL_FAIL_IF(e, m->n_group > 1 && m->top_k > m->topk_group * (m->n_experts / m->n_group), F,
+                "%s.top_k: %d exceeds the %d experts of topk_group %d groups", p, m->top_k,
+                m->topk_group * (m->n_experts / m->n_group), m->topk_group);
+  SPILL_FAIL_IF(e, m->n_group > 1 && m->group_score == SPILL_GROUP_TOP2 && m->n_experts / m->n_group < 2,
+                F, "%s.group_score: top2 needs groups of at least 2 experts", p);
+  return SPILL_OK;
 }
 
 static int parse_arch(const cJSON *root, spill_arch *a, spill_err *e) {

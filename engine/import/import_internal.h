@@ -31,6 +31,15 @@ typedef struct imp_trunk {
   int ndim;                      /* 1 (vector, always f32) or 2 */
   uint64_t rows, cols;           /* container shape (ndim 1: rows = n) */
   int unpermute_heads;           /* > 0: GGUF llama q/k rows, heads of rows/heads each */
+  /* rope_dim > 0: de-interleave RoPE rows (DeepSeek's pairs (2i, 2i+1) ->
+   * spill's rotate-half halves): in each block of rope_block rows, rows
+   * [rope_off, rope_off + rope_dim) come from rope_off + 2i and + 2i + 1 */
+  uint32_t rope_block, rope_off, rope_dim;
+  /* GGUF deepseek2 attn_k_b + attn_v_b -> one attn_kv_b (src = k_b, numpy
+   * (H, dc, dn); v_b numpy (H, dv, dc)); the values are moved exactly, into
+   * f32 under keep (a transpose cannot keep quantised blocks) */
+  const spill_src_tensor *v_b;
+  uint32_t kvb_heads, kvb_dn, kvb_dv;
 } imp_trunk;
 
 /* Sources of one MoE layer's experts, sections gate, up, down. */
@@ -58,6 +67,29 @@ const spill_src_tensor *imp_src_tensor(const imp_src *s, int i);
 /* GGUF sources: writes the tokenizer.* metadata as dst/tokenizer.gguf
  * (import_tok.c); no-op for other sources. */
 int imp_gguf_tokenizer(const imp_src *s, const char *dst, spill_err *e);
+
+/* Plan helpers (import_plan.c) for the architecture files. */
+int imp_need(imp_src *s, const char *name, const spill_src_tensor **out, spill_err *e);
+int imp_check_shape(const spill_src_tensor *t, int ndim, uint64_t a, uint64_t b, spill_err *e);
+/* Adds trunk tensor dst from source src (shape-checked, FP8 scale found). */
+int imp_add_trunk(imp_src *s, imp_plan *p, const char *dst, const char *src, int ndim,
+                  uint64_t rows, uint64_t cols, int unpermute, spill_err *e);
+/* Every source tensor must be consumed (skip_layer_from: tensors named
+ * model.layers.N.* with N >= it are ignored (DeepSeek MTP layers); -1 none),
+ * and FP8 trunk tensors need the block size. */
+int imp_check_consumed(imp_src *s, const imp_plan *p, int skip_layer_from, spill_err *e);
+struct cJSON;
+/* config.json quantization_config (block FP8 only) and bos/eos ids. */
+int imp_cfg_quant(const struct cJSON *root, imp_src *s, spill_err *e);
+int imp_cfg_bos_eos(const struct cJSON *root, const char *dir, int *bos, int *eos, spill_err *e);
+/* Harmless config.json keys shared by all architectures. */
+int imp_cfg_harmless(const char *key);
+int imp_in_list(const char *const *list, const char *key); /* NULL-terminated list */
+
+/* DeepSeek-V2/V3, Kimi-K2 (config.json model_type deepseek_v2, deepseek_v3,
+ * kimi_k2; GGUF deepseek2): arch_deepseek.c. *handled = 0 when the source is
+ * another architecture (nothing done). */
+int imp_deepseek_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e);
 
 /* Builds the plan from the source's config / metadata. */
 int imp_plan_build(imp_src *s, imp_plan *p, spill_err *e);

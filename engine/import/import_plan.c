@@ -97,7 +97,7 @@ typedef struct shape_cfg {
   int gguf_llama; /* GGUF llama: q/k rows permuted by the converter */
 } shape_cfg;
 
-static int check_shape(const spill_src_tensor *t, int ndim, uint64_t a, uint64_t b, spill_err *e) {
+int imp_check_shape(const spill_src_tensor *t, int ndim, uint64_t a, uint64_t b, spill_err *e) {
   int ok = t->ndim == ndim && t->shape[0] == a && (ndim == 1 || t->shape[1] == b);
   if (ok) return SPILL_OK;
   char got[96] = "";
@@ -111,19 +111,19 @@ static int check_shape(const spill_src_tensor *t, int ndim, uint64_t a, uint64_t
                        t->name, got, (unsigned long long)a, (unsigned long long)b);
 }
 
-static int need(imp_src *s, const char *name, const spill_src_tensor **out, spill_err *e) {
+int imp_need(imp_src *s, const char *name, const spill_src_tensor **out, spill_err *e) {
   *out = imp_src_find(s, name);
   SPILL_FAIL_IF(e, !*out, SPILL_E_FORMAT, "%s tensor %s is missing", s->arch_name, name);
   return SPILL_OK;
 }
 
-static int add_trunk(imp_src *s, imp_plan *p, const char *dst, const char *src, int ndim,
-                     uint64_t rows, uint64_t cols, int unpermute, spill_err *e) {
+int imp_add_trunk(imp_src *s, imp_plan *p, const char *dst, const char *src, int ndim,
+                  uint64_t rows, uint64_t cols, int unpermute, spill_err *e) {
   imp_trunk *t = &p->trunk[p->n_trunk];
   memset(t, 0, sizeof *t);
   snprintf(t->name, sizeof t->name, "%s", dst);
-  SPILL_TRY(need(s, src, &t->src, e));
-  SPILL_TRY(check_shape(t->src, ndim, rows, cols, e));
+  SPILL_TRY(imp_need(s, src, &t->src, e));
+  SPILL_TRY(imp_check_shape(t->src, ndim, rows, cols, e));
   t->ndim = ndim;
   t->rows = rows;
   t->cols = ndim == 1 ? 1 : cols;
@@ -131,7 +131,7 @@ static int add_trunk(imp_src *s, imp_plan *p, const char *dst, const char *src, 
   if (!s->is_gguf && t->src->dtype == SPILL_SRC_F8_E4M3) {
     char sn[SPILL_SRC_NAME_MAX + 16];
     snprintf(sn, sizeof sn, "%s_scale_inv", src);
-    SPILL_TRY(need(s, sn, &t->scale, e));
+    SPILL_TRY(imp_need(s, sn, &t->scale, e));
   }
   p->n_trunk++;
   return SPILL_OK;
@@ -178,6 +178,9 @@ static int in_list(const char *const *l, const char *k) {
   return 0;
 }
 
+int imp_cfg_harmless(const char *key) { return in_list(k_harmless, key); }
+int imp_in_list(const char *const *l, const char *k) { return in_list(l, k); }
+
 static int want_null_or(const cJSON *root, const char *key, int (*ok)(const cJSON *), const char *what,
                         spill_err *e) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
@@ -212,6 +215,60 @@ static int first_int(const cJSON *v, int *out) {
   return 1;
 }
 
+/* quantization_config: only block-wise FP8 e4m3 (DeepSeek-V3 / Kimi-K2),
+ * its weight_block_size into s->fp8_block. */
+int imp_cfg_quant(const cJSON *root, imp_src *s, spill_err *e) {
+  int rc = SPILL_OK;
+  {
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (q && !cJSON_IsNull(q)) {
+      const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+      const cJSON *f = cJSON_GetObjectItemCaseSensitive(q, "fmt");
+      const cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+      if (!cJSON_IsString(m) || strcmp(m->valuestring, "fp8") ||
+          (f && (!cJSON_IsString(f) || strcmp(f->valuestring, "e4m3"))) || !cJSON_IsArray(b) ||
+          cJSON_GetArraySize(b) != 2 || !cJSON_IsNumber(b->child) || !cJSON_IsNumber(b->child->next) ||
+          b->child->valuedouble < 1 || b->child->valuedouble > 65536 ||
+          b->child->next->valuedouble < 1 || b->child->next->valuedouble > 65536)
+        rc = spill_err_set(e, SPILL_E_UNSUPPORTED,
+                           "config.json: quantization_config is not block-wise fp8 e4m3 "
+                           "(quant_method \"fp8\", weight_block_size [r, c])");
+      else {
+        s->fp8_block[0] = (uint32_t)b->child->valuedouble;
+        s->fp8_block[1] = (uint32_t)b->child->next->valuedouble;
+      }
+    }
+  }
+  return rc;
+}
+
+/* eos_token_id, and bos_token_id when tokenizer_config.json adds BOS. */
+int imp_cfg_bos_eos(const cJSON *root, const char *dir, int *bos, int *eos, spill_err *e) {
+  int rc = SPILL_OK;
+  *bos = -1;
+  *eos = -1;
+  if (rc == SPILL_OK) {
+    const cJSON *eo = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (eo && !cJSON_IsNull(eo) && !first_int(eo, eos))
+      rc = spill_err_set(e, SPILL_E_FORMAT, "config.json: eos_token_id is not a token id");
+    /* BOS only when the tokenizer adds it (tokenizer_config.json add_bos_token) */
+    char tp[4200], *tj = NULL;
+    size_t tl;
+    snprintf(tp, sizeof tp, "%s/tokenizer_config.json", dir);
+    spill_err ig = {0};
+    if (rc == SPILL_OK && spill_read_file(tp, 64u << 20, &tj, &tl, &ig) == SPILL_OK) {
+      cJSON *tr = cJSON_ParseWithLength(tj, tl);
+      const cJSON *ab = tr ? cJSON_GetObjectItemCaseSensitive(tr, "add_bos_token") : NULL;
+      const cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+      if (cJSON_IsTrue(ab) && bo && !first_int(bo, bos))
+        rc = spill_err_set(e, SPILL_E_FORMAT, "config.json: bos_token_id is not a token id");
+      cJSON_Delete(tr);
+      free(tj);
+    }
+  }
+  return rc;
+}
+
 static int hf_config(imp_src *s, const char *dir, shape_cfg *c, spill_err *e) {
   char path[4200], *json = NULL;
   size_t len = 0;
@@ -230,7 +287,8 @@ static int hf_config(imp_src *s, const char *dir, shape_cfg *c, spill_err *e) {
     else if (!strcmp(mt, "mixtral")) c->arch = ARCH_MIXTRAL;
     else
       rc = spill_err_set(e, SPILL_E_UNSUPPORTED,
-                         "config.json: model_type \"%s\" is not supported (qwen3_moe, olmoe, mixtral)",
+                         "config.json: model_type \"%s\" is not supported (qwen3_moe, olmoe, "
+                         "mixtral, deepseek_v2, deepseek_v3, kimi_k2)",
                          mt);
   }
   /* keys read per architecture */
@@ -290,47 +348,8 @@ static int hf_config(imp_src *s, const char *dir, shape_cfg *c, spill_err *e) {
   if (rc == SPILL_OK && c->arch == ARCH_MIXTRAL)
     rc = want_null_or(root, "sliding_window", never, "sliding-window attention", e);
   if (rc == SPILL_OK) rc = want_null_or(root, "router_jitter_noise", is_zero, "router noise", e);
-  if (rc == SPILL_OK) {
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    if (q && !cJSON_IsNull(q)) {
-      const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
-      const cJSON *f = cJSON_GetObjectItemCaseSensitive(q, "fmt");
-      const cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
-      if (!cJSON_IsString(m) || strcmp(m->valuestring, "fp8") ||
-          (f && (!cJSON_IsString(f) || strcmp(f->valuestring, "e4m3"))) || !cJSON_IsArray(b) ||
-          cJSON_GetArraySize(b) != 2 || !cJSON_IsNumber(b->child) || !cJSON_IsNumber(b->child->next) ||
-          b->child->valuedouble < 1 || b->child->valuedouble > 65536 ||
-          b->child->next->valuedouble < 1 || b->child->next->valuedouble > 65536)
-        rc = spill_err_set(e, SPILL_E_UNSUPPORTED,
-                           "config.json: quantization_config is not block-wise fp8 e4m3 "
-                           "(quant_method \"fp8\", weight_block_size [r, c])");
-      else {
-        s->fp8_block[0] = (uint32_t)b->child->valuedouble;
-        s->fp8_block[1] = (uint32_t)b->child->next->valuedouble;
-      }
-    }
-  }
-  c->bos = -1;
-  c->eos = -1;
-  if (rc == SPILL_OK) {
-    const cJSON *eo = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
-    if (eo && !cJSON_IsNull(eo) && !first_int(eo, &c->eos))
-      rc = spill_err_set(e, SPILL_E_FORMAT, "config.json: eos_token_id is not a token id");
-    /* BOS only when the tokenizer adds it (tokenizer_config.json add_bos_token) */
-    char tp[4200], *tj = NULL;
-    size_t tl;
-    snprintf(tp, sizeof tp, "%s/tokenizer_config.json", dir);
-    spill_err ig = {0};
-    if (rc == SPILL_OK && spill_read_file(tp, 64u << 20, &tj, &tl, &ig) == SPILL_OK) {
-      cJSON *tr = cJSON_ParseWithLength(tj, tl);
-      const cJSON *ab = tr ? cJSON_GetObjectItemCaseSensitive(tr, "add_bos_token") : NULL;
-      const cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
-      if (cJSON_IsTrue(ab) && bo && !first_int(bo, &c->bos))
-        rc = spill_err_set(e, SPILL_E_FORMAT, "config.json: bos_token_id is not a token id");
-      cJSON_Delete(tr);
-      free(tj);
-    }
-  }
+  if (rc == SPILL_OK) rc = imp_cfg_quant(root, s, e);
+  if (rc == SPILL_OK) rc = imp_cfg_bos_eos(root, dir, &c->bos, &c->eos, e);
   cJSON_Delete(root);
   return rc;
 }
@@ -365,7 +384,7 @@ static int gguf_config(imp_src *s, shape_cfg *c, spill_err *e) {
   else
     return spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "GGUF general.architecture \"%.40s\" is not supported (qwen3moe, olmoe, "
-                         "llama with experts)", an);
+                         "llama with experts, deepseek2)", an);
   SPILL_TRY(gg_int(g, an, "embedding_length", 1, 1048576, &c->D, 0, 1, e));
   SPILL_TRY(gg_int(g, an, "block_count", 1, SPILL_MAX_LAYERS, &c->L, 0, 1, e));
   SPILL_TRY(gg_int(g, an, "attention.head_count", 1, 4096, &c->H, 0, 1, e));
@@ -444,11 +463,11 @@ static int plan_tensors(imp_src *s, const shape_cfg *c, imp_plan *p, spill_err *
   p->moe = calloc((size_t)c->L, sizeof *p->moe);
   SPILL_FAIL_IF(e, !p->trunk || !p->moe, SPILL_E_NOMEM, "out of memory");
   char a[160], b[160];
-  SPILL_TRY(add_trunk(s, p, "tok_embd", G ? "token_embd.weight" : "model.embed_tokens.weight", 2, V, D, 0, e));
-  SPILL_TRY(add_trunk(s, p, "output_norm", G ? "output_norm.weight" : "model.norm.weight", 1, D, 0, 0, e));
+  SPILL_TRY(imp_add_trunk(s, p, "tok_embd", G ? "token_embd.weight" : "model.embed_tokens.weight", 2, V, D, 0, e));
+  SPILL_TRY(imp_add_trunk(s, p, "output_norm", G ? "output_norm.weight" : "model.norm.weight", 1, D, 0, 0, e));
   const char *out = G ? (c->tied ? "token_embd.weight" : "output.weight")
                       : (c->tied ? "model.embed_tokens.weight" : "lm_head.weight");
-  SPILL_TRY(add_trunk(s, p, "output", out, 2, V, D, 0, e));
+  SPILL_TRY(imp_add_trunk(s, p, "output", out, 2, V, D, 0, e));
   static const char *const hf_exp[3][2] = {{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}};
   static const char *const gg_exp[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
   const int mix = c->arch == ARCH_MIXTRAL;
@@ -459,7 +478,7 @@ static int plan_tensors(imp_src *s, const shape_cfg *c, imp_plan *p, spill_err *
   do {                                                                      \
     snprintf(a, sizeof a, "blk.%d.%s", l, dst);                             \
     snprintf(b, sizeof b, "%s%s", pre, G ? g : h);                          \
-    SPILL_TRY(add_trunk(s, p, a, b, nd, r, co, up, e));                     \
+    SPILL_TRY(imp_add_trunk(s, p, a, b, nd, r, co, up, e));                     \
   } while (0)
     T("attn_norm", "attn_norm.weight", "input_layernorm.weight", 1, D, 0, 0);
     T("attn_q", "attn_q.weight", "self_attn.q_proj.weight", 2, H * d, D, c->gguf_llama ? c->H : 0);
@@ -481,7 +500,7 @@ static int plan_tensors(imp_src *s, const shape_cfg *c, imp_plan *p, spill_err *
       const uint64_t rows = k == 2 ? D : F, cols = k == 2 ? F : D;
       if (G) {
         snprintf(b, sizeof b, "blk.%d.%s.weight", l, gg_exp[k]);
-        SPILL_TRY(need(s, b, &m->stacked[k], e));
+        SPILL_TRY(imp_need(s, b, &m->stacked[k], e));
         const spill_src_tensor *t = m->stacked[k];
         if (!(t->ndim == 3 && t->shape[0] == E && t->shape[1] == rows && t->shape[2] == cols))
           return spill_err_set(e, SPILL_E_FORMAT,
@@ -495,27 +514,33 @@ static int plan_tensors(imp_src *s, const shape_cfg *c, imp_plan *p, spill_err *
         for (uint64_t x = 0; x < E; x++) {
           snprintf(b, sizeof b, mix ? "%sblock_sparse_moe.experts.%llu.%s.weight" : "%smlp.experts.%llu.%s.weight",
                    pre, (unsigned long long)x, hf_exp[k][mix]);
-          SPILL_TRY(need(s, b, &m->per[k][x], e));
-          SPILL_TRY(check_shape(m->per[k][x], 2, rows, cols, e));
+          SPILL_TRY(imp_need(s, b, &m->per[k][x], e));
+          SPILL_TRY(imp_check_shape(m->per[k][x], 2, rows, cols, e));
           if (m->per[k][x]->dtype == SPILL_SRC_F8_E4M3) {
             char sn[200];
             snprintf(sn, sizeof sn, "%s_scale_inv", b);
-            SPILL_TRY(need(s, sn, &m->scale[k][x], e));
+            SPILL_TRY(imp_need(s, sn, &m->scale[k][x], e));
           }
         }
       }
     }
   }
-  /* every source tensor must be consumed */
+  return imp_check_consumed(s, p, -1, e);
+}
+
+int imp_check_consumed(imp_src *s, const imp_plan *p, int skip_layer_from, spill_err *e) {
   for (int i = 0; i < imp_src_n_tensors(s); i++) {
     const char *n = imp_src_tensor(s, i)->name;
+    int layer;
     if (s->used[i] || ends_with(n, "rotary_emb.inv_freq")) continue;
+    if (skip_layer_from >= 0 && sscanf(n, "model.layers.%d.", &layer) == 1 && layer >= skip_layer_from)
+      continue;
     return spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "source tensor %s is not part of the %s model as implemented (refusing to "
                          "drop it: it would change the maths)",
                          n, s->arch_name);
   }
-  /* FP8 scales must have the block grid's shape */
+  /* FP8 tensors need the block grid */
   for (int i = 0; i < p->n_trunk; i++) {
     const imp_trunk *t = &p->trunk[i];
     if (!t->scale) continue;
@@ -530,14 +555,20 @@ int imp_plan_build(imp_src *s, imp_plan *p, spill_err *e) {
   memset(p, 0, sizeof *p);
   shape_cfg c;
   memset(&c, 0, sizeof c);
+  /* the directory of the checkpoint */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", !s->is_gguf && s->st.n_files ? s->st.paths[0] : ".");
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
+  int handled = 0;
+  int drc = imp_deepseek_plan(s, dir, p, &handled, e);
+  if (handled) {
+    if (drc != SPILL_OK) imp_plan_free(p);
+    return drc;
+  }
   if (s->is_gguf) {
     SPILL_TRY(gguf_config(s, &c, e));
   } else {
-    /* the directory of the checkpoint */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", s->st.n_files ? s->st.paths[0] : ".");
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
     SPILL_TRY(hf_config(s, dir, &c, e));
   }
   SPILL_FAIL_IF(e, c.H % c.Hk != 0, SPILL_E_FORMAT, "%s: %d heads not a multiple of %d kv heads",

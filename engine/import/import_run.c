@@ -100,10 +100,19 @@ static int keep_dtype(spill_src_dtype s, spill_dtype *dt, uint32_t *group) {
   }
 }
 
-static uint64_t src_row(uint64_t r, uint64_t rows, int heads) {
-  if (heads <= 0) return r;
-  const uint64_t hd = rows / (uint64_t)heads, h = r / hd, rr = r % hd, half = hd / 2;
-  return h * hd + 2 * (rr % half) + rr / half; /* inverse of llama.cpp's permute() */
+/* Which source row becomes container row r (NULL t: the same). */
+static uint64_t src_row(uint64_t r, uint64_t rows, const imp_trunk *t) {
+  if (t && t->unpermute_heads > 0) {
+    const uint64_t hd = rows / (uint64_t)t->unpermute_heads, h = r / hd, rr = r % hd, half = hd / 2;
+    return h * hd + 2 * (rr % half) + rr / half; /* inverse of llama.cpp's permute() */
+  }
+  if (t && t->rope_dim > 0) { /* de-interleave the rope rows of each block */
+    const uint64_t b = r / t->rope_block, rr = r % t->rope_block, half = t->rope_dim / 2;
+    if (rr < t->rope_off || rr >= (uint64_t)t->rope_off + t->rope_dim) return r;
+    const uint64_t j = rr - t->rope_off;
+    return b * t->rope_block + t->rope_off + (j < half ? 2 * j : 2 * (j - half) + 1);
+  }
+  return r;
 }
 
 static void quant_row(const float *x, uint64_t cols, uint32_t group, spill_dtype dt, uint8_t *q,
@@ -138,7 +147,7 @@ static void quant_row(const float *x, uint64_t cols, uint32_t group, spill_dtype
  * rows of whole blocks) into dt/group at out. scale: FP8 grid (br x bc
  * blocks) or NULL. num/den accumulate the requantisation error. */
 static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint32_t fp8b[2],
-                   uint64_t rows, uint64_t cols, int heads, spill_dtype dt, uint32_t group,
+                   uint64_t rows, uint64_t cols, const imp_trunk *heads, spill_dtype dt, uint32_t group,
                    uint8_t *out, double *num, double *den, const char *what, spill_err *e) {
   uint64_t rb;
   SPILL_TRY(spill_src_bytes(sd, cols, &rb, e));
@@ -390,7 +399,10 @@ static int choose(const spill_import_request *r, const imp_src *s, const imp_pla
                     "tensor %s: source type %s is not supported", t->src->name, t->src->other_name);
       continue;
     }
-    if (r->trunk == SPILL_IMPORT_KEEP) {
+    if (r->trunk == SPILL_IMPORT_KEEP && t->v_b) {
+      ti->dtype = SPILL_DT_F32; /* k_b transposed: the source's values, exactly, as f32 */
+      ti->group = 0;
+    } else if (r->trunk == SPILL_IMPORT_KEEP) {
       SPILL_FAIL_IF(e, t->scale || keep_dtype(t->src->dtype, &ti->dtype, &ti->group) != 0,
                     SPILL_E_UNSUPPORTED,
                     "tensor %s: source type %s has no container format with the same numbers; "
@@ -473,6 +485,64 @@ static void progress(run *R, const char *unit, uint64_t bytes, int adopted) {
   if (R->r->progress) R->r->progress(R->r->user, &R->pr);
 }
 
+/* Dequantises a whole source tensor of n rows of `cols` values to f32. */
+static int read_f32(run *R, const spill_src_tensor *st, uint64_t nrows, uint64_t cols, float **out,
+                    spill_err *e) {
+  uint64_t rb;
+  SPILL_TRY(spill_src_bytes(st->dtype, cols, &rb, e));
+  SPILL_FAIL_IF(e, rb * nrows != st->bytes, SPILL_E_FORMAT, "tensor %s: %llu bytes, expected %llu",
+                st->name, (unsigned long long)st->bytes, (unsigned long long)(rb * nrows));
+  SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)st->bytes, e));
+  SPILL_TRY(imp_src_read(&R->s, st, 0, R->cv.src, (size_t)st->bytes, e));
+  *out = malloc((size_t)(nrows * cols) * sizeof(float) + 1);
+  SPILL_FAIL_IF(e, !*out, SPILL_E_NOMEM, "out of memory");
+  for (uint64_t r = 0; r < nrows; r++) {
+    int rc = spill_src_dequant(st->dtype, R->cv.src + r * rb, cols, *out + r * cols, e);
+    if (rc != SPILL_OK) {
+      free(*out);
+      *out = NULL;
+      return rc;
+    }
+  }
+  return SPILL_OK;
+}
+
+/* GGUF deepseek2 attn_k_b (H, dc, dn) + attn_v_b (H, dv, dc) -> attn_kv_b
+ * rows [head j: dn rows Wuk_j = k_b[j]^T, dv rows Wuv_j = v_b[j]], each of dc
+ * values, then into the container dtype (f32 keeps every value exactly). */
+static int compose_kv_b(run *R, const imp_trunk *t, const spill_tensor_info *ti, double *num,
+                        double *den, spill_err *e) {
+  const uint64_t H = t->kvb_heads, dn = t->kvb_dn, dv = t->kvb_dv, dc = t->cols;
+  float *kb = NULL, *vb = NULL, *kv = NULL;
+  int rc = read_f32(R, t->src, H * dc, dn, &kb, e);
+  if (rc == SPILL_OK) rc = read_f32(R, t->v_b, H * dv, dc, &vb, e);
+  if (rc == SPILL_OK) {
+    kv = malloc((size_t)(H * (dn + dv) * dc) * sizeof(float) + 1);
+    if (!kv) rc = spill_err_set(e, SPILL_E_NOMEM, "out of memory");
+  }
+  if (rc == SPILL_OK) {
+    for (uint64_t j = 0; j < H; j++) {
+      float *o = kv + j * (dn + dv) * dc;
+      for (uint64_t i = 0; i < dn; i++)
+        for (uint64_t c = 0; c < dc; c++) o[i * dc + c] = kb[(j * dc + c) * dn + i];
+      memcpy(o + dn * dc, vb + j * dv * dc, (size_t)(dv * dc) * sizeof(float));
+    }
+    /* the f32 rows are a source of f32 values for convert */
+    uint8_t *save = R->cv.src;
+    size_t save_cap = R->cv.src_cap;
+    R->cv.src = (uint8_t *)kv;
+    R->cv.src_cap = (size_t)(H * (dn + dv) * dc) * sizeof(float);
+    rc = convert(&R->cv, SPILL_SRC_F32, NULL, R->s.fp8_block, t->rows, t->cols, NULL, ti->dtype,
+                 ti->group, R->out, num, den, t->name, e);
+    R->cv.src = save;
+    R->cv.src_cap = save_cap;
+  }
+  free(kb);
+  free(vb);
+  free(kv);
+  return rc;
+}
+
 static int do_trunk(run *R, int i, spill_err *e) {
   const imp_trunk *t = &R->p.trunk[i];
   const spill_tensor_info *ti = &spill_writer_manifest(R->w)->tensors[i];
@@ -485,12 +555,16 @@ static int do_trunk(run *R, int i, spill_err *e) {
     }
     SPILL_FAIL_IF(e, ig.code != SPILL_E_CHECKSUM, ig.code, "%s", ig.msg);
   }
-  SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)t->src->bytes, e));
-  SPILL_TRY(imp_src_read(&R->s, t->src, 0, R->cv.src, (size_t)t->src->bytes, e));
-  if (t->scale) SPILL_TRY(read_scale(&R->s, t->scale, t->rows, t->cols, &R->cv, e));
   double num = 0, den = 0;
-  SPILL_TRY(convert(&R->cv, t->src->dtype, t->scale ? R->cv.scale : NULL, R->s.fp8_block, t->rows,
-                    t->cols, t->unpermute_heads, ti->dtype, ti->group, R->out, &num, &den, t->name, e));
+  if (t->v_b) {
+    SPILL_TRY(compose_kv_b(R, t, ti, &num, &den, e));
+  } else {
+    SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)t->src->bytes, e));
+    SPILL_TRY(imp_src_read(&R->s, t->src, 0, R->cv.src, (size_t)t->src->bytes, e));
+    if (t->scale) SPILL_TRY(read_scale(&R->s, t->scale, t->rows, t->cols, &R->cv, e));
+    SPILL_TRY(convert(&R->cv, t->src->dtype, t->scale ? R->cv.scale : NULL, R->s.fp8_block, t->rows,
+                      t->cols, t, ti->dtype, ti->group, R->out, &num, &den, t->name, e));
+  }
   if (ti->dtype == SPILL_DT_Q8 || ti->dtype == SPILL_DT_Q4) {
     spill_dtype kd;
     uint32_t kg;
@@ -538,7 +612,7 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
       SPILL_TRY(read_scale(&R->s, sc, sec->rows, sec->cols, &R->cv, e));
     }
     SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows, sec->cols,
-                      0, wm->expert_dtype, wm->expert_group,
+                      NULL, wm->expert_dtype, wm->expert_group,
                       R->out + (sec->offset - SPILL_RECORD_HEADER_BYTES),
                       &R->exp_num[bi * 3 + k], &R->exp_den[bi * 3 + k], t->name, e));
   }

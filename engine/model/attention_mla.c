@@ -9,6 +9,9 @@
  * dn rows of Wuk_j one at a time (any trunk dtype) and accumulating them in
  * row order. Heads run in parallel on the pool; each head is computed by one
  * thread in a fixed order, so results do not depend on the thread count.
+ * RoPE on the dr dims is rotate-half with optional YaRN frequencies and
+ * mscale (mla_rope_table); interleaved-pair sources are de-interleaved at
+ * import (engine/import), which gives the same dot products.
  */
 #include <math.h>
 #include <string.h>
@@ -92,6 +95,37 @@ static void mla_head(void *ctx, int j, int thread) {
   spill_k_matvec(&wuv, ol, g->o + (size_t)j * dv, 0, (uint32_t)dv);
 }
 
+/* cos/sin of position pos for the dr rope dims (docs/MODEL.md "ATTN MLA",
+ * YaRN): frequency i is f_i = theta^(-2i/dr); with YaRN factor s > 1 it
+ * becomes f_i (1 - r_i) + (f_i / s) r_i, r_i = clamp((i - lo) / max(hi - lo,
+ * 0.001), 0, 1), lo = max(floor(cd(beta_fast)), 0), hi = min(ceil(cd(beta_slow)),
+ * dr - 1), cd(b) = dr ln(orig_ctx / (2 pi b)) / (2 ln theta) (DeepSeek's
+ * modelling code and ggml's rope_yarn agree on this). cos and sin are then
+ * multiplied by rope_mscale. */
+static void mla_rope_table(float *cs, const spill_mla_cfg *c, int pos) {
+  const int dr = c->qk_rope_dim, half = dr / 2;
+  const double ms = c->rope_mscale != 0 ? c->rope_mscale : 1.0;
+  double lo = 0, hi = 0;
+  if (c->yarn_factor > 1.0) {
+    const double lt = 2.0 * log(c->rope_theta), tp = 2.0 * 3.14159265358979323846;
+    lo = floor(dr * log(c->yarn_orig_ctx / (tp * c->yarn_beta_fast)) / lt);
+    hi = ceil(dr * log(c->yarn_orig_ctx / (tp * c->yarn_beta_slow)) / lt);
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > dr - 1 ? dr - 1 : hi;
+  }
+  for (int i = 0; i < half; i++) {
+    double f = pow(c->rope_theta, -2.0 * i / (double)dr);
+    if (c->yarn_factor > 1.0) {
+      double r = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+      r = r < 0 ? 0 : r > 1 ? 1 : r;
+      f = f * (1.0 - r) + f / c->yarn_factor * r;
+    }
+    const double a = (double)pos * f;
+    cs[i] = (float)(cos(a) * ms);
+    cs[half + i] = (float)(sin(a) * ms);
+  }
+}
+
 int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
   (void)e;
   const spill_mla_cfg *c = &m->a.mla;
@@ -116,13 +150,14 @@ int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *
   spill_k_rmsnorm(kv, L->attn_kv_a_norm, cache_t, (uint32_t)dc, eps); /* c: the cached latent */
   memcpy(cache_t + dc, kv + dc, (size_t)dr * sizeof(float));           /* kr: shared rope key */
   if (c->use_rope && dr > 0) {
-    spill_model_rope_table(cs, dr, pos, c->rope_theta);
+    mla_rope_table(cs, c, pos);
     for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * (dn + dr) + dn, dr, cs);
     spill_model_rope_apply(cache_t + dc, dr, cs);
   }
 
   mla_job g = {m, L, q, L->cache, m->s.qa, m->s.att, m->s.ol, m->s.o, m->s.rowtmp,
-               dn, dr, dv, dc, pos + 1, m->o.ctx, 1.0f / sqrtf((float)(dn + dr))};
+               dn, dr, dv, dc, pos + 1, m->o.ctx,
+               c->softmax_scale != 0 ? (float)c->softmax_scale : 1.0f / sqrtf((float)(dn + dr))};
   const uint64_t per_head = (uint64_t)dn * dc + (uint64_t)(pos + 1) * (2u * dc + dr) + (uint64_t)dv * dc;
   spill_model_run_tasks(m, mla_head, &g, H, (uint64_t)H * per_head);
   spill_model_matvec(m, &L->attn_output, m->s.o, out); /* (D) from (H*dv) */

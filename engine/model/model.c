@@ -375,6 +375,7 @@ int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int 
   } else {
     spill_model_softmax(s, E);
   }
+  spill_model_group_mask(&m->a.moe, s);
   float vals[SPILL_MAX_TOPK];
   spill_model_topk(s, E, k, ids_out, vals);
   if (scores_out) memcpy(scores_out, vals, (size_t)k * sizeof(float));

@@ -189,6 +189,12 @@ void spill_model_shared_experts(spill_model *m, int l, const float *h, float *ou
 
 /* attention_*.c: out (D) = ATTN(l)(h (D), pos); updates the layer's state. */
 int spill_model_attn_gqa(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
+/* Group-limited routing (DeepSeek): with n_group > 1, scores each group of
+ * n_experts/n_group consecutive experts by its best (max) or two best (top2)
+ * entries of sel, keeps the topk_group best groups (lower id on ties) and
+ * sets every other group's entries of sel to -inf (or 0 with
+ * group_mask_zero, as DeepSeek's modelling code). No-op otherwise. */
+void spill_model_group_mask(const spill_moe_cfg *c, float *sel);
 int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
 int spill_model_attn_kda(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
 

@@ -2,7 +2,7 @@
  * of T tokens (docs/MODEL.md "MOE(l)" and "Chunked prefill").
  *
  * 1. Route every token: router logits, sigmoid (+ selection-only bias) or
- *    softmax scores, top-k in selection order (descending, lower id on
+ *    softmax scores, optional group limit (spill_model_group_mask), top-k in selection order (descending, lower id on
  *    ties), optional renormalisation, routed_scale. With forced routing
  *    (spill_model_set_forced_routing) the table's ids replace the top-k and
  *    take their own scores as weights; the rest is unchanged.
@@ -16,6 +16,7 @@
  *    placement and thread count never change a bit of the result.
  * No allocation: all buffers are scratch sized at open for max_chunk tokens.
  */
+#include <math.h>
 #include <string.h>
 
 #include "engine/base/clock.h"
@@ -39,6 +40,34 @@ void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *v
     ids[j] = (uint32_t)i;
     m++;
   }
+}
+
+void spill_model_group_mask(const spill_moe_cfg *c, float *sel) {
+  if (c->n_group <= 1) return;
+  const int G = c->n_group, per = c->n_experts / G;
+  float gsc[SPILL_MAX_EXPERTS];
+  uint32_t gid[SPILL_MAX_EXPERTS];
+  for (int g = 0; g < G; g++) {
+    const float *x = sel + (size_t)g * per;
+    float b1 = x[0], b2 = -INFINITY;
+    for (int i = 1; i < per; i++) {
+      if (x[i] > b1) {
+        b2 = b1;
+        b1 = x[i];
+      } else if (x[i] > b2) {
+        b2 = x[i];
+      }
+    }
+    gsc[g] = c->group_score == SPILL_GROUP_TOP2 ? b1 + b2 : b1;
+  }
+  float gv[SPILL_MAX_EXPERTS];
+  spill_model_topk(gsc, G, c->topk_group, gid, gv);
+  uint8_t keep[SPILL_MAX_EXPERTS];
+  memset(keep, 0, (size_t)G);
+  for (int i = 0; i < c->topk_group; i++) keep[gid[i]] = 1;
+  for (int g = 0; g < G; g++)
+    if (!keep[g])
+      for (int i = 0; i < per; i++) sel[(size_t)g * per + i] = c->group_mask_zero ? 0.0f : -INFINITY;
 }
 
 /* Router of one token: ids/w (K) from h (D). forced (K) != NULL replaces the
@@ -65,6 +94,14 @@ static void route(spill_model *m, const spill_layer_weights *L, const float *h, 
       s[i] = spill_model_sigmoid(s[i]);
       sel[i] = s[i] + L->exp_probs_b[i];
     }
+    spill_model_group_mask(c, sel);
+    spill_model_topk(sel, E, K, ids, vals);
+    for (int i = 0; i < K; i++) w[i] = s[ids[i]];
+  } else if (c->n_group > 1) {
+    float *sel = m->s.router_sel; /* (E) softmax scores, other groups masked */
+    spill_model_softmax(s, E);
+    memcpy(sel, s, (size_t)E * sizeof *sel);
+    spill_model_group_mask(c, sel);
     spill_model_topk(sel, E, K, ids, vals);
     for (int i = 0; i < K; i++) w[i] = s[ids[i]];
   } else {

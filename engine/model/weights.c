@@ -282,6 +282,17 @@ static int check_arch(const spill_arch *a, spill_err *e) {
                          c->qk_rope_dim < 0 || (c->qk_rope_dim & 1) || c->v_head_dim <= 0 ||
                          c->q_lora_rank < 0,
                   SPILL_E_FORMAT, "arch.mla: dimensions out of range");
+    SPILL_FAIL_IF(e, c->yarn_factor != 0 && (!(c->yarn_factor >= 1.0) || c->yarn_orig_ctx < 1 ||
+                                             !(c->yarn_beta_fast > 0) || !(c->yarn_beta_slow > 0)),
+                  SPILL_E_FORMAT, "arch.mla.yarn: factor %g, orig_ctx %d, betas %g/%g out of range",
+                  c->yarn_factor, c->yarn_orig_ctx, c->yarn_beta_fast, c->yarn_beta_slow);
+  }
+  if (a->n_layers > a->n_dense_layers && a->moe.n_group > 1) {
+    const spill_moe_cfg *c = &a->moe;
+    SPILL_FAIL_IF(e, c->n_experts % c->n_group || c->topk_group < 1 || c->topk_group > c->n_group ||
+                         c->top_k > c->topk_group * (c->n_experts / c->n_group),
+                  SPILL_E_FORMAT, "arch.moe: n_group %d / topk_group %d inconsistent with %d experts, top-%d",
+                  c->n_group, c->topk_group, c->n_experts, c->top_k);
   }
   if (has[SPILL_ATTN_KDA]) {
     const spill_kda_cfg *c = &a->kda;
