@@ -111,6 +111,74 @@ struct BadCase {
   const char *msg;
 };
 
+// The optional YaRN / softmax-scale / group-routing fields (DeepSeek import)
+// survive a round trip, are omitted at their defaults, and are validated.
+TEST(ManifestTest, OptionalMlaAndGroupFieldsRoundTripAndValidate) {
+  const std::string base = ValidJson(SPILL_DT_F32);
+  const std::string with = Mutate(base, [](cJSON *r) {
+    cJSON *mla = At(r, "arch", "mla"), *moe = At(r, "arch", "moe");
+    cJSON_AddNumberToObject(mla, "rope_mscale", 0.75);
+    cJSON_AddNumberToObject(mla, "softmax_scale", 0.3125);
+    cJSON *y = cJSON_AddObjectToObject(mla, "yarn");
+    cJSON_AddNumberToObject(y, "factor", 40);
+    cJSON_AddNumberToObject(y, "orig_ctx", 4096);
+    cJSON_AddNumberToObject(y, "beta_fast", 32);
+    cJSON_AddNumberToObject(y, "beta_slow", 1);
+    cJSON_AddNumberToObject(moe, "n_group", 2);
+    cJSON_AddNumberToObject(moe, "topk_group", 1);
+    cJSON_AddStringToObject(moe, "group_score", "top2");
+    cJSON_AddStringToObject(moe, "group_mask", "zero");
+  });
+  spill_manifest m;
+  spill_err e = {};
+  ASSERT_EQ(spill_manifest_parse(with.data(), with.size(), "manifest.json", &m, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(m.arch.mla.yarn_factor, 40.0);
+  EXPECT_EQ(m.arch.mla.yarn_orig_ctx, 4096);
+  EXPECT_EQ(m.arch.mla.rope_mscale, 0.75);
+  EXPECT_EQ(m.arch.mla.softmax_scale, 0.3125);
+  EXPECT_EQ(m.arch.moe.n_group, 2);
+  EXPECT_EQ(m.arch.moe.topk_group, 1);
+  EXPECT_EQ(m.arch.moe.group_score, SPILL_GROUP_TOP2);
+  EXPECT_EQ(m.arch.moe.group_mask_zero, 1);
+  char *out = nullptr;
+  ASSERT_EQ(spill_manifest_to_json(&m, &out, &e), SPILL_OK) << e.msg;
+  spill_manifest m2;
+  ASSERT_EQ(spill_manifest_parse(out, strlen(out), "again", &m2, &e), SPILL_OK) << e.msg;
+  free(out);
+  EXPECT_EQ(memcmp(&m.arch, &m2.arch, sizeof m.arch), 0);
+  spill_manifest_free(&m);
+  spill_manifest_free(&m2);
+  // absent: defaults, and the writer omits them (checked by RoundTripsThroughJson's equality)
+  ASSERT_EQ(spill_manifest_parse(base.data(), base.size(), "manifest.json", &m, &e), SPILL_OK);
+  EXPECT_EQ(m.arch.mla.yarn_factor, 0.0);
+  EXPECT_EQ(m.arch.moe.n_group, 0);
+  spill_manifest_free(&m);
+  struct Bad {
+    std::function<void(cJSON *)> f;
+    const char *msg;
+  } bad[] = {
+      {[](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch", "moe"), "n_group", 3); },
+       "arch.moe.n_group: 3 does not divide n_experts 4"},
+      {[](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch", "moe"), "topk_group", 1); },
+       "topk_group / group_score without n_group"},
+      {[](cJSON *r) {
+         cJSON_AddNumberToObject(At(r, "arch", "moe"), "n_group", 2);
+         cJSON_AddStringToObject(At(r, "arch", "moe"), "group_score", "best");
+       }, "group_score: \"best\" is not \"max\" or \"top2\""},
+      {[](cJSON *r) {
+         cJSON_AddNumberToObject(At(r, "arch", "moe"), "n_group", 4);
+         cJSON_AddNumberToObject(At(r, "arch", "moe"), "topk_group", 1);
+       }, "exceeds the 1 experts of topk_group 1 groups"},
+      {[](cJSON *r) { cJSON_AddObjectToObject(At(r, "arch", "mla"), "yarn"); },
+       "arch.mla.yarn.factor: missing key"},
+  };
+  for (const Bad &b : bad) {
+    spill_err e2 = {};
+    EXPECT_EQ(Parse(Mutate(base, b.f), &e2), SPILL_E_FORMAT) << b.msg;
+    EXPECT_TRUE(Contains(e2.msg, b.msg)) << e2.msg;
+  }
+}
+
 TEST(ManifestTest, EachValidationRuleHasItsOwnError) {
   const std::string base = ValidJson(SPILL_DT_RVQ3);
   const BadCase cases[] = {

@@ -281,6 +281,7 @@ static int gguf_routing(const spill_gguf *g, ds_cfg *c, spill_err *e) {
   int gf, norm = 0;
   SPILL_TRY(gkey(g, "expert_gating_func", 0, 2, 1, 0, &gf, e));
   c->router = gf == 2 ? SPILL_ROUTER_SIGMOID : SPILL_ROUTER_SOFTMAX;
+  c->has_bias = gf == 2; /* spill's sigmoid router selects with exp_probs_b (required) */
   SPILL_TRY(gnum(g, "expert_weights_scale", 0.0, &c->rscale, e));
   SPILL_FAIL_IF(e, c->rscale < 0 || c->rscale > 1e6, SPILL_E_FORMAT,
                 "GGUF deepseek2.expert_weights_scale %g out of range", c->rscale);

@@ -188,10 +188,11 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
   SPILL_TRY(grow((void **)&cv->row, &cv->row_cap, (size_t)cols * sizeof(float), e));
   uint64_t vbytes = dt == SPILL_DT_Q8 ? rows * cols : dt == SPILL_DT_Q4 ? rows * cols / 2 : 0;
   for (uint64_t r = 0; r < rows; r++) {
-    SPILL_TRY(spill_src_dequant(sd, cv->src + src_row(r, rows, heads) * rb, cols, cv->row, e));
-    if (scale) {
+    const uint64_t sr_row = src_row(r, rows, heads);
+    SPILL_TRY(spill_src_dequant(sd, cv->src + sr_row * rb, cols, cv->row, e));
+    if (scale) { /* the scale of the source row's block */
       const uint64_t bc = (cols + fp8b[1] - 1) / fp8b[1];
-      const float *sr = scale + (r / fp8b[0]) * bc;
+      const float *sr = scale + (sr_row / fp8b[0]) * bc;
       for (uint64_t c = 0; c < cols; c++) cv->row[c] *= sr[c / fp8b[1]];
     }
     switch (dt) {

@@ -4,6 +4,7 @@
 // forward's own selection; top-k orders by score then id.
 #include <algorithm>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -227,6 +228,7 @@ TEST(MoeTest, RouterTopkRejectsDenseLayerAndBadK) {
 }  // namespace
 
 extern "C" void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *vals);
+extern "C" void spill_model_group_mask(const spill_moe_cfg *c, float *sel);
 
 namespace {
 
@@ -242,6 +244,38 @@ TEST(MoeTest, TopkOrdersByScoreThenLowerId) {
   spill_model_topk(s, 8, 8, ids, v);
   const uint32_t all[8] = {1, 3, 6, 0, 5, 7, 2, 4};
   for (int i = 0; i < 8; i++) EXPECT_EQ(ids[i], all[i]) << i;
+}
+
+// Group-limited selection: V2 scores a group by its best expert, V3 by the
+// sum of its two best; dropped groups go to -inf (llama.cpp) or 0 (DeepSeek's
+// masked_fill).
+TEST(MoeTest, GroupMaskScoresGroupsByMaxOrTopTwo) {
+  // groups of 3: {0.9, 0.0, 0.0} best 0.9 sum2 0.9; {0.5, 0.5, 0.1} best 0.5 sum2 1.0;
+  // {0.6, 0.2, 0.3} best 0.6 sum2 0.9 (ties with group 0: lower id wins)
+  const float s[9] = {0.9f, 0.0f, 0.0f, 0.5f, 0.5f, 0.1f, 0.6f, 0.2f, 0.3f};
+  spill_moe_cfg c = {};
+  c.n_experts = 9;
+  c.top_k = 2;
+  c.n_group = 3;
+  c.topk_group = 1;
+  float x[9];
+  memcpy(x, s, sizeof x);
+  c.group_score = SPILL_GROUP_MAX;
+  spill_model_group_mask(&c, x);
+  for (int i = 0; i < 9; i++) EXPECT_EQ(x[i], i < 3 ? s[i] : -INFINITY) << i;
+  memcpy(x, s, sizeof x);
+  c.group_score = SPILL_GROUP_TOP2;
+  spill_model_group_mask(&c, x);
+  for (int i = 0; i < 9; i++) EXPECT_EQ(x[i], i >= 3 && i < 6 ? s[i] : -INFINITY) << i;
+  memcpy(x, s, sizeof x);
+  c.topk_group = 2;
+  c.group_mask_zero = 1;
+  spill_model_group_mask(&c, x);  // groups 1 (1.0) and 0 (0.9, lower id than group 2)
+  for (int i = 0; i < 9; i++) EXPECT_EQ(x[i], i < 6 ? s[i] : 0.0f) << i;
+  c.n_group = 1;  // no groups: unchanged
+  memcpy(x, s, sizeof x);
+  spill_model_group_mask(&c, x);
+  EXPECT_EQ(memcmp(x, s, sizeof x), 0);
 }
 
 }  // namespace

@@ -29,6 +29,21 @@ same dequantised values: tools/reference check-weights):
   BULK and TIE are about 3x and 2.5x the largest bulk and flip margin seen.
   Q6_K is NOT judged: llama.cpp disagrees with both spill and the float64
   reference on it (docs/PEERS.md, open investigation).
+
+--arch deepseek2 (MLA, YaRN, sigmoid + bias + group routing): more rounded
+activations per layer (q_a, q_b, kv_a, k_b, v_b, shared experts) and group
+routing, where one flipped group replaces several experts at once. Measured
+on seeds 11-13 (variants v2lite, v2, v3 of tools/reference/deepseek_ref.py,
+40 positions): spill agrees with the float64 reference within 7.5e-7 in
+every case, and llama.cpp differs from the reference exactly as much as
+from spill, so the differences are llama.cpp's rounding. F16 bulk p90
+5.6e-4..8.0e-4, one outlier (5.9e-2); Q8_0 bulk p90 1.8e-2..3.0e-2, at
+most 2 outliers per run (up to 0.55, routing flips), argmax flips at
+margins up to 0.20, every one at a position whose own diff is at least
+half the margin. So for deepseek2: F32 strict as above; F16 / Q8_0 BULK
+2.5e-3 / 9e-2 (about 3x), at most 10% of positions over BULK, and every
+argmax disagreement explained by that position's diff (margin <= 2 x diff:
+both top logits moved by up to diff).
 """
 
 import argparse
@@ -38,6 +53,7 @@ import numpy as np
 
 STRICT = {"F32": 1e-4}
 BULK = {"F16": 1.5e-3, "Q8_0": 5e-2, "Q4_0": 5e-2, "Q4_K": 2.5e-2, "Q5_K": 2.5e-2, "Q6_K": 2.5e-2}
+BULK_DS = {"F16": 2.5e-3, "Q8_0": 9e-2}
 TIE = {"F16": 2e-4, "Q8_0": 3e-2, "Q4_0": 3e-2, "Q4_K": 3e-2, "Q5_K": 3e-2, "Q6_K": 3e-2}
 
 
@@ -48,6 +64,7 @@ def main():
     ap.add_argument("--vocab", type=int, required=True)
     ap.add_argument("--type", required=True, choices=sorted(list(STRICT) + list(BULK)))
     ap.add_argument("--tol", type=float, help="override the type's tolerance")
+    ap.add_argument("--arch", default="", help="deepseek2: its own tolerances (see above)")
     a = ap.parse_args()
     s = np.fromfile(a.spill, dtype="<f4")
     g = np.fromfile(a.llama, dtype="<f4")
@@ -72,6 +89,17 @@ def main():
         tol = a.tol if a.tol is not None else STRICT[a.type]
         ok = d.max() <= tol and bad.size == 0
         msg += f" (strict: tol {tol:g}, every argmax)"
+    elif a.arch == "deepseek2":
+        if a.type not in BULK_DS:
+            print(f"no deepseek2 tolerance measured for {a.type}")
+            return 1
+        bulk = a.tol if a.tol is not None else BULK_DS[a.type]
+        over = int((d > bulk).sum())
+        explained = all(margin[p] <= 2 * d[p] for p in bad)
+        ok = np.percentile(d, 90) <= bulk and over <= n // 10 and explained
+        msg += (f" (deepseek2 bulk tol {bulk:g}: {over} positions over, at most {n // 10}; flips at "
+                f"(margin, diff) {[(float('%.2g' % margin[p]), float('%.2g' % d[p])) for p in bad]}, "
+                f"each needs margin <= 2 diff)")
     else:
         bulk = a.tol if a.tol is not None else BULK[a.type]
         over = int((d > bulk).sum())

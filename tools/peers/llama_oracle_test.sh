@@ -16,6 +16,7 @@ set -uo pipefail
 SPILL="$1"
 REF="$2"
 CMP="$3"
+# $4: tools/reference/deepseek_ref.py (the deepseek2 cases)
 PEER="${SPILL_LLAMA_PEER:-}"
 if [ -z "$PEER" ] || [ ! -x "$PEER" ]; then
   echo "SKIP: llama.cpp peer not built (run ./lab peers; SPILL_LLAMA_PEER='$PEER')"
@@ -51,6 +52,33 @@ for seed in $SEEDS; do
         { bad "$arch $ty seed $seed: llama_peer: $(tail -1 "$TMP/err")"; continue; }
       r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type "$ty" 2>&1) &&
         ok "$arch $ty seed $seed: $r" || bad "$arch $ty seed $seed: $r"
+    done
+  done
+done
+# deepseek2 (tools/reference/deepseek_ref.py): V2-style softmax routing
+# without group limits and YaRN (v2), the same without q LoRA (v2lite), and
+# V3-style sigmoid + exp_probs_b + groups (v3); both with leading dense
+# layers, shared experts, attn_k_b/attn_v_b. llama.cpp applies V3's group
+# rule to any gating, so it is no oracle for V2's group-limited routing (the
+# numpy reference is: tools/reference/deepseek_import_test.sh).
+DSREF="${4:-}"
+DS_TYPES="${ORACLE_DS_TYPES:-F32 F16 Q8_0}"
+for seed in $SEEDS; do
+  [ -n "$DSREF" ] || break
+  TOK=$($PY -c "import random; r=random.Random($seed); print(','.join(str(r.randrange(300)) for _ in range(40)))")
+  for v in v2 v2lite v3; do
+    for ty in $DS_TYPES; do
+      g="$TMP/ds-$v-$ty-$seed.gguf"
+      $PY "$DSREF" make-gguf "$g" --variant "$v" --type "$ty" --seed "$seed" --vocab ||
+        { bad "deepseek2 $v $ty seed $seed: make-gguf"; continue; }
+      "$SPILL" import "$g" "$g.spill" >/dev/null 2>"$TMP/err" ||
+        { bad "deepseek2 $v $ty seed $seed: spill import: $(tail -1 "$TMP/err")"; continue; }
+      "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/s.f32" \
+        >/dev/null 2>"$TMP/err" || { bad "deepseek2 $v $ty seed $seed: spill eval: $(tail -1 "$TMP/err")"; continue; }
+      "$PEER" logits "$g" --tokens "$TOK" --out "$TMP/l" --threads 2 2>"$TMP/err" ||
+        { bad "deepseek2 $v $ty seed $seed: llama_peer: $(tail -1 "$TMP/err")"; continue; }
+      r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type "$ty" --arch deepseek2 2>&1) &&
+        ok "deepseek2 $v $ty seed $seed: $r" || bad "deepseek2 $v $ty seed $seed: $r"
     done
   done
 done

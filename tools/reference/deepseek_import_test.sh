@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# `spill import` of the DeepSeek family end to end (docs/MODEL.md "Imported
+# architectures"): tiny random checkpoints written by deepseek_ref.py for
+# deepseek_v2 (softmax, group_limited_greedy + YaRN; greedy without q LoRA),
+# deepseek_v3 (sigmoid + bias, noaux_tc groups, YaRN, an MTP layer) and
+# kimi_k2 (one group, YaRN beta_fast 1) in safetensors F32/F16/BF16 (sharded)
+# and GGUF deepseek2 F32/F16/Q8_0 (attn_k_b/attn_v_b split and legacy
+# attn_kv_b) are imported, `spill verify` must pass, and spill's logits at
+# every position must agree with deepseek_ref.py's float64 forward pass from
+# the SOURCE file within 1e-4 of the logit scale. FP8 e4m3 (block
+# weight_scale_inv): keep refused, q8 within 5e-2 (one routing flip allowed). Logits bit-identical
+# across storage modes, cache sizes, lookahead and threads. Hostile configs
+# and tensors: named errors.
+set -uo pipefail
+SPILL="$1"
+REF="$2"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}/dsk"
+rm -rf "$TMP"
+mkdir -p "$TMP"
+PY=/usr/bin/python3
+TOK="1,5,9,200,33,7,299,0,17"
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+check() { # $1 = source, $2 = label, $3 = tolerance, $4 = positions allowed over it, rest = import options
+  local in="$1" label="$2" tol="$3" outl="$4"
+  shift 4
+  rm -rf "$in.spill"
+  "$SPILL" import "$in" "$in.spill" "$@" 2>"$TMP/err" >/dev/null || { bad "$label: import: $(tail -1 "$TMP/err")"; return; }
+  "$SPILL" verify "$in.spill" >/dev/null 2>&1 || { bad "$label: verify"; return; }
+  "$SPILL" eval "$in.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1 || { bad "$label: eval"; return; }
+  r=$($PY "$REF" logits "$in" --tokens "$TOK" --compare "$TMP/l.f32" --tol "$tol" --max-outliers "$outl" 2>&1) && ok "$label: $r" || bad "$label: $r"
+}
+
+for v in v2 v2lite v3 k2; do
+  for src in F32:1 F16:2 BF16:3; do
+    IFS=: read -r ty shards <<<"$src"
+    in="$TMP/$v-$ty"
+    $PY "$REF" make-hf "$in" --variant "$v" --dtype "$ty" --shards "$shards" --seed 7 || { bad "$v $ty: make"; continue; }
+    check "$in" "hf $v $ty" 1e-4 0
+  done
+done
+for v in v2 v2lite v3; do
+  for ty in F32 F16 Q8_0; do
+    for kvb in split legacy; do
+      in="$TMP/$v-$ty-$kvb.gguf"
+      $PY "$REF" make-gguf "$in" --variant "$v" --type "$ty" --seed 7 $([ $kvb = legacy ] && echo --legacy-kvb) ||
+        { bad "gguf $v $ty: make"; continue; }
+      check "$in" "gguf $v $ty $kvb attn_kv_b" 1e-4 0
+    done
+  done
+done
+
+# FP8 e4m3 with block-wise weight_scale_inv (how V3 / K2 ship)
+f8="$TMP/v3-F8"
+$PY "$REF" make-hf "$f8" --variant v3 --dtype F8_E4M3 --shards 2 --seed 7 || bad "fp8: make"
+if "$SPILL" import "$f8" "$f8.keep" 2>"$TMP/err"; then bad "fp8: keep accepted"; else
+  grep -q "F8_E4M3 has no container format" "$TMP/err" && ok "fp8 keep refused: $(tail -1 "$TMP/err" | cut -c1-120)" || bad "fp8 keep: $(tail -1 "$TMP/err")"
+fi
+# q8 rounding moves logits ~2e-2 (F32 -> q8 too); where it flips a group or
+# expert choice one position moves more (measured 0.195 at 1 of 9): allow 1
+check "$f8" "hf v3 FP8 -> q8" 5e-2 1 --experts q8 --trunk q8
+
+# Placement never changes numerics (MLA + YaRN + groups, q8 experts from Q8_0)
+for m in "$TMP/v3-Q8_0-split.gguf.spill" "$TMP/v2-F32.spill"; do
+  "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/base.f32" >/dev/null 2>&1
+  n=0
+  for knobs in "--storage direct" "--storage pagecache" "--storage mmap" "--cache-slots 0" \
+      "--cache-slots 3" "--lookahead 4" "--lookahead 4 --lookahead-depth 2 --cache-slots 5" \
+      "--threads 1" "--threads 2 --storage direct --verify"; do
+    # shellcheck disable=SC2086
+    "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/k.f32" $knobs >/dev/null 2>&1 &&
+      cmp -s "$TMP/base.f32" "$TMP/k.f32" || { bad "$(basename "$m"): $knobs changes the logits"; continue; }
+    n=$((n + 1))
+  done
+  ok "$(basename "$m"): logits bit-identical under $n placements"
+done
+
+# Refusals, each a named error
+expect_err() { # $1 = grep pattern, $2 = source dir
+  local pat="$1" src="$2"
+  rm -rf "$src.spill"
+  if "$SPILL" import "$src" "$src.spill" --experts q8 --trunk q8 >/dev/null 2>"$TMP/err"; then bad "accepted: $src ($pat)"; return; fi
+  grep -q -- "$pat" "$TMP/err" && ok "refused ($pat): $(tail -1 "$TMP/err" | cut -c1-150)" || bad "wrong error for $pat: $(tail -1 "$TMP/err")"
+  "$SPILL" verify "$src.spill" >/dev/null 2>&1 && bad "verify accepts a failed import ($pat)"
+}
+mutate() { # $1 = name, $2 = python statement on cfg (the parsed config.json)
+  rm -rf "$TMP/$1"
+  cp -r "$TMP/v3-F32" "$TMP/$1"
+  $PY - "$TMP/$1/config.json" "$2" <<'PY'
+import json, sys
+p = sys.argv[1]
+cfg = json.load(open(p))
+exec(sys.argv[2])
+json.dump(cfg, open(p, "w"))
+PY
+}
+mutate ng 'cfg["n_group"] = 3'; expect_err "n_group 3 does not divide" "$TMP/ng"
+mutate tg 'cfg["topk_group"] = 5'; expect_err "topk_group 5 > n_group 4" "$TMP/tg"
+mutate tgk 'cfg["topk_group"] = 1; cfg["num_experts_per_tok"] = 3'; expect_err "num_experts_per_tok 3 >" "$TMP/tgk"
+mutate rank 'cfg["kv_lora_rank"] = 1 << 40'; expect_err "kv_lora_rank" "$TMP/rank"
+mutate rank2 'cfg["kv_lora_rank"] = 48'; expect_err "shape" "$TMP/rank2"
+mutate freq 'cfg["moe_layer_freq"] = 2'; expect_err "moe_layer_freq" "$TMP/freq"
+mutate key 'cfg["rope_interleave"] = True'; expect_err '"rope_interleave" is not understood' "$TMP/key"
+mutate rsk 'cfg["rope_scaling"]["extrapolation_factor"] = 2'; expect_err "rope_scaling.extrapolation_factor" "$TMP/rsk"
+mutate rst 'cfg["rope_scaling"]["type"] = "dynamic"'; expect_err "rope_scaling.type" "$TMP/rst"
+mutate tm 'cfg["topk_method"] = "group_limited_greedy"'; expect_err "sigmoid.*group_limited_greedy\|scoring_func" "$TMP/tm"
+mutate mtp 'cfg["num_nextn_predict_layers"] = 0'; expect_err "model.layers.3.eh_proj.weight is not part" "$TMP/mtp"
+# FP8: a scale grid of the wrong shape, a missing scale tensor
+$PY "$REF" make-hf "$TMP/f8s" --variant v3 --dtype F8_E4M3 --seed 7 --break-fp8 scale-shape || bad "fp8 scale-shape: make"
+expect_err "o_proj.weight_scale_inv: shape is not the" "$TMP/f8s"
+$PY "$REF" make-hf "$TMP/f8m" --variant v3 --dtype F8_E4M3 --seed 7 --break-fp8 missing-scale || bad "fp8 missing-scale: make"
+expect_err "kv_b_proj.weight_scale_inv is missing" "$TMP/f8m"
+exit $fail
