@@ -250,9 +250,10 @@ TEST(MoeTest, TopkOrdersByScoreThenLowerId) {
 // sum of its two best; dropped groups go to -inf (llama.cpp) or 0 (DeepSeek's
 // masked_fill).
 TEST(MoeTest, GroupMaskScoresGroupsByMaxOrTopTwo) {
-  // groups of 3: {0.9, 0.0, 0.0} best 0.9 sum2 0.9; {0.5, 0.5, 0.1} best 0.5 sum2 1.0;
-  // {0.6, 0.2, 0.3} best 0.6 sum2 0.9 (ties with group 0: lower id wins)
-  const float s[9] = {0.9f, 0.0f, 0.0f, 0.5f, 0.5f, 0.1f, 0.6f, 0.2f, 0.3f};
+  // groups of 3 (exact binary fractions): {0.75, 0, 0} best 0.75, sum2 0.75;
+  // {0.5, 0.5, 0.125} best 0.5, sum2 1.0; {0.625, 0.125, 0.125} best 0.625,
+  // sum2 0.75 (ties with group 0: the lower id wins)
+  const float s[9] = {0.75f, 0.0f, 0.0f, 0.5f, 0.5f, 0.125f, 0.625f, 0.125f, 0.125f};
   spill_moe_cfg c = {};
   c.n_experts = 9;
   c.top_k = 2;
