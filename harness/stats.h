@@ -3,7 +3,8 @@
  * Role: summaries of repeated runs (median, min, max, IQR), paired A/B
  * comparison (median ratio B/A with a seeded percentile bootstrap CI), the
  * Mann-Whitney U test, and the hypothesis verdict computed from the CI. No
- * I/O, no globals, no engine: everything here is deterministic for its
+ * I/O, no globals, no engine (only the header-only generator of
+ * engine/base/rng.h): everything here is deterministic for its
  * inputs (the bootstrap takes an explicit seed), so tests pin exact values.
  * Quantiles use the linear-interpolation definition (Hyndman & Fan type 7,
  * R's and numpy's default): h = (n-1)p, Q = x[floor h] + frac(h)(x[floor h+1]
@@ -14,6 +15,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "engine/base/rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,10 +34,9 @@ double spill_stats_median(const double *x, int n);
 /* Fills s for x[0..n); n == 0 gives n = 0 and NaN fields. */
 void spill_stats_summarize(const double *x, int n, spill_stats_summary *s);
 
-/* A deterministic generator for resampling (splitmix64-seeded xoshiro256**). */
-typedef struct spill_stats_rng {
-  uint64_t s[4];
-} spill_stats_rng;
+/* A deterministic generator for resampling: engine/base/rng.h's
+ * splitmix64-seeded xoshiro256**. */
+typedef spill_rng spill_stats_rng;
 void spill_stats_rng_seed(spill_stats_rng *r, uint64_t seed);
 uint64_t spill_stats_rng_next(spill_stats_rng *r);
 /* Uniform integer in [0, n) without modulo bias. */

@@ -19,6 +19,8 @@
 
 #include <stdint.h>
 
+#include "engine/base/rng.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -79,13 +81,9 @@ static inline uint64_t spill_cache_mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/* splitmix64: a tiny deterministic PRNG; state is one uint64_t. */
-static inline uint64_t spill_cache_rng_next(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+/* splitmix64 (engine/base/rng.h): a tiny deterministic PRNG; state is one
+ * uint64_t. */
+static inline uint64_t spill_cache_rng_next(uint64_t *state) { return spill_rng_splitmix(state); }
 
 /* Uniform integer in [0, n) (n >= 1), Lemire's multiply-shift. */
 static inline uint32_t spill_cache_rng_below(uint64_t *state, uint32_t n) {

@@ -3,51 +3,31 @@
  *
  * Streams: every tensor gets the PRNG stream seeded from (seed, fnv1a(name)),
  * every expert record the stream (seed, layer, expert), so values never
- * depend on the order of generation. The PRNG is xoshiro256** seeded with
- * splitmix64; Gaussians are Irwin-Hall sums of four 16-bit uniforms (integer
- * arithmetic plus one multiply: bit-identical on every libm).
+ * depend on the order of generation. The PRNG is engine/base/rng.h's
+ * xoshiro256** seeded with splitmix64; Gaussians are Irwin-Hall sums of four
+ * 16-bit uniforms (integer arithmetic plus one multiply: bit-identical on
+ * every libm).
  */
 #ifndef SPILL_GEN_SYNTH_INTERNAL_H
 #define SPILL_GEN_SYNTH_INTERNAL_H
 
 #include <stdint.h>
 
+#include "engine/base/rng.h"
 #include "research/gen/synth.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct spill_gen_rng {
-  uint64_t s[4];
-} spill_gen_rng;
-
-static inline uint64_t spill_gen_splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+/* The generator's streams are engine/base/rng.h's xoshiro256**. */
+typedef spill_rng spill_gen_rng;
 
 static inline void spill_gen_rng_seed(spill_gen_rng *r, uint64_t seed, uint64_t a, uint64_t b) {
-  uint64_t x = seed ^ (a * 0xD6E8FEB86659FD93ull) ^ (b * 0xA0761D6478BD642Full);
-  for (int i = 0; i < 4; i++) r->s[i] = spill_gen_splitmix(&x);
+  spill_rng_seed(r, seed ^ (a * 0xD6E8FEB86659FD93ull) ^ (b * 0xA0761D6478BD642Full));
 }
 
-static inline uint64_t spill_gen_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static inline uint64_t spill_gen_next(spill_gen_rng *r) {
-  uint64_t *s = r->s;
-  uint64_t out = spill_gen_rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = spill_gen_rotl(s[3], 45);
-  return out;
-}
+static inline uint64_t spill_gen_next(spill_gen_rng *r) { return spill_rng_next(r); }
 
 /* Uniform in [0, 1). */
 static inline float spill_gen_unif(spill_gen_rng *r) {
