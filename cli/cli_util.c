@@ -217,9 +217,24 @@ void cli_print_run_summary(spill_engine *eng, const spill_run_stats *st) {
         fprintf(stderr, " %.0f%%", 100.0 * st->lookahead_rank_correct[r] / st->lookahead_rank_made[r]);
     fprintf(stderr, "\n");
   }
-  if (st->tokens_decode > 0 && st->major_faults > (uint64_t)st->tokens_decode)
-    fprintf(stderr,
-            "spill: WARNING: %llu major page faults during %d tokens: the machine is paging "
-            "(cache hits are page faults); the hit rate above does not tell the cost\n",
-            (unsigned long long)st->major_faults, st->tokens_decode + st->tokens_prefill);
+  cli_warn_paging_after(stderr, st);
+}
+
+int cli_warn_paging_live(FILE *f, const spill_run_stats *ts, int *told) {
+  if (!ts || !ts->paging || *told) return 0;
+  *told = 1;
+  fprintf(f,
+          "\nspill: WARNING: paging: %d decode tokens in a row with >= %d major page faults "
+          "each (from token %d): the budget is past this machine's RAM cliff\n",
+          SPILL_PAGING_TOKENS, SPILL_PAGING_FAULTS_PER_TOKEN, ts->paging_token);
+  return 1;
+}
+
+int cli_warn_paging_after(FILE *f, const spill_run_stats *st) {
+  if (st->tokens_decode <= 0 || st->major_faults <= (uint64_t)st->tokens_decode) return 0;
+  fprintf(f,
+          "spill: WARNING: %llu major page faults during %d tokens: the machine is paging "
+          "(cache hits are page faults); the hit rate above does not tell the cost\n",
+          (unsigned long long)st->major_faults, st->tokens_decode + st->tokens_prefill);
+  return 1;
 }

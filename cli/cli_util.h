@@ -65,5 +65,12 @@ int cli_open_engine(const char *cmd, const char *model, const struct spill_confi
  * forced routing, emulated device, lookahead precision and paging warnings. */
 struct spill_run_stats;
 void cli_print_run_summary(struct spill_engine *eng, const struct spill_run_stats *st);
+/* The paging warnings (//cli:cli_util_test). While running, from a token
+ * callback's stats: once (*told, zero at start) when the engine has flagged
+ * paging (SPILL_PAGING_*). After the run: when the run took more major page
+ * faults than it decoded tokens. Each prints to f and returns 1 if it
+ * warned. */
+int cli_warn_paging_live(FILE *f, const struct spill_run_stats *ts, int *told);
+int cli_warn_paging_after(FILE *f, const struct spill_run_stats *st);
 
 #endif

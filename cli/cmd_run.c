@@ -33,14 +33,8 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
   (void)token;
   fputs(text, stdout);
   fflush(stdout);
-  static int told;
-  if (ts && ts->paging && !told) { /* the engine detected paging: say so while it runs */
-    told = 1;
-    fprintf(stderr,
-            "\nspill: WARNING: paging: %d decode tokens in a row with >= %d major page faults "
-            "each (from token %d): the budget is past this machine's RAM cliff\n",
-            SPILL_PAGING_TOKENS, SPILL_PAGING_FAULTS_PER_TOKEN, ts->paging_token);
-  }
+  static int told; /* the engine detected paging: say so while it runs */
+  cli_warn_paging_live(stderr, ts, &told);
   return g_stop;
 }
 
