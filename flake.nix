@@ -23,7 +23,11 @@
             gbenchmark
             cjson
             liburing
-            (python3.withPackages (ps: [ ps.numpy ]))
+            pcre2
+            utf8proc
+            libmicrohttpd
+            nodejs
+            (python3.withPackages (ps: [ ps.numpy ps.jinja2 ]))
             gnuplot
             fio
           ];
