@@ -76,9 +76,8 @@ struct spill_engine {
   uint64_t la2_predicted, la2_correct; /* depth-2 predictions scored */
   uint64_t la_rank_total[MAX_PRED], la_rank_hit[MAX_PRED];
   uint64_t la_predicted, la_correct;
-  FILE *profile, *trace;
-  uint64_t trace_bytes;
-  int trace_capped;
+  FILE *profile;
+  spill_trace_writer trace; /* router rows (engine/trace) */
   int tok_counter; /* token index for trace rows */
   float *logits;
   char warnings[1024];
@@ -227,10 +226,8 @@ static int open_outputs(spill_engine *g, spill_err *e) {
     SPILL_FAIL_IF(e, !g->profile, SPILL_E_IO, "profile %s: %s", g->cfg.profile_path,
                   strerror(errno));
   }
-  if (g->cfg.trace_path) {
-    g->trace = fopen(g->cfg.trace_path, "w");
-    SPILL_FAIL_IF(e, !g->trace, SPILL_E_IO, "trace %s: %s", g->cfg.trace_path, strerror(errno));
-  }
+  if (g->cfg.trace_path)
+    SPILL_TRY(spill_trace_writer_open(&g->trace, g->cfg.trace_path, g->cfg.trace_max_bytes, e));
   g->cfg.profile_path = g->cfg.trace_path = NULL; /* not owned past open */
   return SPILL_OK;
 }
@@ -379,7 +376,7 @@ void spill_engine_close(spill_engine *g) {
   free(g->route_trace_path);
   free(g->logits);
   if (g->profile) fclose(g->profile);
-  if (g->trace) fclose(g->trace);
+  spill_trace_writer_close(&g->trace);
   free(g->dir);
   spill_tok_free(g->tok);
   free(g);
@@ -497,80 +494,76 @@ static void accumulate(spill_run_stats *st, const snap *a, const snap *b) {
   if (b->k.max_waiting > st->max_reads_in_flight) st->max_reads_in_flight = b->k.max_waiting;
 }
 
+/* One profile row (schema and writer: engine/trace, spill_profile_row). */
 static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, const snap *a,
                           const snap *b) {
   if (!g->profile) return;
   const spill_model_stats *ms = spill_model_last_stats(g->m);
   uint64_t p50 = 0, p99 = 0;
   spill_stream_read_latency(g->st, &p50, &p99);
-  fprintf(g->profile,
-          "{\"pos\": %d, \"phase\": \"%s\", \"n_tokens\": %d, \"wall_ms\": %.3f, "
-          "\"compute_ms\": {\"attention\": %.3f, \"router\": %.3f, \"expert_matmul\": %.3f, "
-          "\"table_build\": %.3f, \"lm_head\": %.3f, \"other\": %.3f}, \"io_wait_ms\": %.3f, "
-          "\"reads\": %llu, \"bytes_read\": %llu, \"demand_hits\": %llu, \"demand_misses\": %llu, "
-          "\"spec_issued\": %llu, \"spec_used\": %llu, \"spec_wasted\": %llu, "
-          "\"read_p50_ms\": %.3f, \"read_p99_ms\": %.3f, \"major_faults\": %llu, "
-          "\"rss_bytes\": %llu}\n",
-          pos, prefill ? "prefill" : "decode", n_tok, (double)(b->t_ns - a->t_ns) / 1e6,
-          ms->ns_attn / 1e6, ms->ns_router / 1e6, ms->ns_expert / 1e6, ms->ns_lut / 1e6,
-          ms->ns_lm_head / 1e6, ms->ns_other / 1e6, (double)(b->k.wait_ns - a->k.wait_ns) / 1e6,
-          (unsigned long long)(b->k.reads - a->k.reads),
-          (unsigned long long)(b->k.bytes_read_demand + b->k.bytes_read_spec -
-                               a->k.bytes_read_demand - a->k.bytes_read_spec),
-          (unsigned long long)(b->k.demand_hits - a->k.demand_hits),
-          (unsigned long long)(b->k.demand_misses - a->k.demand_misses),
-          (unsigned long long)(b->k.spec_issued - a->k.spec_issued),
-          (unsigned long long)(b->k.spec_used - a->k.spec_used),
-          (unsigned long long)(b->k.spec_wasted - a->k.spec_wasted), p50 / 1e6, p99 / 1e6,
-          (unsigned long long)(b->majflt - a->majflt),
-          (unsigned long long)status_kb("VmRSS:"));
-  fflush(g->profile);
+  const spill_profile_row row = {
+      .pos = pos,
+      .phase = prefill ? SPILL_TRACE_PHASE_PREFILL : SPILL_TRACE_PHASE_DECODE,
+      .n_tokens = n_tok,
+      .wall_ms = (double)(b->t_ns - a->t_ns) / 1e6,
+      .attention_ms = ms->ns_attn / 1e6,
+      .router_ms = ms->ns_router / 1e6,
+      .expert_matmul_ms = ms->ns_expert / 1e6,
+      .table_build_ms = ms->ns_lut / 1e6,
+      .lm_head_ms = ms->ns_lm_head / 1e6,
+      .other_ms = ms->ns_other / 1e6,
+      .io_wait_ms = (double)(b->k.wait_ns - a->k.wait_ns) / 1e6,
+      .reads = b->k.reads - a->k.reads,
+      .bytes_read = b->k.bytes_read_demand + b->k.bytes_read_spec - a->k.bytes_read_demand -
+                    a->k.bytes_read_spec,
+      .demand_hits = b->k.demand_hits - a->k.demand_hits,
+      .demand_misses = b->k.demand_misses - a->k.demand_misses,
+      .spec_issued = b->k.spec_issued - a->k.spec_issued,
+      .spec_used = b->k.spec_used - a->k.spec_used,
+      .spec_wasted = b->k.spec_wasted - a->k.spec_wasted,
+      .read_p50_ms = p50 / 1e6,
+      .read_p99_ms = p99 / 1e6,
+      .major_faults = b->majflt - a->majflt,
+      .rss_bytes = status_kb("VmRSS:"),
+  };
+  spill_profile_write_row(g->profile, &row);
 }
 
+/* Router rows of the last forward call: one per (token, MoE layer), tokens
+ * in order (schema and writer: engine/trace, spill_trace_row). */
 static void write_trace(spill_engine *g, int pos, int prefill) {
-  if (!g->trace || g->trace_capped) return;
-  int k = g->top_k;
+  if (!g->trace.f || g->trace.capped) return;
+  const int k = g->top_k;
+  uint8_t hit[SPILL_MAX_TOPK];
   for (int t = 0;; t++) {
     int any = 0;
     for (int l = 0; l < g->a->n_layers; l++) {
       layer_rec *r = &g->L[l];
       if (!spill_arch_is_moe(g->a, l) || t >= r->n_tok) continue;
       any = 1;
-      char line[8192];
-      int n = snprintf(line, sizeof line,
-                       "{\"tok\": %d, \"pos\": %d, \"phase\": \"%s\", \"layer\": %d, \"ids\": [",
-                       g->tok_counter + t, pos + t, prefill ? "prefill" : "decode", l);
-      for (int j = 0; j < k && n < (int)sizeof line - 64; j++)
-        n += snprintf(line + n, sizeof line - (size_t)n, "%s%u", j ? ", " : "",
-                      r->ids[(size_t)t * (size_t)k + (size_t)j]);
-      n += snprintf(line + n, sizeof line - (size_t)n, "], \"weights\": [");
-      for (int j = 0; j < k && n < (int)sizeof line - 64; j++)
-        n += snprintf(line + n, sizeof line - (size_t)n, "%s%.6g", j ? ", " : "",
-                      r->w[(size_t)t * (size_t)k + (size_t)j]);
-      n += snprintf(line + n, sizeof line - (size_t)n, "], \"pred\": [");
-      if (r->n_tok == 1)
-        for (int j = 0; j < r->n_tpred && n < (int)sizeof line - 64; j++)
-          n += snprintf(line + n, sizeof line - (size_t)n, "%s%u", j ? ", " : "", r->tpred[j]);
-      n += snprintf(line + n, sizeof line - (size_t)n, "], \"hit\": [");
-      for (int j = 0; j < k && n < (int)sizeof line - 64; j++) {
-        uint32_t id = r->ids[(size_t)t * (size_t)k + (size_t)j];
-        int h = 0;
+      const uint32_t *ids = r->ids + (size_t)t * (size_t)k;
+      for (int j = 0; j < k; j++) {
+        hit[j] = 0;
         for (int q = 0; q < r->n_req; q++)
-          if (r->req[q] == id) h = r->hit[q];
-        n += snprintf(line + n, sizeof line - (size_t)n, "%s%d", j ? ", " : "", h);
+          if (r->req[q] == ids[j]) hit[j] = r->hit[q];
       }
-      n += snprintf(line + n, sizeof line - (size_t)n, "]}\n");
-      if (g->cfg.trace_max_bytes && g->trace_bytes + (uint64_t)n > g->cfg.trace_max_bytes) {
-        g->trace_capped = 1;
-        fflush(g->trace);
-        return;
-      }
-      fwrite(line, 1, (size_t)n, g->trace);
-      g->trace_bytes += (uint64_t)n;
+      const spill_trace_row row = {
+          .tok = g->tok_counter + t,
+          .pos = pos + t,
+          .phase = prefill ? SPILL_TRACE_PHASE_PREFILL : SPILL_TRACE_PHASE_DECODE,
+          .layer = l,
+          .k = k,
+          .ids = ids,
+          .weights = r->w + (size_t)t * (size_t)k,
+          .n_pred = r->n_tok == 1 ? r->n_tpred : 0,
+          .pred = r->tpred,
+          .hit = hit,
+      };
+      if (!spill_trace_writer_row(&g->trace, &row)) return; /* capped */
     }
     if (!any) break;
   }
-  fflush(g->trace);
+  spill_trace_writer_flush(&g->trace);
 }
 
 /* One forward call with bookkeeping. */
@@ -631,6 +624,125 @@ int spill_eval(spill_engine *g, const int *tokens, int n, int chunked, float *lo
   return step(g, tokens, n, 0, 1, logits_last ? logits_last : g->logits, NULL, e);
 }
 
+/* Zeroes the per-run state: the model's position, latency window, token
+ * counter and lookahead scores. */
+static void reset_run(spill_engine *g) {
+  spill_model_reset(g->m);
+  spill_stream_run_latency_reset(g->st);
+  g->tok_counter = 0;
+  g->la_predicted = g->la_correct = 0;
+  g->la2_predicted = g->la2_correct = 0;
+  for (int l = 0; l < g->a->n_layers; l++) g->L[l].n_pred = g->L[l].n_pred2 = 0;
+  memset(g->la_rank_total, 0, sizeof g->la_rank_total);
+  memset(g->la_rank_hit, 0, sizeof g->la_rank_hit);
+}
+
+/* The prompt: one forward call (and one profile row) per prefill chunk; the
+ * stop flag is checked between chunks and, inside a forward, between
+ * layers. Fills st's prefill time and tokens. */
+static int run_prefill(spill_engine *g, const int *prompt, int n_prompt, volatile int *stop_flag,
+                       spill_run_stats *st, spill_err *e) {
+  int rc = SPILL_OK;
+  uint64_t t0 = spill_clock_ns();
+  int chunk = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 1;
+  int prefilled = 0;
+  for (int i = 0; i < n_prompt && rc == SPILL_OK; i += chunk) {
+    if (stop_flag && *stop_flag) {
+      rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d of %d prompt tokens",
+                         i, n_prompt);
+      break;
+    }
+    int n = n_prompt - i < chunk ? n_prompt - i : chunk;
+    rc = step(g, prompt + i, n, i, 1, g->logits, st, e);
+    if (rc == SPILL_OK) prefilled = i + n;
+    else if (rc == SPILL_E_INTERRUPTED)
+      spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d of %d prompt tokens",
+                    prefilled, n_prompt);
+  }
+  st->prefill_s = (double)(spill_clock_ns() - t0) / 1e9;
+  st->tokens_prefill = prefilled;
+  return rc;
+}
+
+/* Folds one decode token's counters (tok_stats, already filled from its
+ * snapshots) into the run, including the paging detector:
+ * SPILL_PAGING_TOKENS decode tokens in a row at or above the fault
+ * threshold; token i is the run's i-th decode token. */
+static void fold_token(spill_run_stats *st, spill_run_stats *tok_stats, int *paging_streak,
+                       int i) {
+  tok_stats->decode_hits = tok_stats->demand_hits;
+  tok_stats->decode_misses = tok_stats->demand_misses;
+  if (tok_stats->major_faults >= SPILL_PAGING_FAULTS_PER_TOKEN) {
+    st->paging_tokens++;
+    if (++*paging_streak >= SPILL_PAGING_TOKENS && !st->paging) {
+      st->paging = 1;
+      st->paging_token = i;
+    }
+  } else {
+    *paging_streak = 0;
+  }
+  tok_stats->paging = st->paging;
+  tok_stats->paging_token = st->paging_token;
+  tok_stats->paging_tokens = st->paging_tokens;
+  st->decode_hits += tok_stats->demand_hits;
+  st->decode_misses += tok_stats->demand_misses;
+}
+
+/* Decodes up to n_new tokens after the prompt (sampling from g->logits,
+ * which holds the last prompt position's), calling cb per token with its
+ * text; stops at EOS, the stop flag or a non-zero cb. rc is the prefill's
+ * status: no token is decoded unless it is SPILL_OK (decode_s is still
+ * timed). */
+static int run_decode(spill_engine *g, spill_sampler *smp, int pos, int n_new, spill_token_cb cb,
+                      void *user, volatile int *stop_flag, spill_run_stats *st, int rc,
+                      spill_err *e) {
+  int paging_streak = 0;
+  /* streaming detokenisation of a real tokenizer */
+  spill_tok_stream tstream = {0};
+  size_t tcap = g->tok ? spill_tok_max_piece(g->tok) + 72 : 0;
+  char *tbuf = g->tok ? malloc(tcap) : NULL;
+  if (g->tok && !tbuf) rc = spill_err_set(e, SPILL_E_NOMEM, "generate: out of memory");
+  uint64_t t1 = spill_clock_ns();
+  for (int i = 0; i < n_new && rc == SPILL_OK; i++) {
+    if (stop_flag && *stop_flag) {
+      rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d tokens", i);
+      break;
+    }
+    int tok = spill_sampler_sample(smp, g->logits);
+    spill_run_stats tok_stats;
+    memset(&tok_stats, 0, sizeof tok_stats);
+    snap a, b;
+    take(g, &a);
+    uint64_t ts = spill_clock_ns();
+    if (tok != g->a->eos_id || g->a->eos_id < 0) {
+      rc = step(g, &tok, 1, pos, 0, g->logits, &tok_stats, e);
+      if (rc < 0) break;
+    }
+    take(g, &b);
+    tok_stats.tokens_decode = 1;
+    tok_stats.decode_s = (double)(spill_clock_ns() - ts) / 1e9;
+    /* fold this token into the run */
+    st->tokens_decode++;
+    accumulate(st, &a, &b);
+    fold_token(st, &tok_stats, &paging_streak, i);
+    pos++;
+    char small[16];
+    const char *text = small;
+    if (g->tok) { /* only whole UTF-8 characters; special tokens print nothing */
+      int k = spill_tok_stream_push(g->tok, &tstream, tok, 1, tbuf, tcap, NULL);
+      tbuf[k > 0 ? k : 0] = 0;
+      text = tbuf;
+    } else {
+      spill_token_to_text(g, tok, small, sizeof small);
+    }
+    if (cb && cb(user, tok, text, &tok_stats)) break;
+    if (tok == g->a->eos_id && g->a->eos_id >= 0) break;
+  }
+  st->decode_s = (double)(spill_clock_ns() - t1) / 1e9;
+  free(tbuf);
+  return rc;
+}
+
 int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
                    const spill_sampling *s, spill_token_cb cb, void *user,
                    volatile int *stop_flag, spill_run_stats *stats, spill_err *e) {
@@ -654,99 +766,11 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   }
   spill_sampler smp;
   SPILL_TRY(spill_sampler_init(&smp, &so, g->vocab, e));
-  spill_model_reset(g->m);
-  spill_stream_run_latency_reset(g->st);
+  reset_run(g);
   st->paging_token = -1;
-  int paging_streak = 0;
-  g->tok_counter = 0;
-  g->la_predicted = g->la_correct = 0;
-  g->la2_predicted = g->la2_correct = 0;
-  for (int l = 0; l < g->a->n_layers; l++) g->L[l].n_pred = g->L[l].n_pred2 = 0;
-  memset(g->la_rank_total, 0, sizeof g->la_rank_total);
-  memset(g->la_rank_hit, 0, sizeof g->la_rank_hit);
-  int rc = SPILL_OK;
-  uint64_t t0 = spill_clock_ns();
-  /* one forward call (and one profile row) per prefill chunk; the stop flag
-   * is checked between chunks and, inside a forward, between layers */
   spill_model_set_stop(g->m, stop_flag);
-  int chunk = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 1;
-  int prefilled = 0;
-  for (int i = 0; i < n_prompt && rc == SPILL_OK; i += chunk) {
-    if (stop_flag && *stop_flag) {
-      rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d of %d prompt tokens",
-                         i, n_prompt);
-      break;
-    }
-    int n = n_prompt - i < chunk ? n_prompt - i : chunk;
-    rc = step(g, prompt + i, n, i, 1, g->logits, st, e);
-    if (rc == SPILL_OK) prefilled = i + n;
-    else if (rc == SPILL_E_INTERRUPTED)
-      spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d of %d prompt tokens",
-                    prefilled, n_prompt);
-  }
-  st->prefill_s = (double)(spill_clock_ns() - t0) / 1e9;
-  st->tokens_prefill = prefilled;
-  int pos = n_prompt;
-  /* streaming detokenisation of a real tokenizer */
-  spill_tok_stream tstream = {0};
-  size_t tcap = g->tok ? spill_tok_max_piece(g->tok) + 72 : 0;
-  char *tbuf = g->tok ? malloc(tcap) : NULL;
-  if (g->tok && !tbuf) rc = spill_err_set(e, SPILL_E_NOMEM, "generate: out of memory");
-  uint64_t t1 = spill_clock_ns();
-  for (int i = 0; i < n_new && rc == SPILL_OK; i++) {
-    if (stop_flag && *stop_flag) {
-      rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d tokens", i);
-      break;
-    }
-    int tok = spill_sampler_sample(&smp, g->logits);
-    spill_run_stats tok_stats;
-    memset(&tok_stats, 0, sizeof tok_stats);
-    snap a, b;
-    take(g, &a);
-    uint64_t ts = spill_clock_ns();
-    if (tok != g->a->eos_id || g->a->eos_id < 0) {
-      rc = step(g, &tok, 1, pos, 0, g->logits, &tok_stats, e);
-      if (rc < 0) break;
-    }
-    take(g, &b);
-    tok_stats.tokens_decode = 1;
-    tok_stats.decode_s = (double)(spill_clock_ns() - ts) / 1e9;
-    /* fold this token into the run */
-    st->tokens_decode++;
-    accumulate(st, &a, &b);
-    tok_stats.decode_hits = tok_stats.demand_hits;
-    tok_stats.decode_misses = tok_stats.demand_misses;
-    /* paging: SPILL_PAGING_TOKENS decode tokens in a row at or above the
-     * fault threshold */
-    if (tok_stats.major_faults >= SPILL_PAGING_FAULTS_PER_TOKEN) {
-      st->paging_tokens++;
-      if (++paging_streak >= SPILL_PAGING_TOKENS && !st->paging) {
-        st->paging = 1;
-        st->paging_token = i;
-      }
-    } else {
-      paging_streak = 0;
-    }
-    tok_stats.paging = st->paging;
-    tok_stats.paging_token = st->paging_token;
-    tok_stats.paging_tokens = st->paging_tokens;
-    st->decode_hits += tok_stats.demand_hits;
-    st->decode_misses += tok_stats.demand_misses;
-    pos++;
-    char small[16];
-    const char *text = small;
-    if (g->tok) { /* only whole UTF-8 characters; special tokens print nothing */
-      int k = spill_tok_stream_push(g->tok, &tstream, tok, 1, tbuf, tcap, NULL);
-      tbuf[k > 0 ? k : 0] = 0;
-      text = tbuf;
-    } else {
-      spill_token_to_text(g, tok, small, sizeof small);
-    }
-    if (cb && cb(user, tok, text, &tok_stats)) break;
-    if (tok == g->a->eos_id && g->a->eos_id >= 0) break;
-  }
-  st->decode_s = (double)(spill_clock_ns() - t1) / 1e9;
-  free(tbuf);
+  int rc = run_prefill(g, prompt, n_prompt, stop_flag, st, e);
+  rc = run_decode(g, &smp, n_prompt, n_new, cb, user, stop_flag, st, rc, e);
   /* prefetches still in flight belong to this run: wait for them so the
    * counters are exact (reads == misses + prefetches issued) */
   snap qa, qb;
@@ -818,16 +842,16 @@ int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, s
     return SPILL_OK;
   }
   if (!strcmp(key, "profile") || !strcmp(key, "trace")) {
-    FILE **f = !strcmp(key, "profile") ? &g->profile : &g->trace;
-    if (*f) fclose(*f);
-    *f = NULL;
     if (!strcmp(key, "trace")) {
-      g->trace_bytes = 0;
-      g->trace_capped = 0;
+      spill_trace_writer_close(&g->trace);
+      return *value ? spill_trace_writer_open(&g->trace, value, g->cfg.trace_max_bytes, e)
+                    : SPILL_OK;
     }
+    if (g->profile) fclose(g->profile);
+    g->profile = NULL;
     if (!*value) return SPILL_OK;
-    *f = fopen(value, "w");
-    SPILL_FAIL_IF(e, !*f, SPILL_E_IO, "%s %s: %s", key, value, strerror(errno));
+    g->profile = fopen(value, "w");
+    SPILL_FAIL_IF(e, !g->profile, SPILL_E_IO, "%s %s: %s", key, value, strerror(errno));
     return SPILL_OK;
   }
   /* a row marked live in the table without a case above: our bug */

@@ -1,5 +1,7 @@
 /* engine/trace/router_trace.h: the router-trace schema (docs/TRACE.md):
- * traces in memory, their reader and their simple-format writer.
+ * traces in memory, their reader and their simple-format writer, and the
+ * engine's per-token outputs (router rows and profile rows), written and
+ * read here so that each schema lives in one module.
  *
  * Role: a trace is the routed experts of every token (the simple per-token
  * format and the engine's per-(token, layer) router format). Reading
@@ -17,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/base/status.h"
 
@@ -100,6 +103,72 @@ void spill_trace_free(spill_trace *t);
 int spill_trace_write_file(const spill_trace *t, const char *path, spill_err *e);
 /* Same text into a malloc'd NUL-terminated buffer (caller frees). */
 int spill_trace_format_jsonl(const spill_trace *t, char **out, size_t *len, spill_err *e);
+
+/* --------------------------------------------- the engine's per-token rows */
+
+/* One router-format line (docs/TRACE.md "Router format"): the ids the
+ * router selected for one token at one MoE layer, their gate weights, the
+ * lookahead's predictions for this layer (decode only) and the hit flag of
+ * each id. Arrays are borrowed for the call. */
+typedef struct spill_trace_row {
+  int64_t tok, pos;
+  spill_trace_phase phase;  /* DECODE or PREFILL */
+  int layer;                /* model layer index */
+  int k;                    /* (k) entries in ids, weights, hit */
+  const uint32_t *ids;      /* (k) */
+  const float *weights;     /* (k) */
+  int n_pred;               /* (n_pred) entries in pred; 0 = none */
+  const uint32_t *pred;
+  const uint8_t *hit;       /* (k) 1 if the id was served by the cache */
+} spill_trace_row;
+
+/* Formats r as one line (ending in "\n") into line[0..cap), cap >= 128;
+ * returns its length. Lists stop 64 bytes short of cap (8192 bytes hold
+ * any row within the schema's limits). */
+int spill_trace_row_format(const spill_trace_row *r, char *line, size_t cap);
+
+/* An append-only router-trace file with an optional size cap. */
+typedef struct spill_trace_writer {
+  FILE *f;            /* NULL: closed (rows are dropped) */
+  uint64_t bytes;     /* written so far */
+  uint64_t max_bytes; /* 0 = no cap */
+  int capped;         /* a row did not fit under max_bytes: nothing more is written */
+} spill_trace_writer;
+
+/* Creates/truncates path. SPILL_E_IO "trace PATH: reason". */
+int spill_trace_writer_open(spill_trace_writer *w, const char *path, uint64_t max_bytes,
+                            spill_err *e);
+/* Appends one row; returns 1 if written, 0 if dropped (closed, or the cap
+ * reached: then capped is set and later rows are dropped too). */
+int spill_trace_writer_row(spill_trace_writer *w, const spill_trace_row *r);
+void spill_trace_writer_flush(spill_trace_writer *w);
+/* Closes and zeroes *w; accepts NULL and a closed writer. */
+void spill_trace_writer_close(spill_trace_writer *w);
+
+/* One per-token profile line (docs/TRACE.md "Profile"): a forward call
+ * (one decode token or one prefill chunk) with its time split and reads. */
+typedef struct spill_profile_row {
+  int pos;                  /* first position of the call */
+  spill_trace_phase phase;  /* DECODE or PREFILL */
+  int n_tokens;             /* tokens in the call */
+  double wall_ms;
+  double attention_ms, router_ms, expert_matmul_ms, table_build_ms, lm_head_ms, other_ms;
+  double io_wait_ms;        /* compute thread blocked on reads */
+  uint64_t reads, bytes_read, demand_hits, demand_misses;
+  uint64_t spec_issued, spec_used, spec_wasted;
+  double read_p50_ms, read_p99_ms;
+  uint64_t major_faults, rss_bytes;
+} spill_profile_row;
+
+/* Appends p as one line to f and flushes; times are printed to the
+ * microsecond (%.3f ms). Returns 1, or 0 if f is NULL. */
+int spill_profile_write_row(FILE *f, const spill_profile_row *p);
+/* Reads one profile line buf[0..len) (need not be NUL-terminated) into *p.
+ * SPILL_E_TRACE "NAME: key: reason" for anything the writer would not
+ * produce (missing keys, wrong types, negative or non-integer counters).
+ * name may be NULL ("profile"). */
+int spill_profile_parse_row(const char *buf, size_t len, const char *name, spill_profile_row *p,
+                            spill_err *e);
 
 /* ids of token t, layer index l (0..n_layers-1): top_k entries. */
 static inline const uint32_t *spill_trace_ids(const spill_trace *t, uint32_t tok, uint32_t l) {
