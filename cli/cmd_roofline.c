@@ -1,10 +1,10 @@
 /* cli/cmd_roofline.c: `spill roofline [--json] [--fio] MODEL [knobs]`.
  *
- * Prints spill_roofline_measure (engine/spill.h): the device's random-read
- * bandwidth at the record size (our own O_DIRECT probe), memory bandwidth,
- * compute time per token with every expert resident, bytes read per decode
- * token at the configured cache (demand misses + lookahead prefetches), the
- * bound min(disk / read, 1 / compute) and the
+ * Prints spill_roofline_measure (research/roofline/spill_roofline.h): the
+ * device's random-read bandwidth at the record size (O_DIRECT probe),
+ * memory bandwidth, compute time per token with every expert resident,
+ * bytes read per decode token at the configured cache (demand misses +
+ * lookahead prefetches), the bound min(disk / read, 1 / compute) and the
  * achieved decode tok/s as a fraction of it. --fio also runs Debian's fio
  * once with the same record size, threads (psync, one read in flight each),
  * O_DIRECT and duration on one bank file of the model and prints the
@@ -26,7 +26,6 @@ const char cmd_roofline_usage[] =
     "usage: spill roofline [--json] [--fio] [-n N] [--repeats R] [--prompt TEXT]\n"
     "                      [--probe-threads N] [--probe-seconds S] MODEL [engine knobs]\n";
 
-/* fio randread on `file`; returns bytes/s or a negative value. */
 /* fio's randread bandwidth (bytes/s) on FILE, or -1 with the reason in why. */
 static double run_fio(const char *file, uint64_t bs, int threads, double seconds, char *why,
                       size_t why_n) {
@@ -115,103 +114,99 @@ static void put_json_str(const char *s) {
   putchar('"');
 }
 
-int cmd_roofline(int argc, char **argv) {
-  spill_config cfg;
-  spill_config_default(&cfg);
-  spill_roofline_opts o = {0};
-  int json = 0, fio = 0;
+/* Parses the command line into model, cfg (engine knobs) and o; returns
+ * -1 to go on, or the exit status (2 on a usage error). */
+static int parse_args(int argc, char **argv, const char **model, spill_config *cfg,
+                      spill_roofline_opts *o, int *json, int *fio) {
   long v;
-  const char *model = NULL, *s;
+  const char *s;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--json")) json = 1;
-    else if (!strcmp(a, "--fio")) fio = 1;
+    if (!strcmp(a, "--json")) *json = 1;
+    else if (!strcmp(a, "--fio")) *fio = 1;
     else if (!strcmp(a, "-n")) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 4096, &v)) return 2;
-      o.n_tokens = (int)v;
+      o->n_tokens = (int)v;
     } else if (!strcmp(a, "--repeats")) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 16, &v)) return 2;
-      o.repeats = (int)v;
+      o->repeats = (int)v;
     } else if (!strcmp(a, "--prompt")) {
       if (!(s = cli_value(argc, argv, &i))) return 2;
       if (!s[0]) return cli_usage_error("--prompt: empty prompt");
-      o.prompt = s;
+      o->prompt = s;
     } else if (!strcmp(a, "--probe-threads")) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 64, &v)) return 2;
-      o.probe_threads = (int)v;
+      o->probe_threads = (int)v;
     } else if (!strcmp(a, "--probe-seconds")) {
       if (!(s = cli_value(argc, argv, &i)) || cli_int(a, s, 1, 600, &v)) return 2;
-      o.probe_seconds = (double)v;
+      o->probe_seconds = (double)v;
     } else {
-      int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG, &cfg, NULL);
+      int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG, cfg, NULL);
       if (k < 0) return 2;
       if (k) continue;
       if (a[0] == '-') return cli_usage_error("unknown option %s", a);
-      if (model) return cli_usage_error("unexpected argument %s", a);
-      model = a;
+      if (*model) return cli_usage_error("unexpected argument %s", a);
+      *model = a;
     }
   }
-  if (!model) return cli_usage_error("no model");
-  spill_roofline r;
-  spill_err e = {0};
-  int rc = spill_roofline_measure(model, &cfg, &o, &r, &e);
-  if (rc) return cli_fail("roofline", rc, e.msg);
-  double fio_bw = -1;
-  if (fio) {
-    char bank[4096];
-    char why[512] = "no experts-*.bin bank in the manifest";
-    if (first_bank(model, bank, sizeof bank) == 0)
-      fio_bw = run_fio(bank, r.record_bytes, r.probe_threads,
-                       o.probe_seconds > 0 ? o.probe_seconds : 3, why, sizeof why);
-    if (fio_bw < 0) fprintf(stderr, "spill roofline: warning: no fio comparison: %s\n", why);
-  }
+  if (!*model) return cli_usage_error("no model");
+  return -1;
+}
+
+/* --json: one object (the disk bound is null when nothing was missed). */
+static void print_json(const char *model, const spill_roofline_opts *o, const spill_roofline *rp,
+                       double fio_bw) {
+  const spill_roofline r = *rp;
   const int disk_inf = r.bound_disk_tok_s > 1e200;
-  if (json) {
-    char dbound[64]; /* null: nothing missed, the disk does not bound */
-    if (disk_inf) snprintf(dbound, sizeof dbound, "null");
-    else snprintf(dbound, sizeof dbound, "%.4f", r.bound_disk_tok_s);
-    printf("{\"model\": ");
-    put_json_str(model);
-    printf(", \"prompt\": ");
-    put_json_str(o.prompt ? o.prompt : "The quick brown fox");
-    printf(", \"prompt_tokens\": %d, \"read_bytes_per_token\": %.0f, "
-           "\"spec_bytes_per_token\": %.0f, ",
-           r.prompt_tokens, r.read_bytes_per_token, r.spec_bytes_per_token);
-    printf("\"disk_probe1_bytes_per_s\": %.0f, \"disk_probe2_bytes_per_s\": %.0f, "
-           "\"disk_workload_bytes_per_s\": %.0f, \"workload_records\": %llu, ",
-           r.disk_probe1_bytes_per_s, r.disk_probe2_bytes_per_s, r.disk_workload_bytes_per_s,
-           (unsigned long long)r.workload_records);
-    printf("\"record_bytes\": %llu, \"probe_threads\": %d, "
-           "\"disk_bytes_per_s\": %.0f, \"disk_reads_per_s\": %.1f, \"disk_p50_ms\": %.3f, "
-           "\"mem_bytes_per_s\": %.0f, \"compute_s_per_token\": %.6f, "
-           "\"resident_hit_rate\": %.4f, \"resident_budget\": %llu, "
-           "\"missed_bytes_per_token\": %.0f, \"misses_per_token\": %.2f, "
-           "\"cache_slots\": %llu, \"budget\": %llu, \"tokens\": %d, "
-           "\"io_wait_s_per_token\": %.6f, \"bound_disk_tok_s\": %s, "
-           "\"bound_compute_tok_s\": %.4f, \"bound_tok_s\": %.4f, \"achieved_tok_s\": %.4f, "
-           "\"fraction\": %.4f, \"bound_by\": \"%s\", \"achieved_min_tok_s\": %.4f, "
-           "\"achieved_max_tok_s\": %.4f, \"compute_max_s_per_token\": %.6f",
-           (unsigned long long)r.record_bytes, r.probe_threads, r.disk_bytes_per_s,
-           r.disk_reads_per_s, r.disk_p50_ms, r.mem_bytes_per_s, r.compute_s_per_token,
-           r.resident_hit_rate, (unsigned long long)r.resident_budget, r.missed_bytes_per_token,
-           r.misses_per_token, (unsigned long long)r.cache_slots, (unsigned long long)r.budget,
-           r.tokens, r.io_wait_s_per_token, dbound, r.bound_compute_tok_s, r.bound_tok_s,
-           r.achieved_tok_s, r.fraction,
-           r.bound_disk_tok_s < r.bound_compute_tok_s ? "disk" : "compute", r.achieved_min_tok_s,
-           r.achieved_max_tok_s, r.compute_max_s_per_token);
-    printf(", \"paired_fraction\": %.4f, \"paired_fraction_min\": %.4f, "
-           "\"paired_fraction_max\": %.4f",
-           r.paired_fraction, r.paired_fraction_min, r.paired_fraction_max);
-    if (fio_bw >= 0)
-      printf(", \"fio_bytes_per_s\": %.0f, \"probe_over_fio\": %.4f", fio_bw,
-             r.disk_bytes_per_s / fio_bw);
-    printf("}\n");
-    return 0;
-  }
+  char dbound[64]; /* null: nothing missed, the disk does not bound */
+  if (disk_inf) snprintf(dbound, sizeof dbound, "null");
+  else snprintf(dbound, sizeof dbound, "%.4f", r.bound_disk_tok_s);
+  printf("{\"model\": ");
+  put_json_str(model);
+  printf(", \"prompt\": ");
+  put_json_str(o->prompt ? o->prompt : "The quick brown fox");
+  printf(", \"prompt_tokens\": %d, \"read_bytes_per_token\": %.0f, "
+         "\"spec_bytes_per_token\": %.0f, ",
+         r.prompt_tokens, r.read_bytes_per_token, r.spec_bytes_per_token);
+  printf("\"disk_probe1_bytes_per_s\": %.0f, \"disk_probe2_bytes_per_s\": %.0f, "
+         "\"disk_workload_bytes_per_s\": %.0f, \"workload_records\": %llu, ",
+         r.disk_probe1_bytes_per_s, r.disk_probe2_bytes_per_s, r.disk_workload_bytes_per_s,
+         (unsigned long long)r.workload_records);
+  printf("\"record_bytes\": %llu, \"probe_threads\": %d, "
+         "\"disk_bytes_per_s\": %.0f, \"disk_reads_per_s\": %.1f, \"disk_p50_ms\": %.3f, "
+         "\"mem_bytes_per_s\": %.0f, \"compute_s_per_token\": %.6f, "
+         "\"resident_hit_rate\": %.4f, \"resident_budget\": %llu, "
+         "\"missed_bytes_per_token\": %.0f, \"misses_per_token\": %.2f, "
+         "\"cache_slots\": %llu, \"budget\": %llu, \"tokens\": %d, "
+         "\"io_wait_s_per_token\": %.6f, \"bound_disk_tok_s\": %s, "
+         "\"bound_compute_tok_s\": %.4f, \"bound_tok_s\": %.4f, \"achieved_tok_s\": %.4f, "
+         "\"fraction\": %.4f, \"bound_by\": \"%s\", \"achieved_min_tok_s\": %.4f, "
+         "\"achieved_max_tok_s\": %.4f, \"compute_max_s_per_token\": %.6f",
+         (unsigned long long)r.record_bytes, r.probe_threads, r.disk_bytes_per_s,
+         r.disk_reads_per_s, r.disk_p50_ms, r.mem_bytes_per_s, r.compute_s_per_token,
+         r.resident_hit_rate, (unsigned long long)r.resident_budget, r.missed_bytes_per_token,
+         r.misses_per_token, (unsigned long long)r.cache_slots, (unsigned long long)r.budget,
+         r.tokens, r.io_wait_s_per_token, dbound, r.bound_compute_tok_s, r.bound_tok_s,
+         r.achieved_tok_s, r.fraction,
+         r.bound_disk_tok_s < r.bound_compute_tok_s ? "disk" : "compute", r.achieved_min_tok_s,
+         r.achieved_max_tok_s, r.compute_max_s_per_token);
+  printf(", \"paired_fraction\": %.4f, \"paired_fraction_min\": %.4f, "
+         "\"paired_fraction_max\": %.4f",
+         r.paired_fraction, r.paired_fraction_min, r.paired_fraction_max);
+  if (fio_bw >= 0)
+    printf(", \"fio_bytes_per_s\": %.0f, \"probe_over_fio\": %.4f", fio_bw,
+           r.disk_bytes_per_s / fio_bw);
+  printf("}\n");
+}
+
+static void print_text(const char *model, const spill_roofline_opts *o, const spill_roofline *rp,
+                       double fio_bw) {
+  const spill_roofline r = *rp;
+  const int disk_inf = r.bound_disk_tok_s > 1e200;
   char b1[32], b2[32];
   printf("roofline of %s (record %s, %d decode tokens, prompt \"%s\" = %d tokens)\n", model,
          cli_bytes(r.record_bytes, b1, sizeof b1), r.tokens,
-         o.prompt ? o.prompt : "The quick brown fox", r.prompt_tokens);
+         o->prompt ? o->prompt : "The quick brown fox", r.prompt_tokens);
   printf("  disk     %8.1f MB/s  %7.1f reads/s  p50 %.2f ms  (O_DIRECT random records, %d threads;\n"
          "           fastest probe: all records before %.1f and after %.1f MB/s, the workload's\n"
          "           %llu records %.1f MB/s)\n",
@@ -245,5 +240,30 @@ int cmd_roofline(int argc, char **argv) {
          r.io_wait_s_per_token * 1e3);
   printf("  paired   %8.1f%% of the resident speed in the same round (median; %.1f .. %.1f%%)\n",
          100 * r.paired_fraction, 100 * r.paired_fraction_min, 100 * r.paired_fraction_max);
+}
+
+int cmd_roofline(int argc, char **argv) {
+  spill_config cfg;
+  spill_config_default(&cfg);
+  spill_roofline_opts o = {0};
+  int json = 0, fio = 0;
+  const char *model = NULL;
+  int prc = parse_args(argc, argv, &model, &cfg, &o, &json, &fio);
+  if (prc >= 0) return prc;
+  spill_roofline r;
+  spill_err e = {0};
+  int rc = spill_roofline_measure(model, &cfg, &o, &r, &e);
+  if (rc) return cli_fail("roofline", rc, e.msg);
+  double fio_bw = -1;
+  if (fio) {
+    char bank[4096];
+    char why[512] = "no experts-*.bin bank in the manifest";
+    if (first_bank(model, bank, sizeof bank) == 0)
+      fio_bw = run_fio(bank, r.record_bytes, r.probe_threads,
+                       o.probe_seconds > 0 ? o.probe_seconds : 3, why, sizeof why);
+    if (fio_bw < 0) fprintf(stderr, "spill roofline: warning: no fio comparison: %s\n", why);
+  }
+  if (json) print_json(model, &o, &r, fio_bw);
+  else print_text(model, &o, &r, fio_bw);
   return 0;
 }

@@ -270,24 +270,13 @@ static void trace_knobs(spill_server *s, const job *j, int on) {
   }
 }
 
-static void run_job(spill_server *s, job *j) {
-  spill_srv_metrics_queue_wait(&s->m, (double)(now_ns() - j->t_arrival) / 1e9);
-  pthread_mutex_lock(&s->mu);
-  int cancelled = j->cancel;
-  pthread_mutex_unlock(&s->mu);
-  if (cancelled) {
-    spill_srv_metrics_run(&s->m, NULL, SPILL_FIN_CANCELLED);
-    pthread_mutex_lock(&s->mu);
-    fail_locked(j, 499, "cancelled", NULL, "%s", "the client went away before the job started");
-    pthread_mutex_unlock(&s->mu);
-    return;
-  }
-  /* the prompt: a completion's text with BOS; a chat through the model's
-   * template (which writes its own BOS text, so none is added) or the
-   * documented fallback rendering (with BOS, like a completion) */
-  spill_err e = {0};
-  int rc = SPILL_OK, add_bos = 1;
-  char *text = NULL;
+/* The prompt's text: a completion's text with BOS; a chat through the
+ * model's template (which writes its own BOS text, so none is added) or the
+ * documented fallback rendering (with BOS, like a completion). */
+static int render_prompt(spill_server *s, const job *j, char **text, int *add_bos, spill_err *e) {
+  int rc = SPILL_OK;
+  *add_bos = 1;
+  *text = NULL;
   if (j->req.kind == SPILL_SRV_CHAT && s->chat_template) {
     spill_chat_msg *msgs = calloc((size_t)j->req.n_messages, sizeof *msgs);
     if (!msgs) rc = SPILL_E_NOMEM;
@@ -295,14 +284,27 @@ static void run_job(spill_server *s, job *j) {
       msgs[i].role = j->req.messages[i].role;
       msgs[i].content = j->req.messages[i].content;
     }
-    if (msgs) rc = spill_tok_chat_render(s->tok, msgs, (size_t)j->req.n_messages, 1, &text, &e);
+    if (msgs) rc = spill_tok_chat_render(s->tok, msgs, (size_t)j->req.n_messages, 1, text, e);
     free(msgs);
-    add_bos = 0;
+    *add_bos = 0;
   } else {
-    text = j->req.kind == SPILL_SRV_CHAT ? spill_srv_chat_fallback(j->req.messages, j->req.n_messages)
-                                         : dup_s(j->req.prompt);
-    if (!text) rc = SPILL_E_NOMEM;
+    *text = j->req.kind == SPILL_SRV_CHAT
+                ? spill_srv_chat_fallback(j->req.messages, j->req.n_messages)
+                : dup_s(j->req.prompt);
+    if (!*text) rc = SPILL_E_NOMEM;
   }
+  return rc;
+}
+
+/* Renders and tokenizes j's prompt and checks it against the context. A
+ * job that cannot run fails here (counted, reply ready) and 0 is returned;
+ * otherwise it is RUNNING (a streamed chat has its first chunk), *toks_out
+ * holds its *n_out prompt tokens (caller frees) and 1 is returned. */
+static int start_job(spill_server *s, job *j, int **toks_out, int *n_out) {
+  spill_err e = {0};
+  int add_bos = 1;
+  char *text = NULL;
+  int rc = render_prompt(s, j, &text, &add_bos, &e);
   int render_rc = rc;
   size_t tl = text ? strlen(text) : 0;
   int cap = tl + 16 < (size_t)1 << 30 ? (int)tl + 16 : 0;
@@ -338,7 +340,7 @@ static void run_job(spill_server *s, job *j) {
     spill_srv_metrics_run(&s->m, NULL, SPILL_FIN_ERROR); /* before the reply can go */
     pthread_mutex_unlock(&s->mu);
     free(toks);
-    return;
+    return 0;
   }
   j->prompt_tokens = n;
   j->state = JOB_RUNNING;
@@ -346,29 +348,26 @@ static void run_job(spill_server *s, job *j) {
     out_event(j, chunk_obj(j, "", 0, NULL, 1, 0));
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&s->mu);
+  *toks_out = toks;
+  *n_out = n;
+  return 1;
+}
 
-  int n_new = j->req.max_tokens > 0 ? j->req.max_tokens : s->ctx - n;
-  spill_sampling smp = {j->req.temperature, j->req.top_k, j->req.top_p,
-                        j->req.has_seed ? j->req.seed : (now_ns() ^ (s->id_salt + j->seq))};
-  trace_knobs(s, j, 1);
-  spill_run_stats st;
-  memset(&st, 0, sizeof st);
-  rc = spill_generate(s->eng, toks, n, n_new, &smp, on_token, j, NULL, &st, &e);
-  free(toks);
-  trace_knobs(s, j, 0);
-
+/* After the generation: the finish reason, the streamed tail or the error
+ * event, the metrics, JOB_DONE; then the log line. */
+static void finish_job(spill_server *s, job *j, int rc, const spill_run_stats *st, spill_err *e) {
   pthread_mutex_lock(&s->mu);
   spill_srv_finish fin;
-  j->completion_tokens = st.tokens_decode;
+  j->completion_tokens = st->tokens_decode;
   if (spill_srv_text_finish(&j->text)) j->oom = 1;
   if (j->oom) {
     rc = SPILL_E_NOMEM;
-    snprintf(e.msg, sizeof e.msg, "out of memory");
+    snprintf(e->msg, sizeof e->msg, "out of memory");
   }
   if (rc && rc != SPILL_E_INTERRUPTED) {
     fin = SPILL_FIN_ERROR;
     spill_srv_error_set(&j->err, 500, "server_error", NULL, NULL, "generation failed: %s (%s)",
-                        e.msg, spill_status_name(rc));
+                        e->msg, spill_status_name(rc));
   } else if (j->cancel || (s->stop && *s->stop && !j->text.stopped)) {
     fin = SPILL_FIN_CANCELLED;
     j->finish = "length"; /* only seen if the server is shutting down */
@@ -398,7 +397,7 @@ static void run_job(spill_server *s, job *j) {
   }
   /* counted before the reply can reach the client, so a /metrics scrape
    * after the reply includes this generation */
-  spill_srv_metrics_run(&s->m, &st, fin);
+  spill_srv_metrics_run(&s->m, st, fin);
   j->state = JOB_DONE;
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&s->mu);
@@ -407,7 +406,34 @@ static void run_job(spill_server *s, job *j) {
             j->id, j->req.kind == SPILL_SRV_CHAT ? "chat" : "completion", j->prompt_tokens,
             j->completion_tokens,
             fin == SPILL_FIN_CANCELLED ? "cancelled" : fin == SPILL_FIN_ERROR ? "error" : j->finish,
-            (unsigned long long)st.demand_hits, (unsigned long long)st.demand_misses);
+            (unsigned long long)st->demand_hits, (unsigned long long)st->demand_misses);
+}
+
+static void run_job(spill_server *s, job *j) {
+  spill_srv_metrics_queue_wait(&s->m, (double)(now_ns() - j->t_arrival) / 1e9);
+  pthread_mutex_lock(&s->mu);
+  int cancelled = j->cancel;
+  pthread_mutex_unlock(&s->mu);
+  if (cancelled) {
+    spill_srv_metrics_run(&s->m, NULL, SPILL_FIN_CANCELLED);
+    pthread_mutex_lock(&s->mu);
+    fail_locked(j, 499, "cancelled", NULL, "%s", "the client went away before the job started");
+    pthread_mutex_unlock(&s->mu);
+    return;
+  }
+  int *toks = NULL, n = 0;
+  if (!start_job(s, j, &toks, &n)) return;
+  int n_new = j->req.max_tokens > 0 ? j->req.max_tokens : s->ctx - n;
+  spill_sampling smp = {j->req.temperature, j->req.top_k, j->req.top_p,
+                        j->req.has_seed ? j->req.seed : (now_ns() ^ (s->id_salt + j->seq))};
+  trace_knobs(s, j, 1);
+  spill_run_stats st;
+  memset(&st, 0, sizeof st);
+  spill_err e = {0};
+  int rc = spill_generate(s->eng, toks, n, n_new, &smp, on_token, j, NULL, &st, &e);
+  free(toks);
+  trace_knobs(s, j, 0);
+  finish_job(s, j, rc, &st, &e);
 }
 
 void spill_server_run(spill_server *s, volatile sig_atomic_t *stop) {

@@ -168,59 +168,37 @@ static void expert_apply(spill_model *m, const spill_layer_weights *L, const spi
   }
 }
 
-int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
-                    float *out, spill_err *e) {
-  const spill_moe_cfg *c = &m->a.moe;
-  const spill_layer_weights *L = &m->L[l];
+/* Forced routing: row (position, MoE layer index) of the table, or NULL
+ * when the model routes by itself; *stride is the table's row length. */
+static int forced_rows(spill_model *m, int l, int T, int pos0, const uint32_t **forced,
+                       size_t *stride, spill_err *e) {
+  const int K = m->a.moe.top_k;
+  *forced = NULL;
+  *stride = 0;
+  if (!m->force_ids) return SPILL_OK;
+  if (pos0 + T > m->force_n)
+    return spill_err_set(e, SPILL_E_RANGE,
+                         "layer %d: forced routing covers positions 0..%d; position %d has none",
+                         l, m->force_n - 1, pos0 > m->force_n ? pos0 : m->force_n);
+  int mi = 0; /* index of this layer among the MoE layers */
+  for (int j = 0; j < l; j++) mi += m->L[j].is_moe;
+  *stride = (size_t)m->force_n_moe * (size_t)K;
+  *forced = m->force_ids + (size_t)pos0 * *stride + (size_t)mi * (size_t)K;
+  return SPILL_OK;
+}
+
+/* 3. The distinct experts of sel (n = T * K ids) in first-use order
+ * (s->uniq), with their (token, slot) uses in CSR form (s->use_start,
+ * s->use); returns their count. */
+static int group_uses(spill_model *m, const uint32_t *sel, int n) {
   spill_model_scratch *s = &m->s;
-  const int D = m->a.d_model, E = c->n_experts, K = c->top_k, din = m->d_in;
-  const int rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
-  const int rq = rvq3 && m->rvq_q;
-  const size_t lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
-  const size_t qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
-  float *router = s->router; /* (T, E) */
-  uint32_t *sel = s->sel;    /* (T, K) */
-  float *selw = s->selw;     /* (T, K) */
-  float *u = s->u;           /* (T, d_in) */
-  float *slot = s->slot;     /* (T, K, d_in) */
-  float *y = s->y;           /* (d_in) */
-
-  /* Forced routing: row (position, MoE layer index) of the table. */
-  const uint32_t *forced = NULL;
-  size_t forced_stride = 0;
-  if (m->force_ids) {
-    if (pos0 + T > m->force_n)
-      return spill_err_set(e, SPILL_E_RANGE,
-                           "layer %d: forced routing covers positions 0..%d; position %d has none",
-                           l, m->force_n - 1, pos0 > m->force_n ? pos0 : m->force_n);
-    int mi = 0; /* index of this layer among the MoE layers */
-    for (int j = 0; j < l; j++) mi += m->L[j].is_moe;
-    forced_stride = (size_t)m->force_n_moe * (size_t)K;
-    forced = m->force_ids + (size_t)pos0 * forced_stride + (size_t)mi * (size_t)K;
-  }
-
-  /* 1-2. routing and expert input */
-  uint64_t t0 = spill_clock_ns();
-  for (int t = 0; t < T; t++) {
-    const float *ht = h + (size_t)t * D;
-    route(m, L, ht, router + (size_t)t * E, forced ? forced + (size_t)t * forced_stride : NULL,
-          sel + (size_t)t * K, selw + (size_t)t * K);
-    float *ut = u + (size_t)t * din;
-    if (c->d_latent > 0) {
-      spill_model_matvec(m, &L->moe_down_proj, ht, ut);
-      spill_k_rmsnorm(ut, L->moe_latent_norm, ut, (uint32_t)din, (float)m->a.norm_eps);
-    } else {
-      memcpy(ut, ht, (size_t)D * sizeof(float));
-    }
-  }
-
-  /* 3. distinct experts in first-use order, with their (token, slot) uses (CSR) */
+  const int E = m->a.moe.n_experts;
   if (++m->epoch == 0) {
     memset(s->stamp, 0, (size_t)E * sizeof *s->stamp);
     m->epoch = 1;
   }
   int n_u = 0;
-  for (int i = 0; i < T * K; i++) {
+  for (int i = 0; i < n; i++) {
     const uint32_t id = sel[i];
     if (s->stamp[id] != m->epoch) {
       s->stamp[id] = m->epoch;
@@ -236,24 +214,22 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
     s->use_start[i + 1] += s->use_start[i];
     s->use_fill[i] = s->use_start[i];
   }
-  for (int i = 0; i < T * K; i++) s->use[s->use_fill[s->stamp_idx[sel[i]]]++] = i;
-  m->stats.ns_router += spill_clock_ns() - t0;
+  for (int i = 0; i < n; i++) s->use[s->use_fill[s->stamp_idx[sel[i]]]++] = i;
+  return n_u;
+}
 
-  /* 3'. request everything at once, build the shared LUTs while the reads
-   * are in flight, then apply experts in arrival order */
-  int rc = m->src.request(m->src.ctx, l, s->uniq, n_u, e);
-  if (rc < 0) return rc;
-  m->stats.n_expert_requests += (uint64_t)n_u;
-  /* The observer runs after the demand request (so lookahead prefetches it
-   * issues queue behind it) and before the experts are consumed. */
-  if (m->has_obs && m->obs.on_route) {
-    rc = m->obs.on_route(m->obs.ctx, l, pos0, T, x, sel, selw, K);
-    if (rc < 0) {
-      drain(m, l, s->uniq, n_u);
-      return spill_err_set(e, rc, "layer %d: stopped by the route observer", l);
-    }
-  }
-  /* shared experts need no routed expert: run them while the reads fly */
+/* While the reads fly: the shared experts (they need no routed expert)
+ * and, for rvq3 experts, the gate/up LUTs of every token's input. */
+static void overlap_work(spill_model *m, int l, const spill_layer_weights *L, const float *h,
+                         const float *u, int T) {
+  const spill_moe_cfg *c = &m->a.moe;
+  spill_model_scratch *s = &m->s;
+  const int D = m->a.d_model, din = m->d_in;
+  const int rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
+  const int rq = rvq3 && m->rvq_q;
+  const size_t lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
+  const size_t qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
+  uint64_t t0;
   if (c->n_shared > 0) {
     t0 = spill_clock_ns();
     for (int t = 0; t < T; t++) {
@@ -279,6 +255,22 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
     }
     m->stats.ns_lut += spill_clock_ns() - t0;
   }
+}
+
+/* Takes the n_u requested experts in arrival order and applies each to
+ * the tokens that routed to it, into its own slot; every record is checked
+ * against (layer, expert, dtype) and released after use. On an error the
+ * outstanding experts are drained. */
+static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, const float *u,
+                           float *slot, int n_u, spill_err *e) {
+  spill_model_scratch *s = &m->s;
+  const int K = m->a.moe.top_k, din = m->d_in;
+  const int rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
+  const int rq = rvq3 && m->rvq_q;
+  const size_t lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
+  const size_t qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
+  uint64_t t0;
+  int rc;
   memset(s->delivered, 0, (size_t)n_u);
   for (int got = 0; got < n_u; got++) {
     int idx = -1;
@@ -322,8 +314,17 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
     m->src.release(m->src.ctx, l, id);
   }
 
-  /* 4. combine in selection order, latent up-projection, shared experts */
-  t0 = spill_clock_ns();
+  return SPILL_OK;
+}
+
+/* 4. combine in selection order, latent up-projection, shared experts */
+static void combine(spill_model *m, const spill_layer_weights *L, const float *slot,
+                    const float *selw, int T, float *out) {
+  const spill_moe_cfg *c = &m->a.moe;
+  spill_model_scratch *s = &m->s;
+  const int D = m->a.d_model, K = c->top_k, din = m->d_in;
+  float *y = s->y; /* (d_in) */
+  uint64_t t0 = spill_clock_ns();
   for (int t = 0; t < T; t++) {
     const float *wt = selw + (size_t)t * K;
     memset(y, 0, (size_t)din * sizeof(float));
@@ -343,5 +344,58 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
     }
   }
   m->stats.ns_expert += spill_clock_ns() - t0;
+}
+
+int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
+                    float *out, spill_err *e) {
+  const spill_moe_cfg *c = &m->a.moe;
+  const spill_layer_weights *L = &m->L[l];
+  spill_model_scratch *s = &m->s;
+  const int D = m->a.d_model, E = c->n_experts, K = c->top_k, din = m->d_in;
+  float *router = s->router; /* (T, E) */
+  uint32_t *sel = s->sel;    /* (T, K) */
+  float *selw = s->selw;     /* (T, K) */
+  float *u = s->u;           /* (T, d_in) */
+  float *slot = s->slot;     /* (T, K, d_in) */
+  const uint32_t *forced;
+  size_t forced_stride;
+  SPILL_TRY(forced_rows(m, l, T, pos0, &forced, &forced_stride, e));
+
+  /* 1-2. routing and expert input */
+  uint64_t t0 = spill_clock_ns();
+  for (int t = 0; t < T; t++) {
+    const float *ht = h + (size_t)t * D;
+    route(m, L, ht, router + (size_t)t * E, forced ? forced + (size_t)t * forced_stride : NULL,
+          sel + (size_t)t * K, selw + (size_t)t * K);
+    float *ut = u + (size_t)t * din;
+    if (c->d_latent > 0) {
+      spill_model_matvec(m, &L->moe_down_proj, ht, ut);
+      spill_k_rmsnorm(ut, L->moe_latent_norm, ut, (uint32_t)din, (float)m->a.norm_eps);
+    } else {
+      memcpy(ut, ht, (size_t)D * sizeof(float));
+    }
+  }
+
+  /* 3. distinct experts in first-use order, with their (token, slot) uses (CSR) */
+  const int n_u = group_uses(m, sel, T * K);
+  m->stats.ns_router += spill_clock_ns() - t0;
+
+  /* 3'. request everything at once, build the shared LUTs while the reads
+   * are in flight, then apply experts in arrival order */
+  int rc = m->src.request(m->src.ctx, l, s->uniq, n_u, e);
+  if (rc < 0) return rc;
+  m->stats.n_expert_requests += (uint64_t)n_u;
+  /* The observer runs after the demand request (so lookahead prefetches it
+   * issues queue behind it) and before the experts are consumed. */
+  if (m->has_obs && m->obs.on_route) {
+    rc = m->obs.on_route(m->obs.ctx, l, pos0, T, x, sel, selw, K);
+    if (rc < 0) {
+      drain(m, l, s->uniq, n_u);
+      return spill_err_set(e, rc, "layer %d: stopped by the route observer", l);
+    }
+  }
+  overlap_work(m, l, L, h, u, T);
+  SPILL_TRY(consume_experts(m, l, L, u, slot, n_u, e));
+  combine(m, L, slot, selw, T, out);
   return SPILL_OK;
 }
