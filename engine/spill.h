@@ -421,6 +421,48 @@ int spill_engine_evict_page_cache(spill_engine *eng, spill_err *e);
  * engine"). */
 int spill_engine_set_knob(spill_engine *eng, const char *key, const char *value, spill_err *e);
 
+/* ------------------------------------------------------------------------ */
+/* Disk probe: the O_DIRECT read bandwidth of the device under a model (page
+ * cache bypassed), the one probe every client uses: `spill roofline`
+ * (records mode) and the experiment runner's env.json (sequential mode). */
+
+typedef enum spill_disk_probe_mode {
+  /* random whole expert records of the model's banks (or of `records`),
+   * `threads` threads each with one read in flight, for `seconds` */
+  SPILL_PROBE_RECORDS = 0,
+  /* one pass over the largest regular file in model_dir from its start,
+   * block_bytes per read, up to max_bytes or EOF, one thread (no manifest
+   * needed) */
+  SPILL_PROBE_SEQUENTIAL = 1,
+} spill_disk_probe_mode;
+
+typedef struct spill_disk_probe_opts {
+  spill_disk_probe_mode mode;
+  int threads;             /* records: 1..64 (0 = 8) */
+  double seconds;          /* records: duration (0 = 3) */
+  const uint64_t *records; /* records: draw from these (bank << 32 | expert); NULL = all */
+  size_t n_records;
+  uint64_t block_bytes;    /* sequential: bytes per read (0 = 4 MiB) */
+  uint64_t max_bytes;      /* sequential: stop after this many bytes (0 = 256 MiB) */
+} spill_disk_probe_opts;
+
+typedef struct spill_disk_probe_result {
+  double bytes_per_s, reads_per_s;
+  double p50_ms;         /* records: median read latency (last 4096 reads per thread) */
+  uint64_t bytes, reads; /* read in total */
+  uint64_t record_bytes; /* records: bytes per read */
+  int threads;           /* threads that ran */
+  char file[1400];       /* sequential: the file read (set even if it could not be opened) */
+} spill_disk_probe_result;
+
+/* Probes the device under MODEL_DIR (o NULL = records mode, defaults).
+ * Errors: SPILL_E_IO (no file, O_DIRECT refused, a read failed: the
+ * filesystem or device named), SPILL_E_FORMAT etc. from the container
+ * (records mode), SPILL_E_INVALID_ARG (a record out of range), SPILL_E_NOMEM.
+ * Takes `seconds` (records) or one pass of max_bytes (sequential). */
+int spill_disk_probe(const char *model_dir, const spill_disk_probe_opts *o,
+                     spill_disk_probe_result *out, spill_err *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
 /* harness/exp_env.c: env.json, the record of where a results directory was
  * measured: CPU model and flags, cores, RAM, kernel, the filesystem and
- * device holding the model, a quick O_DIRECT read bandwidth (up to 256 MiB of
- * the largest container file in 4 MiB reads), compiler, git commit and
+ * device holding the model, a quick O_DIRECT read bandwidth (the engine's
+ * spill_disk_probe, sequential mode: up to 256 MiB of the largest container
+ * file in 4 MiB reads), compiler, git commit and
  * dirty flag, and a hash of the model's manifest. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -102,48 +103,6 @@ static void storage_of(const char *path, cJSON *o) {
   if (realpath(path, real)) cJSON_AddStringToObject(o, "path", real);
 }
 
-static double probe_direct(const char *dir, char *file_out, size_t n) {
-  DIR *d = opendir(dir);
-  if (!d) return 0;
-  char best[1400] = "";
-  off_t best_size = 0;
-  struct dirent *ent;
-  while ((ent = readdir(d))) {
-    char p[1400];
-    snprintf(p, sizeof p, "%s/%s", dir, ent->d_name);
-    struct stat st;
-    if (ent->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > best_size) {
-      best_size = st.st_size;
-      snprintf(best, sizeof best, "%s", p);
-    }
-  }
-  closedir(d);
-  if (!best[0]) return 0;
-  snprintf(file_out, n, "%s", best);
-  int fd = open(best, O_RDONLY | O_DIRECT);
-  if (fd < 0) return 0;
-  const size_t blk = 4u << 20;
-  void *buf = NULL;
-  if (posix_memalign(&buf, 4096, blk)) {
-    close(fd);
-    return 0;
-  }
-  uint64_t limit = 256ull << 20, done = 0;
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC, &a);
-  while (done < limit) {
-    ssize_t r = pread(fd, buf, blk, (off_t)done);
-    if (r <= 0) break;
-    done += (uint64_t)r;
-    if ((size_t)r < blk) break;
-  }
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  free(buf);
-  close(fd);
-  double s = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
-  return s > 0 ? done / s : 0;
-}
-
 int spill_exp_env_json(const char *model_dir, int quick, char **json_out, spill_err *e) {
   cJSON *r = cJSON_CreateObject();
   cpuinfo(cJSON_AddObjectToObject(r, "cpu"));
@@ -162,10 +121,14 @@ int spill_exp_env_json(const char *model_dir, int quick, char **json_out, spill_
   cJSON *st = cJSON_AddObjectToObject(r, "storage");
   storage_of(model_dir, st);
   if (!quick) {
-    char f[1400] = "";
-    double bw = probe_direct(model_dir, f, sizeof f);
+    /* the engine's disk probe, one sequential pass (0 when it fails) */
+    spill_disk_probe_opts po = {.mode = SPILL_PROBE_SEQUENTIAL};
+    spill_disk_probe_result pr;
+    memset(&pr, 0, sizeof pr);
+    spill_err pe = {0};
+    double bw = spill_disk_probe(model_dir, &po, &pr, &pe) == SPILL_OK ? pr.bytes_per_s : 0;
     cJSON_AddNumberToObject(st, "direct_read_bytes_per_s", bw);
-    cJSON_AddStringToObject(st, "direct_read_probe_file", f);
+    cJSON_AddStringToObject(st, "direct_read_probe_file", pr.file);
   }
   cJSON *cc = cJSON_AddObjectToObject(r, "compiler");
 #ifdef __VERSION__

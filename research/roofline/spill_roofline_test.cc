@@ -1,4 +1,4 @@
-// Tests for spill_roofline_measure (engine/spill.h) on a nano model: the
+// Tests for spill_roofline_measure (spill_roofline.h) on a nano model: the
 // report's arithmetic (bound = min of the legs, fraction = achieved / bound,
 // the disk leg counts demand + prefetch bytes), the resident run really
 // being resident, the prompt option, and bad input. Timing is not asserted:
