@@ -28,10 +28,15 @@
 extern "C" {
 #endif
 
-/* Writers write SPILL_FORMAT_VERSION; readers read [MIN, VERSION]. v2 adds
- * the container identity (container_id in the manifest, every bank header
- * and every record header) so a record from another container is refused. */
-#define SPILL_FORMAT_VERSION 2
+/* Readers read [MIN, VERSION]. v2 adds the container identity
+ * (container_id in the manifest, every bank header and every record header)
+ * so a record from another container is refused. v3 adds per-bank section
+ * dtypes (gate, up and down of one MoE layer may each have their own dtype,
+ * as llama.cpp's Q4_K_M files mix Q4_K and Q6_K). Writers write v2, or v3
+ * when some section's dtype differs from experts.dtype (SPILL_FORMAT_WRITE). */
+#define SPILL_FORMAT_VERSION 3
+#define SPILL_FORMAT_WRITE 2
+#define SPILL_FORMAT_MIXED 3
 #define SPILL_FORMAT_VERSION_MIN 1
 #define SPILL_PAGE 4096u
 #define SPILL_TENSOR_ALIGN 64u
@@ -185,6 +190,9 @@ enum { SPILL_SEC_GATE = 0, SPILL_SEC_UP = 1, SPILL_SEC_DOWN = 2, SPILL_SEC_COUNT
 
 typedef struct spill_bank_info {
   int layer;
+  /* dtype of gate, up and down in this bank's records; experts.dtype in
+   * v1/v2 and wherever a v3 manifest's bank has no "dtypes" (docs/FORMAT.md) */
+  spill_dtype sect_dtype[SPILL_SEC_COUNT];
   char file[SPILL_NAME_MAX]; /* relative name, no '/' */
   uint32_t n_experts;
   uint64_t record_bytes;
@@ -207,6 +215,10 @@ typedef struct spill_manifest {
   spill_tensor_info *tensors;
   /* expert record layout, shared by every bank */
   spill_dtype expert_dtype;
+  /* 1 when some bank's section dtype differs from expert_dtype (v3). As
+   * writer input: take banks[i].sect_dtype from the caller's banks[] (n_banks
+   * entries, one per MoE layer); otherwise every section is expert_dtype. */
+  int sect_mixed;
   uint32_t expert_group;
   uint64_t record_bytes;
   uint32_t payload_bytes; /* from the end of the header to the end of down */
@@ -241,6 +253,22 @@ int spill_record_layout(const spill_arch *a, spill_dtype dt, uint32_t group,
                         spill_section_info sect[SPILL_SEC_COUNT], uint32_t *payload_bytes,
                         uint64_t *record_bytes, spill_err *e);
 
+/* Record layout with one dtype per section (v3): sect[i].bytes is the size
+ * of section i in dtype dt[i]. A mixed container sizes each section for the
+ * largest of its banks' dtypes (spill_manifest_mixed_layout). */
+int spill_record_layout_sections(const spill_arch *a, const spill_dtype dt[SPILL_SEC_COUNT],
+                                 uint32_t group, spill_section_info sect[SPILL_SEC_COUNT],
+                                 uint32_t *payload_bytes, uint64_t *record_bytes, spill_err *e);
+/* The shared layout of m's banks (m->banks[i].sect_dtype): each section sized
+ * for the largest bytes any bank needs there. Checks every bank's section
+ * dtypes against the section shapes and the group rule. */
+int spill_manifest_mixed_layout(const spill_manifest *m, spill_section_info sect[SPILL_SEC_COUNT],
+                                uint32_t *payload_bytes, uint64_t *record_bytes, spill_err *e);
+/* Bytes of section sec in a record of layer (its bank's dtype), <= sect.bytes. */
+uint32_t spill_manifest_sect_bytes(const spill_manifest *m, int layer, int sec);
+/* dtype of section sec in the records of MoE layer `layer`. */
+spill_dtype spill_manifest_sect_dtype(const spill_manifest *m, int layer, int sec);
+
 /* The 64-byte record header. */
 typedef struct spill_record_header {
   uint32_t magic;     /* SPILL_RECORD_MAGIC */
@@ -255,6 +283,8 @@ typedef struct spill_record_header {
   uint32_t sect_offset[SPILL_SEC_COUNT];
   uint32_t n_sections; /* 3 */
   uint64_t container_id; /* v2 (bytes 48..55); 0 in v1 (reserved there) */
+  uint8_t sect_dtype[SPILL_SEC_COUNT]; /* v3 (bytes 56..58); reserved (0) before */
+  uint8_t unused_[5];                  /* no padding: not encoded, keep zero */
 } spill_record_header;
 
 void spill_record_header_encode(const spill_record_header *h, uint8_t out[64]);
@@ -272,6 +302,8 @@ typedef struct spill_bank_header {
   uint32_t version, layer, n_experts, dtype;
   uint64_t record_bytes, data_offset;
   uint64_t container_id; /* v2 (bytes 44..51); 0 in v1 (reserved there) */
+  uint8_t sect_dtype[SPILL_SEC_COUNT]; /* v3 (bytes 52..54); reserved (0) before */
+  uint8_t unused_[5];                  /* no padding: not encoded, keep zero */
 } spill_bank_header;
 /* Encodes the page (magic, fields, header crc32, zero reserved bytes). */
 void spill_bank_header_encode(const spill_bank_header *h, uint8_t out[SPILL_BANK_HEADER_BYTES]);

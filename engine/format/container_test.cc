@@ -137,6 +137,131 @@ TEST(ContainerTest, TruncatedTrunkIsRejectedAtOpenNamingTheFile) {
   EXPECT_TRUE(Contains(e.msg, "trunk.bin: cannot open")) << e.msg;
 }
 
+// v3: per-bank section dtypes (docs/FORMAT.md). Bank of layer 1: gate f16,
+// up f16, down f32; layer 2: gate bf16, up f16, down f16 (experts.dtype f16).
+// Each section is sized for the largest of its banks' dtypes; a record's
+// bytes after its own section are zero; header bytes carry the dtypes.
+struct MixedTiny {
+  TinyModel tm{SPILL_DT_F16};
+  spill_bank_info banks[2];
+  MixedTiny() {
+    memset(banks, 0, sizeof banks);
+    const spill_dtype d[2][3] = {{SPILL_DT_F16, SPILL_DT_F16, SPILL_DT_F32},
+                                 {SPILL_DT_BF16, SPILL_DT_F16, SPILL_DT_F16}};
+    for (int b = 0; b < 2; b++)
+      for (int s = 0; s < 3; s++) banks[b].sect_dtype[s] = d[b][s];
+    tm.m.banks = banks;
+    tm.m.n_banks = 2;
+    tm.m.sect_mixed = 1;
+  }
+};
+
+int WriteMixed(const std::string &dir, MixedTiny &mt, bool dirty_slack, spill_err *e) {
+  spill_writer *w = nullptr;
+  SPILL_TRY(spill_writer_open(dir.c_str(), &mt.tm.m, &w, e));
+  const spill_manifest *lm = spill_writer_manifest(w);
+  int rc = SPILL_OK;
+  for (int i = 0; i < lm->n_tensors && rc == SPILL_OK; i++) {
+    std::vector<uint8_t> d = spill_test::Pattern(lm->tensors[i].bytes, (uint32_t)i);
+    rc = spill_writer_tensor(w, lm->tensors[i].name, d.data(), d.size(), e);
+  }
+  for (int l = 1; l <= 2 && rc == SPILL_OK; l++)
+    for (uint32_t x = 0; x < 4 && rc == SPILL_OK; x++) {
+      std::vector<uint8_t> p = spill_test::Pattern(lm->payload_bytes, spill_test::RecordSalt(l, x));
+      for (int s = 0; s < SPILL_SEC_COUNT; s++) {
+        uint32_t used = spill_manifest_sect_bytes(lm, l, s);
+        uint8_t *sp = p.data() + lm->sect[s].offset - SPILL_RECORD_HEADER_BYTES;
+        memset(sp + used, 0, lm->sect[s].bytes - used);
+        if (dirty_slack && used < lm->sect[s].bytes) sp[used] = 1;
+      }
+      rc = spill_writer_record(w, l, x, p.data(), e);
+    }
+  if (rc != SPILL_OK) {
+    spill_writer_abort(w);
+    return rc;
+  }
+  return spill_writer_finish(w, e);
+}
+
+TEST(ContainerTest, MixedSectionDtypesWriteV3AndReadBack) {
+  std::string dir = spill_test::TmpDir("mixed");
+  MixedTiny mt;
+  spill_err e = {};
+  ASSERT_EQ(WriteMixed(dir, mt, false, &e), SPILL_OK) << e.msg;
+  spill_container c;
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(c.m.version, 3);
+  EXPECT_EQ(c.m.sect_mixed, 1);
+  EXPECT_EQ(c.m.expert_dtype, SPILL_DT_F16);
+  // gate: max(f16, bf16) = 2*8*16; down: f32 in layer 1 = 4*16*8
+  EXPECT_EQ(c.m.sect[0].bytes, 256u);
+  EXPECT_EQ(c.m.sect[2].bytes, 512u);
+  EXPECT_EQ(spill_manifest_sect_dtype(&c.m, 1, 2), SPILL_DT_F32);
+  EXPECT_EQ(spill_manifest_sect_dtype(&c.m, 2, 2), SPILL_DT_F16);
+  EXPECT_EQ(spill_manifest_sect_dtype(&c.m, 2, 0), SPILL_DT_BF16);
+  EXPECT_EQ(spill_manifest_sect_bytes(&c.m, 2, 2), 256u);
+  void *rec = spill_alloc(c.m.record_bytes, SPILL_PAGE);
+  for (int l = 1; l <= 2; l++)
+    for (uint32_t x = 0; x < 4; x++) {
+      ASSERT_EQ(spill_container_read_record(&c, l, x, rec, 1, &e), SPILL_OK) << e.msg;
+      spill_record_header h;
+      spill_record_header_decode(static_cast<const uint8_t *>(rec), &h);
+      for (int s = 0; s < 3; s++)
+        EXPECT_EQ(h.sect_dtype[s], (uint8_t)mt.banks[l - 1].sect_dtype[s]);
+    }
+  const uint64_t rb = c.m.record_bytes;
+  spill_free(rec, c.m.record_bytes);
+  spill_container_close(&c);
+  ASSERT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_OK) << e.msg;
+
+  // A record header claiming another section dtype (crc recomputed) is refused.
+  std::string path = dir + "/experts-002.bin";
+  std::string d = ReadAll(path);
+  uint8_t hdr[64];
+  memcpy(hdr, d.data() + 4096 + rb, 64);
+  spill_record_header h;
+  spill_record_header_decode(hdr, &h);
+  h.sect_dtype[2] = SPILL_DT_F32;
+  spill_record_header_encode(&h, hdr);
+  d.replace(4096 + rb, 64, reinterpret_cast<const char *>(hdr), 64);
+  WriteAll(path, d);
+  ASSERT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_OK) << e.msg;
+  rec = spill_alloc(c.m.record_bytes, SPILL_PAGE);
+  EXPECT_EQ(spill_container_read_record(&c, 2, 1, rec, 0, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "layer 2 expert 1: section 2 dtype 0, manifest says f16")) << e.msg;
+  spill_free(rec, c.m.record_bytes);
+  spill_container_close(&c);
+}
+
+TEST(ContainerTest, MixedSectionsRefuseDirtySlackAndBadBankDtypes) {
+  MixedTiny mt;
+  spill_err e = {};
+  EXPECT_EQ(WriteMixed(spill_test::TmpDir("mixed_dirty"), mt, true, &e), SPILL_E_INVALID_ARG);
+  EXPECT_TRUE(Contains(e.msg, "non-zero bytes after its")) << e.msg;
+  // rvq3 never mixes; q8 without a group dtype has no group
+  MixedTiny bad;
+  bad.banks[0].sect_dtype[1] = SPILL_DT_RVQ3;
+  EXPECT_EQ(WriteMixed(spill_test::TmpDir("mixed_rvq"), bad, false, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "rvq3 records are never mixed")) << e.msg;
+  MixedTiny bad2;
+  bad2.banks[1].sect_dtype[0] = SPILL_DT_Q8;
+  EXPECT_EQ(WriteMixed(spill_test::TmpDir("mixed_q8"), bad2, false, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "needs experts.group")) << e.msg;
+  // read as v2 (no per-bank dtypes), the stated layout is not v2's
+  std::string dir = spill_test::TmpDir("mixed_v2");
+  MixedTiny ok;
+  ASSERT_EQ(WriteMixed(dir, ok, false, &e), SPILL_OK) << e.msg;
+  std::string j = ReadAll(dir + "/manifest.json");
+  size_t at = j.find("\"version\":");
+  ASSERT_NE(at, std::string::npos);
+  size_t three = j.find('3', at);
+  j[three] = '2';
+  spill_manifest m;
+  EXPECT_EQ(spill_manifest_parse(j.data(), j.size(), "m", &m, &e), SPILL_E_FORMAT) << e.msg;
+  EXPECT_TRUE(Contains(e.msg, "but the layout needs")) << e.msg;
+  spill_manifest_free(&m);
+}
+
 TEST(ContainerTest, WrongRecordMagicIsAFormatError) {
   std::string dir = Written("magic");
   FlipBit(dir + "/experts-001.bin", 4096 + 2 * 4096 + 1);  // expert 2, magic byte 1

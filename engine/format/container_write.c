@@ -90,7 +90,7 @@ void spill_writer_close_keep(spill_writer *w) { writer_free(w, 0); }
  * caller's description. */
 static int build_layout(spill_writer *w, const spill_manifest *src, spill_err *e) {
   spill_manifest *m = &w->m;
-  m->version = SPILL_FORMAT_VERSION;
+  m->version = SPILL_FORMAT_WRITE;
   memcpy(m->name, src->name, sizeof m->name);
   m->name[sizeof m->name - 1] = 0;
   m->arch = src->arch;
@@ -139,13 +139,27 @@ static int build_layout(spill_writer *w, const spill_manifest *src, spill_err *e
     m->expert_dtype = src->expert_dtype;
     m->expert_group =
         (src->expert_dtype == SPILL_DT_Q8 || src->expert_dtype == SPILL_DT_Q4) ? src->expert_group : 0;
-    SPILL_TRY(spill_record_layout(&m->arch, m->expert_dtype, m->expert_group, m->sect,
-                                  &m->payload_bytes, &m->record_bytes, e));
     SPILL_FAIL_IF(e, m->arch.moe.n_experts < 1 || m->arch.moe.n_experts > SPILL_MAX_EXPERTS,
                   SPILL_E_INVALID_ARG, "writer: n_experts %d out of range", m->arch.moe.n_experts);
+    SPILL_FAIL_IF(e, src->sect_mixed && (src->n_banks != n_moe || !src->banks),
+                  SPILL_E_INVALID_ARG, "writer: mixed section dtypes need %d banks, got %d",
+                  n_moe, src->n_banks);
     m->banks = calloc((size_t)n_moe, sizeof *m->banks);
     SPILL_FAIL_IF(e, !m->banks, SPILL_E_NOMEM, "writer: out of memory");
     m->n_banks = n_moe;
+    for (int i = 0; i < n_moe; i++)
+      for (int s = 0; s < SPILL_SEC_COUNT; s++) {
+        spill_dtype dt = src->sect_mixed ? src->banks[i].sect_dtype[s] : m->expert_dtype;
+        m->banks[i].sect_dtype[s] = dt;
+        if (dt != m->expert_dtype) m->sect_mixed = 1;
+      }
+    if (m->sect_mixed) {
+      m->version = SPILL_FORMAT_MIXED;
+      SPILL_TRY(spill_manifest_mixed_layout(m, m->sect, &m->payload_bytes, &m->record_bytes, e));
+    } else {
+      SPILL_TRY(spill_record_layout(&m->arch, m->expert_dtype, m->expert_group, m->sect,
+                                    &m->payload_bytes, &m->record_bytes, e));
+    }
     for (int i = 0; i < n_moe; i++) {
       spill_bank_info *b = &m->banks[i];
       b->layer = m->arch.n_dense_layers + i;
@@ -240,9 +254,11 @@ static int open_impl(spill_writer *w, const char *dir, const spill_manifest *src
     const spill_bank_info *b = &w->m.banks[i];
     wbank *k = &w->bank[i];
     SPILL_TRY(create_file(w, b->file, &k->fd, e));
-    spill_bank_header h = {SPILL_FORMAT_VERSION, (uint32_t)b->layer, b->n_experts,
+    spill_bank_header h = {(uint32_t)w->m.version, (uint32_t)b->layer, b->n_experts,
                            (uint32_t)w->m.expert_dtype, b->record_bytes, b->data_offset,
-                           w->m.container_id};
+                           w->m.container_id, {0, 0, 0}};
+    for (int s = 0; w->m.version >= SPILL_FORMAT_MIXED && s < SPILL_SEC_COUNT; s++)
+      h.sect_dtype[s] = (uint8_t)b->sect_dtype[s];
     spill_bank_header_encode(&h, page);
     SPILL_FAIL_IF(e, spill_fmt_pwrite_full(k->fd, page, sizeof page, 0) != 0, SPILL_E_IO,
                   "%s/%s: write failed: %s", dir, b->file, strerror(errno));
@@ -425,8 +441,19 @@ int spill_writer_record(spill_writer *w, int layer, uint32_t expert, const void 
                 "writer: layer %d: expert %u written out of order (expected %u)", layer, expert,
                 k->next);
 
-  /* Section bytes come from the caller; gaps and tail are zeros we supply. */
+  /* Section bytes come from the caller; gaps and tail are zeros we supply.
+   * A section smaller than its slot (v3: this bank's dtype is smaller than
+   * the largest one) must come with zeros after its own bytes. */
   const uint8_t *pl = payload;
+  for (int s = 0; m->sect_mixed && s < SPILL_SEC_COUNT; s++) {
+    const uint32_t used = spill_manifest_sect_bytes(m, layer, s);
+    const uint8_t *sp = pl + (m->sect[s].offset - SPILL_RECORD_HEADER_BYTES);
+    SPILL_FAIL_IF(e, !spill_fmt_all_zero(sp + used, m->sect[s].bytes - used),
+                  SPILL_E_INVALID_ARG,
+                  "writer: layer %d expert %u: section %d has non-zero bytes after its %u "
+                  "bytes of %s", layer, expert, s, used,
+                  spill_dtype_name(spill_manifest_sect_dtype(m, layer, s)));
+  }
   struct iovec iov[2 + 2 * SPILL_SEC_COUNT];
   uint8_t hdr[SPILL_RECORD_HEADER_BYTES];
   int n = 0;
@@ -448,7 +475,9 @@ int spill_writer_record(spill_writer *w, int layer, uint32_t expert, const void 
 
   spill_record_header h = {0};
   h.magic = SPILL_RECORD_MAGIC;
-  h.version = SPILL_FORMAT_VERSION;
+  h.version = (uint16_t)m->version;
+  for (int s = 0; m->version >= SPILL_FORMAT_MIXED && s < SPILL_SEC_COUNT; s++)
+    h.sect_dtype[s] = (uint8_t)spill_manifest_sect_dtype(m, layer, s);
   h.dtype = (uint16_t)m->expert_dtype;
   h.layer = (uint32_t)layer;
   h.expert = expert;

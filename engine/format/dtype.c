@@ -102,6 +102,12 @@ int spill_arch_is_moe(const spill_arch *a, int layer) {
 int spill_record_layout(const spill_arch *a, spill_dtype dt, uint32_t group,
                         spill_section_info sect[SPILL_SEC_COUNT], uint32_t *payload_bytes,
                         uint64_t *record_bytes, spill_err *e) {
+  const spill_dtype dts[SPILL_SEC_COUNT] = {dt, dt, dt};
+  return spill_record_layout_sections(a, dts, group, sect, payload_bytes, record_bytes, e);
+}
+
+/* (rows, cols) of the three sections of arch a. */
+static int section_dims(const spill_arch *a, uint64_t dims[SPILL_SEC_COUNT][2], spill_err *e) {
   SPILL_FAIL_IF(e, !a, SPILL_E_INVALID_ARG, "record layout: no architecture");
   const spill_moe_cfg *moe = &a->moe;
   SPILL_FAIL_IF(e, moe->d_expert <= 0, SPILL_E_FORMAT, "record layout: d_expert %d <= 0",
@@ -109,28 +115,29 @@ int spill_record_layout(const spill_arch *a, spill_dtype dt, uint32_t group,
   int64_t d_in = moe->d_latent > 0 ? moe->d_latent : a->d_model;
   SPILL_FAIL_IF(e, d_in <= 0, SPILL_E_FORMAT, "record layout: expert input width %lld <= 0",
                 (long long)d_in);
-  const uint64_t dims[SPILL_SEC_COUNT][2] = {
-      {(uint64_t)moe->d_expert, (uint64_t)d_in},
-      {(uint64_t)moe->d_expert, (uint64_t)d_in},
-      {(uint64_t)d_in, (uint64_t)moe->d_expert},
-  };
-  static const char *const kSect[SPILL_SEC_COUNT] = {"gate", "up", "down"};
+  dims[0][0] = dims[1][0] = dims[2][1] = (uint64_t)moe->d_expert;
+  dims[0][1] = dims[1][1] = dims[2][0] = (uint64_t)d_in;
+  return SPILL_OK;
+}
+
+static const char *const kSect[SPILL_SEC_COUNT] = {"gate", "up", "down"};
+
+/* Places sections of the given byte sizes: 64-aligned after the header. */
+static int place_sections(const uint64_t dims[SPILL_SEC_COUNT][2],
+                          const uint64_t bytes[SPILL_SEC_COUNT],
+                          spill_section_info sect[SPILL_SEC_COUNT], uint32_t *payload_bytes,
+                          uint64_t *record_bytes, spill_err *e) {
   uint64_t off = SPILL_RECORD_HEADER_BYTES;
   spill_section_info s[SPILL_SEC_COUNT];
   for (int i = 0; i < SPILL_SEC_COUNT; i++) {
-    uint64_t bytes, end;
-    int rc = spill_dtype_matrix_bytes(dt, dims[i][0], dims[i][1], group, &bytes, e);
-    if (rc < 0) {
-      spill_err_prefix(e, "expert section %s", kSect[i]);
-      return rc;
-    }
+    uint64_t end;
     SPILL_FAIL_IF(e, !spill_round_up_u64(off, SPILL_TENSOR_ALIGN, &off) ||
-                         !spill_add_u64(off, bytes, &end) || end > UINT32_MAX,
+                         !spill_add_u64(off, bytes[i], &end) || end > UINT32_MAX,
                   SPILL_E_FORMAT, "expert section %s: record offsets exceed 32 bits", kSect[i]);
     s[i].rows = (uint32_t)dims[i][0];
     s[i].cols = (uint32_t)dims[i][1];
     s[i].offset = (uint32_t)off;
-    s[i].bytes = (uint32_t)bytes;
+    s[i].bytes = (uint32_t)bytes[i];
     off = end;
   }
   uint64_t rec;
@@ -140,6 +147,70 @@ int spill_record_layout(const spill_arch *a, spill_dtype dt, uint32_t group,
   *payload_bytes = (uint32_t)(off - SPILL_RECORD_HEADER_BYTES);
   *record_bytes = rec;
   return SPILL_OK;
+}
+
+int spill_record_layout_sections(const spill_arch *a, const spill_dtype dt[SPILL_SEC_COUNT],
+                                 uint32_t group, spill_section_info sect[SPILL_SEC_COUNT],
+                                 uint32_t *payload_bytes, uint64_t *record_bytes, spill_err *e) {
+  uint64_t dims[SPILL_SEC_COUNT][2], bytes[SPILL_SEC_COUNT];
+  SPILL_TRY(section_dims(a, dims, e));
+  for (int i = 0; i < SPILL_SEC_COUNT; i++) {
+    int rc = spill_dtype_matrix_bytes(dt[i], dims[i][0], dims[i][1], group, &bytes[i], e);
+    if (rc < 0) {
+      spill_err_prefix(e, "expert section %s", kSect[i]);
+      return rc;
+    }
+  }
+  return place_sections(dims, bytes, sect, payload_bytes, record_bytes, e);
+}
+
+int spill_manifest_mixed_layout(const spill_manifest *m, spill_section_info sect[SPILL_SEC_COUNT],
+                                uint32_t *payload_bytes, uint64_t *record_bytes, spill_err *e) {
+  uint64_t dims[SPILL_SEC_COUNT][2], bytes[SPILL_SEC_COUNT] = {0, 0, 0};
+  SPILL_TRY(section_dims(&m->arch, dims, e));
+  const int grouped = m->expert_dtype == SPILL_DT_Q8 || m->expert_dtype == SPILL_DT_Q4;
+  for (int b = 0; b < m->n_banks; b++) {
+    for (int i = 0; i < SPILL_SEC_COUNT; i++) {
+      spill_dtype dt = m->banks[b].sect_dtype[i];
+      uint64_t n;
+      SPILL_FAIL_IF(e, (unsigned)dt >= SPILL_DT_COUNT, SPILL_E_FORMAT,
+                    "banks[%d]: section %s: dtype code %d unknown", b, kSect[i], (int)dt);
+      SPILL_FAIL_IF(e, (dt == SPILL_DT_RVQ3) != (m->expert_dtype == SPILL_DT_RVQ3),
+                    SPILL_E_FORMAT,
+                    "banks[%d]: section %s: %s with experts.dtype %s (rvq3 records are never "
+                    "mixed with other dtypes)", b, kSect[i], spill_dtype_name(dt),
+                    spill_dtype_name(m->expert_dtype));
+      SPILL_FAIL_IF(e, (dt == SPILL_DT_Q8 || dt == SPILL_DT_Q4) && !grouped, SPILL_E_FORMAT,
+                    "banks[%d]: section %s: %s needs experts.group, which only a q8/q4 "
+                    "experts.dtype has", b, kSect[i], spill_dtype_name(dt));
+      int rc = spill_dtype_matrix_bytes(dt, dims[i][0], dims[i][1], m->expert_group, &n, e);
+      if (rc < 0) {
+        spill_err_prefix(e, "banks[%d]: expert section %s", b, kSect[i]);
+        return rc;
+      }
+      if (n > bytes[i]) bytes[i] = n;
+    }
+  }
+  return place_sections(dims, bytes, sect, payload_bytes, record_bytes, e);
+}
+
+static const spill_bank_info *bank_of(const spill_manifest *m, int layer) {
+  int i = layer - m->arch.n_dense_layers;
+  return m->banks && i >= 0 && i < m->n_banks ? &m->banks[i] : NULL;
+}
+
+spill_dtype spill_manifest_sect_dtype(const spill_manifest *m, int layer, int sec) {
+  const spill_bank_info *b = bank_of(m, layer);
+  return b && m->sect_mixed ? b->sect_dtype[sec] : m->expert_dtype;
+}
+
+uint32_t spill_manifest_sect_bytes(const spill_manifest *m, int layer, int sec) {
+  const spill_section_info *s = &m->sect[sec];
+  uint64_t n = s->bytes;
+  if (spill_dtype_matrix_bytes(spill_manifest_sect_dtype(m, layer, sec), s->rows, s->cols,
+                               m->expert_group, &n, NULL) < 0 || n > s->bytes)
+    n = s->bytes; /* validated at parse time; never reached for a parsed manifest */
+  return (uint32_t)n;
 }
 
 /* ---- shared utilities ---- */

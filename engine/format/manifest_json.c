@@ -232,6 +232,12 @@ int spill_manifest_to_json(const spill_manifest *m, char **out, spill_err *e) {
     num(&b, o, "n_experts", k->n_experts);
     num(&b, o, "record_bytes", (double)k->record_bytes);
     num(&b, o, "data_offset", (double)k->data_offset);
+    if (m->version >= SPILL_FORMAT_MIXED) {
+      cJSON *d = arr(&b, o, "dtypes");
+      for (int s = 0; d && s < SPILL_SEC_COUNT; s++)
+        if (!cJSON_AddItemToArray(d, cJSON_CreateString(spill_dtype_name(k->sect_dtype[s]))))
+          b.failed = 1;
+    }
   }
   cJSON *fs = arr(&b, root, "files");
   for (int i = 0; fs && i < m->n_files; i++) {

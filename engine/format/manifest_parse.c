@@ -372,6 +372,35 @@ static int check_tensor_table(const spill_manifest *m, uint64_t *trunk_end, spil
 
 /* ---- experts, banks, files ---- */
 
+/* v3: banks[i].dtypes, read before the record layout (which depends on
+ * them); allocates m->banks and fills every bank's section dtypes (the
+ * experts.dtype where a bank has no "dtypes"). */
+static int parse_bank_dtypes(const cJSON *root, spill_manifest *m, spill_err *e) {
+  const cJSON *arr;
+  int n, n_moe = spill_arch_n_moe(&m->arch);
+  SPILL_TRY(spill_json_arr(root, "banks", "", &arr, &n, F, e));
+  SPILL_FAIL_IF(e, n != n_moe, F, "banks: %d entries, the model has %d MoE layers", n, n_moe);
+  m->banks = calloc((size_t)n, sizeof *m->banks);
+  SPILL_FAIL_IF(e, !m->banks, SPILL_E_NOMEM, "banks: out of memory");
+  m->n_banks = n;
+  int i = 0;
+  for (const cJSON *o = arr->child; o; o = o->next, i++) {
+    spill_bank_info *b = &m->banks[i];
+    for (int k = 0; k < SPILL_SEC_COUNT; k++) b->sect_dtype[k] = m->expert_dtype;
+    const cJSON *d = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "dtypes") : NULL;
+    if (!d) continue;
+    SPILL_FAIL_IF(e, !cJSON_IsArray(d) || cJSON_GetArraySize(d) != SPILL_SEC_COUNT, F,
+                  "banks[%d].dtypes: expected an array of 3 dtype names (gate, up, down)", i);
+    int k = 0;
+    for (const cJSON *x = d->child; x; x = x->next, k++) {
+      SPILL_FAIL_IF(e, !cJSON_IsString(x) || spill_dtype_parse(x->valuestring, &b->sect_dtype[k]) < 0,
+                    F, "banks[%d].dtypes[%d]: not a dtype name", i, k);
+      if (b->sect_dtype[k] != m->expert_dtype) m->sect_mixed = 1;
+    }
+  }
+  return SPILL_OK;
+}
+
 static int parse_experts(const cJSON *root, spill_manifest *m, spill_err *e) {
   static const char *const keys[] = {"dtype", "group", "record_bytes", "payload_bytes",
                                      "sections", NULL};
@@ -390,8 +419,14 @@ static int parse_experts(const cJSON *root, spill_manifest *m, spill_err *e) {
   spill_section_info want[SPILL_SEC_COUNT];
   uint32_t want_payload;
   uint64_t want_record, got;
-  int rc = spill_record_layout(&m->arch, m->expert_dtype, m->expert_group, want, &want_payload,
-                               &want_record, e);
+  int rc;
+  if (m->version >= SPILL_FORMAT_MIXED) {
+    SPILL_TRY(parse_bank_dtypes(root, m, e));
+    rc = spill_manifest_mixed_layout(m, want, &want_payload, &want_record, e);
+  } else {
+    rc = spill_record_layout(&m->arch, m->expert_dtype, m->expert_group, want, &want_payload,
+                             &want_record, e);
+  }
   if (rc < 0) {
     spill_err_prefix(e, "experts");
     return rc;
@@ -434,14 +469,20 @@ static int parse_experts(const cJSON *root, spill_manifest *m, spill_err *e) {
 static int parse_banks(const cJSON *root, spill_manifest *m, spill_err *e) {
   static const char *const keys[] = {"layer", "file", "n_experts", "record_bytes", "data_offset",
                                      NULL};
+  static const char *const keys_v3[] = {"layer",        "file",        "n_experts",
+                                        "record_bytes", "data_offset", "dtypes", NULL};
   const cJSON *arr;
   int n, n_moe = spill_arch_n_moe(&m->arch);
   SPILL_TRY(spill_json_arr(root, "banks", "", &arr, &n, F, e));
   SPILL_FAIL_IF(e, n != n_moe, F, "banks: %d entries, the model has %d MoE layers", n, n_moe);
   if (n == 0) return SPILL_OK;
-  m->banks = calloc((size_t)n, sizeof *m->banks);
-  SPILL_FAIL_IF(e, !m->banks, SPILL_E_NOMEM, "banks: out of memory");
-  m->n_banks = n;
+  if (!m->banks) {
+    m->banks = calloc((size_t)n, sizeof *m->banks);
+    SPILL_FAIL_IF(e, !m->banks, SPILL_E_NOMEM, "banks: out of memory");
+    m->n_banks = n;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < SPILL_SEC_COUNT; k++) m->banks[i].sect_dtype[k] = m->expert_dtype;
+  }
   int i = 0;
   for (const cJSON *o = arr->child; o; o = o->next, i++) {
     spill_bank_info *b = &m->banks[i];
@@ -451,7 +492,7 @@ static int parse_banks(const cJSON *root, spill_manifest *m, spill_err *e) {
     uint64_t v;
     snprintf(p, sizeof p, "banks[%d]", i);
     SPILL_FAIL_IF(e, !cJSON_IsObject(o), F, "%s: expected object", p);
-    SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
+    SPILL_TRY(spill_json_only_keys(o, p, m->version >= SPILL_FORMAT_MIXED ? keys_v3 : keys, F, e));
     int want_layer = m->arch.n_dense_layers + i;
     SPILL_TRY(get_int(o, "layer", p, 0, SPILL_MAX_LAYERS - 1, &layer, e));
     SPILL_FAIL_IF(e, layer != want_layer, F,

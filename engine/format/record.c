@@ -32,6 +32,8 @@ enum {
   RH_ID = 48,          /* v2: container_id; v1: reserved */
   RH_RESERVED_V1 = 48,
   RH_RESERVED_V2 = 56,
+  RH_SECT_DTYPE = 56,  /* v3: one byte per section */
+  RH_RESERVED_V3 = 59,
 };
 
 /* Byte offsets inside the bank header page. */
@@ -47,6 +49,8 @@ enum {
   BH_ID = 44,          /* v2: container_id; v1: reserved */
   BH_RESERVED_V1 = 44,
   BH_RESERVED_V2 = 52,
+  BH_SECT_DTYPE = 52,  /* v3: one byte per section */
+  BH_RESERVED_V3 = 55,
   BH_AFTER_CRC = 44,   /* the crc covers everything but bytes 40..43 */
 };
 
@@ -70,11 +74,13 @@ void spill_record_header_encode(const spill_record_header *h, uint8_t out[64]) {
   for (int i = 0; i < SPILL_SEC_COUNT; i++) spill_put_u32(out + RH_SECT + 4 * i, h->sect_offset[i]);
   spill_put_u32(out + RH_N_SECTIONS, h->n_sections);
   spill_put_u64(out + RH_ID, h->container_id);
+  memcpy(out + RH_SECT_DTYPE, h->sect_dtype, SPILL_SEC_COUNT);
   /* header_crc32 is derived, never taken from h. */
   spill_put_u32(out + RH_HEADER_CRC, spill_crc32(0, out, SPILL_RECORD_HEADER_BYTES));
 }
 
 void spill_record_header_decode(const uint8_t in[64], spill_record_header *h) {
+  memset(h, 0, sizeof *h);
   h->magic = spill_get_u32(in + RH_MAGIC);
   h->version = spill_get_u16(in + RH_VERSION);
   h->dtype = spill_get_u16(in + RH_DTYPE);
@@ -87,6 +93,7 @@ void spill_record_header_decode(const uint8_t in[64], spill_record_header *h) {
   for (int i = 0; i < SPILL_SEC_COUNT; i++) h->sect_offset[i] = spill_get_u32(in + RH_SECT + 4 * i);
   h->n_sections = spill_get_u32(in + RH_N_SECTIONS);
   h->container_id = spill_get_u64(in + RH_ID);
+  memcpy(h->sect_dtype, in + RH_SECT_DTYPE, SPILL_SEC_COUNT);
 }
 
 int spill_record_check(const spill_manifest *m, const char *file, int layer, uint32_t expert,
@@ -113,7 +120,7 @@ int spill_record_check(const spill_manifest *m, const char *file, int layer, uin
   SPILL_FAIL_IF(e, hcrc != h.header_crc32, SPILL_E_CHECKSUM,
                 "%s: layer %d expert %u: record header checksum mismatch (stored 0x%08x, "
                 "computed 0x%08x)", file, layer, expert, h.header_crc32, hcrc);
-  const int rsv = m->version >= 2 ? RH_RESERVED_V2 : RH_RESERVED_V1;
+  const int rsv = m->version >= 3 ? RH_RESERVED_V3 : m->version >= 2 ? RH_RESERVED_V2 : RH_RESERVED_V1;
   SPILL_FAIL_IF(e, !spill_fmt_all_zero(b + rsv, SPILL_RECORD_HEADER_BYTES - rsv),
                 SPILL_E_FORMAT, "%s: layer %d expert %u: reserved header bytes are not zero",
                 file, layer, expert);
@@ -124,6 +131,12 @@ int spill_record_check(const spill_manifest *m, const char *file, int layer, uin
   SPILL_FAIL_IF(e, h.dtype != (uint32_t)m->expert_dtype, SPILL_E_FORMAT,
                 "%s: layer %d expert %u: record dtype %u, manifest says %s (%d)", file, layer,
                 expert, h.dtype, spill_dtype_name(m->expert_dtype), (int)m->expert_dtype);
+  for (int i = 0; m->version >= 3 && i < SPILL_SEC_COUNT; i++) {
+    const spill_dtype want = spill_manifest_sect_dtype(m, layer, i);
+    SPILL_FAIL_IF(e, h.sect_dtype[i] != (uint8_t)want, SPILL_E_FORMAT,
+                  "%s: layer %d expert %u: section %d dtype %u, manifest says %s (%d)", file,
+                  layer, expert, i, h.sect_dtype[i], spill_dtype_name(want), (int)want);
+  }
   SPILL_FAIL_IF(e, h.layer != (uint32_t)layer || h.expert != expert, SPILL_E_FORMAT,
                 "%s: layer %d expert %u: record holds layer %u expert %u (records swapped or "
                 "misplaced)", file, layer, expert, h.layer, h.expert);
@@ -166,10 +179,12 @@ void spill_bank_header_encode(const spill_bank_header *h, uint8_t out[SPILL_BANK
   spill_put_u64(out + BH_RECORD_BYTES, h->record_bytes);
   spill_put_u64(out + BH_DATA_OFFSET, h->data_offset);
   spill_put_u64(out + BH_ID, h->container_id);
+  memcpy(out + BH_SECT_DTYPE, h->sect_dtype, SPILL_SEC_COUNT);
   spill_put_u32(out + BH_HEADER_CRC, bank_header_crc(out));
 }
 
 void spill_bank_header_decode(const uint8_t in[SPILL_BANK_HEADER_BYTES], spill_bank_header *h) {
+  memset(h, 0, sizeof *h);
   h->version = spill_get_u32(in + BH_VERSION);
   h->layer = spill_get_u32(in + BH_LAYER);
   h->n_experts = spill_get_u32(in + BH_N_EXPERTS);
@@ -177,6 +192,7 @@ void spill_bank_header_decode(const uint8_t in[SPILL_BANK_HEADER_BYTES], spill_b
   h->record_bytes = spill_get_u64(in + BH_RECORD_BYTES);
   h->data_offset = spill_get_u64(in + BH_DATA_OFFSET);
   h->container_id = spill_get_u64(in + BH_ID);
+  memcpy(h->sect_dtype, in + BH_SECT_DTYPE, SPILL_SEC_COUNT);
 }
 
 int spill_bank_header_check(const spill_manifest *m, const spill_bank_info *b, const void *page,
@@ -197,7 +213,7 @@ int spill_bank_header_check(const spill_manifest *m, const spill_bank_info *b, c
   SPILL_FAIL_IF(e, stored != crc, SPILL_E_CHECKSUM,
                 "%s: bank header checksum mismatch (stored 0x%08x, computed 0x%08x)", f, stored,
                 crc);
-  const int rsv = m->version >= 2 ? BH_RESERVED_V2 : BH_RESERVED_V1;
+  const int rsv = m->version >= 3 ? BH_RESERVED_V3 : m->version >= 2 ? BH_RESERVED_V2 : BH_RESERVED_V1;
   SPILL_FAIL_IF(e, !spill_fmt_all_zero(p + rsv, SPILL_BANK_HEADER_BYTES - rsv), SPILL_E_FORMAT,
                 "%s: reserved bank header bytes are not zero", f);
   SPILL_FAIL_IF(e, m->version >= 2 && h.container_id != m->container_id, SPILL_E_FORMAT,
@@ -211,6 +227,12 @@ int spill_bank_header_check(const spill_manifest *m, const spill_bank_info *b, c
   SPILL_FAIL_IF(e, h.dtype != (uint32_t)m->expert_dtype, SPILL_E_FORMAT,
                 "%s: bank dtype %u, manifest says %s", f, h.dtype,
                 spill_dtype_name(m->expert_dtype));
+  for (int i = 0; m->version >= 3 && i < SPILL_SEC_COUNT; i++) {
+    const spill_dtype want = spill_manifest_sect_dtype(m, b->layer, i);
+    SPILL_FAIL_IF(e, h.sect_dtype[i] != (uint8_t)want, SPILL_E_FORMAT,
+                  "%s: bank section %d dtype %u, manifest says %s", f, i, h.sect_dtype[i],
+                  spill_dtype_name(want));
+  }
   SPILL_FAIL_IF(e, h.record_bytes != b->record_bytes, SPILL_E_FORMAT,
                 "%s: bank record size %llu, manifest says %llu", f,
                 (unsigned long long)h.record_bytes, (unsigned long long)b->record_bytes);

@@ -385,6 +385,47 @@ static int journal_open(const char *dst, const char *id, const imp_plan *p, jour
 
 /* ---- the run ---- */
 
+/* --experts keep: every section keeps its source's numbers. Each (layer,
+ * section) has one dtype (a GGUF's stacked tensor; a checkpoint's experts must
+ * agree); sections and layers may differ (Q4_K_M mixes Q4_K and Q6_K), which
+ * makes a v3 container with per-bank section dtypes (docs/FORMAT.md). The
+ * experts.dtype is a q8/q4 one if any section has it (its group is shared),
+ * else the first section's. */
+static int choose_keep_experts(const imp_src *s, const imp_plan *p, spill_manifest *m,
+                               spill_err *e) {
+  const int n_moe = spill_arch_n_moe(&p->arch);
+  m->banks = calloc((size_t)n_moe, sizeof *m->banks);
+  SPILL_FAIL_IF(e, n_moe > 0 && !m->banks, SPILL_E_NOMEM, "import: out of memory");
+  m->n_banks = n_moe;
+  int have = 0;
+  for (int l = 0; l < n_moe; l++)
+    for (int k = 0; k < SPILL_SEC_COUNT; k++)
+      for (int x = 0; x < (s->is_gguf ? 1 : p->arch.moe.n_experts); x++) {
+        const spill_src_tensor *t = s->is_gguf ? p->moe[l].stacked[k] : p->moe[l].per[k][x];
+        spill_dtype dt;
+        uint32_t g;
+        SPILL_FAIL_IF(e, keep_dtype(t->dtype, &dt, &g) != 0, SPILL_E_UNSUPPORTED,
+                      "expert tensor %s: source type %s has no container format with the same "
+                      "numbers; name a target (--experts q8|q4)",
+                      t->name, spill_src_dtype_traits(t->dtype)->name);
+        SPILL_FAIL_IF(e, x > 0 && dt != m->banks[l].sect_dtype[k], SPILL_E_UNSUPPORTED,
+                      "experts of one layer mix source types (%s is %s, expert 0 maps to %s); "
+                      "name a target (--experts q8|q4)", t->name,
+                      spill_src_dtype_traits(t->dtype)->name,
+                      spill_dtype_name(m->banks[l].sect_dtype[k]));
+        m->banks[l].sect_dtype[k] = dt;
+        if (!have || (g && !m->expert_group)) {
+          m->expert_dtype = dt;
+          m->expert_group = g;
+          have = 1;
+        }
+      }
+  for (int l = 0; l < n_moe; l++)
+    for (int k = 0; k < SPILL_SEC_COUNT; k++)
+      if (m->banks[l].sect_dtype[k] != m->expert_dtype) m->sect_mixed = 1;
+  return SPILL_OK;
+}
+
 static int choose(const spill_import_request *r, const imp_src *s, const imp_plan *p,
                   uint32_t group, spill_manifest *m, spill_err *e) {
   for (int i = 0; i < p->n_trunk; i++) {
@@ -419,30 +460,8 @@ static int choose(const spill_import_request *r, const imp_src *s, const imp_pla
     SPILL_FAIL_IF(e, t->src->dtype == SPILL_SRC_OTHER, SPILL_E_UNSUPPORTED,
                   "tensor %s: source type %s is not supported", t->src->name, t->src->other_name);
   }
-  const int n_moe = spill_arch_n_moe(&p->arch);
-  if (r->experts == SPILL_IMPORT_KEEP) {
-    int first = 1;
-    for (int l = 0; l < n_moe; l++)
-      for (int k = 0; k < SPILL_SEC_COUNT; k++)
-        for (int x = 0; x < (s->is_gguf ? 1 : p->arch.moe.n_experts); x++) {
-          const spill_src_tensor *t = s->is_gguf ? p->moe[l].stacked[k] : p->moe[l].per[k][x];
-          spill_dtype dt;
-          uint32_t g;
-          SPILL_FAIL_IF(e, keep_dtype(t->dtype, &dt, &g) != 0, SPILL_E_UNSUPPORTED,
-                        "expert tensor %s: source type %s has no container format with the same "
-                        "numbers; name a target (--experts q8|q4)",
-                        t->name, spill_src_dtype_traits(t->dtype)->name);
-          if (first) {
-            m->expert_dtype = dt;
-            m->expert_group = g;
-            first = 0;
-          }
-          SPILL_FAIL_IF(e, dt != m->expert_dtype, SPILL_E_UNSUPPORTED,
-                        "experts mix source types (%s is %s, others map to %s): the container "
-                        "holds one expert format; name a target (--experts q8|q4)",
-                        t->name, spill_src_dtype_traits(t->dtype)->name, spill_dtype_name(m->expert_dtype));
-        }
-  } else {
+  if (r->experts == SPILL_IMPORT_KEEP) return choose_keep_experts(s, p, m, e);
+  {
     m->expert_dtype = r->experts == SPILL_IMPORT_Q8 ? SPILL_DT_Q8 : SPILL_DT_Q4;
     m->expert_group = group;
     SPILL_FAIL_IF(e, p->arch.d_model % (int)group || p->arch.moe.d_expert % (int)group,
@@ -613,7 +632,7 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
       SPILL_TRY(read_scale(&R->s, sc, sec->rows, sec->cols, &R->cv, e));
     }
     SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows, sec->cols,
-                      NULL, wm->expert_dtype, wm->expert_group,
+                      NULL, spill_manifest_sect_dtype(wm, layer, k), wm->expert_group,
                       R->out + (sec->offset - SPILL_RECORD_HEADER_BYTES),
                       &R->exp_num[bi * 3 + k], &R->exp_den[bi * 3 + k], t->name, e));
   }

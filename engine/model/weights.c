@@ -67,7 +67,8 @@ spill_qmat spill_model_qmat_rows(const spill_qmat *w, uint32_t r0, uint32_t n) {
 void spill_model_expert_qmat(const spill_model *m, int layer, const uint8_t *rec, int sec,
                              spill_qmat *out) {
   const spill_section_info *si = &m->c.m.sect[sec];
-  make_qmat(m->expert_dtype, si->rows, si->cols, m->c.m.expert_group,
+  make_qmat(spill_manifest_sect_dtype(&m->c.m, layer, sec), si->rows, si->cols,
+            m->c.m.expert_group,
             m->L[layer].codebook[sec], rec + si->offset, out);
 }
 

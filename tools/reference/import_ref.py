@@ -198,7 +198,28 @@ def llama_permute(wt, n_head):
 
 
 GG_TYPES = {"F32": ck.GGML_F32, "F16": ck.GGML_F16, "BF16": ck.GGML_BF16, "Q8_0": ck.GGML_Q8_0,
-            "Q4_0": ck.GGML_Q4_0, "Q4_K": ck.GGML_Q4_K, "Q5_K": ck.GGML_Q5_K, "Q6_K": ck.GGML_Q6_K}
+            "Q4_0": ck.GGML_Q4_0, "Q4_K": ck.GGML_Q4_K, "Q5_K": ck.GGML_Q5_K, "Q6_K": ck.GGML_Q6_K,
+            "Q4_K_M": ck.GGML_Q4_K}
+
+
+def q4_k_m_type(name, n_layers, n_expert):
+    """The type llama.cpp's quantizer gives `name` in a Q4_K_M file
+    (src/llama-quant.cpp, llama_tensor_get_type, llama.cpp de3ff81): Q4_K by
+    default; output Q6_K; attn_v and ffn_down(_exps) Q6_K in the layers where
+    use_more_bits(i, n) holds; attn_output Q5_K with 8 experts; the router
+    ffn_gate_inp is never quantised (F32)."""
+    def more_bits(i, n):
+        return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+    if name == "output.weight":
+        return ck.GGML_Q6_K
+    if ".ffn_gate_inp." in name:
+        return ck.GGML_F32
+    layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
+    if (".attn_v." in name or ".ffn_down" in name) and more_bits(layer, n_layers):
+        return ck.GGML_Q6_K
+    if ".attn_output." in name and n_expert == 8:
+        return ck.GGML_Q5_K
+    return ck.GGML_Q4_K
 
 
 def byte_level_vocab(n):
@@ -225,7 +246,7 @@ def byte_level_vocab(n):
 
 def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
     hf = {"qwen3_moe": "qwen3moe", "olmoe": "olmoe", "mixtral": "llama"}[arch]
-    kq = ty in ("Q4_K", "Q5_K", "Q6_K")
+    kq = ty in ("Q4_K", "Q5_K", "Q6_K", "Q4_K_M")
     w, c = random_weights(arch, seed, tied and arch != "olmoe", kq)
     gt = GG_TYPES[ty]
     krng = np.random.default_rng(seed + 1000)
@@ -255,8 +276,12 @@ def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
 
     def mat(name, arr):
         # K-quants: random super-blocks of the array's shape (no quantiser needed:
-        # the reference dequantises the same blocks)
-        T.append((name, gt, ck.random_kquant(gt, arr.shape, krng, 1.0 / np.sqrt(arr.shape[-1])) if kq else arr))
+        # the reference dequantises the same blocks); Q4_K_M: llama.cpp's mix
+        t = q4_k_m_type(name, c["L"], c["E"]) if ty == "Q4_K_M" else gt
+        if t == ck.GGML_F32:
+            T.append((name, t, arr))
+        else:
+            T.append((name, t, ck.random_kquant(t, arr.shape, krng, 1.0 / np.sqrt(arr.shape[-1])) if kq else arr))
 
     mat("token_embd.weight", w["model.embed_tokens.weight"])
     T.append(("output_norm.weight", ck.GGML_F32, w["model.norm.weight"]))

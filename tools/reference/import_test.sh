@@ -2,7 +2,7 @@
 # `spill import` end to end (docs/MODEL.md "Imported architectures"): for
 # each architecture (qwen3_moe, olmoe, mixtral) and source format
 # (safetensors F32/F16/BF16, sharded with an index; GGUF F32/F16/BF16/Q8_0/
-# Q4_0), a tiny random checkpoint written by import_ref.py is imported,
+# Q4_0/Q4_K/Q5_K/Q6_K and llama.cpp's Q4_K_M mix), a tiny random checkpoint written by import_ref.py is imported,
 # `spill verify` must pass, and spill's logits at every position must agree
 # with import_ref.py's float64 forward pass computed from the SOURCE file
 # within 1e-4 of the logit scale. GGUF Q8_0/Q4_0 weights must dequantise
@@ -25,7 +25,7 @@ bad() { echo "FAIL $*"; fail=1; }
 
 for arch in qwen3_moe olmoe mixtral; do
   for src in hf:F32:1 hf:F16:2 hf:BF16:3 gguf:F32 gguf:F16 gguf:BF16 gguf:Q8_0 gguf:Q4_0 \
-      gguf:Q4_K gguf:Q5_K gguf:Q6_K; do
+      gguf:Q4_K gguf:Q5_K gguf:Q6_K gguf:Q4_K_M; do
     IFS=: read -r kind ty shards <<<"$src"
     if [ "$kind" = hf ]; then
       in="$TMP/$arch-$ty"
@@ -47,6 +47,13 @@ for arch in qwen3_moe olmoe mixtral; do
     fi
     if [ "$kind" = gguf ] && [ "${ty:0:1}" = Q ]; then
       r=$($PY "$REF" check-weights "$in" "$out" 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
+    fi
+    # llama.cpp's Q4_K_M mix (Q6_K ffn_down_exps in layer 1 only): a v3
+    # container whose banks carry their own section dtypes
+    if [ "$ty" = Q4_K_M ]; then
+      d=$(tr -d ' \t\n' <"$out/manifest.json" | grep -o '"dtypes":\[[^]]*\]' | tr '\n' ' ')
+      [ "$d" = '"dtypes":["q4_k","q4_k","q4_k"] "dtypes":["q4_k","q4_k","q6_k"] ' ] &&
+        ok "$arch $src: per-bank section dtypes $d" || bad "$arch $src: section dtypes '$d'"
     fi
   done
 done
@@ -87,9 +94,10 @@ assert len(j["requantised"]) == 18 and 0 < j["max_rel_err"] < 0.01, j
 PY
 else bad "fp8 -> q8: import/eval"; fi
 
-# Placement never changes numerics, on an imported model (q4 experts from Q4_0
-# and f32 experts from safetensors).
-for m in "$TMP/qwen3_moe-Q4_0.gguf.spill" "$TMP/olmoe-F32.spill" "$TMP/mixtral-BF16.spill"; do
+# Placement never changes numerics, on an imported model (q4 experts from Q4_0,
+# f32 experts from safetensors, the Q4_K/Q6_K mix of a Q4_K_M file).
+for m in "$TMP/qwen3_moe-Q4_0.gguf.spill" "$TMP/olmoe-F32.spill" "$TMP/mixtral-BF16.spill" \
+    "$TMP/olmoe-Q4_K_M.gguf.spill"; do
   "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/base.f32" >/dev/null 2>&1
   n=0
   for knobs in "--storage direct" "--storage pagecache" "--storage mmap" "--cache-slots 0" \

@@ -32,7 +32,7 @@ import numpy as np
 # ---------------------------------------------------------------------------
 
 FORMAT_VERSION = 2      # written by spill; 1 is still read (no container id)
-FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSIONS = (1, 2, 3)
 PAGE = 4096
 TENSOR_ALIGN = 64
 RECORD_HEADER_BYTES = 64
@@ -261,17 +261,22 @@ def _get(obj, key, kind, where):
     return float(v) if kind is float else v
 
 
-def record_layout(arch, dtype, group=0):
+def record_layout(arch, dtype, group=0, bank_dtypes=None):
     """FORMAT.md "Record layout": ({gate, up, down: rows, cols, offset, bytes},
-    payload_bytes, record_bytes) for an expert dtype and architecture."""
+    payload_bytes, record_bytes) for an expert dtype and architecture. v3:
+    bank_dtypes (one [gate, up, down] dtype list per bank) sizes each section
+    for the largest bytes any bank needs there."""
     mo = arch["moe"]
     d_in = mo["d_latent"] if mo["d_latent"] > 0 else arch["d_model"]
     dims = {"gate": (mo["d_expert"], d_in), "up": (mo["d_expert"], d_in),
             "down": (d_in, mo["d_expert"])}
     sections, off = {}, RECORD_HEADER_BYTES
-    for sname in SECTIONS:
+    for si, sname in enumerate(SECTIONS):
         rows, cols = dims[sname]
-        nb = dtype_matrix_bytes(dtype, rows, cols, group)
+        if bank_dtypes:
+            nb = max(dtype_matrix_bytes(bd[si], rows, cols, group) for bd in bank_dtypes)
+        else:
+            nb = dtype_matrix_bytes(dtype, rows, cols, group)
         sections[sname] = dict(rows=rows, cols=cols, offset=off, bytes=nb)
         end = off + nb
         off = _round_up(end, 64)
@@ -436,8 +441,17 @@ class Container:
         self.expert_group = _get(ex, "group", int, "experts.") if dt in ("q8", "q4") else 0
         # The layout is computed from the architecture and the manifest's
         # statement of it must agree.
+        # v3: per-bank section dtypes (FORMAT.md banks[i].dtypes)
+        self.bank_dtypes = {}
+        for i, b in enumerate(banks):
+            bd = b.get("dtypes", [dt] * 3) if isinstance(b, dict) and version >= 3 else [dt] * 3
+            if (not isinstance(bd, list) or len(bd) != 3 or any(x not in DTYPE_IDS for x in bd)
+                    or any((x == "rvq3") != (dt == "rvq3") for x in bd)
+                    or any(x in ("q8", "q4") and not self.expert_group for x in bd)):
+                raise FormatError(f"manifest: banks[{i}].dtypes {bd!r}")
+            self.bank_dtypes[a["n_dense_layers"] + i] = bd
         self.sections, self.payload_bytes, self.record_bytes = record_layout(
-            a, dt, self.expert_group)
+            a, dt, self.expert_group, list(self.bank_dtypes.values()) if version >= 3 else None)
         stated = _get(ex, "sections", list, "experts.")
         if [s.get("name") for s in stated] != list(SECTIONS) or any(
                 {k: s.get(k) for k in ("rows", "cols", "offset", "bytes")} != self.sections[s["name"]]
@@ -456,7 +470,8 @@ class Container:
                         n_experts=mo["n_experts"], record_bytes=self.record_bytes,
                         data_offset=BANK_HEADER_BYTES)
             got = {k: b.get(k) for k in want} if isinstance(b, dict) else None
-            if got != want:
+            extra = set(b) - set(want) - ({"dtypes"} if version >= 3 else set()) if got else set()
+            if got != want or extra:
                 raise FormatError(f"manifest: banks[{i}] is {b}, expected {want}")
             fsize = self.files.get(want["file"], {}).get("bytes")
             if fsize != BANK_HEADER_BYTES + mo["n_experts"] * self.record_bytes:
@@ -520,7 +535,9 @@ class Container:
         zeroed[40:44] = bytes(4)
         if zlib.crc32(bytes(zeroed)) != header_crc:
             raise FormatError(f"{path}: bank header crc mismatch")
-        rsv = 52 if self.version >= 2 else 44
+        rsv = 55 if self.version >= 3 else 52 if self.version >= 2 else 44
+        if self.version >= 3 and list(page[52:55]) != [DTYPE_IDS[x] for x in self.bank_dtypes[b["layer"]]]:
+            raise FormatError(f"{path}: bank section dtypes {list(page[52:55])} disagree with manifest")
         if any(page[rsv:]):
             raise FormatError(f"{path}: bank header reserved bytes not zero")
         cid = struct.unpack_from("<Q", page, 44)[0] if self.version >= 2 else 0
@@ -552,7 +569,9 @@ class Container:
             raise FormatError(f"{where}: bad record magic {magic:#x}")
         if zlib.crc32(bytes(zeroed)) != header_crc:
             raise FormatError(f"{where}: record header crc mismatch")
-        rsv = 56 if self.version >= 2 else 48
+        rsv = 59 if self.version >= 3 else 56 if self.version >= 2 else 48
+        if self.version >= 3 and list(rec[56:59]) != [DTYPE_IDS[x] for x in self.bank_dtypes[layer]]:
+            raise FormatError(f"{where}: record section dtypes {list(rec[56:59])} disagree with manifest")
         if any(rec[rsv:64]):
             raise FormatError(f"{where}: record header reserved bytes not zero")
         cid = struct.unpack_from("<Q", rec, 48)[0] if self.version >= 2 else 0
@@ -579,14 +598,18 @@ class Container:
             return self._cache[key]
         rec = self.record(layer, expert)
         mats = []
-        for sname in SECTIONS:
+        for si, sname in enumerate(SECTIONS):
             s = self.sections[sname]
             cb = None
             if self.expert_dtype == "rvq3":
                 cb = self.tensor(f"blk.{layer}.ffn_{sname}_exps.codebook")
-            buf = rec[s["offset"]:s["offset"] + s["bytes"]]
-            mats.append(dequant(self.expert_dtype, buf, s["rows"], s["cols"],
-                                self.expert_group, cb))
+            sdt = self.bank_dtypes[layer][si]
+            nb = dtype_matrix_bytes(sdt, s["rows"], s["cols"], self.expert_group)
+            buf = rec[s["offset"]:s["offset"] + nb]
+            if any(rec[s["offset"] + nb:s["offset"] + s["bytes"]]):
+                raise FormatError(f"layer {layer} expert {expert}: section {sname}: bytes after "
+                                  f"its {nb} bytes of {sdt} are not zero")
+            mats.append(dequant(sdt, buf, s["rows"], s["cols"], self.expert_group, cb))
         self._cache[key] = tuple(mats)
         return self._cache[key]
 
