@@ -27,8 +27,17 @@ same dequantised values: tools/reference check-weights):
   Q4_K, Q5_K (activations to Q8_K blocks of 256): p90 5.2e-4..7.9e-3, no
   outlier, no argmax flip on the same seeds; BULK 2.5e-2, TIE as Q8_0.
   BULK and TIE are about 3x and 2.5x the largest bulk and flip margin seen.
-  Q6_K is NOT judged: llama.cpp disagrees with both spill and the float64
-  reference on it (docs/PEERS.md, open investigation).
+  Q6_K and Q4_K_M (which mixes Q4_K, Q5_K and Q6_K) are judged differently
+  (type KQ_EMUL): the random Q6_K fixtures are so sensitive to that Q8_K
+  rounding that llama.cpp differs from the float64 reference by 3-21% p90
+  while spill matches it to ~1e-6. The first file is then NOT spill's but
+  `import_ref.py logits --ggml-act`: the float64 reference with ggml's
+  Q8_K activation rounding emulated before every K-quant matmul. Measured
+  on seeds 11-12 (qwen3_moe Q4_K_M, olmoe/mixtral Q6_K): p90 1.6e-7..3.7e-6;
+  at most 3 of 40 positions over 1e-4 (up to 8e-3: a value that f32 vs f64
+  arithmetic puts on the other side of a Q8_K rounding boundary, then
+  amplified); every argmax equal. BULK 1e-4 and TIE 2e-4 (as F16). spill
+  itself is held to the plain reference at 1e-4 (llama_oracle_test.sh).
 
 --arch deepseek2 (MLA, YaRN, sigmoid + bias + group routing): more rounded
 activations per layer (q_a, q_b, kv_a, k_b, v_b, shared experts) and group
@@ -52,9 +61,10 @@ import sys
 import numpy as np
 
 STRICT = {"F32": 1e-4}
-BULK = {"F16": 1.5e-3, "Q8_0": 5e-2, "Q4_0": 5e-2, "Q4_K": 2.5e-2, "Q5_K": 2.5e-2, "Q6_K": 2.5e-2}
+BULK = {"F16": 1.5e-3, "Q8_0": 5e-2, "Q4_0": 5e-2, "Q4_K": 2.5e-2, "Q5_K": 2.5e-2,
+        "KQ_EMUL": 1e-4}
 BULK_DS = {"F16": 2.5e-3, "Q8_0": 9e-2}
-TIE = {"F16": 2e-4, "Q8_0": 3e-2, "Q4_0": 3e-2, "Q4_K": 3e-2, "Q5_K": 3e-2, "Q6_K": 3e-2}
+TIE = {"F16": 2e-4, "Q8_0": 3e-2, "Q4_0": 3e-2, "Q4_K": 3e-2, "Q5_K": 3e-2, "KQ_EMUL": 2e-4}
 
 
 def main():

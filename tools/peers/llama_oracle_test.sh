@@ -33,9 +33,13 @@ bad() { echo "FAIL $*"; fail=1; }
 
 # Seeds 11-13 were used to measure the tolerances; the test runs other seeds.
 SEEDS="${ORACLE_SEEDS:-101 202}"
-# Q6_K is left out: llama.cpp disagrees with spill AND with the float64
-# reference on it (docs/PEERS.md, open investigation)
 TYPES="${ORACLE_TYPES:-F32 F16 Q8_0 Q4_0 Q4_K Q5_K}"
+# Q6_K and llama.cpp's Q4_K_M mix: the random Q6_K fixtures amplify ggml's
+# Q8_K activation rounding far beyond the bulk tolerance (docs/PEERS.md
+# "Q6_K"), so llama.cpp is held to the float64 reference with that rounding
+# emulated (import_ref.py logits --ggml-act, compare type KQ_EMUL) and spill
+# to the plain reference at 1e-4.
+EMUL_TYPES="${ORACLE_EMUL_TYPES:-Q6_K Q4_K_M}"
 for seed in $SEEDS; do
   # 40 token ids, seeded, below the writer's vocabulary (300)
   TOK=$($PY -c "import random; r=random.Random($seed); print(','.join(str(r.randrange(300)) for _ in range(40)))")
@@ -52,6 +56,24 @@ for seed in $SEEDS; do
         { bad "$arch $ty seed $seed: llama_peer: $(tail -1 "$TMP/err")"; continue; }
       r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type "$ty" 2>&1) &&
         ok "$arch $ty seed $seed: $r" || bad "$arch $ty seed $seed: $r"
+    done
+    for ty in $EMUL_TYPES; do
+      g="$TMP/$arch-$ty-$seed.gguf"
+      $PY "$REF" make-gguf "$g" --arch "$arch" --type "$ty" --seed "$seed" --vocab ||
+        { bad "$arch $ty seed $seed: make-gguf"; continue; }
+      "$SPILL" import "$g" "$g.spill" >/dev/null 2>"$TMP/err" ||
+        { bad "$arch $ty seed $seed: spill import: $(tail -1 "$TMP/err")"; continue; }
+      "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/s.f32" \
+        >/dev/null 2>"$TMP/err" || { bad "$arch $ty seed $seed: spill eval: $(tail -1 "$TMP/err")"; continue; }
+      "$PEER" logits "$g" --tokens "$TOK" --out "$TMP/l" --threads 2 2>"$TMP/err" ||
+        { bad "$arch $ty seed $seed: llama_peer: $(tail -1 "$TMP/err")"; continue; }
+      r=$($PY "$REF" logits "$g" --tokens "$TOK" --compare "$TMP/s.f32" --tol 1e-4 2>&1) &&
+        ok "$arch $ty seed $seed: spill vs float64 reference: $r" || bad "$arch $ty seed $seed: spill: $r"
+      $PY "$REF" logits "$g" --tokens "$TOK" --ggml-act --out "$TMP/e.f32" 2>"$TMP/err" ||
+        { bad "$arch $ty seed $seed: reference --ggml-act: $(tail -1 "$TMP/err")"; continue; }
+      r=$($PY "$CMP" "$TMP/e.f32" "$TMP/l.bin" --vocab 300 --type KQ_EMUL 2>&1) &&
+        ok "$arch $ty seed $seed: llama.cpp vs reference with ggml's Q8_K rounding: $r" ||
+        bad "$arch $ty seed $seed: llama.cpp vs emulated reference: $r"
     done
   done
 done

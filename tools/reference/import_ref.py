@@ -345,10 +345,42 @@ def softmax(x):
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
+def q8_k_round(x):
+    """x as ggml's CPU backend hands it to a K-quant dot product: rounded to
+    Q8_K blocks of 256 (ggml-quants.c quantize_row_q8_K_ref, in f32: the
+    element of largest |x| gives iscale = -127/x, q = min(127, nearest(iscale
+    x)) with ties to even, value q/iscale), returned as float64."""
+    x = np.asarray(x, dtype=np.float32)
+    out = np.zeros(x.size, dtype=np.float64)
+    for b in range(0, x.size, 256):
+        blk = x[b:b + 256]
+        mx = blk[int(np.argmax(np.abs(blk)))]
+        if mx == 0:
+            continue
+        isc = np.float32(-127.0) / mx
+        q = np.minimum(127.0, np.rint(isc * blk))
+        out[b:b + 256] = q * np.float64(np.float32(1.0) / isc)
+    return out
+
+
+class GgmlAct:
+    """A K-quant weight applied the way ggml's CPU backend applies it (its
+    vec_dot_type for Q4_K/Q5_K/Q6_K is Q8_K: the activation is rounded to
+    Q8_K first). Only for `logits --ggml-act`, which explains llama.cpp's
+    logits; the plain reference (what spill must match) keeps f64 inputs."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def __matmul__(self, x):
+        return self.w @ q8_k_round(x)
+
+
 class Model:
     """Weights in a neutral layout: per layer dict of f64 arrays."""
 
-    def __init__(self, src):
+    def __init__(self, src, ggml_act=False):
+        self.ggml_act = ggml_act
         if src.endswith(".gguf"):
             self._load_gguf(src)
         else:
@@ -395,7 +427,19 @@ class Model:
     def _load_gguf(self, path):
         kv, t = ck.read_gguf(path)
         a = kv["general.architecture"]
-        f = lambda n: ck.gguf_tensor_f32(t[n]).astype(np.float64)  # noqa: E731
+        kq = (ck.GGML_Q4_K, ck.GGML_Q5_K, ck.GGML_Q6_K)
+
+        def f(n):  # a matrix; with --ggml-act a K-quant one rounds its input to Q8_K
+            w = ck.gguf_tensor_f32(t[n]).astype(np.float64)
+            if self.ggml_act and t[n][0] in kq and w.ndim == 2 and not n.startswith("token_embd"):
+                return GgmlAct(w)
+            return w
+
+        def fx(n):  # stacked experts: one matrix per expert
+            w = ck.gguf_tensor_f32(t[n]).astype(np.float64)
+            if self.ggml_act and t[n][0] in kq:
+                return [GgmlAct(m) for m in w]
+            return list(w)
         self.arch = a
         self.eps = kv[a + ".attention.layer_norm_rms_epsilon"]
         self.theta = kv.get(a + ".rope.freq_base", 10000.0)
@@ -407,16 +451,21 @@ class Model:
         self.rope = rope_interleaved if a == "llama" else rope_neox
         self.qk_norm = {"qwen3moe": "head", "olmoe": "full"}.get(a, "none")
         self.emb = f("token_embd.weight")
-        self.out = f("output.weight") if "output.weight" in t else self.emb
+        if "output.weight" in t:
+            self.out = f("output.weight")
+        elif self.ggml_act and t["token_embd.weight"][0] in kq:
+            self.out = GgmlAct(self.emb)
+        else:
+            self.out = self.emb
         self.norm = f("output_norm.weight")
         self.layers = []
         for l in range(kv[a + ".block_count"]):
             b = f"blk.{l}."
-            ex = [f(b + n + ".weight") for n in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")]
+            ex = [fx(b + n + ".weight") for n in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")]
             L = dict(attn_norm=f(b + "attn_norm.weight"), ffn_norm=f(b + "ffn_norm.weight"),
                      q=f(b + "attn_q.weight"), k=f(b + "attn_k.weight"), v=f(b + "attn_v.weight"),
                      o=f(b + "attn_output.weight"), router=f(b + "ffn_gate_inp.weight"),
-                     experts=[(ex[0][e], ex[1][e], ex[2][e]) for e in range(ex[0].shape[0])])
+                     experts=[(ex[0][e], ex[1][e], ex[2][e]) for e in range(len(ex[0]))])
             if self.qk_norm != "none":
                 L["q_norm"], L["k_norm"] = f(b + "attn_q_norm.weight"), f(b + "attn_k_norm.weight")
             self.layers.append(L)
@@ -515,6 +564,9 @@ def main(argv=None):
     lg.add_argument("--out")
     lg.add_argument("--compare")
     lg.add_argument("--tol", type=float, default=1e-4)
+    lg.add_argument("--ggml-act", action="store_true",
+                    help="round the input of every K-quant matmul to Q8_K as ggml's CPU "
+                         "backend does (explains llama.cpp's logits; not spill's)")
     cw = sub.add_parser("check-weights")
     cw.add_argument("gguf")
     cw.add_argument("container")
@@ -527,7 +579,7 @@ def main(argv=None):
         check_weights(a.gguf, a.container)
     else:
         toks = [int(x) for x in a.tokens.split(",")]
-        ref = Model(a.src).forward(toks)
+        ref = Model(a.src, a.ggml_act).forward(toks)
         if a.out:
             ref.astype("<f4").tofile(a.out)
         if a.compare:
