@@ -30,7 +30,7 @@ typedef enum spill_import_target {
   SPILL_IMPORT_KEEP = 0, /* the source's numbers, or refuse */
   SPILL_IMPORT_Q8 = 1,   /* requantise to q8 (rounding) */
   SPILL_IMPORT_Q4 = 2,   /* requantise to q4 (rounding) */
-  SPILL_IMPORT_RVQ3 = 3, /* experts only: residual VQ (not implemented yet: SPILL_E_UNSUPPORTED) */
+  SPILL_IMPORT_RVQ3 = 3, /* experts only: k-means residual VQ (3 x 256 x 8, f16 row scales) */
 } spill_import_target;
 
 typedef struct spill_import_progress {

@@ -73,6 +73,7 @@ typedef struct conv {
   size_t row_cap;
   float *scale;   /* FP8 scale grid */
   size_t scale_cap;
+  const float *rvq_cb; /* rvq3 target: the (layer, matrix) codebook, 768 x 8 */
 } conv;
 
 static int grow(void **p, size_t *cap, size_t need, spill_err *e) {
@@ -186,7 +187,9 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
     return SPILL_OK;
   }
   SPILL_TRY(grow((void **)&cv->row, &cv->row_cap, (size_t)cols * sizeof(float), e));
-  uint64_t vbytes = dt == SPILL_DT_Q8 ? rows * cols : dt == SPILL_DT_Q4 ? rows * cols / 2 : 0;
+  uint64_t vbytes = dt == SPILL_DT_Q8 ? rows * cols : dt == SPILL_DT_Q4 ? rows * cols / 2
+                    : dt == SPILL_DT_RVQ3 ? rows * (cols / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES : 0;
+  SPILL_FAIL_IF(e, dt == SPILL_DT_RVQ3 && !cv->rvq_cb, SPILL_E_INTERNAL, "%s: no rvq3 codebook", what);
   for (uint64_t r = 0; r < rows; r++) {
     const uint64_t sr_row = src_row(r, rows, heads);
     SPILL_TRY(spill_src_dequant(sd, cv->src + sr_row * rb, cols, cv->row, e));
@@ -205,6 +208,13 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
         quant_row(cv->row, cols, group, dt, out + (dt == SPILL_DT_Q8 ? r * cols : r * cols / 2),
                   (uint16_t *)(void *)(out + vbytes) + r * (cols / group), num, den);
         break;
+      case SPILL_DT_RVQ3: {
+        uint16_t sc;
+        imp_rvq_encode_row(cv->rvq_cb, cv->row, cols,
+                           out + r * (cols / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES, &sc, num, den);
+        memcpy(out + vbytes + 2 * r, &sc, 2); /* scales need not be 2-byte aligned */
+        break;
+      }
       default:
         return spill_err_set(e, SPILL_E_INTERNAL, "%s: no conversion to %s", what, spill_dtype_name(dt));
     }
@@ -426,6 +436,30 @@ static int choose_keep_experts(const imp_src *s, const imp_plan *p, spill_manife
   return SPILL_OK;
 }
 
+/* --experts rvq3: the records and, per MoE layer, the three f32 (768, 8)
+ * codebook tensors the format requires (appended to the trunk table; the
+ * caller allocated room for them). */
+static int choose_rvq3_experts(const imp_plan *p, spill_manifest *m, spill_err *e) {
+  static const char *const mats[SPILL_SEC_COUNT] = {"gate", "up", "down"};
+  const int d_in = p->arch.moe.d_latent > 0 ? p->arch.moe.d_latent : p->arch.d_model;
+  SPILL_FAIL_IF(e, d_in % SPILL_RVQ_DIM || p->arch.moe.d_expert % SPILL_RVQ_DIM,
+                SPILL_E_UNSUPPORTED, "--experts rvq3: d_in %d / d_expert %d not multiples of %d",
+                d_in, p->arch.moe.d_expert, SPILL_RVQ_DIM);
+  m->expert_dtype = SPILL_DT_RVQ3;
+  m->expert_group = 0;
+  for (int l = p->arch.n_dense_layers; l < p->arch.n_layers; l++)
+    for (int k = 0; k < SPILL_SEC_COUNT; k++) {
+      spill_tensor_info *ti = &m->tensors[m->n_tensors++];
+      memset(ti, 0, sizeof *ti);
+      snprintf(ti->name, sizeof ti->name, "blk.%d.ffn_%s_exps.codebook", l, mats[k]);
+      ti->dtype = SPILL_DT_F32;
+      ti->ndim = 2;
+      ti->shape[0] = SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
+      ti->shape[1] = SPILL_RVQ_DIM;
+    }
+  return SPILL_OK;
+}
+
 static int choose(const spill_import_request *r, const imp_src *s, const imp_plan *p,
                   uint32_t group, spill_manifest *m, spill_err *e) {
   for (int i = 0; i < p->n_trunk; i++) {
@@ -461,6 +495,7 @@ static int choose(const spill_import_request *r, const imp_src *s, const imp_pla
                   "tensor %s: source type %s is not supported", t->src->name, t->src->other_name);
   }
   if (r->experts == SPILL_IMPORT_KEEP) return choose_keep_experts(s, p, m, e);
+  if (r->experts == SPILL_IMPORT_RVQ3) return choose_rvq3_experts(p, m, e);
   {
     m->expert_dtype = r->experts == SPILL_IMPORT_Q8 ? SPILL_DT_Q8 : SPILL_DT_Q4;
     m->expert_group = group;
@@ -479,6 +514,10 @@ typedef struct run {
   spill_writer *w;
   journal j;
   conv cv;
+  imp_rvq_sample *rvq;                                           /* --experts rvq3 */
+  float rvq_cb[SPILL_SEC_COUNT][SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES * SPILL_RVQ_DIM];
+  float *rvq_f32;                                                /* one expert section */
+  size_t rvq_f32_cap;
   uint8_t *out;
   size_t out_cap;
   spill_import_progress pr;
@@ -599,6 +638,60 @@ static int do_trunk(run *R, int i, spill_err *e) {
   return SPILL_OK;
 }
 
+/* Reads expert x's section k of MoE layer bi into R->cv.src (and its FP8
+ * scale grid into R->cv.scale); *sc is the scale tensor or NULL. */
+static int read_section(run *R, int bi, int k, int x, const spill_src_tensor **tp,
+                        const spill_src_tensor **sc, spill_err *e) {
+  const spill_manifest *wm = spill_writer_manifest(R->w);
+  const imp_moe_layer *ml = &R->p.moe[bi];
+  const spill_section_info *sec = &wm->sect[k];
+  const spill_src_tensor *t = R->s.is_gguf ? ml->stacked[k] : ml->per[k][x];
+  uint64_t n = R->s.is_gguf ? t->bytes / (uint64_t)R->p.arch.moe.n_experts : t->bytes;
+  uint64_t off = R->s.is_gguf ? n * (uint64_t)x : 0;
+  SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)n, e));
+  SPILL_TRY(imp_src_read(&R->s, t, off, R->cv.src, (size_t)n, e));
+  *sc = R->s.is_gguf ? NULL : ml->scale[k][x];
+  if (*sc) {
+    SPILL_FAIL_IF(e, !R->s.fp8_block[0], SPILL_E_FORMAT,
+                  "tensor %s is FP8 but config.json has no weight_block_size", t->name);
+    SPILL_TRY(read_scale(&R->s, *sc, sec->rows, sec->cols, &R->cv, e));
+  }
+  *tp = t;
+  return SPILL_OK;
+}
+
+/* --experts rvq3, MoE layer bi: trains the gate, up and down codebooks from
+ * a seeded sample of every expert's rows (one expert section in f32 at a
+ * time) and writes them as trunk tensors. Deterministic, so a resumed import
+ * re-trains the same codebooks for the records it still has to encode. */
+static int rvq_layer(run *R, int bi, spill_err *e) {
+  static const char *const mats[SPILL_SEC_COUNT] = {"gate", "up", "down"};
+  const spill_manifest *wm = spill_writer_manifest(R->w);
+  const int layer = R->p.arch.n_dense_layers + bi, E = R->p.arch.moe.n_experts;
+  if (!R->rvq) R->rvq = malloc(sizeof *R->rvq);
+  SPILL_FAIL_IF(e, !R->rvq, SPILL_E_NOMEM, "rvq3: out of memory");
+  for (int k = 0; k < SPILL_SEC_COUNT; k++) {
+    const spill_section_info *sec = &wm->sect[k];
+    const size_t fbytes = (size_t)sec->rows * sec->cols * sizeof(float);
+    SPILL_TRY(grow((void **)&R->rvq_f32, &R->rvq_f32_cap, fbytes, e));
+    imp_rvq_sample_init(R->rvq, 0x5350494C4C525651ull ^ ((uint64_t)layer * 3 + (uint64_t)k));
+    for (int x = 0; x < E; x++) {
+      const spill_src_tensor *t, *sc;
+      double ig0 = 0, ig1 = 0;
+      SPILL_TRY(read_section(R, bi, k, x, &t, &sc, e));
+      SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows,
+                        sec->cols, 0, SPILL_DT_F32, 0, (uint8_t *)R->rvq_f32, &ig0, &ig1, t->name, e));
+      for (uint32_t r = 0; r < sec->rows; r++)
+        imp_rvq_sample_row(R->rvq, R->rvq_f32 + (size_t)r * sec->cols, sec->cols);
+    }
+    SPILL_TRY(imp_rvq_train(R->rvq, R->rvq_cb[k], e));
+    char name[SPILL_NAME_MAX];
+    snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.codebook", layer, mats[k]);
+    SPILL_TRY(spill_writer_tensor(R->w, name, R->rvq_cb[k], sizeof R->rvq_cb[k], e));
+  }
+  return SPILL_OK;
+}
+
 static int do_record(run *R, int bi, int x, spill_err *e) {
   const spill_manifest *wm = spill_writer_manifest(R->w);
   const int layer = R->p.arch.n_dense_layers + bi;
@@ -620,17 +713,9 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
   memset(R->out, 0, (size_t)wm->record_bytes);
   for (int k = 0; k < SPILL_SEC_COUNT; k++) {
     const spill_section_info *sec = &wm->sect[k];
-    const spill_src_tensor *t = R->s.is_gguf ? ml->stacked[k] : ml->per[k][x];
-    uint64_t n = R->s.is_gguf ? t->bytes / (uint64_t)R->p.arch.moe.n_experts : t->bytes;
-    uint64_t off = R->s.is_gguf ? n * (uint64_t)x : 0;
-    SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)n, e));
-    SPILL_TRY(imp_src_read(&R->s, t, off, R->cv.src, (size_t)n, e));
-    const spill_src_tensor *sc = R->s.is_gguf ? NULL : ml->scale[k][x];
-    if (sc) {
-      SPILL_FAIL_IF(e, !R->s.fp8_block[0], SPILL_E_FORMAT,
-                    "tensor %s is FP8 but config.json has no weight_block_size", t->name);
-      SPILL_TRY(read_scale(&R->s, sc, sec->rows, sec->cols, &R->cv, e));
-    }
+    const spill_src_tensor *t, *sc;
+    SPILL_TRY(read_section(R, bi, k, x, &t, &sc, e));
+    R->cv.rvq_cb = wm->expert_dtype == SPILL_DT_RVQ3 ? R->rvq_cb[k] : NULL;
     SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows, sec->cols,
                       NULL, spill_manifest_sect_dtype(wm, layer, k), wm->expert_group,
                       R->out + (sec->offset - SPILL_RECORD_HEADER_BYTES),
@@ -690,8 +775,6 @@ static int run_impl(run *R, spill_err *e) {
   SPILL_FAIL_IF(e, !r->src || !r->dst, SPILL_E_INVALID_ARG, "import: SRC and DST are required");
   SPILL_FAIL_IF(e, r->trunk == SPILL_IMPORT_RVQ3, SPILL_E_INVALID_ARG,
                 "--trunk rvq3: rvq3 is for experts only (trunk: keep, q8, q4)");
-  SPILL_FAIL_IF(e, r->experts == SPILL_IMPORT_RVQ3, SPILL_E_UNSUPPORTED,
-                "--experts rvq3: k-means residual VQ import is not implemented yet (keep, q8, q4)");
   SPILL_FAIL_IF(e, (unsigned)r->experts > SPILL_IMPORT_RVQ3 || (unsigned)r->trunk > SPILL_IMPORT_RVQ3,
                 SPILL_E_INVALID_ARG, "import: bad target");
   uint32_t group = r->group ? r->group : 32;
@@ -716,7 +799,8 @@ static int run_impl(run *R, spill_err *e) {
     if (*c < 0x20 || *c > 0x7e || *c == '"' || *c == '\\') *c = '_';
   if (!m->name[0]) snprintf(m->name, sizeof m->name, "import");
   m->n_tensors = R->p.n_trunk;
-  m->tensors = calloc((size_t)m->n_tensors + 1, sizeof *m->tensors);
+  m->tensors = calloc((size_t)m->n_tensors + 3 * (size_t)spill_arch_n_moe(&R->p.arch) + 1,
+                      sizeof *m->tensors);
   SPILL_FAIL_IF(e, !m->tensors, SPILL_E_NOMEM, "out of memory");
   SPILL_TRY(choose(r, &R->s, &R->p, group, m, e));
   char gen[512];
@@ -745,9 +829,12 @@ static int run_impl(run *R, spill_err *e) {
       else for (int x = 0; x < E; x++) R->pr.bytes_total += R->p.moe[l].per[k][x]->bytes;
     }
   for (int i = 0; i < R->p.n_trunk; i++) SPILL_TRY(do_trunk(R, i, e));
-  for (int l = 0; l < n_moe; l++)
+  for (int l = 0; l < n_moe; l++) {
+    if (m->expert_dtype == SPILL_DT_RVQ3) SPILL_TRY(rvq_layer(R, l, e));
     for (int x = 0; x < E; x++) SPILL_TRY(do_record(R, l, x, e));
-  if (m->expert_dtype == SPILL_DT_Q8 || m->expert_dtype == SPILL_DT_Q4) {
+  }
+  if (m->expert_dtype == SPILL_DT_Q8 || m->expert_dtype == SPILL_DT_Q4 ||
+      m->expert_dtype == SPILL_DT_RVQ3) {
     int conv_experts = 0;
     for (int l = 0; l < n_moe; l++)
       for (int k = 0; k < 3; k++) conv_experts |= R->exp_den[l * 3 + k] > 0;
@@ -796,6 +883,8 @@ int spill_import_run(const spill_import_request *r, spill_import_summary *s, spi
   free(R->cv.row);
   free(R->cv.scale);
   free(R->out);
+  free(R->rvq);
+  free(R->rvq_f32);
   free(R->exp_num);
   free(R->exp_den);
   free(R);

@@ -540,6 +540,72 @@ def check_weights(gguf_path, container):
     print(f"check-weights: {n} tensors bit-identical")
 
 
+def _hf_expert_names(arch, l, e):
+    moe = f"model.layers.{l}." + ("block_sparse_moe." if arch == "mixtral" else "mlp.")
+    names = ("w1", "w3", "w2") if arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    return [moe + f"experts.{e}.{n}.weight" for n in names]
+
+
+def swap_experts(src, container, out):
+    """A copy of HF checkpoint `src` (F32) whose routed experts are the
+    container's decoded ones (spill_ref's reader: e.g. rvq3 codebooks x
+    indices x row scales), so `logits` on it is the reference for a
+    requantised container's own weights."""
+    import shutil
+    import spill_ref
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    w = ck.read_checkpoint_dir(src)
+    c = spill_ref.Container(container)
+    E = cfg.get("num_local_experts", cfg.get("num_experts"))
+    for l in range(cfg["num_hidden_layers"]):
+        for e in range(E):
+            for n, m in zip(_hf_expert_names(cfg["model_type"], l, e), c.expert(l, e)):
+                w[n] = m.astype(np.float32)
+    os.makedirs(out, exist_ok=True)
+    shutil.copy(os.path.join(src, "config.json"), os.path.join(out, "config.json"))
+    ck.write_safetensors(os.path.join(out, "model.safetensors"),
+                         [(n, "F32", np.asarray(a, dtype=np.float32)) for n, a in sorted(w.items())])
+
+
+def rvq_check(src, container, summary):
+    """For every (layer, matrix) of an rvq3 container imported from HF
+    checkpoint `src`: the relative error of the container's decoded experts
+    against the source, which must equal the one the import reported, and
+    the error a random codebook (Gaussian entries, each stage with the
+    spread of the trained one) gives with the same greedy encoder, which the
+    trained codebook must beat."""
+    import spill_ref
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    w = ck.read_checkpoint_dir(src)
+    c = spill_ref.Container(container)
+    rep = {x["name"]: x["rel_err"] for x in json.load(open(summary))["requantised"]}
+    E = cfg.get("num_local_experts", cfg.get("num_experts"))
+    rng = np.random.default_rng(5)
+    for l in range(cfg["num_hidden_layers"]):
+        for k, mat in enumerate(("gate", "up", "down")):
+            cb = c.tensor(f"blk.{l}.ffn_{mat}_exps.codebook").reshape(3, 256, 8)
+            rnd = np.stack([rng.standard_normal((256, 8)) * cb[t].std() for t in range(3)])
+            num = den = rnum = 0.0
+            for e in range(E):
+                a = w[_hf_expert_names(cfg["model_type"], l, e)[k]].astype(np.float64)
+                num += float(np.sum((c.expert(l, e)[k] - a) ** 2))
+                den += float(np.sum(a * a))
+                s = np.float16(np.sqrt(np.mean(a * a, axis=1))).astype(np.float64)[:, None]
+                res = (a / np.where(s > 0, s, 1)).reshape(-1, 8)
+                rec = np.zeros_like(res)
+                for t in range(3):
+                    i = np.argmin(((res[:, None, :] - rnd[t][None]) ** 2).sum(-1), axis=1)
+                    rec += rnd[t][i]
+                    res = res - rnd[t][i]
+                rnum += float(np.sum((rec.reshape(a.shape) * s - a) ** 2))
+            got, want, base = np.sqrt(num / den), rep[f"blk.{l}.ffn_{mat}_exps"], np.sqrt(rnum / den)
+            if abs(got - want) > 1e-5 * max(1.0, want):
+                raise SystemExit(f"rvq-check: blk.{l} {mat}: decoded error {got:.6f}, reported {want:.6f}")
+            if not got < base:
+                raise SystemExit(f"rvq-check: blk.{l} {mat}: k-means {got:.4f} does not beat random {base:.4f}")
+            print(f"rvq-check: blk.{l} {mat}: rel err {got:.4f} (reported {want:.4f}), random codebook {base:.4f}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -570,6 +636,14 @@ def main(argv=None):
     cw = sub.add_parser("check-weights")
     cw.add_argument("gguf")
     cw.add_argument("container")
+    sw = sub.add_parser("swap-experts")
+    sw.add_argument("src")
+    sw.add_argument("container")
+    sw.add_argument("out")
+    rc = sub.add_parser("rvq-check")
+    rc.add_argument("src")
+    rc.add_argument("container")
+    rc.add_argument("summary")
     a = ap.parse_args(argv)
     if a.cmd == "make-hf":
         make_hf(a.out, a.arch, a.dtype, a.seed, a.shards, a.tied)
@@ -577,6 +651,10 @@ def main(argv=None):
         make_gguf(a.out, a.arch, a.type, a.seed, a.tied, a.vocab)
     elif a.cmd == "check-weights":
         check_weights(a.gguf, a.container)
+    elif a.cmd == "swap-experts":
+        swap_experts(a.src, a.container, a.out)
+    elif a.cmd == "rvq-check":
+        rvq_check(a.src, a.container, a.summary)
     else:
         toks = [int(x) for x in a.tokens.split(",")]
         ref = Model(a.src, a.ggml_act).forward(toks)
