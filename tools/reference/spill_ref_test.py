@@ -817,11 +817,11 @@ class ForwardTest(unittest.TestCase):
     def test_cli_reports_bad_container(self):
         d = tmpdir("bad")
         with open(os.path.join(d, "manifest.json"), "w") as f:
-            f.write('{"format": "spill", "version": 3}')
+            f.write('{"format": "spill", "version": 4}')
         from contextlib import redirect_stderr
         with redirect_stderr(io.StringIO()) as se:
             self.assertEqual(R.main([d, "--tokens", "1"]), 1)
-        self.assertIn("version 3", se.getvalue())
+        self.assertIn("version 4", se.getvalue())
 
 
 class _JUnitResult(unittest.TextTestResult):
