@@ -291,7 +291,11 @@ static int hf_config(imp_src *s, const char *dir, shape_cfg *c, spill_err *e) {
                          "mixtral, deepseek_v2, deepseek_v3, kimi_k2)",
                          mt);
   }
-  /* keys read per architecture */
+  /* keys read per architecture. Checked against real config.json files
+   * (import_test.sh "real config.json key set"): Qwen/Qwen3-30B-A3B
+   * (transformers 4.51.0), allenai/OLMoE-1B-7B-0125-Instruct and
+   * mistralai/Mixtral-8x7B-v0.1 (4.36.0.dev0): every key of each is in
+   * k_harmless or in its family's list below. */
   static const char *const qwen[] = {"vocab_size", "hidden_size", "num_hidden_layers",
       "num_attention_heads", "num_key_value_heads", "head_dim", "num_experts",
       "num_experts_per_tok", "moe_intermediate_size", "rms_norm_eps", "rope_theta",

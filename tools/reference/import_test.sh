@@ -136,6 +136,46 @@ for arch in qwen3_moe mixtral; do
   fi
 done
 
+# The config key lists against real checkpoints' config.json files: each
+# family's real key set (values of the tiny model, the real ones for keys
+# that do not change the maths) must import. Key sets from
+# Qwen/Qwen3-30B-A3B/config.json (transformers 4.51.0),
+# allenai/OLMoE-1B-7B-0125-Instruct/config.json and
+# mistralai/Mixtral-8x7B-v0.1/config.json (transformers 4.36.0.dev0).
+for arch in qwen3_moe olmoe mixtral; do
+  in="$TMP/$arch-F32"
+  rm -rf "$TMP/real-$arch" && cp -r "$in" "$TMP/real-$arch"
+  $PY - "$TMP/real-$arch/config.json" "$arch" <<'PYEOF'
+import json, sys
+p, arch = sys.argv[1], sys.argv[2]
+c = json.load(open(p))
+real = {
+    "qwen3_moe": dict(architectures=["Qwen3MoeForCausalLM"], attention_bias=False, attention_dropout=0.0,
+                      bos_token_id=1, decoder_sparse_step=1, eos_token_id=2, hidden_act="silu",
+                      initializer_range=0.02, intermediate_size=6144, max_position_embeddings=40960,
+                      max_window_layers=48, mlp_only_layers=[], norm_topk_prob=True, output_router_logits=False,
+                      rope_scaling=None, router_aux_loss_coef=0.001, sliding_window=None,
+                      tie_word_embeddings=False, torch_dtype="bfloat16", transformers_version="4.51.0",
+                      use_cache=True, use_sliding_window=False),
+    "olmoe": dict(architectures=["OlmoeForCausalLM"], attention_bias=False, attention_dropout=0.0,
+                  bos_token_id=None, clip_qkv=None, eos_token_id=2, hidden_act="silu", initializer_range=0.02,
+                  max_position_embeddings=4096, norm_topk_prob=False, output_router_logits=False,
+                  pad_token_id=1, rope_scaling=None, router_aux_loss_coef=0.01, tie_word_embeddings=False,
+                  torch_dtype="bfloat16", transformers_version="4.47.1", use_cache=True),
+    "mixtral": dict(architectures=["MixtralForCausalLM"], attention_dropout=0.0, bos_token_id=1,
+                    eos_token_id=2, hidden_act="silu", initializer_range=0.02, max_position_embeddings=32768,
+                    output_router_logits=False, router_aux_loss_coef=0.02, sliding_window=None,
+                    tie_word_embeddings=False, torch_dtype="bfloat16", transformers_version="4.36.0.dev0",
+                    use_cache=True),
+}[arch]
+for k, v in real.items():
+    c.setdefault(k, v)
+json.dump(c, open(p, "w"), indent=1)
+PYEOF
+  "$SPILL" import "$TMP/real-$arch" "$TMP/real-$arch.spill" >/dev/null 2>"$TMP/err" &&
+    ok "$arch: the real config.json key set imports" || bad "$arch: real config keys: $(tail -1 "$TMP/err")"
+done
+
 # Resume after kill -9: at several points, then re-run; the container must be
 # byte-identical to an uninterrupted import (requantising, so units are work).
 SRC="$TMP/qwen3_moe-F32"
