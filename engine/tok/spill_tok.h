@@ -25,9 +25,10 @@ extern "C" {
 typedef struct spill_tok spill_tok;
 
 /* Loads a tokenizer from path: a checkpoint directory (tokenizer.json, else
- * tiktoken.model / *.tiktoken, plus tokenizer_config.json when present), a
- * tokenizer.json, a tiktoken rank file, a GGUF file, or a spill container
- * directory holding one of these. On success *out is owned by the caller
+ * tiktoken.model, plus tokenizer_config.json when present; else
+ * tokenizer.gguf, the file `spill import` writes from a GGUF; else the first
+ * *.gguf), a tokenizer.json, a tiktoken rank file, a GGUF file, or a spill
+ * container directory holding one of these. On success *out is owned by the caller
  * (spill_tok_free). Errors: SPILL_E_IO (missing file), SPILL_E_FORMAT
  * (malformed), SPILL_E_UNSUPPORTED (a model type or pre-tokenizer we do not
  * implement; the message names it). */

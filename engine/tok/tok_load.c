@@ -272,7 +272,9 @@ int spill_tok_load(const char *path, spill_tok **out, spill_err *e) {
     }
     snprintf(buf, sizeof buf, "%s/tiktoken.model", path); /* Kimi's layout */
     if (is_file(buf)) return load_tiktoken_file(buf, SPILL_TOK_PAT_KIMI, out, e);
-    /* a single GGUF file in the directory */
+    snprintf(buf, sizeof buf, "%s/tokenizer.gguf", path); /* `spill import` of a GGUF */
+    if (is_file(buf)) return tok_load_gguf(buf, out, e);
+    /* otherwise the first GGUF file in the directory */
     DIR *d = opendir(path);
     SPILL_FAIL_IF(e, !d, SPILL_E_IO, "%s: %s", path, strerror(errno));
     struct dirent *de;

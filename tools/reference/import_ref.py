@@ -244,7 +244,13 @@ def byte_level_vocab(n):
     return toks, merges
 
 
-def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
+# `make-gguf --chat-template`: a template of its own (no model's), so a reply
+# rendered with it shows the GGUF's template reached `spill run --chat`.
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>"
+                 "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def make_gguf(out, arch, ty, seed, tied=False, vocab=False, chat_template=False):
     hf = {"qwen3_moe": "qwen3moe", "olmoe": "olmoe", "mixtral": "llama"}[arch]
     kq = ty in ("Q4_K", "Q5_K", "Q6_K", "Q4_K_M")
     w, c = random_weights(arch, seed, tied and arch != "olmoe", kq)
@@ -272,6 +278,8 @@ def make_gguf(out, arch, ty, seed, tied=False, vocab=False):
         kv += tokenizer_kvs()
     kv += [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
            ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", arch == "mixtral")]
+    if chat_template:
+        kv += [("tokenizer.chat_template", CHAT_TEMPLATE)]
     T = []
 
     def mat(name, arr):
@@ -624,6 +632,7 @@ def main(argv=None):
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--vocab", action="store_true",
                    help="write a byte-level BPE vocabulary (llama.cpp needs one to load the file)")
+    g.add_argument("--chat-template", action="store_true", help="write tokenizer.chat_template")
     lg = sub.add_parser("logits")
     lg.add_argument("src")
     lg.add_argument("--tokens", required=True)
@@ -648,7 +657,7 @@ def main(argv=None):
     if a.cmd == "make-hf":
         make_hf(a.out, a.arch, a.dtype, a.seed, a.shards, a.tied)
     elif a.cmd == "make-gguf":
-        make_gguf(a.out, a.arch, a.type, a.seed, a.tied, a.vocab)
+        make_gguf(a.out, a.arch, a.type, a.seed, a.tied, a.vocab, a.chat_template)
     elif a.cmd == "check-weights":
         check_weights(a.gguf, a.container)
     elif a.cmd == "swap-experts":

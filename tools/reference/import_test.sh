@@ -9,7 +9,9 @@
 # bit-identically in the container. Then, on imported models: logits
 # bit-identical across storage modes, cache sizes, lookahead and threads;
 # resume after kill -9 at several points (and after a corrupted record)
-# byte-identical to an uninterrupted import; refusals with named errors.
+# byte-identical to an uninterrupted import; refusals with named errors. The
+# tokenizer travels: a GGUF's as DST/tokenizer.gguf, which the engine encodes
+# prompts with (eval ids == the source's) and whose chat template run --chat uses.
 set -uo pipefail
 SPILL="$1"
 REF="$2"
@@ -44,6 +46,14 @@ for arch in qwen3_moe olmoe mixtral; do
       a=$("$SPILL" tokenize "$in" "hello world, hello" --json 2>&1) && b=$("$SPILL" tokenize "$out" "hello world, hello" --json 2>&1) &&
         [ "$a" = "$b" ] && [ -f "$out/tokenizer.gguf" ] && ok "$arch $src: tokenizer carried as tokenizer.gguf: $(echo "$b" | cut -c1-50)" ||
         bad "$arch $src: tokenizer: source '$a' container '$b'"
+      # ... and the engine (spill eval/run/serve/chat) encodes prompts with it:
+      # a text prompt's logits equal those of the source GGUF's ids (with BOS)
+      t="hello world, hello"
+      ids=$("$SPILL" tokenize "$in" "$t" --bos --json 2>/dev/null | $PY -c 'import json, sys; print(",".join(map(str, json.load(sys.stdin)["ids"])))')
+      "$SPILL" eval "$out" "$t" --all-positions --logits-out "$TMP/t.f32" >/dev/null 2>&1 &&
+        "$SPILL" eval "$out" --tokens "$ids" --all-positions --logits-out "$TMP/i.f32" >/dev/null 2>&1 &&
+        cmp -s "$TMP/t.f32" "$TMP/i.f32" && ok "$arch $src: the engine encodes prompts with tokenizer.gguf ($ids)" ||
+        bad "$arch $src: engine prompt ids differ from the source GGUF's ($ids; $(stat -c %s "$TMP/t.f32") vs $(stat -c %s "$TMP/i.f32") logit bytes)"
     fi
     if [ "$kind" = gguf ] && [ "${ty:0:1}" = Q ]; then
       r=$($PY "$REF" check-weights "$in" "$out" 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
@@ -73,6 +83,30 @@ if [ -n "$TINYTOK" ]; then
   "$SPILL" run "$in.spill" "hello" --chat -n 3 >/dev/null 2>"$TMP/err" &&
     ok "tokenizer: run --chat renders the checkpoint's template" || bad "tokenizer: run --chat: $(tail -1 "$TMP/err")"
 fi
+
+# A GGUF's tokenizer.chat_template travels in tokenizer.gguf and renders the
+# prompt of `spill run --chat` (the reply equals that of the rendered text);
+# only tokenizer.gguf is the container's tokenizer, not another *.gguf beside.
+in="$TMP/chat.gguf"
+$PY "$REF" make-gguf "$in" --arch qwen3_moe --type F32 --seed 7 --chat-template &&
+  "$SPILL" import "$in" "$in.spill" 2>"$TMP/err" || bad "chat template: import: $(tail -1 "$TMP/err")"
+b=""
+a=$("$SPILL" run "$in.spill" "hello" --chat -n 4 2>"$TMP/err") &&
+  b=$("$SPILL" run "$in.spill" "<user>hello</user><assistant>" -n 4 2>/dev/null) && [ "$a" = "$b" ] &&
+  ok "chat template: run --chat renders the GGUF's tokenizer.chat_template" ||
+  bad "chat template: run --chat '$a' vs rendered '$b': $(tail -1 "$TMP/err")"
+# another GGUF (another vocabulary) copied into the container is not taken
+$PY "$REF" make-gguf "$in.spill/aaa.gguf" --arch qwen3_moe --type F32 --seed 7 --vocab
+t="hello world"
+a=$("$SPILL" tokenize "$in" "$t" --bos --json 2>&1)
+b=$("$SPILL" tokenize "$in.spill" "$t" --bos --json 2>&1)
+c=$("$SPILL" tokenize "$in.spill/aaa.gguf" "$t" --bos --json 2>&1)
+ids=$(echo "$a" | $PY -c 'import json, sys; print(",".join(map(str, json.load(sys.stdin)["ids"])))')
+[ "$a" = "$b" ] && [ "$a" != "$c" ] &&
+  "$SPILL" eval "$in.spill" "$t" --all-positions --logits-out "$TMP/t.f32" >/dev/null 2>&1 &&
+  "$SPILL" eval "$in.spill" --tokens "$ids" --all-positions --logits-out "$TMP/i.f32" >/dev/null 2>&1 &&
+  cmp -s "$TMP/t.f32" "$TMP/i.f32" && ok "tokenizer.gguf: a stray *.gguf beside tokenizer.gguf is not the tokenizer" ||
+  bad "stray gguf: source '$a' container '$b' stray '$c'"
 
 # FP8 e4m3 with block-wise weight_scale_inv (DeepSeek-V3 / Kimi K2 layout):
 # keep is refused naming the tensor; q8 requantises value x scale (q8 rounding
