@@ -116,35 +116,16 @@ static int cmp_u64_desc(const void *a, const void *b) {
   return x < y ? 1 : (x > y ? -1 : 0);
 }
 
-int spill_trace_compute_stats(const spill_trace *t, uint32_t tok_begin, uint32_t tok_end,
-                              spill_trace_stats *out, spill_err *e) {
-  SPILL_FAIL_IF(e, !t || !out, SPILL_E_INVALID_ARG, "trace stats: NULL argument");
-  memset(out, 0, sizeof(*out));
-  if (tok_end == 0) tok_end = t->n_tokens;
-  SPILL_FAIL_IF(e, tok_begin >= tok_end || tok_end > t->n_tokens, SPILL_E_INVALID_ARG,
-                "trace stats: token window [%u, %u) is empty or beyond the %u tokens",
-                tok_begin, tok_end, t->n_tokens);
+/* One pass over the window: use counts per (layer, expert), reuse
+ * distances, and next-token reuse (overall and per layer). -1 on
+ * allocation failure. */
+static int reuse_pass(const spill_trace *t, uint32_t tok_begin, uint32_t tok_end,
+                      uint64_t *count, uint32_t *last, spill_trace_layer_stats *ls,
+                      spill_trace_stats *out) {
   const uint32_t L = t->n_layers, E = t->n_experts, K = t->top_k;
-  const size_t pool = (size_t)L * E;
-  uint64_t *count = (uint64_t *)calloc(pool, sizeof(uint64_t));
-  uint32_t *last = (uint32_t *)malloc(pool * sizeof(uint32_t));
-  spill_trace_layer_stats *ls = (spill_trace_layer_stats *)calloc(L, sizeof(*ls));
-  if (!count || !last || !ls) {
-    free(count);
-    free(last);
-    free(ls);
-    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
-  }
-  for (size_t i = 0; i < pool; i++) last[i] = UINT32_MAX;
-
   uint64_t touched = 0, overlap = 0, reuse_den = 0;
   uint64_t *shared_l = (uint64_t *)calloc(L, sizeof(uint64_t));
-  if (!shared_l) {
-    free(count);
-    free(last);
-    free(ls);
-    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
-  }
+  if (!shared_l) return -1;
   for (uint32_t tok = tok_begin; tok < tok_end; tok++) {
     uint64_t here = 0, shared = 0;
     for (uint32_t l = 0; l < L; l++) {
@@ -169,27 +150,22 @@ int spill_trace_compute_stats(const spill_trace *t, uint32_t tok_begin, uint32_t
     }
   }
   const uint32_t n_tok = tok_end - tok_begin;
-  out->n_tokens = n_tok;
-  out->n_layers = L;
-  out->n_experts = E;
-  out->top_k = K;
-  out->accesses = (uint64_t)n_tok * L * K;
-  out->pool = (uint32_t)pool;
   out->touched_per_token = (double)touched / n_tok;
   out->reuse_next = reuse_den ? (double)overlap / reuse_den : 0.0;
   for (uint32_t l = 0; l < L; l++)
     ls[l].reuse_next = n_tok > 1 ? (double)shared_l[l] / ((double)(n_tok - 1) * K) : 0.0;
   free(shared_l);
+  return 0;
+}
 
-  /* Per-layer skew on the unsorted counts, then coverage over the pool. */
+/* Per-layer skew (Gini, top-10% share, distinct experts) on the unsorted
+ * counts, and their means. -1 on allocation failure. */
+static int layer_skew(const spill_trace *t, const uint64_t *count, spill_trace_layer_stats *ls,
+                      spill_trace_stats *out) {
+  const uint32_t L = t->n_layers, E = t->n_experts;
   double gsum = 0, tsum = 0;
   uint64_t *tmp = (uint64_t *)malloc((size_t)E * sizeof(uint64_t));
-  if (!tmp) {
-    free(count);
-    free(last);
-    free(ls);
-    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
-  }
+  if (!tmp) return -1;
   for (uint32_t l = 0; l < L; l++) {
     memcpy(tmp, count + (size_t)l * E, (size_t)E * sizeof(uint64_t));
     qsort(tmp, E, sizeof(uint64_t), cmp_u64_desc);
@@ -211,8 +187,12 @@ int spill_trace_compute_stats(const spill_trace *t, uint32_t tok_begin, uint32_t
   free(tmp);
   out->gini_mean = gsum / L;
   out->top10_share_mean = tsum / L;
-  out->layers = ls;
+  return 0;
+}
 
+/* Coverage over the pool: the fewest pairs carrying 50/80/95% of the
+ * accesses, and the pairs touched at all (sorts count). */
+static void coverage(uint64_t *count, size_t pool, spill_trace_stats *out) {
   qsort(count, pool, sizeof(uint64_t), cmp_u64_desc);
   uint64_t total = out->accesses, cum = 0;
   static const double kFrac[3] = {0.50, 0.80, 0.95};
@@ -227,27 +207,18 @@ int spill_trace_compute_stats(const spill_trace *t, uint32_t tok_begin, uint32_t
   }
   for (size_t i = 0; i < pool; i++)
     if (count[i]) out->touched_total++;
+}
 
-  out->recorded_hit_rate = -1;
-  out->lookahead_precision = -1;
-  if (t->format == SPILL_TRACE_ROUTER && tok_begin == 0 && tok_end == t->n_tokens) {
-    out->recorded_hit_rate = (double)t->n_recorded_hits / (double)out->accesses;
-    if (t->n_pred) out->lookahead_precision = (double)t->n_pred_correct / (double)t->n_pred;
-  }
-  free(count);
-  free(last);
-
-  if (coact(t, tok_begin, tok_end, out, ls) < 0) {
-    spill_trace_stats_free(out);
-    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
-  }
-  /* Belady's MIN at 3/6/12% of the pool. */
-  const size_t n = (size_t)n_tok * L * K;
+/* Belady's MIN at 3/6/12% of the pool. -1 on allocation failure. */
+static int belady_points(const spill_trace *t, uint32_t tok_begin, uint32_t tok_end,
+                         spill_trace_stats *out) {
+  const uint32_t L = t->n_layers, E = t->n_experts, K = t->top_k;
+  const size_t pool = (size_t)L * E;
+  const size_t n = (size_t)(tok_end - tok_begin) * L * K;
   uint32_t *keys = (uint32_t *)malloc((n ? n : 1) * sizeof(uint32_t));
   if (!keys || pool > UINT32_MAX) {
     free(keys);
-    spill_trace_stats_free(out);
-    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
+    return -1;
   }
   size_t i = 0;
   for (uint32_t tok = tok_begin; tok < tok_end; tok++)
@@ -261,13 +232,70 @@ int spill_trace_compute_stats(const spill_trace *t, uint32_t tok_begin, uint32_t
     int64_t h = spill_trace_belady_hits(keys, n, (uint32_t)pool, slots, 0);
     if (h < 0) {
       free(keys);
-      spill_trace_stats_free(out);
-      return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
+      return -1;
     }
     out->belady_slots[p] = slots;
     out->belady_hit_rate[p] = n ? (double)h / (double)n : 0;
   }
   free(keys);
+  return 0;
+}
+
+int spill_trace_compute_stats(const spill_trace *t, uint32_t tok_begin, uint32_t tok_end,
+                              spill_trace_stats *out, spill_err *e) {
+  SPILL_FAIL_IF(e, !t || !out, SPILL_E_INVALID_ARG, "trace stats: NULL argument");
+  memset(out, 0, sizeof(*out));
+  if (tok_end == 0) tok_end = t->n_tokens;
+  SPILL_FAIL_IF(e, tok_begin >= tok_end || tok_end > t->n_tokens, SPILL_E_INVALID_ARG,
+                "trace stats: token window [%u, %u) is empty or beyond the %u tokens",
+                tok_begin, tok_end, t->n_tokens);
+  const uint32_t L = t->n_layers, E = t->n_experts, K = t->top_k;
+  const size_t pool = (size_t)L * E;
+  uint64_t *count = (uint64_t *)calloc(pool, sizeof(uint64_t));
+  uint32_t *last = (uint32_t *)malloc(pool * sizeof(uint32_t));
+  spill_trace_layer_stats *ls = (spill_trace_layer_stats *)calloc(L, sizeof(*ls));
+  if (!count || !last || !ls) {
+    free(count);
+    free(last);
+    free(ls);
+    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
+  }
+  for (size_t i = 0; i < pool; i++) last[i] = UINT32_MAX;
+
+  const uint32_t n_tok = tok_end - tok_begin;
+  out->n_tokens = n_tok;
+  out->n_layers = L;
+  out->n_experts = E;
+  out->top_k = K;
+  out->accesses = (uint64_t)n_tok * L * K;
+  out->pool = (uint32_t)pool;
+  if (reuse_pass(t, tok_begin, tok_end, count, last, ls, out) < 0 ||
+      layer_skew(t, count, ls, out) < 0) {
+    free(count);
+    free(last);
+    free(ls);
+    memset(out, 0, sizeof(*out));
+    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
+  }
+  out->layers = ls;
+  coverage(count, pool, out);
+  out->recorded_hit_rate = -1;
+  out->lookahead_precision = -1;
+  if (t->format == SPILL_TRACE_ROUTER && tok_begin == 0 && tok_end == t->n_tokens) {
+    out->recorded_hit_rate = (double)t->n_recorded_hits / (double)out->accesses;
+    if (t->n_pred) out->lookahead_precision = (double)t->n_pred_correct / (double)t->n_pred;
+  }
+  free(count);
+  free(last);
+
+  if (coact(t, tok_begin, tok_end, out, ls) < 0) {
+    spill_trace_stats_free(out);
+    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
+  }
+  if (belady_points(t, tok_begin, tok_end, out) < 0) {
+    spill_trace_stats_free(out);
+    return spill_err_set(e, SPILL_E_NOMEM, "trace stats: out of memory");
+  }
   return SPILL_OK;
 }
 
