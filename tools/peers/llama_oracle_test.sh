@@ -30,6 +30,20 @@ fail=0
 n_ok=0
 ok() { echo "ok   $*"; n_ok=$((n_ok + 1)); }
 bad() { echo "FAIL $*"; fail=1; }
+# both WRITER GGUF MAKE-GGUF-ARGS...: writes GGUF with the writer, imports it,
+# and evaluates $TOK with spill ($TMP/s.f32) and llama.cpp ($TMP/l.bin); a
+# failed step is reported under the case label $LBL and returns 1.
+both() {
+  local w="$1" g="$2"
+  shift 2
+  $PY "$w" make-gguf "$g" "$@" --vocab || { bad "$LBL: make-gguf"; return 1; }
+  "$SPILL" import "$g" "$g.spill" >/dev/null 2>"$TMP/err" ||
+    { bad "$LBL: spill import: $(tail -1 "$TMP/err")"; return 1; }
+  "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/s.f32" \
+    >/dev/null 2>"$TMP/err" || { bad "$LBL: spill eval: $(tail -1 "$TMP/err")"; return 1; }
+  "$PEER" logits "$g" --tokens "$TOK" --out "$TMP/l" --threads 2 2>"$TMP/err" ||
+    { bad "$LBL: llama_peer: $(tail -1 "$TMP/err")"; return 1; }
+}
 
 # Seeds 11-13 were used to measure the tolerances; the test runs other seeds.
 SEEDS="${ORACLE_SEEDS:-101 202}"
@@ -46,27 +60,15 @@ for seed in $SEEDS; do
   for arch in qwen3_moe olmoe mixtral; do
     for ty in $TYPES; do
       g="$TMP/$arch-$ty-$seed.gguf"
-      $PY "$REF" make-gguf "$g" --arch "$arch" --type "$ty" --seed "$seed" --vocab ||
-        { bad "$arch $ty seed $seed: make-gguf"; continue; }
-      "$SPILL" import "$g" "$g.spill" >/dev/null 2>"$TMP/err" ||
-        { bad "$arch $ty seed $seed: spill import: $(tail -1 "$TMP/err")"; continue; }
-      "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/s.f32" \
-        >/dev/null 2>"$TMP/err" || { bad "$arch $ty seed $seed: spill eval: $(tail -1 "$TMP/err")"; continue; }
-      "$PEER" logits "$g" --tokens "$TOK" --out "$TMP/l" --threads 2 2>"$TMP/err" ||
-        { bad "$arch $ty seed $seed: llama_peer: $(tail -1 "$TMP/err")"; continue; }
+      LBL="$arch $ty seed $seed"
+      both "$REF" "$g" --arch "$arch" --type "$ty" --seed "$seed" || continue
       r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type "$ty" 2>&1) &&
         ok "$arch $ty seed $seed: $r" || bad "$arch $ty seed $seed: $r"
     done
     for ty in $EMUL_TYPES; do
       g="$TMP/$arch-$ty-$seed.gguf"
-      $PY "$REF" make-gguf "$g" --arch "$arch" --type "$ty" --seed "$seed" --vocab ||
-        { bad "$arch $ty seed $seed: make-gguf"; continue; }
-      "$SPILL" import "$g" "$g.spill" >/dev/null 2>"$TMP/err" ||
-        { bad "$arch $ty seed $seed: spill import: $(tail -1 "$TMP/err")"; continue; }
-      "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/s.f32" \
-        >/dev/null 2>"$TMP/err" || { bad "$arch $ty seed $seed: spill eval: $(tail -1 "$TMP/err")"; continue; }
-      "$PEER" logits "$g" --tokens "$TOK" --out "$TMP/l" --threads 2 2>"$TMP/err" ||
-        { bad "$arch $ty seed $seed: llama_peer: $(tail -1 "$TMP/err")"; continue; }
+      LBL="$arch $ty seed $seed"
+      both "$REF" "$g" --arch "$arch" --type "$ty" --seed "$seed" || continue
       r=$($PY "$REF" logits "$g" --tokens "$TOK" --compare "$TMP/s.f32" --tol 1e-4 2>&1) &&
         ok "$arch $ty seed $seed: spill vs float64 reference: $r" || bad "$arch $ty seed $seed: spill: $r"
       $PY "$REF" logits "$g" --tokens "$TOK" --ggml-act --out "$TMP/e.f32" 2>"$TMP/err" ||
@@ -91,14 +93,8 @@ for seed in $SEEDS; do
   for v in v2 v2lite v3; do
     for ty in $DS_TYPES; do
       g="$TMP/ds-$v-$ty-$seed.gguf"
-      $PY "$DSREF" make-gguf "$g" --variant "$v" --type "$ty" --seed "$seed" --vocab ||
-        { bad "deepseek2 $v $ty seed $seed: make-gguf"; continue; }
-      "$SPILL" import "$g" "$g.spill" >/dev/null 2>"$TMP/err" ||
-        { bad "deepseek2 $v $ty seed $seed: spill import: $(tail -1 "$TMP/err")"; continue; }
-      "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/s.f32" \
-        >/dev/null 2>"$TMP/err" || { bad "deepseek2 $v $ty seed $seed: spill eval: $(tail -1 "$TMP/err")"; continue; }
-      "$PEER" logits "$g" --tokens "$TOK" --out "$TMP/l" --threads 2 2>"$TMP/err" ||
-        { bad "deepseek2 $v $ty seed $seed: llama_peer: $(tail -1 "$TMP/err")"; continue; }
+      LBL="deepseek2 $v $ty seed $seed"
+      both "$DSREF" "$g" --variant "$v" --type "$ty" --seed "$seed" || continue
       r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type "$ty" --arch deepseek2 2>&1) &&
         ok "deepseek2 $v $ty seed $seed: $r" || bad "deepseek2 $v $ty seed $seed: $r"
     done
