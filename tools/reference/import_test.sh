@@ -16,14 +16,9 @@ set -uo pipefail
 SPILL="$1"
 REF="$2"
 TINYTOK="${3:-}"   # tools/tok/tiny_tokenizer.py: the tokenizer-travels-along check
-TMP="${TEST_TMPDIR:-$(mktemp -d)}/imp"
-rm -rf "$TMP"
-mkdir -p "$TMP"
-PY=/usr/bin/python3
-TOK="1,5,9,200,33,7,299,0,17"
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+# shellcheck source=tools/reference/import_test_lib.sh
+. "$(dirname "$0")/import_test_lib.sh"
+import_test_init imp
 
 for arch in qwen3_moe olmoe mixtral; do
   for src in hf:F32:1 hf:F16:2 hf:BF16:3 gguf:F32 gguf:F16 gguf:BF16 gguf:Q8_0 gguf:Q4_0 \
@@ -37,10 +32,7 @@ for arch in qwen3_moe olmoe mixtral; do
       $PY "$REF" make-gguf "$in" --arch "$arch" --type "$ty" --seed 7 || { bad "$arch $src: make"; continue; }
     fi
     out="$in.spill"
-    "$SPILL" import "$in" "$out" 2>"$TMP/err" || { bad "$arch $src: import: $(tail -1 "$TMP/err")"; continue; }
-    "$SPILL" verify "$out" >/dev/null 2>&1 || { bad "$arch $src: verify"; continue; }
-    "$SPILL" eval "$out" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1 || { bad "$arch $src: eval"; continue; }
-    r=$($PY "$REF" logits "$in" --tokens "$TOK" --compare "$TMP/l.f32" --tol 1e-4 2>&1) && ok "$arch $src: $r" || bad "$arch $src: $r"
+    import_check "$in" "$arch $src" "--tol 1e-4" || continue
     # a GGUF's tokenizer travels as DST/tokenizer.gguf: same ids from both
     if [ "$kind" = gguf ] && [ "$ty" = F32 ]; then
       a=$("$SPILL" tokenize "$in" "hello world, hello" --json 2>&1) && b=$("$SPILL" tokenize "$out" "hello world, hello" --json 2>&1) &&
@@ -115,9 +107,7 @@ ids=$(echo "$a" | $PY -c 'import json, sys; print(",".join(map(str, json.load(sy
 # would be off by orders of magnitude).
 f8="$TMP/qwen3_moe-F8"
 $PY "$REF" make-hf "$f8" --arch qwen3_moe --dtype F8_E4M3 --shards 2 --seed 7 || bad "fp8: make"
-if "$SPILL" import "$f8" "$f8.keep" 2>"$TMP/err"; then bad "fp8: keep accepted"; else
-  grep -q "F8_E4M3 has no container format" "$TMP/err" && ok "fp8 keep refused: $(tail -1 "$TMP/err" | cut -c1-120)" || bad "fp8 keep: $(tail -1 "$TMP/err")"
-fi
+fp8_keep_refused "$f8"
 if "$SPILL" import "$f8" "$f8.spill" --experts q8 --trunk q8 --json >"$TMP/f8.json" 2>/dev/null &&
     "$SPILL" eval "$f8.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1; then
   r=$($PY "$REF" logits "$f8" --tokens "$TOK" --compare "$TMP/l.f32" --tol 5e-2 2>&1) && ok "fp8 -> q8: $r" || bad "fp8 -> q8: $r"
@@ -130,20 +120,8 @@ else bad "fp8 -> q8: import/eval"; fi
 
 # Placement never changes numerics, on an imported model (q4 experts from Q4_0,
 # f32 experts from safetensors, the Q4_K/Q6_K mix of a Q4_K_M file).
-for m in "$TMP/qwen3_moe-Q4_0.gguf.spill" "$TMP/olmoe-F32.spill" "$TMP/mixtral-BF16.spill" \
-    "$TMP/olmoe-Q4_K_M.gguf.spill"; do
-  "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/base.f32" >/dev/null 2>&1
-  n=0
-  for knobs in "--storage direct" "--storage pagecache" "--storage mmap" "--cache-slots 0" \
-      "--cache-slots 3" "--lookahead 4" "--lookahead 4 --lookahead-depth 2 --cache-slots 5" \
-      "--threads 1" "--threads 2 --storage direct --verify"; do
-    # shellcheck disable=SC2086
-    "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/k.f32" $knobs >/dev/null 2>&1 &&
-      cmp -s "$TMP/base.f32" "$TMP/k.f32" || { bad "$(basename "$m"): $knobs changes the logits"; continue; }
-    n=$((n + 1))
-  done
-  ok "$(basename "$m"): logits bit-identical under $n placements"
-done
+placements_bit_identical "$TMP/qwen3_moe-Q4_0.gguf.spill" "$TMP/olmoe-F32.spill" "$TMP/mixtral-BF16.spill" \
+  "$TMP/olmoe-Q4_K_M.gguf.spill"
 
 # --experts rvq3: k-means codebooks per (layer, matrix), trained from the
 # source. The container runs; its logits match the reference computed from
