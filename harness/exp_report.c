@@ -509,6 +509,48 @@ static void both_terms(FILE *f, const char *base, const char *body) {
   fprintf(f, "set terminal svg size 1000,600 noenhanced\nset output '%s.svg'\nreplot\n", base);
 }
 
+/* The cliff plot's vertical lines, in bytes (0: not drawn). A budget sweep:
+ * the RAM the runs saw (emulated when set, else env.json's usable RAM, not
+ * the RAM of whoever regenerates the report) and the engine's default budget
+ * on that RAM for the runs' ctx and threads (the plan spill_engine_open makes
+ * with no budget given, for the first engine arm's knobs). An emulate_ram
+ * sweep: the container's size, where the model fits. */
+static void cliff_lines(report *R, const char *dir, int ram_axis, double *ram_out,
+                        double *dflt_out, double *model_out) {
+  const spill_exp_config *cfg = R->cfg;
+  double ram = R->n_rows && !ram_axis ? (cfg->emulate_ram ? (double)cfg->emulate_ram
+                                                         : (double)spill_usable_ram())
+                                      : 0;
+  char envp[1100], *env = NULL, model_dir[1024] = "";
+  snprintf(envp, sizeof envp, "%s/env.json", dir);
+  spill_err ig = {0};
+  if (spill_exp_read_file(envp, 1 << 20, &env, &ig) == SPILL_OK) {
+    cJSON *j = cJSON_Parse(env);
+    const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
+    const cJSON *d = m ? cJSON_GetObjectItemCaseSensitive(m, "dir") : NULL;
+    if (cJSON_IsString(d)) snprintf(model_dir, sizeof model_dir, "%s", d->valuestring);
+    const cJSON *u = j ? cJSON_GetObjectItemCaseSensitive(j, "usable_ram_bytes") : NULL;
+    if (R->n_rows && !cfg->emulate_ram && !ram_axis && cJSON_IsNumber(u) && u->valuedouble > 0)
+      ram = u->valuedouble;
+    cJSON_Delete(j);
+    free(env);
+  }
+  *model_out = *dflt_out = 0;
+  spill_info info;
+  if (model_dir[0] && ram_axis && spill_info_read(model_dir, &info, &ig) == SPILL_OK)
+    *model_out = (double)info.container_bytes;
+  int arm = 0;
+  while (arm < cfg->n_arms && cfg->arms[arm].peer.name[0]) arm++;
+  spill_config sc;
+  spill_plan plan;
+  if (model_dir[0] && !ram_axis && arm < cfg->n_arms &&
+      spill_exp_config_engine(cfg, 0, arm, &sc, &ig) == SPILL_OK &&
+      spill_plan_model(model_dir, sc.ctx, sc.threads, 0,
+                       sc.usable_ram ? sc.usable_ram : (uint64_t)ram, &plan, &ig) == SPILL_OK)
+    *dflt_out = (double)plan.budget;
+  *ram_out = ram;
+}
+
 static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_report_result *res,
                       spill_err *e) {
   const spill_exp_config *cfg = R->cfg;
@@ -553,33 +595,8 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
       n_series++;
     }
   fclose(f);
-  /* Machine RAM (emulated when set) and the default budget on that RAM: the
-   * RAM the runs saw (env.json), not the RAM of whoever regenerates the report. */
-  double ram = R->n_rows && !ram_axis ? (cfg->emulate_ram ? (double)cfg->emulate_ram
-                                                         : (double)spill_usable_ram())
-                                      : 0;
-  double dflt = 0;
-  char envp[1100], *env = NULL, model_dir[1024] = "";
-  snprintf(envp, sizeof envp, "%s/env.json", dir);
-  spill_err ig = {0};
-  if (spill_exp_read_file(envp, 1 << 20, &env, &ig) == SPILL_OK) {
-    cJSON *j = cJSON_Parse(env);
-    const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
-    const cJSON *d = m ? cJSON_GetObjectItemCaseSensitive(m, "dir") : NULL;
-    if (cJSON_IsString(d)) snprintf(model_dir, sizeof model_dir, "%s", d->valuestring);
-    const cJSON *u = j ? cJSON_GetObjectItemCaseSensitive(j, "usable_ram_bytes") : NULL;
-    if (R->n_rows && !cfg->emulate_ram && !ram_axis && cJSON_IsNumber(u) && u->valuedouble > 0)
-      ram = u->valuedouble;
-    cJSON_Delete(j);
-    free(env);
-  }
-  double model_bytes = 0; /* the container's size: where the model fits */
-  spill_info info;
-  if (model_dir[0] && ram_axis && spill_info_read(model_dir, &info, &ig) == SPILL_OK)
-    model_bytes = (double)info.container_bytes;
-  spill_plan plan;
-  if (model_dir[0] && !ram_axis && spill_plan_model(model_dir, 4096, 2, 0, (uint64_t)ram, &plan, &ig) == SPILL_OK)
-    dflt = plan.budget / 1073741824.0;
+  double ram, dflt, model_bytes;
+  cliff_lines(R, dir, ram_axis, &ram, &dflt, &model_bytes);
   char body[8192];
   int o = snprintf(body, sizeof body,
                    "set title '%s: decode speed and hit rate vs %s'\n"
@@ -590,25 +607,25 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
                    "set yrange [0:*]\n",
                    cfg->name, ram_axis ? "emulated RAM" : "RAM budget",
                    ram_axis ? "emulated machine RAM" : "RAM budget");
-  if (ram_axis && model_bytes > 0)
+  /* sizes in GiB with %.3g: a nano model's default budget is 0.0123 GiB, not 0.01 */
+  const double G = 1073741824.0;
+  if (model_bytes > 0)
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "set arrow 1 from %.6f, graph 0 to %.6f, graph 1 nohead dt 2 lc rgb 'red'\n"
-                  "set label 1 'model %.1f GiB' at %.6f, graph 0.95 right offset -0.5,0 tc rgb 'red'\n",
-                  model_bytes / 1073741824.0, model_bytes / 1073741824.0,
-                  model_bytes / 1073741824.0, model_bytes / 1073741824.0);
+                  "set label 1 'model %.3g GiB' at %.6f, graph 0.95 right offset -0.5,0 tc rgb 'red'\n",
+                  model_bytes / G, model_bytes / G, model_bytes / G, model_bytes / G);
   if (ram > 0)
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "set xrange [*:%.6f]\n"
                   "set arrow 1 from %.6f, graph 0 to %.6f, graph 1 nohead dt 2 lc rgb 'red'\n"
-                  "set label 1 '%s RAM %.1f GiB' at %.6f, graph 0.95 right offset -0.5,0 tc rgb 'red'\n",
-                  ram / 1073741824.0 * 1.5, ram / 1073741824.0, ram / 1073741824.0,
-                  cfg->emulate_ram ? "emulated" : "machine",
-                  ram / 1073741824.0, ram / 1073741824.0);
+                  "set label 1 '%s RAM %.3g GiB' at %.6f, graph 0.95 right offset -0.5,0 tc rgb 'red'\n",
+                  ram / G * 1.5, ram / G, ram / G, cfg->emulate_ram ? "emulated" : "machine",
+                  ram / G, ram / G);
   if (dflt > 0)
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "set arrow 2 from %.6f, graph 0 to %.6f, graph 1 nohead dt 3 lc rgb 'dark-green'\n"
-                  "set label 2 'default budget %.2f GiB' at %.6f, graph 0.88 left offset 0.5,0 tc rgb 'dark-green'\n",
-                  dflt, dflt, dflt, dflt);
+                  "set label 2 'default budget %.3g GiB' at %.6f, graph 0.88 left offset 0.5,0 tc rgb 'dark-green'\n",
+                  dflt / G, dflt / G, dflt / G, dflt / G);
   o += snprintf(body + o, sizeof body - (size_t)o, "plot ");
   for (int s = 0; s < n_series; s++) {
     o += snprintf(body + o, sizeof body - (size_t)o,

@@ -151,6 +151,21 @@ static void clean_stale_tmps(const char *model) {
   closedir(d);
 }
 
+/* The generation request of cfg's model recipe (strings borrowed from cfg):
+ * what ensure_model generates and what preflight plans. */
+static int recipe_request(const spill_exp_config *c, spill_gen_request *req, spill_err *e) {
+  memset(req, 0, sizeof *req);
+  req->preset = c->recipe_preset;
+  req->ram_bytes = c->recipe_ram;
+  req->disk_bytes = c->recipe_disk;
+  req->seed = c->recipe_seed;
+  req->attn_mix = c->recipe_attn_mix;
+  req->trunk_dtype = c->recipe_trunk_dtype;
+  req->expert_dtype = c->recipe_expert_dtype;
+  if (c->recipe_like_trace[0]) return spill_gen_request_like_trace(req, c->recipe_like_trace, e);
+  return SPILL_OK;
+}
+
 static int ensure_model(runner *R) {
   const spill_exp_config *c = R->cfg;
   spill_exp_model_dir(c, R->o->cache_root, R->model, sizeof R->model);
@@ -186,16 +201,8 @@ static int ensure_model(runner *R) {
   clean_stale_tmps(R->model);
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", R->model, (long)getpid());
-  spill_gen_request req = {0};
-  req.preset = c->recipe_preset;
-  req.ram_bytes = c->recipe_ram;
-  req.disk_bytes = c->recipe_disk;
-  req.seed = c->recipe_seed;
-  req.attn_mix = c->recipe_attn_mix;
-  req.trunk_dtype = c->recipe_trunk_dtype;
-  req.expert_dtype = c->recipe_expert_dtype;
-  int rc = SPILL_OK;
-  if (c->recipe_like_trace[0]) rc = spill_gen_request_like_trace(&req, c->recipe_like_trace, R->e);
+  spill_gen_request req;
+  int rc = recipe_request(c, &req, R->e);
   if (rc == SPILL_OK) rc = spill_gen(tmp, &req, gen_progress, R, R->e);
   if (rc == SPILL_OK && exists(R->model)) remove_tmp_dir(R->model); /* a partial leftover */
   if (rc == SPILL_OK && rename(tmp, R->model) < 0)
@@ -383,60 +390,132 @@ static int check_peer(const spill_exp_config *cfg, const char *model, char *exe,
   return rc;
 }
 
+/* The model preflight judges: a container on disk, or the recipe that will
+ * generate it (req: planned by spill_plan_recipe, nothing written). */
+typedef struct preflight_model {
+  char dir[1024];
+  int recipe; /* 1: dir has no manifest yet; req describes what will be there */
+  spill_gen_request req;
+  int prompt_tokens; /* the workload's prompt in the model's tokens (with BOS) */
+} preflight_model;
+
+/* The prompt's length in tokens as the runner's spill_tokenize (add_bos)
+ * gives it: the model directory's own tokenizer when it holds one (the
+ * files spill_engine_open looks for, in its order), else the byte tokenizer
+ * (one token per byte, plus BOS when the model has one). */
+static int preflight_prompt(const spill_exp_config *cfg, preflight_model *pm, int bos_id,
+                            spill_err *e) {
+  static const char *const names[] = {"tokenizer.json", "tiktoken.model", "tokenizer.gguf"};
+  for (size_t i = 0; !pm->recipe && i < sizeof names / sizeof *names; i++) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/%s", pm->dir, names[i]);
+    if (!exists(p)) continue;
+    spill_tok *tok = NULL;
+    SPILL_TRY(spill_tok_load(i < 2 ? pm->dir : p, &tok, e));
+    spill_tok_ids ids = {0};
+    int rc = spill_tok_encode(tok, cfg->prompt, strlen(cfg->prompt),
+                              SPILL_TOK_SPECIAL | SPILL_TOK_ADD_BOS, &ids, e);
+    pm->prompt_tokens = (int)ids.n;
+    spill_tok_ids_free(&ids);
+    spill_tok_free(tok);
+    return rc;
+  }
+  pm->prompt_tokens = (int)strlen(cfg->prompt) + (bos_id >= 0);
+  return SPILL_OK;
+}
+
+/* The model of cfg: on disk (with its manifest) or a recipe; the peer arms'
+ * binary (and, on disk, model_gguf's provenance); the prompt's tokens. */
+static int preflight_open_model(const spill_exp_config *cfg, const char *cache_root,
+                                const char *src, preflight_model *pm, spill_err *e) {
+  char man[1100];
+  spill_exp_model_dir(cfg, cache_root ? cache_root : "cache/models", pm->dir, sizeof pm->dir);
+  snprintf(man, sizeof man, "%s/manifest.json", pm->dir);
+  pm->recipe = !exists(man);
+  if (pm->recipe && !cfg->model_recipe)
+    return spill_err_set(e, SPILL_E_CONFIG, "%s: model: %s: no manifest.json (not a container)",
+                         src, pm->dir);
+  if (cfg->n_peer_arms) {
+    char exe[1024];
+    if (pm->recipe) { /* model_gguf's provenance is checked once the model exists */
+      int rc = spill_exp_peer_path(exe, sizeof exe, e);
+      if (rc < 0) spill_err_prefix(e, "%s", src);
+      SPILL_TRY(rc);
+    } else {
+      SPILL_TRY(check_peer(cfg, pm->dir, exe, sizeof exe, e));
+    }
+  }
+  int bos_id = -1;
+  if (pm->recipe) {
+    SPILL_TRY(recipe_request(cfg, &pm->req, e));
+    spill_plan ig;
+    spill_err pe = {0};
+    int rc = spill_plan_recipe(&pm->req, 64, 1, 0, 0, &ig, &bos_id, &pe);
+    if (rc < 0 && rc != SPILL_E_RAM_BUDGET)
+      return spill_err_set(e, rc, "%s: model: the recipe cannot be planned: %s", src, pe.msg);
+  } else {
+    spill_info info;
+    SPILL_TRY(spill_info_read(pm->dir, &info, e));
+    bos_id = info.bos_id;
+  }
+  return preflight_prompt(cfg, pm, bos_id, e);
+}
+
+/* One (cell, arm): cache_slots vs the model's records, ctx vs the prompt's
+ * tokens plus decode_tokens, the budget vs the model's floor and the machine
+ * (the plan of the container, or of the recipe's model). */
+static int preflight_arm(const spill_exp_config *cfg, const preflight_model *pm, const char *src,
+                         int c, int a, spill_err *e) {
+  char cell[200], path[128];
+  spill_exp_cell_key(cfg, c, cell, sizeof cell);
+  const char *arm = cfg->arms[a].name;
+  spill_config sc;
+  SPILL_TRY(spill_exp_config_engine(cfg, c, a, &sc, e));
+  const uint64_t ram = sc.usable_ram ? sc.usable_ram : spill_exp_config_emulate_ram(cfg, c);
+  spill_plan p;
+  memset(&p, 0, sizeof p);
+  spill_err pe = {0};
+  int rc = pm->recipe ? spill_plan_recipe(&pm->req, sc.ctx, sc.threads, sc.budget_bytes, ram, &p,
+                                          NULL, &pe)
+                      : spill_plan_model(pm->dir, sc.ctx, sc.threads, sc.budget_bytes, ram, &p,
+                                         &pe);
+  if ((rc == SPILL_OK || rc == SPILL_E_RAM_BUDGET) && sc.cache_slots > 0 &&
+      (uint64_t)sc.cache_slots > p.model_records) {
+    knob_path(cfg, a, "cache_slots", path, sizeof path);
+    return spill_err_set(e, SPILL_E_CONFIG,
+                         "%s: %s: cell %s, arm %s: %lld slots, but the model has %llu "
+                         "expert records", src, path, cell, arm, (long long)sc.cache_slots,
+                         (unsigned long long)p.model_records);
+  }
+  if ((int64_t)pm->prompt_tokens + cfg->decode_tokens > (int64_t)sc.ctx) {
+    knob_path(cfg, a, "ctx", path, sizeof path);
+    return spill_err_set(e, SPILL_E_CONFIG,
+                         "%s: %s: cell %s, arm %s: ctx %d cannot hold the prompt (%d tokens, "
+                         "%s) and %d decode tokens (workload.decode_tokens): needs %lld",
+                         src, path, cell, arm, sc.ctx, pm->prompt_tokens,
+                         cfg->prompt_file[0] ? "workload.prompt_file" : "workload.prompt",
+                         cfg->decode_tokens, (long long)pm->prompt_tokens + cfg->decode_tokens);
+  }
+  if (rc == SPILL_E_RAM_BUDGET && sc.force_budget && p.budget >= p.floor) rc = SPILL_OK;
+  if (rc < 0) {
+    knob_path(cfg, a, "budget", path, sizeof path);
+    return spill_err_set(e, rc == SPILL_E_RAM_BUDGET ? SPILL_E_CONFIG : rc,
+                         "%s: %s: cell %s, arm %s: %s%s", src, path, cell, arm, pe.msg,
+                         pm->recipe ? " (the model recipe's plan; not generated yet)" : "");
+  }
+  return SPILL_OK;
+}
+
 int spill_exp_preflight(const spill_exp_config *cfg, const char *cache_root, spill_err *e) {
   const char *src = cfg->source[0] ? cfg->source : "config";
   SPILL_TRY(check_emulation(cfg, e));
-  char model[1024], man[1100];
-  spill_exp_model_dir(cfg, cache_root ? cache_root : "cache/models", model, sizeof model);
-  snprintf(man, sizeof man, "%s/manifest.json", model);
-  if (!exists(man)) {
-    if (cfg->model_recipe) return SPILL_OK; /* generated at start, checked then */
-    return spill_err_set(e, SPILL_E_CONFIG, "%s: model: %s: no manifest.json (not a container)",
-                         src, model);
-  }
-  if (cfg->n_peer_arms) {
-    char exe[1024];
-    SPILL_TRY(check_peer(cfg, model, exe, sizeof exe, e));
-  }
-  spill_info info;
-  SPILL_TRY(spill_info_read(model, &info, e));
-  const uint64_t records = (uint64_t)info.n_experts * (uint64_t)info.n_moe_layers;
-  for (int c = 0; c < spill_exp_config_n_cells(cfg); c++) {
-    char cell[200], path[128];
-    spill_exp_cell_key(cfg, c, cell, sizeof cell);
-    for (int a = 0; a < cfg->n_arms; a++) {
-      spill_config sc;
-      if (cfg->arms[a].peer.name[0]) continue; /* checked above */
-      SPILL_TRY(spill_exp_config_engine(cfg, c, a, &sc, e));
-      if (sc.cache_slots > 0 && (uint64_t)sc.cache_slots > records) {
-        knob_path(cfg, a, "cache_slots", path, sizeof path);
-        return spill_err_set(e, SPILL_E_CONFIG,
-                             "%s: %s: cell %s, arm %s: %lld slots, but the model has %llu "
-                             "expert records", src, path, cell, cfg->arms[a].name,
-                             (long long)sc.cache_slots, (unsigned long long)records);
-      }
-      if ((uint64_t)sc.ctx < (uint64_t)cfg->decode_tokens + 2) {
-        knob_path(cfg, a, "ctx", path, sizeof path);
-        return spill_err_set(e, SPILL_E_CONFIG,
-                             "%s: %s: cell %s, arm %s: ctx %d cannot hold a prompt and %d "
-                             "decode tokens", src, path, cell, cfg->arms[a].name, sc.ctx,
-                             cfg->decode_tokens);
-      }
-      spill_plan p;
-      spill_err pe = {0};
-      int rc = spill_plan_model(model, sc.ctx, sc.threads, sc.budget_bytes,
-                                sc.usable_ram ? sc.usable_ram
-                                              : (cfg->emulate_ram ? cfg->emulate_ram : 0),
-                                &p, &pe);
-      if (rc == SPILL_E_RAM_BUDGET && sc.force_budget && p.budget >= p.floor) rc = SPILL_OK;
-      if (rc < 0) {
-        knob_path(cfg, a, "budget", path, sizeof path);
-        return spill_err_set(e, rc == SPILL_E_RAM_BUDGET ? SPILL_E_CONFIG : rc,
-                             "%s: %s: cell %s, arm %s: %s", src, path, cell, cfg->arms[a].name,
-                             pe.msg);
-      }
-    }
-  }
+  preflight_model pm;
+  memset(&pm, 0, sizeof pm);
+  SPILL_TRY(preflight_open_model(cfg, cache_root, src, &pm, e));
+  for (int c = 0; c < spill_exp_config_n_cells(cfg); c++)
+    for (int a = 0; a < cfg->n_arms; a++)
+      if (!cfg->arms[a].peer.name[0]) /* peers: checked in preflight_open_model */
+        SPILL_TRY(preflight_arm(cfg, &pm, src, c, a, e));
   return SPILL_OK;
 }
 

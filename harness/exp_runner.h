@@ -80,15 +80,17 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
                   size_t out_n, spill_err *e);
 
 /* What `spill exp --validate` / `--dry-run` check beyond the config's own
- * validation, with the model on disk (a recipe not generated yet is only
- * checked after generation, at start): the model has a manifest; every
- * (cell, arm) engine config plans (budget not below the floor nor above the
- * machine unless force_budget, with sizes at a precision that means
- * something); cache_slots not above the model's expert records; ctx holds
- * the prompt (at most one token per byte plus BOS) and decode_tokens;
- * machine.emulate_ram is safe (spill_ramlock_plan). Errors name the JSON
- * path ("sweep.budget", "arms[1].set.cache_slots", ...). cache_root as in
- * spill_exp_opts. */
+ * validation, with the model on disk or, for a recipe not generated yet,
+ * the plan of the model it will generate (spill_plan_recipe, nothing
+ * written): the model has a manifest (or is a recipe); peer arms have their
+ * binary (and, on disk, model_gguf matches the container); every (cell, arm)
+ * engine config plans (budget not below the floor nor above the machine
+ * unless force_budget, with sizes at a precision that means something);
+ * cache_slots not above the model's expert records; ctx holds the prompt in
+ * the model's tokens (its own tokenizer, else bytes, plus BOS) and
+ * decode_tokens; every emulated RAM is safe (spill_ramlock_plan). Errors name
+ * the JSON path ("sweep.budget", "arms[1].set.cache_slots",
+ * "workload.prompt", ...). cache_root as in spill_exp_opts. */
 int spill_exp_preflight(const spill_exp_config *cfg, const char *cache_root, spill_err *e);
 
 /* The container directory the config runs on (a generated model's cache

@@ -563,7 +563,7 @@ TEST(ExpRunnerTest, PlotsAreDrawnWithTheirData) {
   mkdir(root.c_str(), 0755);
   std::string text = R"({"name": "plots", "model": ")" + NanoModel() + R"(",
     "workload": {"prompt": "plot test", "decode_tokens": 6},
-    "base": {"storage": "pagecache"},
+    "base": {"storage": "pagecache", "ctx": 256, "threads": 1},
     "sweep": {"budget": ["48M", "96M"]},
     "arms": [{"name": "off", "set": {"lookahead": 0}},
              {"name": "on", "set": {"lookahead": 4}, "exact": true}],
@@ -600,6 +600,19 @@ TEST(ExpRunnerTest, PlotsAreDrawnWithTheirData) {
   std::string line;
   while (std::getline(in, line)) data_lines += !line.empty() && line[0] != '#';
   EXPECT_EQ(data_lines, 2 * 2) << cliff;
+  // the cliff plot marks the engine's default budget for the runs' ctx (256)
+  // and threads (1) on the runs' RAM (what spill_engine_open plans with no budget),
+  // at a precision that means something on a small model
+  {
+    spill_plan plan;
+    spill_err pe = {};
+    ASSERT_EQ(spill_plan_model(NanoModel().c_str(), 256, 1, 0, 0, &plan, &pe), SPILL_OK) << pe.msg;
+    char want[96];
+    snprintf(want, sizeof want, "'default budget %.3g GiB' at %.6f,", plan.budget / 1073741824.0,
+             plan.budget / 1073741824.0);
+    std::string gp = ReadAll(p + "cliff.gp");
+    EXPECT_NE(gp.find(want), std::string::npos) << want << "\n" << gp;
+  }
   // ab.dat: one line per (budget, arm) at least
   std::string ab = ReadAll(p + "ab.dat");
   int ab_lines = 0;
@@ -962,7 +975,11 @@ TEST(ExpRunnerTest, PreflightCatchesWhatWouldFailAtStartAndAFailedStartLeavesNoD
   } cases[] = {
       {R"({"budget": "4K"})", "base.budget: cell -, arm base: budget 4.00 KiB is below the RAM floor of "},
       {R"({"cache_slots": 100000})", "base.cache_slots: cell -, arm base: 100000 slots, but the model has 48"},
-      {R"({"ctx": 4})", "base.ctx: cell -, arm base: ctx 4 cannot hold a prompt and 4 decode tokens"},
+      {R"({"ctx": 4})", "base.ctx: cell -, arm base: ctx 4 cannot hold the prompt (10 tokens, "
+                        "workload.prompt) and 4 decode tokens (workload.decode_tokens): needs 14"},
+      // room for the decode tokens but not for the prompt's 10 tokens too
+      // ("preflight" and BOS): 15e896b's check (ctx >= decode_tokens + 2) passed it
+      {R"({"ctx": 13})", "base.ctx: cell -, arm base: ctx 13 cannot hold the prompt (10 tokens"},
   };
   for (auto &c : cases) {
     spill_exp_config cfg = cfg_with(c.base, wl);
@@ -979,10 +996,10 @@ TEST(ExpRunnerTest, PreflightCatchesWhatWouldFailAtStartAndAFailedStartLeavesNoD
     EXPECT_NE(std::string(e.msg).find("model: "), std::string::npos) << e.msg;
     spill_exp_config_free(&cfg);
   }
-  {
-    spill_exp_config cfg = cfg_with("{}", wl);
+  for (const char *base : {"{}", R"({"ctx": 14})"}) {  // 14: exactly prompt + decode
+    spill_exp_config cfg = cfg_with(base, wl);
     spill_err e = {};
-    EXPECT_EQ(spill_exp_preflight(&cfg, nullptr, &e), SPILL_OK) << e.msg;
+    EXPECT_EQ(spill_exp_preflight(&cfg, nullptr, &e), SPILL_OK) << base << ": " << e.msg;
     spill_exp_config_free(&cfg);
   }
   // A start that fails at the engine (budget below the floor) leaves nothing.
@@ -1004,4 +1021,75 @@ TEST(ExpRunnerTest, PreflightCatchesWhatWouldFailAtStartAndAFailedStartLeavesNoD
   }
   EXPECT_EQ(left, 0) << "a results directory was left behind: " << e.msg;
   spill_exp_config_free(&cfg);
+}
+
+// An experiment whose model is a recipe not generated yet is judged against
+// the plan of the model it will generate (spill_plan_recipe: the numbers
+// spill_plan_model gives on the generated container), without generating it
+// (issue 19 item 9; before, such configs passed --validate and failed at start).
+TEST(ExpRunnerTest, PreflightJudgesAModelRecipeBeforeItIsGenerated) {
+  spill_gen_request req = {};
+  req.preset = "nano";
+  spill_info im;
+  spill_err e = {};
+  ASSERT_EQ(spill_info_read(NanoModel().c_str(), &im, &e), SPILL_OK) << e.msg;
+  for (int ctx : {64, 4096}) {
+    spill_plan pr, pm;
+    int bos = -2;
+    ASSERT_EQ(spill_plan_recipe(&req, ctx, 2, 0, 1ull << 30, &pr, &bos, &e), SPILL_OK) << e.msg;
+    ASSERT_EQ(spill_plan_model(NanoModel().c_str(), ctx, 2, 0, 1ull << 30, &pm, &e), SPILL_OK)
+        << e.msg;
+    EXPECT_EQ(pr.trunk, pm.trunk) << ctx;
+    EXPECT_EQ(pr.floor, pm.floor) << ctx;
+    EXPECT_EQ(pr.budget, pm.budget) << ctx;
+    EXPECT_EQ(pr.cache_slots, pm.cache_slots) << ctx;
+    EXPECT_EQ(pr.model_records, pm.model_records) << ctx;
+    EXPECT_EQ(pr.record_bytes, pm.record_bytes) << ctx;
+    EXPECT_EQ(bos, im.bos_id);
+  }
+  {  // a budget below the floor: the same refusal, the plan filled
+    spill_plan pr;
+    EXPECT_EQ(spill_plan_recipe(&req, 64, 1, 4096, 1ull << 30, &pr, nullptr, &e),
+              SPILL_E_RAM_BUDGET);
+    EXPECT_GT(pr.floor, 4096u);
+  }
+
+  std::string cache = TmpDir() + "/recipe-preflight";
+  mkdir(cache.c_str(), 0755);
+  auto cfg_with = [&](const std::string &base) {
+    return Parse(R"({"name": "rpre", "model": {"preset": "nano", "seed": 7},
+      "workload": {"prompt": "preflight", "decode_tokens": 4}, "base": )" + base +
+                 R"(, "repeats": 1, "outputs": {"tables": ["md"], "plots": []}})");
+  };
+  struct {
+    std::string base, want;
+  } cases[] = {
+      {R"({"budget": "4K"})", "base.budget: cell -, arm base: budget 4.00 KiB is below the RAM "
+                              "floor of "},
+      {R"({"cache_slots": 100000})", "base.cache_slots: cell -, arm base: 100000 slots, but the "
+                                     "model has 48 expert records"},
+      {R"({"ctx": 13})", "base.ctx: cell -, arm base: ctx 13 cannot hold the prompt (10 tokens"},
+  };
+  for (auto &c : cases) {
+    spill_exp_config cfg = cfg_with(c.base);
+    spill_err pe = {};
+    EXPECT_EQ(spill_exp_preflight(&cfg, cache.c_str(), &pe), SPILL_E_CONFIG) << c.base;
+    EXPECT_NE(std::string(pe.msg).find(c.want), std::string::npos) << c.base << ": " << pe.msg;
+    spill_exp_config_free(&cfg);
+  }
+  {
+    spill_exp_config cfg = cfg_with("{}");
+    spill_err pe = {};
+    EXPECT_EQ(spill_exp_preflight(&cfg, cache.c_str(), &pe), SPILL_OK) << pe.msg;
+    spill_exp_config_free(&cfg);
+  }
+  // nothing was generated
+  std::string cmd = "ls -A '" + cache + "' | wc -l";
+  FILE *p = popen(cmd.c_str(), "r");
+  int n = -1;
+  if (p) {
+    if (fscanf(p, "%d", &n) != 1) n = -1;
+    pclose(p);
+  }
+  EXPECT_EQ(n, 0);
 }

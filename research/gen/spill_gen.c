@@ -3,26 +3,28 @@
  * spill_gen_opts and shapes a request after a router trace. Thin: the
  * planning and writing are in synth_*.c; the trace check is the engine's
  * (spill_routing_trace_inspect), so `spill gen --like-trace` accepts exactly
- * the traces the engine replays.
+ * the traces the engine replays. spill_plan_recipe plans a request's model
+ * with the engine's planner (engine/plan) without writing it.
  */
 #include <string.h>
 
+#include "engine/base/alloc.h"
 #include "engine/format/container.h"
+#include "engine/plan/ram_plan.h"
 #include "research/gen/spill_gen.h"
 #include "research/gen/synth.h"
 
-int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
-              void *user, spill_err *e) {
-  spill_gen_opts o;
-  spill_gen_opts_init(&o);
-  if (req->preset) o.preset = req->preset;
-  if (req->ram_bytes) o.ram_bytes = req->ram_bytes;
-  if (req->disk_bytes) o.disk_bytes = req->disk_bytes;
-  if (req->seed) o.seed = req->seed;
-  if (req->attn_mix) o.attn_mix = req->attn_mix;
+/* spill_gen_opts for a request (progress not set). */
+static int gen_opts(const spill_gen_request *req, spill_gen_opts *o, spill_err *e) {
+  spill_gen_opts_init(o);
+  if (req->preset) o->preset = req->preset;
+  if (req->ram_bytes) o->ram_bytes = req->ram_bytes;
+  if (req->disk_bytes) o->disk_bytes = req->disk_bytes;
+  if (req->seed) o->seed = req->seed;
+  if (req->attn_mix) o->attn_mix = req->attn_mix;
   if (req->trunk_dtype) {
-    if (strcmp(req->trunk_dtype, "q4") == 0) o.trunk = SPILL_GEN_TRUNK_Q4;
-    else if (strcmp(req->trunk_dtype, "f32") == 0) o.trunk = SPILL_GEN_TRUNK_F32;
+    if (strcmp(req->trunk_dtype, "q4") == 0) o->trunk = SPILL_GEN_TRUNK_Q4;
+    else if (strcmp(req->trunk_dtype, "f32") == 0) o->trunk = SPILL_GEN_TRUNK_F32;
     else
       return spill_err_set(e, SPILL_E_CONFIG, "trunk dtype '%s': expected q4 or f32",
                            req->trunk_dtype);
@@ -32,14 +34,58 @@ int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_
     if (spill_dtype_parse(req->expert_dtype, &dt) != SPILL_OK)
       return spill_err_set(e, SPILL_E_CONFIG, "expert dtype '%s': expected rvq3, f32, q8 or q4",
                            req->expert_dtype);
-    o.expert_dtype = dt;
+    o->expert_dtype = dt;
   }
-  if (req->experts > 0) o.n_experts = req->experts;
-  if (req->moe_layers > 0) o.n_moe_layers = req->moe_layers;
-  if (req->top_k > 0) o.top_k = req->top_k;
+  if (req->experts > 0) o->n_experts = req->experts;
+  if (req->moe_layers > 0) o->n_moe_layers = req->moe_layers;
+  if (req->top_k > 0) o->top_k = req->top_k;
+  return SPILL_OK;
+}
+
+int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
+              void *user, spill_err *e) {
+  spill_gen_opts o;
+  SPILL_TRY(gen_opts(req, &o, e));
   o.progress = progress;
   o.progress_ctx = user;
   return spill_gen_write(out_dir, &o, e);
+}
+
+/* trunk.bin's size as the container writer lays the planned tensors out:
+ * each at a SPILL_TENSOR_ALIGN offset, the file padded to a whole page. */
+static int round_up(uint64_t v, uint64_t a, uint64_t *out) {
+  uint64_t r;
+  if (!spill_add_u64(v, a - 1, &r)) return 0;
+  *out = r / a * a;
+  return 1;
+}
+
+static int planned_trunk_bytes(const spill_manifest *m, uint64_t *out, spill_err *e) {
+  uint64_t pos = 0, off;
+  for (int i = 0; i < m->n_tensors; i++)
+    SPILL_FAIL_IF(e, !round_up(pos, SPILL_TENSOR_ALIGN, &off) ||
+                         !spill_add_u64(off, m->tensors[i].bytes, &pos),
+                  SPILL_E_CONFIG, "gen: trunk size overflows at tensor %s", m->tensors[i].name);
+  SPILL_FAIL_IF(e, !round_up(pos, SPILL_PAGE, out), SPILL_E_CONFIG, "gen: trunk size overflows");
+  return SPILL_OK;
+}
+
+int spill_plan_recipe(const spill_gen_request *req, int ctx, int threads, uint64_t budget_bytes,
+                      uint64_t usable_ram, spill_plan *plan, int *bos_id, spill_err *e) {
+  SPILL_FAIL_IF(e, !req || !plan, SPILL_E_INVALID_ARG, "gen: no request or plan");
+  spill_gen_opts o;
+  SPILL_TRY(gen_opts(req, &o, e));
+  spill_manifest m;
+  SPILL_TRY(spill_gen_plan(&o, &m, e));
+  uint64_t trunk = 0;
+  int rc = planned_trunk_bytes(&m, &trunk, e);
+  if (rc == SPILL_OK)
+    rc = spill_plan_compute(&m.arch, m.record_bytes, trunk, ctx, threads, plan, e);
+  if (bos_id) *bos_id = m.arch.bos_id;
+  spill_manifest_free(&m);
+  SPILL_TRY(rc);
+  return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
+                           0, e);
 }
 
 int spill_gen_request_like_trace(spill_gen_request *req, const char *file, spill_err *e) {

@@ -41,6 +41,15 @@ int spill_gen_request_like_trace(spill_gen_request *req, const char *file, spill
 int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_cb progress,
               void *user, spill_err *e);
 
+/* The RAM plan of the model spill_gen would write for req, without writing
+ * it: the numbers spill_plan_model (engine/spill.h) gives on the written
+ * container, with the same arguments and errors (SPILL_E_RAM_BUDGET with the
+ * plan filled). bos_id (may be NULL) gets that model's BOS id (-1: none),
+ * which the byte tokenizer prepends. For `spill exp --validate` on an
+ * experiment whose model is a recipe not generated yet. */
+int spill_plan_recipe(const spill_gen_request *req, int ctx, int threads, uint64_t budget_bytes,
+                      uint64_t usable_ram, spill_plan *plan, int *bos_id, spill_err *e);
+
 #ifdef __cplusplus
 }
 #endif
