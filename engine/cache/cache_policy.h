@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 typedef struct spill_cache_policy {
-  const char *name; /* "lru", "lfru", "wtinylfu" */
+  const char *name; /* "lru", "lfru", "wtinylfu", ... (spill_cache_policy_names) */
   /* Creates state for n_slots (>= 1) slots, deterministic in seed; NULL on
    * allocation failure. The caller owns the state; destroy accepts NULL. */
   void *(*create)(uint32_t n_slots, uint64_t seed);
@@ -61,8 +61,11 @@ extern const spill_cache_policy spill_cache_policy_wtinylfu;
 extern const spill_cache_policy spill_cache_policy_nextuse;       /* policy_nextuse.c */
 extern const spill_cache_policy spill_cache_policy_nextuse_coact; /* policy_nextuse.c */
 extern const spill_cache_policy spill_cache_policy_nextuse_opt;   /* policy_nextuse.c */
+extern const spill_cache_policy spill_cache_policy_arc;           /* policy_scan.c */
+extern const spill_cache_policy spill_cache_policy_s3fifo;        /* policy_scan.c */
 
-/* Policy by name ("lru", "lfru", "wtinylfu", "nextuse", "nextuse-coact", "nextuse-opt");
+/* Policy by name ("lru", "lfru", "wtinylfu", "nextuse", "nextuse-coact", "nextuse-opt",
+ * "arc", "s3fifo");
  * NULL if unknown. */
 const spill_cache_policy *spill_cache_policy_find(const char *name);
 /* NULL-terminated list of the built-in policy names, for help texts. */

@@ -63,9 +63,9 @@ struct spill_cache {
 static const spill_cache_policy *const k_policies[] = {
     &spill_cache_policy_lru, &spill_cache_policy_lfru, &spill_cache_policy_wtinylfu,
     &spill_cache_policy_nextuse, &spill_cache_policy_nextuse_coact,
-    &spill_cache_policy_nextuse_opt};
+    &spill_cache_policy_nextuse_opt, &spill_cache_policy_arc, &spill_cache_policy_s3fifo};
 static const char *const k_policy_names[] = {"lru",           "lfru",        "wtinylfu", "nextuse",
-                                             "nextuse-coact", "nextuse-opt", NULL};
+                                             "nextuse-coact", "nextuse-opt", "arc",     "s3fifo",   NULL};
 
 const spill_cache_policy *spill_cache_policy_find(const char *name) {
   if (!name) return NULL;
@@ -326,7 +326,9 @@ int spill_cache_init(spill_cache **out, const spill_cache_config *cfg, spill_err
   const char *pname = cfg->policy ? cfg->policy : "lru";
   const spill_cache_policy *pol = spill_cache_policy_find(pname);
   SPILL_FAIL_IF(err, !pol, SPILL_E_INVALID_ARG,
-                "cache: unknown policy \"%s\" (known: lru, lfru, wtinylfu, nextuse)", pname);
+                "cache: unknown policy \"%s\" (known: lru, lfru, wtinylfu, nextuse, "
+                "nextuse-coact, nextuse-opt, arc, s3fifo)",
+                pname);
   SPILL_FAIL_IF(err, cfg->slot_bytes % SPILL_CACHE_ALIGN != 0, SPILL_E_INVALID_ARG,
                 "cache: slot_bytes %zu is not a multiple of %u", cfg->slot_bytes,
                 SPILL_CACHE_ALIGN);
