@@ -62,7 +62,7 @@ typedef struct spill_config {
   spill_io_backend_kind io_backend; /* io_backend: pread | uring */
   spill_storage storage;  /* storage: direct | pagecache | mmap */
   spill_trunk_mode trunk; /* trunk: read | mmap | mlock */
-  char policy[16];        /* policy: lru | lfru | wtinylfu | nextuse (default lfru) */
+  char policy[16];        /* policy: lru | lfru | wtinylfu | nextuse[-coact|-opt] | arc | s3fifo */
   int lookahead;          /* lookahead: experts prefetched per predicted layer (0 = off) */
   int lookahead_depth;    /* lookahead_depth: 1 or 2 layers ahead */
   int lookahead_prefill;  /* lookahead_prefill: also prefetch during chunked prefill (0) */
