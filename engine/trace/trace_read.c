@@ -20,6 +20,7 @@
 
 #include "engine/base/json_util.h"
 #include "engine/trace/router_trace.h"
+#include "engine/trace/trace_internal.h"
 
 #define TRACE_MAX_LAYERS 4096u
 #define TRACE_MAX_TOPK 1024u
@@ -79,20 +80,22 @@ typedef struct parser {
   spill_err *e;
 } parser;
 
-static int fail(parser *ps, uint32_t line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(parser *ps, uint32_t line, const char *fmt, ...) {
+int spill_trace_fail_at(spill_err *e, const char *name, uint32_t line, const char *fmt, ...) {
   char msg[SPILL_ERR_MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return spill_err_set(ps->e, SPILL_E_TRACE, "%s:%u: %s", ps->name, line, msg);
+  return spill_err_set(e, SPILL_E_TRACE, "%s:%u: %s", name, line, msg);
 }
 
-static int nomem(parser *ps) {
-  return spill_err_set(ps->e, SPILL_E_NOMEM, "%s: out of memory", ps->name);
+int spill_trace_nomem(spill_err *e, const char *name) {
+  return spill_err_set(e, SPILL_E_NOMEM, "%s: out of memory", name);
 }
+
+/* The parser's input names every error (trace_internal.h). */
+#define fail(ps, line, ...) spill_trace_fail_at((ps)->e, (ps)->name, (line), __VA_ARGS__)
+#define nomem(ps) spill_trace_nomem((ps)->e, (ps)->name)
 
 /* 1 if it is an integral number in [lo, hi]. */
 static int int_in(const cJSON *it, int64_t lo, int64_t hi, int64_t *out) {

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "engine/trace/router_trace.h"
+#include "engine/trace/trace_internal.h"
 #include "research/trace/trace_analysis.h"
 
 #define CV_MAX_LAYERS 4096u
@@ -70,20 +71,9 @@ typedef struct builder {
   spill_err *e;
 } builder;
 
-static int bfail(builder *b, uint32_t line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bfail(builder *b, uint32_t line, const char *fmt, ...) {
-  char msg[SPILL_ERR_MSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return spill_err_set(b->e, SPILL_E_TRACE, "%s:%u: %s", b->name, line, msg);
-}
-
-static int bnomem(builder *b) {
-  return spill_err_set(b->e, SPILL_E_NOMEM, "%s: out of memory", b->name);
-}
+/* The current input names every error (engine/trace/trace_internal.h). */
+#define bfail(b, line, ...) spill_trace_fail_at((b)->e, (b)->name, (line), __VA_ARGS__)
+#define bnomem(b) spill_trace_nomem((b)->e, (b)->name)
 
 static int caveat(builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int caveat(builder *b, const char *fmt, ...) {
