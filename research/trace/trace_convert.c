@@ -153,99 +153,98 @@ static int b_layer(builder *b, size_t i, uint32_t l, const uint32_t *ids, const 
   return SPILL_OK;
 }
 
-/* Makes the builder rectangular and moves it into out. */
-static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *from,
-                    const char *model, spill_trace *out) {
+/* b_finish's view of which layers and tokens survive: keep_l[l] (L),
+ * keep_t[i] (n), lacking[l] = how many tokens lack layer l (L). */
+typedef struct bkeep {
+  uint8_t *keep_l, *keep_t;
+  uint32_t *lacking;
+  size_t n_incomplete, n_incomplete_prefill;
+} bkeep;
+
+/* A layer counts as present for a token only when all K ranks arrived. */
+static int b_mark_complete(builder *b, bkeep *k) {
   const uint32_t L = b->L, K = b->K;
-  if (b->n == 0) return spill_err_set(b->e, SPILL_E_TRACE, "%s: no tokens", b->name);
-  /* A layer counts as present for a token only when all K ranks arrived. */
-  uint8_t *keep_l = (uint8_t *)malloc(L);
-  uint8_t *keep_t = (uint8_t *)malloc(b->n);
-  uint32_t *lacking = (uint32_t *)calloc(L, sizeof(uint32_t));
-  int rc = SPILL_OK;
-  if (!keep_l || !keep_t || !lacking) {
-    rc = bnomem(b);
-    goto done;
-  }
-  size_t n_incomplete = 0, n_incomplete_prefill = 0;
   for (uint32_t l = 0; l < L; l++) { /* absent[l]: keep_l doubles as the mark here */
-    keep_l[l] = 0;
-    for (size_t i = 0; i < b->n && !keep_l[l]; i++) keep_l[l] = b->filled[i * L + l] > 0;
+    k->keep_l[l] = 0;
+    for (size_t i = 0; i < b->n && !k->keep_l[l]; i++) k->keep_l[l] = b->filled[i * L + l] > 0;
   }
   for (size_t i = 0; i < b->n; i++) {
     int complete = 1;
     for (uint32_t l = 0; l < L; l++) {
       uint16_t f = b->filled[i * L + l];
-      if (b->absent_ok && !keep_l[l]) continue;
-      if (f > 0 && f < K) {
-        rc = bfail(b, b->lline[i * L + l], "layer %u of the token at pos %lld: %u of %u ranks",
-                   l, (long long)b->tok[i].pos, f, K);
-        goto done;
-      }
+      if (b->absent_ok && !k->keep_l[l]) continue;
+      if (f > 0 && f < K)
+        return bfail(b, b->lline[i * L + l], "layer %u of the token at pos %lld: %u of %u ranks",
+                     l, (long long)b->tok[i].pos, f, K);
       if (f == 0) {
         complete = 0;
-        lacking[l]++;
+        k->lacking[l]++;
       }
     }
-    keep_t[i] = (uint8_t)complete;
+    k->keep_t[i] = (uint8_t)complete;
     if (!complete) {
-      n_incomplete++;
-      n_incomplete_prefill += b->tok[i].phase == SPILL_TRACE_PHASE_PREFILL;
+      k->n_incomplete++;
+      k->n_incomplete_prefill += b->tok[i].phase == SPILL_TRACE_PHASE_PREFILL;
     }
   }
+  return SPILL_OK;
+}
+
+/* Incomplete tokens: drop the layers they lack from every token (on request)
+ * or drop those tokens; either way a caveat says what went. */
+static int b_drop_incomplete(builder *b, const spill_trace_convert_opts *o, bkeep *k) {
+  const uint32_t L = b->L;
   char lay[160] = "";
   for (uint32_t l = 0, n = 0; l < L; l++) {
-    keep_l[l] = !b->absent_ok || keep_l[l];
-    if (!lacking[l]) continue;
+    k->keep_l[l] = !b->absent_ok || k->keep_l[l];
+    if (!k->lacking[l]) continue;
     size_t at = strlen(lay);
     if (n++ < 8) snprintf(lay + at, sizeof lay - at, "%s%u", at ? ", " : "", l);
     else if (n == 9) snprintf(lay + at, sizeof lay - at, ", ...");
   }
-  if (n_incomplete && o->incomplete == SPILL_TRACE_DROP_LAYERS) {
+  if (k->n_incomplete && o->incomplete == SPILL_TRACE_DROP_LAYERS) {
     uint32_t kept = 0;
-    for (uint32_t l = 0; l < L; l++) kept += (keep_l[l] = keep_l[l] && !lacking[l]);
-    if (!kept) {
-      rc = spill_err_set(b->e, SPILL_E_TRACE, "%s: no layer is present in every token", b->name);
-      goto done;
-    }
-    for (size_t i = 0; i < b->n; i++) keep_t[i] = 1;
-    if ((rc = caveat(b, "layer(s) %s missing from %zu of %zu tokens (%zu of them prefill): "
-                        "dropped from every token",
-                     lay, n_incomplete, b->n, n_incomplete_prefill)) < 0)
-      goto done;
-  } else if (n_incomplete) {
-    if (n_incomplete == b->n) {
-      rc = spill_err_set(b->e, SPILL_E_TRACE,
-                         "%s: every token lacks a layer (layers %s); try dropping layers",
-                         b->name, lay);
-      goto done;
-    }
-    if ((rc = caveat(b, "%zu of %zu tokens (%zu prefill) lack layer(s) %s: those tokens are "
-                        "dropped",
-                     n_incomplete, b->n, n_incomplete_prefill, lay)) < 0)
-      goto done;
+    for (uint32_t l = 0; l < L; l++) kept += (k->keep_l[l] = k->keep_l[l] && !k->lacking[l]);
+    if (!kept)
+      return spill_err_set(b->e, SPILL_E_TRACE, "%s: no layer is present in every token", b->name);
+    for (size_t i = 0; i < b->n; i++) k->keep_t[i] = 1;
+    return caveat(b, "layer(s) %s missing from %zu of %zu tokens (%zu of them prefill): "
+                     "dropped from every token",
+                  lay, k->n_incomplete, b->n, k->n_incomplete_prefill);
   }
-  uint32_t nl = 0;
-  size_t nt = 0;
-  for (uint32_t l = 0; l < L; l++) nl += keep_l[l];
-  for (size_t i = 0; i < b->n; i++) nt += keep_t[i];
-  if (nt > UINT32_MAX) {
-    rc = spill_err_set(b->e, SPILL_E_TRACE, "%s: too many tokens", b->name);
-    goto done;
+  if (k->n_incomplete) {
+    if (k->n_incomplete == b->n)
+      return spill_err_set(b->e, SPILL_E_TRACE,
+                           "%s: every token lacks a layer (layers %s); try dropping layers",
+                           b->name, lay);
+    return caveat(b, "%zu of %zu tokens (%zu prefill) lack layer(s) %s: those tokens are "
+                     "dropped",
+                  k->n_incomplete, b->n, k->n_incomplete_prefill, lay);
   }
-  uint32_t E = o->n_experts ? o->n_experts : b->E;
-  if (!E) {
-    E = b->max_id + 1;
-    if ((rc = caveat(b, "experts per layer not recorded by the source: taken as the highest "
-                        "id + 1 (%u)",
-                     E)) < 0)
-      goto done;
+  return SPILL_OK;
+}
+
+/* Experts per layer: given, declared by the source, or inferred (caveat). */
+static int b_experts(builder *b, const spill_trace_convert_opts *o, uint32_t *E) {
+  *E = o->n_experts ? o->n_experts : b->E;
+  if (!*E) {
+    *E = b->max_id + 1;
+    int rc = caveat(b, "experts per layer not recorded by the source: taken as the highest "
+                       "id + 1 (%u)",
+                    *E);
+    if (rc < 0) return rc;
   }
-  if (b->max_id >= E) {
-    rc = spill_err_set(b->e, SPILL_E_TRACE, "%s: expert id %u, but the model has %u experts",
-                       b->name, b->max_id, E);
-    goto done;
-  }
+  if (b->max_id >= *E)
+    return spill_err_set(b->e, SPILL_E_TRACE, "%s: expert id %u, but the model has %u experts",
+                         b->name, b->max_id, *E);
+  return SPILL_OK;
+}
+
+/* Allocates out's arrays for nt tokens x nl layers and copies the kept
+ * (token, layer) ids and weights into them. */
+static int b_copy_kept(builder *b, const bkeep *k, size_t nt, uint32_t nl, uint32_t E,
+                       spill_trace *out) {
+  const uint32_t L = b->L, K = b->K;
   memset(out, 0, sizeof *out);
   out->meta.rank_order = -1;
   out->format = SPILL_TRACE_SIMPLE;
@@ -261,21 +260,19 @@ static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *f
   if (b->has_weights) out->weights = (float *)malloc(nt * nl * K * sizeof(float));
   out->meta.caveats = (char **)calloc(b->n_caveats + 1, sizeof(char *));
   if (!out->layer_ids || !out->tok || !out->pos || !out->phase || !out->ids ||
-      (b->has_weights && !out->weights) || !out->meta.caveats) {
-    rc = bnomem(b);
-    goto done;
-  }
+      (b->has_weights && !out->weights) || !out->meta.caveats)
+    return bnomem(b);
   for (uint32_t l = 0, j = 0; l < L; l++)
-    if (keep_l[l]) out->layer_ids[j++] = l;
+    if (k->keep_l[l]) out->layer_ids[j++] = l;
   size_t j = 0;
   for (size_t i = 0; i < b->n; i++) {
-    if (!keep_t[i]) continue;
+    if (!k->keep_t[i]) continue;
     out->tok[j] = (int64_t)j;
     out->pos[j] = b->tok[i].pos;
     out->phase[j] = b->tok[i].phase;
     uint32_t jl = 0;
     for (uint32_t l = 0; l < L; l++) {
-      if (!keep_l[l]) continue;
+      if (!k->keep_l[l]) continue;
       memcpy(out->ids + (j * nl + jl) * K, b->ids + (i * L + l) * K, K * sizeof(uint32_t));
       if (out->weights)
         memcpy(out->weights + (j * nl + jl) * K, b->w + (i * L + l) * K, K * sizeof(float));
@@ -283,9 +280,16 @@ static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *f
     }
     j++;
   }
+  return SPILL_OK;
+}
+
+/* out's meta: experts, native top-k, rank order, the names, and the caveats
+ * (moved out of the builder). */
+static int b_meta(builder *b, const spill_trace_convert_opts *o, const char *from,
+                  const char *model, uint32_t E, spill_trace *out) {
   spill_trace_meta *m = &out->meta;
   m->n_experts = E;
-  m->top_k_native = o->top_k_native && o->top_k_native != K ? o->top_k_native : 0;
+  m->top_k_native = o->top_k_native && o->top_k_native != b->K ? o->top_k_native : 0;
   m->rank_order = b->rank_known;
   m->n_sequences = 1;
   const char *strs[3] = {o->model ? o->model : model, o->source, from};
@@ -293,10 +297,7 @@ static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *f
   for (int s = 0; s < 3; s++) {
     if (!strs[s]) continue;
     size_t n = strlen(strs[s]) + 1;
-    if (!(*dst[s] = (char *)malloc(n))) {
-      rc = bnomem(b);
-      goto done;
-    }
+    if (!(*dst[s] = (char *)malloc(n))) return bnomem(b);
     memcpy(*dst[s], strs[s], n);
   }
   for (uint32_t i = 0; i < b->n_caveats; i++) {
@@ -305,10 +306,37 @@ static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *f
   }
   m->n_caveats = b->n_caveats;
   b->n_caveats = 0;
+  return SPILL_OK;
+}
+
+/* Makes the builder rectangular and moves it into out. */
+static int b_finish(builder *b, const spill_trace_convert_opts *o, const char *from,
+                    const char *model, spill_trace *out) {
+  const uint32_t L = b->L;
+  if (b->n == 0) return spill_err_set(b->e, SPILL_E_TRACE, "%s: no tokens", b->name);
+  bkeep k = {(uint8_t *)malloc(L), (uint8_t *)malloc(b->n),
+             (uint32_t *)calloc(L, sizeof(uint32_t)), 0, 0};
+  int rc = SPILL_OK;
+  if (!k.keep_l || !k.keep_t || !k.lacking) {
+    rc = bnomem(b);
+    goto done;
+  }
+  if ((rc = b_mark_complete(b, &k)) < 0 || (rc = b_drop_incomplete(b, o, &k)) < 0) goto done;
+  uint32_t nl = 0;
+  size_t nt = 0;
+  for (uint32_t l = 0; l < L; l++) nl += k.keep_l[l];
+  for (size_t i = 0; i < b->n; i++) nt += k.keep_t[i];
+  if (nt > UINT32_MAX) {
+    rc = spill_err_set(b->e, SPILL_E_TRACE, "%s: too many tokens", b->name);
+    goto done;
+  }
+  uint32_t E;
+  if ((rc = b_experts(b, o, &E)) == SPILL_OK && (rc = b_copy_kept(b, &k, nt, nl, E, out)) == SPILL_OK)
+    rc = b_meta(b, o, from, model, E, out);
 done:
-  free(keep_l);
-  free(keep_t);
-  free(lacking);
+  free(k.keep_l);
+  free(k.keep_t);
+  free(k.lacking);
   if (rc < 0) spill_trace_free(out);
   return rc;
 }
@@ -444,158 +472,171 @@ static int tokmap_get(tokmap *m, uint64_t key, uint32_t *val, int *found) {
   return 0;
 }
 
-static int conv_bmoe_map(builder *b, const char *buf, size_t len, char *model, size_t model_cap,
-                         tokmap *map);
+/* The bmoe-csv reader's state: the header values and the column of each
+ * needed field. */
+enum { BM_TURN, BM_PHASE, BM_STEP, BM_LAYER, BM_SLOT, BM_EXPERT, BM_WEIGHT, BM_N };
+static const char *const kBmoeCols[BM_N] = {"turn", "phase", "step", "layer", "slot", "expert",
+                                            "weight"};
+typedef struct bmoe {
+  int seen_magic, have_cols, n_cols;
+  uint64_t L, E, K;
+  int col[BM_N];
+} bmoe;
+
+/* A '#' line: the "# route_trace v1" magic first, then the model line
+ * (n_layer, n_expert, n_expert_used, model); other comments are skipped. */
+static int bmoe_comment(builder *b, bmoe *st, const char *s, size_t n, uint32_t no, char *model,
+                        size_t model_cap) {
+  if (!st->seen_magic) {
+    if (n < 16 || memcmp(s, "# route_trace v", 15))
+      return bfail(b, no, "expected \"# route_trace v1\" as the first line");
+    uint64_t v;
+    if (field_u64(s + 15, n - 15, 1000, &v) || v != 1)
+      return bfail(b, no, "route_trace version %.*s: only v1 is read", (int)(n - 15), s + 15);
+    st->seen_magic = 1;
+    return SPILL_OK;
+  }
+  size_t vn;
+  const char *v;
+  if (!(v = kv_find(s, n, "n_layer", &vn))) return SPILL_OK;
+  if (field_u64(v, vn, CV_MAX_LAYERS, &st->L) || st->L == 0)
+    return bfail(b, no, "n_layer: expected integer in [1, %u]", CV_MAX_LAYERS);
+  if (!(v = kv_find(s, n, "n_expert", &vn)) || field_u64(v, vn, CV_MAX_EXPERTS, &st->E) ||
+      st->E == 0)
+    return bfail(b, no, "n_expert: expected integer in [1, %u]", CV_MAX_EXPERTS);
+  if (!(v = kv_find(s, n, "n_expert_used", &vn)) || field_u64(v, vn, CV_MAX_TOPK, &st->K) ||
+      st->K == 0 || st->K > st->E)
+    return bfail(b, no, "n_expert_used: expected integer in [1, n_expert]");
+  if ((v = kv_find(s, n, "model", &vn))) {
+    /* basename without .gguf */
+    const char *base = v;
+    for (size_t i = 0; i < vn; i++)
+      if (v[i] == '/') base = v + i + 1;
+    size_t bl = vn - (size_t)(base - v);
+    if (bl > 5 && !memcmp(base + bl - 5, ".gguf", 5)) bl -= 5;
+    if (bl >= model_cap) bl = model_cap - 1;
+    memcpy(model, base, bl);
+    model[bl] = 0;
+  }
+  return SPILL_OK;
+}
+
+/* The column header: every needed column present, and the shape the same
+ * as the first input's. */
+static int bmoe_header(builder *b, bmoe *st, const char **f, const size_t *fl, int nf,
+                       uint32_t no) {
+  if (!st->L) return bfail(b, no, "no \"# model=... n_layer=... n_expert=... n_expert_used=...\" line before the column header");
+  if (nf < 0) return bfail(b, no, "more than %d columns", BMOE_MAX_COLS);
+  for (int c = 0; c < BM_N; c++) {
+    st->col[c] = -1;
+    for (int i = 0; i < nf; i++)
+      if (fl[i] == strlen(kBmoeCols[c]) && !memcmp(f[i], kBmoeCols[c], fl[i])) st->col[c] = i;
+    if (st->col[c] < 0) return bfail(b, no, "column header lacks \"%s\"", kBmoeCols[c]);
+  }
+  if (b->L && (b->L != st->L || b->K != st->K || b->E != st->E))
+    return bfail(b, no, "%llu layers x %llu experts, top-%llu; the first input has "
+                 "%u x %u, top-%u", (unsigned long long)st->L, (unsigned long long)st->E,
+                 (unsigned long long)st->K, b->L, b->E, b->K);
+  st->n_cols = nf;
+  st->have_cols = 1;
+  b->L = (uint32_t)st->L;
+  b->K = (uint32_t)st->K;
+  b->E = (uint32_t)st->E;
+  return SPILL_OK;
+}
+
+/* A data row: one (turn, step, layer, slot) -> expert with its weight. */
+static int bmoe_row(builder *b, const bmoe *st, tokmap *map, const char **f,
+                    const size_t *fl, int nf, uint32_t no) {
+  const int *col = st->col;
+  if (nf != st->n_cols)
+    return bfail(b, no, "%d fields, the header has %d", nf < 0 ? BMOE_MAX_COLS + 1 : nf,
+                 st->n_cols);
+  uint64_t v[BM_N - 1];
+  static const uint64_t hi[BM_N - 1] = {UINT32_MAX - 1, 1, UINT32_MAX, 0, 0, 0};
+  for (int c = 0; c < BM_N - 1; c++) {
+    uint64_t lim = c == BM_LAYER    ? st->L - 1
+                   : c == BM_SLOT   ? st->K - 1
+                   : c == BM_EXPERT ? st->E - 1
+                                    : hi[c];
+    if (field_u64(f[col[c]], fl[col[c]], lim, &v[c]))
+      return bfail(b, no, "%s: expected integer in [0, %llu], got \"%.*s\"", kBmoeCols[c],
+                   (unsigned long long)lim, (int)(fl[col[c]] > 40 ? 40 : fl[col[c]]),
+                   f[col[c]]);
+  }
+  float w;
+  if (field_float(f[col[BM_WEIGHT]], fl[col[BM_WEIGHT]], &w))
+    return bfail(b, no, "weight: expected a finite number");
+  uint8_t phase = v[BM_PHASE] ? SPILL_TRACE_PHASE_DECODE : SPILL_TRACE_PHASE_PREFILL;
+  uint64_t key = (v[BM_TURN] << 32) | v[BM_STEP];
+  uint32_t idx = (uint32_t)b->n;
+  int found;
+  if (tokmap_get(map, key, &idx, &found)) return bnomem(b);
+  if (!found) {
+    size_t i;
+    SPILL_TRY(b_token(b, (int64_t)v[BM_STEP], phase, no, &i));
+  } else if (b->tok[idx].phase != phase) {
+    return bfail(b, no, "phase %llu, but turn %llu step %llu has phase %d at line %u",
+                 (unsigned long long)v[BM_PHASE], (unsigned long long)v[BM_TURN],
+                 (unsigned long long)v[BM_STEP], b->tok[idx].phase == SPILL_TRACE_PHASE_DECODE,
+                 b->tok[idx].line);
+  }
+  /* ranks: slot k must land at index k; rows may come in any order. */
+  size_t base = ((size_t)idx * b->L + v[BM_LAYER]) * b->K;
+  uint16_t *fill = b->filled + (size_t)idx * b->L + v[BM_LAYER];
+  uint64_t seen_mask_idx = v[BM_SLOT];
+  /* a rank is taken if an earlier row of this (token, layer) set it: we
+   * keep ids in slot order, marking empty slots with UINT32_MAX. */
+  if (*fill == 0) {
+    for (uint32_t k = 0; k < b->K; k++) b->ids[base + k] = UINT32_MAX;
+    b->lline[(size_t)idx * b->L + v[BM_LAYER]] = no;
+  }
+  if (b->ids[base + seen_mask_idx] != UINT32_MAX)
+    return bfail(b, no, "layer %llu slot %llu given twice for turn %llu step %llu",
+                 (unsigned long long)v[BM_LAYER], (unsigned long long)v[BM_SLOT],
+                 (unsigned long long)v[BM_TURN], (unsigned long long)v[BM_STEP]);
+  for (uint32_t k = 0; k < b->K; k++)
+    if (b->ids[base + k] == (uint32_t)v[BM_EXPERT])
+      return bfail(b, no, "layer %llu: expert %llu given twice for turn %llu step %llu",
+                   (unsigned long long)v[BM_LAYER], (unsigned long long)v[BM_EXPERT],
+                   (unsigned long long)v[BM_TURN], (unsigned long long)v[BM_STEP]);
+  b->ids[base + seen_mask_idx] = (uint32_t)v[BM_EXPERT];
+  b->w[base + seen_mask_idx] = w;
+  (*fill)++;
+  if (v[BM_EXPERT] > b->max_id) b->max_id = (uint32_t)v[BM_EXPERT];
+  return SPILL_OK;
+}
 
 /* The (turn, step) -> token map lives here so every exit frees it. */
 static int conv_bmoe(builder *b, const char *buf, size_t len, char *model, size_t model_cap) {
   tokmap map = {0};
-  int rc = conv_bmoe_map(b, buf, len, model, model_cap, &map);
-  free(map.key);
-  free(map.val);
-  return rc;
-}
-
-static int conv_bmoe_map(builder *b, const char *buf, size_t len, char *model, size_t model_cap,
-                         tokmap *map) {
   lines ls = {buf, len, 0, 0};
   const char *s;
   size_t n;
-  int seen_magic = 0, have_cols = 0;
-  uint64_t L = 0, E = 0, K = 0;
-  enum { C_TURN, C_PHASE, C_STEP, C_LAYER, C_SLOT, C_EXPERT, C_WEIGHT, C_N };
-  static const char *const need[C_N] = {"turn", "phase", "step", "layer", "slot", "expert",
-                                        "weight"};
-  int col[C_N], n_cols = 0;
+  bmoe st = {0};
   int rc = SPILL_OK;
-  while (next_line(&ls, &s, &n)) {
+  while (rc == SPILL_OK && next_line(&ls, &s, &n)) {
     if (n == 0) continue;
     if (s[0] == '#') {
-      if (!seen_magic) {
-        if (n < 16 || memcmp(s, "# route_trace v", 15))
-          return bfail(b, ls.no, "expected \"# route_trace v1\" as the first line");
-        uint64_t v;
-        if (field_u64(s + 15, n - 15, 1000, &v) || v != 1)
-          return bfail(b, ls.no, "route_trace version %.*s: only v1 is read", (int)(n - 15),
-                       s + 15);
-        seen_magic = 1;
-        continue;
-      }
-      size_t vn;
-      const char *v;
-      if ((v = kv_find(s, n, "n_layer", &vn))) {
-        if (field_u64(v, vn, CV_MAX_LAYERS, &L) || L == 0)
-          return bfail(b, ls.no, "n_layer: expected integer in [1, %u]", CV_MAX_LAYERS);
-        if (!(v = kv_find(s, n, "n_expert", &vn)) || field_u64(v, vn, CV_MAX_EXPERTS, &E) ||
-            E == 0)
-          return bfail(b, ls.no, "n_expert: expected integer in [1, %u]", CV_MAX_EXPERTS);
-        if (!(v = kv_find(s, n, "n_expert_used", &vn)) || field_u64(v, vn, CV_MAX_TOPK, &K) ||
-            K == 0 || K > E)
-          return bfail(b, ls.no, "n_expert_used: expected integer in [1, n_expert]");
-        if ((v = kv_find(s, n, "model", &vn))) {
-          /* basename without .gguf */
-          const char *base = v;
-          for (size_t i = 0; i < vn; i++)
-            if (v[i] == '/') base = v + i + 1;
-          size_t bl = vn - (size_t)(base - v);
-          if (bl > 5 && !memcmp(base + bl - 5, ".gguf", 5)) bl -= 5;
-          if (bl >= model_cap) bl = model_cap - 1;
-          memcpy(model, base, bl);
-          model[bl] = 0;
-        }
-      }
+      rc = bmoe_comment(b, &st, s, n, ls.no, model, model_cap);
       continue;
     }
-    if (!seen_magic) return bfail(b, ls.no, "expected \"# route_trace v1\" as the first line");
+    if (!st.seen_magic) {
+      rc = bfail(b, ls.no, "expected \"# route_trace v1\" as the first line");
+      break;
+    }
     const char *f[BMOE_MAX_COLS];
     size_t fl[BMOE_MAX_COLS];
     int nf = split_csv(s, n, f, fl, BMOE_MAX_COLS);
-    if (!have_cols) {
-      if (!L) return bfail(b, ls.no, "no \"# model=... n_layer=... n_expert=... n_expert_used=...\" line before the column header");
-      if (nf < 0) return bfail(b, ls.no, "more than %d columns", BMOE_MAX_COLS);
-      for (int c = 0; c < C_N; c++) {
-        col[c] = -1;
-        for (int i = 0; i < nf; i++)
-          if (fl[i] == strlen(need[c]) && !memcmp(f[i], need[c], fl[i])) col[c] = i;
-        if (col[c] < 0) return bfail(b, ls.no, "column header lacks \"%s\"", need[c]);
-      }
-      if (b->L && (b->L != L || b->K != K || b->E != E))
-        return bfail(b, ls.no, "%llu layers x %llu experts, top-%llu; the first input has "
-                     "%u x %u, top-%u", (unsigned long long)L, (unsigned long long)E,
-                     (unsigned long long)K, b->L, b->E, b->K);
-      n_cols = nf;
-      have_cols = 1;
-      b->L = (uint32_t)L;
-      b->K = (uint32_t)K;
-      b->E = (uint32_t)E;
-      continue;
-    }
-    if (nf != n_cols)
-      return bfail(b, ls.no, "%d fields, the header has %d", nf < 0 ? BMOE_MAX_COLS + 1 : nf,
-                   n_cols);
-    uint64_t v[C_N - 1];
-    static const uint64_t hi[C_N - 1] = {UINT32_MAX - 1, 1, UINT32_MAX, 0, 0, 0};
-    for (int c = 0; c < C_N - 1; c++) {
-      uint64_t lim = c == C_LAYER ? L - 1 : c == C_SLOT ? K - 1 : c == C_EXPERT ? E - 1 : hi[c];
-      if (field_u64(f[col[c]], fl[col[c]], lim, &v[c]))
-        return bfail(b, ls.no, "%s: expected integer in [0, %llu], got \"%.*s\"", need[c],
-                     (unsigned long long)lim, (int)(fl[col[c]] > 40 ? 40 : fl[col[c]]),
-                     f[col[c]]);
-    }
-    float w;
-    if (field_float(f[col[C_WEIGHT]], fl[col[C_WEIGHT]], &w))
-      return bfail(b, ls.no, "weight: expected a finite number");
-    uint8_t phase = v[C_PHASE] ? SPILL_TRACE_PHASE_DECODE : SPILL_TRACE_PHASE_PREFILL;
-    uint64_t key = (v[C_TURN] << 32) | v[C_STEP];
-    uint32_t idx = (uint32_t)b->n;
-    int found;
-    if (tokmap_get(map, key, &idx, &found)) {
-      rc = bnomem(b);
-      break;
-    }
-    if (!found) {
-      size_t i;
-      if ((rc = b_token(b, (int64_t)v[C_STEP], phase, ls.no, &i)) < 0) break;
-    } else if (b->tok[idx].phase != phase) {
-      rc = bfail(b, ls.no, "phase %llu, but turn %llu step %llu has phase %d at line %u",
-                 (unsigned long long)v[C_PHASE], (unsigned long long)v[C_TURN],
-                 (unsigned long long)v[C_STEP], b->tok[idx].phase == SPILL_TRACE_PHASE_DECODE,
-                 b->tok[idx].line);
-      break;
-    }
-    /* ranks: slot k must land at index k; rows may come in any order. */
-    size_t base = ((size_t)idx * b->L + v[C_LAYER]) * b->K;
-    uint16_t *fill = b->filled + (size_t)idx * b->L + v[C_LAYER];
-    uint64_t seen_mask_idx = v[C_SLOT];
-    /* a rank is taken if an earlier row of this (token, layer) set it: we
-     * keep ids in slot order, marking empty slots with UINT32_MAX. */
-    if (*fill == 0) {
-      for (uint32_t k = 0; k < b->K; k++) b->ids[base + k] = UINT32_MAX;
-      b->lline[(size_t)idx * b->L + v[C_LAYER]] = ls.no;
-    }
-    if (b->ids[base + seen_mask_idx] != UINT32_MAX) {
-      rc = bfail(b, ls.no, "layer %llu slot %llu given twice for turn %llu step %llu",
-                 (unsigned long long)v[C_LAYER], (unsigned long long)v[C_SLOT],
-                 (unsigned long long)v[C_TURN], (unsigned long long)v[C_STEP]);
-      break;
-    }
-    for (uint32_t k = 0; k < b->K; k++)
-      if (b->ids[base + k] == (uint32_t)v[C_EXPERT]) {
-        rc = bfail(b, ls.no, "layer %llu: expert %llu given twice for turn %llu step %llu",
-                   (unsigned long long)v[C_LAYER], (unsigned long long)v[C_EXPERT],
-                   (unsigned long long)v[C_TURN], (unsigned long long)v[C_STEP]);
-        break;
-      }
-    if (rc < 0) break;
-    b->ids[base + seen_mask_idx] = (uint32_t)v[C_EXPERT];
-    b->w[base + seen_mask_idx] = w;
-    (*fill)++;
-    if (v[C_EXPERT] > b->max_id) b->max_id = (uint32_t)v[C_EXPERT];
+    rc = st.have_cols ? bmoe_row(b, &st, &map, f, fl, nf, ls.no)
+                      : bmoe_header(b, &st, f, fl, nf, ls.no);
   }
+  free(map.key);
+  free(map.val);
   if (rc < 0) return rc;
-  if (!seen_magic) return bfail(b, ls.no ? ls.no : 1, "empty file: expected \"# route_trace v1\"");
-  if (b->n == 0 && have_cols) return bfail(b, ls.no, "no data rows");
-  if (!have_cols) return bfail(b, ls.no, "no column header line");
+  if (!st.seen_magic) return bfail(b, ls.no ? ls.no : 1, "empty file: expected \"# route_trace v1\"");
+  if (b->n == 0 && st.have_cols) return bfail(b, ls.no, "no data rows");
+  if (!st.have_cols) return bfail(b, ls.no, "no column header line");
   b->has_weights = 1;
   b->rank_known = 1;
   return SPILL_OK;
@@ -1200,7 +1241,7 @@ static int lc_scan(builder *b, const char *buf, size_t len, const spill_trace_co
 static int conv_llama(builder *b, const char *buf, size_t len, const spill_trace_convert_opts *o,
                       uint32_t *n_ubatch, int *by_order) {
   lcsv c;
-  uint32_t L, K;
+  uint32_t L = 0, K = 0;
   SPILL_TRY(lc_scan(b, buf, len, o, &c, &L, &K));
   if (b->L == 0) {
     b->L = L;
