@@ -236,22 +236,17 @@ static int open_outputs(spill_engine *g, spill_err *e) {
  * checkpoint) speaks through that tokenizer; synthetic models keep the byte
  * tokenizer (docs/MODEL.md). Its ids must fit the model's vocabulary. */
 static int open_tokenizer(spill_engine *g, const char *model_dir, spill_err *e) {
-  /* tokenizer.json / tiktoken.model: copied from an HF checkpoint; loaded as
-   * the directory (tokenizer_config.json beside, Kimi's split pattern).
-   * tokenizer.gguf: a GGUF's tokenizer.* keys written by `spill import`;
-   * loaded by its name, so another *.gguf a user put here is never taken. */
-  static const char *const names[] = {"tokenizer.json", "tiktoken.model", "tokenizer.gguf"};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-    char p[4096];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/%s", model_dir, names[i]);
-    if (stat(p, &sb) != 0) continue;
-    SPILL_TRY(spill_tok_load(i < 2 ? model_dir : p, &g->tok, e));
-    SPILL_FAIL_IF(e, spill_tok_vocab_size(g->tok) > g->vocab, SPILL_E_FORMAT,
-                  "%s: the tokenizer has %d tokens, the model's vocabulary %d", p,
-                  spill_tok_vocab_size(g->tok), g->vocab);
-    return SPILL_OK;
-  }
+  /* The checkpoint's tokenizer copied beside the container (tokenizer.json /
+   * tiktoken.model from an HF checkpoint, tokenizer.gguf written by `spill
+   * import` from a GGUF), found as spill_tok_load finds it; never another
+   * *.gguf a user put here. */
+  char p[4096];
+  int found = spill_tok_locate(model_dir, 0, p, sizeof p, e);
+  if (found <= 0) return found;
+  SPILL_TRY(spill_tok_load(p, &g->tok, e));
+  SPILL_FAIL_IF(e, spill_tok_vocab_size(g->tok) > g->vocab, SPILL_E_FORMAT,
+                "%s: the tokenizer has %d tokens, the model's vocabulary %d", p,
+                spill_tok_vocab_size(g->tok), g->vocab);
   return SPILL_OK;
 }
 

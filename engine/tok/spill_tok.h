@@ -33,6 +33,17 @@ typedef struct spill_tok spill_tok;
  * (malformed), SPILL_E_UNSUPPORTED (a model type or pre-tokenizer we do not
  * implement; the message names it). */
 int spill_tok_load(const char *path, spill_tok **out, spill_err *e);
+/* The tokenizer file of directory dir, in the order spill_tok_load(dir)
+ * takes it: tokenizer.json, tiktoken.model, tokenizer.gguf, then (only with
+ * SPILL_TOK_ANY_GGUF) the first other *.gguf in the directory. A model
+ * directory passes 0: a *.gguf there may be the model itself. Writes the
+ * file's path to path[0..cap) and returns 1; 0 when the directory holds none
+ * (path ""); SPILL_E_IO if dir cannot be listed or the path does not fit.
+ * spill_tok_load(path) then loads it as spill_tok_load(dir) would
+ * (tokenizer_config.json beside a tokenizer.json, Kimi's split pattern for
+ * tiktoken.model). */
+enum { SPILL_TOK_ANY_GGUF = 1 };
+int spill_tok_locate(const char *dir, int flags, char *path, size_t cap, spill_err *e);
 /* From memory: a tokenizer.json text and optionally a tokenizer_config.json
  * text (NULL = none; it supplies add_bos_token, bos/eos and the chat
  * template). */

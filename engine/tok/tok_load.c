@@ -257,45 +257,54 @@ static int load_hf_files(const char *json_path, const char *config_path, spill_t
   return rc;
 }
 
+/* The one search order of a directory's tokenizer (spill_tok.h). */
+int spill_tok_locate(const char *dir, int flags, char *path, size_t cap, spill_err *e) {
+  static const char *const names[] = {"tokenizer.json", "tiktoken.model", "tokenizer.gguf"};
+  SPILL_FAIL_IF(e, !dir || !path || cap == 0, SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
+  path[0] = '\0';
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    int n = snprintf(path, cap, "%s/%s", dir, names[i]);
+    SPILL_FAIL_IF(e, n < 0 || (size_t)n >= cap, SPILL_E_IO, "%s: path too long", dir);
+    if (is_file(path)) return 1;
+  }
+  path[0] = '\0';
+  if (!(flags & SPILL_TOK_ANY_GGUF)) return 0;
+  DIR *d = opendir(dir);
+  SPILL_FAIL_IF(e, !d, SPILL_E_IO, "%s: %s", dir, strerror(errno));
+  struct dirent *de;
+  int rc = 0;
+  while (rc == 0 && (de = readdir(d)) != NULL) {
+    if (!ends_with(de->d_name, ".gguf")) continue;
+    int n = snprintf(path, cap, "%s/%s", dir, de->d_name);
+    rc = n < 0 || (size_t)n >= cap ? spill_err_set(e, SPILL_E_IO, "%s: path too long", dir) : 1;
+  }
+  closedir(d);
+  if (rc != 1) path[0] = '\0';
+  return rc;
+}
+
 int spill_tok_load(const char *path, spill_tok **out, spill_err *e) {
   SPILL_FAIL_IF(e, !path || !out, SPILL_E_INVALID_ARG, "tokenizer: NULL argument");
   *out = NULL;
   struct stat st;
   SPILL_FAIL_IF(e, stat(path, &st) != 0, SPILL_E_IO, "%s: %s", path, strerror(errno));
-  char buf[4096];
+  char file[4096], buf[64];
   if (S_ISDIR(st.st_mode)) {
-    snprintf(buf, sizeof buf, "%s/tokenizer.json", path);
-    if (is_file(buf)) {
-      char cfg[4096];
-      snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", path);
-      return load_hf_files(buf, cfg, out, e);
-    }
-    snprintf(buf, sizeof buf, "%s/tiktoken.model", path); /* Kimi's layout */
-    if (is_file(buf)) return load_tiktoken_file(buf, SPILL_TOK_PAT_KIMI, out, e);
-    snprintf(buf, sizeof buf, "%s/tokenizer.gguf", path); /* `spill import` of a GGUF */
-    if (is_file(buf)) return tok_load_gguf(buf, out, e);
-    /* otherwise the first GGUF file in the directory */
-    DIR *d = opendir(path);
-    SPILL_FAIL_IF(e, !d, SPILL_E_IO, "%s: %s", path, strerror(errno));
-    struct dirent *de;
-    char found[4096] = "";
-    while ((de = readdir(d)) != NULL)
-      if (ends_with(de->d_name, ".gguf") && !found[0])
-        snprintf(found, sizeof found, "%s/%s", path, de->d_name);
-    closedir(d);
-    if (found[0]) return tok_load_gguf(found, out, e);
-    return spill_err_set(e, SPILL_E_IO,
-                         "%s: no tokenizer.json, tiktoken.model or .gguf in this directory", path);
+    int found = spill_tok_locate(path, SPILL_TOK_ANY_GGUF, file, sizeof file, e);
+    if (found < 0) return found;
+    SPILL_FAIL_IF(e, !found, SPILL_E_IO,
+                  "%s: no tokenizer.json, tiktoken.model or .gguf in this directory", path);
+    path = file;
   }
-  /* a file: sniff */
+  /* a file: by its name (the names spill_tok_locate finds), else sniffed */
   FILE *f = fopen(path, "rb");
   SPILL_FAIL_IF(e, !f, SPILL_E_IO, "%s: %s", path, strerror(errno));
-  size_t n = fread(buf, 1, 64, f);
+  size_t n = fread(buf, 1, sizeof buf, f);
   fclose(f);
-  if (n >= 4 && !memcmp(buf, "GGUF", 4)) return tok_load_gguf(path, out, e);
+  if ((n >= 4 && !memcmp(buf, "GGUF", 4)) || ends_with(path, ".gguf")) return tok_load_gguf(path, out, e);
   size_t i = 0;
   while (i < n && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t')) i++;
-  if (i < n && buf[i] == '{') {
+  if ((i < n && buf[i] == '{') || ends_with(path, "tokenizer.json")) {
     /* tokenizer_config.json beside it, if any */
     char cfg[4096];
     snprintf(cfg, sizeof cfg, "%s", path);
@@ -304,8 +313,8 @@ int spill_tok_load(const char *path, spill_tok **out, spill_err *e) {
     else snprintf(cfg, sizeof cfg, "tokenizer_config.json");
     return load_hf_files(path, cfg, out, e);
   }
-  const char *pat = strstr(path, "cl100k") ? SPILL_TOK_PAT_CL100K
-                    : ends_with(path, "tiktoken.model") ? SPILL_TOK_PAT_KIMI
+  const char *pat = ends_with(path, "tiktoken.model") ? SPILL_TOK_PAT_KIMI
+                    : strstr(path, "cl100k")            ? SPILL_TOK_PAT_CL100K
                                                         : SPILL_TOK_PAT_O200K;
   return load_tiktoken_file(path, pat, out, e);
 }

@@ -4,6 +4,7 @@
 // streaming decode, and clear errors on bad or unsupported input.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -281,6 +282,48 @@ TEST(TokTiktokenTest, RankFileNeedsNoTerminator) {
   EXPECT_EQ(spill_tok_vocab_size(t), 8);
   EXPECT_EQ(spill_tok_find(t, "ab", 2), 7);
   spill_tok_free(t);
+}
+
+void PutFile(const std::string &path, const std::string &text) {
+  FILE *f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  fwrite(text.data(), 1, text.size(), f);
+  fclose(f);
+}
+
+TEST(TokLocateTest, OneSearchOrderForLoadAndEngine) {
+  // tokenizer.json before tiktoken.model before tokenizer.gguf; any other
+  // *.gguf only with SPILL_TOK_ANY_GGUF; what is found is what loads.
+  const char *tmp = getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp ? tmp : "/tmp") + "/tok_locate";
+  ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  char p[4096];
+  spill_err e{};
+  EXPECT_EQ(spill_tok_locate(dir.c_str(), SPILL_TOK_ANY_GGUF, p, sizeof p, &e), 0);
+  EXPECT_STREQ(p, "");
+  PutFile(dir + "/model.gguf", "not read");
+  EXPECT_EQ(spill_tok_locate(dir.c_str(), 0, p, sizeof p, &e), 0);
+  EXPECT_EQ(spill_tok_locate(dir.c_str(), SPILL_TOK_ANY_GGUF, p, sizeof p, &e), 1);
+  EXPECT_EQ(std::string(p), dir + "/model.gguf");
+  PutFile(dir + "/tokenizer.gguf", "not read");
+  EXPECT_EQ(spill_tok_locate(dir.c_str(), SPILL_TOK_ANY_GGUF, p, sizeof p, &e), 1);
+  EXPECT_EQ(std::string(p), dir + "/tokenizer.gguf");
+  PutFile(dir + "/tiktoken.model", "YQ== 0\n");
+  EXPECT_EQ(spill_tok_locate(dir.c_str(), 0, p, sizeof p, &e), 1);
+  EXPECT_EQ(std::string(p), dir + "/tiktoken.model");
+  PutFile(dir + "/tokenizer.json", tok_test::ByteLevelJson("null", false));
+  EXPECT_EQ(spill_tok_locate(dir.c_str(), 0, p, sizeof p, &e), 1);
+  EXPECT_EQ(std::string(p), dir + "/tokenizer.json");
+  spill_tok *a = nullptr, *b = nullptr;
+  ASSERT_EQ(spill_tok_load(dir.c_str(), &a, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_tok_load(p, &b, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(Enc(a, "hello"), (std::vector<int32_t>{260}));
+  EXPECT_EQ(Enc(a, "hello"), Enc(b, "hello"));
+  spill_tok_free(a);
+  spill_tok_free(b);
+  char tiny[8];
+  EXPECT_EQ(spill_tok_locate(dir.c_str(), 0, tiny, sizeof tiny, &e), SPILL_E_IO);
+  EXPECT_NE(std::string(e.msg).find("path too long"), std::string::npos) << e.msg;
 }
 
 TEST(TokErrorsTest, BadInputsGetNamedErrors) {
