@@ -131,22 +131,36 @@ uint64_t tok_hash_concat(uint64_t ha, uint64_t hb, size_t len_b) {
   return (ha - 1) * tok_hash_pow(len_b) + hb;
 }
 
+/* A slot's key without its tag, and the token's head (tok_strmap_slot). */
+static inline uint64_t slot_lenid(size_t len, int32_t id) {
+  return (uint64_t)((len < 254 ? len : 254) + 1) << 24 | (uint32_t)id;
+}
+static inline uint64_t slot_head(const char *s, size_t len) {
+  uint64_t h = 0;
+  memcpy(&h, s, len < 8 ? len : 8);
+  return h;
+}
+#define SLOT_TAG 0xffffffff00000000ull
+
 /* Inserts ids [from, to) (hashes in h[k - from]); first id wins on equal text. */
 static void strmap_insert(spill_tok *t, int32_t from, int32_t to, const uint64_t *h) {
   for (int32_t id = from; id < to; id++) {
     if (t->flags[id] & TOK_F_UNUSED) continue;
     size_t len;
     const char *s = tok_bytes(t, id, &len);
-    uint64_t m = h[id - from];
+    uint64_t m = h[id - from], head = slot_head(s, len);
     uint32_t i = (uint32_t)m & t->vocab.mask;
-    uint64_t tag = m & 0xffffffff00000000ull;
+    uint64_t key = (m & SLOT_TAG) | slot_lenid(len, id);
     for (;;) {
-      uint64_t v = t->vocab.slot[i];
-      if (v == 0) { t->vocab.slot[i] = tag | ((uint32_t)id + 1); break; }
-      if ((v & 0xffffffff00000000ull) == tag) {
+      tok_strmap_slot *v = &t->vocab.slot[i];
+      if (v->key == 0) { v->key = key; v->head = head; break; }
+      if ((v->key ^ key) >> 24 == 0 && v->head == head) {
         size_t l2;
-        const char *s2 = tok_bytes(t, (int32_t)(uint32_t)v - 1, &l2);
-        if (l2 == len && bytes_eq(s, s2, len)) break; /* duplicate text: first id wins */
+        const char *s2 = tok_bytes(t, (int32_t)(v->key & 0xffffff), &l2);
+        if (l2 == len && bytes_eq(s, s2, len)) { /* duplicate text: first id wins */
+          t->vocab_dup = 1;
+          break;
+        }
       }
       i = (i + 1) & t->vocab.mask;
     }
@@ -160,6 +174,7 @@ int tok_strmap_build(spill_tok *t, spill_err *e) {
   t->vocab.slot = table_alloc((size_t)size * sizeof *t->vocab.slot);
   SPILL_FAIL_IF(e, !t->vocab.slot, SPILL_E_NOMEM, "tokenizer: no memory for the vocabulary map");
   t->vocab.mask = size - 1;
+  t->vocab_dup = 0;
   enum { B = 64 };
   uint64_t h[B];
   for (int32_t base = 0; base < t->n_vocab; base += B) { /* batches: slot misses overlap */
@@ -175,43 +190,60 @@ int tok_strmap_build(spill_tok *t, spill_err *e) {
   return SPILL_OK;
 }
 
-int32_t tok_strmap_get_h(const spill_tok *t, const char *s, size_t len, uint64_t hash) {
-  if (!t->vocab.slot) return -1;
-  uint64_t m = hash_u64(hash);
+/* The lookup from the mixed hash m; tokens over 8 bytes are compared past
+ * their head in the arena. */
+static inline int32_t strmap_find(const spill_tok *t, const char *s, size_t len, uint64_t m) {
   uint32_t h = (uint32_t)m & t->vocab.mask;
-  uint64_t tag = m & 0xffffffff00000000ull;
+  uint64_t key = (m & SLOT_TAG) | slot_lenid(len, 0), head = slot_head(s, len);
   for (;;) {
-    uint64_t v = t->vocab.slot[h];
-    if (v == 0) return -1;
-    if ((v & 0xffffffff00000000ull) == tag) {
+    const tok_strmap_slot *v = &t->vocab.slot[h];
+    if (v->key == 0) return -1;
+    if ((v->key ^ key) >> 24 == 0 && v->head == head) {
+      int32_t id = (int32_t)(v->key & 0xffffff);
+      if (len <= 8) return id;
       size_t l2;
-      int32_t id = (int32_t)(uint32_t)v - 1;
       const char *s2 = tok_bytes(t, id, &l2);
-      if (l2 == len && bytes_eq(s, s2, len)) return id;
+      if (l2 == len && bytes_eq(s + 8, s2 + 8, len - 8)) return id;
     }
     h = (h + 1) & t->vocab.mask;
   }
 }
 
+int32_t tok_strmap_get_h(const spill_tok *t, const char *s, size_t len, uint64_t hash) {
+  if (!t->vocab.slot) return -1;
+  return strmap_find(t, s, len, hash_u64(hash));
+}
+
 void tok_strmap_get_many(const spill_tok *t, size_t n, const char *const *s, const size_t *len,
                          const uint64_t *hash, int32_t *id) {
-  const uint64_t *slot = t->vocab.slot;
+  const tok_strmap_slot *slot = t->vocab.slot;
   if (!slot) {
     for (size_t k = 0; k < n; k++) id[k] = -1;
     return;
   }
-  /* stage 1: the slots; stage 2: the first tag match's token record;
-   * stage 3: its bytes; then the exact lookups, now from the cache */
-  for (size_t k = 0; k < n; k++)
-    __builtin_prefetch(&slot[(uint32_t)hash_u64(hash[k]) & t->vocab.mask]);
+  enum { CHUNK = 256 };
+  for (; n > CHUNK; n -= CHUNK, s += CHUNK, len += CHUNK, hash += CHUNK, id += CHUNK)
+    tok_strmap_get_many(t, CHUNK, s, len, hash, id);
+  /* stage 1: the slots; for a token over 8 bytes, stage 2: the first
+   * match's token record, stage 3: its bytes; then the exact lookups */
+  uint64_t m[CHUNK];
+  int longer = 0;
   for (size_t k = 0; k < n; k++) {
-    uint64_t m = hash_u64(hash[k]), v = slot[(uint32_t)m & t->vocab.mask];
-    id[k] = v && (v >> 32) == (m >> 32) ? (int32_t)(uint32_t)v - 1 : -1;
-    if (id[k] >= 0) __builtin_prefetch(&t->tok_off[id[k]]);
+    m[k] = hash_u64(hash[k]);
+    __builtin_prefetch(&slot[(uint32_t)m[k] & t->vocab.mask]);
+    longer |= len[k] > 8;
   }
-  for (size_t k = 0; k < n; k++)
-    if (id[k] >= 0) __builtin_prefetch(t->arena + (t->tok_off[id[k]] >> 24));
-  for (size_t k = 0; k < n; k++) id[k] = tok_strmap_get_h(t, s[k], len[k], hash[k]);
+  if (longer) {
+    for (size_t k = 0; k < n; k++) {
+      const tok_strmap_slot *v = &slot[(uint32_t)m[k] & t->vocab.mask];
+      id[k] = len[k] > 8 && v->key && (v->key ^ m[k]) >> 32 == 0 ? (int32_t)(v->key & 0xffffff)
+                                                                 : -1;
+      if (id[k] >= 0) __builtin_prefetch(&t->tok_off[id[k]]);
+    }
+    for (size_t k = 0; k < n; k++)
+      if (id[k] >= 0) __builtin_prefetch(t->arena + (t->tok_off[id[k]] >> 24) + 8);
+  }
+  for (size_t k = 0; k < n; k++) id[k] = strmap_find(t, s[k], len[k], m[k]);
 }
 
 int32_t tok_strmap_get(const spill_tok *t, const char *s, size_t len) {

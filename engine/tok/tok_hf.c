@@ -546,37 +546,59 @@ static const char *file_text(const char *s, size_t len, int mapped, char *buf, s
   return buf;
 }
 
-/* Resolves the merges' three tokens (a, b, a+b) in batches whose lookups
- * overlap their cache misses, and fills the pair table in rank order. */
+/* The merge's result a+b (u[0..len)) is token `guess` when that token's
+ * text is exactly u and no other token has the same text (a vocabulary in
+ * merge order: id = rank + a constant): a check of one record, in id order,
+ * instead of a hash lookup. */
+static int result_is(const spill_tok *t, int32_t guess, const char *u, size_t len) {
+  if (t->vocab_dup || guess < 0 || guess >= t->n_vocab || (t->flags[guess] & TOK_F_UNUSED))
+    return 0;
+  size_t l2;
+  const char *s2 = tok_bytes(t, guess, &l2);
+  return l2 == len && memcmp(s2, u, len) == 0;
+}
+
+/* Resolves the merges' tokens a and b (and a+b where result_is cannot tell)
+ * in batches whose lookups overlap their cache misses, and fills the pair
+ * table in rank order. */
 static int resolve_merges(spill_tok *t, const hf_doc *d, spill_err *e) {
   enum { B = 64 };
   const char *s[3 * B];
   size_t len[3 * B];
   uint64_t h[3 * B];
-  int32_t id[3 * B];
+  int32_t id[3 * B], abm[3 * B], c_id[B];
+  int64_t delta = -((int64_t)1 << 40); /* id(a+b) - rank of the last merge (none yet) */
   size_t n = d->n_ms;
   SPILL_TRY(tok_pairmap_init(&t->merges, n + 1, e));
   for (size_t base = 0; base < n; base += B) {
-    size_t m = n - base < B ? n - base : B;
+    size_t m = n - base < B ? n - base : B, q = 0;
     for (size_t k = 0; k < m; k++) {
       const merge_txt *x = &d->ms[base + k];
       const char *u = d->raw + x->off;
       uint64_t ha = tok_hash(u, x->la), hb = tok_hash(u + x->la, x->lb);
-      s[3 * k] = u, len[3 * k] = x->la, h[3 * k] = ha;
-      s[3 * k + 1] = u + x->la, len[3 * k + 1] = x->lb, h[3 * k + 1] = hb;
-      s[3 * k + 2] = u, len[3 * k + 2] = x->la + x->lb;
-      h[3 * k + 2] = tok_hash_concat(ha, hb, x->lb);
+      s[q] = u, len[q] = x->la, h[q++] = ha;
+      s[q] = u + x->la, len[q] = x->lb, h[q++] = hb;
+      int64_t g = (int64_t)(base + k) + delta;
+      c_id[k] = g >= 0 && g < t->n_vocab && result_is(t, (int32_t)g, u, x->la + x->lb)
+                    ? (int32_t)g : -1;
+      if (c_id[k] < 0) s[q] = u, len[q] = x->la + x->lb, h[q++] = tok_hash_concat(ha, hb, x->lb);
     }
-    tok_strmap_get_many(t, 3 * m, s, len, h, id);
+    tok_strmap_get_many(t, q, s, len, h, id);
+    q = 0;
     for (size_t k = 0; k < m; k++) {
       const merge_txt *x = &d->ms[base + k];
+      abm[3 * k] = id[q++];
+      abm[3 * k + 1] = id[q++];
+      abm[3 * k + 2] = c_id[k] >= 0 ? c_id[k] : id[q++];
+      if (abm[3 * k + 2] >= 0) delta = (int64_t)abm[3 * k + 2] - (int64_t)(base + k);
       char ta[128], tb[128];
-      SPILL_FAIL_IF(e, id[3 * k] < 0 || id[3 * k + 1] < 0 || id[3 * k + 2] < 0, SPILL_E_FORMAT,
+      const char *u = d->raw + x->off;
+      SPILL_FAIL_IF(e, abm[3 * k] < 0 || abm[3 * k + 1] < 0 || abm[3 * k + 2] < 0, SPILL_E_FORMAT,
                     "tokenizer.json: merge %zu (\"%s\" \"%s\") names a token not in the vocabulary",
-                    base + k, file_text(s[3 * k], x->la, x->mapped, ta, sizeof ta),
-                    file_text(s[3 * k + 1], x->lb, x->mapped, tb, sizeof tb));
+                    base + k, file_text(u, x->la, x->mapped, ta, sizeof ta),
+                    file_text(u + x->la, x->lb, x->mapped, tb, sizeof tb));
     }
-    tok_pairmap_put_many(&t->merges, m, id, NULL, (uint32_t)base);
+    tok_pairmap_put_many(&t->merges, m, abm, NULL, (uint32_t)base);
   }
   return SPILL_OK;
 }

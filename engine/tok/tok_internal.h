@@ -27,9 +27,16 @@ enum {
   TOK_F_RSTRIP = 32, /* ... on its right */
 };
 
-/* bytes -> id (open addressing, power-of-two size). */
+/* bytes -> id (open addressing, power-of-two size). A slot holds the
+ * token's first 8 bytes, so a token of up to 8 bytes (most of a vocabulary,
+ * and most halves of a merge) is found and checked without touching the
+ * token records or the arena: one cache line per lookup. */
+typedef struct tok_strmap_slot {
+  uint64_t key;  /* hash tag << 32 | (min(len, 254) + 1) << 24 | id; 0 = empty */
+  uint64_t head; /* bytes [0, min(len, 8)), little-endian, zero-padded */
+} tok_strmap_slot;
 typedef struct tok_strmap {
-  uint64_t *slot; /* hash tag << 32 | (id + 1), 0 = empty */
+  tok_strmap_slot *slot;
   uint32_t mask;
 } tok_strmap;
 
@@ -59,6 +66,7 @@ struct spill_tok {
   uint64_t *tok_off; /* (offset << 24 | length) into arena, per id */
   uint8_t *flags;
   tok_strmap vocab; /* token bytes -> id (not the added tokens matched by the trie) */
+  int vocab_dup;    /* two ids share a text (the map keeps the first) */
   tok_pairmap merges;
   int32_t byte_id[256]; /* byte-level: the single-byte token; SPM: <0xXX>; -1 */
   int ignore_merges;
@@ -140,11 +148,13 @@ typedef struct tok_json {
   const char *what;
   spill_err *e;
 } tok_json;
+/* Skips whitespace; a run (a pretty-printed file's indentation) goes to
+ * tj_ws_run, which takes 16 bytes per step. */
+size_t tj_ws_run(const char *s, size_t i, size_t n);
 static inline void tj_ws(tok_json *j) {
-  while (j->i < j->n) {
+  if (j->i < j->n) {
     char c = j->s[j->i];
-    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
-    j->i++;
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') j->i = tj_ws_run(j->s, j->i + 1, j->n);
   }
 }
 /* The next non-space byte, -1 at the end. */

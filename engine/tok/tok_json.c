@@ -14,7 +14,44 @@
 
 #include "engine/tok/tok_internal.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define TJ_MAX_DEPTH 1000
+
+static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+size_t tj_ws_run(const char *s, size_t i, size_t n) {
+#if defined(__SSE2__)
+  const __m128i sp = _mm_set1_epi8(' '), nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
+                tab = _mm_set1_epi8('\t');
+  for (; i + 16 <= n; i += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+    __m128i w = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sp), _mm_cmpeq_epi8(v, nl)),
+                             _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, tab)));
+    unsigned m = ~(unsigned)_mm_movemask_epi8(w) & 0xFFFFu;
+    if (m) return i + (size_t)__builtin_ctz(m);
+  }
+#endif
+  while (i < n && is_ws(s[i])) i++;
+  return i;
+}
+
+/* The first '"' or '\\' in s[i..n), or n. */
+static size_t string_run(const char *s, size_t i, size_t n) {
+#if defined(__SSE2__)
+  const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+  for (; i + 16 <= n; i += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+    unsigned m = (unsigned)_mm_movemask_epi8(
+        _mm_or_si128(_mm_cmpeq_epi8(v, q), _mm_cmpeq_epi8(v, bs)));
+    if (m) return i + (size_t)__builtin_ctz(m);
+  }
+#endif
+  while (i < n && s[i] != '"' && s[i] != '\\') i++;
+  return i;
+}
 
 int tj_fail(tok_json *j, const char *what) {
   return spill_err_set(j->e, SPILL_E_FORMAT, "%s: bad JSON at byte %zu (%s)", j->what, j->i, what);
@@ -94,8 +131,7 @@ int tj_string(tok_json *j, char *out, size_t *len) {
   const char *s = j->s;
   size_t i = j->i, n = j->n, o = 0;
   for (;;) {
-    size_t run = i;
-    while (run < n && s[run] != '"' && s[run] != '\\') run++;
+    size_t run = string_run(s, i, n);
     if (out) memcpy(out + o, s + i, run - i);
     o += run - i;
     i = run;
@@ -139,6 +175,18 @@ static int skip_number(tok_json *j, int *integral) {
 int tj_number(tok_json *j, double *v) {
   tj_ws(j);
   size_t start = j->i;
+  { /* the common case, one pass: a small id, not followed by '.', 'e' or 'E' */
+    const char *s = j->s;
+    size_t i = start, n = j->n;
+    uint64_t r = 0;
+    while (i < n && i - start < 15 && s[i] >= '0' && s[i] <= '9') r = r * 10 + (uint64_t)(s[i++] - '0');
+    if (i > start && (s[start] != '0' || i - start == 1) &&
+        (i == n || (s[i] != '.' && s[i] != 'e' && s[i] != 'E' && (s[i] < '0' || s[i] > '9')))) {
+      j->i = i;
+      *v = (double)r;
+      return SPILL_OK;
+    }
+  }
   int integral;
   SPILL_TRY(skip_number(j, &integral));
   const char *s = j->s + start;
