@@ -335,6 +335,23 @@ static int read_vocab(tok_json *j, spill_tok *t, hf_doc *d) {
   return r;
 }
 
+/* The common pair form, ["a", "b"] (any whitespace), read in one go at
+ * j (on its '['): 1 when it was that (j past the ']'); 0 otherwise (j is
+ * then anywhere: the caller restarts the element). */
+static int read_pair_fast(tok_json *j, char *buf, size_t *la, size_t *lb) {
+  spill_err *keep = j->e, scratch;
+  j->e = &scratch; /* a failure here is retried by the general path */
+  j->i++;
+  int ok = tj_peek(j) == '"' && tj_string(j, buf, la) == SPILL_OK && tj_peek(j) == ',';
+  if (ok) {
+    j->i++;
+    ok = tj_peek(j) == '"' && tj_string(j, buf + *la, lb) == SPILL_OK && tj_peek(j) == ']';
+  }
+  j->e = keep;
+  if (ok) j->i++;
+  return ok;
+}
+
 /* One merge at j (a "a b" string or an ["a", "b"] pair) decoded into buf:
  * a = buf[0..*la), b = buf[*la..*la + *lb). *ok 0 if it is not a pair. */
 static int read_merge(tok_json *j, char *buf, size_t *la, size_t *lb, int *ok) {
@@ -352,6 +369,12 @@ static int read_merge(tok_json *j, char *buf, size_t *la, size_t *lb, int *ok) {
     return SPILL_OK;
   }
   if (c != '[') return tj_skip(j);
+  size_t open = j->i;
+  if (read_pair_fast(j, buf, la, lb)) {
+    *ok = *la > 0 && *lb > 0;
+    return SPILL_OK;
+  }
+  j->i = open; /* anything else: element by element */
   size_t n = 0, got = 0;
   j->i++;
   int first = 1, r;

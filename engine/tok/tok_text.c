@@ -256,29 +256,45 @@ int tok_cp_to_byte(uint32_t cp) {
   return -1;
 }
 
+/* The byte of each 2-byte code point U+0080..U+017F under GPT-2's map, -1
+ * where none (generated from printable_byte: U+0100 + n is the n-th
+ * unprintable byte; TokByteMapTest checks it against tok_cp_to_byte). */
+static const int16_t UNMAP2[256] = {
+      -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,
+      -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,
+      -1,  161,  162,  163,  164,  165,  166,  167,  168,  169,  170,  171,  172,   -1,  174,  175,
+     176,  177,  178,  179,  180,  181,  182,  183,  184,  185,  186,  187,  188,  189,  190,  191,
+     192,  193,  194,  195,  196,  197,  198,  199,  200,  201,  202,  203,  204,  205,  206,  207,
+     208,  209,  210,  211,  212,  213,  214,  215,  216,  217,  218,  219,  220,  221,  222,  223,
+     224,  225,  226,  227,  228,  229,  230,  231,  232,  233,  234,  235,  236,  237,  238,  239,
+     240,  241,  242,  243,  244,  245,  246,  247,  248,  249,  250,  251,  252,  253,  254,  255,
+       0,    1,    2,    3,    4,    5,    6,    7,    8,    9,   10,   11,   12,   13,   14,   15,
+      16,   17,   18,   19,   20,   21,   22,   23,   24,   25,   26,   27,   28,   29,   30,   31,
+      32,  127,  128,  129,  130,  131,  132,  133,  134,  135,  136,  137,  138,  139,  140,  141,
+     142,  143,  144,  145,  146,  147,  148,  149,  150,  151,  152,  153,  154,  155,  156,  157,
+     158,  159,  160,  173,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,
+      -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,
+      -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,
+      -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,
+};
+
 long tok_unmap_bytelevel(const char *s, size_t len, char *out) {
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0, o = 0;
   while (i < len) {
     unsigned b = p[i];
-    if (b >= '!' && b <= '~') { /* printable ASCII maps to itself */
+    if (b - 0x21u < 0x5Eu) { /* printable ASCII maps to itself */
       out[o++] = (char)b;
       i++;
       continue;
     }
-    if ((b & 0xE0) != 0xC0 || i + 1 >= len) return -1;
-    uint32_t cp = ((b & 0x1F) << 6) | (p[i + 1] & 0x3F);
+    /* a 2-byte sequence (C0-C5: the map's code points are all below U+0180) */
+    if (b - 0xC0u > 5u || i + 1 >= len) return -1;
+    unsigned cp = ((b & 0x1F) << 6) | (p[i + 1] & 0x3F);
+    int v = cp < 0x80 ? (cp - 0x21u < 0x5Eu ? (int)cp : -1) : UNMAP2[cp - 0x80];
+    if (v < 0) return -1;
+    out[o++] = (char)v;
     i += 2;
-    /* tok_cp_to_byte without its loop: U+0100 + n is the n-th unprintable
-     * byte (0x00-0x20: 33 of them, 0x7F-0xA0: 34, 0xAD) */
-    if (cp < 256) {
-      if (!printable_byte(cp)) return -1;
-      out[o++] = (char)cp;
-    } else {
-      uint32_t n = cp - 256;
-      if (n >= 68) return -1;
-      out[o++] = (char)(n < 33 ? n : n < 67 ? 0x7F + (n - 33) : 0xAD);
-    }
   }
   return (long)o;
 }
