@@ -400,18 +400,17 @@ typedef struct preflight_model {
 } preflight_model;
 
 /* The prompt's length in tokens as the runner's spill_tokenize (add_bos)
- * gives it: the model directory's own tokenizer when it holds one (the
- * files spill_engine_open looks for, in its order), else the byte tokenizer
+ * gives it: the model directory's own tokenizer when it holds one (found by
+ * spill_tok_locate as spill_engine_open finds it), else the byte tokenizer
  * (one token per byte, plus BOS when the model has one). */
 static int preflight_prompt(const spill_exp_config *cfg, preflight_model *pm, int bos_id,
                             spill_err *e) {
-  static const char *const names[] = {"tokenizer.json", "tiktoken.model", "tokenizer.gguf"};
-  for (size_t i = 0; !pm->recipe && i < sizeof names / sizeof *names; i++) {
-    char p[1100];
-    snprintf(p, sizeof p, "%s/%s", pm->dir, names[i]);
-    if (!exists(p)) continue;
+  char p[1100];
+  int found = pm->recipe ? 0 : spill_tok_locate(pm->dir, 0, p, sizeof p, e);
+  if (found < 0) return found;
+  if (found) {
     spill_tok *tok = NULL;
-    SPILL_TRY(spill_tok_load(i < 2 ? pm->dir : p, &tok, e));
+    SPILL_TRY(spill_tok_load(p, &tok, e));
     spill_tok_ids ids = {0};
     int rc = spill_tok_encode(tok, cfg->prompt, strlen(cfg->prompt),
                               SPILL_TOK_SPECIAL | SPILL_TOK_ADD_BOS, &ids, e);
