@@ -22,8 +22,6 @@ SRCS=(
   engine/format/container_read.c engine/format/container_verify.c
   engine/format/container_write.c engine/format/dtype.c engine/format/manifest_json.c
   engine/format/manifest_parse.c engine/format/record.c
-  engine/cache/expert_cache.c engine/cache/policy_lfru.c engine/cache/policy_lru.c
-  engine/cache/policy_nextuse.c engine/cache/policy_wtinylfu.c
   research/trace/trace_convert.c engine/trace/trace_read.c research/trace/trace_replay.c
   research/trace/trace_stats.c engine/trace/trace_write.c
   engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c engine/spill_routing.c
@@ -34,11 +32,11 @@ SRCS=(
   engine/quant/kernels_kquant_ref.c
   server/request_parse.c server/completion_text.c server/chat_prompt.c
 )
-# engine/tok: every library source of the package (its tests are C++), so a
-# file added there cannot be left out of the fuzz archive.
-for s in "$ROOT"/engine/tok/*.c; do
+# engine/cache and engine/tok: every library source of the package (their
+# tests are C++), so a file added there cannot be left out of the archive.
+for s in "$ROOT"/engine/cache/*.c "$ROOT"/engine/tok/*.c; do
   case "$s" in *_test.c) continue ;; esac
-  SRCS+=("engine/tok/${s##*/}")
+  SRCS+=("${s#"$ROOT"/}")
 done
 # Files with their own ISA flags (as their Bazel targets give them); chosen
 # at run time by CPUID, so the targets still run on any x86-64.
