@@ -18,7 +18,7 @@
 
 const char cmd_import_usage[] =
     "usage: spill import SRC DST [--experts keep|q8|q4|rvq3] [--trunk keep|q8|q4] [--group N] "
-    "[--json]\n"
+    "[--threads N] [--json]\n"
     "\n"
     "  SRC  a checkpoint directory (config.json + *.safetensors [+ index]) or a .gguf file\n"
     "       (split GGUF: name the -00001-of-0000N.gguf file)\n"
@@ -31,6 +31,7 @@ const char cmd_import_usage[] =
     "               layer and matrix, one f16 scale per row; error per tensor reported)\n"
     "  --trunk T    other matrices: keep (default), q8, q4; norms are always f32\n"
     "  --group N    q8/q4 group size when requantising (default 32)\n"
+    "  --threads N  rvq3 encoder threads (default 0: every CPU); the output is the same\n"
     "  --json       print the summary as JSON on stdout\n"
     "\n"
     "architectures: qwen3_moe / qwen3moe, olmoe, mixtral (GGUF: llama with experts)\n";
@@ -93,6 +94,11 @@ int cmd_import(int argc, char **argv) {
       if (*end || g < 1 || g > 1048576)
         return cli_usage_error("--group %s: expected an integer in [1, 1048576]", argv[i]);
       r.group = (uint32_t)g;
+    } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+      char *end;
+      long t = strtol(argv[++i], &end, 10);
+      if (*end || t < 0 || t > 64) return cli_usage_error("--threads %s: expected an integer in [0, 64]", argv[i]);
+      r.threads = (int)t;
     } else if (a[0] == '-') {
       return cli_usage_error("unknown option %s", a);
     } else if (npos < 2) {

@@ -50,6 +50,7 @@ typedef struct spill_import_request {
   uint32_t group;                  /* q8/q4 group when requantising; 0 = 32 */
   spill_import_progress_fn progress; /* may be NULL; called after each unit */
   void *user;
+  int threads; /* rvq3 encoder threads, 0 = every online CPU (max 64); the output is the same for any */
 } spill_import_request;
 
 typedef struct spill_import_tensor_error {

@@ -105,12 +105,17 @@ void imp_rvq_sample_init(imp_rvq_sample *s, uint64_t seed);
 /* f16-rounded RMS of the row: its rvq3 scale. */
 float imp_rvq_row_scale(const float *row, uint64_t cols);
 void imp_rvq_sample_row(imp_rvq_sample *s, const float *row, uint64_t cols);
-/* Trains cb (768 x 8 floats, stage t entry k at row 256 t + k); consumes s. */
-int imp_rvq_train(imp_rvq_sample *s, float *cb, spill_err *e);
-/* One row: cols/8 x 3 index bytes at idx, its f16 scale; num/den accumulate
- * the squared reconstruction error and the squared weights. */
-void imp_rvq_encode_row(const float *cb, const float *row, uint64_t cols, uint8_t *idx,
-                        uint16_t *scale, double *num, double *den);
+/* Trains cb (768 x 8 floats, stage t entry k at row 256 t + k); consumes s.
+ * threads: 0 = every online CPU; the codebook is the same for any count. */
+int imp_rvq_train(imp_rvq_sample *s, float *cb, int threads, spill_err *e);
+/* Encodes the (rows, cols) f32 matrix m: per row cols/8 x 3 index bytes at
+ * idx + r * (cols/8) * 3 and its f16 scale at scales + 2 r (any alignment);
+ * num/den accumulate the squared reconstruction error and the squared
+ * weights (row by row, in row order). Same bytes for any thread count/ISA. */
+int imp_rvq_encode_rows(const float *cb, const float *m, uint64_t rows, uint64_t cols, uint8_t *idx,
+                        uint8_t *scales, double *num, double *den, int threads, spill_err *e);
+/* The worker count for a requested one (0 = online CPUs; capped at 64). */
+int imp_rvq_threads(int requested);
 
 /* Builds the plan from the source's config / metadata. */
 int imp_plan_build(imp_src *s, imp_plan *p, spill_err *e);

@@ -74,6 +74,9 @@ typedef struct conv {
   float *scale;   /* FP8 scale grid */
   size_t scale_cap;
   const float *rvq_cb; /* rvq3 target: the (layer, matrix) codebook, 768 x 8 */
+  float *mat;          /* rvq3 target: the whole matrix in f32 (rows x cols) */
+  size_t mat_cap;
+  int threads;         /* rvq3 encoder threads (0 = online CPUs) */
 } conv;
 
 static int grow(void **p, size_t *cap, size_t need, spill_err *e) {
@@ -144,6 +147,19 @@ static void quant_row(const float *x, uint64_t cols, uint32_t group, spill_dtype
   }
 }
 
+/* Source row sr of cv->src (row bytes rb) in f32 at dst, times its FP8
+ * block scale when scale is not NULL. */
+static int row_f32(const conv *cv, spill_src_dtype sd, const float *scale, const uint32_t fp8b[2],
+                   uint64_t sr, uint64_t rb, uint64_t cols, float *dst, spill_err *e) {
+  SPILL_TRY(spill_src_dequant(sd, cv->src + sr * rb, cols, dst, e));
+  if (scale) { /* the scale of the source row's block */
+    const uint64_t bc = (cols + fp8b[1] - 1) / fp8b[1];
+    const float *s = scale + (sr / fp8b[0]) * bc;
+    for (uint64_t c = 0; c < cols; c++) dst[c] *= s[c / fp8b[1]];
+  }
+  return SPILL_OK;
+}
+
 /* Converts a (rows, cols) matrix whose source bytes are cv->src (dtype sd,
  * rows of whole blocks) into dt/group at out. scale: FP8 grid (br x bc
  * blocks) or NULL. num/den accumulate the requantisation error. */
@@ -190,14 +206,14 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
   uint64_t vbytes = dt == SPILL_DT_Q8 ? rows * cols : dt == SPILL_DT_Q4 ? rows * cols / 2
                     : dt == SPILL_DT_RVQ3 ? rows * (cols / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES : 0;
   SPILL_FAIL_IF(e, dt == SPILL_DT_RVQ3 && !cv->rvq_cb, SPILL_E_INTERNAL, "%s: no rvq3 codebook", what);
+  if (dt == SPILL_DT_RVQ3) { /* the whole matrix in f32, then encoded on all threads */
+    SPILL_TRY(grow((void **)&cv->mat, &cv->mat_cap, (size_t)(rows * cols) * sizeof(float), e));
+    for (uint64_t r = 0; r < rows; r++)
+      SPILL_TRY(row_f32(cv, sd, scale, fp8b, src_row(r, rows, heads), rb, cols, cv->mat + r * cols, e));
+    return imp_rvq_encode_rows(cv->rvq_cb, cv->mat, rows, cols, out, out + vbytes, num, den, cv->threads, e);
+  }
   for (uint64_t r = 0; r < rows; r++) {
-    const uint64_t sr_row = src_row(r, rows, heads);
-    SPILL_TRY(spill_src_dequant(sd, cv->src + sr_row * rb, cols, cv->row, e));
-    if (scale) { /* the scale of the source row's block */
-      const uint64_t bc = (cols + fp8b[1] - 1) / fp8b[1];
-      const float *sr = scale + (sr_row / fp8b[0]) * bc;
-      for (uint64_t c = 0; c < cols; c++) cv->row[c] *= sr[c / fp8b[1]];
-    }
+    SPILL_TRY(row_f32(cv, sd, scale, fp8b, src_row(r, rows, heads), rb, cols, cv->row, e));
     switch (dt) {
       case SPILL_DT_F32:
         memcpy(out + r * cols * 4, cv->row, (size_t)cols * 4);
@@ -208,13 +224,6 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
         quant_row(cv->row, cols, group, dt, out + (dt == SPILL_DT_Q8 ? r * cols : r * cols / 2),
                   (uint16_t *)(void *)(out + vbytes) + r * (cols / group), num, den);
         break;
-      case SPILL_DT_RVQ3: {
-        uint16_t sc;
-        imp_rvq_encode_row(cv->rvq_cb, cv->row, cols,
-                           out + r * (cols / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES, &sc, num, den);
-        memcpy(out + vbytes + 2 * r, &sc, 2); /* scales need not be 2-byte aligned */
-        break;
-      }
       default:
         return spill_err_set(e, SPILL_E_INTERNAL, "%s: no conversion to %s", what, spill_dtype_name(dt));
     }
@@ -416,11 +425,11 @@ static int choose_keep_experts(const imp_src *s, const imp_plan *p, spill_manife
         uint32_t g;
         SPILL_FAIL_IF(e, keep_dtype(t->dtype, &dt, &g) != 0, SPILL_E_UNSUPPORTED,
                       "expert tensor %s: source type %s has no container format with the same "
-                      "numbers; name a target (--experts q8|q4)",
+                      "numbers; name a target (--experts q8|q4|rvq3)",
                       t->name, spill_src_dtype_traits(t->dtype)->name);
         SPILL_FAIL_IF(e, x > 0 && dt != m->banks[l].sect_dtype[k], SPILL_E_UNSUPPORTED,
                       "experts of one layer mix source types (%s is %s, expert 0 maps to %s); "
-                      "name a target (--experts q8|q4)", t->name,
+                      "name a target (--experts q8|q4|rvq3)", t->name,
                       spill_src_dtype_traits(t->dtype)->name,
                       spill_dtype_name(m->banks[l].sect_dtype[k]));
         m->banks[l].sect_dtype[k] = dt;
@@ -684,7 +693,7 @@ static int rvq_layer(run *R, int bi, spill_err *e) {
       for (uint32_t r = 0; r < sec->rows; r++)
         imp_rvq_sample_row(R->rvq, R->rvq_f32 + (size_t)r * sec->cols, sec->cols);
     }
-    SPILL_TRY(imp_rvq_train(R->rvq, R->rvq_cb[k], e));
+    SPILL_TRY(imp_rvq_train(R->rvq, R->rvq_cb[k], R->cv.threads, e));
     char name[SPILL_NAME_MAX];
     snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.codebook", layer, mats[k]);
     SPILL_TRY(spill_writer_tensor(R->w, name, R->rvq_cb[k], sizeof R->rvq_cb[k], e));
@@ -783,6 +792,9 @@ static int run_impl(run *R, spill_err *e) {
                 SPILL_E_INVALID_ARG, "--group %u: expected [1, 1048576], even for q4", group);
   SPILL_FAIL_IF(e, r->group && !requant, SPILL_E_INVALID_ARG,
                 "--group applies to q8/q4 requantisation; with keep the source decides (GGUF Q8_0/Q4_0: 32)");
+  SPILL_FAIL_IF(e, r->threads < 0 || r->threads > 64, SPILL_E_INVALID_ARG,
+                "--threads %d: expected 0 (every CPU) to 64", r->threads);
+  R->cv.threads = r->threads;
   const uint64_t t0 = spill_clock_ns();
   SPILL_TRY(imp_src_open(&R->s, r->src, e));
   SPILL_TRY(imp_plan_build(&R->s, &R->p, e));
@@ -881,6 +893,7 @@ int spill_import_run(const spill_import_request *r, spill_import_summary *s, spi
   imp_src_close(&R->s);
   free(R->cv.src);
   free(R->cv.row);
+  free(R->cv.mat);
   free(R->cv.scale);
   free(R->out);
   free(R->rvq);

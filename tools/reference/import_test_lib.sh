@@ -38,9 +38,16 @@ import_check() { # $1 = SRC, $2 = label, $3 = LOGITS_OPTS, rest = import options
 
 # FP8 e4m3 source (block-wise weight_scale_inv): importing with the weights
 # kept is refused with a named error (no container dtype holds e4m3).
-fp8_keep_refused() { # $1 = FP8 source
+fp8_keep_refused() { # $1 = FP8 source; the refusals name the targets that take it
   if "$SPILL" import "$1" "$1.keep" 2>"$TMP/err"; then bad "fp8: keep accepted"; else
-    grep -q "F8_E4M3 has no container format" "$TMP/err" && ok "fp8 keep refused: $(tail -1 "$TMP/err" | cut -c1-120)" || bad "fp8 keep: $(tail -1 "$TMP/err")"
+    grep -q "F8_E4M3 has no container format.*name a target (--trunk q8|q4)" "$TMP/err" &&
+      ok "fp8 keep refused: $(tail -1 "$TMP/err" | cut -c1-120)" || bad "fp8 keep: $(tail -1 "$TMP/err")"
+  fi
+  # with the trunk requantised, the experts' refusal names every expert target
+  if "$SPILL" import "$1" "$1.keepx" --trunk q8 2>"$TMP/err"; then bad "fp8: keep experts accepted"; else
+    grep -q "expert tensor .*F8_E4M3 has no container format.*name a target (--experts q8|q4|rvq3)" "$TMP/err" &&
+      ! "$SPILL" verify "$1.keepx" >/dev/null 2>&1 &&
+      ok "fp8 --experts keep refused: $(tail -1 "$TMP/err" | cut -c1-120)" || bad "fp8 --experts keep: $(tail -1 "$TMP/err")"
   fi
 }
 
