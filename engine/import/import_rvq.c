@@ -12,7 +12,8 @@
  * in double, so an interrupted import re-trains the same codebooks.
  *
  * Speed without changing a bit: the nearest-entry search has an AVX2 twin
- * (import_rvq_avx2.c, same double arithmetic in the same order, chosen by
+ * (import_rvq_avx2.c: an f32 filter with a proven error bound, then the
+ * reference's own double distances for the few candidates; chosen by
  * spill_k_isa(), so SPILL_ISA=ref selects the scalar one), and the searches
  * are split over threads by contiguous ranges (k-means assignment and
  * residuals, rows of an encoded matrix) whose results land in per-item
@@ -26,7 +27,6 @@
 #include <unistd.h>
 
 #include "engine/base/half.h"
-#include "engine/import/import_internal.h"
 #include "engine/import/import_rvq.h"
 #include "engine/quant/kernels.h"
 
@@ -80,11 +80,11 @@ int imp_rvq_nearest__ref(const float *cb, const float *x) {
   return best;
 }
 
-/* One stage's codebook in both layouts: cb (K x D floats) for the scalar
- * search, cbt (D x K doubles, the same values) for the AVX2 one. */
+/* One stage's codebook in both layouts: cb (K x D) for the scalar search,
+ * cbtf (D x K, the same floats) for the AVX2 one's first pass. */
 typedef struct stage_cb {
   const float *cb;
-  double cbt[D * K];
+  float cbtf[D * K];
   int avx2;
 } stage_cb;
 
@@ -92,7 +92,7 @@ static void stage_cb_set(stage_cb *s, const float *cb, int avx2) {
   s->cb = cb;
   s->avx2 = avx2;
   for (int k = 0; k < K; k++)
-    for (int j = 0; j < D; j++) s->cbt[j * K + k] = cb[k * D + j];
+    for (int j = 0; j < D; j++) s->cbtf[j * K + k] = cb[k * D + j];
 }
 
 static int use_avx2(void) {
@@ -105,7 +105,7 @@ static int use_avx2(void) {
 
 static int nearest(const stage_cb *s, const float *x) {
 #if defined(__x86_64__)
-  if (s->avx2) return imp_rvq_nearest__avx2(s->cbt, x);
+  if (s->avx2) return imp_rvq_nearest__avx2(s->cb, s->cbtf, x);
 #endif
   return imp_rvq_nearest__ref(s->cb, x);
 }
