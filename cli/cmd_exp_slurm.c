@@ -148,148 +148,151 @@ static void on_term(int sig) {
   g_task_stop = 1;
 }
 
-int exp_slurm_main(const exp_slurm_args *a, const char *config, int resume, const char *resume_dir,
-                   const char *results, const char *refuted, int no_refuted, int publish,
-                   spill_exp_progress_cb progress) {
-  /* as a local run: --refuted DIR, else with --publish the repository's
-   * refuted/, else the results directory's own */
-  if (!refuted && publish) refuted = "refuted";
+/* --status DIR: the Slurm jobs and rows of a results directory. */
+static int slurm_status(const char *dir) {
   spill_err e = {0};
-  if (a->status_dir) {
-    char *text = NULL;
-    int rc = spill_exp_slurm_status(a->status_dir, &text, NULL, &e);
-    if (rc < 0) {
-      fprintf(stderr, "spill exp --status: %s\n", e.msg);
-      free(text);
-      return 1;
-    }
-    printf("%s", text);
+  char *text = NULL;
+  int rc = spill_exp_slurm_status(dir, &text, NULL, &e);
+  if (rc < 0) {
+    fprintf(stderr, "spill exp --status: %s\n", e.msg);
     free(text);
-    return 0;
-  }
-  if (a->merge_dir) {
-    char verdict[1024], entry[1024];
-    int missing = 0;
-    int rc = spill_exp_slurm_merge(a->merge_dir, refuted, no_refuted, verdict, sizeof verdict, entry,
-                                   sizeof entry, &missing, &e);
-    if (rc < 0) {
-      fprintf(stderr, "spill exp --merge: %s\n", e.msg);
-      return 1;
-    }
-    print_file(a->merge_dir, "table.md");
-    printf("\nresults: %s\n", a->merge_dir);
-    if (verdict[0]) printf("hypothesis %s\n", verdict);
-    if (entry[0]) printf("refuted entry: %s\n", entry);
-    if (missing) {
-      fprintf(stderr, "spill exp --merge: %d runs missing (see spill exp --status %s)\n", missing,
-              a->merge_dir);
-      return 1;
-    }
-    return 0;
-  }
-  if (a->task_dir) {
-    if (a->unit < 0) {
-      fprintf(stderr, "spill exp: --slurm-task needs --unit N\n");
-      return 2;
-    }
-    /* Slurm sends SIGTERM on scancel and at the time limit: stop after the
-     * current token; finished rows stay and the unit resumes when resubmitted. */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_term;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL); /* #SBATCH --signal: the time limit is near */
-    spill_exp_opts o;
-    memset(&o, 0, sizeof o);
-    o.cache_root = "cache/models";
-    o.stop = &g_task_stop;
-    o.progress = progress;
-    int done = 0;
-    int rc = spill_exp_slurm_task(a->task_dir, a->unit, &o, &done, &e);
-    if (rc == SPILL_E_INTERRUPTED && g_time_up) {
-      /* Near the time limit: requeue this task when it made progress, so
-       * the unit resumes by itself; a limit shorter than one run would
-       * requeue forever, so then it fails and --status shows it. */
-      if (done == 0) {
-        fprintf(stderr, "spill exp: unit %d: time limit reached before one run finished; not "
-                        "requeued (raise --time, then spill exp --resume DIR --slurm)\n", a->unit);
-        return 1;
-      }
-      if (spill_exp_slurm_requeue_self(&e) < 0) {
-        fprintf(stderr, "spill exp: unit %d: %s\n", a->unit, e.msg);
-        return 1;
-      }
-      fprintf(stderr, "spill exp: unit %d: time limit near after %d runs; requeued, the next "
-                      "instance resumes the unit\n", a->unit, done);
-      /* Slurm ends this instance; never report success for it */
-      for (int i = 0; i < 600; i++) sleep(1);
-      return 1;
-    }
-    if (rc == SPILL_E_INTERRUPTED) {
-      fprintf(stderr, "spill exp: unit %d interrupted; finished runs are kept\n", a->unit);
-      return 1;
-    }
-    if (rc < 0) {
-      fprintf(stderr, "spill exp: %s (%s)\n", e.msg, spill_status_name(rc));
-      return 1;
-    }
-    fprintf(stderr, "spill exp: unit %d done\n", a->unit);
-    return 0;
-  }
-  if (!a->slurm) {
-    /* a local --resume must not append to a Slurm experiment's runs.jsonl */
-    if (resume && resume_dir && spill_exp_slurm_is_slurm_dir(resume_dir)) {
-      fprintf(stderr, "spill exp: %s was run on Slurm: resume it with --resume %s --slurm\n",
-              resume_dir, resume_dir);
-      return 1;
-    }
-    return -1;
-  }
-  char cwd[PATH_MAX];
-  if (!getcwd(cwd, sizeof cwd)) {
-    fprintf(stderr, "spill exp: getcwd failed\n");
     return 1;
   }
-  if (resume) {
-    if (!resume_dir) {
-      fprintf(stderr, "spill exp: --resume --slurm needs the results directory\n");
-      return 2;
-    }
-    char cf[1200];
-    snprintf(cf, sizeof cf, "%s/config.json", resume_dir);
-    spill_exp_config cfg;
-    if (spill_exp_config_load(cf, &cfg, &e) < 0) {
-      fprintf(stderr, "spill exp: %s\n", e.msg);
-      return 1;
-    }
-    int rc = 1, active = 0, n_missing = 0;
-    char *text = NULL, workdir[PATH_MAX];
-    spill_exp_cluster cl;
-    unsigned char *units = calloc(SPILL_EXP_SLURM_MAX_UNITS, 1);
-    if (!units) fprintf(stderr, "spill exp: no memory\n");
-    else if (spill_exp_slurm_status(resume_dir, &text, &active, &e) < 0 ||
-             spill_exp_slurm_last_submission(resume_dir, &cl, workdir, sizeof workdir, &e) < 0 ||
-             spill_exp_slurm_missing(resume_dir, &cfg, units, &n_missing, &e) < 0)
-      fprintf(stderr, "spill exp: %s\n", e.msg);
-    else if (active)
-      fprintf(stderr, "spill exp: %d job(s) of %s are still pending or running; wait or scancel "
-                      "them, then resume\n%s", active, resume_dir, text);
-    else if (!n_missing) {
-      printf("spill exp: every unit of %s has its rows; nothing to resubmit (spill exp --merge %s "
-             "writes the report)\n", resume_dir, resume_dir);
-      rc = 0;
-    } else {
-      override(&cl, &a->flags);
-      printf("resubmitting %d unit(s) with missing runs\n", n_missing);
-      rc = submit(resume_dir, &cfg, cl, workdir, refuted, no_refuted, a->script_only, units);
-    }
-    free(units);
-    free(text);
-    spill_exp_config_free(&cfg);
-    return rc;
+  printf("%s", text);
+  free(text);
+  return 0;
+}
+
+/* --merge DIR: the report of the units' rows; exit 1 while runs are missing. */
+static int slurm_merge(const char *dir, const char *refuted, int no_refuted) {
+  spill_err e = {0};
+  char verdict[1024], entry[1024];
+  int missing = 0;
+  int rc = spill_exp_slurm_merge(dir, refuted, no_refuted, verdict, sizeof verdict, entry,
+                                 sizeof entry, &missing, &e);
+  if (rc < 0) {
+    fprintf(stderr, "spill exp --merge: %s\n", e.msg);
+    return 1;
   }
-  if (!config) return -1; /* usage */
+  print_file(dir, "table.md");
+  printf("\nresults: %s\n", dir);
+  if (verdict[0]) printf("hypothesis %s\n", verdict);
+  if (entry[0]) printf("refuted entry: %s\n", entry);
+  if (missing) {
+    fprintf(stderr, "spill exp --merge: %d runs missing (see spill exp --status %s)\n", missing,
+            dir);
+    return 1;
+  }
+  return 0;
+}
+
+/* Near the time limit: requeue this task when it made progress, so the unit
+ * resumes by itself; a limit shorter than one run would requeue forever, so
+ * then it fails and --status shows it. */
+static int slurm_task_time_up(int unit, int done) {
+  spill_err e = {0};
+  if (done == 0) {
+    fprintf(stderr, "spill exp: unit %d: time limit reached before one run finished; not "
+                    "requeued (raise --time, then spill exp --resume DIR --slurm)\n", unit);
+    return 1;
+  }
+  if (spill_exp_slurm_requeue_self(&e) < 0) {
+    fprintf(stderr, "spill exp: unit %d: %s\n", unit, e.msg);
+    return 1;
+  }
+  fprintf(stderr, "spill exp: unit %d: time limit near after %d runs; requeued, the next "
+                  "instance resumes the unit\n", unit, done);
+  /* Slurm ends this instance; never report success for it */
+  for (int i = 0; i < 600; i++) sleep(1);
+  return 1;
+}
+
+/* --slurm-task DIR --unit N: one array task runs its unit's runs. */
+static int slurm_task(const exp_slurm_args *a, spill_exp_progress_cb progress) {
+  if (a->unit < 0) {
+    fprintf(stderr, "spill exp: --slurm-task needs --unit N\n");
+    return 2;
+  }
+  /* Slurm sends SIGTERM on scancel and at the time limit: stop after the
+   * current token; finished rows stay and the unit resumes when resubmitted. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_term;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL); /* #SBATCH --signal: the time limit is near */
+  spill_exp_opts o;
+  memset(&o, 0, sizeof o);
+  o.cache_root = "cache/models";
+  o.stop = &g_task_stop;
+  o.progress = progress;
+  int done = 0;
+  spill_err e = {0};
+  int rc = spill_exp_slurm_task(a->task_dir, a->unit, &o, &done, &e);
+  if (rc == SPILL_E_INTERRUPTED && g_time_up) return slurm_task_time_up(a->unit, done);
+  if (rc == SPILL_E_INTERRUPTED) {
+    fprintf(stderr, "spill exp: unit %d interrupted; finished runs are kept\n", a->unit);
+    return 1;
+  }
+  if (rc < 0) {
+    fprintf(stderr, "spill exp: %s (%s)\n", e.msg, spill_status_name(rc));
+    return 1;
+  }
+  fprintf(stderr, "spill exp: unit %d done\n", a->unit);
+  return 0;
+}
+
+/* --resume DIR --slurm: resubmit the units with missing runs, with the last
+ * submission's cluster settings (flags override them), once no job of the
+ * directory is pending or running. */
+static int slurm_resubmit(const exp_slurm_args *a, const char *resume_dir, const char *refuted,
+                          int no_refuted) {
+  if (!resume_dir) {
+    fprintf(stderr, "spill exp: --resume --slurm needs the results directory\n");
+    return 2;
+  }
+  spill_err e = {0};
+  char cf[1200];
+  snprintf(cf, sizeof cf, "%s/config.json", resume_dir);
+  spill_exp_config cfg;
+  if (spill_exp_config_load(cf, &cfg, &e) < 0) {
+    fprintf(stderr, "spill exp: %s\n", e.msg);
+    return 1;
+  }
+  int rc = 1, active = 0, n_missing = 0;
+  char *text = NULL, workdir[PATH_MAX];
+  spill_exp_cluster cl;
+  unsigned char *units = calloc(SPILL_EXP_SLURM_MAX_UNITS, 1);
+  if (!units) fprintf(stderr, "spill exp: no memory\n");
+  else if (spill_exp_slurm_status(resume_dir, &text, &active, &e) < 0 ||
+           spill_exp_slurm_last_submission(resume_dir, &cl, workdir, sizeof workdir, &e) < 0 ||
+           spill_exp_slurm_missing(resume_dir, &cfg, units, &n_missing, &e) < 0)
+    fprintf(stderr, "spill exp: %s\n", e.msg);
+  else if (active)
+    fprintf(stderr, "spill exp: %d job(s) of %s are still pending or running; wait or scancel "
+                    "them, then resume\n%s", active, resume_dir, text);
+  else if (!n_missing) {
+    printf("spill exp: every unit of %s has its rows; nothing to resubmit (spill exp --merge %s "
+           "writes the report)\n", resume_dir, resume_dir);
+    rc = 0;
+  } else {
+    override(&cl, &a->flags);
+    printf("resubmitting %d unit(s) with missing runs\n", n_missing);
+    rc = submit(resume_dir, &cfg, cl, workdir, refuted, no_refuted, a->script_only, units);
+  }
+  free(units);
+  free(text);
+  spill_exp_config_free(&cfg);
+  return rc;
+}
+
+/* --slurm CONFIG: a new experiment. The results directory, config.json, the
+ * model (generated once, here) and the submitting machine's env.json; the
+ * tasks run everything else. */
+static int slurm_submit_new(const exp_slurm_args *a, const char *config, const char *results,
+                            const char *refuted, int no_refuted, int publish, const char *cwd,
+                            spill_exp_progress_cb progress) {
+  spill_err e = {0};
   spill_exp_config cfg;
   if (spill_exp_config_load(config, &cfg, &e) < 0) {
     fprintf(stderr, "spill exp: %s\n", e.msg);
@@ -297,8 +300,6 @@ int exp_slurm_main(const exp_slurm_args *a, const char *config, int resume, cons
   }
   spill_exp_cluster cl = cfg.cluster;
   override(&cl, &a->flags);
-  /* The results directory, config.json, the model (generated once, here) and
-   * the submitting machine's env.json; the tasks run everything else. */
   spill_exp_opts o;
   memset(&o, 0, sizeof o);
   o.results_root = results;
@@ -317,4 +318,32 @@ int exp_slurm_main(const exp_slurm_args *a, const char *config, int resume, cons
   rc = submit(dir, &cfg, cl, cwd, refuted, no_refuted, a->script_only, NULL);
   spill_exp_config_free(&cfg);
   return rc;
+}
+
+int exp_slurm_main(const exp_slurm_args *a, const char *config, int resume, const char *resume_dir,
+                   const char *results, const char *refuted, int no_refuted, int publish,
+                   spill_exp_progress_cb progress) {
+  /* as a local run: --refuted DIR, else with --publish the repository's
+   * refuted/, else the results directory's own */
+  if (!refuted && publish) refuted = "refuted";
+  if (a->status_dir) return slurm_status(a->status_dir);
+  if (a->merge_dir) return slurm_merge(a->merge_dir, refuted, no_refuted);
+  if (a->task_dir) return slurm_task(a, progress);
+  if (!a->slurm) {
+    /* a local --resume must not append to a Slurm experiment's runs.jsonl */
+    if (resume && resume_dir && spill_exp_slurm_is_slurm_dir(resume_dir)) {
+      fprintf(stderr, "spill exp: %s was run on Slurm: resume it with --resume %s --slurm\n",
+              resume_dir, resume_dir);
+      return 1;
+    }
+    return -1;
+  }
+  char cwd[PATH_MAX];
+  if (!getcwd(cwd, sizeof cwd)) {
+    fprintf(stderr, "spill exp: getcwd failed\n");
+    return 1;
+  }
+  if (resume) return slurm_resubmit(a, resume_dir, refuted, no_refuted);
+  if (!config) return -1; /* usage */
+  return slurm_submit_new(a, config, results, refuted, no_refuted, publish, cwd, progress);
 }

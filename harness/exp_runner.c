@@ -1104,6 +1104,160 @@ static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   return do_spill_run(R, run, measured, seq);
 }
 
+/* --publish: a git checkout with no uncommitted changes to tracked files. */
+static int check_publish(spill_err *e) {
+  char commit[64];
+  int dirty = 0;
+  spill_exp_git_commit(commit, sizeof commit, &dirty);
+  if (!strcmp(commit, "nogit"))
+    return spill_err_set(e, SPILL_E_CONFIG,
+                         "--publish: not in a git checkout (a published result names the "
+                         "commit it ran on)");
+  if (dirty)
+    return spill_err_set(e, SPILL_E_CONFIG,
+                         "--publish: the working tree has uncommitted changes to tracked files "
+                         "(git status); commit them first so the results name the code they "
+                         "ran on");
+  return SPILL_OK;
+}
+
+/* env.json (or o->env_file) once per results directory. */
+static int ensure_env(runner *R) {
+  char envf[1100];
+  if (R->o->env_file) snprintf(envf, sizeof envf, "%s", R->o->env_file);
+  else snprintf(envf, sizeof envf, "%s/env.json", R->dir);
+  if (exists(envf)) return SPILL_OK;
+  char *env = NULL;
+  int rc = spill_exp_env_json(R->model, R->o->quick_env, &env, R->e);
+  if (rc == SPILL_OK) rc = spill_exp_write_atomic(envf, env, strlen(env), R->e);
+  free(env);
+  return rc;
+}
+
+/* Everything before the first run: the plan, the model (generated, copied to
+ * storage_path), the peer, the results directory, env.json and the rows
+ * already done (a resume). */
+static int prepare(runner *R, const char *resolved, spill_exp_run **runs, int *n_runs,
+                   char *out_dir, size_t out_n) {
+  const spill_exp_config *cfg = R->cfg;
+  uint64_t avail;
+  int rc = spill_ramlock_meminfo(&R->ram_total, &avail, R->e);
+  if (rc == SPILL_OK) rc = spill_exp_plan_runs(cfg, runs, n_runs, R->e);
+  /* Refuse an unsafe emulation before touching anything. */
+  if (rc == SPILL_OK) rc = check_emulation(cfg, R->e);
+  if (rc == SPILL_OK) rc = ensure_model(R);
+  if (rc == SPILL_OK && cfg->n_peer_arms)
+    rc = check_peer(cfg, R->model, R->peer_exe, sizeof R->peer_exe, R->e);
+  if (rc == SPILL_OK) rc = ensure_storage_copy(R);
+  if (rc == SPILL_OK) rc = setup_dir(R, resolved);
+  if (rc == SPILL_OK && out_dir) snprintf(out_dir, out_n, "%s", R->dir);
+  if (rc == SPILL_OK) rc = ensure_env(R);
+  if (rc == SPILL_OK) rc = load_done(R);
+  return rc;
+}
+
+/* The pending runs in plan order; *last_key gets the last one started. */
+static int run_pending(runner *R, const spill_exp_run *runs, int n_runs, const char **last_key) {
+  const spill_exp_config *cfg = R->cfg;
+  const spill_exp_opts *o = R->o;
+  int rc = SPILL_OK, measured = 0, warmed_cell = -1;
+  for (int i = 0; rc == SPILL_OK && !o->prepare_only && i < n_runs; i++) {
+    if (o->cells && !o->cells[runs[i].cell]) continue;
+    if (is_done(R, runs[i].key)) continue;
+    if (o->max_runs && measured >= o->max_runs) break;
+    /* Warmups before the first pending run of a cell: each arm, unrecorded. */
+    int first_pending = runs[i].cell != warmed_cell;
+    warmed_cell = runs[i].cell;
+    if (first_pending)
+      for (int w = 0; rc == SPILL_OK && w < cfg->warmup; w++)
+        for (int a = 0; rc == SPILL_OK && a < cfg->n_arms; a++) {
+          spill_exp_run wr = runs[i];
+          wr.arm = a;
+          snprintf(wr.key, sizeof wr.key, "warmup/%s", cfg->arms[a].name);
+          progress(R, "warmup", wr.key, R->n_done, n_runs, 0);
+          rc = do_run(R, &wr, 0, -1);
+        }
+    R->t_run = now_s();
+    if (rc == SPILL_OK) {
+      *last_key = runs[i].key;
+      rc = do_run(R, &runs[i], 1, i);
+    }
+    R->measured_s += now_s() - R->t_run;
+    measured++;
+  }
+  return rc;
+}
+
+/* Reports from whatever rows exist (also after an interruption or a
+ * failure, so the finished runs are usable); the refuted entry only for a
+ * complete experiment. Returns rc, or the report's error when rc was OK. */
+static int report_rows(runner *R, int rc, int n_runs) {
+  const spill_exp_opts *o = R->o;
+  spill_err re = {0};
+  spill_exp_report_result *res = calloc(1, sizeof *res);
+  progress(R, "report", NULL, R->n_done, n_runs, 0);
+  int rr = res ? spill_exp_report(R->dir, res, &re) : SPILL_E_NOMEM;
+  int complete = rc == SPILL_OK && R->n_done == n_runs;
+  if (rr == SPILL_OK && res->has_hypothesis && o->verdict_out && o->verdict_n)
+    snprintf(o->verdict_out, o->verdict_n, "%s: %s: %s",
+             complete ? spill_verdict_name(res->verdict) : "withheld (incomplete)", res->claim,
+             res->result_text);
+  if (rr == SPILL_OK && complete && res->has_hypothesis &&
+      res->verdict == SPILL_VERDICT_REFUTED && !o->no_refuted) {
+    char entry[1024], own[1100];
+    const char *rdir = o->refuted_dir;
+    if (!rdir) { /* the run's own record, inside its results directory */
+      snprintf(own, sizeof own, "%s/refuted", R->dir);
+      rdir = own;
+      rr = spill_exp_mkdirs(own, &re);
+    }
+    if (rr == SPILL_OK)
+      rr = spill_refuted_write(rdir, R->dir, R->cfg->source, res, entry, sizeof entry, &re);
+    if (rr == SPILL_OK && o->refuted_entry_out && o->refuted_entry_n)
+      snprintf(o->refuted_entry_out, o->refuted_entry_n, "%s", entry);
+  }
+  if (rr < 0 && rc == SPILL_OK) {
+    *R->e = re;
+    rc = rr;
+  }
+  free(res);
+  return rc;
+}
+
+/* A start that failed before any row leaves no results directory: removes
+ * R->dir when it holds only what the runner put there. */
+static void remove_failed_start(runner *R, char *out_dir, size_t out_n) {
+  DIR *d = opendir(R->dir);
+  int only_ours = d != NULL;
+  struct dirent *ent;
+  while (d && (ent = readdir(d)))
+    if (ent->d_name[0] != '.' && strcmp(ent->d_name, "config.json") &&
+        strcmp(ent->d_name, "env.json") && strcmp(ent->d_name, "runs.jsonl.lock") &&
+        strcmp(ent->d_name, "runs.jsonl") && strcmp(ent->d_name, "runs"))
+      only_ours = 0;
+  if (d) closedir(d);
+  if (!only_ours || file_size_or_zero(R->rows_file) != 0) return;
+  const char *names[] = {"config.json", "env.json", "runs.jsonl.lock", "runs.jsonl"};
+  char p[1200];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s", R->dir, names[i]);
+    unlink(p);
+  }
+  /* runs/<run>/ of the run that failed (no run finished: nothing else) */
+  snprintf(p, sizeof p, "%s/runs", R->dir);
+  DIR *rd = opendir(p);
+  struct dirent *re;
+  while (rd && (re = readdir(rd)))
+    if (re->d_name[0] != '.') {
+      char q[1500];
+      snprintf(q, sizeof q, "%s/%s", p, re->d_name);
+      remove_tmp_dir(q);
+    }
+  if (rd) closedir(rd);
+  rmdir(p);
+  if (rmdir(R->dir) == 0 && out_dir && out_n) out_dir[0] = 0;
+}
+
 int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char *out_dir,
                   size_t out_n, spill_err *e) {
   runner R;
@@ -1116,143 +1270,23 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   if (out_dir && out_n) out_dir[0] = 0;
   if (o->verdict_out && o->verdict_n) o->verdict_out[0] = 0;
   if (o->refuted_entry_out && o->refuted_entry_n) o->refuted_entry_out[0] = 0;
-  spill_exp_run *runs = NULL;
-  int n_runs = 0;
-  if (o->publish) {
-    char commit[64];
-    int dirty = 0;
-    spill_exp_git_commit(commit, sizeof commit, &dirty);
-    if (!strcmp(commit, "nogit"))
-      return spill_err_set(e, SPILL_E_CONFIG,
-                           "--publish: not in a git checkout (a published result names the "
-                           "commit it ran on)");
-    if (dirty)
-      return spill_err_set(e, SPILL_E_CONFIG,
-                           "--publish: the working tree has uncommitted changes to tracked files "
-                           "(git status); commit them first so the results name the code they "
-                           "ran on");
-  }
+  if (o->publish) SPILL_TRY(check_publish(e));
   char *resolved = spill_exp_config_resolved_json(cfg);
   if (!resolved) return spill_err_set(e, SPILL_E_NOMEM, "config: no memory");
-  uint64_t avail;
-  int rc = spill_ramlock_meminfo(&R.ram_total, &avail, e);
-  if (rc == SPILL_OK) rc = spill_exp_plan_runs(cfg, &runs, &n_runs, e);
-  /* Refuse an unsafe emulation before touching anything. */
-  if (rc == SPILL_OK) rc = check_emulation(cfg, e);
-  if (rc == SPILL_OK) rc = ensure_model(&R);
-  if (rc == SPILL_OK && cfg->n_peer_arms) rc = check_peer(cfg, R.model, R.peer_exe, sizeof R.peer_exe, e);
-  if (rc == SPILL_OK) rc = ensure_storage_copy(&R);
-  if (rc == SPILL_OK) rc = setup_dir(&R, resolved);
-  if (rc == SPILL_OK && out_dir) snprintf(out_dir, out_n, "%s", R.dir);
-  if (rc == SPILL_OK) {
-    char envf[1100];
-    if (o->env_file) snprintf(envf, sizeof envf, "%s", o->env_file);
-    else snprintf(envf, sizeof envf, "%s/env.json", R.dir);
-    if (!exists(envf)) {
-      char *env = NULL;
-      rc = spill_exp_env_json(R.model, o->quick_env, &env, e);
-      if (rc == SPILL_OK) rc = spill_exp_write_atomic(envf, env, strlen(env), e);
-      free(env);
-    }
-  }
-  if (rc == SPILL_OK) rc = load_done(&R);
-  int measured = 0, warmed_cell = -1;
+  spill_exp_run *runs = NULL;
+  int n_runs = 0;
   const char *last_key = NULL;
-  for (int i = 0; rc == SPILL_OK && !o->prepare_only && i < n_runs; i++) {
-    if (o->cells && !o->cells[runs[i].cell]) continue;
-    if (is_done(&R, runs[i].key)) continue;
-    if (o->max_runs && measured >= o->max_runs) break;
-    /* Warmups before the first pending run of a cell: each arm, unrecorded. */
-    int first_pending = runs[i].cell != warmed_cell;
-    warmed_cell = runs[i].cell;
-    if (first_pending)
-      for (int w = 0; rc == SPILL_OK && w < cfg->warmup; w++)
-        for (int a = 0; rc == SPILL_OK && a < cfg->n_arms; a++) {
-          spill_exp_run wr = runs[i];
-          wr.arm = a;
-          snprintf(wr.key, sizeof wr.key, "warmup/%s", cfg->arms[a].name);
-          progress(&R, "warmup", wr.key, R.n_done, n_runs, 0);
-          rc = do_run(&R, &wr, 0, -1);
-        }
-    R.t_run = now_s();
-    if (rc == SPILL_OK) {
-      last_key = runs[i].key;
-      rc = do_run(&R, &runs[i], 1, i);
-    }
-    R.measured_s += now_s() - R.t_run;
-    measured++;
-  }
+  int rc = prepare(&R, resolved, &runs, &n_runs, out_dir, out_n);
+  if (rc == SPILL_OK) rc = run_pending(&R, runs, n_runs, &last_key);
   spill_engine_close(R.eng);
   mark_interrupted(&R, rc, last_key, n_runs);
   R.eng = NULL;
   spill_ramlock_release(&R.lock);
-  /* Reports from whatever rows exist (also after an interruption or a
-   * failure, so the finished runs are usable); the refuted entry only for a
-   * complete experiment. */
-  if (R.dir[0] && exists(R.rows_file) && rc != SPILL_E_CONFIG && !o->no_report) {
-    spill_err re = {0};
-    spill_exp_report_result *res = calloc(1, sizeof *res);
-    progress(&R, "report", NULL, R.n_done, n_runs, 0);
-    int rr = res ? spill_exp_report(R.dir, res, &re) : SPILL_E_NOMEM;
-    int complete = rc == SPILL_OK && R.n_done == n_runs;
-    if (rr == SPILL_OK && res->has_hypothesis && o->verdict_out && o->verdict_n)
-      snprintf(o->verdict_out, o->verdict_n, "%s: %s: %s",
-               complete ? spill_verdict_name(res->verdict) : "withheld (incomplete)", res->claim,
-               res->result_text);
-    if (rr == SPILL_OK && complete && res->has_hypothesis &&
-        res->verdict == SPILL_VERDICT_REFUTED && !o->no_refuted) {
-      char entry[1024], own[1100];
-      const char *rdir = o->refuted_dir;
-      if (!rdir) { /* the run's own record, inside its results directory */
-        snprintf(own, sizeof own, "%s/refuted", R.dir);
-        rdir = own;
-        rr = spill_exp_mkdirs(own, &re);
-      }
-      if (rr == SPILL_OK)
-        rr = spill_refuted_write(rdir, R.dir, cfg->source, res, entry, sizeof entry, &re);
-      if (rr == SPILL_OK && o->refuted_entry_out && o->refuted_entry_n)
-        snprintf(o->refuted_entry_out, o->refuted_entry_n, "%s", entry);
-    }
-    if (rr < 0 && rc == SPILL_OK) {
-      *e = re;
-      rc = rr;
-    }
-    free(res);
-  }
-  /* A start that failed before any row leaves no results directory. */
+  if (R.dir[0] && exists(R.rows_file) && rc != SPILL_E_CONFIG && !o->no_report)
+    rc = report_rows(&R, rc, n_runs);
   if (rc < 0 && rc != SPILL_E_INTERRUPTED && R.created_dir && R.n_done == 0 &&
-      !o->prepare_only) {
-    DIR *d = opendir(R.dir);
-    int only_ours = d != NULL;
-    struct dirent *ent;
-    while (d && (ent = readdir(d)))
-      if (ent->d_name[0] != '.' && strcmp(ent->d_name, "config.json") &&
-          strcmp(ent->d_name, "env.json") && strcmp(ent->d_name, "runs.jsonl.lock") &&
-          strcmp(ent->d_name, "runs.jsonl") && strcmp(ent->d_name, "runs"))
-        only_ours = 0;
-    if (d) closedir(d);
-    if (only_ours && file_size_or_zero(R.rows_file) == 0) {
-      const char *names[] = {"config.json", "env.json", "runs.jsonl.lock", "runs.jsonl"};
-      char p[1200];
-      for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", R.dir, names[i]);
-        unlink(p);
-      }
-      /* runs/<run>/ of the run that failed (no run finished: nothing else) */
-      snprintf(p, sizeof p, "%s/runs", R.dir);
-      DIR *rd = opendir(p);
-      struct dirent *re;
-      while (rd && (re = readdir(rd)))
-        if (re->d_name[0] != '.') {
-          char q[1500];
-          snprintf(q, sizeof q, "%s/%s", p, re->d_name);
-          remove_tmp_dir(q);
-        }
-      if (rd) closedir(rd);
-      rmdir(p);
-      if (rmdir(R.dir) == 0 && out_dir && out_n) out_dir[0] = 0;
-    }
-  }
+      !o->prepare_only)
+    remove_failed_start(&R, out_dir, out_n);
   if (R.dir_lock_fd >= 0) close(R.dir_lock_fd); /* releases the flock */
   for (int i = 0; i < R.n_done; i++) free(R.done_keys[i]);
   free(R.done_keys), free(R.done_hash), free(R.done_cell), free(R.done_arm);

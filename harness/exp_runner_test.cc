@@ -72,6 +72,96 @@ int CountRows(const std::string &file) {
   return n;
 }
 
+// The runner's options of every test: results under `results` (which must
+// outlive the options), commit "test", the quick env.json.
+spill_exp_opts QuickOpts(const std::string &results) {
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  return o;
+}
+
+// The number a shell command prints (`... | wc -l`), -1 if it printed none.
+int ShellCount(const std::string &cmd) {
+  FILE *p = popen(cmd.c_str(), "r");
+  int n = -1;
+  if (p) {
+    if (fscanf(p, "%d", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+// Runs the experiment of config text to the end with QuickOpts(results)
+// and the progress callback given (may be null); dir gets its results
+// directory.
+::testing::AssertionResult RunExperiment(const std::string &text, const std::string &results,
+                                         char *dir, size_t n,
+                                         spill_exp_progress_cb progress = nullptr,
+                                         void *user = nullptr) {
+  spill_exp_config cfg = Parse(text);
+  spill_exp_opts o = QuickOpts(results);
+  o.progress = progress;
+  o.user = user;
+  spill_err e = {};
+  int rc = spill_exp_execute(&cfg, &o, dir, n, &e);
+  spill_exp_config_free(&cfg);
+  if (rc != 0) return ::testing::AssertionFailure() << "spill_exp_execute: " << rc << ": " << e.msg;
+  return ::testing::AssertionSuccess();
+}
+
+// A run whose hypothesis verdict and refuted entry (written to refuted) are
+// wanted: the hypothesis line, the entry's path and the results directory.
+struct VerdictRun {
+  char verdict[1024] = "", entry[1024] = "", dir[1024] = "";
+  spill_err e = {};
+  int rc = -1;
+};
+
+VerdictRun RunForVerdict(const spill_exp_config &cfg, const std::string &results,
+                         const std::string &refuted) {
+  VerdictRun v;
+  spill_exp_opts o = QuickOpts(results);
+  o.refuted_dir = refuted.c_str();
+  o.verdict_out = v.verdict;
+  o.verdict_n = sizeof v.verdict;
+  o.refuted_entry_out = v.entry;
+  o.refuted_entry_n = sizeof v.entry;
+  v.rc = spill_exp_execute(&cfg, &o, v.dir, sizeof v.dir, &v.e);
+  return v;
+}
+
+// Forks a child that runs cfg with o, pausing pause_us after each finished
+// run so that the parent sees a partial results directory; the child exits
+// 0 when the experiment completed. The parent gets the child's PID.
+pid_t ForkSlowExperiment(const spill_exp_config &cfg, spill_exp_opts o, int pause_us) {
+  pid_t child = fork();
+  if (child != 0) return child;
+  static int pause;
+  pause = pause_us;
+  o.progress = [](void *, const spill_exp_progress *p) {
+    if (!strcmp(p->phase, "run")) usleep(pause);
+  };
+  char dir[1024];
+  spill_err ce = {};
+  _exit(spill_exp_execute(&cfg, &o, dir, sizeof dir, &ce) == 0 ? 0 : 1);
+}
+
+// The newest results directory of experiment NAME under results ("" if
+// none yet), without the trailing slash.
+std::string LatestDir(const std::string &results, const std::string &name) {
+  FILE *p = popen(("ls -d " + results + "/" + name + "/*/ 2>/dev/null | tail -1").c_str(), "r");
+  char buf[1024] = "";
+  if (p) {
+    if (!fgets(buf, sizeof buf, p)) buf[0] = 0;
+    pclose(p);
+  }
+  std::string dir = buf;
+  if (!dir.empty()) dir.erase(dir.find_last_not_of("/\n") + 1);
+  return dir;
+}
+
 }  // namespace
 
 TEST(ExpRunnerTest, PlanRunsBudgetsUpwardAndOrdersArms) {
@@ -125,37 +215,17 @@ TEST(ExpRunnerTest, ResumeAfterSigkillHasNoDuplicateOrLostRows) {
   spill_exp_config cfg = Parse(text);
   const int total = 3 * 2 * 3;
   std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
+  spill_exp_opts o = QuickOpts(results);
 
-  // 1. A child runs the experiment; we SIGKILL it after a few rows.
-  pid_t child = fork();
+  // 1. A child runs the experiment; we SIGKILL it after a few rows. Runs on
+  // nano take milliseconds: a 30 ms pause after each finished run lets the
+  // parent's polling see a partial file and the kill land mid-sweep.
+  pid_t child = ForkSlowExperiment(cfg, o, 30000);
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    // Runs on nano take milliseconds: pause 30 ms after each finished run so
-    // the parent's polling sees a partial file and the kill lands mid-sweep.
-    o.progress = [](void *, const spill_exp_progress *p) {
-      if (!strcmp(p->phase, "run")) usleep(30000);
-    };
-    char dir[1024];
-    spill_err ce = {};
-    int rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &ce);
-    _exit(rc == 0 ? 0 : 1);
-  }
   std::string rows_file;
   for (int i = 0; i < 3000; i++) {
-    std::string latest;
-    std::string cmd = "ls -d " + results + "/resume/*/ 2>/dev/null | tail -1";
-    FILE *p = popen(cmd.c_str(), "r");
-    char buf[1024] = "";
-    if (p) {
-      if (fgets(buf, sizeof buf, p)) latest = buf;
-      pclose(p);
-    }
+    std::string latest = LatestDir(results, "resume");
     if (!latest.empty()) {
-      latest.erase(latest.find_last_not_of("/\n") + 1);
       rows_file = latest + "/runs.jsonl";
       if (CountRows(rows_file) >= 4) break;
     }
@@ -264,18 +334,10 @@ TEST(ExpRunnerTest, RefutedHypothesisWritesEntryAndRegeneratesIndex) {
     "outputs": {"tables": ["md"], "plots": [], "profile": true, "trace": true}})";
   spill_exp_config cfg = Parse(text);
   std::string results = root + "/results";
-  char verdict[1024], entry[1024], dir[1024];
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.refuted_dir = refuted.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
-  o.verdict_out = verdict;
-  o.verdict_n = sizeof verdict;
-  o.refuted_entry_out = entry;
-  o.refuted_entry_n = sizeof entry;
+  VerdictRun run = RunForVerdict(cfg, results, refuted);
+  ASSERT_EQ(run.rc, 0) << run.e.msg;
+  const char *verdict = run.verdict, *entry = run.entry, *dir = run.dir;
   spill_err e = {};
-  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
   EXPECT_EQ(std::string(verdict).rfind("refuted: lookahead 0 reads", 0), 0u) << verdict;
   EXPECT_EQ(std::string(entry), refuted + "/0008-refute.md");
 
@@ -345,18 +407,9 @@ TEST(ExpRunnerTest, ConfirmedHypothesisWritesNoEntry) {
     "outputs": {"tables": ["md"], "plots": []}})";
   spill_exp_config cfg = Parse(text);
   std::string results = root + "/results";
-  char verdict[1024], entry[1024], dir[1024];
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.refuted_dir = refuted.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
-  o.verdict_out = verdict;
-  o.verdict_n = sizeof verdict;
-  o.refuted_entry_out = entry;
-  o.refuted_entry_n = sizeof entry;
-  spill_err e = {};
-  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  VerdictRun run = RunForVerdict(cfg, results, refuted);
+  ASSERT_EQ(run.rc, 0) << run.e.msg;
+  const char *verdict = run.verdict, *entry = run.entry;
   EXPECT_EQ(std::string(verdict).rfind("confirmed: ", 0), 0u) << verdict;
   EXPECT_EQ(entry[0], 0);
   EXPECT_NE(access(refuted.c_str(), F_OK), 0) << "refuted dir created for a confirmed hypothesis";
@@ -379,10 +432,7 @@ TEST(ExpRunnerTest, ArmsChangingOpenTimeKnobsReopenTheEngine) {
     "repeats": 2, "order": "blocked", "outputs": {"tables": ["md"], "plots": []}})";
   spill_exp_config cfg = Parse(text);
   std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
+  spill_exp_opts o = QuickOpts(results);
   char dir[1024];
   spill_err e = {};
   ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
@@ -424,11 +474,8 @@ TEST(ExpRunnerTest, TraceRoutingReplaysTheTraceInEveryRun) {
     "repeats": 1, "outputs": {"tables": ["md"], "plots": [], "trace": true}})";
   spill_exp_config cfg = Parse(text);
   std::string results = root + "/results", models = root + "/models";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
+  spill_exp_opts o = QuickOpts(results);
   o.cache_root = models.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
   char dir[1024];
   spill_err e = {};
   ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
@@ -514,16 +561,9 @@ TEST(ExpRunnerTest, ReportShowsReadP99OnlyForRunWideRows) {
     "workload": {"prompt": "p99 test", "decode_tokens": 3},
     "base": {"storage": "pagecache", "cache_slots": 4},
     "arms": [{"name": "a"}], "repeats": 2, "outputs": {"tables": ["md"], "plots": []}})";
-  spill_exp_config cfg = Parse(text);
-  std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
   char dir[1024];
+  ASSERT_TRUE(RunExperiment(text, root + "/results", dir, sizeof dir));
   spill_err e = {};
-  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
-  spill_exp_config_free(&cfg);
   std::string rows_file = std::string(dir) + "/runs.jsonl";
   std::string rows = ReadAll(rows_file);
   EXPECT_NE(rows.find("\"read_latency\":\"run\""), std::string::npos);
@@ -571,16 +611,8 @@ TEST(ExpRunnerTest, PlotsAreDrawnWithTheirData) {
     "hypothesis": {"claim": "lookahead raises decode tok/s", "metric": "decode_tok_per_s",
                    "direction": "increase", "min_effect": 0.05},
     "outputs": {"tables": ["md"], "plots": ["cliff", "ab", "timeline"]}})";
-  spill_exp_config cfg = Parse(text);
-  std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
   char dir[1024];
-  spill_err e = {};
-  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
-  spill_exp_config_free(&cfg);
+  ASSERT_TRUE(RunExperiment(text, root + "/results", dir, sizeof dir));
   std::string p = std::string(dir) + "/plots/";
   for (const char *base : {"cliff", "ab", "timeline-off", "timeline-on"}) {
     std::string png = ReadAll(p + base + ".png"), svg = ReadAll(p + base + ".svg");
@@ -637,33 +669,14 @@ TEST(ExpRunnerTest, SecondWriterOfAResultsDirectoryIsRefusedNamingTheHolder) {
     "outputs": {"tables": ["md"], "plots": []}})";
   spill_exp_config cfg = Parse(text);
   std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
-  pid_t child = fork();
+  spill_exp_opts o = QuickOpts(results);
+  // Slow enough (1 s per run) that the parent's attempts land mid-sweep.
+  pid_t child = ForkSlowExperiment(cfg, o, 1000000);
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    // Slow enough (1 s per run) that the parent's attempts land mid-sweep.
-    o.progress = [](void *, const spill_exp_progress *p) {
-      if (!strcmp(p->phase, "run")) usleep(1000000);
-    };
-    char dir[1024];
-    spill_err ce = {};
-    _exit(spill_exp_execute(&cfg, &o, dir, sizeof dir, &ce) == 0 ? 0 : 1);
-  }
   std::string dir;
   for (int i = 0; i < 3000 && dir.empty(); i++) {
-    FILE *p = popen(("ls -d " + results + "/lock/*/ 2>/dev/null | tail -1").c_str(), "r");
-    char buf[1024] = "";
-    if (p) {
-      if (fgets(buf, sizeof buf, p)) dir = buf;
-      pclose(p);
-    }
-    if (!dir.empty()) {
-      dir.erase(dir.find_last_not_of("/\n") + 1);
-      if (CountRows(dir + "/runs.jsonl") < 1) dir.clear();
-    }
+    dir = LatestDir(results, "lock");
+    if (!dir.empty() && CountRows(dir + "/runs.jsonl") < 1) dir.clear();
     if (dir.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_FALSE(dir.empty());
@@ -750,23 +763,15 @@ TEST(ExpRunnerTest, PagingIsFlaggedWhileTheRunGoes) {
       "workload": {"prompt": "paging", "decode_tokens": 6},
       "base": {"trunk": "mmap", "storage": "pagecache"},
       "arms": [{"name": "a"}], "repeats": 1, "outputs": {"tables": ["md"], "plots": []}})";
-    spill_exp_config cfg = Parse(text);
-    std::string results = root + "/results";
     PagingSeen seen;
-    spill_exp_opts o = {};
-    o.results_root = results.c_str();
-    o.commit = "test";
-    o.quick_env = 1;
-    o.progress = RecordPhase;
-    o.user = &seen;
     char dir[1024];
     std::atomic<bool> on(arm == 1);
     std::thread pusher(PushOutLoop, model + "/trunk.bin", &on);
-    int rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &e);
+    ::testing::AssertionResult ran =
+        RunExperiment(text, root + "/results", dir, sizeof dir, RecordPhase, &seen);
     on = false;
     pusher.join();
-    spill_exp_config_free(&cfg);
-    ASSERT_EQ(rc, 0) << e.msg;
+    ASSERT_TRUE(ran);
     std::string rows = ReadAll(std::string(dir) + "/runs.jsonl");
     auto at = [&](const char *ph) {
       for (size_t i = 0; i < seen.phases.size(); i++)
@@ -814,19 +819,9 @@ TEST(ExpRunnerTest, StoragePathRunsFromACopy) {
       "base": {"storage": "pagecache"},)" +
                        (i ? R"( "storage_path": ")" + store + R"(",)" : std::string()) + R"(
       "arms": [{"name": "a"}], "repeats": 1, "outputs": {"tables": ["md"], "plots": []}})";
-    spill_exp_config cfg = Parse(text);
-    std::string results = root + "/results";
     CopySeen seen;
-    spill_exp_opts o = {};
-    o.results_root = results.c_str();
-    o.commit = "test";
-    o.quick_env = 1;
-    o.progress = CountCopies;
-    o.user = &seen;
     char dir[1024];
-    spill_err e = {};
-    ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
-    spill_exp_config_free(&cfg);
+    ASSERT_TRUE(RunExperiment(text, root + "/results", dir, sizeof dir, CountCopies, &seen));
     std::string rows = ReadAll(std::string(dir) + "/runs.jsonl");
     size_t k = rows.find("\"hash\":\"");
     ASSERT_NE(k, std::string::npos) << rows;
@@ -879,10 +874,7 @@ TEST(ExpRunnerTest, StopMarksTheDirectoryInterruptedUntilAResumeCompletesIt) {
   std::string results = root + "/results";
   static volatile int stop;
   stop = 0;
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
+  spill_exp_opts o = QuickOpts(results);
   o.stop = &stop;
   o.progress = [](void *, const spill_exp_progress *p) {
     if (!strcmp(p->phase, "run") && p->done >= 1) stop = 1;  // after the first row
@@ -925,11 +917,8 @@ TEST(ExpRunnerTest, SameRecipeGeneratedOnceByTwoExperimentsAndStaleTempsRemoved)
   mkdir(stale.c_str(), 0755);
   std::ofstream(stale + "/trunk.bin") << "partial";
   std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
+  spill_exp_opts o = QuickOpts(results);
   o.cache_root = cache.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
   pid_t kids[2];
   for (pid_t &k : kids) {
     k = fork();
@@ -949,13 +938,7 @@ TEST(ExpRunnerTest, SameRecipeGeneratedOnceByTwoExperimentsAndStaleTempsRemoved)
   }
   EXPECT_GT(FileSize(std::string(model) + "/manifest.json"), 0);
   // no temporary directory left: neither the stale one nor the losers'
-  std::string cmd = "ls -d '" + std::string(model) + "'.tmp.* 2>/dev/null | wc -l";
-  FILE *p = popen(cmd.c_str(), "r");
-  int left = -1;
-  if (p) {
-    if (fscanf(p, "%d", &left) != 1) left = -1;
-    pclose(p);
-  }
+  int left = ShellCount("ls -d '" + std::string(model) + "'.tmp.* 2>/dev/null | wc -l");
   EXPECT_EQ(left, 0);
   spill_exp_config_free(&cfg);
 }
@@ -1005,20 +988,11 @@ TEST(ExpRunnerTest, PreflightCatchesWhatWouldFailAtStartAndAFailedStartLeavesNoD
   // A start that fails at the engine (budget below the floor) leaves nothing.
   std::string results = TmpDir() + "/pre-results";
   spill_exp_config cfg = cfg_with(R"({"budget": "4K"})", wl);
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
+  spill_exp_opts o = QuickOpts(results);
   char dir[1024];
   spill_err e = {};
   EXPECT_LT(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0);
-  std::string cmd = "ls -A '" + results + "/pre' 2>/dev/null | wc -l";
-  FILE *p = popen(cmd.c_str(), "r");
-  int left = -1;
-  if (p) {
-    if (fscanf(p, "%d", &left) != 1) left = -1;
-    pclose(p);
-  }
+  int left = ShellCount("ls -A '" + results + "/pre' 2>/dev/null | wc -l");
   EXPECT_EQ(left, 0) << "a results directory was left behind: " << e.msg;
   spill_exp_config_free(&cfg);
 }
@@ -1084,12 +1058,6 @@ TEST(ExpRunnerTest, PreflightJudgesAModelRecipeBeforeItIsGenerated) {
     spill_exp_config_free(&cfg);
   }
   // nothing was generated
-  std::string cmd = "ls -A '" + cache + "' | wc -l";
-  FILE *p = popen(cmd.c_str(), "r");
-  int n = -1;
-  if (p) {
-    if (fscanf(p, "%d", &n) != 1) n = -1;
-    pclose(p);
-  }
+  int n = ShellCount("ls -A '" + cache + "' | wc -l");
   EXPECT_EQ(n, 0);
 }

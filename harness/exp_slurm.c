@@ -333,11 +333,8 @@ static int check_cluster(const spill_exp_cluster *c, spill_err *e) {
   return SPILL_OK;
 }
 
-int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
-                           const spill_exp_slurm_opts *so, const unsigned char *units,
-                           char **text_out, spill_err *e) {
-  if (text_out) *text_out = NULL;
-  SPILL_TRY(check_cluster(&so->cluster, e));
+/* The paths written into the scripts: safe characters only, absolute. */
+static int check_submit_paths(const char *dir, const spill_exp_slurm_opts *so, spill_err *e) {
   const char *paths[] = {dir, so->spill_bin, so->workdir, so->refuted_dir ? so->refuted_dir : "x"};
   for (int i = 0; i < 4; i++)
     if (!safe_path(paths[i]))
@@ -346,6 +343,12 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
                            "and /_.,+=:@-", paths[i]);
   if (dir[0] != '/' || so->spill_bin[0] != '/' || so->workdir[0] != '/')
     return spill_err_set(e, SPILL_E_CONFIG, "slurm: results dir, spill binary and workdir must be absolute");
+  return SPILL_OK;
+}
+
+/* The array spec of the units to submit (units NULL: every unit of cfg). */
+static int units_spec(const spill_exp_config *cfg, const unsigned char *units, char *spec,
+                      size_t n, int *n_units_out, spill_err *e) {
   plan P;
   SPILL_TRY(plan_init(cfg, &P, e));
   int n_units = P.n_units;
@@ -357,26 +360,20 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
     memset(all, 1, (size_t)n_units);
     units = all;
   }
-  char spec[8192];
-  array_spec(units, n_units, spec, sizeof spec);
+  array_spec(units, n_units, spec, n);
   free(all);
   if (!spec[0]) return spill_err_set(e, SPILL_E_CONFIG, "slurm: no unit to submit");
-  if (strlen(spec) > sizeof spec - 16) return spill_err_set(e, SPILL_E_CONFIG, "slurm: too many units");
-  char sub[1200];
-  const char *subdirs[] = {"slurm/rows", "slurm/env", "slurm/logs"};
-  for (int i = 0; i < 3; i++) {
-    snprintf(sub, sizeof sub, "%s/%s", dir, subdirs[i]);
-    SPILL_TRY(spill_exp_mkdirs(sub, e));
-  }
+  if (strlen(spec) > n - 16) return spill_err_set(e, SPILL_E_CONFIG, "slurm: too many units");
+  *n_units_out = n_units;
+  return SPILL_OK;
+}
+
+/* array.sh: task N runs unit N; requeued near the time limit. */
+static void array_script(char **a, size_t *len, size_t *cap, const char *dir,
+                         const spill_exp_config *cfg, const spill_exp_slurm_opts *so,
+                         int n_units, const char *spec) {
   const spill_exp_cluster *c = &so->cluster;
-  size_t cap = 4096, len = 0, mcap = 2048, mlen = 0;
-  char *a = malloc(cap), *m = malloc(mcap);
-  if (!a || !m) {
-    free(a), free(m);
-    return spill_err_set(e, SPILL_E_NOMEM, "slurm: no memory");
-  }
-  a[0] = m[0] = 0;
-  append(&a, &len, &cap,
+  append(a, len, cap,
          "#!/bin/sh\n"
          "# spill exp --slurm: experiment %s, %d unit(s); array task N runs unit N\n"
          "# (every arm and repeat of a cell, its budgets upward) into\n"
@@ -384,15 +381,20 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
          "#SBATCH --job-name=spill-%s\n"
          "#SBATCH --array=%s",
          cfg->name, n_units, dir, cfg->name, spec);
-  if (c->array_max) append(&a, &len, &cap, "%%%d", c->array_max);
-  append(&a, &len, &cap, "\n#SBATCH --output=%s/slurm/logs/u%%a-j%%A.out\n", dir);
+  if (c->array_max) append(a, len, cap, "%%%d", c->array_max);
+  append(a, len, cap, "\n#SBATCH --output=%s/slurm/logs/u%%a-j%%A.out\n", dir);
   /* SIGUSR1 60 s before the time limit: the task stops after the current
    * token and requeues itself; the new instance resumes the unit. */
-  append(&a, &len, &cap, "#SBATCH --requeue\n#SBATCH --signal=B:USR1@60\n#SBATCH --open-mode=append\n");
-  sbatch_common(&a, &len, &cap, c, so->workdir);
-  append(&a, &len, &cap, "exec %s exp --slurm-task %s --unit \"$SLURM_ARRAY_TASK_ID\"\n",
+  append(a, len, cap, "#SBATCH --requeue\n#SBATCH --signal=B:USR1@60\n#SBATCH --open-mode=append\n");
+  sbatch_common(a, len, cap, c, so->workdir);
+  append(a, len, cap, "exec %s exp --slurm-task %s --unit \"$SLURM_ARRAY_TASK_ID\"\n",
          so->spill_bin, dir);
-  append(&m, &mlen, &mcap,
+}
+
+/* merge.sh: after the array job, merges the task rows and writes the report. */
+static void merge_script(char **m, size_t *len, size_t *cap, const char *dir,
+                         const spill_exp_config *cfg, const spill_exp_slurm_opts *so) {
+  append(m, len, cap,
          "#!/bin/sh\n"
          "# spill exp --slurm: merges the task rows of %s and writes the report;\n"
          "# submitted with --dependency=afterok:<array job>\n"
@@ -400,13 +402,139 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
          "#SBATCH --kill-on-invalid-dep=yes\n"
          "#SBATCH --output=%s/slurm/logs/merge-j%%j.out\n",
          dir, cfg->name, dir);
-  spill_exp_cluster mc = *c;
+  spill_exp_cluster mc = so->cluster;
   mc.cpus_per_task = 0; /* the merge is one short single-threaded process */
-  sbatch_common(&m, &mlen, &mcap, &mc, so->workdir);
-  if (so->no_refuted) append(&m, &mlen, &mcap, "exec %s exp --merge %s --no-refuted\n", so->spill_bin, dir);
+  sbatch_common(m, len, cap, &mc, so->workdir);
+  if (so->no_refuted) append(m, len, cap, "exec %s exp --merge %s --no-refuted\n", so->spill_bin, dir);
   else if (so->refuted_dir)
-    append(&m, &mlen, &mcap, "exec %s exp --merge %s --refuted %s\n", so->spill_bin, dir, so->refuted_dir);
-  else append(&m, &mlen, &mcap, "exec %s exp --merge %s\n", so->spill_bin, dir);
+    append(m, len, cap, "exec %s exp --merge %s --refuted %s\n", so->spill_bin, dir, so->refuted_dir);
+  else append(m, len, cap, "exec %s exp --merge %s\n", so->spill_bin, dir);
+}
+
+/* The settings and working directory, for --resume DIR --slurm. */
+static int write_cluster_json(const char *dir, const spill_exp_config *cfg,
+                              const spill_exp_slurm_opts *so, spill_err *e) {
+  const spill_exp_cluster *c = &so->cluster;
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "workdir", so->workdir);
+  cJSON_AddStringToObject(j, "config", cfg->source);
+  cJSON *cl = cJSON_AddObjectToObject(j, "cluster");
+  cJSON_AddStringToObject(cl, "partition", c->partition);
+  cJSON_AddStringToObject(cl, "time", c->time);
+  cJSON_AddStringToObject(cl, "mem", c->mem);
+  cJSON_AddStringToObject(cl, "constraint", c->constraint);
+  cJSON_AddNumberToObject(cl, "cpus_per_task", c->cpus_per_task);
+  cJSON_AddNumberToObject(cl, "array_max", c->array_max);
+  char *text = cJSON_Print(j);
+  cJSON_Delete(j);
+  char fc[1200];
+  snprintf(fc, sizeof fc, "%s/slurm/cluster.json", dir);
+  int rc = text ? spill_exp_write_atomic(fc, text, strlen(text), e)
+                : spill_err_set(e, SPILL_E_NOMEM, "slurm: no memory");
+  free(text);
+  return rc;
+}
+
+/* sbatch --parsable printed a job id: "ID", or "ID;CLUSTER" on federated
+ * setups (cut to ID here). */
+static int job_id_ok(char *id) {
+  char *semi = strchr(id, ';');
+  if (semi) *semi = 0;
+  return id[0] && strspn(id, "0123456789") == strlen(id);
+}
+
+/* Submits the array job, then the merge job depending on it (the array job
+ * is cancelled when the merge cannot be submitted). */
+static int submit_jobs(const char *fa, const char *fm, char *aid, char *mid, size_t n,
+                       spill_err *e) {
+  char err[1024] = "";
+  char *av[] = {"sbatch", "--parsable", (char *)fa, NULL};
+  int st = run_capture(av, aid, n, err, sizeof err), ok = job_id_ok(aid);
+  if (st != 0 || !ok)
+    return spill_err_set(e, SPILL_E_IO, "sbatch %s failed (status %d): %s", fa, st,
+                         st < 0 ? "sbatch not found (install slurm-wlm / slurm-client)"
+                                : err[0] ? err : aid);
+  char dep[300];
+  snprintf(dep, sizeof dep, "--dependency=afterok:%s", aid);
+  char *mv[] = {"sbatch", "--parsable", dep, (char *)fm, NULL};
+  st = run_capture(mv, mid, n, err, sizeof err);
+  ok = job_id_ok(mid);
+  if (st != 0 || !ok) {
+    int rc = spill_err_set(e, SPILL_E_IO, "sbatch %s failed (status %d): %s; array job %s cancelled",
+                           fm, st, err[0] ? err : mid, aid);
+    char o2[256], e2[256];
+    char *cv[] = {"scancel", aid, NULL};
+    run_capture(cv, o2, sizeof o2, e2, sizeof e2);
+    return rc;
+  }
+  return SPILL_OK;
+}
+
+/* One line of DIR/slurm/jobs.jsonl per submission (--status reads them). */
+static int record_jobs(const char *dir, const char *aid, const char *mid, const char *spec,
+                       spill_err *e) {
+  cJSON *j = cJSON_CreateObject();
+  char ts[32];
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  cJSON_AddStringToObject(j, "utc", ts);
+  cJSON_AddStringToObject(j, "array_job", aid);
+  cJSON_AddStringToObject(j, "merge_job", mid);
+  cJSON_AddStringToObject(j, "units", spec);
+  char *line = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  char fj[1200];
+  snprintf(fj, sizeof fj, "%s/slurm/jobs.jsonl", dir);
+  int rc = line ? spill_exp_append_line(fj, line, e) : spill_err_set(e, SPILL_E_NOMEM, "no memory");
+  free(line);
+  return rc;
+}
+
+/* What the CLI prints: both scripts, then how to submit them or what was. */
+static char *submit_text(const char *fa, const char *a, const char *fm, const char *m,
+                         const spill_exp_slurm_opts *so, const char *aid, const char *spec,
+                         const char *mid) {
+  size_t tcap = strlen(a) + strlen(m) + 1024, tl = 0;
+  char *t = malloc(tcap);
+  if (!t) return NULL;
+  t[0] = 0;
+  append(&t, &tl, &tcap, "# ---- %s ----\n%s\n# ---- %s ----\n%s\n", fa, a, fm, m);
+  if (so->script_only)
+    append(&t, &tl, &tcap,
+           "# ---- submit ----\n"
+           "# ARRAY=$(sbatch --parsable %s)\n"
+           "# sbatch --dependency=afterok:$ARRAY %s\n",
+           fa, fm);
+  else append(&t, &tl, &tcap, "# submitted: array job %s (units %s), merge job %s\n", aid, spec, mid);
+  return t;
+}
+
+int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
+                           const spill_exp_slurm_opts *so, const unsigned char *units,
+                           char **text_out, spill_err *e) {
+  if (text_out) *text_out = NULL;
+  SPILL_TRY(check_cluster(&so->cluster, e));
+  SPILL_TRY(check_submit_paths(dir, so, e));
+  char spec[8192];
+  int n_units = 0;
+  SPILL_TRY(units_spec(cfg, units, spec, sizeof spec, &n_units, e));
+  char sub[1200];
+  const char *subdirs[] = {"slurm/rows", "slurm/env", "slurm/logs"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(sub, sizeof sub, "%s/%s", dir, subdirs[i]);
+    SPILL_TRY(spill_exp_mkdirs(sub, e));
+  }
+  size_t cap = 4096, len = 0, mcap = 2048, mlen = 0;
+  char *a = malloc(cap), *m = malloc(mcap);
+  if (!a || !m) {
+    free(a), free(m);
+    return spill_err_set(e, SPILL_E_NOMEM, "slurm: no memory");
+  }
+  a[0] = m[0] = 0;
+  array_script(&a, &len, &cap, dir, cfg, so, n_units, spec);
+  merge_script(&m, &mlen, &mcap, dir, cfg, so);
   if (!a || !m) {
     free(a), free(m);
     return spill_err_set(e, SPILL_E_NOMEM, "slurm: no memory");
@@ -416,85 +544,11 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
   snprintf(fm, sizeof fm, "%s/slurm/merge.sh", dir);
   int rc = spill_exp_write_atomic(fa, a, strlen(a), e);
   if (rc == SPILL_OK) rc = spill_exp_write_atomic(fm, m, strlen(m), e);
-  if (rc == SPILL_OK) {
-    /* the settings and working directory, for --resume DIR --slurm */
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "workdir", so->workdir);
-    cJSON_AddStringToObject(j, "config", cfg->source);
-    cJSON *cl = cJSON_AddObjectToObject(j, "cluster");
-    cJSON_AddStringToObject(cl, "partition", c->partition);
-    cJSON_AddStringToObject(cl, "time", c->time);
-    cJSON_AddStringToObject(cl, "mem", c->mem);
-    cJSON_AddStringToObject(cl, "constraint", c->constraint);
-    cJSON_AddNumberToObject(cl, "cpus_per_task", c->cpus_per_task);
-    cJSON_AddNumberToObject(cl, "array_max", c->array_max);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    char fc[1200];
-    snprintf(fc, sizeof fc, "%s/slurm/cluster.json", dir);
-    rc = text ? spill_exp_write_atomic(fc, text, strlen(text), e)
-              : spill_err_set(e, SPILL_E_NOMEM, "slurm: no memory");
-    free(text);
-  }
-  char aid[256] = "", mid[256] = "", err[1024] = "";
-  if (rc == SPILL_OK && !so->script_only) {
-    char *av[] = {"sbatch", "--parsable", fa, NULL};
-    int st = run_capture(av, aid, sizeof aid, err, sizeof err);
-    char *semi = strchr(aid, ';'); /* "ID;CLUSTER" on federated setups */
-    if (semi) *semi = 0;
-    if (st != 0 || !aid[0] || strspn(aid, "0123456789") != strlen(aid))
-      rc = spill_err_set(e, SPILL_E_IO, "sbatch %s failed (status %d): %s", fa, st,
-                         st < 0 ? "sbatch not found (install slurm-wlm / slurm-client)" : err[0] ? err : aid);
-  }
-  if (rc == SPILL_OK && !so->script_only) {
-    char dep[300];
-    snprintf(dep, sizeof dep, "--dependency=afterok:%s", aid);
-    char *av[] = {"sbatch", "--parsable", dep, fm, NULL};
-    int st = run_capture(av, mid, sizeof mid, err, sizeof err);
-    char *semi = strchr(mid, ';');
-    if (semi) *semi = 0;
-    if (st != 0 || !mid[0] || strspn(mid, "0123456789") != strlen(mid)) {
-      rc = spill_err_set(e, SPILL_E_IO, "sbatch %s failed (status %d): %s; array job %s cancelled",
-                         fm, st, err[0] ? err : mid, aid);
-      char o2[256], e2[256];
-      char *cv[] = {"scancel", aid, NULL};
-      run_capture(cv, o2, sizeof o2, e2, sizeof e2);
-    }
-  }
-  if (rc == SPILL_OK && !so->script_only) {
-    cJSON *j = cJSON_CreateObject();
-    char ts[32];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    cJSON_AddStringToObject(j, "utc", ts);
-    cJSON_AddStringToObject(j, "array_job", aid);
-    cJSON_AddStringToObject(j, "merge_job", mid);
-    cJSON_AddStringToObject(j, "units", spec);
-    char *line = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    char fj[1200];
-    snprintf(fj, sizeof fj, "%s/slurm/jobs.jsonl", dir);
-    rc = line ? spill_exp_append_line(fj, line, e) : spill_err_set(e, SPILL_E_NOMEM, "no memory");
-    free(line);
-  }
-  if (rc == SPILL_OK && text_out) {
-    size_t tcap = strlen(a) + strlen(m) + 1024, tl = 0;
-    char *t = malloc(tcap);
-    if (t) {
-      t[0] = 0;
-      append(&t, &tl, &tcap, "# ---- %s ----\n%s\n# ---- %s ----\n%s\n", fa, a, fm, m);
-      if (so->script_only)
-        append(&t, &tl, &tcap,
-               "# ---- submit ----\n"
-               "# ARRAY=$(sbatch --parsable %s)\n"
-               "# sbatch --dependency=afterok:$ARRAY %s\n",
-               fa, fm);
-      else append(&t, &tl, &tcap, "# submitted: array job %s (units %s), merge job %s\n", aid, spec, mid);
-    }
-    *text_out = t;
-  }
+  if (rc == SPILL_OK) rc = write_cluster_json(dir, cfg, so, e);
+  char aid[256] = "", mid[256] = "";
+  if (rc == SPILL_OK && !so->script_only) rc = submit_jobs(fa, fm, aid, mid, sizeof aid, e);
+  if (rc == SPILL_OK && !so->script_only) rc = record_jobs(dir, aid, mid, spec, e);
+  if (rc == SPILL_OK && text_out) *text_out = submit_text(fa, a, fm, m, so, aid, spec, mid);
   free(a), free(m);
   return rc;
 }
