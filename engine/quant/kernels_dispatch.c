@@ -17,6 +17,7 @@
 
 #include "engine/quant/kernels.h"
 #include "engine/quant/kernels_isa.h"
+#include "engine/quant/kernels_xq.h"
 
 /* ----------------------------------------------------------- dispatch */
 
@@ -173,4 +174,17 @@ void spill_k_apply_rvq3_f32(const spill_qmat *w, const float *lut, float *y, uin
 
 void spill_k_matvec_rvq3_f32(const spill_qmat *w, const float *x, float *y, uint32_t r0, uint32_t r1) {
   k_table_get()->rvq3_matvec(w, x, y, r0, r1);
+}
+
+/* Integer-activation matvec: the AVX2 twin on AVX2 and AVX-512 CPUs
+ * (bit-identical to __ref, kernels_xq.h). */
+void spill_k_matvec_xq(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,
+                       uint32_t r1) {
+#if defined(__x86_64__)
+  if (spill_k_init() != SPILL_ISA_REF) {
+    spill_k_matvec_xq__avx2(w, xq, y, r0, r1);
+    return;
+  }
+#endif
+  spill_k_matvec_xq__ref(w, xq, y, r0, r1);
 }

@@ -1,0 +1,149 @@
+/* engine/quant/kernels_xq_avx2.c: AVX2 integer-activation matvec
+ * (kernels_xq.h). Byte products with vpmaddubsw (unsigned x signed, no
+ * saturation possible at these ranges: |pair| <= 2*63*127), widened with
+ * vpmaddwd, summed exactly in int32; the f32 scaling follows the order
+ * kernels_xq.h fixes, so results equal spill_k_matvec_xq__ref bit for bit.
+ * Compiled with -mavx2 -mfma; called only after CPUID.
+ */
+#include <immintrin.h>
+
+#include "engine/base/half.h"
+#include "engine/quant/kernels_isa.h"
+#include "engine/quant/kernels_kquant.h"
+#include "engine/quant/kernels_xq.h"
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+static float hsum8(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+static __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+static void scale_min(int j, const uint8_t *q, int *d, int *m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+static float row_q4k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  float acc = 0.0f;
+  for (uint32_t b = 0; b < cols / 256; b++) {
+    const uint8_t *blk = row + (size_t)b * 144, *qs = blk + 16;
+    const int8_t *x = xq->q256 + (size_t)b * 256;
+    const int16_t *bs = xq->bsum + (size_t)b * 16;
+    int sc[8], mn[8];
+    int32_t summs = 0;
+    for (int j = 0; j < 8; j++) {
+      scale_min(j, blk + 4, &sc[j], &mn[j]);
+      summs += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+    }
+    __m256i sumv = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+      const __m256i q = load32(qs + 32 * j);
+      const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i plo = _mm256_maddubs_epi16(lo, load32(x + 64 * j));
+      const __m256i phi = _mm256_maddubs_epi16(hi, load32(x + 64 * j + 32));
+      sumv = _mm256_add_epi32(sumv, _mm256_madd_epi16(plo, _mm256_set1_epi16((short)sc[2 * j])));
+      sumv = _mm256_add_epi32(sumv, _mm256_madd_epi16(phi, _mm256_set1_epi16((short)sc[2 * j + 1])));
+    }
+    const int32_t sumi = hsum_i32(sumv);
+    const float dx = xq->d256[b];
+    const float dall = dx * spill_f16_to_f32(rd16(blk)), dmin = dx * spill_f16_to_f32(rd16(blk + 2));
+    acc += dall * (float)sumi;
+    acc -= dmin * (float)summs;
+  }
+  return acc;
+}
+
+static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+  float acc = 0.0f;
+  for (uint32_t b = 0; b < cols / 256; b++) {
+    const uint8_t *blk = row + (size_t)b * 210;
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    const int8_t *x = xq->q256 + (size_t)b * 256;
+    const int16_t *bs = xq->bsum + (size_t)b * 16;
+    int32_t off = 0; /* sum_g sc_g * 32 * sum x over group g */
+    for (int g = 0; g < 16; g++) off += sc[g] * bs[g];
+    __m256i sumv = _mm256_setzero_si256();
+    for (int half = 0; half < 2; half++) {
+      const __m256i a = load32(blk + 64 * half), c = load32(blk + 64 * half + 32);
+      const __m256i h = load32(blk + 128 + 32 * half);
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(c, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+      for (int k = 0; k < 4; k++) {
+        const int g = 8 * half + 2 * k; /* 16-element groups g (low lane) and g+1 (high lane) */
+        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+        const __m256i p = _mm256_maddubs_epi16(q[k], load32(x + 128 * half + 32 * k));
+        sumv = _mm256_add_epi32(sumv, _mm256_madd_epi16(p, s));
+      }
+    }
+    const int32_t sumi = hsum_i32(sumv) - 32 * off;
+    acc += (xq->d256[b] * spill_f16_to_f32(rd16(blk + 208))) * (float)sumi;
+  }
+  return acc;
+}
+
+/* 32 signed weights of block b of row r (q8 as stored; q4 unpacked from
+ * interleaved nibbles, element 2i low, 2i+1 high, minus 8). */
+static __m256i weights32(const spill_qmat *w, uint32_t r, uint32_t b) {
+  const size_t cols = w->cols;
+  if (w->dtype == SPILL_K_DT_Q8) return load32((const int8_t *)w->data + (size_t)r * cols + 32 * b);
+  const __m128i v = _mm_loadu_si128((const __m128i *)((const uint8_t *)w->data + (r * cols + 32 * b) / 2));
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+  const __m256i q = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+}
+
+static float row_q8q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
+  const uint32_t cols = w->cols, g = w->group;
+  const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / g);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (uint32_t b = 0; b < cols / 32; b++) {
+    const __m256i wv = weights32(w, r, b), x = load32(xq->q32 + 32 * b);
+    /* |w| (unsigned) times x with w's sign: the same products, no saturation */
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(x, wv));
+    const __m256i lanes = _mm256_madd_epi16(p, ones);
+    const float d = spill_f16_to_f32(s[32 * b / g]) * xq->d32[b];
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return hsum8(acc);
+}
+
+void spill_k_matvec_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,
+                             uint32_t r1) {
+  const size_t cols = w->cols;
+  for (uint32_t r = r0; r < r1; r++) {
+    if (w->dtype == SPILL_K_DT_Q4_K)
+      y[r] = row_q4k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 144, xq, (uint32_t)cols);
+    else if (w->dtype == SPILL_K_DT_Q6_K)
+      y[r] = row_q6k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 210, xq, (uint32_t)cols);
+    else
+      y[r] = row_q8q4(w, r, xq);
+  }
+}

@@ -1,0 +1,213 @@
+/* engine/quant/kernels_xq_ref.c: the activation quantiser (Q8_0 and Q8_K
+ * forms, one scalar implementation for every ISA) and the scalar __ref
+ * integer-activation matvec whose arithmetic kernels_xq.h defines; the
+ * __avx2 twin (kernels_xq_avx2.c) must match it bit for bit.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/base/half.h"
+#include "engine/quant/kernels_isa.h"
+#include "engine/quant/kernels_kquant.h"
+#include "engine/quant/kernels_xq.h"
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+size_t spill_k_xq_bytes(uint32_t n) {
+  size_t b = 0;
+  if (n % 32 == 0) b += (size_t)n + (size_t)(n / 32) * sizeof(float);
+  if (n % 256 == 0) b += (size_t)n + (size_t)(n / 256) * sizeof(float) + (size_t)(n / 16) * 2;
+  return b + 16; /* alignment slack for the float/int16 arrays */
+}
+
+void spill_k_xq_init(spill_k_xq *xq, void *buf, uint32_t n) {
+  uintptr_t p = ((uintptr_t)buf + 3) & ~(uintptr_t)3;
+  memset(xq, 0, sizeof *xq);
+  xq->n = n;
+  if (n % 32 == 0) {
+    xq->d32 = (float *)p;
+    p += (size_t)(n / 32) * sizeof(float);
+  }
+  if (n % 256 == 0) {
+    xq->d256 = (float *)p;
+    p += (size_t)(n / 256) * sizeof(float);
+    xq->bsum = (int16_t *)p;
+    p += (size_t)(n / 16) * 2;
+    xq->q256 = (int8_t *)p;
+    p += n;
+  }
+  if (n % 32 == 0) xq->q32 = (int8_t *)p;
+}
+
+/* Q8_0 as ggml's x86 quantize_row_q8_0: d = amax/127 kept as f16, values
+ * round-half-even(x * (127/amax)). */
+static void quant_q8_0(const float *x, int8_t *q, float *d) {
+  float amax = 0.0f;
+  int finite = 1;
+  for (int i = 0; i < 32; i++) {
+    const float a = fabsf(x[i]);
+    if (!(a <= 3.4028235e38f)) finite = 0;
+    else if (a > amax) amax = a;
+  }
+  if (!finite) {
+    memset(q, 0, 32);
+    *d = NAN;
+    return;
+  }
+  *d = spill_f16_to_f32(spill_f32_to_f16(amax / 127.0f));
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int i = 0; i < 32; i++) q[i] = (int8_t)rintf(x[i] * id);
+}
+
+/* Q8_K as ggml's quantize_row_q8_K_ref (the first element of largest |x|
+ * sets the sign of the scale; values clamped to 127 only at the top). */
+static void quant_q8_k(const float *x, int8_t *q, float *d, int16_t *bs) {
+  float amax = 0.0f, max = 0.0f;
+  int finite = 1;
+  for (int i = 0; i < 256; i++) {
+    const float a = fabsf(x[i]);
+    if (!(a <= 3.4028235e38f)) finite = 0;
+    else if (a > amax) {
+      amax = a;
+      max = x[i];
+    }
+  }
+  if (!finite || amax == 0.0f) {
+    memset(q, 0, 256);
+    memset(bs, 0, 16 * sizeof *bs);
+    *d = finite ? 0.0f : NAN;
+    return;
+  }
+  const float iscale = -127.0f / max;
+  for (int i = 0; i < 256; i++) {
+    const float v = rintf(iscale * x[i]);
+    q[i] = (int8_t)(v > 127.0f ? 127.0f : v);
+  }
+  for (int j = 0; j < 16; j++) {
+    int s = 0;
+    for (int i = 0; i < 16; i++) s += q[16 * j + i];
+    bs[j] = (int16_t)s;
+  }
+  *d = 1.0f / iscale;
+}
+
+void spill_k_xq_quantize(const float *x, spill_k_xq *xq) {
+  const uint32_t n = xq->n;
+  if (xq->q32)
+    for (uint32_t b = 0; b < n / 32; b++) quant_q8_0(x + 32 * b, xq->q32 + 32 * b, xq->d32 + b);
+  if (xq->q256)
+    for (uint32_t b = 0; b < n / 256; b++)
+      quant_q8_k(x + 256 * b, xq->q256 + 256 * b, xq->d256 + b, xq->bsum + 16 * b);
+}
+
+int spill_k_matvec_xq_ok(const spill_qmat *w) {
+  switch (w->dtype) {
+    case SPILL_K_DT_Q4_K:
+    case SPILL_K_DT_Q6_K:
+      return w->cols % 256 == 0;
+    case SPILL_K_DT_Q8:
+    case SPILL_K_DT_Q4:
+      return w->group >= 32 && w->group % 32 == 0 && w->cols % w->group == 0;
+    default:
+      return 0;
+  }
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K block (ggml's get_scale_min_k4). */
+static void scale_min(int j, const uint8_t *q, int *d, int *m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+static float row_q4k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
+  float acc = 0.0f;
+  for (uint32_t b = 0; b < cols / 256; b++) {
+    const uint8_t *blk = row + (size_t)b * 144, *qs = blk + 16;
+    const int8_t *x = xq->q256 + (size_t)b * 256;
+    const int16_t *bs = xq->bsum + (size_t)b * 16;
+    int32_t sumi = 0, summs = 0;
+    for (int j = 0; j < 8; j++) {
+      int sc, mn;
+      scale_min(j, blk + 4, &sc, &mn);
+      const uint8_t *q = qs + 32 * (j / 2);
+      int32_t s = 0;
+      for (int l = 0; l < 32; l++) s += ((j & 1) ? q[l] >> 4 : q[l] & 0xF) * x[32 * j + l];
+      sumi += sc * s;
+      summs += mn * (bs[2 * j] + bs[2 * j + 1]);
+    }
+    const float dx = xq->d256[b];
+    const float dall = dx * spill_f16_to_f32(rd16(blk)), dmin = dx * spill_f16_to_f32(rd16(blk + 2));
+    acc += dall * (float)sumi;
+    acc -= dmin * (float)summs;
+  }
+  return acc;
+}
+
+static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
+  float acc = 0.0f;
+  for (uint32_t b = 0; b < cols / 256; b++) {
+    const uint8_t *blk = row + (size_t)b * 210;
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    const int8_t *x = xq->q256 + (size_t)b * 256;
+    int32_t sumi = 0;
+    for (int e0 = 0; e0 < 256; e0 += 16) {
+      int32_t s = 0;
+      for (int e = e0; e < e0 + 16; e++) {
+        const int half = e / 128, c = (e % 128) / 32, l = e % 32;
+        const uint8_t lo = blk[64 * half + l + 32 * (c & 1)];
+        const uint8_t hi = blk[128 + 32 * half + l];
+        const int q = ((c < 2 ? lo & 0xF : lo >> 4) | (((hi >> (2 * c)) & 3) << 4)) - 32;
+        s += q * x[e];
+      }
+      sumi += sc[e0 / 16] * s;
+    }
+    acc += (xq->d256[b] * spill_f16_to_f32(rd16(blk + 208))) * (float)sumi;
+  }
+  return acc;
+}
+
+/* q8 / q4 (group % 32 == 0) against Q8_0, in the 8-lane order of kernels_xq.h. */
+static float row_q8q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
+  const uint32_t cols = w->cols, g = w->group;
+  const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / g);
+  float lane[8] = {0};
+  for (uint32_t b = 0; b < cols / 32; b++) {
+    int wv[32];
+    if (w->dtype == SPILL_K_DT_Q8) {
+      const int8_t *q = (const int8_t *)w->data + (size_t)r * cols + 32 * b;
+      for (int i = 0; i < 32; i++) wv[i] = q[i];
+    } else {
+      const uint8_t *q = (const uint8_t *)w->data + ((size_t)r * cols + 32 * b) / 2;
+      for (int i = 0; i < 16; i++) {
+        wv[2 * i] = (q[i] & 0xF) - 8;
+        wv[2 * i + 1] = (q[i] >> 4) - 8;
+      }
+    }
+    const int8_t *x = xq->q32 + 32 * b;
+    const float d = spill_f16_to_f32(s[32 * b / g]) * xq->d32[b];
+    for (int k = 0; k < 8; k++) {
+      const int32_t p = wv[4 * k] * x[4 * k] + wv[4 * k + 1] * x[4 * k + 1] +
+                        wv[4 * k + 2] * x[4 * k + 2] + wv[4 * k + 3] * x[4 * k + 3];
+      lane[k] = fmaf(d, (float)p, lane[k]);
+    }
+  }
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+void spill_k_matvec_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,
+                            uint32_t r1) {
+  const size_t cols = w->cols;
+  for (uint32_t r = r0; r < r1; r++) {
+    if (w->dtype == SPILL_K_DT_Q4_K)
+      y[r] = row_q4k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 144, xq, (uint32_t)cols);
+    else if (w->dtype == SPILL_K_DT_Q6_K)
+      y[r] = row_q6k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 210, xq, (uint32_t)cols);
+    else
+      y[r] = row_q8q4(w, r, xq);
+  }
+}

@@ -1,0 +1,212 @@
+// engine/quant/kernels_xq_test.cc: the integer-activation matvec
+// (kernels_xq.h) for q4_k, q6_k and q8/q4 with groups 32/64/128.
+// - the quantiser: every element within its derived half-step bound
+//   (Q8_K: |x - q d| <= d/2 (1 + 1e-6); Q8_0: <= amax/127 (0.5 + 127 *
+//   2^-11 + 1e-5), the f16 rounding of d included), Q8_K sums exact;
+// - __ref against a double dot product of the dequantised weights and the
+//   dequantised activation: the integer sums are exact, so only f32 scaling
+//   and summation remain: (cols/32 + 8) * 2^-24 * sum (|w| + |min|)|xq|;
+// - against the float input: within sum |w_e| * bound_e on top of that;
+// - __avx2 and the dispatched kernel bit-identical to __ref, row splits too;
+// - NaN input gives NaN rows, an all-zero block contributes 0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/base/half.h"
+#include "engine/quant/kernels.h"
+#include "engine/quant/kernels_isa.h"
+#include "engine/quant/kernels_kquant.h"
+#include "engine/quant/kernels_xq.h"
+
+namespace {
+
+struct Case {
+  int dtype;
+  uint32_t group;
+};
+
+struct Mat {
+  std::vector<uint8_t> buf;
+  spill_qmat w{};
+};
+
+Mat RandomMat(Case c, uint32_t rows, uint32_t cols, uint32_t seed) {
+  Mat m;
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(0.001f, 0.05f);
+  m.w.dtype = c.dtype;
+  m.w.rows = rows;
+  m.w.cols = cols;
+  m.w.group = c.group;
+  if (spill_k_is_kquant(c.dtype)) {
+    const uint32_t bb = spill_k_kquant_block_bytes(c.dtype), nb = rows * (cols / 256);
+    m.buf.resize((size_t)nb * bb);
+    for (auto &b : m.buf) b = (uint8_t)g();
+    for (uint32_t b = 0; b < nb; b++) {
+      uint8_t *p = m.buf.data() + (size_t)b * bb;
+      uint16_t d = spill_f32_to_f16(u(g)), mn = spill_f32_to_f16(u(g));
+      memcpy(p + (c.dtype == SPILL_K_DT_Q6_K ? 208 : 0), &d, 2);
+      if (c.dtype == SPILL_K_DT_Q4_K) memcpy(p + 2, &mn, 2);
+    }
+    m.w.data = m.buf.data();
+    return m;
+  }
+  const size_t vb = c.dtype == SPILL_K_DT_Q8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
+  const size_t ns = (size_t)rows * (cols / c.group);
+  m.buf.resize(vb + 2 * ns + 1);
+  uint8_t *vals = m.buf.data() + 1; /* odd offset: scales 1-byte aligned as in real files */
+  for (size_t i = 0; i < vb; i++) vals[i] = (uint8_t)g();
+  for (size_t i = 0; i < ns; i++) {
+    uint16_t h = spill_f32_to_f16(u(g));
+    memcpy(vals + vb + 2 * i, &h, 2);
+  }
+  m.w.data = vals;
+  m.w.scales = (const spill_k_u16_unaligned *)(const void *)(vals + vb);
+  return m;
+}
+
+// |min| part of element e of row r (Q4_K: dmin * m_j; else 0).
+double MinPart(const spill_qmat &w, uint32_t r, uint32_t e) {
+  if (w.dtype != SPILL_K_DT_Q4_K) return 0.0;
+  const uint8_t *b = (const uint8_t *)w.data + ((size_t)r * (w.cols / 256) + e / 256) * 144;
+  const int j = (int)(e % 256) / 32;
+  const uint8_t *q = b + 4;
+  const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  return std::fabs((double)spill_f16_to_f32((uint16_t)(b[2] | (b[3] << 8))) * m);
+}
+
+struct Xq {
+  std::vector<uint8_t> buf;
+  spill_k_xq xq{};
+  explicit Xq(const std::vector<float> &x) : buf(spill_k_xq_bytes((uint32_t)x.size())) {
+    spill_k_xq_init(&xq, buf.data(), (uint32_t)x.size());
+    spill_k_xq_quantize(x.data(), &xq);
+  }
+  // dequantised activation seen by a matrix of dtype dt
+  double At(int dt, uint32_t e) const {
+    if (spill_k_is_kquant(dt)) return (double)xq.q256[e] * xq.d256[e / 256];
+    return (double)xq.q32[e] * xq.d32[e / 32];
+  }
+};
+
+std::vector<float> RandomX(uint32_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto &v : x) v = nd(g);
+  for (uint32_t i = 0; i < n; i += 97) x[i] *= -20.0f; /* outliers of either sign */
+  return x;
+}
+
+// The derived per-element bound of |x - xq| for the form dtype dt reads.
+double Bound(const std::vector<float> &x, const Xq &q, int dt, uint32_t e) {
+  if (spill_k_is_kquant(dt)) return 0.5 * std::fabs((double)q.xq.d256[e / 256]) * (1 + 1e-6);
+  double amax = 0;
+  for (uint32_t i = e / 32 * 32; i < e / 32 * 32 + 32; i++) amax = std::fmax(amax, std::fabs((double)x[i]));
+  return amax / 127.0 * (0.5 + 127.0 / 2048.0 + 1e-5);
+}
+
+class XqTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(XqTest, QuantiserWithinHalfStep) {
+  const Case c = GetParam();
+  const uint32_t n = 1024;
+  auto x = RandomX(n, 3);
+  Xq q(x);
+  for (uint32_t e = 0; e < n; e++)
+    ASSERT_LE(std::fabs(x[e] - q.At(c.dtype, e)), Bound(x, q, c.dtype, e)) << "element " << e;
+  for (uint32_t j = 0; j < n / 16; j++) {
+    int s = 0;
+    for (int i = 0; i < 16; i++) s += q.xq.q256[16 * j + i];
+    ASSERT_EQ(s, q.xq.bsum[j]) << "bsum " << j;
+  }
+}
+
+TEST_P(XqTest, MatvecMatchesDoubleAndFloatAndIsasAgree) {
+  const Case c = GetParam();
+  for (uint32_t cols : {256u, 1024u}) {
+    const uint32_t rows = 9;
+    Mat m = RandomMat(c, rows, cols, 17 + (uint32_t)c.dtype + c.group + cols);
+    ASSERT_TRUE(spill_k_matvec_xq_ok(&m.w));
+    auto x = RandomX(cols, 5 + cols);
+    Xq q(x);
+    std::vector<float> yr(rows), yd(rows), ys(rows, -1.0f), row(cols);
+    spill_k_matvec_xq__ref(&m.w, &q.xq, yr.data(), 0, rows);
+    spill_k_matvec_xq(&m.w, &q.xq, yd.data(), 0, rows);
+    spill_k_matvec_xq(&m.w, &q.xq, ys.data(), 0, 4);
+    spill_k_matvec_xq(&m.w, &q.xq, ys.data(), 4, rows);
+    EXPECT_EQ(0, memcmp(yr.data(), yd.data(), rows * sizeof(float))) << "dispatched vs ref";
+    EXPECT_EQ(0, memcmp(yd.data(), ys.data(), rows * sizeof(float))) << "row split";
+    for (uint32_t r = 0; r < rows; r++) {
+      spill_k_dequant_row(&m.w, r, row.data());
+      double want = 0, s = 0, wantf = 0, qerr = 0, magf = 0;
+      for (uint32_t e = 0; e < cols; e++) {
+        const double xe = q.At(c.dtype, e);
+        want += row[e] * xe;
+        s += (std::fabs((double)row[e]) + MinPart(m.w, r, e)) * std::fabs(xe);
+        wantf += (double)row[e] * x[e];
+        magf += std::fabs((double)row[e] * x[e]);
+        qerr += std::fabs((double)row[e]) * Bound(x, q, c.dtype, e);
+      }
+      const double tol = (cols / 32 + 8) * 0x1p-24 * s;
+      EXPECT_NEAR(yr[r], want, tol) << "row " << r << " cols " << cols;
+      EXPECT_NEAR(yr[r], wantf, qerr + tol + 1e-6 * magf) << "vs float input, row " << r;
+    }
+    if (!spill_k_isa_supported(SPILL_ISA_AVX2)) GTEST_SKIP() << "CPU lacks AVX2: __avx2 not tested";
+    std::vector<float> ya(rows);
+    spill_k_matvec_xq__avx2(&m.w, &q.xq, ya.data(), 0, rows);
+    EXPECT_EQ(0, memcmp(yr.data(), ya.data(), rows * sizeof(float))) << "avx2 vs ref, cols " << cols;
+  }
+}
+
+TEST_P(XqTest, NanInputAndZeroBlock) {
+  const Case c = GetParam();
+  const uint32_t rows = 3, cols = 512;
+  Mat m = RandomMat(c, rows, cols, 99);
+  auto x = RandomX(cols, 7);
+  for (uint32_t i = 0; i < 256; i++) x[i] = 0.0f; /* block 0 all zero */
+  std::vector<float> y(rows);
+  Xq q(x);
+  EXPECT_EQ(0.0f, q.xq.d256[0]);
+  EXPECT_EQ(0.0f, q.xq.d32[0]);
+  spill_k_matvec_xq__ref(&m.w, &q.xq, y.data(), 0, rows);
+  for (uint32_t r = 0; r < rows; r++) EXPECT_TRUE(std::isfinite(y[r]));
+  x[300] = NAN;
+  Xq qn(x);
+  spill_k_matvec_xq__ref(&m.w, &qn.xq, y.data(), 0, rows);
+  for (uint32_t r = 0; r < rows; r++) EXPECT_TRUE(std::isnan(y[r])) << "ref row " << r;
+  spill_k_matvec_xq(&m.w, &qn.xq, y.data(), 0, rows);
+  for (uint32_t r = 0; r < rows; r++) EXPECT_TRUE(std::isnan(y[r])) << "dispatched row " << r;
+}
+
+TEST(XqOk, WhichWeightsHaveAnIntegerPath) {
+  spill_qmat w = {};
+  w.cols = 512;
+  w.group = 32;
+  for (int dt : {(int)SPILL_K_DT_Q4_K, (int)SPILL_K_DT_Q6_K, (int)SPILL_K_DT_Q8, (int)SPILL_K_DT_Q4}) {
+    w.dtype = dt;
+    EXPECT_TRUE(spill_k_matvec_xq_ok(&w)) << dt;
+  }
+  for (int dt : {(int)SPILL_K_DT_F32, (int)SPILL_K_DT_F16, (int)SPILL_K_DT_BF16,
+                 (int)SPILL_K_DT_Q5_K, (int)SPILL_K_DT_RVQ3}) {
+    w.dtype = dt;
+    EXPECT_FALSE(spill_k_matvec_xq_ok(&w)) << dt;
+  }
+  w.dtype = SPILL_K_DT_Q8;
+  w.group = 16;
+  EXPECT_FALSE(spill_k_matvec_xq_ok(&w));
+  w.group = 48;
+  EXPECT_FALSE(spill_k_matvec_xq_ok(&w));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, XqTest,
+                         ::testing::Values(Case{SPILL_K_DT_Q4_K, 0}, Case{SPILL_K_DT_Q6_K, 0},
+                                           Case{SPILL_K_DT_Q8, 32}, Case{SPILL_K_DT_Q4, 32},
+                                           Case{SPILL_K_DT_Q8, 64}, Case{SPILL_K_DT_Q4, 128}));
+
+}  // namespace
