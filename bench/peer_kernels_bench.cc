@@ -1,18 +1,21 @@
-// bench/peer_kernels_bench.cc: spill's Q4_K / Q4_0 matvec kernels beside
-// ggml's on the same quant blocks (docs/PEERS.md, vs-llama-cpp).
+// bench/peer_kernels_bench.cc: spill's Q4_K / Q6_K / Q4_0 / Q8_0 matvec kernels
+// beside ggml's on the same quant blocks (docs/PEERS.md, vs-llama-cpp).
 //
 // One expert matrix of the Qwen3-30B-A3B shape (gate/up: 768 x 2048, down:
 // 2048 x 768) of random blocks with valid f16 scales. spill multiplies it by
-// the f32 activation (engine/quant's spill_k_matvec: its AVX2 K-quant row
-// kernel, or the q4 group-32 kernel); ggml, as its CPU backend does for a
+// the f32 activation (SpillF32: engine/quant's spill_k_matvec, act_quant
+// f32) and by the activation quantised once per product to Q8_K / Q8_0 then
+// the integer kernel (SpillQ8: spill_k_xq_quantize + spill_k_matvec_xq,
+// act_quant q8; kernels_xq.h); ggml, as its CPU backend does for a
 // matrix-vector product, quantises the activation once (Q8_K for Q4_K, Q8_0
 // for Q4_0: `from_float`) and calls `vec_dot` per row. ggml is loaded at run
 // time from the `./lab peers` build (libggml-cpu.so, through dlopen; nothing
 // of it is compiled here): $SPILL_GGML_CPU names the library, else the peer
 // cache. Without it the ggml cases report an error naming `./lab peers` and
 // the spill cases still run. Each ggml case checks first that both engines
-// agree on the product (max |diff| within 2% of max |y|: ggml rounds the
-// activation to 8 bits) and reports that as the counter rel_diff.
+// agree on the product (max |diff| within 2% of max |y| for f32: ggml rounds
+// the activation to 8 bits; within 1e-4 for q8, the same rounding) and
+// reports them as the counters rel_diff and rel_diff_q8.
 //   bazel run //bench:peer_kernels_bench -- --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
@@ -27,6 +30,7 @@
 
 extern "C" {
 #include "engine/quant/kernels.h"
+#include "engine/quant/kernels_xq.h"
 }
 
 namespace {
@@ -41,7 +45,7 @@ struct ggml_traits_cpu {
   int vec_dot_type;
   int64_t nrows;
 };
-enum { GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12 };
+enum { GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12, GGML_Q6_K = 14 };
 const int kQ8KBlock = 4 + 256 + 2 * 16;  // block_q8_K: f32 d, 256 int8, 16 int16 sums
 
 struct Ggml {
@@ -88,72 +92,114 @@ uint16_t F16(float f) {  // round to nearest even, normal range only (our scales
 }
 
 // One matrix in both engines' layouts, and the activation.
+enum Kind { kQ4K, kQ6K, kQ40, kQ80 };
 struct Case {
   uint32_t rows, cols;
-  bool kq;                         // Q4_K (else Q4_0)
-  std::vector<uint8_t> ggml;       // ggml blocks (Q4_K: also spill's q4_k layout)
-  std::vector<uint8_t> spill_q4;   // spill q4: nibbles then f16 scales (group 32)
+  Kind kind;
+  std::vector<uint8_t> ggml;       // ggml blocks (K-quants: also spill's q4_k / q6_k layout)
+  std::vector<uint8_t> spill_q;    // spill q4/q8: values then f16 scales (group 32)
   std::vector<float> x;
   spill_qmat w;
-  Case(uint32_t r, uint32_t c, bool k) : rows(r), cols(c), kq(k) {
-    std::mt19937 rng(1234 + r + c + k);
+  bool kq() const { return kind == kQ4K || kind == kQ6K; }
+  int ggml_type() const {
+    return kind == kQ4K ? GGML_Q4_K : kind == kQ6K ? GGML_Q6_K : kind == kQ40 ? GGML_Q4_0 : GGML_Q8_0;
+  }
+  size_t row_bytes() const {
+    const size_t nb = kq() ? cols / 256 : cols / 32;
+    return nb * (kind == kQ4K ? 144 : kind == kQ6K ? 210 : kind == kQ40 ? 18 : 34);
+  }
+  Case(uint32_t r, uint32_t c, Kind k) : rows(r), cols(c), kind(k) {
+    std::mt19937 rng(1234 + r + c + (int)k);
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> u(0.5f, 1.5f);
     float scale = 1.0f / std::sqrt((float)c);
     x.resize(c);
     std::normal_distribution<float> n01;
     for (auto &v : x) v = n01(rng);
-    if (kq) {
-      size_t nb = (size_t)r * c / 256;
-      ggml.resize(nb * 144);
+    if (kq()) {
+      const size_t nb = (size_t)r * c / 256, bb = kind == kQ4K ? 144 : 210;
+      ggml.resize(nb * bb);
       for (auto &b : ggml) b = (uint8_t)byte(rng);
       for (size_t b = 0; b < nb; b++) {
-        float d = u(rng) * scale / 245.0f;
-        uint16_t dh = F16(d), mh = F16(d * 7.5f);
-        memcpy(&ggml[b * 144], &dh, 2);
-        memcpy(&ggml[b * 144 + 2], &mh, 2);
+        if (kind == kQ4K) {
+          float d = u(rng) * scale / 245.0f;
+          uint16_t dh = F16(d), mh = F16(d * 7.5f);
+          memcpy(&ggml[b * 144], &dh, 2);
+          memcpy(&ggml[b * 144 + 2], &mh, 2);
+        } else {
+          uint16_t dh = F16(u(rng) * scale / 200.0f);
+          memcpy(&ggml[b * 210 + 208], &dh, 2);
+        }
       }
-      w = {SPILL_K_DT_Q4_K_CODE, r, c, 0, ggml.data(), nullptr, nullptr};
-    } else {
-      size_t nb = (size_t)r * c / 32;
-      ggml.resize(nb * 18);
-      spill_q4.resize((size_t)r * c / 2 + nb * 2);
-      uint16_t *sc = (uint16_t *)(spill_q4.data() + (size_t)r * c / 2);
-      for (size_t b = 0; b < nb; b++) {
-        uint16_t dh = F16(u(rng) * scale / 4.6f);
-        memcpy(&ggml[b * 18], &dh, 2);
-        memcpy(&sc[b], &dh, 2);
-        uint8_t q[32];
-        for (int i = 0; i < 32; i++) q[i] = (uint8_t)(byte(rng) & 15);
-        // ggml Q4_0: byte j holds element j (low) and j + 16 (high)
-        for (int j = 0; j < 16; j++) ggml[b * 18 + 2 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
-        // spill q4: element 2i low nibble, 2i + 1 high (flat row-major)
-        for (int i = 0; i < 16; i++)
-          spill_q4[b * 16 + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
-      }
-      w = {SPILL_K_DT_Q4_CODE, r, c, 32, spill_q4.data(),
-           (const spill_k_u16_unaligned *)sc, nullptr};
+      w = {kind == kQ4K ? 6 : 8, r, c, 0, ggml.data(), nullptr, nullptr};
+      return;
     }
+    const size_t nb = (size_t)r * c / 32, qb = kind == kQ40 ? 18 : 34;
+    const size_t vb = kind == kQ40 ? (size_t)r * c / 2 : (size_t)r * c;
+    ggml.resize(nb * qb);
+    spill_q.resize(vb + nb * 2);
+    uint16_t *sc = (uint16_t *)(spill_q.data() + vb);
+    for (size_t b = 0; b < nb; b++) {
+      uint16_t dh = F16(u(rng) * scale / (kind == kQ40 ? 4.6f : 73.0f));
+      memcpy(&ggml[b * qb], &dh, 2);
+      memcpy(&sc[b], &dh, 2);
+      if (kind == kQ80) {  // same int8 values in both layouts
+        for (int i = 0; i < 32; i++) {
+          const uint8_t v = (uint8_t)(byte(rng) % 255 + 129);  // -127..127
+          ggml[b * 34 + 2 + i] = v;
+          spill_q[b * 32 + i] = v;
+        }
+        continue;
+      }
+      uint8_t q[32];
+      for (int i = 0; i < 32; i++) q[i] = (uint8_t)(byte(rng) & 15);
+      // ggml Q4_0: byte j holds element j (low) and j + 16 (high)
+      for (int j = 0; j < 16; j++) ggml[b * 18 + 2 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+      // spill q4: element 2i low nibble, 2i + 1 high (flat row-major)
+      for (int i = 0; i < 16; i++) spill_q[b * 16 + i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
+    }
+    w = {kind == kQ40 ? 4 : 3, r, c, 32, spill_q.data(), (const spill_k_u16_unaligned *)sc, nullptr};
   }
-  static constexpr int SPILL_K_DT_Q4_K_CODE = 6, SPILL_K_DT_Q4_CODE = 4;
 };
 
 Case &Get(int i) {
-  static Case cases[] = {Case(768, 2048, true), Case(2048, 768, true), Case(768, 2048, false),
-                         Case(2048, 768, false)};
+  static Case cases[] = {Case(768, 2048, kQ4K), Case(2048, 768, kQ4K), Case(768, 2048, kQ6K),
+                         Case(2048, 768, kQ6K), Case(768, 2048, kQ40), Case(2048, 768, kQ40),
+                         Case(768, 2048, kQ80), Case(2048, 768, kQ80)};
   return cases[i];
 }
 
-void Spill(benchmark::State &st, int i) {
+// spill's product of case c: f32 activation (act_quant f32) or, with q8,
+// the activation quantised once per product (as ggml does) and the integer
+// kernel (act_quant q8).
+struct SpillRun {
+  std::vector<uint8_t> buf;
+  spill_k_xq xq{};
+  explicit SpillRun(uint32_t n) : buf(spill_k_xq_bytes(n)) { spill_k_xq_init(&xq, buf.data(), n); }
+  void Run(Case &c, bool q8, float *y) {
+    if (!q8) {
+      spill_k_matvec(&c.w, c.x.data(), y, 0, c.rows);
+      return;
+    }
+    spill_k_xq_quantize(c.x.data(), &xq);
+    spill_k_matvec_xq(&c.w, &xq, y, 0, c.rows);
+  }
+};
+
+void Spill(benchmark::State &st, int i, bool q8) {
   Case &c = Get(i);
   std::vector<float> y(c.rows);
+  SpillRun run(c.cols);
   for (auto _ : st) {
-    spill_k_matvec(&c.w, c.x.data(), y.data(), 0, c.rows);
+    run.Run(c, q8, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   st.counters["weight_GB/s"] = benchmark::Counter(
       (double)c.ggml.size() * st.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
+
+void SpillF32(benchmark::State &st, int i) { Spill(st, i, false); }
+void SpillQ8(benchmark::State &st, int i) { Spill(st, i, true); }
 
 void Ggml(benchmark::State &st, int i) {
   Case &c = Get(i);
@@ -161,23 +207,26 @@ void Ggml(benchmark::State &st, int i) {
     st.SkipWithError(G().why.c_str());
     return;
   }
-  const ggml_traits_cpu *t = G().traits(c.kq ? GGML_Q4_K : GGML_Q4_0);
+  const ggml_traits_cpu *t = G().traits(c.ggml_type());
   const ggml_traits_cpu *tq = G().traits(t->vec_dot_type);
-  size_t xq_bytes = c.kq ? (size_t)c.cols / 256 * kQ8KBlock : (size_t)c.cols / 32 * 34;
-  size_t row_bytes = c.kq ? (size_t)c.cols / 256 * 144 : (size_t)c.cols / 32 * 18;
+  size_t xq_bytes = c.kq() ? (size_t)c.cols / 256 * kQ8KBlock : (size_t)c.cols / 32 * 34;
+  const size_t row_bytes = c.row_bytes();
   std::vector<uint8_t> xq(xq_bytes + 64);
-  std::vector<float> y(c.rows), ys(c.rows);
-  // agreement with spill on this product first
+  std::vector<float> y(c.rows), ys(c.rows), yq(c.rows);
+  // agreement with spill on this product first (f32 and q8 activations)
   tq->from_float(c.x.data(), xq.data(), c.cols);
   for (uint32_t r = 0; r < c.rows; r++)
     t->vec_dot((int)c.cols, &y[r], 0, c.ggml.data() + r * row_bytes, 0, xq.data(), 0, 1);
-  spill_k_matvec(&c.w, c.x.data(), ys.data(), 0, c.rows);
-  double md = 0, my = 0;
+  SpillRun run(c.cols);
+  run.Run(c, false, ys.data());
+  run.Run(c, true, yq.data());
+  double md = 0, mq = 0, my = 0;
   for (uint32_t r = 0; r < c.rows; r++) {
     md = std::fmax(md, std::fabs((double)y[r] - ys[r]));
+    mq = std::fmax(mq, std::fabs((double)y[r] - yq[r]));
     my = std::fmax(my, std::fabs((double)ys[r]));
   }
-  if (!(md <= 0.02 * my)) {
+  if (!(md <= 0.02 * my) || !(mq <= 1e-4 * my)) {
     st.SkipWithError("ggml and spill disagree on the product");
     return;
   }
@@ -189,16 +238,33 @@ void Ggml(benchmark::State &st, int i) {
   }
   st.counters["weight_GB/s"] = benchmark::Counter(
       (double)c.ggml.size() * st.iterations() / 1e9, benchmark::Counter::kIsRate);
-  st.counters["rel_diff"] = md / my;
+  st.counters["rel_diff"] = md / my;     // vs spill, f32 activation
+  st.counters["rel_diff_q8"] = mq / my;  // vs spill, act_quant q8
 }
 
 }  // namespace
 
-BENCHMARK_CAPTURE(Spill, Q4K_Gate_768x2048, 0);
+BENCHMARK_CAPTURE(SpillF32, Q4K_Gate_768x2048, 0);
+BENCHMARK_CAPTURE(SpillQ8, Q4K_Gate_768x2048, 0);
 BENCHMARK_CAPTURE(Ggml, Q4K_Gate_768x2048, 0);
-BENCHMARK_CAPTURE(Spill, Q4K_Down_2048x768, 1);
+BENCHMARK_CAPTURE(SpillF32, Q4K_Down_2048x768, 1);
+BENCHMARK_CAPTURE(SpillQ8, Q4K_Down_2048x768, 1);
 BENCHMARK_CAPTURE(Ggml, Q4K_Down_2048x768, 1);
-BENCHMARK_CAPTURE(Spill, Q4_0_Gate_768x2048, 2);
-BENCHMARK_CAPTURE(Ggml, Q4_0_Gate_768x2048, 2);
-BENCHMARK_CAPTURE(Spill, Q4_0_Down_2048x768, 3);
-BENCHMARK_CAPTURE(Ggml, Q4_0_Down_2048x768, 3);
+BENCHMARK_CAPTURE(SpillF32, Q6K_Gate_768x2048, 2);
+BENCHMARK_CAPTURE(SpillQ8, Q6K_Gate_768x2048, 2);
+BENCHMARK_CAPTURE(Ggml, Q6K_Gate_768x2048, 2);
+BENCHMARK_CAPTURE(SpillF32, Q6K_Down_2048x768, 3);
+BENCHMARK_CAPTURE(SpillQ8, Q6K_Down_2048x768, 3);
+BENCHMARK_CAPTURE(Ggml, Q6K_Down_2048x768, 3);
+BENCHMARK_CAPTURE(SpillF32, Q4_0_Gate_768x2048, 4);
+BENCHMARK_CAPTURE(SpillQ8, Q4_0_Gate_768x2048, 4);
+BENCHMARK_CAPTURE(Ggml, Q4_0_Gate_768x2048, 4);
+BENCHMARK_CAPTURE(SpillF32, Q4_0_Down_2048x768, 5);
+BENCHMARK_CAPTURE(SpillQ8, Q4_0_Down_2048x768, 5);
+BENCHMARK_CAPTURE(Ggml, Q4_0_Down_2048x768, 5);
+BENCHMARK_CAPTURE(SpillF32, Q8_0_Gate_768x2048, 6);
+BENCHMARK_CAPTURE(SpillQ8, Q8_0_Gate_768x2048, 6);
+BENCHMARK_CAPTURE(Ggml, Q8_0_Gate_768x2048, 6);
+BENCHMARK_CAPTURE(SpillF32, Q8_0_Down_2048x768, 7);
+BENCHMARK_CAPTURE(SpillQ8, Q8_0_Down_2048x768, 7);
+BENCHMARK_CAPTURE(Ggml, Q8_0_Down_2048x768, 7);

@@ -6,6 +6,7 @@
  * Compiled with -mavx2 -mfma; called only after CPUID.
  */
 #include <immintrin.h>
+#include <string.h>
 
 #include "engine/base/half.h"
 #include "engine/quant/kernels_isa.h"
@@ -31,14 +32,20 @@ static float hsum8(__m256 v) {
 
 static __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-static void scale_min(int j, const uint8_t *q, int *d, int *m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
+/* The 8 6-bit scales and 8 mins of a Q4_K block's 12 scale bytes (ggml's
+ * get_scale_min_k4 for j = 0..7, by 32-bit masks) into sc[0..8), mn[0..8). */
+static void scales_mins(const uint8_t *p, uint8_t sc[8], uint8_t mn[8]) {
+  uint32_t a, b, c;
+  memcpy(&a, p, 4);
+  memcpy(&b, p + 4, 4);
+  memcpy(&c, p + 8, 4);
+  const uint32_t s0 = a & 0x3f3f3f3fu, m0 = b & 0x3f3f3f3fu;
+  const uint32_t s1 = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
+  const uint32_t m1 = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);
+  memcpy(sc, &s0, 4);
+  memcpy(sc + 4, &s1, 4);
+  memcpy(mn, &m0, 4);
+  memcpy(mn + 4, &m1, 4);
 }
 
 static float row_q4k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
@@ -48,12 +55,16 @@ static float row_q4k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
     const uint8_t *blk = row + (size_t)b * 144, *qs = blk + 16;
     const int8_t *x = xq->q256 + (size_t)b * 256;
     const int16_t *bs = xq->bsum + (size_t)b * 16;
-    int sc[8], mn[8];
-    int32_t summs = 0;
-    for (int j = 0; j < 8; j++) {
-      scale_min(j, blk + 4, &sc[j], &mn[j]);
-      summs += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-    }
+    uint8_t sc[8], mn[8];
+    scales_mins(blk + 4, sc, mn);
+    /* sum_j m_j (bsum[2j] + bsum[2j+1]) */
+    const __m128i bsp = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
+                                       _mm_loadu_si128((const __m128i *)(const void *)(bs + 8)));
+    const __m128i mm = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)mn));
+    __m128i ms = _mm_madd_epi16(mm, bsp);
+    ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
+    ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0xB1));
+    const int32_t summs = _mm_cvtsi128_si32(ms);
     __m256i sumv = _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {
       const __m256i q = load32(qs + 32 * j);
@@ -107,30 +118,46 @@ static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
   return acc;
 }
 
-/* 32 signed weights of block b of row r (q8 as stored; q4 unpacked from
- * interleaved nibbles, element 2i low, 2i+1 high, minus 8). */
-static __m256i weights32(const spill_qmat *w, uint32_t r, uint32_t b) {
-  const size_t cols = w->cols;
-  if (w->dtype == SPILL_K_DT_Q8) return load32((const int8_t *)w->data + (size_t)r * cols + 32 * b);
-  const __m128i v = _mm_loadu_si128((const __m128i *)((const uint8_t *)w->data + (r * cols + 32 * b) / 2));
-  const __m128i m4 = _mm_set1_epi8(0xF);
-  const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-  const __m256i q = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-  return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+static float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+/* One 32-block: lanes k = sum_{e=4k..4k+3} w_e x_e (|w| unsigned times x
+ * with w's sign: the same products, no saturation), then one FMA. */
+static inline __m256 block32(__m256i wv, const int8_t *xq, float d, __m256 acc) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(load32(xq), wv));
+  const __m256i lanes = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
 }
 
-static float row_q8q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
+static float row_q8(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
   const uint32_t cols = w->cols, g = w->group;
   const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / g);
-  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t *q = (const int8_t *)w->data + (size_t)r * cols;
   __m256 acc = _mm256_setzero_ps();
-  for (uint32_t b = 0; b < cols / 32; b++) {
-    const __m256i wv = weights32(w, r, b), x = load32(xq->q32 + 32 * b);
-    /* |w| (unsigned) times x with w's sign: the same products, no saturation */
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(x, wv));
-    const __m256i lanes = _mm256_madd_epi16(p, ones);
-    const float d = spill_f16_to_f32(s[32 * b / g]) * xq->d32[b];
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+  for (uint32_t b0 = 0, gi = 0; b0 < cols / 32; b0 += g / 32, gi++) {
+    const float sw = f16(s[gi]);
+    for (uint32_t b = b0; b < b0 + g / 32; b++)
+      acc = block32(load32(q + 32 * b), xq->q32 + 32 * b, sw * xq->d32[b], acc);
+  }
+  return hsum8(acc);
+}
+
+/* q4 rows: element 2i in the low nibble of byte i, 2i+1 in the high one. */
+static float row_q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
+  const uint32_t cols = w->cols, g = w->group;
+  const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / g);
+  const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols / 2;
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  const __m256i k8 = _mm256_set1_epi8(8);
+  __m256 acc = _mm256_setzero_ps();
+  for (uint32_t b0 = 0, gi = 0; b0 < cols / 32; b0 += g / 32, gi++) {
+    const float sw = f16(s[gi]);
+    for (uint32_t b = b0; b < b0 + g / 32; b++) {
+      const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(q + 16 * b));
+      const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+      const __m256i wv = _mm256_sub_epi8(
+          _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi)), k8);
+      acc = block32(wv, xq->q32 + 32 * b, sw * xq->d32[b], acc);
+    }
   }
   return hsum8(acc);
 }
@@ -143,7 +170,9 @@ void spill_k_matvec_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y
       y[r] = row_q4k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 144, xq, (uint32_t)cols);
     else if (w->dtype == SPILL_K_DT_Q6_K)
       y[r] = row_q6k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 210, xq, (uint32_t)cols);
+    else if (w->dtype == SPILL_K_DT_Q8)
+      y[r] = row_q8(w, r, xq);
     else
-      y[r] = row_q8q4(w, r, xq);
+      y[r] = row_q4(w, r, xq);
   }
 }
