@@ -49,6 +49,11 @@ typedef enum spill_io_backend_kind {
   SPILL_IO_URING = 1, /* io_uring */
 } spill_io_backend_kind;
 
+/* Matvec inputs: f32, or quantised to 8 bits per matvec input (Q8_0 for
+ * q4/q8 weights, Q8_K for q4_k/q6_k) with integer dot products, as ggml's
+ * CPU backend (engine/quant/kernels_xq.h); other weight dtypes stay f32. */
+typedef enum spill_act_quant { SPILL_ACT_F32 = 0, SPILL_ACT_Q8 = 1 } spill_act_quant;
+
 typedef struct spill_config {
   uint64_t budget_bytes;  /* budget: RAM budget; 0 = the default rule (docs/PLAN.md) */
   uint64_t usable_ram;    /* RAM the default rule plans for; 0 = this machine */
@@ -62,6 +67,7 @@ typedef struct spill_config {
   spill_io_backend_kind io_backend; /* io_backend: pread | uring */
   spill_storage storage;  /* storage: direct | pagecache | mmap */
   spill_trunk_mode trunk; /* trunk: read | mmap | mlock */
+  spill_act_quant act_quant; /* act_quant: f32 | q8 matvec inputs (f32) */
   char policy[16];        /* policy: lru | lfru | wtinylfu | nextuse[-coact|-opt] | arc | s3fifo */
   int lookahead;          /* lookahead: experts prefetched per predicted layer (0 = off) */
   int lookahead_depth;    /* lookahead_depth: 1 or 2 layers ahead */

@@ -70,6 +70,9 @@ static const knob_row k_knobs[] = {
     {{"trunk", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "read|mmap|mlock", NULL,
       "trunk read into memory, mapped, or read and mlocked"},
      CFG(trunk, ST_INT)},
+    {{"act_quant", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "f32|q8", NULL,
+      "matvec inputs: f32, or 8-bit for q4/q8/q4_k/q6_k weights"},
+     CFG(act_quant, ST_INT)},
     {{"policy", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, NULL /* the cache's registry */, NULL,
       "expert cache eviction policy (docs/CACHE.md)"},
      CFG(policy, ST_CHARS)},
@@ -128,7 +131,9 @@ _Static_assert(SPILL_STORAGE_DIRECT == 0 && SPILL_STORAGE_PAGECACHE == 1 &&
 _Static_assert(SPILL_TRUNK_READ == 0 && SPILL_TRUNK_MMAP == 1 && SPILL_TRUNK_MLOCK == 2,
                "trunk choices order");
 
+_Static_assert(SPILL_ACT_F32 == 0 && SPILL_ACT_Q8 == 1, "act_quant choices order");
 _Static_assert(sizeof(spill_storage) == sizeof(int) && sizeof(spill_trunk_mode) == sizeof(int) &&
+                   sizeof(spill_act_quant) == sizeof(int) &&
                    sizeof(spill_io_backend_kind) == sizeof(int),
                "choice knobs are stored as int");
 

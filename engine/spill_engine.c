@@ -306,6 +306,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   mo.max_chunk = g->cfg.prefill_chunk;
   mo.verify = g->cfg.verify;
   mo.trunk_mode = (int)g->cfg.trunk;
+  mo.act_q8 = g->cfg.act_quant == SPILL_ACT_Q8;
   if ((rc = spill_model_open(model_dir, &mo, &g->m, e)) < 0) goto fail;
   g->a = spill_model_arch(g->m);
   if ((rc = open_routing_trace(g, e)) < 0) goto fail;

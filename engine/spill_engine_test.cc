@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -222,6 +223,92 @@ TEST(EngineTest, OneAndTwoThreadsGiveIdenticalLogits) {
   }
 }
 
+// act_quant q8 models: q4 experts (and the default q4/q8 trunk), so every
+// expert and trunk matvec takes the integer path (kernels_xq.h).
+const std::string &Q4Experts(const char *preset, const char *mix) {
+  static std::string dirs[2];
+  const int i = strcmp(preset, "mini") == 0;
+  if (dirs[i].empty()) {
+    std::string d = TmpDir() + "/engine-q4x-" + preset + "-" + mix;
+    spill_gen_request r = {};
+    r.preset = preset;
+    r.attn_mix = mix;
+    r.expert_dtype = "q4";
+    if (i) {
+      r.experts = 8;
+      r.moe_layers = 1;
+      r.top_k = 2;
+    }
+    spill_err e = {};
+    EXPECT_EQ(spill_gen(d.c_str(), &r, nullptr, nullptr, &e), SPILL_OK) << e.msg;
+    dirs[i] = d;
+  }
+  return dirs[i];
+}
+
+TEST(EngineTest, ActQuantQ8KeepsTheBitExactInvariants) {
+  spill_config base = Cfg();
+  base.act_quant = SPILL_ACT_Q8;
+  const std::string &nano = Q4Experts("nano", "k3");
+  spill_config cached = base, uncached = base, serial = base, la = base;
+  cached.cache_slots = 24;
+  uncached.cache_slots = 0;
+  serial.overlap = 0;
+  la.cache_slots = 24;
+  la.lookahead = 6;
+  Outcome a = Generate(cached, nano);
+  ASSERT_EQ(a.rc, SPILL_OK) << a.err;
+  ExpectIdentical(a, Generate(uncached, nano), "q8: cached vs read");
+  ExpectIdentical(a, Generate(serial, nano), "q8: overlap on vs off");
+  Outcome b = Generate(la, nano);
+  ExpectIdentical(a, b, "q8: lookahead 0 vs 6");
+  EXPECT_GT(b.st.spec_issued, 0u);
+  spill_config one = base, two = base;
+  one.threads = 1;
+  two.threads = 2;
+  const std::string &mini = Q4Experts("mini", "gqa");
+  Outcome c = Generate(one, mini), d = Generate(two, mini);
+  ExpectIdentical(c, d, "q8: 1 vs 2 threads");
+  EXPECT_GT(d.st.compute_parallel_sections, 0u);
+}
+
+TEST(EngineTest, ActQuantQ8ChangesTheLogitsWithinItsRounding) {
+  // The knob is used (different bits) and the logits stay finite and near:
+  // each matvec moves by ~0.5% of its largest output, but the random-weight
+  // nano (10 layers, 12 positions) compounds that to 0.26 of the largest
+  // |logit| (measured, 2-vCPU EPYC VM); 0.5 is the sanity bound asserted.
+  // Agreement on real models is //tools/peers:llama_oracle_test's
+  // (docs/PEERS.md), per-matvec accuracy kernels_xq_test's.
+  const std::string &nano = Q4Experts("nano", "k3");
+  spill_model_opts mo = {};
+  mo.n_threads = 1;
+  mo.ctx = 256;
+  std::vector<float> lf, lq;
+  for (int act : {0, 1}) {
+    mo.act_q8 = act;
+    spill_model *m = nullptr;
+    spill_err e = {};
+    ASSERT_EQ(spill_model_open(nano.c_str(), &mo, &m, &e), SPILL_OK) << e.msg;
+    const int V = spill_model_arch(m)->vocab_size;
+    std::vector<float> &l = act ? lq : lf;
+    l.resize((size_t)V * 12);
+    for (int i = 0; i < 12; i++) {
+      int tok = i ? 'a' + 2 * i : 256;
+      ASSERT_EQ(spill_model_forward(m, &tok, 1, i, &l[(size_t)i * V], &e), SPILL_OK) << e.msg;
+    }
+    spill_model_close(m);
+  }
+  double md = 0, mx = 0;
+  for (size_t i = 0; i < lf.size(); i++) {
+    ASSERT_TRUE(std::isfinite(lq[i]));
+    md = std::fmax(md, std::fabs((double)lf[i] - lq[i]));
+    mx = std::fmax(mx, std::fabs((double)lf[i]));
+  }
+  EXPECT_GT(md, 0.0) << "act_quant q8 did not change any logit";
+  EXPECT_LE(md, 0.5 * mx) << "max |f32 - q8| " << md << " of max |logit| " << mx;
+  std::printf("act_quant q8 vs f32 on nano (q4 experts): max |diff| %.3g of max |logit| %.3g\n", md, mx);
+}
+
 TEST(EngineTest, StreamingEngineMatchesTheSynchronousSource) {
   // The model with its built-in synchronous pread source vs the engine's
   // asynchronous streaming source with cache and lookahead.
@@ -236,6 +323,34 @@ TEST(EngineTest, StreamingEngineMatchesTheSynchronousSource) {
   spill_model *m = nullptr;
   spill_err e = {};
   ASSERT_EQ(spill_model_open(Nano().c_str(), &mo, &m, &e), SPILL_OK) << e.msg;
+  int V = spill_model_arch(m)->vocab_size;
+  std::vector<int> all = {256, 'T', 'h', 'e', ' ', 'q', 'u', 'i', 'c', 'k', ' ',
+                          'b', 'r', 'o', 'w', 'n', ' ', 'f', 'o', 'x'};
+  all.insert(all.end(), r.tokens.begin(), r.tokens.end());
+  std::vector<float> logits(all.size() * (size_t)V);
+  for (size_t i = 0; i < all.size(); i++)
+    ASSERT_EQ(spill_model_forward(m, &all[i], 1, (int)i, &logits[i * (size_t)V], &e), SPILL_OK)
+        << e.msg;
+  spill_model_close(m);
+  ASSERT_EQ(logits.size(), r.logits.size());
+  EXPECT_EQ(0, memcmp(logits.data(), r.logits.data(), logits.size() * sizeof(float)));
+}
+
+TEST(EngineTest, ActQuantQ8StreamingEngineMatchesTheSynchronousSource) {
+  spill_config cfg = Cfg();
+  cfg.act_quant = SPILL_ACT_Q8;
+  cfg.lookahead = 4;
+  cfg.cache_slots = 20;
+  const std::string &nano = Q4Experts("nano", "k3");
+  Outcome r = Generate(cfg, nano);
+  ASSERT_EQ(r.rc, SPILL_OK) << r.err;
+  spill_model_opts mo = {};
+  mo.n_threads = 1;
+  mo.ctx = 256;
+  mo.act_q8 = 1;
+  spill_model *m = nullptr;
+  spill_err e = {};
+  ASSERT_EQ(spill_model_open(nano.c_str(), &mo, &m, &e), SPILL_OK) << e.msg;
   int V = spill_model_arch(m)->vocab_size;
   std::vector<int> all = {256, 'T', 'h', 'e', ' ', 'q', 'u', 'i', 'c', 'k', ' ',
                           'b', 'r', 'o', 'w', 'n', ' ', 'f', 'o', 'x'};

@@ -26,6 +26,7 @@ typedef struct mv_job {
   const float *x[2];
   const float *lut[2];
   const void *qlut[2]; /* int16 LUT (spill_k_apply_rvq3_i16), else NULL */
+  const spill_k_xq *xq[2]; /* quantised input (act_q8, spill_k_matvec_xq), else NULL */
   float *y[2];
   uint32_t rows_per_task;
   int tasks0; /* tasks of matrix 0 */
@@ -40,7 +41,8 @@ static void mv_task(void *ctx, int task, int thread) {
   const uint32_t r0 = (uint32_t)t * j->rows_per_task;
   uint32_t r1 = r0 + j->rows_per_task;
   if (r1 > w->rows) r1 = w->rows;
-  if (j->qlut[mi]) spill_k_apply_rvq3_i16(w, j->qlut[mi], j->y[mi], r0, r1);
+  if (j->xq[mi]) spill_k_matvec_xq(w, j->xq[mi], j->y[mi], r0, r1);
+  else if (j->qlut[mi]) spill_k_apply_rvq3_i16(w, j->qlut[mi], j->y[mi], r0, r1);
   else if (j->lut[mi]) spill_k_apply_rvq3_f32(w, j->lut[mi], j->y[mi], r0, r1);
   else
     spill_k_matvec(w, j->x[mi], j->y[mi], r0, r1);
@@ -53,8 +55,34 @@ static uint32_t rows_per_task(const spill_model *m, uint32_t rows) {
   return r;
 }
 
+/* act_q8: the integer path for each matrix of the pair that has one. A
+ * caller's quantised input is kept; otherwise x is quantised here, once
+ * for both matrices when they share it, into xq (the caller's storage). */
+static void quantise_inputs(spill_model *m, mv_job *j, spill_k_xq xq[2]) {
+  uint8_t *buf[2] = {m->s.xq0, m->s.xq1};
+  for (int mi = 0; mi < 2; mi++) {
+    const spill_qmat *w = j->w[mi];
+    if (!w || !j->x[mi] || j->lut[mi] || j->qlut[mi] || !spill_k_matvec_xq_ok(w)) {
+      j->xq[mi] = NULL;
+      continue;
+    }
+    if (j->xq[mi] && j->xq[mi]->n == w->cols) continue;
+    j->xq[mi] = NULL;
+    if (!m->o.act_q8 || spill_k_xq_bytes(w->cols) > m->s.xq_cap) continue;
+    if (mi == 1 && j->xq[0] && j->x[0] == j->x[1] && j->w[0]->cols == w->cols) {
+      j->xq[1] = j->xq[0];
+      continue;
+    }
+    spill_k_xq_init(&xq[mi], buf[mi], w->cols);
+    spill_k_xq_quantize(j->x[mi], &xq[mi]);
+    j->xq[mi] = &xq[mi];
+  }
+}
+
 static void run_mv(spill_model *m, mv_job *jp) {
   mv_job j = *jp;
+  spill_k_xq xq[2];
+  quantise_inputs(m, &j, xq);
   const spill_qmat *w0 = j.w[0], *w1 = j.w[1];
   const uint64_t work = (uint64_t)w0->rows * w0->cols + (w1 ? (uint64_t)w1->rows * w1->cols : 0);
   if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
@@ -77,13 +105,20 @@ static void run_mv(spill_model *m, mv_job *jp) {
 void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, const float *lut0,
                          float *y0, const spill_qmat *w1, const float *x1, const float *lut1,
                          float *y1) {
-  mv_job j = {{w0, w1}, {x0, x1}, {lut0, lut1}, {NULL, NULL}, {y0, y1}, 0, 0};
+  mv_job j = {{w0, w1}, {x0, x1}, {lut0, lut1}, {NULL, NULL}, {NULL, NULL}, {y0, y1}, 0, 0};
+  run_mv(m, &j);
+}
+
+void spill_model_matvec2_xq(spill_model *m, const spill_qmat *w0, const float *x0,
+                            const spill_k_xq *xq0, float *y0, const spill_qmat *w1,
+                            const float *x1, const spill_k_xq *xq1, float *y1) {
+  mv_job j = {{w0, w1}, {x0, x1}, {NULL, NULL}, {NULL, NULL}, {xq0, xq1}, {y0, y1}, 0, 0};
   run_mv(m, &j);
 }
 
 void spill_model_rvq3_apply2_q(spill_model *m, const spill_qmat *w0, const void *q0, float *y0,
                                const spill_qmat *w1, const void *q1, float *y1) {
-  mv_job j = {{w0, w1}, {NULL, NULL}, {NULL, NULL}, {q0, q1}, {y0, y1}, 0, 0};
+  mv_job j = {{w0, w1}, {NULL, NULL}, {NULL, NULL}, {q0, q1}, {NULL, NULL}, {y0, y1}, 0, 0};
   run_mv(m, &j);
 }
 

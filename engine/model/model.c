@@ -109,8 +109,8 @@ static void *carve(carver *cv, uint64_t n_elems, uint64_t elem) {
   return p;
 }
 
-static void plan_scratch(const spill_arch *a, int ctx, int n_threads, int T, int qlut, carver *cv,
-                         spill_model_scratch *s) {
+static void plan_scratch(const spill_arch *a, int ctx, int n_threads, int T, int qlut, int xq,
+                         carver *cv, spill_model_scratch *s) {
   const uint64_t D = (uint64_t)a->d_model, V = (uint64_t)a->vocab_size;
   int has[3] = {0, 0, 0};
   for (int l = 0; l < a->n_layers; l++)
@@ -199,6 +199,16 @@ static void plan_scratch(const spill_arch *a, int ctx, int n_threads, int T, int
   s->qlut_g = nq ? carve(cv, Tn * spill_k_qlut_rvq3_i16_bytes((uint32_t)din), 1) : NULL;
   s->qlut_u = nq ? carve(cv, Tn * spill_k_qlut_rvq3_i16_bytes((uint32_t)din), 1) : NULL;
   s->qlut_d = nq ? carve(cv, spill_k_qlut_rvq3_i16_bytes((uint32_t)de), 1) : NULL;
+  /* act_q8 inputs: per-token expert inputs, and a pair sized for the widest
+   * matvec input (rounded up to 256: spill_k_xq_bytes grows with n) */
+  uint64_t maxc = MAXI(MAXI(MAXI(D, din), MAXI(de, ff)), MAXI(MAXI(q, kv), MAXI(ohead, cq)));
+  maxc = MAXI(maxc, MAXI(MAXI(heads * dc, kda), fa));
+  maxc = (maxc + 255) / 256 * 256;
+  s->xq_u_bytes = xq ? spill_k_xq_bytes((uint32_t)din) : 0;
+  s->xq_cap = xq && maxc <= UINT32_MAX ? spill_k_xq_bytes((uint32_t)maxc) : 0;
+  s->xq_u = xq ? carve(cv, Tn * s->xq_u_bytes, 1) : NULL;
+  s->xq0 = xq ? carve(cv, s->xq_cap, 1) : NULL;
+  s->xq1 = xq ? carve(cv, s->xq_cap, 1) : NULL;
   s->eg = carve(cv, de, 4);
   s->eu = carve(cv, de, 4);
   s->slot = carve(cv, Tn * K * din, 4);
@@ -219,7 +229,8 @@ uint64_t spill_model_scratch_bytes(const spill_arch *a, int ctx, int n_threads, 
   if (!a || ctx < 0) return 0;
   carver cv = {NULL, 0};
   spill_model_scratch s;
-  plan_scratch(a, ctx, n_threads > 0 ? n_threads : 1, max_chunk > 0 ? max_chunk : 16, 1, &cv, &s);
+  plan_scratch(a, ctx, n_threads > 0 ? n_threads : 1, max_chunk > 0 ? max_chunk : 16, 1, 1, &cv,
+               &s);
   return cv.off;
 }
 
@@ -241,7 +252,8 @@ static int open_impl(spill_model *m, const char *dir, spill_err *e) {
   m->rvq_q =
       m->expert_dtype == SPILL_DT_RVQ3 && ql && !strcmp(ql, "1") && spill_k_apply_rvq3_i16_fast();
   carver cv = {NULL, 0};
-  plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, m->rvq_q, &cv, &m->s);
+  plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, m->rvq_q, m->o.act_q8, &cv,
+               &m->s);
   SPILL_FAIL_IF(e, cv.off > SIZE_MAX, SPILL_E_NOMEM, "scratch overflows");
   m->scratch_bytes = (size_t)cv.off;
   m->scratch_mem = spill_alloc(m->scratch_bytes, 64);
@@ -249,7 +261,8 @@ static int open_impl(spill_model *m, const char *dir, spill_err *e) {
                 m->scratch_bytes);
   cv.base = m->scratch_mem;
   cv.off = 0;
-  plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, m->rvq_q, &cv, &m->s);
+  plan_scratch(&m->a, m->o.ctx, m->o.n_threads, m->o.max_chunk, m->rvq_q, m->o.act_q8, &cv,
+               &m->s);
   SPILL_TRY(spill_pool_open(m->o.n_threads, &m->pool, e));
   if (spill_arch_n_moe(&m->a) > 0) {
     SPILL_TRY(spill_expert_source_sync_open(&m->c, m->o.verify, 2, &m->builtin, e));

@@ -18,6 +18,7 @@
 #include "engine/model/model.h"
 #include "engine/model/thread_pool.h"
 #include "engine/quant/kernels.h"
+#include "engine/quant/kernels_xq.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,6 +90,11 @@ typedef struct spill_model_scratch {
    * lut_g/lut_u per token and of lut_d, spill_k_qlut_rvq3_i16_bytes(cols) each */
   uint8_t *qlut_g, *qlut_u; /* (T, qlut_bytes(d_in)) */
   uint8_t *qlut_d;          /* (qlut_bytes(d_expert)) */
+  /* act_q8 (kernels_xq.h): quantised matvec inputs, spill_k_xq_bytes each */
+  uint8_t *xq_u;   /* (T, xq_u_bytes) each token's expert input u, once per layer */
+  size_t xq_u_bytes; /* spill_k_xq_bytes(d_in) */
+  uint8_t *xq0, *xq1; /* (xq_cap) the inputs of one matvec pair */
+  size_t xq_cap;
   float *eg, *eu;  /* (d_expert) expert gate/up outputs */
   float *slot;     /* (T, k, d_in) each selection's expert output */
   float *y;        /* (d_in) */
@@ -159,6 +165,11 @@ void spill_model_matvec(spill_model *m, const spill_qmat *w, const float *x, flo
 void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, const float *lut0,
                          float *y0, const spill_qmat *w1, const float *x1, const float *lut1,
                          float *y1);
+/* spill_model_matvec2 with the inputs already quantised (act_q8): xq0/xq1
+ * are used where the matrix has an integer path, else x0/x1 (f32). */
+void spill_model_matvec2_xq(spill_model *m, const spill_qmat *w0, const float *x0,
+                            const spill_k_xq *xq0, float *y0, const spill_qmat *w1,
+                            const float *x1, const spill_k_xq *xq1, float *y1);
 /* Runs fn over n_tasks independent tasks (e.g. attention heads) on the pool,
  * or inline when the total work (MACs) is below par_min_weights. */
 void spill_model_run_tasks(spill_model *m, spill_pool_fn fn, void *ctx, int n_tasks,

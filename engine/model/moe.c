@@ -137,7 +137,7 @@ static void drain(spill_model *m, int l, const uint32_t *uniq, int remaining) {
 static void expert_apply(spill_model *m, const spill_layer_weights *L, const spill_qmat *G,
                          const spill_qmat *U, const spill_qmat *Dn, const float *u,
                          const float *lut_g, const float *lut_u, const void *q_g,
-                         const void *q_u, float *slot) {
+                         const void *q_u, const uint8_t *xq_u, float *slot) {
   const int de = m->a.moe.d_expert;
   float *eg = m->s.eg; /* (d_expert) */
   float *eu = m->s.eu; /* (d_expert) */
@@ -161,7 +161,9 @@ static void expert_apply(spill_model *m, const spill_layer_weights *L, const spi
     m->stats.ns_lut += t2 - t1;
     m->stats.ns_expert += (t1 - t0) + (spill_clock_ns() - t2);
   } else {
-    spill_model_matvec2(m, G, u, NULL, eg, U, u, NULL, eu);
+    spill_k_xq xq; /* act_q8: u as quantised once per layer (overlap_work) */
+    if (xq_u) spill_k_xq_init(&xq, (void *)(uintptr_t)xq_u, (uint32_t)m->d_in);
+    spill_model_matvec2_xq(m, G, u, xq_u ? &xq : NULL, eg, U, u, xq_u ? &xq : NULL, eu);
     spill_k_silu_mul(eg, eu, (uint32_t)de);
     spill_model_matvec(m, Dn, eg, slot);
     m->stats.ns_expert += spill_clock_ns() - t0;
@@ -219,7 +221,8 @@ static int group_uses(spill_model *m, const uint32_t *sel, int n) {
 }
 
 /* While the reads fly: the shared experts (they need no routed expert)
- * and, for rvq3 experts, the gate/up LUTs of every token's input. */
+ * and, for rvq3 experts, the gate/up LUTs of every token's input; with
+ * act_q8, every token's input quantised (once per layer, for all experts). */
 static void overlap_work(spill_model *m, int l, const spill_layer_weights *L, const float *h,
                          const float *u, int T) {
   const spill_moe_cfg *c = &m->a.moe;
@@ -254,6 +257,12 @@ static void overlap_work(spill_model *m, int l, const spill_layer_weights *L, co
       }
     }
     m->stats.ns_lut += spill_clock_ns() - t0;
+  } else if (m->o.act_q8) {
+    for (int t = 0; t < T; t++) {
+      spill_k_xq xq;
+      spill_k_xq_init(&xq, s->xq_u + (size_t)t * s->xq_u_bytes, (uint32_t)din);
+      spill_k_xq_quantize(u + (size_t)t * din, &xq);
+    }
   }
 }
 
@@ -308,7 +317,9 @@ static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, 
                    rvq3 ? s->lut_g + (size_t)t * lut_n : NULL,
                    rvq3 ? s->lut_u + (size_t)t * lut_n : NULL,
                    rq ? s->qlut_g + (size_t)t * qlut_n : NULL,
-                   rq ? s->qlut_u + (size_t)t * qlut_n : NULL, slot + (size_t)ts * din);
+                   rq ? s->qlut_u + (size_t)t * qlut_n : NULL,
+                   !rvq3 && m->o.act_q8 ? s->xq_u + (size_t)t * s->xq_u_bytes : NULL,
+                   slot + (size_t)ts * din);
     }
     m->stats.n_expert_uses += (uint64_t)(s->use_start[idx + 1] - s->use_start[idx]);
     m->src.release(m->src.ctx, l, id);
