@@ -50,7 +50,7 @@ typedef enum spill_io_backend_kind {
 } spill_io_backend_kind;
 
 /* Matvec inputs: f32, or quantised to 8 bits per matvec input (Q8_0 for
- * q4/q8 weights, Q8_K for q4_k/q6_k) with integer dot products, as ggml's
+ * q4/q8 weights, Q8_K for q4_k/q5_k/q6_k) with integer dot products, as ggml's
  * CPU backend (engine/quant/kernels_xq.h); other weight dtypes stay f32. */
 typedef enum spill_act_quant { SPILL_ACT_F32 = 0, SPILL_ACT_Q8 = 1 } spill_act_quant;
 

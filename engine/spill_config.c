@@ -71,7 +71,7 @@ static const knob_row k_knobs[] = {
       "trunk read into memory, mapped, or read and mlocked"},
      CFG(trunk, ST_INT)},
     {{"act_quant", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "f32|q8", NULL,
-      "matvec inputs: f32, or 8-bit for q4/q8/q4_k/q6_k weights"},
+      "matvec inputs: f32, or 8-bit for q4/q8/q4_k/q5_k/q6_k weights"},
      CFG(act_quant, ST_INT)},
     {{"policy", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, NULL /* the cache's registry */, NULL,
       "expert cache eviction policy (docs/CACHE.md)"},

@@ -60,7 +60,7 @@ typedef struct spill_model_opts {
    * (same numbers, no dispatch cost). <= 0: 32768. Tests set 1 to force
    * every matvec through the pool. */
   int par_min_weights;
-  /* 1: matvecs of q4/q8 (group % 32 == 0), q4_k and q6_k weights take their
+  /* 1: matvecs of q4/q8 (group % 32 == 0), q4_k, q5_k and q6_k weights take their
    * input quantised to Q8_0 / Q8_K as ggml's CPU backend does, through the
    * integer kernels (engine/quant/kernels_xq.h); each routed expert input is
    * quantised once per layer and token. 0: f32 inputs. */

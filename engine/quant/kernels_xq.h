@@ -5,10 +5,10 @@
  * d = amax/127 stored as f16, q = round-half-even(x * 127/amax)) for q4/q8
  * weights, and Q8_K blocks of 256 (quantize_row_q8_K_ref: the element of
  * largest |x| gives iscale = -127/x, q = min(127, rint(iscale x)), d =
- * 1/iscale, 16-element sums) for q4_k/q6_k. The dot products then run in
+ * 1/iscale, 16-element sums) for q4_k/q5_k/q6_k. The dot products then run in
  * integers, exact, and are scaled in f32 in an order fixed here, so the
  * __avx2 twins are bit-identical to __ref:
- *   q4_k: per super-block acc += dall*(float)sumi; acc -= dmin*(float)summs
+ *   q4_k, q5_k: per super-block acc += dall*(float)sumi; acc -= dmin*(float)summs
  *         (sumi = sum_j sc_j sum q x, summs = sum_j m_j sum x, both int32).
  *   q6_k: per super-block acc += (d_w * d_x) * (float)sumi.
  *   q4/q8 (group a multiple of 32): 8 f32 lanes; for each 32-block b, lane

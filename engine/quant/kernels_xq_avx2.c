@@ -48,11 +48,15 @@ static void scales_mins(const uint8_t *p, uint8_t sc[8], uint8_t mn[8]) {
   memcpy(mn + 4, &m1, 4);
 }
 
-static float row_q4k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
-  const __m256i m4 = _mm256_set1_epi8(0xF);
+/* q4_k, or q5_k with five (the high bit of element 64j+l is bit 2j of
+ * qh[l], of element 64j+32+l bit 2j+1: added as 16 before the products). */
+static float row_q45k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols, int five) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+  const size_t bb = five ? 176 : 144;
   float acc = 0.0f;
   for (uint32_t b = 0; b < cols / 256; b++) {
-    const uint8_t *blk = row + (size_t)b * 144, *qs = blk + 16;
+    const uint8_t *blk = row + (size_t)b * bb, *qs = blk + (five ? 48 : 16);
+    const __m256i qh = five ? load32(blk + 16) : _mm256_setzero_si256();
     const int8_t *x = xq->q256 + (size_t)b * 256;
     const int16_t *bs = xq->bsum + (size_t)b * 16;
     uint8_t sc[8], mn[8];
@@ -68,7 +72,13 @@ static float row_q4k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
     __m256i sumv = _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {
       const __m256i q = load32(qs + 32 * j);
-      const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if (five) { /* (qh >> 2j) & 1, (qh >> 2j+1) & 1, times 16, per byte */
+        const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
+        const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+      }
       const __m256i plo = _mm256_maddubs_epi16(lo, load32(x + 64 * j));
       const __m256i phi = _mm256_maddubs_epi16(hi, load32(x + 64 * j + 32));
       sumv = _mm256_add_epi32(sumv, _mm256_madd_epi16(plo, _mm256_set1_epi16((short)sc[2 * j])));
@@ -166,8 +176,11 @@ void spill_k_matvec_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y
                              uint32_t r1) {
   const size_t cols = w->cols;
   for (uint32_t r = r0; r < r1; r++) {
-    if (w->dtype == SPILL_K_DT_Q4_K)
-      y[r] = row_q4k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 144, xq, (uint32_t)cols);
+    if (w->dtype == SPILL_K_DT_Q4_K || w->dtype == SPILL_K_DT_Q5_K) {
+      const int five = w->dtype == SPILL_K_DT_Q5_K;
+      y[r] = row_q45k((const uint8_t *)w->data + (size_t)r * (cols / 256) * (five ? 176 : 144), xq,
+                      (uint32_t)cols, five);
+    }
     else if (w->dtype == SPILL_K_DT_Q6_K)
       y[r] = row_q6k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 210, xq, (uint32_t)cols);
     else if (w->dtype == SPILL_K_DT_Q8)

@@ -103,6 +103,7 @@ void spill_k_xq_quantize(const float *x, spill_k_xq *xq) {
 int spill_k_matvec_xq_ok(const spill_qmat *w) {
   switch (w->dtype) {
     case SPILL_K_DT_Q4_K:
+    case SPILL_K_DT_Q5_K:
     case SPILL_K_DT_Q6_K:
       return w->cols % 256 == 0;
     case SPILL_K_DT_Q8:
@@ -124,10 +125,14 @@ static void scale_min(int j, const uint8_t *q, int *d, int *m) {
   }
 }
 
-static float row_q4k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
+/* q4_k (five = 0, 144-byte blocks) and q5_k (five = 1, 176 bytes: 32 bytes
+ * of high bits after the scales, element 64j+l gets 16 from bit 2j of
+ * qh[l], element 64j+32+l from bit 2j+1). */
+static float row_q45k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols, int five) {
+  const size_t bb = five ? 176 : 144;
   float acc = 0.0f;
   for (uint32_t b = 0; b < cols / 256; b++) {
-    const uint8_t *blk = row + (size_t)b * 144, *qs = blk + 16;
+    const uint8_t *blk = row + (size_t)b * bb, *qh = blk + 16, *qs = blk + (five ? 48 : 16);
     const int8_t *x = xq->q256 + (size_t)b * 256;
     const int16_t *bs = xq->bsum + (size_t)b * 16;
     int32_t sumi = 0, summs = 0;
@@ -136,7 +141,10 @@ static float row_q4k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
       scale_min(j, blk + 4, &sc, &mn);
       const uint8_t *q = qs + 32 * (j / 2);
       int32_t s = 0;
-      for (int l = 0; l < 32; l++) s += ((j & 1) ? q[l] >> 4 : q[l] & 0xF) * x[32 * j + l];
+      for (int l = 0; l < 32; l++) {
+        const int h = five && (qh[l] >> j & 1) ? 16 : 0;
+        s += (((j & 1) ? q[l] >> 4 : q[l] & 0xF) + h) * x[32 * j + l];
+      }
       sumi += sc * s;
       summs += mn * (bs[2 * j] + bs[2 * j + 1]);
     }
@@ -203,8 +211,11 @@ void spill_k_matvec_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y,
                             uint32_t r1) {
   const size_t cols = w->cols;
   for (uint32_t r = r0; r < r1; r++) {
-    if (w->dtype == SPILL_K_DT_Q4_K)
-      y[r] = row_q4k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 144, xq, (uint32_t)cols);
+    if (w->dtype == SPILL_K_DT_Q4_K || w->dtype == SPILL_K_DT_Q5_K) {
+      const int five = w->dtype == SPILL_K_DT_Q5_K;
+      y[r] = row_q45k((const uint8_t *)w->data + (size_t)r * (cols / 256) * (five ? 176 : 144), xq,
+                      (uint32_t)cols, five);
+    }
     else if (w->dtype == SPILL_K_DT_Q6_K)
       y[r] = row_q6k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 210, xq, (uint32_t)cols);
     else

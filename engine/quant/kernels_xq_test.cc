@@ -1,5 +1,5 @@
 // engine/quant/kernels_xq_test.cc: the integer-activation matvec
-// (kernels_xq.h) for q4_k, q6_k and q8/q4 with groups 32/64/128.
+// (kernels_xq.h) for q4_k, q5_k, q6_k and q8/q4 with groups 32/64/128.
 // - the quantiser: every element within its derived half-step bound
 //   (Q8_K: |x - q d| <= d/2 (1 + 1e-6); Q8_0: <= amax/127 (0.5 + 127 *
 //   2^-11 + 1e-5), the f16 rounding of d included), Q8_K sums exact;
@@ -51,7 +51,7 @@ Mat RandomMat(Case c, uint32_t rows, uint32_t cols, uint32_t seed) {
       uint8_t *p = m.buf.data() + (size_t)b * bb;
       uint16_t d = spill_f32_to_f16(u(g)), mn = spill_f32_to_f16(u(g));
       memcpy(p + (c.dtype == SPILL_K_DT_Q6_K ? 208 : 0), &d, 2);
-      if (c.dtype == SPILL_K_DT_Q4_K) memcpy(p + 2, &mn, 2);
+      if (c.dtype != SPILL_K_DT_Q6_K) memcpy(p + 2, &mn, 2);
     }
     m.w.data = m.buf.data();
     return m;
@@ -70,10 +70,11 @@ Mat RandomMat(Case c, uint32_t rows, uint32_t cols, uint32_t seed) {
   return m;
 }
 
-// |min| part of element e of row r (Q4_K: dmin * m_j; else 0).
+// |min| part of element e of row r (Q4_K/Q5_K: dmin * m_j; else 0).
 double MinPart(const spill_qmat &w, uint32_t r, uint32_t e) {
-  if (w.dtype != SPILL_K_DT_Q4_K) return 0.0;
-  const uint8_t *b = (const uint8_t *)w.data + ((size_t)r * (w.cols / 256) + e / 256) * 144;
+  if (w.dtype != SPILL_K_DT_Q4_K && w.dtype != SPILL_K_DT_Q5_K) return 0.0;
+  const size_t bb = spill_k_kquant_block_bytes(w.dtype);
+  const uint8_t *b = (const uint8_t *)w.data + ((size_t)r * (w.cols / 256) + e / 256) * bb;
   const int j = (int)(e % 256) / 32;
   const uint8_t *q = b + 4;
   const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
@@ -188,12 +189,13 @@ TEST(XqOk, WhichWeightsHaveAnIntegerPath) {
   spill_qmat w = {};
   w.cols = 512;
   w.group = 32;
-  for (int dt : {(int)SPILL_K_DT_Q4_K, (int)SPILL_K_DT_Q6_K, (int)SPILL_K_DT_Q8, (int)SPILL_K_DT_Q4}) {
+  for (int dt : {(int)SPILL_K_DT_Q4_K, (int)SPILL_K_DT_Q5_K, (int)SPILL_K_DT_Q6_K, (int)SPILL_K_DT_Q8,
+                 (int)SPILL_K_DT_Q4}) {
     w.dtype = dt;
     EXPECT_TRUE(spill_k_matvec_xq_ok(&w)) << dt;
   }
   for (int dt : {(int)SPILL_K_DT_F32, (int)SPILL_K_DT_F16, (int)SPILL_K_DT_BF16,
-                 (int)SPILL_K_DT_Q5_K, (int)SPILL_K_DT_RVQ3}) {
+                 (int)SPILL_K_DT_RVQ3}) {
     w.dtype = dt;
     EXPECT_FALSE(spill_k_matvec_xq_ok(&w)) << dt;
   }
@@ -205,7 +207,8 @@ TEST(XqOk, WhichWeightsHaveAnIntegerPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, XqTest,
-                         ::testing::Values(Case{SPILL_K_DT_Q4_K, 0}, Case{SPILL_K_DT_Q6_K, 0},
+                         ::testing::Values(Case{SPILL_K_DT_Q4_K, 0}, Case{SPILL_K_DT_Q5_K, 0},
+                                           Case{SPILL_K_DT_Q6_K, 0},
                                            Case{SPILL_K_DT_Q8, 32}, Case{SPILL_K_DT_Q4, 32},
                                            Case{SPILL_K_DT_Q8, 64}, Case{SPILL_K_DT_Q4, 128}));
 
