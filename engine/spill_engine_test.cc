@@ -309,20 +309,22 @@ TEST(EngineTest, ActQuantQ8ChangesTheLogitsWithinItsRounding) {
   std::printf("act_quant q8 vs f32 on nano (q4 experts): max |diff| %.3g of max |logit| %.3g\n", md, mx);
 }
 
-TEST(EngineTest, StreamingEngineMatchesTheSynchronousSource) {
-  // The model with its built-in synchronous pread source vs the engine's
-  // asynchronous streaming source with cache and lookahead.
+// The model with its built-in synchronous pread source vs the engine's
+// asynchronous streaming source with cache and lookahead: the same logits.
+void ExpectEngineMatchesSynchronousSource(const std::string &model, spill_act_quant act) {
   spill_config cfg = Cfg();
   cfg.lookahead = 4;
   cfg.cache_slots = 20;
-  Outcome r = Generate(cfg, Nano());
+  cfg.act_quant = act;
+  Outcome r = Generate(cfg, model);
   ASSERT_EQ(r.rc, SPILL_OK) << r.err;
   spill_model_opts mo = {};
   mo.n_threads = 1;
   mo.ctx = 256;
+  mo.act_q8 = act == SPILL_ACT_Q8;
   spill_model *m = nullptr;
   spill_err e = {};
-  ASSERT_EQ(spill_model_open(Nano().c_str(), &mo, &m, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_model_open(model.c_str(), &mo, &m, &e), SPILL_OK) << e.msg;
   int V = spill_model_arch(m)->vocab_size;
   std::vector<int> all = {256, 'T', 'h', 'e', ' ', 'q', 'u', 'i', 'c', 'k', ' ',
                           'b', 'r', 'o', 'w', 'n', ' ', 'f', 'o', 'x'};
@@ -336,32 +338,12 @@ TEST(EngineTest, StreamingEngineMatchesTheSynchronousSource) {
   EXPECT_EQ(0, memcmp(logits.data(), r.logits.data(), logits.size() * sizeof(float)));
 }
 
+TEST(EngineTest, StreamingEngineMatchesTheSynchronousSource) {
+  ExpectEngineMatchesSynchronousSource(Nano(), SPILL_ACT_F32);
+}
+
 TEST(EngineTest, ActQuantQ8StreamingEngineMatchesTheSynchronousSource) {
-  spill_config cfg = Cfg();
-  cfg.act_quant = SPILL_ACT_Q8;
-  cfg.lookahead = 4;
-  cfg.cache_slots = 20;
-  const std::string &nano = Q4Experts("nano", "k3");
-  Outcome r = Generate(cfg, nano);
-  ASSERT_EQ(r.rc, SPILL_OK) << r.err;
-  spill_model_opts mo = {};
-  mo.n_threads = 1;
-  mo.ctx = 256;
-  mo.act_q8 = 1;
-  spill_model *m = nullptr;
-  spill_err e = {};
-  ASSERT_EQ(spill_model_open(nano.c_str(), &mo, &m, &e), SPILL_OK) << e.msg;
-  int V = spill_model_arch(m)->vocab_size;
-  std::vector<int> all = {256, 'T', 'h', 'e', ' ', 'q', 'u', 'i', 'c', 'k', ' ',
-                          'b', 'r', 'o', 'w', 'n', ' ', 'f', 'o', 'x'};
-  all.insert(all.end(), r.tokens.begin(), r.tokens.end());
-  std::vector<float> logits(all.size() * (size_t)V);
-  for (size_t i = 0; i < all.size(); i++)
-    ASSERT_EQ(spill_model_forward(m, &all[i], 1, (int)i, &logits[i * (size_t)V], &e), SPILL_OK)
-        << e.msg;
-  spill_model_close(m);
-  ASSERT_EQ(logits.size(), r.logits.size());
-  EXPECT_EQ(0, memcmp(logits.data(), r.logits.data(), logits.size() * sizeof(float)));
+  ExpectEngineMatchesSynchronousSource(Q4Experts("nano", "k3"), SPILL_ACT_Q8);
 }
 
 TEST(EngineTest, OverlapOnAndOffGiveIdenticalLogitsAndCounters) {
