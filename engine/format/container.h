@@ -106,6 +106,7 @@ typedef struct spill_mla_cfg {
   double yarn_beta_fast, yarn_beta_slow;
   double rope_mscale;   /* cos/sin multiplier; 0 = 1 */
   double softmax_scale; /* attention score scale; 0 = 1/sqrt(qk_nope_dim + qk_rope_dim) */
+  double kv_norm_eps;   /* eps of the attn_kv_a_norm RMSNorm; 0 = arch norm_eps (Kimi-Linear: 1e-6) */
 } spill_mla_cfg;
 
 typedef struct spill_kda_cfg {

@@ -114,6 +114,7 @@ static void arch_json(jb *b, cJSON *root, const spill_arch *a) {
       /* written only when used, so older containers stay byte-identical */
       if (a->mla.rope_mscale != 0) num(b, m, "rope_mscale", a->mla.rope_mscale);
       if (a->mla.softmax_scale != 0) num(b, m, "softmax_scale", a->mla.softmax_scale);
+      if (a->mla.kv_norm_eps != 0) num(b, m, "kv_norm_eps", a->mla.kv_norm_eps);
       if (a->mla.yarn_factor != 0) {
         cJSON *y = obj(b, m, "yarn");
         if (y) {

@@ -89,7 +89,7 @@ static int parse_mla(const cJSON *o, spill_mla_cfg *m, spill_err *e) {
   static const char *const keys[] = {"n_heads",     "q_lora_rank", "kv_lora_rank",
                                      "qk_nope_dim", "qk_rope_dim", "v_head_dim",
                                      "use_rope",    "rope_theta",  "yarn",
-                                     "rope_mscale", "softmax_scale", NULL};
+                                     "rope_mscale", "softmax_scale", "kv_norm_eps", NULL};
   const char *p = "arch.mla";
   SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
   SPILL_TRY(get_int(o, "n_heads", p, 1, 4096, &m->n_heads, e));
@@ -104,6 +104,7 @@ static int parse_mla(const cJSON *o, spill_mla_cfg *m, spill_err *e) {
   /* optional (absent in containers written before YaRN): 0 = default */
   SPILL_TRY(spill_json_num_opt(o, "rope_mscale", p, 0.0, 1e3, 0.0, &m->rope_mscale, F, e));
   SPILL_TRY(spill_json_num_opt(o, "softmax_scale", p, 0.0, 1e3, 0.0, &m->softmax_scale, F, e));
+  SPILL_TRY(spill_json_num_opt(o, "kv_norm_eps", p, 0.0, 1.0, 0.0, &m->kv_norm_eps, F, e));
   m->yarn_factor = 0;
   if (has(o, "yarn")) {
     static const char *const ykeys[] = {"factor", "orig_ctx", "beta_fast", "beta_slow", NULL};

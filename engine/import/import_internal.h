@@ -32,6 +32,8 @@ typedef struct imp_trunk {
   int ndim;                      /* 1 (vector, always f32) or 2 */
   uint64_t rows, cols;           /* container shape (ndim 1: rows = n) */
   int unpermute_heads;           /* > 0: GGUF llama q/k rows, heads of rows/heads each */
+  int f32;                       /* 2-D tensor the engine reads as f32 (KDA conv weights):
+                                  * written f32 whatever --trunk says (exact from f32/f16/bf16) */
   /* rope_dim > 0: de-interleave RoPE rows (DeepSeek's pairs (2i, 2i+1) ->
    * spill's rotate-half halves): in each block of rope_block rows, rows
    * [rope_off, rope_off + rope_dim) come from rope_off + 2i and + 2i + 1 */
@@ -91,6 +93,10 @@ int imp_in_list(const char *const *list, const char *key); /* NULL-terminated li
  * kimi_k2; GGUF deepseek2): arch_deepseek.c. *handled = 0 when the source is
  * another architecture (nothing done). */
 int imp_deepseek_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e);
+
+/* Kimi-Linear (config.json model_type kimi_linear): arch_kimi_linear.c.
+ * *handled = 0 when the source is another architecture (nothing done). */
+int imp_kimi_linear_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e);
 
 /* --experts rvq3: engine/import/import_rvq.h. */
 

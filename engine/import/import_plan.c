@@ -566,6 +566,7 @@ int imp_plan_build(imp_src *s, imp_plan *p, spill_err *e) {
   if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
   int handled = 0;
   int drc = imp_deepseek_plan(s, dir, p, &handled, e);
+  if (!handled) drc = imp_kimi_linear_plan(s, dir, p, &handled, e);
   if (handled) {
     if (drc != SPILL_OK) imp_plan_free(p);
     return drc;

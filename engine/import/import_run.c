@@ -478,7 +478,7 @@ static int choose(const spill_import_request *r, const imp_src *s, const imp_pla
     ti->ndim = t->ndim;
     ti->shape[0] = t->rows;
     ti->shape[1] = t->ndim == 1 ? 1 : t->cols;
-    if (t->ndim == 1) {
+    if (t->ndim == 1 || t->f32) {
       ti->dtype = SPILL_DT_F32;
       SPILL_FAIL_IF(e, t->src->dtype == SPILL_SRC_OTHER, SPILL_E_UNSUPPORTED,
                     "tensor %s: source type %s is not supported", t->src->name, t->src->other_name);

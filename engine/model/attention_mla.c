@@ -147,7 +147,8 @@ int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *
     spill_model_matvec(m, &L->attn_q, h, q);
   }
   spill_model_matvec(m, &L->attn_kv_a, h, kv);
-  spill_k_rmsnorm(kv, L->attn_kv_a_norm, cache_t, (uint32_t)dc, eps); /* c: the cached latent */
+  const float kv_eps = c->kv_norm_eps != 0 ? (float)c->kv_norm_eps : eps;
+  spill_k_rmsnorm(kv, L->attn_kv_a_norm, cache_t, (uint32_t)dc, kv_eps); /* c: the cached latent */
   memcpy(cache_t + dc, kv + dc, (size_t)dr * sizeof(float));           /* kr: shared rope key */
   if (c->use_rope && dr > 0) {
     mla_rope_table(cs, c, pos);

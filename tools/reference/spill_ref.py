@@ -693,7 +693,7 @@ class Forward:
         q = q.reshape(H, dn + dr)
         qn, qr = q[:, :dn], q[:, dn:]
         kv = self.M(f"blk.{l}.attn_kv_a", dc + dr, D) @ h             # (dc + dr)
-        c = rmsnorm(kv[:dc], self.V(f"blk.{l}.attn_kv_a_norm", dc), eps)
+        c = rmsnorm(kv[:dc], self.V(f"blk.{l}.attn_kv_a_norm", dc), m.get("kv_norm_eps") or eps)
         kr = kv[dc:dc + dr]
         if m["use_rope"]:
             theta = float(m["rope_theta"])
