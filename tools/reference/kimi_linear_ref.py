@@ -1,0 +1,319 @@
+#!/usr/bin/python3
+"""kimi_linear_ref: tiny random Kimi-Linear checkpoints and their logits
+computed from the SOURCE files (float64 numpy).
+
+Role: tests only (tools/reference/kimi_linear_import_test.sh). `make-hf`
+writes a Hugging Face checkpoint of model_type kimi_linear (config.json +
+safetensors F32/F16/BF16, optionally sharded) with the published config's
+shape of keys and tensor names. `logits` reads it with ckpt_io's own reader
+and runs the forward pass as Moonshot's modeling_kimi.py and the
+flash-linear-attention KDA reference (fla/ops/kda/naive.py, gate.py)
+define it (docs/MODEL.md "Kimi-Linear"), written independently of the C
+engine and of docs/MODEL.md's K3 equations:
+  KDA: depthwise causal conv1d (kernel K, zero history) + SiLU on q, k, v;
+  q, k L2-normalised per head (eps 1e-6), q times head_dim^-0.5;
+  g = -exp(A_log_h) softplus(f_b f_a x + dt_bias); beta = sigmoid(b x);
+  per head S = S * exp(g)[:, None]; S += outer(beta k, v - k S); o = q S;
+  o = rmsnorm(o, o_norm, rms_norm_eps) * sigmoid(g_b g_a x); o_proj.
+  MLA (no RoPE, no q LoRA): keys [kv_b(rmsnorm(c, eps 1e-6)) nope part,
+  shared k_rot], values from kv_b, softmax scale (dn + dr)^-0.5.
+  MoE: sigmoid scores, selection by scores + e_score_correction_bias with
+  groups scored by their top-two sum (dropped groups 0.0), weights
+  scores[sel] / (sum + 1e-20) when moe_renormalize and k > 1, times
+  routed_scaling_factor; shared experts added. Nothing here reads a spill
+  container.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckpt_io as ck  # noqa: E402
+import import_ref as ir  # noqa: E402
+
+# 4 layers: 0 KDA + dense FFN, 1 KDA, 2 MLA, 3 KDA (all MoE after layer 0)
+DIMS = dict(V=300, D=64, L=4, H=2, dc=32, dn=16, dr=8, dv=16, kH=2, kd=16, K=4, E=8, F=32, Fd=64,
+            S=1, k=3, dense=1, kda=[1, 2, 4], full=[3])
+
+VARIANTS = {
+    # as published: one expert group, sigmoid + bias, renormalised, scaled
+    "base": dict(num_expert_group=1, topk_group=1, routed_scaling_factor=2.446),
+    # group-limited selection (4 groups of 2, best 2 kept); a latent of RMS
+    # ~3e-3, so the latent norm's eps (1e-6, not rms_norm_eps 1e-5) shows
+    "grouped": dict(num_expert_group=4, topk_group=2, routed_scaling_factor=1.5, latent_scale=0.003),
+}
+
+
+def random_weights(var, seed):
+    c = dict(DIMS)
+    r = np.random.default_rng(seed)
+    D, H, dn, dr, dv, dc, E, F = (c[x] for x in ("D", "H", "dn", "dr", "dv", "dc", "E", "F"))
+    kH, kd, K = c["kH"], c["kd"], c["K"]
+    n = kH * kd
+
+    def mat(o, i):
+        return (r.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)
+
+    def norm(m):
+        return (1.0 + 0.2 * r.standard_normal(m)).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": r.standard_normal((c["V"], D)).astype(np.float32),
+         "model.norm.weight": norm(D), "lm_head.weight": mat(c["V"], D)}
+    for l in range(c["L"]):
+        p = f"model.layers.{l}."
+        w[p + "input_layernorm.weight"] = norm(D)
+        w[p + "post_attention_layernorm.weight"] = norm(D)
+        a = p + "self_attn."
+        if l + 1 in c["kda"]:
+            for x in "qkv":
+                w[a + f"{x}_proj.weight"] = mat(n, D)
+                w[a + f"{x}_conv1d.weight"] = (r.standard_normal((n, 1, K)) * 0.5).astype(np.float32)
+            w[a + "f_a_proj.weight"] = mat(kd, D)
+            w[a + "f_b_proj.weight"] = mat(n, kd)
+            w[a + "dt_bias"] = (0.5 * r.standard_normal(n)).astype(np.float32)
+            w[a + "A_log"] = np.log(r.uniform(1, 16, kH)).astype(np.float32).reshape(1, 1, kH, 1) - 2.0
+            w[a + "b_proj.weight"] = mat(kH, D)
+            w[a + "g_a_proj.weight"] = mat(kd, D)
+            w[a + "g_b_proj.weight"] = mat(n, kd)
+            w[a + "o_norm.weight"] = norm(kd)
+            w[a + "o_proj.weight"] = mat(D, n)
+        else:
+            w[a + "q_proj.weight"] = mat(H * (dn + dr), D)
+            w[a + "kv_a_proj_with_mqa.weight"] = mat(dc + dr, D)
+            w[a + "kv_a_proj_with_mqa.weight"][:dc] *= VARIANTS[var].get("latent_scale", 1.0)
+            w[a + "kv_a_layernorm.weight"] = norm(dc)
+            w[a + "kv_b_proj.weight"] = mat(H * (dn + dv), dc)
+            w[a + "o_proj.weight"] = mat(D, H * dv)
+        if l < c["dense"]:
+            w[p + "mlp.gate_proj.weight"] = mat(c["Fd"], D)
+            w[p + "mlp.up_proj.weight"] = mat(c["Fd"], D)
+            w[p + "mlp.down_proj.weight"] = mat(D, c["Fd"])
+            continue
+        m = p + "block_sparse_moe."
+        w[m + "gate.weight"] = mat(E, D) * 3
+        w[m + "gate.e_score_correction_bias"] = (0.3 * r.standard_normal(E)).astype(np.float32)
+        for e in range(E):
+            w[m + f"experts.{e}.w1.weight"] = mat(F, D)
+            w[m + f"experts.{e}.w3.weight"] = mat(F, D)
+            w[m + f"experts.{e}.w2.weight"] = mat(D, F)
+        S = c["S"] * F
+        w[m + "shared_experts.gate_proj.weight"] = mat(S, D)
+        w[m + "shared_experts.up_proj.weight"] = mat(S, D)
+        w[m + "shared_experts.down_proj.weight"] = mat(D, S)
+    return w, c
+
+
+def hf_config(var, c):
+    v = VARIANTS[var]
+    return {"architectures": ["KimiLinearForCausalLM"],
+            "auto_map": {"AutoConfig": "configuration_kimi.KimiLinearConfig",
+                         "AutoModelForCausalLM": "modeling_kimi.KimiLinearForCausalLM"},
+            "bos_token_id": 1, "dtype": "bfloat16", "eos_token_id": 2, "first_k_dense_replace": c["dense"],
+            "head_dim": 72, "hidden_act": "silu", "hidden_size": c["D"], "initializer_range": 0.02,
+            "intermediate_size": c["Fd"], "kv_lora_rank": c["dc"],
+            "linear_attn_config": {"full_attn_layers": c["full"], "head_dim": c["kd"], "kda_layers": c["kda"],
+                                   "num_heads": c["kH"], "short_conv_kernel_size": c["K"]},
+            "mla_use_nope": True, "model_max_length": 1048576, "model_type": "kimi_linear",
+            "moe_intermediate_size": c["F"], "moe_layer_freq": 1, "moe_renormalize": True,
+            "moe_router_activation_func": "sigmoid", "num_attention_heads": c["H"],
+            "num_expert_group": v["num_expert_group"], "num_experts": c["E"], "num_experts_per_token": c["k"],
+            "num_hidden_layers": c["L"], "num_key_value_heads": c["H"], "num_nextn_predict_layers": 0,
+            "num_shared_experts": c["S"], "pad_token_id": 299, "q_lora_rank": None,
+            "qk_nope_head_dim": c["dn"], "qk_rope_head_dim": c["dr"], "rms_norm_eps": 1e-05,
+            "rope_scaling": None, "rope_theta": 10000.0, "routed_scaling_factor": v["routed_scaling_factor"],
+            "tie_word_embeddings": False, "topk_group": v["topk_group"], "transformers_version": "4.57.0",
+            "use_cache": True, "use_grouped_topk": True, "v_head_dim": c["dv"], "vocab_size": c["V"]}
+
+
+def entries(w, names, dtype):
+    """Every tensor in dtype (conv weights and norms too) except the router
+    bias, A_log and dt_bias, which stay F32 as float32 parameters."""
+    f32 = ("e_score_correction_bias", "A_log", "dt_bias")
+    return [(n, "F32" if n.endswith(f32) else dtype, w[n]) for n in names]
+
+
+def make_hf(out, var, dtype, seed, shards=1):
+    os.makedirs(out, exist_ok=True)
+    w, c = random_weights(var, seed)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(hf_config(var, c), f, indent=1)
+    names = sorted(w)
+    wm = {}
+    for s in range(shards):
+        fn = "model.safetensors" if shards == 1 else f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        ents = entries(w, names[s::shards], dtype)
+        ck.write_safetensors(os.path.join(out, fn), ents)
+        for n, _, _ in ents:
+            wm[n] = fn
+    if shards > 1:
+        with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f, indent=1)
+
+
+def softplus(x):
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))  # torch threshold 20
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def rms(x, w, eps):
+    """RMSNorm over the last axis (rows of a sequence)."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def l2norm(x):
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + 1e-6)
+
+
+class Model:
+    def __init__(self, d):
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        self.w = {k: v.astype(np.float64) for k, v in ck.read_checkpoint_dir(d).items()}
+        self.cfg = cfg
+        la = cfg.get("linear_attn_config") or {}
+        self.kda = set(la.get("kda_layers") or [])
+        self.kH, self.kd, self.K = la.get("num_heads"), la.get("head_dim"), la.get("short_conv_kernel_size")
+        self.eps = cfg["rms_norm_eps"]
+        self.H, self.dn, self.dr, self.dv, self.dc = (cfg[k] for k in ("num_attention_heads", "qk_nope_head_dim",
+                                                                       "qk_rope_head_dim", "v_head_dim",
+                                                                       "kv_lora_rank"))
+        self.E, self.k = cfg["num_experts"], cfg["num_experts_per_token"]
+        self.ng, self.tg = cfg.get("num_expert_group", 1), cfg.get("topk_group", 1)
+        self.renorm = cfg.get("moe_renormalize", False)
+        self.rsf = cfg["routed_scaling_factor"]
+        self.L = cfg["num_hidden_layers"]
+        self.n_dense = cfg.get("first_k_dense_replace", 0)
+        self.out = self.w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else self.w["lm_head.weight"]
+
+    def g(self, l, n):
+        return self.w[f"model.layers.{l}.{n}"]
+
+    def kda_layer(self, l, xs):
+        """xs (T, D) -> (T, D): the whole sequence through the recurrence."""
+        a = "self_attn."
+        T_, H, d, K = xs.shape[0], self.kH, self.kd, self.K
+
+        def conv(x, wt):  # x (T, C), wt (C, 1, K): causal depthwise, zero history, SiLU
+            wt = wt.reshape(wt.shape[0], K)
+            pad = np.concatenate([np.zeros((K - 1, x.shape[1])), x])
+            y = np.stack([np.sum(pad[t:t + K].T * wt, axis=1) for t in range(T_)])
+            return ir.silu(y)
+
+        q = conv(xs @ self.g(l, a + "q_proj.weight").T, self.g(l, a + "q_conv1d.weight")).reshape(T_, H, d)
+        k = conv(xs @ self.g(l, a + "k_proj.weight").T, self.g(l, a + "k_conv1d.weight")).reshape(T_, H, d)
+        v = conv(xs @ self.g(l, a + "v_proj.weight").T, self.g(l, a + "v_conv1d.weight")).reshape(T_, H, d)
+        f = (xs @ self.g(l, a + "f_a_proj.weight").T) @ self.g(l, a + "f_b_proj.weight").T
+        gl = -np.exp(self.g(l, a + "A_log").reshape(H, 1)) * softplus(f.reshape(T_, H, d) +
+                                                                       self.g(l, a + "dt_bias").reshape(H, d))
+        beta = sigmoid(xs @ self.g(l, a + "b_proj.weight").T)  # (T, H)
+        q, k = l2norm(q) * d ** -0.5, l2norm(k)
+        S = np.zeros((H, d, d))
+        o = np.empty((T_, H, d))
+        for t in range(T_):
+            S = S * np.exp(gl[t])[..., None]
+            u = v[t] - np.einsum("hk,hkv->hv", k[t], S)
+            S = S + np.einsum("hk,hv->hkv", beta[t][:, None] * k[t], u)
+            o[t] = np.einsum("hk,hkv->hv", q[t], S)
+        gate = ((xs @ self.g(l, a + "g_a_proj.weight").T) @ self.g(l, a + "g_b_proj.weight").T).reshape(T_, H, d)
+        on = self.g(l, a + "o_norm.weight")
+        o = rms(o, on, self.eps) * sigmoid(gate)  # FusedRMSNormGated(activation sigmoid)
+        return o.reshape(T_, H * d) @ self.g(l, a + "o_proj.weight").T
+
+    def mla_layer(self, l, xs):
+        a = "self_attn."
+        T_, H, dn, dr, dv, dc = xs.shape[0], self.H, self.dn, self.dr, self.dv, self.dc
+        q = (xs @ self.g(l, a + "q_proj.weight").T).reshape(T_, H, dn + dr)
+        kv = xs @ self.g(l, a + "kv_a_proj_with_mqa.weight").T
+        c = rms(kv[:, :dc], self.g(l, a + "kv_a_layernorm.weight"), 1e-6)  # KimiRMSNorm(kv_lora_rank)
+        kvb = (c @ self.g(l, a + "kv_b_proj.weight").T).reshape(T_, H, dn + dv)
+        keys = np.concatenate([kvb[:, :, :dn], np.repeat(kv[:, None, dc:], H, axis=1)], axis=-1)
+        vals = kvb[:, :, dn:]
+        o = np.empty((T_, H, dv))
+        for t in range(T_):
+            for j in range(H):
+                s = keys[:t + 1, j] @ q[t, j] * (dn + dr) ** -0.5
+                o[t, j] = ir.softmax(s) @ vals[:t + 1, j]
+        return o.reshape(T_, H * dv) @ self.g(l, a + "o_proj.weight").T
+
+    def moe(self, l, h):
+        m = "block_sparse_moe."
+        scores = sigmoid(self.g(l, m + "gate.weight") @ h)
+        choice = scores + self.g(l, m + "gate.e_score_correction_bias")
+        gs = np.sort(choice.reshape(self.ng, -1), axis=1)[:, -2:].sum(1)
+        keep = np.argsort(-gs, kind="stable")[:self.tg]
+        mask = np.zeros(self.ng, bool)
+        mask[keep] = True
+        choice = np.where(np.repeat(mask, self.E // self.ng), choice, 0.0)
+        sel = np.argsort(-choice, kind="stable")[:self.k]
+        wt = scores[sel]
+        if self.k > 1 and self.renorm:
+            wt = wt / (wt.sum() + 1e-20)
+        wt = wt * self.rsf
+        y = np.zeros_like(h)
+        for wi, e in zip(wt, sel):
+            ex = m + f"experts.{e}."
+            y += wi * (self.g(l, ex + "w2.weight") @ (ir.silu(self.g(l, ex + "w1.weight") @ h) *
+                                                      (self.g(l, ex + "w3.weight") @ h)))
+        if self.cfg.get("num_shared_experts"):
+            s = m + "shared_experts."
+            y += self.g(l, s + "down_proj.weight") @ (ir.silu(self.g(l, s + "gate_proj.weight") @ h) *
+                                                      (self.g(l, s + "up_proj.weight") @ h))
+        return y
+
+    def forward(self, tokens):
+        x = self.w["model.embed_tokens.weight"][tokens].copy()  # (T, D)
+        for l in range(self.L):
+            h = rms(x, self.g(l, "input_layernorm.weight"), self.eps)
+            x = x + (self.kda_layer(l, h) if l + 1 in self.kda else self.mla_layer(l, h))
+            h = rms(x, self.g(l, "post_attention_layernorm.weight"), self.eps)
+            if l < self.n_dense:
+                p = "mlp."
+                x = x + (ir.silu(h @ self.g(l, p + "gate_proj.weight").T) * (h @ self.g(l, p + "up_proj.weight").T)) \
+                    @ self.g(l, p + "down_proj.weight").T
+            else:
+                x = x + np.stack([self.moe(l, ht) for ht in h])
+        return rms(x, self.w["model.norm.weight"], self.eps) @ self.out.T
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make-hf")
+    m.add_argument("out")
+    m.add_argument("--variant", default="base", choices=sorted(VARIANTS))
+    m.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
+    m.add_argument("--shards", type=int, default=1)
+    m.add_argument("--seed", type=int, default=1)
+    lg = sub.add_parser("logits")
+    lg.add_argument("src")
+    lg.add_argument("--tokens", required=True)
+    lg.add_argument("--out")
+    lg.add_argument("--compare")
+    lg.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args(argv)
+    if a.cmd == "make-hf":
+        make_hf(a.out, a.variant, a.dtype, a.seed, a.shards)
+        return
+    ref = Model(a.src).forward([int(x) for x in a.tokens.split(",")])
+    if a.out:
+        ref.astype("<f4").tofile(a.out)
+    if a.compare:
+        other = np.fromfile(a.compare, dtype="<f4").astype(np.float64).reshape(-1, ref.shape[1])
+        if other.shape != ref.shape:
+            raise SystemExit(f"compare: shapes {other.shape} vs {ref.shape}")
+        per = np.max(np.abs(other - ref), axis=1) / float(np.max(np.abs(ref)))
+        rel = float(per.max())
+        am = bool(np.all(np.argmax(ref, 1) == np.argmax(other, 1)))
+        print(f"compare: rel {rel:.3e} argmax_agree {am}")
+        if rel > a.tol or not am:
+            raise SystemExit(f"compare: relative difference {rel:.3e} (tol {a.tol}), argmax agree {am}")
+
+
+if __name__ == "__main__":
+    main()
