@@ -92,7 +92,8 @@ static int hf_linear_attn(const cJSON *root, kl_cfg *c, spill_err *e) {
     SPILL_TRY(layer_list(la, "full_attn_layers", c->L, m, 2, e));
     for (int l = 0; l < c->L; l++)
       SPILL_FAIL_IF(e, m[l] != 1 && m[l] != 2, SPILL_E_FORMAT,
-                    KL ": layer %d is %s kda_layers and full_attn_layers", l + 1, m[l] ? "in both" : "in neither");
+                    KL ": layer %d is in %s", l + 1,
+                    m[l] ? "both kda_layers and full_attn_layers" : "neither kda_layers nor full_attn_layers");
   }
   int any = 0;
   for (int l = 0; l < c->L; l++) any |= c->is_kda[l] = m[l] & 1;

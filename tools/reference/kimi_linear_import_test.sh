@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# `spill import` of Kimi-Linear (model_type kimi_linear, docs/MODEL.md
+# "Kimi-Linear") end to end: tiny random checkpoints written by
+# kimi_linear_ref.py (KDA layers 1, 2, 4 and a NoPE MLA layer 3 of the
+# published 1-based lists, a leading dense layer, sigmoid + bias routing with
+# one group or 4 groups, shared expert) in safetensors F32/F16/BF16 (sharded)
+# are imported, `spill verify` must pass, and spill's logits at every
+# position must agree with kimi_linear_ref.py's float64 forward pass from the
+# SOURCE files within 1e-4 of the logit scale, argmax equal. The "grouped"
+# variant's latent is small enough that the MLA latent norm's eps (1e-6, not
+# rms_norm_eps) decides the result. --trunk q8 keeps the conv weights f32.
+# Logits bit-identical across storage modes, cache sizes, lookahead and
+# threads. Hostile configs: named errors, nothing `spill verify` accepts.
+set -uo pipefail
+SPILL="$1"
+REF="$2"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}/kimi"
+rm -rf "$TMP"
+mkdir -p "$TMP"
+PY=/usr/bin/python3
+TOK="1,5,9,200,33,7,299,0,17"
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+check() { # $1 = source, $2 = label, $3 = tolerance, rest = import options
+  local in="$1" label="$2" tol="$3"
+  shift 3
+  rm -rf "$in.spill"
+  "$SPILL" import "$in" "$in.spill" "$@" 2>"$TMP/err" >/dev/null || { bad "$label: import: $(tail -1 "$TMP/err")"; return; }
+  "$SPILL" verify "$in.spill" >/dev/null 2>&1 || { bad "$label: verify"; return; }
+  "$SPILL" eval "$in.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1 || { bad "$label: eval"; return; }
+  r=$($PY "$REF" logits "$in" --tokens "$TOK" --compare "$TMP/l.f32" --tol "$tol" 2>&1) && ok "$label: $r" || bad "$label: $r"
+}
+
+for v in base grouped; do
+  for src in F32:1 F16:2 BF16:3; do
+    IFS=: read -r ty shards <<<"$src"
+    in="$TMP/$v-$ty"
+    $PY "$REF" make-hf "$in" --variant "$v" --dtype "$ty" --shards "$shards" --seed 7 || { bad "$v $ty: make"; continue; }
+    check "$in" "hf $v $ty" 1e-4
+  done
+done
+# held-out seed
+$PY "$REF" make-hf "$TMP/seed101" --variant grouped --dtype BF16 --seed 101 && check "$TMP/seed101" "hf grouped BF16 seed 101" 1e-4
+
+# --trunk q8 / --experts q8: the conv weights stay f32 (the engine reads them so), the rest requantised
+in="$TMP/base-BF16"
+rm -rf "$in.q8"
+if "$SPILL" import "$in" "$in.q8" --trunk q8 --experts q8 --group 16 >/dev/null 2>"$TMP/err" && "$SPILL" verify "$in.q8" >/dev/null 2>&1 &&
+    "$SPILL" eval "$in.q8" --tokens "$TOK" --all-positions --logits-out "$TMP/q8.f32" >/dev/null 2>&1; then
+  $PY - "$in.q8/manifest.json" <<'PY' && ok "q8: conv weights f32, projections q8" || bad "q8: tensor dtypes"
+import json, sys
+t = {x["name"]: x["dtype"] for x in json.load(open(sys.argv[1]))["tensors"]}
+assert t["blk.0.attn_q_conv"] == "f32" and t["blk.3.attn_v_conv"] == "f32", t
+assert t["blk.0.attn_q"] == "q8" and t["blk.2.attn_kv_b"] == "q8", t
+PY
+else
+  bad "q8 import: $(tail -1 "$TMP/err")"
+fi
+
+# Placement never changes numerics (KDA state + NoPE MLA + groups)
+m="$TMP/grouped-BF16.spill"
+"$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/base.f32" >/dev/null 2>&1
+n=0
+for knobs in "--storage direct" "--storage pagecache" "--storage mmap" "--cache-slots 0" \
+    "--cache-slots 3" "--lookahead 4" "--lookahead 4 --lookahead-depth 2 --cache-slots 5" \
+    "--threads 1" "--threads 2 --storage direct --verify"; do
+  # shellcheck disable=SC2086
+  "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/k.f32" $knobs >/dev/null 2>&1 &&
+    cmp -s "$TMP/base.f32" "$TMP/k.f32" || { bad "$(basename "$m"): $knobs changes the logits"; continue; }
+  n=$((n + 1))
+done
+[ "$n" = 9 ] && ok "$(basename "$m"): logits bit-identical under $n placements"
+
+# Refusals, each a named error
+expect_err() { # $1 = grep pattern, $2 = source dir
+  local pat="$1" src="$2"
+  rm -rf "$src.spill"
+  if "$SPILL" import "$src" "$src.spill" >/dev/null 2>"$TMP/err"; then bad "accepted: $src ($pat)"; return; fi
+  grep -q -- "$pat" "$TMP/err" && ok "refused ($pat): $(tail -1 "$TMP/err" | cut -c1-150)" || bad "wrong error for $pat: $(tail -1 "$TMP/err")"
+  "$SPILL" verify "$src.spill" >/dev/null 2>&1 && bad "verify accepts a failed import ($pat)"
+}
+mutate() { # $1 = name, $2 = python statement on cfg (the parsed config.json)
+  rm -rf "$TMP/$1"
+  cp -r "$TMP/grouped-F32" "$TMP/$1"
+  $PY - "$TMP/$1/config.json" "$2" <<'PY'
+import json, sys
+p = sys.argv[1]
+cfg = json.load(open(p))
+exec(sys.argv[2])
+json.dump(cfg, open(p, "w"))
+PY
+}
+la='cfg["linear_attn_config"]'
+mutate key 'cfg["rope_interleave"] = True'; expect_err '"rope_interleave" is not understood' "$TMP/key"
+mutate lak "$la[\"gate_lower_bound\"] = -5"; expect_err "linear_attn_config.gate_lower_bound is not understood" "$TMP/lak"
+mutate nope 'cfg["mla_use_nope"] = False'; expect_err "mla_use_nope" "$TMP/nope"
+mutate qlora 'cfg["q_lora_rank"] = 16'; expect_err "q_lora_rank" "$TMP/qlora"
+mutate soft 'cfg["moe_router_activation_func"] = "softmax"'; expect_err "moe_router_activation_func" "$TMP/soft"
+mutate rs 'cfg["rope_scaling"] = {"type": "yarn", "factor": 4}'; expect_err "rope_scaling" "$TMP/rs"
+mutate mtp 'cfg["num_nextn_predict_layers"] = 1'; expect_err "num_nextn_predict_layers" "$TMP/mtp"
+mutate freq 'cfg["moe_layer_freq"] = 2'; expect_err "moe_layer_freq" "$TMP/freq"
+mutate l0 "$la[\"kda_layers\"] = [0, 1, 2]"; expect_err "kda_layers holds" "$TMP/l0"
+mutate dup "$la[\"kda_layers\"] = [1, 2, 2, 4]"; expect_err "kda_layers lists layer 2 twice" "$TMP/dup"
+mutate both "$la[\"full_attn_layers\"] = [2, 3]"; expect_err "layer 2 is in both" "$TMP/both"
+mutate none "$la[\"kda_layers\"] = [1, 2]"; expect_err "layer 4 is in neither" "$TMP/none"
+mutate conv "$la[\"short_conv_kernel_size\"] = 3"; expect_err "q_conv1d.weight: shape is not \[32, 3\]" "$TMP/conv"
+mutate grp 'cfg["num_expert_group"] = 3'; expect_err "num_expert_group 3 does not divide" "$TMP/grp"
+mutate tg 'cfg["topk_group"] = 1'; expect_err "num_experts_per_token 3 >" "$TMP/tg"
+# every layer MLA without linear_attn_config: the KDA tensors are left over
+mutate nola 'cfg["linear_attn_config"] = None'; expect_err "shape\|is not part\|is missing" "$TMP/nola"
+exit $fail
