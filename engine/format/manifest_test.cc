@@ -112,6 +112,7 @@ struct BadCase {
 };
 
 // The optional YaRN / softmax-scale / group-routing fields (DeepSeek import)
+// and the latent norm eps (Kimi-Linear)
 // survive a round trip, are omitted at their defaults, and are validated.
 TEST(ManifestTest, OptionalMlaAndGroupFieldsRoundTripAndValidate) {
   const std::string base = ValidJson(SPILL_DT_F32);
@@ -119,6 +120,7 @@ TEST(ManifestTest, OptionalMlaAndGroupFieldsRoundTripAndValidate) {
     cJSON *mla = At(r, "arch", "mla"), *moe = At(r, "arch", "moe");
     cJSON_AddNumberToObject(mla, "rope_mscale", 0.75);
     cJSON_AddNumberToObject(mla, "softmax_scale", 0.3125);
+    cJSON_AddNumberToObject(mla, "kv_norm_eps", 1e-6);
     cJSON *y = cJSON_AddObjectToObject(mla, "yarn");
     cJSON_AddNumberToObject(y, "factor", 40);
     cJSON_AddNumberToObject(y, "orig_ctx", 4096);
@@ -136,6 +138,7 @@ TEST(ManifestTest, OptionalMlaAndGroupFieldsRoundTripAndValidate) {
   EXPECT_EQ(m.arch.mla.yarn_orig_ctx, 4096);
   EXPECT_EQ(m.arch.mla.rope_mscale, 0.75);
   EXPECT_EQ(m.arch.mla.softmax_scale, 0.3125);
+  EXPECT_EQ(m.arch.mla.kv_norm_eps, 1e-6);
   EXPECT_EQ(m.arch.moe.n_group, 2);
   EXPECT_EQ(m.arch.moe.topk_group, 1);
   EXPECT_EQ(m.arch.moe.group_score, SPILL_GROUP_TOP2);
@@ -171,6 +174,8 @@ TEST(ManifestTest, OptionalMlaAndGroupFieldsRoundTripAndValidate) {
        }, "exceeds the 1 experts of topk_group 1 groups"},
       {[](cJSON *r) { cJSON_AddObjectToObject(At(r, "arch", "mla"), "yarn"); },
        "arch.mla.yarn.factor: missing key"},
+      {[](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch", "mla"), "kv_norm_eps", 2.0); },
+       "arch.mla.kv_norm_eps"},
   };
   for (const Bad &b : bad) {
     spill_err e2 = {};

@@ -288,7 +288,7 @@ static int hf_config(imp_src *s, const char *dir, shape_cfg *c, spill_err *e) {
     else
       rc = spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "config.json: model_type \"%s\" is not supported (qwen3_moe, olmoe, "
-                         "mixtral, deepseek_v2, deepseek_v3, kimi_k2)",
+                         "mixtral, deepseek_v2, deepseek_v3, kimi_k2, kimi_linear)",
                          mt);
   }
   /* keys read per architecture. Checked against real config.json files
@@ -388,7 +388,8 @@ static int gguf_config(imp_src *s, shape_cfg *c, spill_err *e) {
   else
     return spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "GGUF general.architecture \"%.40s\" is not supported (qwen3moe, olmoe, "
-                         "llama with experts, deepseek2)", an);
+                         "llama with experts, deepseek2; llama.cpp's kimi-linear is not imported: "
+                         "use the safetensors checkpoint)", an);
   SPILL_TRY(gg_int(g, an, "embedding_length", 1, 1048576, &c->D, 0, 1, e));
   SPILL_TRY(gg_int(g, an, "block_count", 1, SPILL_MAX_LAYERS, &c->L, 0, 1, e));
   SPILL_TRY(gg_int(g, an, "attention.head_count", 1, 4096, &c->H, 0, 1, e));
