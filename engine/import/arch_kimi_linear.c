@@ -287,24 +287,10 @@ static int plan_ffn(imp_src *s, const kl_cfg *c, imp_plan *p, int l, spill_err *
   /* experts: w1 gate, w3 up, w2 down (KimiBlockSparseMLP) */
   static const char *const w[SPILL_SEC_COUNT] = {"w1", "w3", "w2"};
   imp_moe_layer *m = &p->moe[l - c->n_dense];
-  char b[200];
-  for (int k = 0; k < SPILL_SEC_COUNT; k++) {
-    const uint64_t rows = k == 2 ? D : F, cols = k == 2 ? F : D;
-    m->per[k] = calloc((size_t)E, sizeof *m->per[k]);
-    m->scale[k] = calloc((size_t)E, sizeof *m->scale[k]);
-    SPILL_FAIL_IF(e, !m->per[k] || !m->scale[k], SPILL_E_NOMEM, "out of memory");
-    for (uint64_t x = 0; x < E; x++) {
-      snprintf(b, sizeof b, "model.layers.%d.block_sparse_moe.experts.%llu.%s.weight", l,
-               (unsigned long long)x, w[k]);
-      SPILL_TRY(imp_need(s, b, &m->per[k][x], e));
-      SPILL_TRY(imp_check_shape(m->per[k][x], 2, rows, cols, e));
-      if (m->per[k][x]->dtype == SPILL_SRC_F8_E4M3) {
-        char sn[220];
-        snprintf(sn, sizeof sn, "%s_scale_inv", b);
-        SPILL_TRY(imp_need(s, sn, &m->scale[k][x], e));
-      }
-    }
-  }
+  char pre[48];
+  snprintf(pre, sizeof pre, "model.layers.%d.", l);
+  for (int k = 0; k < SPILL_SEC_COUNT; k++)
+    SPILL_TRY(imp_hf_experts(s, m, k, pre, "block_sparse_moe.experts", w[k], E, k == 2 ? D : F, k == 2 ? F : D, e));
   return SPILL_OK;
 }
 

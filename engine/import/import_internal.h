@@ -77,6 +77,11 @@ int imp_check_shape(const spill_src_tensor *t, int ndim, uint64_t a, uint64_t b,
 /* Adds trunk tensor dst from source src (shape-checked, FP8 scale found). */
 int imp_add_trunk(imp_src *s, imp_plan *p, const char *dst, const char *src, int ndim,
                   uint64_t rows, uint64_t cols, int unpermute, spill_err *e);
+/* HF per-expert sources of section k (0 gate, 1 up, 2 down) of one MoE
+ * layer: "<pre><mid>.<x>.<leaf>.weight" for x < E, each (rows, cols), with
+ * its FP8 weight_scale_inv when the tensor is FP8. */
+int imp_hf_experts(imp_src *s, imp_moe_layer *m, int k, const char *pre, const char *mid, const char *leaf,
+                   uint64_t E, uint64_t rows, uint64_t cols, spill_err *e);
 /* Every source tensor must be consumed (skip_layer_from: tensors named
  * model.layers.N.* with N >= it are ignored (DeepSeek MTP layers); -1 none),
  * and FP8 trunk tensors need the block size. */

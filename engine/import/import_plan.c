@@ -513,24 +513,31 @@ static int plan_tensors(imp_src *s, const shape_cfg *c, imp_plan *p, spill_err *
                                "the metadata implies",
                                b, (unsigned long long)E, (unsigned long long)rows, (unsigned long long)cols);
       } else {
-        m->per[k] = calloc((size_t)E, sizeof *m->per[k]);
-        m->scale[k] = calloc((size_t)E, sizeof *m->scale[k]);
-        SPILL_FAIL_IF(e, !m->per[k] || !m->scale[k], SPILL_E_NOMEM, "out of memory");
-        for (uint64_t x = 0; x < E; x++) {
-          snprintf(b, sizeof b, mix ? "%sblock_sparse_moe.experts.%llu.%s.weight" : "%smlp.experts.%llu.%s.weight",
-                   pre, (unsigned long long)x, hf_exp[k][mix]);
-          SPILL_TRY(imp_need(s, b, &m->per[k][x], e));
-          SPILL_TRY(imp_check_shape(m->per[k][x], 2, rows, cols, e));
-          if (m->per[k][x]->dtype == SPILL_SRC_F8_E4M3) {
-            char sn[200];
-            snprintf(sn, sizeof sn, "%s_scale_inv", b);
-            SPILL_TRY(imp_need(s, sn, &m->scale[k][x], e));
-          }
-        }
+        SPILL_TRY(imp_hf_experts(s, m, k, pre, mix ? "block_sparse_moe.experts" : "mlp.experts", hf_exp[k][mix],
+                                 E, rows, cols, e));
       }
     }
   }
   return imp_check_consumed(s, p, -1, e);
+}
+
+int imp_hf_experts(imp_src *s, imp_moe_layer *m, int k, const char *pre, const char *mid, const char *leaf,
+                   uint64_t E, uint64_t rows, uint64_t cols, spill_err *e) {
+  char b[SPILL_SRC_NAME_MAX];
+  m->per[k] = calloc((size_t)E, sizeof *m->per[k]);
+  m->scale[k] = calloc((size_t)E, sizeof *m->scale[k]);
+  SPILL_FAIL_IF(e, !m->per[k] || !m->scale[k], SPILL_E_NOMEM, "out of memory");
+  for (uint64_t x = 0; x < E; x++) {
+    snprintf(b, sizeof b, "%s%s.%llu.%s.weight", pre, mid, (unsigned long long)x, leaf);
+    SPILL_TRY(imp_need(s, b, &m->per[k][x], e));
+    SPILL_TRY(imp_check_shape(m->per[k][x], 2, rows, cols, e));
+    if (m->per[k][x]->dtype == SPILL_SRC_F8_E4M3) {
+      char sn[SPILL_SRC_NAME_MAX + 16];
+      snprintf(sn, sizeof sn, "%s_scale_inv", b);
+      SPILL_TRY(imp_need(s, sn, &m->scale[k][x], e));
+    }
+  }
+  return SPILL_OK;
 }
 
 int imp_check_consumed(imp_src *s, const imp_plan *p, int skip_layer_from, spill_err *e) {
