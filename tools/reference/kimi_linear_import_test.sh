@@ -9,8 +9,9 @@
 # SOURCE files within 1e-4 of the logit scale, argmax equal. The "grouped"
 # variant's latent is small enough that the MLA latent norm's eps (1e-6, not
 # rms_norm_eps) decides the result. --trunk q8 keeps the conv weights f32.
-# Logits bit-identical across storage modes, cache sizes, lookahead and
-# threads. Hostile configs: named errors, nothing `spill verify` accepts.
+# Logits bit-identical across storage modes, cache sizes, lookahead,
+# threads and prefill chunk sizes (the KDA recurrence runs token by token).
+# Hostile configs: named errors, nothing `spill verify` accepts.
 set -uo pipefail
 SPILL="$1"
 REF="$2"
@@ -65,13 +66,13 @@ m="$TMP/grouped-BF16.spill"
 n=0
 for knobs in "--storage direct" "--storage pagecache" "--storage mmap" "--cache-slots 0" \
     "--cache-slots 3" "--lookahead 4" "--lookahead 4 --lookahead-depth 2 --cache-slots 5" \
-    "--threads 1" "--threads 2 --storage direct --verify"; do
+    "--threads 1" "--threads 2 --storage direct --verify" "--prefill-chunk 1" "--prefill-chunk 4"; do
   # shellcheck disable=SC2086
   "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/k.f32" $knobs >/dev/null 2>&1 &&
     cmp -s "$TMP/base.f32" "$TMP/k.f32" || { bad "$(basename "$m"): $knobs changes the logits"; continue; }
   n=$((n + 1))
 done
-[ "$n" = 9 ] && ok "$(basename "$m"): logits bit-identical under $n placements"
+[ "$n" = 11 ] && ok "$(basename "$m"): logits bit-identical under $n placements"
 
 # Refusals, each a named error
 expect_err() { # $1 = grep pattern, $2 = source dir
