@@ -15,24 +15,10 @@
 set -uo pipefail
 SPILL="$1"
 REF="$2"
-TMP="${TEST_TMPDIR:-$(mktemp -d)}/kimi"
-rm -rf "$TMP"
-mkdir -p "$TMP"
-PY=/usr/bin/python3
-TOK="1,5,9,200,33,7,299,0,17"
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-
-check() { # $1 = source, $2 = label, $3 = tolerance, rest = import options
-  local in="$1" label="$2" tol="$3"
-  shift 3
-  rm -rf "$in.spill"
-  "$SPILL" import "$in" "$in.spill" "$@" 2>"$TMP/err" >/dev/null || { bad "$label: import: $(tail -1 "$TMP/err")"; return; }
-  "$SPILL" verify "$in.spill" >/dev/null 2>&1 || { bad "$label: verify"; return; }
-  "$SPILL" eval "$in.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1 || { bad "$label: eval"; return; }
-  r=$($PY "$REF" logits "$in" --tokens "$TOK" --compare "$TMP/l.f32" --tol "$tol" 2>&1) && ok "$label: $r" || bad "$label: $r"
-}
+# shellcheck source=tools/reference/import_test_lib.sh
+. "$(dirname "$0")/import_test_lib.sh"
+import_test_init kimi
+check() { import_check "$1" "$2" "--tol $3"; } # $1 = source, $2 = label, $3 = tolerance
 
 for v in base grouped; do
   for src in F32:1 F16:2 BF16:3; do
@@ -60,19 +46,15 @@ else
   bad "q8 import: $(tail -1 "$TMP/err")"
 fi
 
-# Placement never changes numerics (KDA state + NoPE MLA + groups)
+# Placement never changes numerics (KDA state + NoPE MLA + groups), nor does
+# the prefill chunk size (the recurrence runs token by token in any chunk)
 m="$TMP/grouped-BF16.spill"
-"$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/base.f32" >/dev/null 2>&1
-n=0
-for knobs in "--storage direct" "--storage pagecache" "--storage mmap" "--cache-slots 0" \
-    "--cache-slots 3" "--lookahead 4" "--lookahead 4 --lookahead-depth 2 --cache-slots 5" \
-    "--threads 1" "--threads 2 --storage direct --verify" "--prefill-chunk 1" "--prefill-chunk 4"; do
-  # shellcheck disable=SC2086
-  "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/k.f32" $knobs >/dev/null 2>&1 &&
-    cmp -s "$TMP/base.f32" "$TMP/k.f32" || { bad "$(basename "$m"): $knobs changes the logits"; continue; }
-  n=$((n + 1))
+placements_bit_identical "$m"
+for c in 1 4; do
+  "$SPILL" eval "$m" --tokens "$TOK" --all-positions --logits-out "$TMP/k.f32" --prefill-chunk $c >/dev/null 2>&1 &&
+    cmp -s "$TMP/base.f32" "$TMP/k.f32" && ok "--prefill-chunk $c: logits bit-identical" ||
+    bad "--prefill-chunk $c changes the logits"
 done
-[ "$n" = 11 ] && ok "$(basename "$m"): logits bit-identical under $n placements"
 
 # Refusals, each a named error
 expect_err() { # $1 = grep pattern, $2 = source dir
