@@ -184,8 +184,20 @@ TEST(ManifestTest, OptionalMlaAndGroupFieldsRoundTripAndValidate) {
   }
 }
 
-TEST(ManifestTest, EachValidationRuleHasItsOwnError) {
-  const std::string base = ValidJson(SPILL_DT_RVQ3);
+// The mutations of base, each with the error it must give.
+void ExpectEachError(const std::string &base, const BadCase *cases, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const BadCase &c = cases[i];
+    spill_err e = {};
+    std::string json = Mutate(base, c.mutate);
+    EXPECT_EQ(Parse(json, &e), c.code) << c.what << ": " << e.msg;
+    EXPECT_TRUE(Contains(e.msg, c.msg)) << c.what << ": got \"" << e.msg << "\", want \"" << c.msg
+                                        << "\"";
+  }
+}
+
+// Types, keys, version, container id and format.
+TEST(ManifestTest, EachKeyVersionAndIdRuleHasItsOwnError) {
   const BadCase cases[] = {
       {"top_k > n_experts", [](cJSON *r) { SetNum(At(r, "arch", "moe"), "top_k", 20); },
        SPILL_E_FORMAT, "manifest.json: arch.moe.top_k: 20 out of range [1, 4]"},
@@ -217,6 +229,13 @@ TEST(ManifestTest, EachValidationRuleHasItsOwnError) {
       {"format", [](cJSON *r) {
          cJSON_ReplaceItemInObjectCaseSensitive(r, "format", cJSON_CreateString("gguf"));
        }, SPILL_E_FORMAT, "format: \"gguf\""},
+  };
+  ExpectEachError(ValidJson(SPILL_DT_RVQ3), cases, sizeof cases / sizeof cases[0]);
+}
+
+// The architecture: attention kinds, configs, dims, norm, vocabulary.
+TEST(ManifestTest, EachArchRuleHasItsOwnError) {
+  const BadCase cases[] = {
       {"layer_attn length", [](cJSON *r) {
          cJSON_DeleteItemFromArray(At(r, "arch", "layer_attn"), 0);
        }, SPILL_E_FORMAT, "arch.layer_attn: 2 entries, n_layers is 3"},
@@ -235,6 +254,13 @@ TEST(ManifestTest, EachValidationRuleHasItsOwnError) {
        "arch.norm_eps: must be > 0"},
       {"bos out of vocab", [](cJSON *r) { SetNum(At(r, "arch"), "bos_id", 256); }, SPILL_E_FORMAT,
        "arch.bos_id: 256 out of range [-1, 255]"},
+  };
+  ExpectEachError(ValidJson(SPILL_DT_RVQ3), cases, sizeof cases / sizeof cases[0]);
+}
+
+// The tensor table: offsets, sizes, shapes, names, dtypes, codebooks.
+TEST(ManifestTest, EachTensorRuleHasItsOwnError) {
+  const BadCase cases[] = {
       {"misaligned tensor", [](cJSON *r) {
          SetNum(cJSON_GetArrayItem(At(r, "tensors"), 1), "offset", 65568);
        }, SPILL_E_FORMAT, "tensors[1].offset: 65568 is not a multiple of 64"},
@@ -277,6 +303,13 @@ TEST(ManifestTest, EachValidationRuleHasItsOwnError) {
          cJSON *ts = At(r, "tensors");
          cJSON_DeleteItemFromArray(ts, cJSON_GetArraySize(ts) - 1);
        }, SPILL_E_FORMAT, "codebook tensor \"blk.2.ffn_down_exps.codebook\""},
+  };
+  ExpectEachError(ValidJson(SPILL_DT_RVQ3), cases, sizeof cases / sizeof cases[0]);
+}
+
+// Expert records, banks, files and the shape of the top-level keys.
+TEST(ManifestTest, EachExpertBankAndFileRuleHasItsOwnError) {
+  const BadCase cases[] = {
       {"record size lie", [](cJSON *r) { SetNum(At(r, "experts"), "record_bytes", 8192); },
        SPILL_E_FORMAT, "experts.record_bytes: 8192, but the layout of rvq3 experts (8 x 16) needs 4096"},
       {"section lie", [](cJSON *r) {
@@ -308,13 +341,7 @@ TEST(ManifestTest, EachValidationRuleHasItsOwnError) {
       {"bool as number", [](cJSON *r) { SetNum(At(r, "arch", "moe"), "norm_topk", 1); },
        SPILL_E_FORMAT, "arch.moe.norm_topk: expected true or false"},
   };
-  for (const BadCase &c : cases) {
-    spill_err e = {};
-    std::string json = Mutate(base, c.mutate);
-    EXPECT_EQ(Parse(json, &e), c.code) << c.what << ": " << e.msg;
-    EXPECT_TRUE(Contains(e.msg, c.msg)) << c.what << ": got \"" << e.msg << "\", want \"" << c.msg
-                                        << "\"";
-  }
+  ExpectEachError(ValidJson(SPILL_DT_RVQ3), cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(ManifestTest, RejectsMalformedJsonText) {

@@ -153,35 +153,40 @@ TEST(GgufTest, TruncationAtEveryByteIsAnError) {
   }
 }
 
-TEST(GgufTest, HostileFilesAreNamedErrors) {
+// x must be refused with code and a message naming needle.
+void ExpectError(const Gguf &x, int code, const char *needle) {
   spill_gguf g;
   spill_err e = {};
-  auto expect = [&](const Gguf &x, int code, const char *needle) {
-    std::string b = x.Bytes();
-    int rc = Parse(b, &g, &e);
-    EXPECT_EQ(rc, code) << needle << ": " << e.msg;
-    if (rc == SPILL_OK) spill_gguf_close(&g);
-    EXPECT_NE(std::string(e.msg).find(needle), std::string::npos) << e.msg;
-  };
+  std::string b = x.Bytes();
+  int rc = Parse(b, &g, &e);
+  EXPECT_EQ(rc, code) << needle << ": " << e.msg;
+  if (rc == SPILL_OK) spill_gguf_close(&g);
+  EXPECT_NE(std::string(e.msg).find(needle), std::string::npos) << e.msg;
+}
+
+// The header: magic, version, alignment.
+TEST(GgufTest, HostileHeadersAreNamedErrors) {
+  spill_gguf g;
+  spill_err e = {};
   Gguf x = Valid();
   x.magic = 0x46554746;
-  expect(x, SPILL_E_FORMAT, "magic");
+  ExpectError(x, SPILL_E_FORMAT, "magic");
   x = Valid();
   x.version = 1;
-  expect(x, SPILL_E_VERSION, "version");
+  ExpectError(x, SPILL_E_VERSION, "version");
   x = Valid();
   x.version = 4;
-  expect(x, SPILL_E_VERSION, "version");
+  ExpectError(x, SPILL_E_VERSION, "version");
   // alignment: not a power of two, zero, wrong type
   x = Valid();
   x.KvU32("general.alignment", 48);
-  expect(x, SPILL_E_FORMAT, "alignment");
+  ExpectError(x, SPILL_E_FORMAT, "alignment");
   x = Valid();
   x.KvU32("general.alignment", 0);
-  expect(x, SPILL_E_FORMAT, "alignment");
+  ExpectError(x, SPILL_E_FORMAT, "alignment");
   x = Valid();
   x.KvF32("general.alignment", 32);
-  expect(x, SPILL_E_FORMAT, "alignment");
+  ExpectError(x, SPILL_E_FORMAT, "alignment");
   // a valid non-default alignment works
   x = Valid();
   x.KvU32("general.alignment", 64);
@@ -192,8 +197,13 @@ TEST(GgufTest, HostileFilesAreNamedErrors) {
     EXPECT_EQ(g.alignment, 64u);
     spill_gguf_close(&g);
   }
+}
+
+// Metadata: huge strings, keys and arrays, nested arrays, unknown types,
+// duplicates, more key/values than the file holds.
+TEST(GgufTest, HostileMetadataIsANamedError) {
   // a 2^40-byte metadata string
-  x = Valid();
+  Gguf x = Valid();
   {
     std::string s;
     PutStr(s, "general.name");
@@ -202,7 +212,7 @@ TEST(GgufTest, HostileFilesAreNamedErrors) {
     s += "abc";
     x.kv.push_back(s);
   }
-  expect(x, SPILL_E_FORMAT, "past the end");
+  ExpectError(x, SPILL_E_FORMAT, "past the end");
   // a 2^40-byte key
   x = Valid();
   {
@@ -210,7 +220,7 @@ TEST(GgufTest, HostileFilesAreNamedErrors) {
     PutU64(s, 1ull << 40);
     x.kv.insert(x.kv.begin(), s);
   }
-  expect(x, SPILL_E_FORMAT, "past the end");
+  ExpectError(x, SPILL_E_FORMAT, "past the end");
   // a huge array count
   x = Valid();
   {
@@ -221,7 +231,7 @@ TEST(GgufTest, HostileFilesAreNamedErrors) {
     PutU64(s, 1ull << 61);
     x.kv.push_back(s);
   }
-  expect(x, SPILL_E_FORMAT, "cannot fit");
+  ExpectError(x, SPILL_E_FORMAT, "cannot fit");
   // nested arrays, unknown value type, duplicate keys, more kvs than the file holds
   x = Valid();
   {
@@ -232,7 +242,7 @@ TEST(GgufTest, HostileFilesAreNamedErrors) {
     PutU64(s, 1);
     x.kv.push_back(s);
   }
-  expect(x, SPILL_E_FORMAT, "nested");
+  ExpectError(x, SPILL_E_FORMAT, "nested");
   x = Valid();
   {
     std::string s;
@@ -240,44 +250,48 @@ TEST(GgufTest, HostileFilesAreNamedErrors) {
     PutU32(s, 13);
     x.kv.push_back(s);
   }
-  expect(x, SPILL_E_FORMAT, "unknown value type");
+  ExpectError(x, SPILL_E_FORMAT, "unknown value type");
   x = Valid();
   x.KvU32("qwen3moe.block_count", 3);
-  expect(x, SPILL_E_FORMAT, "twice");
+  ExpectError(x, SPILL_E_FORMAT, "twice");
   x = Valid();
   x.n_kv_extra = 1000000;
-  expect(x, SPILL_E_FORMAT, "metadata");
-  // tensors: overlapping, misaligned, absurd dims, unknown type, partial blocks, past EOF
-  x = Valid();
+  ExpectError(x, SPILL_E_FORMAT, "metadata");
+}
+
+// Tensors: overlapping, misaligned, absurd dims, unknown type, partial
+// blocks, past EOF, duplicate and oversized names.
+TEST(GgufTest, HostileTensorsAreNamedErrors) {
+  Gguf x = Valid();
   x.t[1].offset = 0;
-  expect(x, SPILL_E_FORMAT, "overlap");
+  ExpectError(x, SPILL_E_FORMAT, "overlap");
   x = Valid();
   x.t[1].offset = 40;
-  expect(x, SPILL_E_FORMAT, "alignment");
+  ExpectError(x, SPILL_E_FORMAT, "alignment");
   x = Valid();
   x.t[0].ne = {1ull << 40, 1ull << 40};
-  expect(x, SPILL_E_FORMAT, "absurd");
+  ExpectError(x, SPILL_E_FORMAT, "absurd");
   x = Valid();
   x.t[0].ne = {0, 2};
-  expect(x, SPILL_E_FORMAT, "absurd");
+  ExpectError(x, SPILL_E_FORMAT, "absurd");
   x = Valid();
   x.t[0].ne = {1, 1, 1, 1, 8};
-  expect(x, SPILL_E_FORMAT, "dimensions");
+  ExpectError(x, SPILL_E_FORMAT, "dimensions");
   x = Valid();
   x.t[0].type = 99;
-  expect(x, SPILL_E_UNSUPPORTED, "ggml type 99");
+  ExpectError(x, SPILL_E_UNSUPPORTED, "ggml type 99");
   x = Valid();
   x.t[1].ne = {16, 2};
-  expect(x, SPILL_E_FORMAT, "blocks");
+  ExpectError(x, SPILL_E_FORMAT, "blocks");
   x = Valid();
   x.t[0].ne = {4, 2000};  // dtype/shape disagree with the bytes present
-  expect(x, SPILL_E_FORMAT, "past the end");
+  ExpectError(x, SPILL_E_FORMAT, "past the end");
   x = Valid();
   x.t[1].name = "w";
-  expect(x, SPILL_E_FORMAT, "twice");
+  ExpectError(x, SPILL_E_FORMAT, "twice");
   x = Valid();
   x.t[0].name = std::string(300, 'a');
-  expect(x, SPILL_E_FORMAT, "string of 300 bytes");
+  ExpectError(x, SPILL_E_FORMAT, "string of 300 bytes");
 }
 
 }  // namespace
