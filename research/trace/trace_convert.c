@@ -685,13 +685,18 @@ static int key_num(const char *key, const char *prefix, uint64_t hi, uint64_t *v
   return field_u64(key + pl, strlen(key + pl), hi, v);
 }
 
-static int conv_hf(builder *b, const char *buf, size_t len, int first_input) {
+/* Parses a JSON source into *root; an error names the line where it broke. */
+static int parse_json(builder *b, const char *buf, size_t len, cJSON **root) {
   const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
-  if (!root) {
-    uint32_t ln = end && end >= buf && end <= buf + len ? line_at(buf, len, end) : 1;
-    return bfail(b, ln, "invalid JSON");
-  }
+  *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
+  if (*root) return SPILL_OK;
+  uint32_t ln = end && end >= buf && end <= buf + len ? line_at(buf, len, end) : 1;
+  return bfail(b, ln, "invalid JSON");
+}
+
+static int conv_hf(builder *b, const char *buf, size_t len, int first_input) {
+  cJSON *root;
+  SPILL_TRY(parse_json(b, buf, len, &root));
   int rc = SPILL_OK;
   cursor cur = {0, 1};
   char path[160], quoted[96];
@@ -979,12 +984,8 @@ static int vllm_block(builder *b, const char *buf, size_t len, const cJSON *arr,
  * "routed_experts"; other choices are not converted (caveat). */
 static int conv_vllm(builder *b, const char *buf, size_t len, uint32_t *extra_choices,
                      int *had_prompt) {
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
-  if (!root) {
-    uint32_t ln = end && end >= buf && end <= buf + len ? line_at(buf, len, end) : 1;
-    return bfail(b, ln, "invalid JSON");
-  }
+  cJSON *root;
+  SPILL_TRY(parse_json(b, buf, len, &root));
   int rc = SPILL_OK;
   int64_t pos = 0;
   const cJSON *pr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "prompt_routed_experts") : NULL;
