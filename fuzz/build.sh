@@ -44,12 +44,24 @@ declare -A ISA=(
   [engine/base/crc32_vpclmul.c]="-mavx512f -mvpclmulqdq -mpclmul"
 )
 SRCS+=(engine/base/crc32_vpclmul.c)
+# An object is rebuilt when it, its dependency list (clang -MMD) or any file
+# in that list (the source and every header it includes) is missing or newer:
+# a struct changed in a header must not leave objects built with the old layout.
+stale() {
+  local o="$1" d="$1.d" f
+  [ -f "$o" ] && [ -f "$d" ] || return 0
+  for f in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$d"); do
+    [ -e "$f" ] && [ ! "$f" -nt "$o" ] || return 0
+  done
+  return 1
+}
 objs=()
 for s in "${SRCS[@]}"; do
   o="$OUT/obj/$(echo "$s" | tr / _).o"
-  if [ ! -f "$o" ] || [ "$ROOT/$s" -nt "$o" ]; then
+  if stale "$o"; then
     # shellcheck disable=SC2086
-    $CC $CFLAGS ${ISA[$s]:-} -fsanitize=fuzzer-no-link -c "$ROOT/$s" -o "$o"
+    $CC $CFLAGS ${ISA[$s]:-} -fsanitize=fuzzer-no-link -MMD -MF "$o.d" \
+      -c "$ROOT/$s" -o "$o"
   fi
   objs+=("$o")
 done
