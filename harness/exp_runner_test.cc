@@ -305,6 +305,34 @@ std::string NanoModel() {
 
 }  // namespace
 
+// A hand-written entry whose result is longer than the index's column (512
+// bytes) is cut at a character boundary and marked as cut in the index, not
+// ended mid-value as if that were all of it; the entry itself is untouched.
+TEST(ExpRunnerTest, RefutedIndexMarksACutField) {
+  std::string refuted = TmpDir() + "/refuted-long";
+  mkdir(refuted.c_str(), 0755);
+  std::string result = "\"";
+  while (result.size() < 700) result += "\xc3\xa9t\xc3\xa9 12.5/13.5 ";
+  result += "end\"";
+  {
+    std::ofstream f(refuted + "/0001-long.md");
+    f << "---\nid: 0001\ndate: 2026-12-02\nwritten_by: hand\nhypothesis: a long one\n"
+         "metric: hits\nresult: " << result << "\nverdict: refuted\nresults: r\n---\n";
+  }
+  spill_err e = {};
+  ASSERT_EQ(spill_refuted_index(refuted.c_str(), &e), 0) << e.msg;
+  std::string index = ReadAll(refuted + "/README.md");
+  size_t row = index.find("| [0001](0001-long.md) |");
+  ASSERT_NE(row, std::string::npos) << index;
+  std::string line = index.substr(row, index.find('\n', row) - row);
+  EXPECT_NE(line.find(" [...] (full text in the entry) | `r` |"), std::string::npos) << line;
+  EXPECT_EQ(line.find("end\""), std::string::npos) << line;
+  // No character is split: every lead byte keeps its continuation byte.
+  for (size_t i = 0; i < line.size(); i++)
+    if ((unsigned char)line[i] == 0xc3) EXPECT_EQ((unsigned char)line[i + 1], 0xa9u) << i;
+  EXPECT_NE(ReadAll(refuted + "/0001-long.md").find(result), std::string::npos);
+}
+
 // A hypothesis that is certainly refuted (two identical arms; "the second
 // reads at least 50% fewer records", a deterministic counter so the CI is
 // exactly [1, 1]) makes the runner write refuted/NNNN-<name>.md with its

@@ -40,9 +40,18 @@ static void field(const char *text, const char *key, char *out, size_t n) {
       const char *v = p + kl + 1;
       while (*v == ' ') v++;
       size_t len = (size_t)(nl - v);
-      if (len >= n) len = n - 1;
+      if (len < n) {
+        memcpy(out, v, len);
+        out[len] = 0;
+        return;
+      }
+      /* Too long for the index: cut at a UTF-8 character boundary and say
+       * so, so a row never ends mid-quote as if it were the whole value. */
+      static const char more[] = " [...] (full text in the entry)";
+      len = n - sizeof more;
+      while (len > 0 && ((unsigned char)v[len] & 0xC0) == 0x80) len--;
       memcpy(out, v, len);
-      out[len] = 0;
+      memcpy(out + len, more, sizeof more);
       return;
     }
     p = nl + 1;
