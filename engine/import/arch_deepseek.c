@@ -458,19 +458,7 @@ static int plan_experts(imp_src *s, const ds_cfg *c, imp_plan *p, const ds_names
                              b, (unsigned long long)E, (unsigned long long)rows, (unsigned long long)cols);
       continue;
     }
-    m->per[k] = calloc((size_t)E, sizeof *m->per[k]);
-    m->scale[k] = calloc((size_t)E, sizeof *m->scale[k]);
-    SPILL_FAIL_IF(e, !m->per[k] || !m->scale[k], SPILL_E_NOMEM, "out of memory");
-    for (uint64_t x = 0; x < E; x++) {
-      snprintf(b, sizeof b, "%smlp.experts.%llu.%s.weight", n->pre, (unsigned long long)x, hf[k]);
-      SPILL_TRY(imp_need(s, b, &m->per[k][x], e));
-      SPILL_TRY(imp_check_shape(m->per[k][x], 2, rows, cols, e));
-      if (m->per[k][x]->dtype == SPILL_SRC_F8_E4M3) {
-        char sn[220];
-        snprintf(sn, sizeof sn, "%s_scale_inv", b);
-        SPILL_TRY(imp_need(s, sn, &m->scale[k][x], e));
-      }
-    }
+    SPILL_TRY(imp_hf_experts(s, m, k, n->pre, "mlp.experts", hf[k], E, rows, cols, e));
   }
   return SPILL_OK;
 }
