@@ -24,15 +24,9 @@
 
 #include "engine/base/half.h"
 #include "engine/quant/kernels.h"
+#include "engine/quant/kernels_hsum_avx2.h"
 #include "engine/quant/kernels_isa.h"
 #include "engine/quant/kernels_kquant.h"
-
-static inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 static inline __m256 ld_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline __m256 ld_f16(const uint16_t *p) {
@@ -59,7 +53,7 @@ static inline float sc_bf16(const uint16_t *p) { return spill_bf16_to_f32(*p); }
       a3 = _mm256_fmadd_ps(LD(w + c + 24), _mm256_loadu_ps(x + c + 24), a3);     \
     }                                                                            \
     for (; c + 8 <= n; c += 8) a0 = _mm256_fmadd_ps(LD(w + c), _mm256_loadu_ps(x + c), a0); \
-    float acc = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));  \
+    float acc = spill_k_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));  \
     for (; c < n; c++) acc += SC(w + c) * x[c];                                  \
     return acc;                                                                  \
   }
@@ -88,7 +82,7 @@ static float row_q8(const int8_t *q, const spill_k_u16_unaligned *s, const float
     acc = _mm256_fmadd_ps(_mm256_set1_ps(spill_f16_to_f32(s[c0 / group])), _mm256_add_ps(g0, g1),
                           acc);
   }
-  return hsum8(acc);
+  return spill_k_hsum8(acc);
 }
 
 static float row_q4(const uint8_t *q, const spill_k_u16_unaligned *s, const float *x, uint32_t cols,
@@ -112,7 +106,7 @@ static float row_q4(const uint8_t *q, const spill_k_u16_unaligned *s, const floa
     acc = _mm256_fmadd_ps(_mm256_set1_ps(spill_f16_to_f32(s[c0 / group])), _mm256_add_ps(g0, g1),
                           acc);
   }
-  return hsum8(acc);
+  return spill_k_hsum8(acc);
 }
 
 void spill_k_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
@@ -232,7 +226,7 @@ void spill_k_apply_rvq3_f32_gather__avx2(const spill_qmat *w, const float *lut, 
       const __m256 v2 = _mm256_i32gather_ps(l2 + g * 256, _mm256_add_epi32(i2, offs), 4);
       acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_add_ps(v0, v1), v2));
     }
-    float sum = hsum8(acc);
+    float sum = spill_k_hsum8(acc);
     for (; g < ng; g++, p += 3)
       sum += l0[g * 256 + p[0]] + l1[g * 256 + p[1]] + l2[g * 256 + p[2]];
     y[r] = spill_f16_to_f32(w->scales[r]) * sum;
@@ -318,17 +312,17 @@ void spill_k_matvec_rvq3_f32__avx2(const spill_qmat *w, const float *x, float *y
       a2 = _mm256_fmadd_ps(cbsum(c0, c1, c2, p2), xv, a2);
       a3 = _mm256_fmadd_ps(cbsum(c0, c1, c2, p3), xv, a3);
     }
-    y[r] = spill_f16_to_f32(w->scales[r]) * hsum8(a0);
-    y[r + 1] = spill_f16_to_f32(w->scales[r + 1]) * hsum8(a1);
-    y[r + 2] = spill_f16_to_f32(w->scales[r + 2]) * hsum8(a2);
-    y[r + 3] = spill_f16_to_f32(w->scales[r + 3]) * hsum8(a3);
+    y[r] = spill_f16_to_f32(w->scales[r]) * spill_k_hsum8(a0);
+    y[r + 1] = spill_f16_to_f32(w->scales[r + 1]) * spill_k_hsum8(a1);
+    y[r + 2] = spill_f16_to_f32(w->scales[r + 2]) * spill_k_hsum8(a2);
+    y[r + 3] = spill_f16_to_f32(w->scales[r + 3]) * spill_k_hsum8(a3);
   }
   for (; r < r1; r++) {
     const uint8_t *p = idx + (size_t)r * rs;
     __m256 a = _mm256_setzero_ps();
     for (size_t g = 0; g < ng; g++, p += 3)
       a = _mm256_fmadd_ps(cbsum(c0, c1, c2, p), _mm256_loadu_ps(x + g * 8), a);
-    y[r] = spill_f16_to_f32(w->scales[r]) * hsum8(a);
+    y[r] = spill_f16_to_f32(w->scales[r]) * spill_k_hsum8(a);
   }
 }
 

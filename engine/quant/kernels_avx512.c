@@ -22,19 +22,13 @@
 
 #include "engine/base/half.h"
 #include "engine/quant/kernels.h"
+#include "engine/quant/kernels_hsum_avx2.h"
 #include "engine/quant/kernels_isa.h"
-
-static inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 /* Fixed-order horizontal sum (not _mm512_reduce_add_ps, whose order is the
  * compiler's business). */
 static inline float hsum16(__m512 v) {
-  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+  return spill_k_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
 static inline __m512 ld_f32(const float *p) { return _mm512_loadu_ps(p); }
@@ -242,7 +236,7 @@ void spill_k_apply_rvq3_f32_gather__avx512(const spill_qmat *w, const float *lut
       const __m256 v0 = _mm256_i32gather_ps(l0 + g * 256, i0, 4);
       const __m256 v1 = _mm256_i32gather_ps(l1 + g * 256, i1, 4);
       const __m256 v2 = _mm256_i32gather_ps(l2 + g * 256, i2, 4);
-      sum += hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), v2));
+      sum += spill_k_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), v2));
       g += 8;
       p += 24;
     }

@@ -7,17 +7,10 @@
 #include <immintrin.h>
 
 #include "engine/base/half.h"
+#include "engine/quant/kernels_hsum_avx2.h"
 #include "engine/quant/kernels_kquant.h"
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-
-static float hsum8(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
-}
 
 static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
   if (j < 4) {
@@ -95,5 +88,5 @@ float spill_k_dot_kquant_f32__avx2(int dt, const uint8_t *row, const float *x, u
     const float *xb = x + (size_t)b * 256;
     acc = dt == SPILL_K_DT_Q6_K ? q6_block(blk, xb, acc) : q45_block(dt == SPILL_K_DT_Q5_K, blk, xb, acc);
   }
-  return hsum8(acc);
+  return spill_k_hsum8(acc);
 }

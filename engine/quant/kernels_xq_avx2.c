@@ -9,9 +9,11 @@
 #include <string.h>
 
 #include "engine/base/half.h"
+#include "engine/quant/kernels_hsum_avx2.h"
 #include "engine/quant/kernels_isa.h"
 #include "engine/quant/kernels_kquant.h"
 #include "engine/quant/kernels_xq.h"
+#include "engine/quant/kernels_xq_rows.h"
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
@@ -20,14 +22,6 @@ static int32_t hsum_i32(__m256i v) {
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
   return _mm_cvtsi128_si32(s);
-}
-
-static float hsum8(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
 }
 
 static __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -148,7 +142,7 @@ static float row_q8(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
     for (uint32_t b = b0; b < b0 + g / 32; b++)
       acc = block32(load32(q + 32 * b), xq->q32 + 32 * b, sw * xq->d32[b], acc);
   }
-  return hsum8(acc);
+  return spill_k_hsum8(acc);
 }
 
 /* q4 rows: element 2i in the low nibble of byte i, 2i+1 in the high one. */
@@ -169,23 +163,15 @@ static float row_q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
       acc = block32(wv, xq->q32 + 32 * b, sw * xq->d32[b], acc);
     }
   }
-  return hsum8(acc);
+  return spill_k_hsum8(acc);
+}
+
+/* q8 or q4 row, as kernels_xq_rows.h takes it. */
+static float row_q8q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
+  return w->dtype == SPILL_K_DT_Q8 ? row_q8(w, r, xq) : row_q4(w, r, xq);
 }
 
 void spill_k_matvec_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,
                              uint32_t r1) {
-  const size_t cols = w->cols;
-  for (uint32_t r = r0; r < r1; r++) {
-    if (w->dtype == SPILL_K_DT_Q4_K || w->dtype == SPILL_K_DT_Q5_K) {
-      const int five = w->dtype == SPILL_K_DT_Q5_K;
-      y[r] = row_q45k((const uint8_t *)w->data + (size_t)r * (cols / 256) * (five ? 176 : 144), xq,
-                      (uint32_t)cols, five);
-    }
-    else if (w->dtype == SPILL_K_DT_Q6_K)
-      y[r] = row_q6k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 210, xq, (uint32_t)cols);
-    else if (w->dtype == SPILL_K_DT_Q8)
-      y[r] = row_q8(w, r, xq);
-    else
-      y[r] = row_q4(w, r, xq);
-  }
+  spill_k_xq_rows(w, xq, y, r0, r1, row_q45k, row_q6k, row_q8q4);
 }

@@ -10,6 +10,7 @@
 #include "engine/quant/kernels_isa.h"
 #include "engine/quant/kernels_kquant.h"
 #include "engine/quant/kernels_xq.h"
+#include "engine/quant/kernels_xq_rows.h"
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
@@ -209,16 +210,5 @@ static float row_q8q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
 
 void spill_k_matvec_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,
                             uint32_t r1) {
-  const size_t cols = w->cols;
-  for (uint32_t r = r0; r < r1; r++) {
-    if (w->dtype == SPILL_K_DT_Q4_K || w->dtype == SPILL_K_DT_Q5_K) {
-      const int five = w->dtype == SPILL_K_DT_Q5_K;
-      y[r] = row_q45k((const uint8_t *)w->data + (size_t)r * (cols / 256) * (five ? 176 : 144), xq,
-                      (uint32_t)cols, five);
-    }
-    else if (w->dtype == SPILL_K_DT_Q6_K)
-      y[r] = row_q6k((const uint8_t *)w->data + (size_t)r * (cols / 256) * 210, xq, (uint32_t)cols);
-    else
-      y[r] = row_q8q4(w, r, xq);
-  }
+  spill_k_xq_rows(w, xq, y, r0, r1, row_q45k, row_q6k, row_q8q4);
 }
