@@ -9,23 +9,9 @@
 # flag without its value named as such (`--results` said "unknown option").
 # Usage: cli_test.sh SPILL
 set -u
-spill=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-tmp=${TEST_TMPDIR:-/tmp}/cli_test.$$
-mkdir -p "$tmp/cwd"
-cd "$tmp/cwd" || exit 1
-fails=0
-fail() {
-  echo "FAIL: $*" >&2
-  fails=$((fails + 1))
-}
-
-# run ARGS...: sets rc, out (stdout), err (stderr)
-run() {
-  "$spill" "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  out=$(cat "$tmp/out")
-  err=$(cat "$tmp/err")
-}
+# shellcheck source=cli/cli_test_lib.sh
+. "$(dirname "$0")/cli_test_lib.sh"
+cli_test_init cli_test "$1"
 
 expect_help() { # CMD... : usage on stdout, exit 0, stderr empty
   local flag

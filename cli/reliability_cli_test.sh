@@ -7,21 +7,9 @@
 # refused (item 13), and `spill run` with a prompt over ctx prints the error
 # alone (item 14). Usage: reliability_cli_test.sh SPILL
 set -u
-spill=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-tmp=${TEST_TMPDIR:-/tmp}/rel_cli.$$
-mkdir -p "$tmp/cwd"
-cd "$tmp/cwd" || exit 1
-fails=0
-fail() {
-  echo "FAIL: $*" >&2
-  fails=$((fails + 1))
-}
-run() {
-  "$spill" "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  out=$(cat "$tmp/out")
-  err=$(cat "$tmp/err")
-}
+# shellcheck source=cli/cli_test_lib.sh
+. "$(dirname "$0")/cli_test_lib.sh"
+cli_test_init rel_cli "$1"
 
 # item 10: `spill refuted list --dir DIR` reads only
 mkdir -p "$tmp/ref"
