@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "research/sim/sim_engine_testutil.h"
 #include "research/sim/sim_profile_testutil.h"
 
 extern "C" {
-#include "research/gen/spill_gen.h"
 #include "research/sim/sim.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
@@ -31,10 +31,7 @@ extern "C" {
 
 namespace {
 
-std::string TmpDir() {
-  const char *t = std::getenv("TEST_TMPDIR");
-  return t ? t : "/tmp";
-}
+using spill_sim_test::TmpDir;
 
 struct EngineRun {
   spill_run_stats st;
@@ -73,16 +70,12 @@ EngineRun RunEngine(const std::string &model, const char *slots, const char *pol
 }
 
 TEST(SimEngineTest, SimulatorReproducesTheEnginesCacheCountersOnItsOwnTrace) {
-  const std::string model = TmpDir() + "/nano48";
-  spill_gen_request req = {};
-  req.preset = "nano";
-  req.experts = 48;
+  spill_sim_test::Nano48 nano;
+  ASSERT_NO_FATAL_FAILURE(spill_sim_test::MakeNano48(&nano));
+  const std::string &model = nano.model;
+  const spill_info &info = nano.info;
+  const spill_plan &pl = nano.plan;
   spill_err e = {};
-  ASSERT_EQ(spill_gen(model.c_str(), &req, nullptr, nullptr, &e), 0) << e.msg;
-  spill_info info;
-  ASSERT_EQ(spill_info_read(model.c_str(), &info, &e), 0) << e.msg;
-  spill_plan pl;
-  ASSERT_EQ(spill_plan_model(model.c_str(), 4096, 2, 0, 0, &pl, &e), 0) << e.msg;
 
   struct Case {
     const char *slots, *policy;

@@ -30,10 +30,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "research/sim/sim_engine_testutil.h"
 #include "research/sim/sim_profile_testutil.h"
 
 extern "C" {
-#include "research/gen/spill_gen.h"
 #include "research/sim/sim.h"
 #include "engine/spill.h"
 #include "engine/trace/router_trace.h"
@@ -46,10 +46,7 @@ constexpr double kBucketBurstMs = 50;  // SPILL_IO_THROTTLE_BURST_NS (engine/io/
 constexpr double kTolerance = 0.15;    // tok/s, relative (issue 6)
 constexpr int kPrompt = 20, kDecode = 64;
 
-std::string TmpDir() {
-  const char *t = std::getenv("TEST_TMPDIR");
-  return t ? t : "/tmp";
-}
+using spill_sim_test::TmpDir;
 
 struct Case {
   int slots, la;
@@ -123,16 +120,11 @@ Outcome RunCase(const std::string &model, const spill_info &info, const spill_pl
 }
 
 TEST(SimEngineTimingTest, IoBoundDecodeTokPerSecondAgreesWithin15Percent) {
-  const std::string model = TmpDir() + "/nano48";
-  spill_gen_request req = {};
-  req.preset = "nano";
-  req.experts = 48;
-  spill_err e = {};
-  ASSERT_EQ(spill_gen(model.c_str(), &req, nullptr, nullptr, &e), 0) << e.msg;
-  spill_info info;
-  ASSERT_EQ(spill_info_read(model.c_str(), &info, &e), 0) << e.msg;
-  spill_plan pl;
-  ASSERT_EQ(spill_plan_model(model.c_str(), 4096, 2, 0, 0, &pl, &e), 0) << e.msg;
+  spill_sim_test::Nano48 nano;
+  ASSERT_NO_FATAL_FAILURE(spill_sim_test::MakeNano48(&nano));
+  const std::string &model = nano.model;
+  const spill_info &info = nano.info;
+  const spill_plan &pl = nano.plan;
   const uint64_t rate = (uint64_t)std::llround((double)pl.record_bytes / (kReadMs * 1e-3));
   std::printf("record %llu bytes, cap %llu bytes/s (%.2f ms per record)\n",
               (unsigned long long)pl.record_bytes, (unsigned long long)rate, kReadMs);
