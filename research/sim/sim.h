@@ -27,6 +27,7 @@
 
 #include "engine/base/status.h"
 #include "engine/trace/router_trace.h"
+#include "research/sim/routing_defaults.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,15 +41,9 @@ extern "C" {
 #define SPILL_SIM_CAL_LAYERS 8    /* ... over at most this many layers */
 #define SPILL_SIM_CAL_REUSE_X 4   /* reuse is measured on this many times the tokens */
 
-/* Defaults of synthetic routing, measured by `spill trace stats --tokens
- * 0:150` on traces/olmoe-1b-7b-299.jsonl (its tuning half; docs/SIM.md):
- * per-layer top-10% share, next-token reuse, co-activation precision. */
-#define SPILL_SIM_DEFAULT_REUSE 0.411
-#define SPILL_SIM_DEFAULT_COACT 0.575
-extern const double spill_sim_default_top10[16];
-/* Default lookahead precision by rank (published K3: 92% at rank 1, 81%
- * over the top 6): linear from 0.92, mean 0.81 over six ranks. */
-extern const double spill_sim_default_la_precision[6];
+/* Defaults of synthetic routing (per-layer top-10% share, next-token reuse,
+ * co-activation, lookahead precision by rank): routing_defaults.h, shared
+ * with research/gen. */
 
 typedef enum spill_sim_routing_kind {
   SPILL_SIM_ROUTING_TRACE = 0,     /* a router trace file (either format) */

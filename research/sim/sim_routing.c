@@ -327,11 +327,6 @@ done:
   return rc;
 }
 
-const double spill_sim_default_top10[16] = {0.329, 0.308, 0.368, 0.331, 0.378, 0.374,
-                                            0.425, 0.358, 0.313, 0.328, 0.316, 0.362,
-                                            0.325, 0.398, 0.438, 0.393};
-const double spill_sim_default_la_precision[6] = {0.92, 0.876, 0.832, 0.788, 0.744, 0.70};
-
 /* Top-10% share the config asks of layer l (0: none, an exponent is given). */
 static double layer_top10(const spill_sim_config *c, uint32_t l) {
   if (c->synth_top10_n > 0)
