@@ -13,11 +13,16 @@
 const char cmd_gen_usage[] =
     "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
     "                 [--seed N] [--attn k3|mla|kda|gqa] [--trunk-dtype q4|f32]\n"
-    "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N] OUT_DIR\n"
+    "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N]\n"
+    "                 [--lookahead-precision P] [--coact C] OUT_DIR\n"
     "       spill gen --like-trace TRACE [--preset nano|mini] [other options] OUT_DIR\n"
     "--like-trace: MoE layers, experts per layer and top-k from a router trace\n"
     "(docs/TRACE.md), everything else from the preset (default mini), so that\n"
-    "`spill run --routing-trace TRACE` can replay it.\n";
+    "`spill run --routing-trace TRACE` can replay it.\n"
+    "--lookahead-precision P: lookahead precision at width 6 the routers are\n"
+    "solved for, (0, 1] (default 0.81, published K3); --coact C: co-activation\n"
+    "precision, [0, 1) (default 0.575, OLMoE; 0: independent routers). See\n"
+    "docs/GEN.md for what they set and how close a model gets.\n";
 
 int cmd_gen(int argc, char **argv) {
   spill_gen_request r;
@@ -46,6 +51,16 @@ int cmd_gen(int argc, char **argv) {
       long x;
       if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 65536, &x)) return 2;
       r.experts = (int)x;
+    } else if (!strcmp(a, "--lookahead-precision") || !strcmp(a, "--coact")) {
+      double x;
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      char *end = NULL;
+      x = strtod(v, &end);
+      int la = a[2] == 'l';
+      if (!end || *end || !(la ? (x > 0 && x <= 1) : (x >= 0 && x < 1)))
+        return cli_usage_error("%s %s: expected a number in %s", a, v, la ? "(0, 1]" : "[0, 1)");
+      if (la) r.lookahead_precision = x;
+      else r.coact = x > 0 ? x : -1;
     } else if (!strcmp(a, "--attn")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;
       r.attn_mix = v;

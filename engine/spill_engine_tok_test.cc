@@ -6,6 +6,8 @@
 // larger than the model's vocabulary is refused at open.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -125,6 +127,9 @@ TEST(EngineTokenizerTest, ModelDirectoryTokenizerIsUsed) {
             SPILL_OK);
   std::string full(dec, dl);
   free(dec);
+  // the token callback hands over C strings: a generated NUL byte (id 0) cannot
+  // pass through it, so it is compared without NULs
+  full.erase(std::remove(full.begin(), full.end(), '\0'), full.end());
   EXPECT_EQ(full.compare(0, got.second.size(), got.second), 0);
   EXPECT_LE(full.size() - got.second.size(), 3u);
   spill_engine_close(eng);

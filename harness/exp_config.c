@@ -300,7 +300,10 @@ static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
     if (!ok) return fail(c, enums[i].path, "\"%s\": not a known value", enums[i].v);
   }
   char canon[256 + SPILL_EXP_PATH_MAX];
-  int n = snprintf(canon, sizeof canon, "preset=%s;ram=%llu;disk=%llu;seed=%llu;attn=%s;edt=%s;tdt=%s",
+  /* ";routing=2": models generated since spill gen solved its routers for the
+   * calibrated statistics (docs/GEN.md) do not reuse older cached ones */
+  int n = snprintf(canon, sizeof canon,
+                   "preset=%s;ram=%llu;disk=%llu;seed=%llu;attn=%s;edt=%s;tdt=%s;routing=2",
                    cfg->recipe_preset, (unsigned long long)cfg->recipe_ram,
                    (unsigned long long)cfg->recipe_disk, (unsigned long long)cfg->recipe_seed,
                    cfg->recipe_attn_mix, cfg->recipe_expert_dtype, cfg->recipe_trunk_dtype);

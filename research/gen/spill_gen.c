@@ -39,6 +39,9 @@ static int gen_opts(const spill_gen_request *req, spill_gen_opts *o, spill_err *
   if (req->experts > 0) o->n_experts = req->experts;
   if (req->moe_layers > 0) o->n_moe_layers = req->moe_layers;
   if (req->top_k > 0) o->top_k = req->top_k;
+  if (req->lookahead_precision != 0) o->la_precision = req->lookahead_precision;
+  if (req->coact > 0) o->coact = req->coact;
+  if (req->coact < 0) o->coact = 0;
   return SPILL_OK;
 }
 

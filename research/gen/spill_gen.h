@@ -28,6 +28,11 @@ typedef struct spill_gen_request {
   int experts;          /* > 0: experts per MoE layer instead of the preset's */
   int moe_layers;       /* > 0: MoE layers (after the preset's dense layer); nano/mini */
   int top_k;            /* > 0: routed experts per token; nano/mini */
+  /* Routing statistics the weights are solved for (docs/GEN.md); 0 = the
+   * calibrated default (research/sim/routing_defaults.h). */
+  double lookahead_precision; /* (0, 1]: at lookahead width 6; default 0.81 (K3) */
+  double coact;               /* (0, 1): co-activation precision; default 0.575
+                                 (OLMoE); < 0: independent routers */
 } spill_gen_request;
 
 /* Fills req's moe_layers, experts and top_k from the trace FILE (checked by

@@ -7,7 +7,9 @@
  * OLMoE trace are described in docs/GEN.md.
  *
  * Thread safety: all calls are reentrant; spill_gen_write may run 2 threads
- * internally. Depends on engine/base and engine/format; never prints.
+ * internally. Depends on engine/base, engine/format, engine/trace, research/trace
+ * (statistics, for the routing calibration) and research/sim's routing_defaults;
+ * never prints.
  */
 #ifndef SPILL_GEN_SYNTH_H
 #define SPILL_GEN_SYNTH_H
@@ -45,6 +47,10 @@ typedef struct spill_gen_opts {
   spill_gen_trunk trunk;
   spill_dtype expert_dtype; /* rvq3 (default), f32, q8, q4 */
   double skew;            /* popularity skew, 0 = uniform bias; < 0 = default */
+  double la_precision;    /* lookahead precision at width 6 the routers are solved
+                             for, (0, 1]; < 0 = the K3 default (0.81) */
+  double coact;           /* co-activation precision, [0, 1); 0 = independent
+                             routers; < 0 = the OLMoE default (0.575) */
   int threads;            /* generator threads besides the writer: 0 or 1 */
   int n_experts;          /* > 0: experts per MoE layer instead of the preset's
                              (twin: instead of what the disk cap allows) */

@@ -11,6 +11,7 @@
 #ifndef SPILL_GEN_SYNTH_INTERNAL_H
 #define SPILL_GEN_SYNTH_INTERNAL_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "engine/base/rng.h"
@@ -70,6 +71,103 @@ static inline uint64_t spill_gen_fnv1a(const char *s) {
   return h;
 }
 
+/* Inserts (score, id) into the descending top-k list (ties: lower id first;
+ * ids arrive in increasing order, so a tie never displaces). */
+static inline void spill_gen_topk_push(float *ts, int *ti, int *n, int k, float score, int id) {
+  if (*n == k && score <= ts[k - 1]) return;
+  int j = *n < k ? (*n)++ : k - 1;
+  while (j > 0 && ts[j - 1] < score) {
+    ts[j] = ts[j - 1];
+    ti[j] = ti[j - 1];
+    j--;
+  }
+  ts[j] = score;
+  ti[j] = id;
+}
+
+/* A uniformly random permutation of 0..n-1 (Fisher-Yates). */
+static inline void spill_gen_permutation(spill_gen_rng *r, uint32_t *p, int n) {
+  for (int i = 0; i < n; i++) p[i] = (uint32_t)i;
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)(spill_gen_next(r) % (uint64_t)(i + 1));
+    uint32_t t = p[i];
+    p[i] = p[j];
+    p[j] = t;
+  }
+}
+
+/* Topics: E / top_k groups of experts per MoE layer. Expert e of layer j
+ * belongs to topic ((a e + b) mod n) mod n_topics, a coprime to n, a and b
+ * from the stream (seed, "pair", j): a different grouping per layer, no
+ * memory. */
+static inline void spill_gen_pairing(uint64_t seed, int j, int n, uint64_t *a, uint64_t *b) {
+  spill_gen_rng r;
+  spill_gen_rng_seed(&r, seed ^ 0x70616972ull, (uint64_t)j, 0x70616972ull);
+  uint64_t x = n > 1 ? 1 + spill_gen_next(&r) % (uint64_t)(n - 1) : 1;
+  for (;;) { /* the first x >= the draw coprime to n */
+    uint64_t g = x, h = (uint64_t)n;
+    while (h) {
+      uint64_t t = g % h;
+      g = h;
+      h = t;
+    }
+    if (g == 1) break;
+    x = x + 1 < (uint64_t)n ? x + 1 : 1;
+  }
+  *a = x;
+  *b = spill_gen_next(&r) % (uint64_t)(n > 0 ? n : 1);
+}
+
+/* The stream of a topic's shared popularity draw (seed, topic + 1, this):
+ * the first spill_gen_gauss of it, the same in every MoE layer. */
+#define STREAM_SHARED_BIAS 0x62696173ull /* "bias" */
+
+static inline int spill_gen_n_topics(int n_experts, int top_k) {
+  int t = top_k > 0 ? n_experts / top_k : n_experts;
+  return t > 0 ? t : 1;
+}
+
+/* The rms of what each residual writer of layer l (attention output, dense
+ * FFN, routed and shared experts) adds, for a stream of rms 1 after the
+ * embedding that grows by 1 + 2 rho^2 in variance per layer: every layer
+ * changes the stream by the same relative amount. */
+static inline float spill_gen_write_scale(float rho, int layer) {
+  return rho * powf(1.0f + 2.0f * rho * rho, 0.5f * (float)layer);
+}
+
+/* The largest router-row share c the co-activation solve may use. Topic-
+ * shared rows and biases make popularity come in steps of a topic's experts,
+ * which a spread solved on the sum of the three coverage points cannot keep
+ * on the OLMoE curve as c grows: with the spread re-solved at c, the 95%
+ * point of mini / twin (synth_test, seed 1) is 75.0/74.2% at c 0.6, 75.7/75.0
+ * at 0.8, 75.9/75.6 at 0.85 and 76.9/76.7 at 0.95 (target 73.4, tolerance 3
+ * pp). Where co-activation needs more, the plan says it is out of reach. */
+#define SPILL_GEN_MAX_CHAIN 0.85f
+
+/* Lookahead precision is measured at this width (K3's published 81% is over
+ * the top 6). */
+#define SPILL_GEN_LA_WIDTH 6
+
+/* The two router constants of a plan and what the mean-field model predicts
+ * they give. */
+typedef struct spill_gen_routing_cal {
+  float eps;        /* relative change of the router input from one MoE layer to the next */
+  float chain;      /* router row correlation of paired experts of consecutive layers */
+  double precision; /* predicted lookahead precision at SPILL_GEN_LA_WIDTH */
+  double coact;     /* predicted co-activation precision (research/trace's) */
+  float bias_spread; /* exp_probs_b std for the coverage target at this chain */
+} spill_gen_routing_cal;
+
+/* Solves eps for the lookahead precision, then chain for the co-activation
+ * (synth_calib.c). bias_spread: skew x spill_gen_calibrate_bias's spread,
+ * solved without sharing; with chain > 0 on a sigmoid router the spread is
+ * re-solved (times skew) so that the shared rows keep the coverage target.
+ * seed: the model's; the topics' shared popularity draws are its own (few
+ * values, so their realization matters). Deterministic in its arguments. coact <= 0: chain 0. */
+int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t seed,
+                                float skew, float bias_spread, double precision, double coact,
+                                spill_gen_routing_cal *out, spill_err *e);
+
 /* How a trunk tensor's values are drawn. */
 typedef enum spill_gen_init_kind {
   SPILL_GEN_INIT_GAUSS = 0, /* N(0, a^2) */
@@ -79,11 +177,13 @@ typedef enum spill_gen_init_kind {
   SPILL_GEN_INIT_DT_BIAS,   /* softplus^-1 of dt, log dt ~ U(log 1e-3, log 1e-1) */
   SPILL_GEN_INIT_PROBS_B,   /* a * N(0, 1): the popularity bias */
   SPILL_GEN_INIT_CODEBOOK,  /* rvq3 (3, 256, 8): stage s ~ N(0, 0.5^s), centred */
+  SPILL_GEN_INIT_ROUTER,    /* a * (rows shared with the neighbouring MoE layers' routers) */
 } spill_gen_init_kind;
 
 typedef struct spill_gen_init {
   spill_gen_init_kind kind;
   float a;
+  int layer; /* SPILL_GEN_INIT_ROUTER: the model layer */
 } spill_gen_init;
 
 /* The full plan: manifest template plus per-tensor init and the derivation. */
@@ -93,11 +193,28 @@ typedef struct spill_gen_plan_full {
   spill_gen_summary sum;
   uint32_t trunk_group; /* q4/q8 group of the trunk */
   float expert_sigma_in;  /* std of gate/up weights */
-  float expert_sigma_out; /* std of down weights */
+  float expert_sigma_out; /* std of down weights (times the layer's write scale
+                             when the experts write the stream: !expert_out_latent) */
+  int expert_out_latent;
   uint64_t seed;
   float skew;
   float bias_spread; /* exp_probs_b std: skew x calibrated spread */
+  float write_rho;   /* rms of each residual writer relative to the stream (write_scale) */
+  float chain;       /* share c of every router row drawn from one matrix all MoE
+                        layers share (rows permuted per layer): paired experts of
+                        two layers have router rows correlated c */
+  double want_precision, want_coact; /* the targets they were solved for */
+  spill_gen_routing_cal cal;         /* what the mean-field model predicts */
 } spill_gen_plan_full;
+
+/* The topic of expert e of MoE layer `layer` (spill_gen_pairing). */
+static inline uint64_t spill_gen_topic(const spill_gen_plan_full *p, int layer, int e) {
+  const int n = p->m.arch.moe.n_experts;
+  uint64_t a, b;
+  spill_gen_pairing(p->seed, layer, n, &a, &b);
+  return ((a * (uint64_t)e + b) % (uint64_t)n) %
+         (uint64_t)spill_gen_n_topics(n, p->m.arch.moe.top_k);
+}
 
 int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, spill_err *e);
 void spill_gen_plan_full_free(spill_gen_plan_full *p);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "research/gen/synth_internal.h"
+#include "research/sim/routing_defaults.h"
 
 /* The shape knobs a preset sets; everything else is derived from them. */
 typedef struct gen_shape {
@@ -53,6 +54,8 @@ void spill_gen_opts_init(spill_gen_opts *o) {
   o->trunk = SPILL_GEN_TRUNK_Q4;
   o->expert_dtype = SPILL_DT_RVQ3;
   o->skew = -1.0;
+  o->la_precision = -1.0;
+  o->coact = -1.0;
   o->threads = 1;
 }
 
@@ -73,6 +76,7 @@ typedef struct tlist {
   spill_gen_init *init;
   int n, cap;
   int oom;
+  int layer; /* the layer being listed (spill_gen_init.layer) */
 } tlist;
 
 enum { CLS_BULK = 0, CLS_EMBD = 1, CLS_F32 = 2 };
@@ -113,20 +117,23 @@ static void tl_add(tlist *tl, const spill_gen_opts *o, uint32_t group, int cls, 
   t->group = (t->dtype == SPILL_DT_Q4 || t->dtype == SPILL_DT_Q8) ? group : 0;
   tl->init[tl->n].kind = kind;
   tl->init[tl->n].a = a;
+  tl->init[tl->n].layer = tl->layer;
   tl->n++;
 }
 
 static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bias_spread,
-                          tlist *tl) {
+                          float rho, tlist *tl) {
   const uint32_t g = s->trunk_group;
   const int D = s->d_model, L = s->n_layers;
-  const float ro = 1.0f / sqrtf(2.0f * (float)L);  /* residual writers */
+  float ro = 0; /* residual writers of layer l: spill_gen_write_scale */
   const float sw = 1.0f / 0.6f;                    /* swiglu output rms */
   const float inD = 1.0f / sqrtf((float)D);
 #define M(cls, r, c, a, ...) tl_add(tl, o, g, cls, 2, r, c, SPILL_GEN_INIT_GAUSS, a, __VA_ARGS__)
 #define NORM(n, ...) tl_add(tl, o, g, CLS_F32, 1, n, 1, SPILL_GEN_INIT_NORM, 0.02f, __VA_ARGS__)
   M(CLS_EMBD, s->vocab, D, 1.0f, "tok_embd");
   for (int l = 0; l < L; l++) {
+    ro = spill_gen_write_scale(rho, l);
+    tl->layer = l;
     NORM(D, "blk.%d.attn_norm", l);
     spill_attn_kind k = layer_kind(s->mix, l, L);
     const int H = s->heads, hd = s->head_dim;
@@ -185,7 +192,7 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
     }
     const int E = s->n_experts;
     /* router: f32, logits ~N(0, 1) for unit-rms h */
-    tl_add(tl, o, g, CLS_F32, 2, E, D, SPILL_GEN_INIT_GAUSS, inD, "blk.%d.ffn_gate_inp", l);
+    tl_add(tl, o, g, CLS_F32, 2, E, D, SPILL_GEN_INIT_ROUTER, inD, "blk.%d.ffn_gate_inp", l);
     if (!s->softmax_router)
       tl_add(tl, o, g, CLS_F32, 1, E, 1, SPILL_GEN_INIT_PROBS_B, bias_spread,
              "blk.%d.exp_probs_b", l);
@@ -414,7 +421,7 @@ typedef struct sized {
 
 static int measure(const gen_shape *s, const spill_gen_opts *o, sized *z, spill_err *e) {
   tlist tl = {0};
-  build_tensors(s, o, 1.0f, &tl);
+  build_tensors(s, o, 1.0f, 0.1f, &tl); /* sizes only */
   int rc = tl.oom ? spill_err_set(e, SPILL_E_NOMEM, "gen: tensor list") : SPILL_OK;
   if (rc == SPILL_OK) rc = size_tensors(&tl, &z->trunk, e);
   if (rc == SPILL_OK) rc = record_bytes_for(s, o->expert_dtype, &z->record, e);
@@ -585,6 +592,35 @@ static int plan_shape(const spill_gen_opts *o, int mix, gen_shape *s, spill_gen_
   return SPILL_OK;
 }
 
+/* The routing targets and the two router constants solved for them
+ * (synth_calib.c): the write ratio rho = eps / sqrt(2) (two writers between
+ * the lookahead point and the next router) and the row correlation. */
+static int plan_routing(const spill_gen_opts *o, const gen_shape *s, float skew, float spread,
+                        spill_gen_plan_full *p, spill_err *e) {
+  double prec = o->la_precision, co = o->coact;
+  if (prec < 0) {
+    prec = 0;
+    for (int i = 0; i < SPILL_SIM_DEFAULT_LA_RANKS; i++) prec += spill_sim_default_la_precision[i];
+    prec /= SPILL_SIM_DEFAULT_LA_RANKS;
+  }
+  if (co < 0) co = SPILL_SIM_DEFAULT_COACT;
+  SPILL_FAIL_IF(e, !(prec > 0 && prec <= 1), SPILL_E_CONFIG,
+                "gen: lookahead precision %g must be in (0, 1]", prec);
+  SPILL_FAIL_IF(e, !(co >= 0 && co < 1), SPILL_E_CONFIG,
+                "gen: co-activation %g must be in [0, 1)", co);
+  p->want_precision = prec;
+  p->want_coact = co;
+  memset(&p->cal, 0, sizeof p->cal);
+  p->cal.bias_spread = spread;
+  if (s->n_layers > s->n_dense)
+    SPILL_TRY(spill_gen_calibrate_routing(s->n_experts, s->top_k, !s->softmax_router, o->seed, skew,
+                                          spread, prec, co, &p->cal, e));
+  p->write_rho = p->cal.eps / sqrtf(2.0f);
+  p->chain = p->cal.chain;
+  p->bias_spread = p->cal.bias_spread;
+  return SPILL_OK;
+}
+
 /* One bank per MoE layer, and the generator JSON the container records. */
 static int plan_banks(const spill_gen_opts *o, const gen_shape *s, float skew, float spread,
                       uint64_t disk, spill_gen_plan_full *p, spill_err *e) {
@@ -601,14 +637,17 @@ static int plan_banks(const spill_gen_opts *o, const gen_shape *s, float skew, f
     b->record_bytes = m->record_bytes;
     b->data_offset = SPILL_BANK_HEADER_BYTES;
   }
-  char js[512];
+  char js[1024];
   snprintf(js, sizeof js,
            "{\"preset\":\"%s\",\"attn_mix\":\"%s\",\"seed\":%" PRIu64
            ",\"skew\":%.4f,\"bias_spread\":%.6f,\"trunk\":\"%s\",\"expert_dtype\":\"%s\",\"ram_bytes\":%" PRIu64
-           ",\"disk_bytes\":%" PRIu64 "}",
+           ",\"disk_bytes\":%" PRIu64
+           ",\"routing\":{\"lookahead_precision\":%.4f,\"lookahead_width\":%d,\"coact\":%.4f"
+           ",\"write_rho\":%.6f,\"router_chain\":%.6f}}",
            s->name, o->attn_mix ? o->attn_mix : "k3", o->seed, (double)skew, (double)spread,
            o->trunk == SPILL_GEN_TRUNK_Q4 ? "q4" : "f32", spill_dtype_name(m->expert_dtype),
-           p->sum.ram_bytes, disk);
+           p->sum.ram_bytes, disk, p->want_precision, SPILL_GEN_LA_WIDTH, p->want_coact,
+           (double)p->write_rho, (double)p->chain);
   m->generator_json = strdup(js);
   SPILL_FAIL_IF(e, !m->generator_json, SPILL_E_NOMEM, "gen: generator json");
   return SPILL_OK;
@@ -646,6 +685,16 @@ static void plan_summarize(const gen_shape *s, uint64_t trunk, int n_tensors,
              " (trunk %.1f%%, working set %.1f%% of RAM)\n", 100 * sum->trunk_frac,
              100 * sum->ws_frac);
   }
+  if (n_moe > 0) {
+    used = strlen(sum->text);
+    snprintf(sum->text + used, sizeof sum->text - used,
+             "routing: lookahead precision (width %d) %.3f asked, %.3f by the mean-field model "
+             "(writer ratio %.4f); co-activation %.3f asked, %.3f by the mean-field model (shared "
+             "router rows %.3f)%s\n",
+             SPILL_GEN_LA_WIDTH, p->want_precision, p->cal.precision, (double)p->write_rho,
+             p->want_coact, p->cal.coact, (double)p->chain,
+             p->cal.coact < p->want_coact - 0.02 ? ": co-activation out of reach at this shape" : "");
+  }
 }
 
 int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, spill_err *e) {
@@ -670,8 +719,9 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   float cal = 0.0f;
   if (!s.softmax_router && s.n_layers > s.n_dense)
     SPILL_TRY(spill_gen_calibrate_bias(s.n_experts, s.top_k, &cal, e));
+  SPILL_TRY(plan_routing(o, &s, skew, skew * cal, p, e));
   tlist tl = {0};
-  build_tensors(&s, o, skew * cal, &tl);
+  build_tensors(&s, o, p->bias_spread, p->write_rho, &tl);
   if (tl.oom) {
     free(tl.t);
     free(tl.init);
@@ -692,7 +742,7 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   if (rc == SPILL_OK)
     rc = spill_record_layout(&m->arch, edt, m->expert_group, m->sect, &m->payload_bytes,
                              &m->record_bytes, e);
-  if (rc == SPILL_OK) rc = plan_banks(o, &s, skew, skew * cal, disk, p, e);
+  if (rc == SPILL_OK) rc = plan_banks(o, &s, skew, p->bias_spread, disk, p, e);
   if (rc != SPILL_OK) {
     spill_gen_plan_full_free(p);
     return rc;
@@ -700,13 +750,12 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   p->trunk_group = s.trunk_group;
   p->seed = o->seed;
   p->skew = skew;
-  p->bias_spread = skew * cal;
   const int din = s.d_latent > 0 ? s.d_latent : s.d_model;
   p->expert_sigma_in = 1.0f / sqrtf((float)din);
   /* latent: unit-rms expert outputs (moe_up_proj scales them); else the
    * expert writes the residual stream directly */
-  p->expert_sigma_out = (1.0f / 0.6f) / sqrtf((float)s.d_expert) *
-                        (s.d_latent > 0 ? 1.0f : 2.0f / sqrtf(2.0f * (float)s.n_layers));
+  p->expert_sigma_out = (1.0f / 0.6f) / sqrtf((float)s.d_expert);
+  p->expert_out_latent = s.d_latent > 0;
   plan_summarize(&s, trunk, tl.n, p);
   return SPILL_OK;
 }

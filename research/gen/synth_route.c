@@ -57,20 +57,6 @@ static int find_tensor(const spill_manifest *m, const char *name) {
   return -1;
 }
 
-/* Inserts (score, id) into the descending top-k list (ties: lower id first;
- * ids arrive in increasing order, so a tie never displaces). */
-static void topk_push(float *ts, int *ti, int *n, int k, float score, int id) {
-  if (*n == k && score <= ts[k - 1]) return;
-  int j = *n < k ? (*n)++ : k - 1;
-  while (j > 0 && ts[j - 1] < score) {
-    ts[j] = ts[j - 1];
-    ti[j] = ti[j - 1];
-    j--;
-  }
-  ts[j] = score;
-  ti[j] = id;
-}
-
 int spill_gen_routing_coverage(const spill_gen_opts *o, int n_samples, int max_layers,
                                spill_gen_coverage *out, spill_err *e) {
   SPILL_FAIL_IF(e, !out, SPILL_E_INVALID_ARG, "gen coverage: no output");
@@ -121,7 +107,7 @@ int spill_gen_routing_coverage(const spill_gen_opts *o, int n_samples, int max_l
         for (int c = 0; c < D; c++) s += row[c] * h[c];
         /* softmax is monotone: its top-k is the logits' top-k */
         float sel = a->moe.router == SPILL_ROUTER_SIGMOID ? 1.0f / (1.0f + expf(-s)) + b[x] : s;
-        topk_push(ts, ti, &nt, k, sel, x);
+        spill_gen_topk_push(ts, ti, &nt, k, sel, x);
       }
       for (int j = 0; j < nt; j++) counts[(size_t)li * E + ti[j]]++;
     }
@@ -165,7 +151,7 @@ static double meanfield_coverage_sum(int E, int k, float a, uint64_t *counts, fl
     for (int n = 0; n < samples; n++) {
       for (int x = 0; x < E; x++) sig[x] = 1.0f / (1.0f + expf(-spill_gen_gauss12(&r)));
       int nt = 0;
-      for (int x = 0; x < E; x++) topk_push(ts, ti, &nt, k, sig[x] + a * z[x], x);
+      for (int x = 0; x < E; x++) spill_gen_topk_push(ts, ti, &nt, k, sig[x] + a * z[x], x);
       for (int j = 0; j < nt; j++) counts[(size_t)l * E + ti[j]]++;
     }
   }

@@ -23,6 +23,7 @@
 #include "research/gen/synth_internal.h"
 
 #define STREAM_TENSOR 0x74656E736F72ull /* "tensor" */
+#define STREAM_SHARED_ROWS 0x726F75746572ull /* "router": the rows all MoE layers share */
 
 void spill_gen_tensor_f32(const spill_gen_plan_full *p, int i, float *out) {
   const spill_tensor_info *t = &p->m.tensors[i];
@@ -34,9 +35,32 @@ void spill_gen_tensor_f32(const spill_gen_plan_full *p, int i, float *out) {
     case SPILL_GEN_INIT_GAUSS:
       for (uint64_t k = 0; k < n; k++) out[k] = in->a * spill_gen_gauss(&r);
       break;
-    case SPILL_GEN_INIT_PROBS_B:
-      for (uint64_t k = 0; k < n; k++) out[k] = in->a * spill_gen_bias_shape(spill_gen_gauss(&r));
+    case SPILL_GEN_INIT_PROBS_B: { /* sqrt(c) of the draw is the expert's topic's */
+      const float c = p->chain, sa = sqrtf(c), sb = sqrtf(1.0f - c);
+      for (uint64_t k = 0; k < n; k++) {
+        float z = sb * spill_gen_gauss(&r);
+        if (c > 0) {
+          spill_gen_rng tr;
+          spill_gen_rng_seed(&tr, p->seed, spill_gen_topic(p, in->layer, (int)k) + 1,
+                             STREAM_SHARED_BIAS);
+          z += sa * spill_gen_gauss(&tr);
+        }
+        out[k] = in->a * spill_gen_bias_shape(z);
+      }
       break;
+    }
+    case SPILL_GEN_INIT_ROUTER: { /* (E, D): sqrt(1-c) own rows + sqrt(c) topic rows */
+      const float c = p->chain;
+      const float sb = in->a * sqrtf(1.0f - c), sa = in->a * sqrtf(c);
+      for (uint64_t k = 0; k < n; k++) out[k] = sb * spill_gen_gauss(&r);
+      for (uint64_t row = 0; c > 0 && row < rows; row++) {
+        spill_gen_rng tr; /* the topic's row: its own stream, shared by every MoE layer */
+        spill_gen_rng_seed(&tr, p->seed, spill_gen_topic(p, in->layer, (int)row) + 1,
+                           STREAM_SHARED_ROWS);
+        for (uint64_t col = 0; col < cols; col++) out[row * cols + col] += sa * spill_gen_gauss(&tr);
+      }
+      break;
+    }
     case SPILL_GEN_INIT_NORM:
       for (uint64_t k = 0; k < n; k++) out[k] = 1.0f + in->a * spill_gen_gauss(&r);
       break;
@@ -170,7 +194,10 @@ void spill_gen_expert_payload(const spill_gen_plan_full *p, int layer, uint32_t 
   for (int s = 0; s < SPILL_SEC_COUNT; s++) {
     const spill_section_info *sec = &m->sect[s];
     uint8_t *dst = payload + (sec->offset - SPILL_RECORD_HEADER_BYTES);
-    float sigma = s == SPILL_SEC_DOWN ? p->expert_sigma_out : p->expert_sigma_in;
+    float sigma = p->expert_sigma_in;
+    if (s == SPILL_SEC_DOWN)
+      sigma = p->expert_sigma_out *
+              (p->expert_out_latent ? 1.0f : 2.0f * spill_gen_write_scale(p->write_rho, layer));
     switch (m->expert_dtype) {
       case SPILL_DT_RVQ3: draw_rvq3(&r, sec->rows, sec->cols, sigma, dst); break;
       case SPILL_DT_Q8: draw_q8(&r, sec->rows, sec->cols, m->expert_group, sigma, dst); break;
