@@ -11,11 +11,11 @@ set y2tics
 set key outside bottom center horizontal
 set grid
 set yrange [0:*]
-set xrange [*:35.310202]
-set arrow 1 from 23.540134, graph 0 to 23.540134, graph 1 nohead dt 2 lc rgb 'red'
-set label 1 'machine RAM 23.5 GiB' at 23.540134, graph 0.95 right offset -0.5,0 tc rgb 'red'
+set xrange [*:35.310150]
+set arrow 1 from 23.540100, graph 0 to 23.540100, graph 1 nohead dt 2 lc rgb 'red'
+set label 1 'machine RAM 23.5 GiB' at 23.540100, graph 0.95 right offset -0.5,0 tc rgb 'red'
 set arrow 2 from 0.202036, graph 0 to 0.202036, graph 1 nohead dt 3 lc rgb 'dark-green'
-set label 2 'default budget 0.20 GiB' at 0.202036, graph 0.88 left offset 0.5,0 tc rgb 'dark-green'
+set label 2 'default budget 0.202 GiB' at 0.202036, graph 0.88 left offset 0.5,0 tc rgb 'dark-green'
 plot 'cliff.dat' index 0 using 1:2:3:4 with yerrorlines lw 2 title 'lru tok/s', 'cliff.dat' index 0 using 1:5 axes x1y2 with linespoints dt 2 title 'lru decode hit %', 'cliff.dat' index 1 using 1:2:3:4 with yerrorlines lw 2 title 'lfru tok/s', 'cliff.dat' index 1 using 1:5 axes x1y2 with linespoints dt 2 title 'lfru decode hit %', 'cliff.dat' index 2 using 1:2:3:4 with yerrorlines lw 2 title 'wtinylfu tok/s', 'cliff.dat' index 2 using 1:5 axes x1y2 with linespoints dt 2 title 'wtinylfu decode hit %', 'cliff.dat' index 3 using 1:2:3:4 with yerrorlines lw 2 title 'nextuse tok/s', 'cliff.dat' index 3 using 1:5 axes x1y2 with linespoints dt 2 title 'nextuse decode hit %'
 set terminal svg size 1000,600 noenhanced
 set output 'cliff.svg'
