@@ -215,19 +215,7 @@ static int hf_config(imp_src *s, const char *dir, const cJSON *root, ds_cfg *c, 
 
 static int gkey(const spill_gguf *g, const char *key, int lo, int hi, int dflt, int req, int *out,
                 spill_err *e) {
-  char k[160];
-  snprintf(k, sizeof k, "deepseek2.%s", key);
-  if (!spill_gguf_find_kv(g, k)) {
-    SPILL_FAIL_IF(e, req, SPILL_E_FORMAT, "GGUF key %s is missing", k);
-    *out = dflt;
-    return SPILL_OK;
-  }
-  uint64_t v;
-  SPILL_TRY(spill_gguf_get_u64(g, k, &v, e));
-  SPILL_FAIL_IF(e, v < (uint64_t)lo || v > (uint64_t)hi, SPILL_E_FORMAT,
-                "GGUF key %s = %llu out of range [%d, %d]", k, (unsigned long long)v, lo, hi);
-  *out = (int)v;
-  return SPILL_OK;
+  return imp_gguf_int(g, "deepseek2", key, lo, hi, out, dflt, req, e);
 }
 
 static int gnum(const spill_gguf *g, const char *key, double dflt, double *out, spill_err *e) {

@@ -82,6 +82,10 @@ int imp_add_trunk(imp_src *s, imp_plan *p, const char *dst, const char *src, int
  * its FP8 weight_scale_inv when the tensor is FP8. */
 int imp_hf_experts(imp_src *s, imp_moe_layer *m, int k, const char *pre, const char *mid, const char *leaf,
                    uint64_t E, uint64_t rows, uint64_t cols, spill_err *e);
+/* GGUF integer key "<arch>.<key>" into *out, checked against [lo, hi]; a
+ * missing key is an error when required, else *out = dflt. */
+int imp_gguf_int(const spill_gguf *g, const char *arch, const char *key, int lo, int hi, int *out,
+                 int dflt, int required, spill_err *e);
 /* Every source tensor must be consumed (skip_layer_from: tensors named
  * model.layers.N.* with N >= it are ignored (DeepSeek MTP layers); -1 none),
  * and FP8 trunk tensors need the block size. */

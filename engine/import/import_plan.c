@@ -360,8 +360,8 @@ static int hf_config(imp_src *s, const char *dir, shape_cfg *c, spill_err *e) {
 
 /* ---- GGUF metadata ---- */
 
-static int gg_int(const spill_gguf *g, const char *arch, const char *key, int lo, int hi, int *out,
-                  int dflt, int required, spill_err *e) {
+int imp_gguf_int(const spill_gguf *g, const char *arch, const char *key, int lo, int hi, int *out,
+                 int dflt, int required, spill_err *e) {
   char k[160];
   snprintf(k, sizeof k, "%s.%s", arch, key);
   if (!spill_gguf_find_kv(g, k)) {
@@ -390,22 +390,22 @@ static int gguf_config(imp_src *s, shape_cfg *c, spill_err *e) {
                          "GGUF general.architecture \"%.40s\" is not supported (qwen3moe, olmoe, "
                          "llama with experts, deepseek2; llama.cpp's kimi-linear is not imported: "
                          "use the safetensors checkpoint)", an);
-  SPILL_TRY(gg_int(g, an, "embedding_length", 1, 1048576, &c->D, 0, 1, e));
-  SPILL_TRY(gg_int(g, an, "block_count", 1, SPILL_MAX_LAYERS, &c->L, 0, 1, e));
-  SPILL_TRY(gg_int(g, an, "attention.head_count", 1, 4096, &c->H, 0, 1, e));
-  SPILL_TRY(gg_int(g, an, "attention.head_count_kv", 1, 4096, &c->Hk, c->H, 0, e));
-  SPILL_TRY(gg_int(g, an, "attention.key_length", 2, 4096, &c->d, c->D / c->H, 0, e));
+  SPILL_TRY(imp_gguf_int(g, an, "embedding_length", 1, 1048576, &c->D, 0, 1, e));
+  SPILL_TRY(imp_gguf_int(g, an, "block_count", 1, SPILL_MAX_LAYERS, &c->L, 0, 1, e));
+  SPILL_TRY(imp_gguf_int(g, an, "attention.head_count", 1, 4096, &c->H, 0, 1, e));
+  SPILL_TRY(imp_gguf_int(g, an, "attention.head_count_kv", 1, 4096, &c->Hk, c->H, 0, e));
+  SPILL_TRY(imp_gguf_int(g, an, "attention.key_length", 2, 4096, &c->d, c->D / c->H, 0, e));
   int vl;
-  SPILL_TRY(gg_int(g, an, "attention.value_length", 2, 4096, &vl, c->d, 0, e));
+  SPILL_TRY(imp_gguf_int(g, an, "attention.value_length", 2, 4096, &vl, c->d, 0, e));
   SPILL_FAIL_IF(e, vl != c->d, SPILL_E_UNSUPPORTED, "GGUF %s: value_length %d != key_length %d", an,
                 vl, c->d);
-  SPILL_TRY(gg_int(g, an, "expert_count", 0, SPILL_MAX_EXPERTS, &c->E, 0, 1, e));
+  SPILL_TRY(imp_gguf_int(g, an, "expert_count", 0, SPILL_MAX_EXPERTS, &c->E, 0, 1, e));
   SPILL_FAIL_IF(e, c->E < 1, SPILL_E_UNSUPPORTED, "GGUF %s: expert_count 0 (a dense model)", an);
-  SPILL_TRY(gg_int(g, an, "expert_used_count", 1, SPILL_MAX_TOPK, &c->k, 0, 1, e));
-  SPILL_TRY(gg_int(g, an, c->arch == ARCH_QWEN3MOE ? "expert_feed_forward_length" : "feed_forward_length",
+  SPILL_TRY(imp_gguf_int(g, an, "expert_used_count", 1, SPILL_MAX_TOPK, &c->k, 0, 1, e));
+  SPILL_TRY(imp_gguf_int(g, an, c->arch == ARCH_QWEN3MOE ? "expert_feed_forward_length" : "feed_forward_length",
                    1, 1048576, &c->F, 0, 1, e));
   int rd;
-  SPILL_TRY(gg_int(g, an, "rope.dimension_count", 0, 4096, &rd, c->d, 0, e));
+  SPILL_TRY(imp_gguf_int(g, an, "rope.dimension_count", 0, 4096, &rd, c->d, 0, e));
   SPILL_FAIL_IF(e, rd != c->d, SPILL_E_UNSUPPORTED,
                 "GGUF %s.rope.dimension_count %d != head dim %d (partial RoPE not supported)", an, rd, c->d);
   char k[160];

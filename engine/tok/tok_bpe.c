@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE /* MAP_ANONYMOUS, MADV_HUGEPAGE */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -248,6 +249,21 @@ void tok_strmap_get_many(const spill_tok *t, size_t n, const char *const *s, con
 
 int32_t tok_strmap_get(const spill_tok *t, const char *s, size_t len) {
   return tok_strmap_get_h(t, s, len, tok_hash(s, len));
+}
+
+void tok_set_byte_ids(spill_tok *t, int bytelevel) {
+  for (int b = 0; b < 256; b++) {
+    if (bytelevel) {
+      char c = (char)b;
+      t->byte_id[b] = tok_strmap_get(t, &c, 1);
+    } else {
+      char name[8];
+      snprintf(name, sizeof name, "<0x%02X>", b);
+      int32_t id = tok_strmap_get(t, name, 6);
+      t->byte_id[b] = id;
+      if (id >= 0) t->flags[id] |= TOK_F_BYTE;
+    }
+  }
 }
 
 int tok_pairmap_init(tok_pairmap *m, size_t n, spill_err *e) {

@@ -17,7 +17,6 @@
  * BOS/EOS from tokenizer.ggml.{bos,eos}_token_id, add_bos_token /
  * add_eos_token; tokenizer.chat_template is kept.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,21 +180,6 @@ static int load_tokens(const spill_gguf_kv *tokens, const spill_gguf_kv *types, 
   return rc;
 }
 
-static void byte_tokens(spill_tok *t, int bytelevel) {
-  for (int b = 0; b < 256; b++) {
-    if (bytelevel) {
-      char ch = (char)b;
-      t->byte_id[b] = tok_strmap_get(t, &ch, 1);
-    } else {
-      char name[8];
-      snprintf(name, sizeof name, "<0x%02X>", b);
-      int32_t id = tok_strmap_get(t, name, 6);
-      t->byte_id[b] = id;
-      if (id >= 0) t->flags[id] |= TOK_F_BYTE;
-    }
-  }
-}
-
 /* Byte-level BPE: tokenizer.ggml.merges ("a b" in GPT-2's alphabet) and the
  * split regexes named by tokenizer.ggml.pre. */
 static int load_bpe(const spill_gguf *g, const char *pre, spill_tok *t, spill_err *e) {
@@ -292,7 +276,7 @@ static int load(const spill_gguf *g, spill_tok *t, spill_err *e) {
   t->kind = bytelevel ? TOK_BYTELEVEL : TOK_SENTENCEPIECE;
   SPILL_TRY(tok_alloc_vocab(t, (int)tokens->n, e));
   SPILL_TRY(load_tokens(tokens, types, bytelevel, t, e));
-  byte_tokens(t, bytelevel);
+  tok_set_byte_ids(t, bytelevel);
   if (bytelevel) {
     SPILL_TRY(load_bpe(g, pre, t, e));
   } else {

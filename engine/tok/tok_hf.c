@@ -12,7 +12,6 @@
  * a tokenizer we would run wrongly must not load.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -518,21 +517,6 @@ static int assign_vocab(spill_tok *t, hf_doc *d, int bytelevel, spill_err *e) {
   return SPILL_OK;
 }
 
-static void set_byte_tokens(spill_tok *t, int bytelevel) {
-  for (int b = 0; b < 256; b++) {
-    if (bytelevel) {
-      char c = (char)b;
-      t->byte_id[b] = tok_strmap_get(t, &c, 1);
-    } else {
-      char name[8];
-      snprintf(name, sizeof name, "<0x%02X>", b);
-      int32_t id = tok_strmap_get(t, name, 6);
-      t->byte_id[b] = id;
-      if (id >= 0) t->flags[id] |= TOK_F_BYTE;
-    }
-  }
-}
-
 /* The merges' tokens as vocabulary bytes: un-mapped from GPT-2's byte
  * alphabet in place when byte-level (a token outside it keeps its text). */
 static int unmap_merges(hf_doc *d, spill_err *e) {
@@ -672,7 +656,7 @@ static int load_model(spill_tok *t, hf_doc *d, hf_state *st, spill_err *e) {
   SPILL_TRY(tok_alloc_vocab(t, (int)max_id + 1, e));
   SPILL_TRY(assign_vocab(t, d, st->bytelevel, e));
   SPILL_TRY(tok_strmap_build(t, e));
-  set_byte_tokens(t, st->bytelevel);
+  tok_set_byte_ids(t, st->bytelevel);
   if (st->bytelevel) SPILL_TRY(unmap_merges(d, e));
   SPILL_TRY(resolve_merges(t, d, e));
   SPILL_TRY(load_added(t, added, e));

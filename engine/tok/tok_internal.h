@@ -94,6 +94,10 @@ int tok_set_token(spill_tok *t, int32_t id, const char *bytes, size_t len, spill
 const char *tok_bytes(const spill_tok *t, int32_t id, size_t *len);
 int tok_strmap_build(spill_tok *t, spill_err *e);
 int32_t tok_strmap_get(const spill_tok *t, const char *s, size_t len);
+/* Fill t->byte_id: byte-level vocabularies map byte b to the token whose
+ * text is that byte; others to the "<0xHH>" byte-fallback token, flagged
+ * TOK_F_BYTE. Needs the string map. */
+void tok_set_byte_ids(spill_tok *t, int bytelevel);
 /* The map's hash of s (tok_hash), of a concatenation a+b from the hashes of
  * a and b (no pass over the bytes), and the lookup with a known hash. */
 uint64_t tok_hash(const char *s, size_t len);
