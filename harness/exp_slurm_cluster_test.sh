@@ -10,7 +10,15 @@
 #      verdict, each cell naming its node;
 #   3. a task forced to fail (its rows file made a directory): the merge is
 #      cancelled by the dependency, --status and --merge mark the unit
-#      missing (verdict withheld), --resume DIR --slurm reruns only that unit.
+#      missing (verdict withheld), --resume DIR --slurm reruns only that unit
+#      (before it: flags override the config's "cluster" defaults);
+#   4. the time limit: once its unit has a row, the task gets the signal
+#      Slurm sends 60 s before the limit (#SBATCH --signal=B:USR1@60; sent
+#      with scancel --signal=USR1 --batch, as slurmd does), requeues itself,
+#      and the next instance (Slurm's requeue delay, about 2 min, lifted with
+#      scontrol update StartTime=now) resumes the unit: its rows equal a
+#      local run's and the merge completes;
+#   5. stopping the cluster leaves no daemon, job step or task behind.
 # Skipped (reported as skipped in the test XML) only when Slurm cannot start
 # here (not installed, not root).
 set -euo pipefail
@@ -75,15 +83,26 @@ wait_state() {
   fail "no '$2' in --status $1 within $3 s"
 }
 
-# compare LOCAL_DIR SLURM_DIR: every planned row, same deterministic counters
-# and token hash; same verdict; every row names a node.
+# first_row DIR: until unit 0 of DIR has a row (30 s)
+first_row() {
+  local i
+  for i in $(seq 1 300); do
+    [ -s "$1/slurm/rows/u000.jsonl" ] && return 0
+    sleep 0.1
+  done
+  fail "unit 0 of $1 wrote no row"
+}
+
+# compare LOCAL_DIR SLURM_DIR [ROWS]: every planned row (18), same
+# deterministic counters and token hash; same verdict; every row names a node.
 compare() {
-  python3 - "$1" "$2" <<'PY'
+  python3 - "$1" "$2" "${3:-18}" <<'PY'
 import json, sys
 def rows(d):
     return {r["key"]: r for r in map(json.loads, open(d + "/runs.jsonl"))}
 a, b = rows(sys.argv[1]), rows(sys.argv[2])
-assert len(a) == 18, len(a)
+n = int(sys.argv[3])
+assert len(a) == n, len(a)
 assert set(a) == set(b), (sorted(set(a) ^ set(b)))
 counters = ["tokens_prefill", "tokens_decode", "experts_requested", "demand_hits", "demand_misses",
             "decode_hits", "decode_misses", "reads", "bytes_read", "evictions"]
@@ -94,10 +113,14 @@ for k in a:
     assert "node" not in a[k] and b[k]["node"], k
 sa = json.load(open(sys.argv[1] + "/summary.json"))
 sb = json.load(open(sys.argv[2] + "/summary.json"))
-va, vb = sa["hypothesis"]["verdict"], sb["hypothesis"]["verdict"]
-assert va == vb, (va, vb)
-assert [c["ratio"] for c in sa["hypothesis"]["cells"]] == [c["ratio"] for c in sb["hypothesis"]["cells"]]
-print("same 18 rows (tokens and %d counters each) and verdict %s" % (len(counters), va))
+va = vb = "(no hypothesis)"
+if sa.get("hypothesis") or sb.get("hypothesis"):
+    va, vb = sa["hypothesis"]["verdict"], sb["hypothesis"]["verdict"]
+    assert va == vb, (va, vb)
+    cells = lambda s: [(c["cell"], c["ratio"], c["verdict"]) for c in s["hypothesis"]["cells"]]
+    assert cells(sa) == cells(sb), (cells(sa), cells(sb))
+    va += " (cells: %s)" % ", ".join("%s %s" % (c, v) for c, _, v in cells(sa))
+print("same %d rows (tokens and %d counters each) and verdict %s" % (n, len(counters), va))
 PY
 }
 
@@ -115,11 +138,7 @@ grep -q '^#SBATCH --kill-on-invalid-dep=yes$' submit.txt || fail "merge script"
 SL="$(sed -n 's/^results: //p' submit.txt)"
 ARRAY="$(sed -n 's/^# submitted: array job \([0-9]*\) .*/\1/p' submit.txt)"
 [ -n "$ARRAY" ] || fail "no array job id"
-for i in $(seq 1 300); do
-  [ -s "$SL/slurm/rows/u000.jsonl" ] && break
-  sleep 0.1
-done
-[ -s "$SL/slurm/rows/u000.jsonl" ] || fail "unit 0 wrote no row"
+first_row "$SL"
 scancel "$ARRAY"
 wait_state "$SL" '^merge job [0-9]+: CANCELLED' 30
 wait_state "$SL" 'runs done; [1-9][0-9]* missing \(resubmit' 30
@@ -132,6 +151,16 @@ grep -q -E '^merge job [0-9]+: COMPLETED' status.txt || { cat status.txt "$SL"/s
 grep -q '| node |' "$SL/table.md" || fail "table names no node"
 compare "$LOCAL" "$SL"
 echo "cancel + resume done after $(( $(date +%s) - T0 )) s"
+
+# flags override the config's "cluster" defaults (time 10, cpus_per_task 1)
+"$SPILL" exp exp.json --slurm-script-only --results ov --no-refuted --time 7 --partition main \
+  --mem 512M --constraint 'nvme&avx2' --cpus-per-task 2 --array-max 2 >ov.txt 2>&1 ||
+  { cat ov.txt; fail "script-only with flags"; }
+for l in '--time=7' '--partition=main' '--mem=512M' '--constraint=nvme&avx2' '--cpus-per-task=2' \
+  '--array=0-2%2'; do
+  grep -q -F -x "#SBATCH $l" ov.txt || { cat ov.txt; fail "flag not in the script: $l"; }
+done
+! grep -q -e '--time=10$' -e '--cpus-per-task=1$' ov.txt || { cat ov.txt; fail "config value not overridden"; }
 
 # 3. a failing task
 "$SPILL" exp exp.json --slurm-script-only --results fl --no-refuted >script.txt 2>&1 ||
@@ -158,4 +187,57 @@ python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; asser
 wait_state "$FL" '^merge job [0-9]+: (COMPLETED|FAILED|CANCELLED)' 60
 grep -q -E '^merge job [0-9]+: COMPLETED' status.txt || { cat status.txt; fail "merge 2"; }
 compare "$LOCAL" "$FL"
+echo "failed task + resume done after $(( $(date +%s) - T0 )) s"
+
+# 4. the time limit: one unit of 6 runs of about a second each (expert reads
+#    throttled), signalled as Slurm does 60 s before the limit
+cat >tl.json <<'EOF'
+{"name": "slurm-nano-tl", "model": {"preset": "nano"},
+ "workload": {"prompt": "the cluster test prompt", "decode_tokens": 24},
+ "base": {"storage": "pagecache", "lookahead": 0, "io_throttle": "1M", "cache_slots": 8},
+ "arms": [{"name": "lru", "set": {"policy": "lru"}},
+          {"name": "lfru", "set": {"policy": "lfru"}, "exact": true}],
+ "repeats": 3, "order": "abba", "cluster": {"time": "10"},
+ "outputs": {"tables": ["md"], "plots": []}}
+EOF
+"$SPILL" exp tl.json --results tl-local --no-refuted >tl-local.txt 2>&1 || { cat tl-local.txt; fail "local tl"; }
+TL_LOCAL="$(ls -d "$W"/tl-local/slurm-nano-tl/*/)"
+"$SPILL" exp tl.json --slurm --results tl --no-refuted >tl-submit.txt 2>&1 ||
+  { cat tl-submit.txt; fail "submit tl"; }
+TL="$(sed -n 's/^results: //p' tl-submit.txt)"
+TA="$(sed -n 's/^# submitted: array job \([0-9]*\) .*/\1/p' tl-submit.txt)"
+[ -n "$TA" ] || fail "no tl array job id"
+first_row "$TL"
+scancel --signal=USR1 --batch "${TA}_0"
+# requeued: pending on its begin time (Slurm's requeue delay), one restart
+for i in $(seq 1 150); do
+  scontrol show job "${TA}_0" >tl-job.txt 2>&1 || true
+  grep -q 'JobState=PENDING Reason=BeginTime' tl-job.txt && break
+  sleep 0.2
+done
+grep -q 'JobState=PENDING Reason=BeginTime' tl-job.txt || { cat tl-job.txt "$TL"/slurm/logs/*; fail "task not requeued"; }
+grep -q 'Restarts=1' tl-job.txt || { cat tl-job.txt; fail "no restart counted"; }
+done1="$(wc -l <"$TL/slurm/rows/u000.jsonl")"
+{ [ "$done1" -ge 1 ] && [ "$done1" -lt 6 ]; } || fail "rows before the requeue: $done1 (want 1-5)"
+grep -q "time limit near after $done1 runs; requeued" "$TL/slurm/logs/u0-j$TA.out" ||
+  { cat "$TL"/slurm/logs/*; fail "no requeue message"; }
+scontrol update JobId="${TA}_0" StartTime=now
+wait_state "$TL" '^merge job [0-9]+: (COMPLETED|FAILED|CANCELLED)' 60
+grep -q -E '^merge job [0-9]+: COMPLETED' status.txt || { cat status.txt "$TL"/slurm/logs/*; fail "merge tl"; }
+grep -q "^\[$((done1 + 1))/6\]" "$TL/slurm/logs/u0-j$TA.out" ||
+  { cat "$TL"/slurm/logs/*; fail "the new instance did not resume at run $((done1 + 1))"; }
+compare "$TL_LOCAL" "$TL" 6
+echo "time limit: requeued after $done1 runs, resumed at run $((done1 + 1)), 6 rows as local"
+
+# 5. the private cluster stops by PID and leaves no process behind: neither
+#    daemon, no job step (its socket in the spool directory), no task
+dpids="$(cat "$CDIR/c/run/slurmctld.dpid" "$CDIR/c/run/slurmd.dpid")"
+"$CLUSTER" stop "$CDIR/c"
+for p in $dpids; do
+  ! kill -0 "$p" 2>/dev/null || fail "daemon $p still running after stop"
+done
+steps="$(ls -A "$CDIR/c/spool" | grep -E '_[0-9]+\.[0-9]+$' || true)"
+[ -z "$steps" ] || fail "job steps left: $steps"
+left="$(pgrep -f -- "exp --slurm-task $W" || true)"
+[ -z "$left" ] || fail "task processes left: $left"
 echo "PASS after $(( $(date +%s) - T0 )) s"
