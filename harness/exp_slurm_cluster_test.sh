@@ -11,7 +11,8 @@
 #   3. a task forced to fail (its rows file made a directory): the merge is
 #      cancelled by the dependency, --status and --merge mark the unit
 #      missing (verdict withheld), --resume DIR --slurm reruns only that unit
-#      (before it: flags override the config's "cluster" defaults);
+#      (before it: flags override the config's "cluster" defaults); a row
+#      another node left in unit 2's file is moved aside, the unit rerun here;
 #   4. the time limit: once its unit has a row, the task gets the signal
 #      Slurm sends 60 s before the limit (#SBATCH --signal=B:USR1@60; sent
 #      with scancel --signal=USR1 --batch, as slurmd does), requeues itself,
@@ -169,6 +170,16 @@ FL="$(sed -n 's/^results: //p' script.txt)"
 grep -q 'ARRAY=$(sbatch --parsable' script.txt || fail "script-only prints the submit commands"
 [ ! -e "$FL/slurm/jobs.jsonl" ] || fail "script-only submitted"
 mkdir -p "$FL/slurm/rows/u001.jsonl" # unit 1 cannot read its rows: the task fails
+# unit 2 holds a row another node left (its task killed there): the task here
+# moves it aside (uNNN.jsonl.stale-NODE) and runs the whole unit, so the cell
+# keeps one node
+python3 - "$LOCAL" "$FL/slurm/rows/u002.jsonl" <<'PY'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1] + "/runs.jsonl")]
+r = [x for x in r if x["key"] == "cache_slots=16/lru/r0"][0]
+r["node"] = "othernode"
+open(sys.argv[2], "w").write(json.dumps(r) + "\n")
+PY
 "$SPILL" exp --resume "$FL" --slurm --no-refuted >sub2.txt 2>&1 || { cat sub2.txt; fail "submit 2"; }
 wait_state "$FL" '^merge job [0-9]+: CANCELLED' 60
 wait_state "$FL" '^u001 .* 0/6 .*FAILED' 10
@@ -187,6 +198,8 @@ python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; asser
 wait_state "$FL" '^merge job [0-9]+: (COMPLETED|FAILED|CANCELLED)' 60
 grep -q -E '^merge job [0-9]+: COMPLETED' status.txt || { cat status.txt; fail "merge 2"; }
 compare "$LOCAL" "$FL"
+[ -s "$FL/slurm/rows/u002.jsonl.stale-othernode" ] || fail "the other node's row was not moved aside"
+! grep -q othernode "$FL/runs.jsonl" || fail "the other node's row was merged"
 echo "failed task + resume done after $(( $(date +%s) - T0 )) s"
 
 # 4. the time limit: one unit of 6 runs of about a second each (expert reads
