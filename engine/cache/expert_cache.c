@@ -29,6 +29,7 @@ typedef struct cache_slot {
   uint8_t state;     /* SLOT_* */
   uint8_t spec;      /* prefetched and not yet used by demand */
   uint8_t spec_load; /* claimed speculatively (byte counters) */
+  uint8_t pre_load;  /* claimed by spill_cache_claim_run (byte counters) */
   uint8_t in_map;
 } cache_slot;
 
@@ -216,6 +217,7 @@ static void slot_make_free(spill_cache *c, uint32_t i) {
   sl->state = SLOT_FREE;
   sl->pins = 0;
   sl->spec_load = 0;
+  sl->pre_load = 0;
   c->st.evictable[i] = 0;
   c->st.free_stack[c->st.n_free++] = i;
 }
@@ -256,6 +258,26 @@ static int64_t slot_for_insert(spill_cache *c, uint64_t key) {
   return v;
 }
 
+/* Puts absent key into slot v (free or just evicted): pinned once, LOADING,
+ * in the map and the policy. */
+static spill_cache_entry *slot_fill(spill_cache *c, uint32_t v, uint64_t key, int spec) {
+  cache_slot *sl = &c->st.slots[v];
+  sl->pub.key = key;
+  sl->pub.layer = spill_cache_key_layer(key);
+  sl->pub.expert = spill_cache_key_expert(key);
+  sl->pins = 1;
+  sl->state = SLOT_LOADING;
+  sl->spec = (uint8_t)spec;
+  sl->spec_load = (uint8_t)spec;
+  sl->pre_load = 0;
+  sl->in_map = 1;
+  map_insert(&c->st, key, v);
+  c->n_resident++;
+  c->pol->on_insert(c->st.pst, v, key);
+  c->st.evictable[v] = 0;
+  return &sl->pub;
+}
+
 /* Claim under the lock; the key is known to be absent. */
 static int claim_absent(spill_cache *c, uint64_t key, unsigned flags, spill_cache_entry **out) {
   if (c->st.n_free == 0 && !(flags & SPILL_CACHE_SPECULATIVE) && c->pol->admit &&
@@ -270,22 +292,9 @@ static int claim_absent(spill_cache *c, uint64_t key, unsigned flags, spill_cach
     *out = NULL;
     return SPILL_CACHE_ALL_PINNED;
   }
-  cache_slot *sl = &c->st.slots[v];
   int spec = (flags & SPILL_CACHE_SPECULATIVE) != 0;
-  sl->pub.key = key;
-  sl->pub.layer = spill_cache_key_layer(key);
-  sl->pub.expert = spill_cache_key_expert(key);
-  sl->pins = 1;
-  sl->state = SLOT_LOADING;
-  sl->spec = (uint8_t)spec;
-  sl->spec_load = (uint8_t)spec;
-  sl->in_map = 1;
-  map_insert(&c->st, key, (uint32_t)v);
-  c->n_resident++;
-  c->pol->on_insert(c->st.pst, (uint32_t)v, key);
-  c->st.evictable[v] = 0;
+  *out = slot_fill(c, (uint32_t)v, key, spec);
   if (spec) c->ctr.spec_issued++;
-  *out = &sl->pub;
   return SPILL_CACHE_INSERTED;
 }
 
@@ -301,6 +310,7 @@ static int ready_locked(spill_cache *c, cache_slot *sl, uint64_t bytes) {
   sl->state = SLOT_READY;
   if (bytes == 0) bytes = c->slot_bytes;
   if (sl->spec_load) c->ctr.bytes_inserted_spec += bytes;
+  else if (sl->pre_load) c->ctr.bytes_inserted_preload += bytes;
   else c->ctr.bytes_inserted_demand += bytes;
   slot_update_evictable(c, sl->pub.slot);
   return SPILL_OK;
@@ -480,6 +490,25 @@ int spill_cache_access(spill_cache *c, uint32_t layer, uint32_t expert, unsigned
   return rc;
 }
 
+uint32_t spill_cache_claim_run(spill_cache *c, uint32_t layer, uint32_t first, uint32_t max,
+                               spill_cache_entry **out) {
+  cache_lock(c);
+  cache_store *s = &c->st;
+  uint32_t k = 0;
+  for (; k < max && s->n_free > 0 && first + k >= first; k++) {
+    uint32_t v = s->free_stack[s->n_free - 1];
+    if (k > 0 && v != out[k - 1]->slot + 1) break; /* not adjacent: the run ends */
+    uint64_t key = spill_cache_key(layer, first + k);
+    if (map_find(s, key) >= 0) break;
+    s->n_free--;
+    out[k] = slot_fill(c, v, key, 0);
+    c->st.slots[v].pre_load = 1;
+    c->ctr.preloaded++;
+  }
+  cache_unlock(c);
+  return k;
+}
+
 void spill_cache_get_counters(spill_cache *c, spill_cache_counters *out) {
   cache_lock(c);
   *out = c->ctr;
@@ -501,6 +530,7 @@ void spill_cache_clear(spill_cache *c, unsigned flags) {
     slot_unmap(c, i);
     sl->state = SLOT_FREE;
     sl->spec_load = 0;
+    sl->pre_load = 0;
   }
   if (c->n_resident == 0) c->pol->reset(s->pst);
   store_rebuild_free_stack(s);

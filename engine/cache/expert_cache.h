@@ -104,6 +104,8 @@ typedef struct spill_cache_counters {
   uint64_t spec_wasted;         /* speculative entries evicted/dropped never used */
   uint64_t bytes_inserted_demand; /* bytes passed to ready (0 -> slot_bytes) */
   uint64_t bytes_inserted_spec;
+  uint64_t bytes_inserted_preload; /* ... of entries claimed by spill_cache_claim_run */
+  uint64_t preloaded;           /* entries claimed by spill_cache_claim_run */
   uint64_t evictions;           /* entries evicted to make room */
   uint64_t all_pinned;          /* claims that found no evictable slot */
   uint64_t bypassed;            /* demand claims the policy declined to cache */
@@ -166,6 +168,21 @@ int spill_cache_contains(spill_cache *c, uint32_t layer, uint32_t expert);
  * ALL_PINNED). Counts exactly like the separate calls. */
 int spill_cache_access(spill_cache *c, uint32_t layer, uint32_t expert, unsigned flags,
                        uint64_t bytes);
+
+/* Bulk insert for a preload (engine/stream's spill_stream_preload): claims
+ * the keys (layer, first), (layer, first + 1), ... into consecutive free
+ * slots, so their data is one contiguous range of k * slot_bytes that one
+ * read can fill (out[i]->data == out[0]->data + i * slot_bytes). Stops at
+ * max, at the first key already resident, or where the next free slot is not
+ * adjacent to the last (a fresh or cleared cache hands out free slots in
+ * index order, so runs are long there). Never evicts and never asks the
+ * policy to admit; the policy sees each insert. Counted as `preloaded`, not
+ * as a demand access or a prefetch; ready() adds the bytes to
+ * bytes_inserted_preload. out[0..k) are pinned and LOADING: ready (or
+ * discard), then release each, as after a claim. Returns k (0: no free slot,
+ * or the first key is resident). */
+uint32_t spill_cache_claim_run(spill_cache *c, uint32_t layer, uint32_t first, uint32_t max,
+                               spill_cache_entry **out);
 
 /* Counter snapshot and reset. */
 void spill_cache_get_counters(spill_cache *c, spill_cache_counters *out);

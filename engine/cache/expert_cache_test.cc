@@ -479,3 +479,56 @@ TEST(ExpertCacheTest, TwoThreadsSmoke) {
 }
 
 }  // namespace
+
+namespace {
+
+// A preload's bulk insert: consecutive keys land in consecutive slots (one
+// contiguous range of memory), the run stops at a resident key, at max and at
+// a full cache, nothing is evicted, and the counters keep preload apart from
+// demand and prefetch.
+TEST(ExpertCacheTest, ClaimRunFillsAdjacentSlotsWithoutEvicting) {
+  const size_t sb = 4096;
+  CachePtr c = MakeCache(8, "lfru", sb);
+  ASSERT_EQ(Touch(c.get(), 0, 5), SPILL_CACHE_INSERTED);  // slot 0 holds (0, 5)
+  spill_cache_entry *run[8] = {};
+  uint32_t k = spill_cache_claim_run(c.get(), 0, 2, 8, run);
+  ASSERT_EQ(k, 3u);  // (0,2) (0,3) (0,4), then (0,5) is resident
+  for (uint32_t i = 0; i < k; i++) {
+    EXPECT_EQ(run[i]->expert, 2 + i);
+    EXPECT_EQ(run[i]->slot, 1 + i);
+    EXPECT_EQ(static_cast<char *>(run[i]->data), static_cast<char *>(run[0]->data) + i * sb);
+    EXPECT_EQ(spill_cache_entry_state(c.get(), run[i]), SPILL_CACHE_LOADING);
+    EXPECT_EQ(spill_cache_ready(c.get(), run[i], 0), SPILL_OK);
+    spill_cache_release(c.get(), run[i]);
+  }
+  EXPECT_EQ(spill_cache_claim_run(c.get(), 1, 0, 2, run), 2u);  // max
+  for (int i = 0; i < 2; i++) spill_cache_discard(c.get(), run[i]), spill_cache_release(c.get(), run[i]);
+  // the discarded slots went back to the free stack (in release order, so
+  // not adjacent): runs get shorter but stay contiguous until the cache is full
+  uint32_t next = 0, calls = 0;
+  while (spill_cache_n_resident(c.get()) < 8 && calls++ < 8) {
+    uint32_t got = spill_cache_claim_run(c.get(), 3, next, 100, run);
+    ASSERT_GE(got, 1u);
+    for (uint32_t i = 0; i < got; i++) {
+      if (i > 0) EXPECT_EQ(run[i]->slot, run[i - 1]->slot + 1);
+      EXPECT_EQ(run[i]->expert, next + i);
+      EXPECT_EQ(spill_cache_ready(c.get(), run[i], 0), SPILL_OK);
+      spill_cache_release(c.get(), run[i]);
+    }
+    next += got;
+  }
+  EXPECT_EQ(next, 4u);
+  EXPECT_EQ(spill_cache_n_resident(c.get()), 8u);
+  EXPECT_EQ(spill_cache_claim_run(c.get(), 4, 0, 4, run), 0u);  // full: never evicts
+  spill_cache_counters k1 = Counters(c.get());
+  EXPECT_EQ(k1.evictions, 0u);
+  EXPECT_EQ(k1.preloaded, 9u);  // 3 + 2 (discarded) + 4
+  EXPECT_EQ(k1.bytes_inserted_preload, (3 + 4) * sb);
+  EXPECT_EQ(k1.bytes_inserted_demand, sb);
+  EXPECT_EQ(k1.demand_misses, 1u);
+  EXPECT_EQ(k1.spec_issued, 0u);
+  // a preloaded record is a demand hit
+  EXPECT_EQ(Touch(c.get(), 0, 3), SPILL_CACHE_HIT);
+}
+
+}  // namespace

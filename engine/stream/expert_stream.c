@@ -828,3 +828,170 @@ int spill_stream_direct_fallback(const spill_stream *s) { return s->direct_fallb
 const char *spill_stream_policy(const spill_stream *s) {
   return s->cache ? spill_cache_policy_name(s->cache) : "none";
 }
+
+/* ---------------------------------------------------------------- preload */
+
+/* One preload read: n records of bank `bank` from expert `first`, landing in
+ * the adjacent cache slots ents[0..n) (spill_cache_claim_run). */
+typedef struct pl_read {
+  int bank;
+  uint32_t first, n;
+  spill_cache_entry **ents; /* (max_run) */
+} pl_read;
+
+typedef struct preloader {
+  spill_stream *s;
+  pl_read *r;     /* (depth) indexed by I/O tag */
+  int *free_tags; /* (depth) */
+  int n_free_tags, depth, outstanding;
+  uint32_t max_run;
+  int rc; /* first failure */
+  spill_stream_preload_stats st;
+} preloader;
+
+/* Ends one preload read: each record checked as a demand read would be, then
+ * made ready (or dropped) and unpinned. */
+static void pl_finish(preloader *P, const spill_io_completion *c, spill_err *e) {
+  spill_stream *s = P->s;
+  pl_read *r = &P->r[c->tag];
+  const spill_bank_info *b = &s->c->m.banks[r->bank];
+  const int layer = s->c->m.arch.n_dense_layers + r->bank;
+  spill_err err = {0};
+  const int rc = c->status;
+  if (rc != SPILL_OK) spill_io_describe(s->io, c, &err);
+  for (uint32_t i = 0; i < r->n; i++) {
+    spill_cache_entry *ent = r->ents[i];
+    int ri = rc;
+    if (ri == SPILL_OK)
+      ri = spill_record_check(&s->c->m, b->file, layer, r->first + i,
+                              (const uint8_t *)c->data + (size_t)i * s->rec_bytes,
+                              (size_t)s->rec_bytes, s->o.verify, &err);
+    if (ri == SPILL_OK) {
+      spill_cache_ready(s->cache, ent, s->rec_bytes);
+      P->st.records++;
+    } else {
+      spill_cache_discard(s->cache, ent);
+      if (P->rc == SPILL_OK) P->rc = spill_err_set(e, ri, "preload: %s", err.msg);
+    }
+    spill_cache_release(s->cache, ent);
+  }
+  if (rc == SPILL_OK) {
+    P->st.reads++;
+    P->st.bytes += c->bytes;
+  }
+  P->free_tags[P->n_free_tags++] = (int)c->tag;
+  P->outstanding--;
+}
+
+/* Handles completions, blocking for at least one. < 0 only if the reader
+ * refuses to wait (a bug: it then holds pins nobody will drop). */
+static int pl_reap(preloader *P, spill_err *e) {
+  int n = spill_io_wait(P->s->io, P->s->comp, (int)(sizeof P->s->comp / sizeof P->s->comp[0]), 1);
+  if (n < 0) {
+    if (P->rc == SPILL_OK)
+      P->rc = spill_err_set(e, n, "preload: waiting for reads failed (%s)", spill_status_name(n));
+    return n;
+  }
+  for (int i = 0; i < n; i++) pl_finish(P, &P->s->comp[i], e);
+  return SPILL_OK;
+}
+
+/* Issues the reads of bank bi, record runs in expert order, while free slots
+ * last. Returns 1 when the cache has no free slot left, 0 when the bank is
+ * done, < 0 when a read could not be issued or waited for (P->rc set). */
+static int pl_issue_bank(preloader *P, int bi, spill_err *e) {
+  spill_stream *s = P->s;
+  const spill_bank_info *b = &s->c->m.banks[bi];
+  const uint32_t layer = (uint32_t)(s->c->m.arch.n_dense_layers + bi);
+  /* one read spans records only where they lie back to back like the slots */
+  const uint32_t run_cap = b->record_bytes == s->rec_bytes ? P->max_run : 1;
+  for (uint32_t x = 0; x < b->n_experts && P->rc == SPILL_OK;) {
+    if (P->n_free_tags == 0) {
+      SPILL_TRY(pl_reap(P, e));
+      continue;
+    }
+    int t = P->free_tags[P->n_free_tags - 1];
+    pl_read *r = &P->r[t];
+    uint32_t want = b->n_experts - x < run_cap ? b->n_experts - x : run_cap;
+    uint32_t k = spill_cache_claim_run(s->cache, layer, x, want, r->ents);
+    if (k == 0) {
+      if (!spill_cache_contains(s->cache, layer, x)) return 1; /* no free slot */
+      P->st.resident++;
+      x++;
+      continue;
+    }
+    P->n_free_tags--;
+    *r = (pl_read){bi, x, k, r->ents};
+    int rc = spill_io_submit(s->io, s->file_of_bank[bi], b->data_offset + (uint64_t)x * b->record_bytes,
+                             (size_t)k * s->rec_bytes, r->ents[0]->data, (uint64_t)t);
+    if (rc < 0) {
+      for (uint32_t i = 0; i < k; i++) {
+        spill_cache_discard(s->cache, r->ents[i]);
+        spill_cache_release(s->cache, r->ents[i]);
+      }
+      P->free_tags[P->n_free_tags++] = t;
+      return P->rc = spill_err_set(e, rc, "preload: %s layer %u experts %u..%u: submit failed (%s)",
+                                   b->file, layer, x, x + k - 1, spill_status_name(rc));
+    }
+    P->outstanding++;
+    x += k;
+  }
+  return 0;
+}
+
+/* Counts the records not loaded once the cache is full: resident or left out. */
+static void pl_count_rest(preloader *P) {
+  const spill_manifest *m = &P->s->c->m;
+  for (int bi = 0; bi < m->n_banks; bi++)
+    for (uint32_t x = 0; x < m->banks[bi].n_experts; x++) {
+      if (spill_cache_contains(P->s->cache, (uint32_t)(m->arch.n_dense_layers + bi), x)) continue;
+      P->st.no_slot++;
+    }
+}
+
+int spill_stream_preload(spill_stream *s, uint64_t read_bytes, spill_stream_preload_stats *out,
+                         spill_err *e) {
+  const uint64_t t0 = spill_clock_ns();
+  if (out) memset(out, 0, sizeof *out);
+  SPILL_FAIL_IF(e, !s->cache, SPILL_E_CONFIG, "preload: no expert cache to fill (%s)",
+                s->mmap_mode ? "storage mmap reads views of the banks" : "0 cache slots");
+  SPILL_TRY(drain(s, e));
+  SPILL_FAIL_IF(e, s->n_pins > 0, SPILL_E_INVALID_ARG,
+                "preload: %d records are still pinned", s->n_pins);
+  preloader P;
+  memset(&P, 0, sizeof P);
+  P.s = s;
+  uint64_t run = (read_bytes ? read_bytes : SPILL_STREAM_PRELOAD_READ_BYTES) / s->rec_bytes;
+  P.max_run = run < 1 ? 1 : run > 4096 ? 4096 : (uint32_t)run;
+  P.depth = s->o.io_depth < 1 ? 1 : s->o.io_depth > 64 ? 64 : s->o.io_depth;
+  P.r = calloc((size_t)P.depth, sizeof *P.r);
+  P.free_tags = calloc((size_t)P.depth, sizeof *P.free_tags);
+  spill_cache_entry **ents = calloc((size_t)P.depth * P.max_run, sizeof *ents);
+  if (!P.r || !P.free_tags || !ents) {
+    free(P.r);
+    free(P.free_tags);
+    free(ents);
+    return spill_err_set(e, SPILL_E_NOMEM, "preload: out of memory");
+  }
+  for (int t = 0; t < P.depth; t++) {
+    P.r[t].ents = ents + (size_t)t * P.max_run;
+    P.free_tags[P.n_free_tags++] = P.depth - 1 - t;
+  }
+  int full = 0;
+  for (int bi = 0; bi < s->c->m.n_banks && P.rc == SPILL_OK && !full; bi++)
+    full = pl_issue_bank(&P, bi, e) == 1;
+  while (P.outstanding > 0 && pl_reap(&P, e) == SPILL_OK) {
+  }
+  if (full && P.rc == SPILL_OK) {
+    P.st.resident = 0; /* recounted with the rest below */
+    P.st.no_slot = 0;
+    pl_count_rest(&P);
+    P.st.resident = spill_cache_n_resident(s->cache) - P.st.records;
+  }
+  P.st.ns = spill_clock_ns() - t0;
+  if (out) *out = P.st;
+  free(P.r);
+  free(P.free_tags);
+  free(ents);
+  return P.rc;
+}

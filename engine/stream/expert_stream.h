@@ -106,6 +106,37 @@ int spill_stream_clear(spill_stream *s, int reset_counters, spill_err *e);
 /* Changes the number of cache slots in place (drops everything). */
 int spill_stream_resize(spill_stream *s, uint32_t cache_slots, spill_err *e);
 uint32_t spill_stream_cache_slots(const spill_stream *s);
+/* Preload: every expert record read into the cache before decode. */
+typedef struct spill_stream_preload_stats {
+  uint64_t records;  /* records read into the cache and checked */
+  uint64_t resident; /* records that were already cached (not read again) */
+  uint64_t no_slot;  /* records left out: the cache had no free slot for them */
+  uint64_t bytes;    /* bytes read */
+  uint64_t reads;    /* read requests (each up to read_bytes, whole records) */
+  uint64_t ns;       /* wall time of the preload */
+} spill_stream_preload_stats;
+
+/* Default bytes per preload read (spill_stream_preload, read_bytes 0). */
+#define SPILL_STREAM_PRELOAD_READ_BYTES (16u << 20)
+
+/* Reads the container's expert records (bank order, then expert order) into
+ * free cache slots, never evicting: runs of adjacent records go into
+ * adjacent slots (spill_cache_claim_run) with one read of up to read_bytes
+ * (0 = SPILL_STREAM_PRELOAD_READ_BYTES; whole records, at least one), up to
+ * io_depth reads in flight through the stream's reader (same storage mode,
+ * backend and throttle as demand reads). Each record gets the same check as
+ * a demand read (header; crc32 with verify) before it is made ready. When
+ * the cache has fewer free slots than records, the first ones in that
+ * order are loaded (no_slot counts the rest). Counters of demand reads,
+ * prefetches and hits are not touched (the reader's byte counters and the
+ * cache's `preloaded` are). Waits for reads in flight first; fails with
+ * SPILL_E_INVALID_ARG while records are pinned, SPILL_E_CONFIG without a
+ * cache (mmap storage, or 0 slots), and on a read or check failure with
+ * that record's error (every read in flight is waited for, the failed
+ * records are dropped, the ones already loaded stay). */
+int spill_stream_preload(spill_stream *s, uint64_t read_bytes, spill_stream_preload_stats *out,
+                         spill_err *e);
+
 /* Evicts the banks from the OS page cache (cold runs of pagecache/mmap). */
 int spill_stream_evict_page_cache(spill_stream *s, spill_err *e);
 /* Emulated bandwidth and verify can change between runs. */

@@ -11,6 +11,10 @@
 //   gives, whether it was read on demand or by a prefetch (landed, or still
 //   in flight when the demand joins it); the other experts of the layer are
 //   delivered and the stream stays usable;
+// - a preload reads every record into the cache with multi-record reads:
+//   afterwards every request hits and delivers the right bytes, with no
+//   demand read; a smaller cache keeps the first records; a damaged record
+//   fails the preload with the inline message and is read again on demand;
 // - a random mix of requests, prefetches, abandoned requests, clears,
 //   resizes, verify toggles and closes with reads and checks in flight
 //   delivers only correct records (run under TSan in CI).
@@ -339,6 +343,128 @@ TEST(ExpertStreamVerifyTest, RandomUseDeliversOnlyCorrectRecords) {
       // lives 0 and 1 close with whatever is in flight
       spill_stream_close(s);
     }
+  }
+}
+
+
+// Stream arms with a cache (preload fills the cache; mmap has none).
+const Arm kCacheArms[] = {
+    {"direct-pread", 0, 0, 0}, {"pagecache-pread", 1, 0, 0}, {"direct-uring", 0, 1, 0}};
+
+uint32_t TotalRecords(const Model &md) { return (uint32_t)md.layers.size() * md.n_experts; }
+
+TEST(ExpertStreamPreloadTest, EveryRecordLoadedThenEveryRequestHits) {
+  Model md(Nano());
+  const uint32_t total = TotalRecords(md);
+  const uint64_t rec = md.c.m.record_bytes;
+  for (Arm a : kCacheArms) {
+    for (uint32_t per_read : {1u, 3u, 1000u}) {
+      SCOPED_TRACE(std::string(a.name) + " records per read " + std::to_string(per_read));
+      a.cache_slots = total;
+      spill_err e = {};
+      int rc;
+      spill_stream *s = Open(md, a, per_read == 3, &e, &rc);
+      if (rc == SPILL_E_UNSUPPORTED) break;
+      ASSERT_EQ(rc, SPILL_OK) << e.msg;
+      spill_stream_preload_stats ps;
+      ASSERT_EQ(spill_stream_preload(s, per_read * rec, &ps, &e), SPILL_OK) << e.msg;
+      EXPECT_EQ(ps.records, total);
+      EXPECT_EQ(ps.bytes, total * rec);
+      EXPECT_EQ(ps.no_slot, 0u);
+      EXPECT_EQ(ps.resident, 0u);
+      uint32_t per_bank = (md.n_experts + per_read - 1) / per_read;
+      EXPECT_EQ(ps.reads, per_bank * md.layers.size());
+      spill_stream_counters k;
+      spill_stream_get_counters(s, &k);
+      EXPECT_EQ(k.reads, 0u); // demand/prefetch counters untouched
+      for (int round = 0; round < 2; round++)
+        for (int layer : md.layers)
+          ASSERT_EQ(ConsumeLayer(s, md, layer, AllIds(md.n_experts), nullptr, &e), SPILL_OK)
+              << e.msg;
+      spill_stream_get_counters(s, &k);
+      EXPECT_EQ(k.demand_misses, 0u);
+      EXPECT_EQ(k.demand_hits, 2u * total);
+      EXPECT_EQ(k.reads, 0u);
+      EXPECT_EQ(k.evictions, 0u);
+      // again after a clear: everything is read again, nothing is resident
+      ASSERT_EQ(spill_stream_clear(s, 1, &e), SPILL_OK) << e.msg;
+      ASSERT_EQ(spill_stream_preload(s, per_read * rec, &ps, &e), SPILL_OK) << e.msg;
+      EXPECT_EQ(ps.records, total);
+      spill_stream_close(s);
+    }
+  }
+}
+
+TEST(ExpertStreamPreloadTest, SmallCacheKeepsTheFirstRecordsAndResidentOnesStay) {
+  Model md(Nano());
+  const uint32_t total = TotalRecords(md);
+  Arm a = kCacheArms[0];
+  a.cache_slots = md.n_experts + md.n_experts / 2; // bank 0 and half of bank 1
+  spill_err e = {};
+  int rc;
+  spill_stream *s = Open(md, a, 0, &e, &rc);
+  ASSERT_EQ(rc, SPILL_OK) << e.msg;
+  // two records of the last layer are resident before the preload
+  const int last = md.layers.back();
+  ASSERT_EQ(ConsumeLayer(s, md, last, {0, 1}, nullptr, &e), SPILL_OK) << e.msg;
+  spill_stream_preload_stats ps;
+  ASSERT_EQ(spill_stream_preload(s, 0, &ps, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(ps.records, a.cache_slots - 2);
+  EXPECT_EQ(ps.resident, 2u);
+  EXPECT_EQ(ps.no_slot, total - a.cache_slots);
+  spill_stream_reset_counters(s);
+  ASSERT_EQ(ConsumeLayer(s, md, md.layers[0], AllIds(md.n_experts), nullptr, &e), SPILL_OK);
+  ASSERT_EQ(ConsumeLayer(s, md, last, {0, 1}, nullptr, &e), SPILL_OK);
+  spill_stream_counters k;
+  spill_stream_get_counters(s, &k);
+  EXPECT_EQ(k.demand_misses, 0u);
+  EXPECT_EQ(k.evictions, 0u);
+  spill_stream_close(s);
+}
+
+TEST(ExpertStreamPreloadTest, NoCacheIsAConfigError) {
+  Model md(Nano());
+  for (const Arm &a : {kArms[0], kArms[5]}) { // no slots; mmap
+    spill_err e = {};
+    int rc;
+    spill_stream *s = Open(md, a, 0, &e, &rc);
+    ASSERT_EQ(rc, SPILL_OK) << e.msg;
+    spill_stream_preload_stats ps;
+    EXPECT_EQ(spill_stream_preload(s, 0, &ps, &e), SPILL_E_CONFIG);
+    EXPECT_NE(std::string(e.msg).find("preload: no expert cache"), std::string::npos) << e.msg;
+    EXPECT_EQ(ps.records, 0u);
+    spill_stream_close(s);
+  }
+}
+
+TEST(ExpertStreamPreloadTest, DamagedRecordFailsThePreloadWithTheInlineMessage) {
+  Model nano(Nano());
+  const int layer = nano.layers[1];
+  std::string d = Damaged("preload-flip", layer, 6, 64 + 7);
+  Model md(d);
+  std::vector<char> buf(md.c.m.record_bytes);
+  spill_err want = {};
+  int want_rc = spill_container_read_record(&md.c, layer, 6, buf.data(), 1, &want);
+  ASSERT_LT(want_rc, 0);
+  for (Arm a : kCacheArms) {
+    SCOPED_TRACE(a.name);
+    a.cache_slots = TotalRecords(md);
+    spill_err e = {};
+    int rc;
+    spill_stream *s = Open(md, a, 1, &e, &rc);
+    if (rc == SPILL_E_UNSUPPORTED) continue;
+    ASSERT_EQ(rc, SPILL_OK) << e.msg;
+    spill_stream_preload_stats ps;
+    EXPECT_EQ(spill_stream_preload(s, 4 * md.c.m.record_bytes, &ps, &e), want_rc);
+    EXPECT_EQ(std::string(e.msg), std::string("preload: ") + want.msg);
+    EXPECT_LT(ps.records, TotalRecords(md));
+    // the stream is still usable; the damaged record fails on demand the same way
+    EXPECT_EQ(ConsumeLayer(s, md, md.layers[0], AllIds(md.n_experts), nullptr, &e), SPILL_OK)
+        << e.msg;
+    spill_err again = {};
+    EXPECT_EQ(ConsumeLayer(s, md, layer, {6}, nullptr, &again), want_rc);
+    EXPECT_STREQ(again.msg, want.msg);
+    spill_stream_close(s);
   }
 }
 
