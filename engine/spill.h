@@ -54,6 +54,18 @@ typedef enum spill_io_backend_kind {
  * CPU backend (engine/quant/kernels_xq.h); other weight dtypes stay f32. */
 typedef enum spill_act_quant { SPILL_ACT_F32 = 0, SPILL_ACT_Q8 = 1 } spill_act_quant;
 
+/* Expert preload: none, or every expert record of the model read into the
+ * cache before the first token, with large direct reads overlapped across
+ * the I/O queue (so decode starts with no expert read left, as an engine
+ * that loads the whole model does). `all` needs a cache of every record: with
+ * the default budget rule the budget becomes the model's maximum
+ * (spill_plan.model_max) when that fits 7/8 of usable RAM; an explicit
+ * budget or cache_slots below it, storage mmap, or a model that does not fit
+ * fails the open with SPILL_E_RAM_BUDGET / SPILL_E_CONFIG naming what is
+ * needed. spill_engine_clear_cache, a budget and a cache_slots change
+ * preload again. The time and bytes are in spill_run_stats (preload_*). */
+typedef enum spill_preload { SPILL_PRELOAD_NONE = 0, SPILL_PRELOAD_ALL = 1 } spill_preload;
+
 typedef struct spill_config {
   uint64_t budget_bytes;  /* budget: RAM budget; 0 = the default rule (docs/PLAN.md) */
   uint64_t usable_ram;    /* RAM the default rule plans for; 0 = this machine */
@@ -68,6 +80,7 @@ typedef struct spill_config {
   spill_storage storage;  /* storage: direct | pagecache | mmap */
   spill_trunk_mode trunk; /* trunk: read | mmap | mlock */
   spill_act_quant act_quant; /* act_quant: f32 | q8 matvec inputs (f32) */
+  spill_preload preload;  /* preload: none | all expert records read at open (none) */
   char policy[16];        /* policy: lru | lfru | wtinylfu | nextuse[-coact|-opt] | arc | s3fifo */
   int lookahead;          /* lookahead: experts prefetched per predicted layer (0 = off) */
   int lookahead_depth;    /* lookahead_depth: 1 or 2 layers ahead */
@@ -397,6 +410,12 @@ typedef struct spill_run_stats {
   int paging;
   int paging_token;
   uint64_t paging_tokens;
+  /* The engine's last expert preload (knob preload: at open, or at the
+   * clear_cache / budget / cache_slots change before this run), not part of
+   * this run's reads, times or counters above: wall seconds, records and
+   * bytes read. All 0 with preload none. */
+  double preload_s;
+  uint64_t preload_records, preload_bytes;
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop.

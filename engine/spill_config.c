@@ -73,6 +73,9 @@ static const knob_row k_knobs[] = {
     {{"act_quant", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "f32|q8", NULL,
       "matvec inputs: f32, or 8-bit for q4/q8/q4_k/q5_k/q6_k weights"},
      CFG(act_quant, ST_INT)},
+    {{"preload", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "none|all", NULL,
+      "all: read every expert record into the cache at open"},
+     CFG(preload, ST_INT)},
     {{"policy", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, NULL /* the cache's registry */, NULL,
       "expert cache eviction policy (docs/CACHE.md)"},
      CFG(policy, ST_CHARS)},
@@ -132,8 +135,9 @@ _Static_assert(SPILL_TRUNK_READ == 0 && SPILL_TRUNK_MMAP == 1 && SPILL_TRUNK_MLO
                "trunk choices order");
 
 _Static_assert(SPILL_ACT_F32 == 0 && SPILL_ACT_Q8 == 1, "act_quant choices order");
+_Static_assert(SPILL_PRELOAD_NONE == 0 && SPILL_PRELOAD_ALL == 1, "preload choices order");
 _Static_assert(sizeof(spill_storage) == sizeof(int) && sizeof(spill_trunk_mode) == sizeof(int) &&
-                   sizeof(spill_act_quant) == sizeof(int) &&
+                   sizeof(spill_act_quant) == sizeof(int) && sizeof(spill_preload) == sizeof(int) &&
                    sizeof(spill_io_backend_kind) == sizeof(int),
                "choice knobs are stored as int");
 

@@ -89,6 +89,8 @@ struct spill_engine {
   /* the checkpoint's own tokenizer (tokenizer.json / tiktoken.model in the
    * model directory, engine/tok), or NULL: the byte tokenizer */
   spill_tok *tok;
+  /* the last expert preload (cfg.preload all): engine/stream's stats */
+  spill_stream_preload_stats pre;
 };
 
 /* ------------------------------------------------------------ wrappers */
@@ -268,6 +270,51 @@ int spill_verify(const char *model_dir, spill_progress_cb progress, void *user, 
   return SPILL_OK;
 }
 
+/* preload all needs a cache of every expert record (spill.h spill_preload).
+ * With the default budget rule, p becomes the plan of budget model_max (if
+ * that fits the cap, or force_budget is set); an explicit budget or
+ * cache_slots that holds fewer records, and storage mmap, are refused with
+ * the budget or slots that would do. budget: the one asked for (0 = the rule). */
+static int plan_preload(const spill_engine *g, spill_plan *p, uint64_t budget, int64_t slots,
+                        spill_err *e) {
+  if (g->cfg.preload != SPILL_PRELOAD_ALL) return SPILL_OK;
+  SPILL_FAIL_IF(e, g->cfg.storage == SPILL_STORAGE_MMAP, SPILL_E_CONFIG,
+                "preload all: storage mmap has no expert cache to fill (use direct or pagecache)");
+  const unsigned long long n = (unsigned long long)p->model_records;
+  if (slots >= 0) {
+    SPILL_FAIL_IF(e, (uint64_t)slots < p->model_records, SPILL_E_CONFIG,
+                  "preload all: cache_slots %lld holds fewer than the model's %llu expert "
+                  "records (set cache_slots to %llu or auto)",
+                  (long long)slots, n, n);
+    return SPILL_OK;
+  }
+  if (!budget) {
+    int rc = spill_plan_budget(p, p->usable_ram, p->model_max, g->cfg.force_budget, e);
+    if (rc < 0) spill_err_prefix(e, "preload all: %llu expert records need a budget of %llu bytes", n,
+                                 (unsigned long long)p->model_max);
+    return rc;
+  }
+  SPILL_FAIL_IF(e, p->cache_slots < p->model_records, SPILL_E_RAM_BUDGET,
+                "preload all: budget %llu bytes gives %llu cache slots, fewer than the model's "
+                "%llu expert records (needs a budget of %llu bytes, or the default)",
+                (unsigned long long)p->budget, (unsigned long long)p->cache_slots, n,
+                (unsigned long long)p->model_max);
+  return SPILL_OK;
+}
+
+/* Reads every expert record into the cache (cfg.preload all) and keeps the
+ * stats for spill_run_stats; with preload none, zeroes them. The demand,
+ * prefetch and hit counters are not touched by a preload. */
+static int run_preload(spill_engine *g, spill_err *e) {
+  memset(&g->pre, 0, sizeof g->pre);
+  if (g->cfg.preload != SPILL_PRELOAD_ALL) return SPILL_OK;
+  SPILL_TRY(spill_stream_preload(g->st, 0, &g->pre, e));
+  SPILL_FAIL_IF(e, g->pre.no_slot > 0, SPILL_E_INTERNAL,
+                "preload all: %llu expert records found no cache slot (%u slots)",
+                (unsigned long long)g->pre.no_slot, spill_stream_cache_slots(g->st));
+  return SPILL_OK;
+}
+
 int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engine **out,
                       spill_err *e) {
   spill_engine *g = calloc(1, sizeof *g);
@@ -286,6 +333,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   /* above the machine's cap: refused unless forced (the plan is filled) */
   if (rc == SPILL_E_RAM_BUDGET && g->cfg.force_budget && g->plan.budget >= g->plan.floor)
     rc = spill_plan_budget(&g->plan, g->plan.usable_ram, g->cfg.budget_bytes, 1, e);
+  if (rc == SPILL_OK) rc = plan_preload(g, &g->plan, g->cfg.budget_bytes, g->cfg.cache_slots, e);
   if (rc < 0) goto fail;
   if (g->plan.budget_above_model) {
     char w[200];
@@ -351,6 +399,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   spill_model_observer obs = {g, on_route};
   spill_model_set_observer(g->m, &obs);
   if ((rc = open_outputs(g, e)) < 0) goto fail;
+  if ((rc = run_preload(g, e)) < 0) goto fail;
   *out = g;
   return SPILL_OK;
 fail:
@@ -593,6 +642,9 @@ static void finish_stats(spill_engine *g, spill_run_stats *st) {
   st->read_p50_ms = p50 / 1e6;
   st->read_p99_ms = p99 / 1e6;
   st->peak_rss_bytes = status_kb("VmHWM:");
+  st->preload_s = (double)g->pre.ns / 1e9;
+  st->preload_records = g->pre.records;
+  st->preload_bytes = g->pre.bytes;
   st->trunk_mode = spill_model_trunk_residency(g->m);
   st->lookahead_depth2_predicted = g->la2_predicted;
   st->lookahead_depth2_correct = g->la2_correct;
@@ -787,21 +839,24 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
 
 /* ------------------------------------------------------------ experiment support */
 
+/* With preload all, a cleared cache is filled again: the state after open. */
 int spill_engine_clear_cache(spill_engine *g, int reset_counters, spill_err *e) {
-  return spill_stream_clear(g->st, reset_counters, e);
+  SPILL_TRY(spill_stream_clear(g->st, reset_counters, e));
+  return run_preload(g, e);
 }
 
 int spill_engine_set_budget(spill_engine *g, uint64_t budget_bytes, spill_err *e) {
   spill_plan p = g->plan;
   SPILL_TRY(spill_plan_budget(&p, g->cfg.usable_ram ? g->cfg.usable_ram : spill_plan_usable_ram(),
                               budget_bytes, g->cfg.force_budget, e));
+  SPILL_TRY(plan_preload(g, &p, budget_bytes, -1, e));
   if (g->cfg.storage != SPILL_STORAGE_MMAP) {
     uint64_t slots = p.cache_slots > 0x7fffffffull ? 0x7fffffffull : p.cache_slots;
     SPILL_TRY(spill_stream_resize(g->st, (uint32_t)slots, e));
   }
   g->plan = p;
   g->cfg.budget_bytes = budget_bytes;
-  return SPILL_OK;
+  return run_preload(g, e);
 }
 
 int spill_engine_evict_page_cache(spill_engine *g, spill_err *e) {
@@ -833,13 +888,15 @@ int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, s
       const uint64_t want = c.cache_slots >= 0 ? (uint64_t)c.cache_slots : g->plan.cache_slots;
       SPILL_FAIL_IF(e, want > 0x7fffffffull, SPILL_E_CONFIG, "cache_slots %llu: too many",
                     (unsigned long long)want);
+      spill_plan p = g->plan;
+      SPILL_TRY(plan_preload(g, &p, g->cfg.budget_bytes, (int64_t)want, e));
       if (spill_stream_cache_slots(g->st) == (uint32_t)want)
         SPILL_TRY(spill_stream_clear(g->st, 0, e)); /* same size: no reallocation */
       else
         SPILL_TRY(spill_stream_resize(g->st, (uint32_t)want, e));
     }
     g->cfg.cache_slots = c.cache_slots;
-    return SPILL_OK;
+    return g->cfg.storage != SPILL_STORAGE_MMAP ? run_preload(g, e) : SPILL_OK;
   }
   if (!strcmp(key, "profile") || !strcmp(key, "trace")) {
     if (!strcmp(key, "trace")) {

@@ -760,3 +760,132 @@ TEST(EngineTest, CgroupMemoryLimitReachesThePlanner) {
 }
 
 }  // namespace
+
+namespace {
+
+// preload all (spill.h spill_preload): every expert record read at open, so
+// the run makes no expert read and no miss, and the logits are the cold
+// run's, whatever the cache size, lookahead, storage, verify or threads.
+void ExpectPreloaded(const Outcome &r, const std::string &model, const char *what) {
+  spill_plan p;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_model(model.c_str(), 256, 2, 0, 0, &p, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(r.st.preload_records, p.model_records) << what;
+  EXPECT_EQ(r.st.preload_bytes, p.model_records * p.record_bytes) << what;
+  EXPECT_GT(r.st.preload_s, 0.0) << what;
+  EXPECT_EQ(r.st.demand_misses, 0u) << what;
+  EXPECT_EQ(r.st.decode_misses, 0u) << what;
+  EXPECT_GT(r.st.decode_hits, 0u) << what;
+  EXPECT_EQ(r.st.reads, 0u) << what;
+  EXPECT_EQ(r.st.evictions, 0u) << what;
+}
+
+TEST(EnginePreloadTest, PreloadAllKeepsTheLogitsAndLeavesNoMiss) {
+  spill_config cold = Cfg();
+  Outcome base = Generate(cold, Nano());
+  ASSERT_EQ(base.rc, SPILL_OK) << base.err;
+  EXPECT_GT(base.st.demand_misses, 0u);
+  EXPECT_EQ(base.st.preload_records, 0u);
+  EXPECT_EQ(base.st.preload_s, 0.0);
+  spill_plan p;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_model(Nano().c_str(), 256, 2, 0, 0, &p, &e), SPILL_OK) << e.msg;
+  struct Arm {
+    const char *name;
+    int lookahead, storage, verify;
+    int64_t slots;
+  } arms[] = {{"default budget", 0, SPILL_STORAGE_DIRECT, 0, -1},
+              {"lookahead 6", 6, SPILL_STORAGE_DIRECT, 0, -1},
+              {"pagecache + verify", 0, SPILL_STORAGE_PAGECACHE, 1, -1},
+              {"cache_slots = records", 0, SPILL_STORAGE_DIRECT, 0, (int64_t)p.model_records},
+              {"cache_slots = 2 x records", 6, SPILL_STORAGE_DIRECT, 0,
+               2 * (int64_t)p.model_records}};
+  for (const Arm &a : arms) {
+    spill_config c = Cfg();
+    c.preload = SPILL_PRELOAD_ALL;
+    c.lookahead = a.lookahead;
+    c.storage = (spill_storage)a.storage;
+    c.verify = a.verify;
+    c.cache_slots = a.slots;
+    Outcome r = Generate(c, Nano());
+    ExpectIdentical(base, r, a.name);
+    ExpectPreloaded(r, Nano(), a.name);
+  }
+  // 1 and 2 threads on a model whose matvecs are split
+  spill_config one = Cfg(), two = Cfg();
+  one.threads = 1;
+  two.threads = 2;
+  two.preload = SPILL_PRELOAD_ALL;
+  Outcome a = Generate(one, MiniSmall("k3")), b = Generate(two, MiniSmall("k3"));
+  ExpectIdentical(a, b, "1 thread cold vs 2 threads preloaded");
+  ExpectPreloaded(b, MiniSmall("k3"), "mini, 2 threads");
+  EXPECT_GT(b.st.compute_parallel_sections, 0u);
+}
+
+// The default budget rule plans for every record under preload all (when
+// that fits 7/8 of usable RAM); what cannot hold them is refused by name.
+TEST(EnginePreloadTest, BudgetRuleAndRefusals) {
+  spill_plan p;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_model(Nano().c_str(), 256, 2, 0, 0, &p, &e), SPILL_OK) << e.msg;
+  spill_engine *eng = nullptr;
+  spill_config c = Cfg();
+  c.preload = SPILL_PRELOAD_ALL;
+  // a machine where the default rule alone gives fewer slots than records
+  // (floor + 1 ws is the most that fits 7/8), but every record fits the cap
+  c.usable_ram = (p.model_max / 7 + 1) * 8;
+  spill_plan dflt;
+  ASSERT_EQ(spill_plan_model(Nano().c_str(), 256, 2, 0, c.usable_ram, &dflt, &e), SPILL_OK);
+  EXPECT_LT(dflt.cache_slots, p.model_records);
+  ASSERT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_OK) << e.msg;
+  EXPECT_GE(spill_engine_plan(eng)->cache_slots, p.model_records);
+  EXPECT_EQ(spill_engine_plan(eng)->budget, p.model_max);
+  // a live budget that cannot hold them is refused and changes nothing
+  char b[32];
+  snprintf(b, sizeof b, "%llu", (unsigned long long)(p.floor + p.ws));
+  EXPECT_EQ(spill_engine_set_knob(eng, "budget", b, &e), SPILL_E_RAM_BUDGET);
+  EXPECT_NE(std::string(e.msg).find("preload all: budget"), std::string::npos) << e.msg;
+  snprintf(b, sizeof b, "%llu", (unsigned long long)(p.model_records - 1));
+  EXPECT_EQ(spill_engine_set_knob(eng, "cache_slots", b, &e), SPILL_E_CONFIG);
+  EXPECT_GE(spill_engine_plan(eng)->cache_slots, p.model_records);
+  // clear_cache preloads again: a second run reads nothing either
+  int toks[4] = {256, 'a', 'b', 'c'};
+  spill_sampling s = {0.0f, 0, 1.0f, 1};
+  spill_run_stats st;
+  for (int run = 0; run < 2; run++) {
+    ASSERT_EQ(spill_engine_clear_cache(eng, 1, &e), SPILL_OK) << e.msg;
+    ASSERT_EQ(spill_generate(eng, toks, 4, 6, &s, nullptr, nullptr, nullptr, &st, &e), SPILL_OK);
+    EXPECT_EQ(st.reads, 0u);
+    EXPECT_EQ(st.preload_records, p.model_records);
+  }
+  snprintf(b, sizeof b, "%llu", (unsigned long long)p.model_records);
+  ASSERT_EQ(spill_engine_set_knob(eng, "cache_slots", b, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_generate(eng, toks, 4, 6, &s, nullptr, nullptr, nullptr, &st, &e), SPILL_OK);
+  EXPECT_EQ(st.reads, 0u);
+  spill_engine_close(eng);
+  // every record above 7/8 of usable RAM: refused by name, accepted when forced
+  c.usable_ram = p.model_max;
+  EXPECT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_E_RAM_BUDGET);
+  EXPECT_NE(std::string(e.msg).find("preload all: "), std::string::npos) << e.msg;
+  c.force_budget = 1;
+  ASSERT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_OK) << e.msg;
+  spill_engine_close(eng);
+  eng = nullptr;
+  // an explicit budget, cache_slots or storage that cannot hold them
+  c = Cfg();
+  c.preload = SPILL_PRELOAD_ALL;
+  c.budget_bytes = p.floor + p.ws;
+  EXPECT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_E_RAM_BUDGET);
+  EXPECT_NE(std::string(e.msg).find("fewer than the model's"), std::string::npos) << e.msg;
+  c.budget_bytes = 0;
+  c.cache_slots = 0;
+  EXPECT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_E_CONFIG);
+  EXPECT_NE(std::string(e.msg).find("cache_slots 0"), std::string::npos) << e.msg;
+  c.cache_slots = -1;
+  c.storage = SPILL_STORAGE_MMAP;
+  EXPECT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_E_CONFIG);
+  EXPECT_NE(std::string(e.msg).find("storage mmap"), std::string::npos) << e.msg;
+  EXPECT_EQ(eng, nullptr);
+}
+
+}  // namespace
