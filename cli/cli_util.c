@@ -202,6 +202,12 @@ void cli_print_run_summary(spill_engine *eng, const spill_run_stats *st) {
           cli_bytes(st->bytes_read, b, sizeof b), (unsigned long long)st->reads,
           spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
           c->lookahead);
+  if (st->preload_records)
+    fprintf(stderr,
+            "spill: preload: %llu expert records (%s) read into the cache in %.2fs (%.2f GB/s) "
+            "before the run, not counted above (--preload all)\n",
+            (unsigned long long)st->preload_records, cli_bytes(st->preload_bytes, b, sizeof b),
+            st->preload_s, st->preload_s > 0 ? st->preload_bytes / st->preload_s / 1e9 : 0.0);
   if (c->routing_trace)
     fprintf(stderr, "spill: FORCED routing: expert ids replayed from %s (--routing-trace)\n",
             c->routing_trace);

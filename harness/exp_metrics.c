@@ -38,6 +38,10 @@ static const spill_exp_metric k_metrics[] = {
     {"evictions", "evictions", "", 1},
     {"lookahead_predicted", "lookahead predicted", "", 1},
     {"lookahead_correct", "lookahead correct", "", 1},
+    /* knob preload all: the expert preload before the run (at open or the
+     * run's cache clear), not in decode_s; a llama.cpp row's is its model load */
+    {"preload_s", "preload s (llama.cpp: load)", "s", 0},
+    {"preload_bytes", "preload bytes", "B", 1},
 };
 
 const spill_exp_metric *spill_exp_metrics(int *n_out) {
@@ -82,6 +86,8 @@ double spill_exp_metric_value(int i, const spill_run_stats *s) {
   F(evictions);
   F(lookahead_predicted);
   F(lookahead_correct);
+  F(preload_s);
+  F(preload_bytes);
 #undef F
   if (!strcmp(n, "prefill_tok_per_s")) return ratio(s->tokens_prefill, s->prefill_s);
   if (!strcmp(n, "decode_hit_rate"))

@@ -361,6 +361,8 @@ static const col k_cols[] = {
     {"io_wait_s", "I/O wait s", 1},
     {"read_p99_ms", "read p99 ms", 1},
     {"peak_rss_bytes", "peak RSS MiB", 1.0 / 1048576},
+    /* spill's expert preload before the run (knob preload); llama.cpp's model load */
+    {"preload_s", "preload s", 1},
 };
 #define N_COLS (int)(sizeof k_cols / sizeof k_cols[0])
 

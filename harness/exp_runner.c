@@ -1036,6 +1036,9 @@ static void peer_metrics(cJSON *row, const spill_exp_peer_result *p) {
   cJSON_AddNumberToObject(m, "tokens_prefill", p->n_prefill);
   cJSON_AddNumberToObject(m, "tokens_decode", p->n_decode);
   cJSON_AddNumberToObject(m, "bytes_read", (double)p->read_bytes);
+  /* its load (the GGUF read or mapped before the first token) is what spill's
+   * preload_s is for knob preload all: one column beside decode tok/s */
+  cJSON_AddNumberToObject(m, "preload_s", p->load_s);
 }
 
 /* One peer run (docs/PEERS.md): the spill engine is closed first (its
