@@ -91,6 +91,7 @@ struct spill_engine {
   spill_tok *tok;
   /* the last expert preload (cfg.preload all): engine/stream's stats */
   spill_stream_preload_stats pre;
+  int pre_fresh; /* the cache is as the last preload left it (no forward call since) */
 };
 
 /* ------------------------------------------------------------ wrappers */
@@ -307,8 +308,10 @@ static int plan_preload(const spill_engine *g, spill_plan *p, uint64_t budget, i
  * prefetch and hit counters are not touched by a preload. */
 static int run_preload(spill_engine *g, spill_err *e) {
   memset(&g->pre, 0, sizeof g->pre);
+  g->pre_fresh = 0;
   if (g->cfg.preload != SPILL_PRELOAD_ALL) return SPILL_OK;
   SPILL_TRY(spill_stream_preload(g->st, 0, &g->pre, e));
+  g->pre_fresh = 1;
   SPILL_FAIL_IF(e, g->pre.no_slot > 0, SPILL_E_INTERNAL,
                 "preload all: %llu expert records found no cache slot (%u slots)",
                 (unsigned long long)g->pre.no_slot, spill_stream_cache_slots(g->st));
@@ -661,6 +664,7 @@ int spill_eval(spill_engine *g, const int *tokens, int n, int chunked, float *lo
                float *logits_all, spill_err *e) {
   SPILL_FAIL_IF(e, n < 1, SPILL_E_INVALID_ARG, "eval: no tokens");
   SPILL_TRY(check_routing_positions(g, "eval", n, e));
+  g->pre_fresh = 0;
   spill_model_reset(g->m);
   g->tok_counter = 0;
   if (logits_all || !chunked) {
@@ -802,6 +806,7 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   spill_run_stats *st = stats ? stats : &local;
   memset(st, 0, sizeof *st);
   SPILL_FAIL_IF(e, n_prompt < 1, SPILL_E_INVALID_ARG, "generate: empty prompt");
+  g->pre_fresh = 0;
   SPILL_FAIL_IF(e, n_prompt + n_new > g->cfg.ctx, SPILL_E_RANGE,
                 "generate: %d prompt + %d new tokens exceed ctx %d", n_prompt, n_new, g->cfg.ctx);
   if (g->route_trace_path) {
@@ -839,8 +844,15 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
 
 /* ------------------------------------------------------------ experiment support */
 
-/* With preload all, a cleared cache is filled again: the state after open. */
+/* With preload all, a cleared cache is filled again: the state after open.
+ * A cache no forward call has used since its preload is already in that
+ * state: only the counters are reset (a reopen followed by a clear, as the
+ * experiment runner does, reads the model once, not twice). */
 int spill_engine_clear_cache(spill_engine *g, int reset_counters, spill_err *e) {
+  if (g->pre_fresh) {
+    if (reset_counters) spill_stream_reset_counters(g->st);
+    return SPILL_OK;
+  }
   SPILL_TRY(spill_stream_clear(g->st, reset_counters, e));
   return run_preload(g, e);
 }
