@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1089,3 +1090,53 @@ TEST(ExpRunnerTest, PreflightJudgesAModelRecipeBeforeItIsGenerated) {
   int n = ShellCount("ls -A '" + cache + "' | wc -l");
   EXPECT_EQ(n, 0);
 }
+
+namespace {
+
+// The number after "KEY": in a runs.jsonl line (NaN if absent).
+double RowNumber(const std::string &line, const std::string &key) {
+  size_t p = line.find("\"" + key + "\":");
+  return p == std::string::npos ? NAN : strtod(line.c_str() + p + key.size() + 3, nullptr);
+}
+
+// An arm with the open-time knob preload all: every row of it pays its own
+// preload before the run (metric preload_s > 0, preload_bytes = every record)
+// and none of it in the run (no read, no miss), with the tokens of the cold
+// arm (exact); the cold arm's preload is 0; the table has the column.
+TEST(ExpRunnerTest, PreloadArmRecordsItsPreloadApartFromTheRun) {
+  std::string root = TmpDir() + "/preload";
+  mkdir(root.c_str(), 0755);
+  std::string text = R"({"name": "preload", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "preload test", "decode_tokens": 4},
+    "arms": [{"name": "cold"}, {"name": "preloaded", "set": {"preload": "all"}, "exact": true}],
+    "repeats": 2, "order": "abba", "outputs": {"tables": ["md"], "plots": []}})";
+  char dir[1024];
+  ASSERT_TRUE(RunExperiment(text, root + "/results", dir, sizeof dir));
+  spill_plan p;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_model(NanoModel().c_str(), 4096, 2, 0, 0, &p, &e), SPILL_OK) << e.msg;
+  std::ifstream rows(std::string(dir) + "/runs.jsonl");
+  std::string line;
+  int n_pre = 0, n_cold = 0;
+  while (std::getline(rows, line)) {
+    SCOPED_TRACE(line);
+    if (line.find("\"arm\":\"preloaded\"") != std::string::npos) {
+      n_pre++;
+      EXPECT_GT(RowNumber(line, "preload_s"), 0.0);
+      EXPECT_EQ(RowNumber(line, "preload_bytes"), (double)(p.model_records * p.record_bytes));
+      EXPECT_EQ(RowNumber(line, "reads"), 0.0);
+      EXPECT_EQ(RowNumber(line, "demand_misses"), 0.0);
+    } else {
+      n_cold++;
+      EXPECT_EQ(RowNumber(line, "preload_s"), 0.0);
+      EXPECT_EQ(RowNumber(line, "preload_bytes"), 0.0);
+      EXPECT_GT(RowNumber(line, "reads"), 0.0);
+    }
+  }
+  EXPECT_EQ(n_pre, 2);
+  EXPECT_EQ(n_cold, 2);
+  std::string table = ReadAll(std::string(dir) + "/table.md");
+  EXPECT_NE(table.find("| preload s |"), std::string::npos) << table;
+}
+
+}  // namespace
