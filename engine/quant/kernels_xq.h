@@ -8,12 +8,19 @@
  * 1/iscale, 16-element sums) for q4_k/q5_k/q6_k. The dot products then run in
  * integers, exact, and are scaled in f32 in an order fixed here, so the
  * __avx2 twins are bit-identical to __ref:
- *   q4_k, q5_k: per super-block acc += dall*(float)sumi; acc -= dmin*(float)summs
- *         (sumi = sum_j sc_j sum q x, summs = sum_j m_j sum x, both int32).
- *   q6_k: per super-block acc += (d_w * d_x) * (float)sumi.
+ * Lane k (0..7) of a 256-block holds the elements e with (e % 32) / 4 == k
+ * (the int32 lanes of vpmaddubsw + vpmaddwd over 32-byte rows):
+ *   q4_k, q5_k: S_k = sum_e sc_j(e) q_e x_e, M_i = m_2i B_2i + m_2i+1 B_2i+1
+ *         (i = 0..3, B_j = sum x over sub-block j), both int32; per
+ *         super-block acc_k = fma(dx*d_w, (float)S_k, acc_k), accm_i =
+ *         fma(-(dx*dmin_w), (float)M_i, accm_i); y = H(acc) +
+ *         ((accm_0+accm_2)+(accm_1+accm_3)).
+ *   q6_k: S_k = sum_e sc_g(e) (q_e - 32) x_e; acc_k = fma(dx*d_w,
+ *         (float)S_k, acc_k); y = H(acc).
+ *   H(l) = ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
  *   q4/q8 (group a multiple of 32): 8 f32 lanes; for each 32-block b, lane
  *         k = fma(s_g * d_b, (float)sum_{e=4k..4k+3} w_e q_e, lane k), then
- *         lanes summed as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+ *         y = H(lanes).
  * Weights of other dtypes (or q4/q8 groups not a multiple of 32) have no
  * integer path: spill_k_matvec_xq_ok() says 0 and callers use
  * spill_k_matvec with the f32 input.

@@ -126,58 +126,58 @@ static void scale_min(int j, const uint8_t *q, int *d, int *m) {
   }
 }
 
+/* The fixed f32 sum of 8 lanes, ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). */
+static float hsum8(const float l[8]) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 /* q4_k (five = 0, 144-byte blocks) and q5_k (five = 1, 176 bytes: 32 bytes
  * of high bits after the scales, element 64j+l gets 16 from bit 2j of
- * qh[l], element 64j+32+l from bit 2j+1). */
+ * qh[l], element 64j+32+l from bit 2j+1), in the lane order of kernels_xq.h. */
 static float row_q45k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols, int five) {
   const size_t bb = five ? 176 : 144;
-  float acc = 0.0f;
+  float acc[8] = {0}, accm[4] = {0};
   for (uint32_t b = 0; b < cols / 256; b++) {
     const uint8_t *blk = row + (size_t)b * bb, *qh = blk + 16, *qs = blk + (five ? 48 : 16);
     const int8_t *x = xq->q256 + (size_t)b * 256;
     const int16_t *bs = xq->bsum + (size_t)b * 16;
-    int32_t sumi = 0, summs = 0;
+    int32_t lane[8] = {0}, ml[4] = {0};
     for (int j = 0; j < 8; j++) {
       int sc, mn;
       scale_min(j, blk + 4, &sc, &mn);
       const uint8_t *q = qs + 32 * (j / 2);
-      int32_t s = 0;
       for (int l = 0; l < 32; l++) {
         const int h = five && (qh[l] >> j & 1) ? 16 : 0;
-        s += (((j & 1) ? q[l] >> 4 : q[l] & 0xF) + h) * x[32 * j + l];
+        lane[l / 4] += sc * ((((j & 1) ? q[l] >> 4 : q[l] & 0xF) + h) * x[32 * j + l]);
       }
-      sumi += sc * s;
-      summs += mn * (bs[2 * j] + bs[2 * j + 1]);
+      ml[j / 2] += mn * (bs[2 * j] + bs[2 * j + 1]);
     }
     const float dx = xq->d256[b];
     const float dall = dx * spill_f16_to_f32(rd16(blk)), dmin = dx * spill_f16_to_f32(rd16(blk + 2));
-    acc += dall * (float)sumi;
-    acc -= dmin * (float)summs;
+    for (int k = 0; k < 8; k++) acc[k] = fmaf(dall, (float)lane[k], acc[k]);
+    for (int k = 0; k < 4; k++) accm[k] = fmaf(-dmin, (float)ml[k], accm[k]);
   }
-  return acc;
+  return hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
 }
 
 static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
-  float acc = 0.0f;
+  float acc[8] = {0};
   for (uint32_t b = 0; b < cols / 256; b++) {
     const uint8_t *blk = row + (size_t)b * 210;
     const int8_t *sc = (const int8_t *)(blk + 192);
     const int8_t *x = xq->q256 + (size_t)b * 256;
-    int32_t sumi = 0;
-    for (int e0 = 0; e0 < 256; e0 += 16) {
-      int32_t s = 0;
-      for (int e = e0; e < e0 + 16; e++) {
-        const int half = e / 128, c = (e % 128) / 32, l = e % 32;
-        const uint8_t lo = blk[64 * half + l + 32 * (c & 1)];
-        const uint8_t hi = blk[128 + 32 * half + l];
-        const int q = ((c < 2 ? lo & 0xF : lo >> 4) | (((hi >> (2 * c)) & 3) << 4)) - 32;
-        s += q * x[e];
-      }
-      sumi += sc[e0 / 16] * s;
+    int32_t lane[8] = {0};
+    for (int e = 0; e < 256; e++) {
+      const int half = e / 128, c = (e % 128) / 32, l = e % 32;
+      const uint8_t lo = blk[64 * half + l + 32 * (c & 1)];
+      const uint8_t hi = blk[128 + 32 * half + l];
+      const int q = ((c < 2 ? lo & 0xF : lo >> 4) | (((hi >> (2 * c)) & 3) << 4)) - 32;
+      lane[l / 4] += sc[e / 16] * (q * x[e]);
     }
-    acc += (xq->d256[b] * spill_f16_to_f32(rd16(blk + 208))) * (float)sumi;
+    const float d = xq->d256[b] * spill_f16_to_f32(rd16(blk + 208));
+    for (int k = 0; k < 8; k++) acc[k] = fmaf(d, (float)lane[k], acc[k]);
   }
-  return acc;
+  return hsum8(acc);
 }
 
 /* q8 / q4 (group % 32 == 0) against Q8_0, in the 8-lane order of kernels_xq.h. */
@@ -205,10 +205,14 @@ static float row_q8q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
       lane[k] = fmaf(d, (float)p, lane[k]);
     }
   }
-  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  return hsum8(lane);
+}
+
+static void rows_q8q4(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) y[r] = row_q8q4(w, r, xq);
 }
 
 void spill_k_matvec_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,
                             uint32_t r1) {
-  spill_k_xq_rows(w, xq, y, r0, r1, row_q45k, row_q6k, row_q8q4);
+  spill_k_xq_rows(w, xq, y, r0, r1, row_q45k, row_q6k, rows_q8q4);
 }
