@@ -24,7 +24,7 @@ static float f16(uint16_t h) { return _cvtsh_ss(h); }
 /* The 8 6-bit scales and 8 mins of a Q4_K block's 12 scale bytes (ggml's
  * get_scale_min_k4 for j = 0..7, by 32-bit masks) as int16: scales in
  * *sc (in both 128-bit lanes), mins in *mn. */
-static void scales_mins(const uint8_t *p, __m256i *sc, __m128i *mn) {
+static inline __attribute__((always_inline)) void scales_mins(const uint8_t *p, __m256i *sc, __m128i *mn) {
   uint32_t a, b, c;
   memcpy(&a, p, 4);
   memcpy(&b, p + 4, 4);

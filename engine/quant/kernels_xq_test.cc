@@ -143,6 +143,10 @@ TEST_P(XqTest, MatvecMatchesDoubleAndFloatAndIsasAgree) {
     spill_k_matvec_xq(&m.w, &q.xq, ys.data(), 4, rows);
     EXPECT_EQ(0, memcmp(yr.data(), yd.data(), rows * sizeof(float))) << "dispatched vs ref";
     EXPECT_EQ(0, memcmp(yd.data(), ys.data(), rows * sizeof(float))) << "row split";
+    std::vector<float> y3(rows, -1.0f); /* ranges of 3 and 6 rows: the 4-row q8/q4 pass's tails */
+    spill_k_matvec_xq(&m.w, &q.xq, y3.data(), 0, 3);
+    spill_k_matvec_xq(&m.w, &q.xq, y3.data(), 3, rows);
+    EXPECT_EQ(0, memcmp(yd.data(), y3.data(), rows * sizeof(float))) << "row split at 3";
     for (uint32_t r = 0; r < rows; r++) {
       spill_k_dequant_row(&m.w, r, row.data());
       double want = 0, s = 0, wantf = 0, qerr = 0, magf = 0;
@@ -162,6 +166,8 @@ TEST_P(XqTest, MatvecMatchesDoubleAndFloatAndIsasAgree) {
     std::vector<float> ya(rows);
     spill_k_matvec_xq__avx2(&m.w, &q.xq, ya.data(), 0, rows);
     EXPECT_EQ(0, memcmp(yr.data(), ya.data(), rows * sizeof(float))) << "avx2 vs ref, cols " << cols;
+    spill_k_matvec_xq__avx2(&m.w, &q.xq, ya.data(), 2, 7);
+    EXPECT_EQ(0, memcmp(yr.data(), ya.data(), rows * sizeof(float))) << "avx2 rows 2..7, cols " << cols;
   }
 }
 
