@@ -176,6 +176,18 @@ void spill_k_matvec_rvq3_f32(const spill_qmat *w, const float *x, float *y, uint
   k_table_get()->rvq3_matvec(w, x, y, r0, r1);
 }
 
+/* Activation quantiser: the AVX2 twin on AVX2 and AVX-512 CPUs
+ * (bit-identical to __ref, kernels_xq.h). */
+void spill_k_xq_quantize(const float *x, spill_k_xq *xq) {
+#if defined(__x86_64__)
+  if (spill_k_init() != SPILL_ISA_REF) {
+    spill_k_xq_quantize__avx2(x, xq);
+    return;
+  }
+#endif
+  spill_k_xq_quantize__ref(x, xq);
+}
+
 /* Integer-activation matvec: the AVX2 twin on AVX2 and AVX-512 CPUs
  * (bit-identical to __ref, kernels_xq.h). */
 void spill_k_matvec_xq(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,

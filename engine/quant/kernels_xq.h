@@ -51,9 +51,12 @@ typedef struct spill_k_xq {
 size_t spill_k_xq_bytes(uint32_t n);
 /* Points xq's arrays into buf (spill_k_xq_bytes(n) bytes, any alignment). */
 void spill_k_xq_init(spill_k_xq *xq, void *buf, uint32_t n);
-/* Quantises x (xq->n floats) into both forms that n allows. Same on every
- * ISA (one scalar implementation). Non-finite inputs give a NaN scale. */
+/* Quantises x (xq->n floats) into both forms that n allows. Dispatches by
+ * ISA; the __avx2 twin is bit-identical to __ref (the same f32 operations,
+ * rounding half-even). Non-finite inputs give a NaN scale. */
 void spill_k_xq_quantize(const float *x, spill_k_xq *xq);
+void spill_k_xq_quantize__ref(const float *x, spill_k_xq *xq);
+void spill_k_xq_quantize__avx2(const float *x, spill_k_xq *xq);
 /* 1 if w has an integer path for an input of w->cols that xq can hold. */
 int spill_k_matvec_xq_ok(const spill_qmat *w);
 /* y[r] = W[r] . xq for r in [r0, r1); w must satisfy spill_k_matvec_xq_ok

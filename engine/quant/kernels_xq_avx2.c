@@ -6,6 +6,7 @@
  * Compiled with -mavx2 -mfma; called only after CPUID.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "engine/base/half.h"
@@ -180,6 +181,90 @@ static inline __attribute__((always_inline)) void rows4(const spill_qmat *w, con
   }
   const float v[4] = {spill_k_hsum8(a0), spill_k_hsum8(a1), spill_k_hsum8(a2), spill_k_hsum8(a3)};
   for (uint32_t i = 0; i < n; i++) y[r + i] = v[i];
+}
+
+/* max |x| over n (a multiple of 8) floats, or -1 if one is not finite. */
+static float amax_finite(const float *x, int n) {
+  const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(3.4028235e38f);
+  __m256 m = _mm256_setzero_ps(), ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int i = 0; i < n; i += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), absm);
+    ok = _mm256_and_ps(ok, _mm256_cmp_ps(a, big, _CMP_LE_OQ)); /* false for inf and NaN */
+    m = _mm256_max_ps(m, a);
+  }
+  if (_mm256_movemask_ps(ok) != 0xff) return -1.0f;
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+/* 32 values rint(x_i * s) as int8, in order, saturated as kernels_xq_ref.c's
+ * sat8 (NaN and beyond int32 to -128); with top, min(127, .) first (a NaN
+ * stays NaN: minps returns its second operand then). */
+static __m256i round32(const float *x, float s, int top) {
+  const __m256 vs = _mm256_set1_ps(s), k127 = _mm256_set1_ps(127.0f);
+  __m256i r[4];
+  for (int i = 0; i < 4; i++) {
+    __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), vs),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (top) v = _mm256_min_ps(k127, v);
+    r[i] = _mm256_cvtps_epi32(v);
+  }
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+  return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Q8_0 as kernels_xq_ref.c's quant_q8_0. */
+static void quant_q8_0(const float *x, int8_t *q, float *d) {
+  const float amax = amax_finite(x, 32);
+  if (amax < 0.0f) {
+    memset(q, 0, 32);
+    *d = NAN;
+    return;
+  }
+  *d = spill_f16_to_f32(spill_f32_to_f16(amax / 127.0f));
+  _mm256_storeu_si256((__m256i *)(void *)q, round32(x, amax != 0.0f ? 127.0f / amax : 0.0f, 0));
+}
+
+/* Q8_K as kernels_xq_ref.c's quant_q8_k: the first element of largest |x|
+ * sets the scale; 16-element sums by vpsadbw on the biased bytes. */
+static void quant_q8_k(const float *x, int8_t *q, float *d, int16_t *bs) {
+  const float amax = amax_finite(x, 256);
+  if (amax <= 0.0f) {
+    memset(q, 0, 256);
+    memset(bs, 0, 16 * sizeof *bs);
+    *d = amax == 0.0f ? 0.0f : NAN;
+    return;
+  }
+  const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), va = _mm256_set1_ps(amax);
+  int first = 0;
+  for (int i = 0; i < 256; i += 8) {
+    const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absm), va, _CMP_EQ_OQ));
+    if (m) {
+      first = i + __builtin_ctz((unsigned)m);
+      break;
+    }
+  }
+  const float iscale = -127.0f / x[first];
+  const __m256i bias = _mm256_set1_epi8((char)0x80);
+  for (int i = 0; i < 256; i += 32) {
+    const __m256i v = round32(x + i, iscale, 1);
+    _mm256_storeu_si256((__m256i *)(void *)(q + i), v);
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, bias), _mm256_setzero_si256());
+    bs[i / 16] = (int16_t)(_mm256_extract_epi64(sad, 0) + _mm256_extract_epi64(sad, 1) - 16 * 128);
+    bs[i / 16 + 1] = (int16_t)(_mm256_extract_epi64(sad, 2) + _mm256_extract_epi64(sad, 3) - 16 * 128);
+  }
+  *d = 1.0f / iscale;
+}
+
+void spill_k_xq_quantize__avx2(const float *x, spill_k_xq *xq) {
+  const uint32_t n = xq->n;
+  if (xq->q32)
+    for (uint32_t b = 0; b < n / 32; b++) quant_q8_0(x + 32 * b, xq->q32 + 32 * b, xq->d32 + b);
+  if (xq->q256)
+    for (uint32_t b = 0; b < n / 256; b++)
+      quant_q8_k(x + 256 * b, xq->q256 + 256 * b, xq->d256 + b, xq->bsum + 16 * b);
 }
 
 /* q8 or q4 rows, as kernels_xq_rows.h takes them: four per pass. */

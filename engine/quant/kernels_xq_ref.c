@@ -40,6 +40,14 @@ void spill_k_xq_init(spill_k_xq *xq, void *buf, uint32_t n) {
   if (n % 32 == 0) xq->q32 = (int8_t *)p;
 }
 
+/* rint(x * s) as x86's cvtps2dq + packs give it: in range as is, saturated
+ * to [-128, 127], and -128 for NaN or beyond int32 (tiny amax makes s
+ * infinite); defined behaviour where a plain (int8_t) cast is not. */
+static int8_t sat8(float v) {
+  if (!(v >= -2147483648.0f && v < 2147483648.0f)) return -128;
+  return (int8_t)(v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v);
+}
+
 /* Q8_0 as ggml's x86 quantize_row_q8_0: d = amax/127 kept as f16, values
  * round-half-even(x * (127/amax)). */
 static void quant_q8_0(const float *x, int8_t *q, float *d) {
@@ -57,7 +65,7 @@ static void quant_q8_0(const float *x, int8_t *q, float *d) {
   }
   *d = spill_f16_to_f32(spill_f32_to_f16(amax / 127.0f));
   const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  for (int i = 0; i < 32; i++) q[i] = (int8_t)rintf(x[i] * id);
+  for (int i = 0; i < 32; i++) q[i] = sat8(rintf(x[i] * id));
 }
 
 /* Q8_K as ggml's quantize_row_q8_K_ref (the first element of largest |x|
@@ -82,7 +90,7 @@ static void quant_q8_k(const float *x, int8_t *q, float *d, int16_t *bs) {
   const float iscale = -127.0f / max;
   for (int i = 0; i < 256; i++) {
     const float v = rintf(iscale * x[i]);
-    q[i] = (int8_t)(v > 127.0f ? 127.0f : v);
+    q[i] = sat8(v > 127.0f ? 127.0f : v);
   }
   for (int j = 0; j < 16; j++) {
     int s = 0;
@@ -92,7 +100,7 @@ static void quant_q8_k(const float *x, int8_t *q, float *d, int16_t *bs) {
   *d = 1.0f / iscale;
 }
 
-void spill_k_xq_quantize(const float *x, spill_k_xq *xq) {
+void spill_k_xq_quantize__ref(const float *x, spill_k_xq *xq) {
   const uint32_t n = xq->n;
   if (xq->q32)
     for (uint32_t b = 0; b < n / 32; b++) quant_q8_0(x + 32 * b, xq->q32 + 32 * b, xq->d32 + b);

@@ -191,6 +191,41 @@ TEST_P(XqTest, NanInputAndZeroBlock) {
   for (uint32_t r = 0; r < rows; r++) EXPECT_TRUE(std::isnan(y[r])) << "dispatched row " << r;
 }
 
+// The AVX2 quantiser against __ref, byte for byte: random inputs with
+// outliers, exact .5 ties (x * 127/amax on a half-integer), a block whose
+// largest |x| appears first negative then positive, an all-zero block,
+// blocks with inf / NaN, and subnormals.
+TEST(XqQuantize, Avx2MatchesRefBitForBit) {
+  if (!spill_k_isa_supported(SPILL_ISA_AVX2)) GTEST_SKIP() << "CPU lacks AVX2";
+  const uint32_t n = 2048;
+  auto x = RandomX(n, 77);
+  for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) + 0.5f; /* amax 16: ties of x*127/16? and exact halves */
+  x[31] = 127.0f;                                                /* block 0: x * 1 = ties at .5 */
+  for (int i = 256; i < 512; i++) x[i] = 0.25f * (float)((i % 5) - 2);
+  x[300] = -0.75f;
+  x[301] = 0.75f; /* equal |x|, the negative first */
+  for (int i = 512; i < 768; i++) x[i] = 0.0f;
+  x[800] = INFINITY;
+  x[1100] = NAN;
+  for (int i = 1280; i < 1536; i++) x[i] = 1e-40f * (float)(i % 5);
+  std::vector<uint8_t> ba(spill_k_xq_bytes(n)), br(spill_k_xq_bytes(n));
+  spill_k_xq a{}, r{};
+  spill_k_xq_init(&a, ba.data(), n);
+  spill_k_xq_init(&r, br.data(), n);
+  spill_k_xq_quantize__avx2(x.data(), &a);
+  spill_k_xq_quantize__ref(x.data(), &r);
+  for (uint32_t i = 0; i < n; i++) ASSERT_EQ(r.q32[i], a.q32[i]) << "q8_0 element " << i;
+  for (uint32_t i = 0; i < n; i++) ASSERT_EQ(r.q256[i], a.q256[i]) << "q8_k element " << i;
+  EXPECT_EQ(0, memcmp(a.bsum, r.bsum, n / 16 * sizeof(int16_t)));
+  for (uint32_t b = 0; b < n / 32; b++)
+    EXPECT_TRUE(memcmp(&a.d32[b], &r.d32[b], 4) == 0 || (std::isnan(a.d32[b]) && std::isnan(r.d32[b]))) << b;
+  for (uint32_t b = 0; b < n / 256; b++)
+    EXPECT_TRUE(memcmp(&a.d256[b], &r.d256[b], 4) == 0 || (std::isnan(a.d256[b]) && std::isnan(r.d256[b]))) << b;
+  EXPECT_TRUE(std::isnan(r.d256[3]));
+  EXPECT_EQ(0.0f, r.d256[2]);
+  EXPECT_GT(r.d256[1], 0.0f); /* first of largest |x| (-0.75) negative: d = -max/127 > 0 */
+}
+
 TEST(XqOk, WhichWeightsHaveAnIntegerPath) {
   spill_qmat w = {};
   w.cols = 512;
