@@ -100,33 +100,44 @@ static float row_q45k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols, i
   return five ? q45k(row, xq, cols, 1) : q45k(row, xq, cols, 0);
 }
 
+/* The q6_k values (0..63) of elements 128 half + 32 k + l (l = 0..31): low
+ * nibbles from a (k = 0) / c (1) or their high nibbles (2, 3), bits 2k, 2k+1 of h. */
+static inline __attribute__((always_inline)) __m256i q6_vals(__m256i a, __m256i c, __m256i h, int k) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+  const __m256i src = k & 1 ? c : a;
+  const __m256i lo = _mm256_and_si256(k & 2 ? _mm256_srli_epi16(src, 4) : src, m4);
+  return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m3), 4));
+}
+
+/* Chunk k of a q6_k half-block: int32 lanes of sc_g (q - 32) x (groups
+ * 8 half + 2k in the low lane, + 1 in the high lane; sv holds that half's
+ * 8 scales as int16 in both lanes). */
+static inline __attribute__((always_inline)) __m256i q6_chunk(__m256i q, const int8_t *x, __m256i sv, int k) {
+  const __m256i xv = load32(x), p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv),
+                                                     _mm256_maddubs_epi16(_mm256_set1_epi8(32), xv));
+  return _mm256_madd_epi16(p, pick16(sv, 2 * k, 2 * k + 1));
+}
+
+static inline __attribute__((always_inline)) __m256i q6_half(const uint8_t *blk, const int8_t *x, __m256i sc16,
+                                                             int half) {
+  const __m256i a = load32(blk + 64 * half), c = load32(blk + 64 * half + 32);
+  const __m256i h = load32(blk + 128 + 32 * half);
+  const __m256i sv = half ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
+  x += 128 * half;
+  __m256i s = q6_chunk(q6_vals(a, c, h, 0), x, sv, 0);
+  s = _mm256_add_epi32(s, q6_chunk(q6_vals(a, c, h, 1), x + 32, sv, 1));
+  s = _mm256_add_epi32(s, q6_chunk(q6_vals(a, c, h, 2), x + 64, sv, 2));
+  return _mm256_add_epi32(s, q6_chunk(q6_vals(a, c, h, 3), x + 96, sv, 3));
+}
+
 static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
-  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
   __m256 acc = _mm256_setzero_ps();
   for (uint32_t b = 0; b < cols / 256; b++) {
     const uint8_t *blk = row + (size_t)b * 210;
     const int8_t *x = xq->q256 + (size_t)b * 256;
     /* the 16 int8 scales as int16: s0..s7 | s8..s15 */
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
-    __m256i sumv = _mm256_setzero_si256();
-    for (int half = 0; half < 2; half++) {
-      const __m256i a = load32(blk + 64 * half), c = load32(blk + 64 * half + 32);
-      const __m256i h = load32(blk + 128 + 32 * half);
-      const __m256i sv = half ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
-      __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(c, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
-      for (int k = 0; k < 4; k++) { /* groups 8 half + 2k (low lane) and + 1 (high lane) */
-        const __m256i xv = load32(x + 128 * half + 32 * k);
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], xv), _mm256_maddubs_epi16(k32, xv));
-        sumv = _mm256_add_epi32(sumv, _mm256_madd_epi16(p, pick16(sv, 2 * k, 2 * k + 1)));
-      }
-    }
+    const __m256i sumv = _mm256_add_epi32(q6_half(blk, x, sc16, 0), q6_half(blk, x, sc16, 1));
     const float d = xq->d256[b] * f16(rd16(blk + 208));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumv), acc);
   }
