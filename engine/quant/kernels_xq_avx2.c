@@ -22,20 +22,21 @@ static __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i 
 
 static float f16(uint16_t h) { return _cvtsh_ss(h); }
 
-/* The 8 6-bit scales and 8 mins of a Q4_K block's 12 scale bytes (ggml's
- * get_scale_min_k4 for j = 0..7, by 32-bit masks) as int16: scales in
- * *sc (in both 128-bit lanes), mins in *mn. */
+/* The 8 6-bit scales and 8 mins of a Q4_K block's 12 scale bytes at p
+ * (ggml's get_scale_min_k4 for j = 0..7) as int16: scales in *sc (in both
+ * 128-bit lanes), mins in *mn. With a, b, c the three 32-bit words: scales
+ * 0-3 = a & 0x3f.., 4-7 = (c & 0x0f..) | (a >> 6 & 3..) << 4; mins 0-3 = b &
+ * 0x3f.., 4-7 = (c >> 4 & 0x0f..) | (b >> 6 & 3..) << 4, done in one xmm.
+ * Reads 16 bytes at p (the block continues past the scales). */
 static inline __attribute__((always_inline)) void scales_mins(const uint8_t *p, __m256i *sc, __m128i *mn) {
-  uint32_t a, b, c;
-  memcpy(&a, p, 4);
-  memcpy(&b, p + 4, 4);
-  memcpy(&c, p + 8, 4);
-  const uint32_t s0 = a & 0x3f3f3f3fu, m0 = b & 0x3f3f3f3fu;
-  const uint32_t s1 = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
-  const uint32_t m1 = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);
-  const __m256i v = _mm256_cvtepu8_epi16(_mm_set_epi32((int)m1, (int)m0, (int)s1, (int)s0));
-  *sc = _mm256_permute4x64_epi64(v, 0x44);
-  *mn = _mm256_extracti128_si256(v, 1);
+  const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);         /* a b c . */
+  const __m128i low = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0x98), _mm_setr_epi32(0, 0, 0, 4)); /* a c b c>>4 */
+  const __m128i lm = _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, 0x40), 2), /* . a . b, >> 6 << 4 */
+                                   _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  const __m256i w = _mm256_cvtepu8_epi16(_mm_or_si128(lm, hi)); /* s0-7 | m0-7 */
+  *sc = _mm256_permute4x64_epi64(w, 0x44);
+  *mn = _mm256_extracti128_si256(w, 1);
 }
 
 /* int16 element t of each 128-bit lane of v, in every int16 of that lane. */
