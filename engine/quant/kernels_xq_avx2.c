@@ -145,33 +145,42 @@ static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
   return spill_k_hsum8(acc);
 }
 
-/* One 32-block: lanes k = sum_{e=4k..4k+3} w_e x_e (|w| unsigned times x
- * with w's sign: the same products, no saturation), then one FMA. */
-static inline __m256 block32(__m256i wv, __m256i xv, float d, __m256 acc) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-  const __m256i lanes = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+/* One 32-block: lane k of an int32 vector (sum_{e=4k..4k+3} w_e x_e) into
+ * the row's f32 lanes with one FMA. */
+static inline __m256 fma_block(__m256i lanes, float d, __m256 acc) {
   return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
 }
 
-/* The 32 weights of block b of a q8 row, or of a q4 row (element 2i in the
- * low nibble of byte i, 2i+1 in the high one), as int8. */
-static inline __m256i wblock(const uint8_t *row, uint32_t b, int q4) {
-  if (!q4) return load32(row + 32 * b);
-  const __m128i m4 = _mm_set1_epi8(0xF);
-  const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(row + 16 * b));
-  const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-  return _mm256_sub_epi8(_mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi)),
-                         _mm256_set1_epi8(8));
+/* q8: |w| unsigned times x with w's sign (the same products, no saturation). */
+static inline __m256i lanes_q8(const uint8_t *w, __m256i xv) {
+  const __m256i wv = load32(w);
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* q4 (element 2i in the low nibble of byte i, 2i+1 in the high one): the
+ * 16 bytes at w as unsigned nibbles ordered lo b2k, lo b2k+1, hi b2k, hi
+ * b2k+1 (elements 4k, 4k+2, 4k+1, 4k+3) for k = 0..7, times x in that order
+ * (xp, see rows4), minus 8 x (x8: 8 sum_{e=4k..4k+3} x_e): sum (w - 8) x. */
+static inline __m256i lanes_q4(const uint8_t *w, __m256i xp, __m256i x8) {
+  const __m256i dup = _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, 8, 9, 8, 9, 10, 11, 10, 11,
+                                       12, 13, 12, 13, 14, 15, 14, 15);
+  const __m256i a = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)w)), dup);
+  const __m256i nib = _mm256_and_si256(_mm256_blend_epi16(a, _mm256_srli_epi16(a, 4), 0xAA), _mm256_set1_epi8(0xF));
+  return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(nib, xp), _mm256_set1_epi16(1)), x8);
 }
 
 /* Rows r..r+3 of a q8 (q4 = 0) or q4 matrix in one pass: each activation
- * block is loaded once for the four rows, and the four independent lane
- * accumulators (one per row, each in the order of kernels_xq.h) keep the
- * FMA chains from serialising. n < 4 repeats row r+n-1; only n are stored. */
+ * block is loaded (and for q4 reordered) once for the four rows, and the
+ * four independent lane accumulators (one per row, each in the order of
+ * kernels_xq.h) keep the FMA chains from serialising. n < 4 repeats row
+ * r+n-1; only n are stored. */
 static inline __attribute__((always_inline)) void rows4(const spill_qmat *w, const spill_k_xq *xq,
                                                         float *y, uint32_t r, uint32_t n, int q4) {
-  const uint32_t cols = w->cols, g = w->group, ng = cols / g;
+  const uint32_t cols = w->cols, g = w->group, ng = cols / g, bb = q4 ? 16 : 32;
   const size_t rb = q4 ? cols / 2 : cols;
+  const __m256i perm = _mm256_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15, 0, 2, 1, 3, 4, 6, 5,
+                                        7, 8, 10, 9, 11, 12, 14, 13, 15);
   const uint8_t *row[4];
   const spill_k_u16_unaligned *s[4];
   for (uint32_t i = 0; i < 4; i++) {
@@ -185,10 +194,19 @@ static inline __attribute__((always_inline)) void rows4(const spill_qmat *w, con
     for (uint32_t b = b0; b < b0 + g / 32; b++) {
       const __m256i xv = load32(xq->q32 + 32 * b);
       const float dx = xq->d32[b];
-      a0 = block32(wblock(row[0], b, q4), xv, s0 * dx, a0);
-      a1 = block32(wblock(row[1], b, q4), xv, s1 * dx, a1);
-      a2 = block32(wblock(row[2], b, q4), xv, s2 * dx, a2);
-      a3 = block32(wblock(row[3], b, q4), xv, s3 * dx, a3);
+      if (q4) {
+        const __m256i xp = _mm256_shuffle_epi8(xv, perm);
+        const __m256i x8 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), _mm256_set1_epi16(1));
+        a0 = fma_block(lanes_q4(row[0] + bb * b, xp, x8), s0 * dx, a0);
+        a1 = fma_block(lanes_q4(row[1] + bb * b, xp, x8), s1 * dx, a1);
+        a2 = fma_block(lanes_q4(row[2] + bb * b, xp, x8), s2 * dx, a2);
+        a3 = fma_block(lanes_q4(row[3] + bb * b, xp, x8), s3 * dx, a3);
+      } else {
+        a0 = fma_block(lanes_q8(row[0] + bb * b, xv), s0 * dx, a0);
+        a1 = fma_block(lanes_q8(row[1] + bb * b, xv), s1 * dx, a1);
+        a2 = fma_block(lanes_q8(row[2] + bb * b, xv), s2 * dx, a2);
+        a3 = fma_block(lanes_q8(row[3] + bb * b, xv), s3 * dx, a3);
+      }
     }
   }
   const float v[4] = {spill_k_hsum8(a0), spill_k_hsum8(a1), spill_k_hsum8(a2), spill_k_hsum8(a3)};
