@@ -15,7 +15,10 @@
 // the spill cases still run. Each ggml case checks first that both engines
 // agree on the product (max |diff| within 2% of max |y| for f32: ggml rounds
 // the activation to 8 bits; within 1e-4 for q8, the same rounding) and
-// reports them as the counters rel_diff and rel_diff_q8.
+// reports them as the counters rel_diff and rel_diff_q8. GgmlRepack (Q4_K and
+// Q4_0) is the path llama.cpp takes with load_mode none on an AVX2 CPU: ggml
+// itself repacks the matrix into its CPU repack buffer (rows interleaved 8
+// at a time) and one interleaved gemv computes every row.
 //   bazel run //bench:peer_kernels_bench -- --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
@@ -48,8 +51,32 @@ struct ggml_traits_cpu {
 enum { GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12, GGML_Q6_K = 14 };
 const int kQ8KBlock = 4 + 256 + 2 * 16;  // block_q8_K: f32 d, 256 int8, 16 int16 sums
 
+// What the repacked arm needs of ggml's public API (ggml.h, ggml-backend.h,
+// ggml-cpu's repack buffer type and its x86 gemv kernels).
+struct ggml_init_params {
+  size_t mem_size;
+  void *mem_buffer;
+  bool no_alloc;
+};
+typedef void (*gemv_t)(int n, float *s, size_t bs, const void *vx, const void *vy, int nr, int nc);
+struct GgmlRepackApi {
+  void *(*init)(ggml_init_params) = nullptr;
+  void (*free_ctx)(void *) = nullptr;
+  size_t (*overhead)(void) = nullptr;
+  void *(*new_2d)(void *, int, int64_t, int64_t) = nullptr;
+  void *(*buft)(void) = nullptr;
+  void *(*alloc)(void *, size_t) = nullptr;
+  void (*buf_free)(void *) = nullptr;
+  int (*tensor_alloc)(void *, void *, void *) = nullptr;
+  void (*tensor_set)(void *, const void *, size_t, size_t) = nullptr;
+  void *(*base)(void *) = nullptr;
+  gemv_t q4k = nullptr, q40 = nullptr;  // ggml_gemv_q4_K_8x8_q8_K, ggml_gemv_q4_0_8x8_q8_0
+};
+
 struct Ggml {
   const ggml_traits_cpu *(*traits)(int) = nullptr;
+  GgmlRepackApi rp;
+  bool repack_ok = false;
   std::string why;
   Ggml() {
     std::string lib;
@@ -72,6 +99,23 @@ struct Ggml {
       return;
     }
     init();
+    LoadRepack(h);
+  }
+  template <class F>
+  bool Sym(void *h, const char *name, F &f) {
+    f = (F)dlsym(h, name);
+    return f != nullptr;
+  }
+  void LoadRepack(void *h) {
+    repack_ok = Sym(h, "ggml_init", rp.init) && Sym(h, "ggml_free", rp.free_ctx) &&
+                Sym(h, "ggml_tensor_overhead", rp.overhead) && Sym(h, "ggml_new_tensor_2d", rp.new_2d) &&
+                Sym(h, "_Z35ggml_backend_cpu_repack_buffer_typev", rp.buft) &&
+                Sym(h, "ggml_backend_buft_alloc_buffer", rp.alloc) &&
+                Sym(h, "ggml_backend_buffer_free", rp.buf_free) &&
+                Sym(h, "ggml_backend_tensor_alloc", rp.tensor_alloc) &&
+                Sym(h, "ggml_backend_tensor_set", rp.tensor_set) &&
+                Sym(h, "ggml_backend_buffer_get_base", rp.base) && Sym(h, "ggml_gemv_q4_K_8x8_q8_K", rp.q4k) &&
+                Sym(h, "ggml_gemv_q4_0_8x8_q8_0", rp.q40);
   }
 };
 
@@ -242,14 +286,78 @@ void Ggml(benchmark::State &st, int i) {
   st.counters["rel_diff_q8"] = mq / my;  // vs spill, act_quant q8
 }
 
+// Case c's weights as ggml's CPU repack buffer holds them (llama.cpp's
+// default without mmap: the rows interleaved 8 at a time, block_q4_Kx8 /
+// block_q4_0x8, done by ggml itself through ggml_backend_tensor_set).
+// Empty if the API is missing or ggml did not repack (then the bytes equal
+// the input, which the gemv would misread).
+std::vector<uint8_t> Repacked(Case &c) {
+  GgmlRepackApi &a = G().rp;
+  std::vector<uint8_t> out;
+  void *ctx = a.init({a.overhead() * 4, nullptr, true});
+  void *t = a.new_2d(ctx, c.ggml_type(), c.cols, c.rows);
+  void *buf = a.alloc(a.buft(), c.ggml.size());
+  if (buf && a.tensor_alloc(buf, t, a.base(buf)) == 0) {
+    a.tensor_set(t, c.ggml.data(), 0, c.ggml.size());
+    const uint8_t *p = (const uint8_t *)a.base(buf);
+    if (memcmp(p, c.ggml.data(), c.ggml.size()) != 0) out.assign(p, p + c.ggml.size());
+  }
+  if (buf) a.buf_free(buf);
+  a.free_ctx(ctx);
+  return out;
+}
+
+// ggml's matrix-vector product on its repacked weights (Q4_K, Q4_0 on
+// AVX2 CPUs): `from_float` then the interleaved gemv over all rows, the
+// kernel llama.cpp runs for one decode token with load_mode none.
+void GgmlRepack(benchmark::State &st, int i) {
+  Case &c = Get(i);
+  if (!G().traits || !G().repack_ok) {
+    st.SkipWithError(G().traits ? "ggml without the repack API" : G().why.c_str());
+    return;
+  }
+  const std::vector<uint8_t> rp = Repacked(c);
+  if (rp.empty()) {
+    st.SkipWithError("ggml did not repack this matrix");
+    return;
+  }
+  const ggml_traits_cpu *tq = G().traits(G().traits(c.ggml_type())->vec_dot_type);
+  const gemv_t gemv = c.kind == kQ4K ? G().rp.q4k : G().rp.q40;
+  std::vector<uint8_t> xq((c.kq() ? (size_t)c.cols / 256 * kQ8KBlock : (size_t)c.cols / 32 * 34) + 64);
+  std::vector<float> y(c.rows), yq(c.rows);
+  tq->from_float(c.x.data(), xq.data(), c.cols);
+  gemv((int)c.cols, y.data(), c.rows, rp.data(), xq.data(), 1, (int)c.rows);
+  SpillRun run(c.cols);
+  run.Run(c, true, yq.data());
+  double mq = 0, my = 0;
+  for (uint32_t r = 0; r < c.rows; r++) {
+    mq = std::fmax(mq, std::fabs((double)y[r] - yq[r]));
+    my = std::fmax(my, std::fabs((double)yq[r]));
+  }
+  if (!(mq <= 1e-4 * my)) {
+    st.SkipWithError("ggml (repacked) and spill q8 disagree on the product");
+    return;
+  }
+  for (auto _ : st) {
+    tq->from_float(c.x.data(), xq.data(), c.cols);
+    gemv((int)c.cols, y.data(), c.rows, rp.data(), xq.data(), 1, (int)c.rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["weight_GB/s"] = benchmark::Counter(
+      (double)c.ggml.size() * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+  st.counters["rel_diff_q8"] = mq / my;  // vs spill, act_quant q8
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(SpillF32, Q4K_Gate_768x2048, 0);
 BENCHMARK_CAPTURE(SpillQ8, Q4K_Gate_768x2048, 0);
 BENCHMARK_CAPTURE(Ggml, Q4K_Gate_768x2048, 0);
+BENCHMARK_CAPTURE(GgmlRepack, Q4K_Gate_768x2048, 0);
 BENCHMARK_CAPTURE(SpillF32, Q4K_Down_2048x768, 1);
 BENCHMARK_CAPTURE(SpillQ8, Q4K_Down_2048x768, 1);
 BENCHMARK_CAPTURE(Ggml, Q4K_Down_2048x768, 1);
+BENCHMARK_CAPTURE(GgmlRepack, Q4K_Down_2048x768, 1);
 BENCHMARK_CAPTURE(SpillF32, Q6K_Gate_768x2048, 2);
 BENCHMARK_CAPTURE(SpillQ8, Q6K_Gate_768x2048, 2);
 BENCHMARK_CAPTURE(Ggml, Q6K_Gate_768x2048, 2);
@@ -259,9 +367,11 @@ BENCHMARK_CAPTURE(Ggml, Q6K_Down_2048x768, 3);
 BENCHMARK_CAPTURE(SpillF32, Q4_0_Gate_768x2048, 4);
 BENCHMARK_CAPTURE(SpillQ8, Q4_0_Gate_768x2048, 4);
 BENCHMARK_CAPTURE(Ggml, Q4_0_Gate_768x2048, 4);
+BENCHMARK_CAPTURE(GgmlRepack, Q4_0_Gate_768x2048, 4);
 BENCHMARK_CAPTURE(SpillF32, Q4_0_Down_2048x768, 5);
 BENCHMARK_CAPTURE(SpillQ8, Q4_0_Down_2048x768, 5);
 BENCHMARK_CAPTURE(Ggml, Q4_0_Down_2048x768, 5);
+BENCHMARK_CAPTURE(GgmlRepack, Q4_0_Down_2048x768, 5);
 BENCHMARK_CAPTURE(SpillF32, Q8_0_Gate_768x2048, 6);
 BENCHMARK_CAPTURE(SpillQ8, Q8_0_Gate_768x2048, 6);
 BENCHMARK_CAPTURE(Ggml, Q8_0_Gate_768x2048, 6);

@@ -110,13 +110,11 @@ static inline __attribute__((always_inline)) __m256i q6_vals(__m256i a, __m256i 
   return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m3), 4));
 }
 
-/* Chunk k of a q6_k half-block: int32 lanes of sc_g (q - 32) x (groups
- * 8 half + 2k in the low lane, + 1 in the high lane; sv holds that half's
- * 8 scales as int16 in both lanes). */
+/* Chunk k of a q6_k half-block: int32 lanes of sc_g q x, q unsigned
+ * (groups 8 half + 2k in the low lane, + 1 in the high lane; sv holds that
+ * half's 8 scales as int16 in both lanes). */
 static inline __attribute__((always_inline)) __m256i q6_chunk(__m256i q, const int8_t *x, __m256i sv, int k) {
-  const __m256i xv = load32(x), p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv),
-                                                     _mm256_maddubs_epi16(_mm256_set1_epi8(32), xv));
-  return _mm256_madd_epi16(p, pick16(sv, 2 * k, 2 * k + 1));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(x)), pick16(sv, 2 * k, 2 * k + 1));
 }
 
 static inline __attribute__((always_inline)) __m256i q6_half(const uint8_t *blk, const int8_t *x, __m256i sc16,
@@ -138,7 +136,10 @@ static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
     const int8_t *x = xq->q256 + (size_t)b * 256;
     /* the 16 int8 scales as int16: s0..s7 | s8..s15 */
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
-    const __m256i sumv = _mm256_add_epi32(q6_half(blk, x, sc16, 0), q6_half(blk, x, sc16, 1));
+    /* lane k: minus 32 (sc_2k B_2k + sc_2k+1 B_2k+1), B the 16-element sums */
+    const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(load32(xq->bsum + (size_t)b * 16), sc16), 5);
+    const __m256i sumv =
+        _mm256_sub_epi32(_mm256_add_epi32(q6_half(blk, x, sc16, 0), q6_half(blk, x, sc16, 1)), off);
     const float d = xq->d256[b] * f16(rd16(blk + 208));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumv), acc);
   }
@@ -289,12 +290,7 @@ static void quant_q8_k(const float *x, int8_t *q, float *d, int16_t *bs) {
 }
 
 void spill_k_xq_quantize__avx2(const float *x, spill_k_xq *xq) {
-  const uint32_t n = xq->n;
-  if (xq->q32)
-    for (uint32_t b = 0; b < n / 32; b++) quant_q8_0(x + 32 * b, xq->q32 + 32 * b, xq->d32 + b);
-  if (xq->q256)
-    for (uint32_t b = 0; b < n / 256; b++)
-      quant_q8_k(x + 256 * b, xq->q256 + 256 * b, xq->d256 + b, xq->bsum + 16 * b);
+  spill_k_xq_blocks(x, xq, quant_q8_0, quant_q8_k);
 }
 
 /* q8 or q4 rows, as kernels_xq_rows.h takes them: four per pass. */

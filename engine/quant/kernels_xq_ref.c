@@ -101,12 +101,7 @@ static void quant_q8_k(const float *x, int8_t *q, float *d, int16_t *bs) {
 }
 
 void spill_k_xq_quantize__ref(const float *x, spill_k_xq *xq) {
-  const uint32_t n = xq->n;
-  if (xq->q32)
-    for (uint32_t b = 0; b < n / 32; b++) quant_q8_0(x + 32 * b, xq->q32 + 32 * b, xq->d32 + b);
-  if (xq->q256)
-    for (uint32_t b = 0; b < n / 256; b++)
-      quant_q8_k(x + 256 * b, xq->q256 + 256 * b, xq->d256 + b, xq->bsum + 16 * b);
+  spill_k_xq_blocks(x, xq, quant_q8_0, quant_q8_k);
 }
 
 int spill_k_matvec_xq_ok(const spill_qmat *w) {
@@ -179,9 +174,11 @@ static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
       const int half = e / 128, c = (e % 128) / 32, l = e % 32;
       const uint8_t lo = blk[64 * half + l + 32 * (c & 1)];
       const uint8_t hi = blk[128 + 32 * half + l];
-      const int q = ((c < 2 ? lo & 0xF : lo >> 4) | (((hi >> (2 * c)) & 3) << 4)) - 32;
+      const int q = (c < 2 ? lo & 0xF : lo >> 4) | (((hi >> (2 * c)) & 3) << 4);
       lane[l / 4] += sc[e / 16] * (q * x[e]);
     }
+    const int16_t *bs = xq->bsum + (size_t)b * 16;
+    for (int k = 0; k < 8; k++) lane[k] -= 32 * (sc[2 * k] * bs[2 * k] + sc[2 * k + 1] * bs[2 * k + 1]);
     const float d = xq->d256[b] * spill_f16_to_f32(rd16(blk + 208));
     for (int k = 0; k < 8; k++) acc[k] = fmaf(d, (float)lane[k], acc[k]);
   }
