@@ -10,15 +10,16 @@
  * __avx2 twins are bit-identical to __ref:
  * Lane k (0..7) of a 256-block holds the elements e with (e % 32) / 4 == k
  * (the int32 lanes of vpmaddubsw + vpmaddwd over 32-byte rows):
- *   q4_k, q5_k (ggml's AVX2 vec_dot order): S_k = sum_e sc_j(e) q_e x_e, M_i = m_2i B_2i + m_2i+1 B_2i+1
- *         (i = 0..3, B_j = sum x over sub-block j), both int32; per
+ *   q4_k, q5_k (ggml's AVX2 vec_dot order): S_k = sum_e sc_j(e) q_e x_e,
+ *         M_i = m_2i B_2i + m_2i+1 B_2i+1 (i = 0..3, B_j = sum x over
+ *         sub-block j), both int32; per
  *         super-block acc_k = fma(dx*d_w, (float)S_k, acc_k), accm_i =
  *         fma(-(dx*dmin_w), (float)M_i, accm_i); y = H(acc) +
  *         ((accm_0+accm_2)+(accm_1+accm_3)).
- *   q6_k: S_k = sum_e sc_g(e) q_e x_e - 32 (sc_2k B_2k + sc_2k+1 B_2k+1)
- *         (q_e unsigned 0..63, B_g the sum of x over 16-group g: the offset
- *         is moved to lanes as ggml's AVX2 vec_dot moves it); acc_k =
- *         fma(dx*d_w, (float)S_k, acc_k); y = H(acc).
+ *   q6_k: per super-block acc += (d_x * d_w) * (float)sumi, sumi = sum_e
+ *         sc_g(e) (q_e - 32) x_e (int32), acc one f32 (this order keeps the
+ *         llama.cpp oracle's Q6_K cases passing; ggml's lane order flipped a
+ *         near-tied routing in one of them).
  *   H(l) = ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
  *   q4/q8 (group a multiple of 32): 8 f32 lanes; for each 32-block b, lane
  *         k = fma(s_g * d_b, (float)sum_{e=4k..4k+3} w_e q_e, lane k), then

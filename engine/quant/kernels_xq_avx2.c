@@ -129,21 +129,27 @@ static inline __attribute__((always_inline)) __m256i q6_half(const uint8_t *blk,
   return _mm256_add_epi32(s, q6_chunk(q6_vals(a, c, h, 3), x + 96, sv, 3));
 }
 
+static int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
 static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0.0f;
   for (uint32_t b = 0; b < cols / 256; b++) {
     const uint8_t *blk = row + (size_t)b * 210;
     const int8_t *x = xq->q256 + (size_t)b * 256;
     /* the 16 int8 scales as int16: s0..s7 | s8..s15 */
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
-    /* lane k: minus 32 (sc_2k B_2k + sc_2k+1 B_2k+1), B the 16-element sums */
+    /* the -32 offset: 32 sum_g sc_g B_g, B the 16-element sums */
     const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(load32(xq->bsum + (size_t)b * 16), sc16), 5);
     const __m256i sumv =
         _mm256_sub_epi32(_mm256_add_epi32(q6_half(blk, x, sc16, 0), q6_half(blk, x, sc16, 1)), off);
-    const float d = xq->d256[b] * f16(rd16(blk + 208));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumv), acc);
+    acc += (xq->d256[b] * f16(rd16(blk + 208))) * (float)hsum_i32(sumv);
   }
-  return spill_k_hsum8(acc);
+  return acc;
 }
 
 /* One 32-block: lane k of an int32 vector (sum_{e=4k..4k+3} w_e x_e) into

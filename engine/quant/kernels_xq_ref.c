@@ -164,25 +164,22 @@ static float row_q45k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols, i
 }
 
 static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
-  float acc[8] = {0};
+  float acc = 0.0f;
   for (uint32_t b = 0; b < cols / 256; b++) {
     const uint8_t *blk = row + (size_t)b * 210;
     const int8_t *sc = (const int8_t *)(blk + 192);
     const int8_t *x = xq->q256 + (size_t)b * 256;
-    int32_t lane[8] = {0};
+    int32_t sumi = 0;
     for (int e = 0; e < 256; e++) {
       const int half = e / 128, c = (e % 128) / 32, l = e % 32;
       const uint8_t lo = blk[64 * half + l + 32 * (c & 1)];
       const uint8_t hi = blk[128 + 32 * half + l];
-      const int q = (c < 2 ? lo & 0xF : lo >> 4) | (((hi >> (2 * c)) & 3) << 4);
-      lane[l / 4] += sc[e / 16] * (q * x[e]);
+      const int q = ((c < 2 ? lo & 0xF : lo >> 4) | (((hi >> (2 * c)) & 3) << 4)) - 32;
+      sumi += sc[e / 16] * (q * x[e]);
     }
-    const int16_t *bs = xq->bsum + (size_t)b * 16;
-    for (int k = 0; k < 8; k++) lane[k] -= 32 * (sc[2 * k] * bs[2 * k] + sc[2 * k + 1] * bs[2 * k + 1]);
-    const float d = xq->d256[b] * spill_f16_to_f32(rd16(blk + 208));
-    for (int k = 0; k < 8; k++) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+    acc += (xq->d256[b] * spill_f16_to_f32(rd16(blk + 208))) * (float)sumi;
   }
-  return hsum8(acc);
+  return acc;
 }
 
 /* q8 / q4 (group % 32 == 0) against Q8_0, in the 8-lane order of kernels_xq.h. */
