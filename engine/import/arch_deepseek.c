@@ -347,20 +347,7 @@ static int gguf_config(imp_src *s, ds_cfg *c, spill_err *e) {
                 "deepseek2 tensor token_embd.weight is missing or too large");
   c->V = (int)emb->shape[0];
   c->tied = !spill_gguf_find(g, "output.weight");
-  c->bos = c->eos = -1;
-  int add_bos = 0;
-  uint64_t v;
-  if (spill_gguf_find_kv(g, "tokenizer.ggml.add_bos_token"))
-    SPILL_TRY(spill_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, e));
-  if (add_bos && spill_gguf_find_kv(g, "tokenizer.ggml.bos_token_id")) {
-    SPILL_TRY(spill_gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v, e));
-    c->bos = v < (uint64_t)c->V ? (int)v : -1;
-  }
-  if (spill_gguf_find_kv(g, "tokenizer.ggml.eos_token_id")) {
-    SPILL_TRY(spill_gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v, e));
-    c->eos = v < (uint64_t)c->V ? (int)v : -1;
-  }
-  return SPILL_OK;
+  return imp_gguf_bos_eos(g, c->V, 0, &c->bos, &c->eos, e);
 }
 
 /* ---- tensors ---- */
@@ -402,27 +389,7 @@ static int plan_attn(imp_src *s, const ds_cfg *c, imp_plan *p, const ds_names *n
   rope_rows(p, (uint32_t)(dc + dr), (uint32_t)dc, (uint32_t)dr);
   SPILL_TRY(T(s, p, n, l, "attn_kv_a_norm", "attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", 1, dc, 0, e));
   if (n->G && c->split_kvb) {
-    char b[200];
-    imp_trunk *t = &p->trunk[p->n_trunk];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "blk.%d.attn_kv_b", l);
-    snprintf(b, sizeof b, "%sattn_k_b.weight", n->pre);
-    SPILL_TRY(imp_need(s, b, &t->src, e));
-    snprintf(b, sizeof b, "%sattn_v_b.weight", n->pre);
-    SPILL_TRY(imp_need(s, b, &t->v_b, e));
-    if (!(t->src->ndim == 3 && t->src->shape[0] == H && t->src->shape[1] == dc && t->src->shape[2] == dn) ||
-        !(t->v_b->ndim == 3 && t->v_b->shape[0] == H && t->v_b->shape[1] == dv && t->v_b->shape[2] == dc))
-      return spill_err_set(e, SPILL_E_FORMAT,
-                           "tensors %sattn_k_b / attn_v_b: shapes are not [%llu, %llu, %llu] / [%llu, %llu, %llu]",
-                           n->pre, (unsigned long long)H, (unsigned long long)dc, (unsigned long long)dn,
-                           (unsigned long long)H, (unsigned long long)dv, (unsigned long long)dc);
-    t->ndim = 2;
-    t->rows = H * (dn + dv);
-    t->cols = dc;
-    t->kvb_heads = (uint32_t)H;
-    t->kvb_dn = (uint32_t)dn;
-    t->kvb_dv = (uint32_t)dv;
-    p->n_trunk++;
+    SPILL_TRY(imp_add_kv_b_split(s, p, n->pre, l, H, dc, dn, dv, e));
   } else {
     SPILL_TRY(T(s, p, n, l, "attn_kv_b", "attn_kv_b.weight", "self_attn.kv_b_proj.weight", 2, H * (dn + dv), dc, e));
   }
@@ -439,11 +406,7 @@ static int plan_experts(imp_src *s, const ds_cfg *c, imp_plan *p, const ds_names
     const uint64_t rows = k == 2 ? D : F, cols = k == 2 ? F : D;
     if (n->G) {
       snprintf(b, sizeof b, "%s%s.weight", n->pre, gg[k]);
-      SPILL_TRY(imp_need(s, b, &m->stacked[k], e));
-      const spill_src_tensor *t = m->stacked[k];
-      if (!(t->ndim == 3 && t->shape[0] == E && t->shape[1] == rows && t->shape[2] == cols))
-        return spill_err_set(e, SPILL_E_FORMAT, "tensor %s: shape is not [%llu, %llu, %llu] as the metadata implies",
-                             b, (unsigned long long)E, (unsigned long long)rows, (unsigned long long)cols);
+      SPILL_TRY(imp_gguf_experts(s, m, k, b, E, rows, cols, e));
       continue;
     }
     SPILL_TRY(imp_hf_experts(s, m, k, n->pre, "mlp.experts", hf[k], E, rows, cols, e));

@@ -1,17 +1,19 @@
 /* engine/import/arch_kimi_linear.c: Kimi-Linear for `spill import`
  * (config.json model_type kimi_linear, Moonshot's modeling_kimi.py and the
- * KDA kernels of flash-linear-attention; docs/MODEL.md "Kimi-Linear").
+ * KDA kernels of flash-linear-attention; GGUF kimi-linear as llama.cpp's
+ * converter writes it and its graph computes; docs/MODEL.md "Kimi-Linear").
  *
- * Layers listed (1-based) in linear_attn_config.kda_layers are KDA, the
- * others MLA without RoPE (mla_use_nope) and without q LoRA; leading dense
- * layers, then DeepSeek-V3-style MoE: sigmoid scores + e_score_correction_bias
- * for the selection, groups scored by their two best with dropped groups
- * at 0, renormalised (moe_renormalize) and always times
- * routed_scaling_factor, shared experts. The KDA decay and output gates are
- * low-rank (rank head_dim); conv weights are written as f32 (the engine's
- * layout), A_log (1, 1, H, 1) as a vector. The MLA latent RMSNorm uses the
- * modelling code's default eps 1e-6, not rms_norm_eps (mla.kv_norm_eps).
- * Every config key is used, harmless or checked; every tensor is consumed.
+ * Layers listed (1-based) in linear_attn_config.kda_layers (GGUF: per-layer
+ * head_count_kv 0) are KDA, the others MLA without RoPE and without q LoRA;
+ * leading dense layers, then DeepSeek-V3-style MoE: sigmoid scores + bias
+ * for the selection, groups scored by their two best, renormalised and
+ * times routed_scaling_factor, shared experts. The KDA decay and output
+ * gates are low-rank (rank head_dim); conv weights are written as f32, A_log
+ * as a vector (GGUF stores A = -exp(A_log): written as log(-A)). HF: the MLA
+ * latent RMSNorm uses eps 1e-6 and dropped groups score 0; GGUF (llama.cpp):
+ * rms_norm_eps and -inf, weights always renormalised, kv_b joined from
+ * attn_k_b / attn_v_b. Every config key is used, harmless or checked; every
+ * tensor is consumed.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -29,6 +31,8 @@ typedef struct kl_cfg {
   int kH, kd, kK; /* KDA heads, head dim, conv kernel */
   int n_group, topk_group, norm_topk, tied, bos, eos;
   double rscale, eps;
+  double kv_eps; /* MLA latent RMSNorm eps (0: eps) */
+  int G;         /* GGUF kimi-linear source (llama.cpp's names and semantics) */
   uint8_t is_kda[SPILL_MAX_LAYERS];
 } kl_cfg;
 
@@ -193,30 +197,153 @@ static int hf_config(imp_src *s, const char *dir, const cJSON *root, kl_cfg *c, 
   SPILL_TRY(hf_routing(root, c, e));
   SPILL_TRY(hf_linear_attn(root, c, e));
   SPILL_TRY(imp_cfg_quant(root, s, e));
+  c->kv_eps = 1e-6;
   return imp_cfg_bos_eos(root, dir, &c->bos, &c->eos, e);
+}
+
+/* ---- GGUF kimi-linear (llama.cpp's reading of the keys) ---- */
+
+#define GA "kimi-linear"
+
+static int gkey(const spill_gguf *g, const char *key, int lo, int hi, int dflt, int req, int *out,
+                spill_err *e) {
+  return imp_gguf_int(g, GA, key, lo, hi, out, dflt, req, e);
+}
+
+/* attention.head_count_kv: per layer (an array of block_count) or one value;
+ * 0 marks a KDA (recurrent) layer, as llama.cpp's is_recr. */
+static int gguf_layer_kinds(const spill_gguf *g, kl_cfg *c, spill_err *e) {
+  const spill_gguf_kv *kv = spill_gguf_find_kv(g, GA ".attention.head_count_kv");
+  SPILL_FAIL_IF(e, !kv, SPILL_E_FORMAT, "GGUF key " GA ".attention.head_count_kv is missing (it marks the KDA layers)");
+  memset(c->is_kda, 0, sizeof c->is_kda);
+  if (kv->type != SPILL_GGUF_ARRAY) {
+    int hk;
+    SPILL_TRY(gkey(g, "attention.head_count_kv", 0, 4096, 0, 1, &hk, e));
+    for (int l = 0; l < c->L; l++) c->is_kda[l] = hk == 0;
+    return SPILL_OK;
+  }
+  SPILL_FAIL_IF(e, kv->n != (uint64_t)c->L, SPILL_E_FORMAT,
+                "GGUF key " GA ".attention.head_count_kv has %llu entries, block_count is %d",
+                (unsigned long long)kv->n, c->L);
+  for (int l = 0; l < c->L; l++) {
+    int64_t v;
+    SPILL_TRY(spill_gguf_arr_i64(kv, (uint64_t)l, &v, e));
+    SPILL_FAIL_IF(e, v < 0 || v > 4096, SPILL_E_FORMAT,
+                  "GGUF key " GA ".attention.head_count_kv[%d] = %lld out of range [0, 4096]", l, (long long)v);
+    c->is_kda[l] = v == 0;
+  }
+  return SPILL_OK;
+}
+
+static int gguf_dims(const spill_gguf *g, kl_cfg *c, spill_err *e) {
+  SPILL_TRY(gkey(g, "embedding_length", 1, 1048576, 0, 1, &c->D, e));
+  SPILL_TRY(gkey(g, "block_count", 1, SPILL_MAX_LAYERS, 0, 1, &c->L, e));
+  SPILL_TRY(gkey(g, "attention.head_count", 1, 4096, 0, 1, &c->H, e));
+  SPILL_TRY(gguf_layer_kinds(g, c, e));
+  int ql, klm, kl, vl, any_kda = 0;
+  SPILL_TRY(gkey(g, "attention.q_lora_rank", 0, 1048576, 0, 0, &ql, e));
+  SPILL_FAIL_IF(e, ql != 0, SPILL_E_UNSUPPORTED,
+                "GGUF key " GA ".attention.q_lora_rank %d: q LoRA is not supported for kimi-linear", ql);
+  SPILL_TRY(gkey(g, "attention.kv_lora_rank", 1, 1048576, 0, 1, &c->dc, e));
+  SPILL_TRY(gkey(g, "rope.dimension_count", 0, 4096, 0, 1, &c->dr, e));
+  SPILL_TRY(gkey(g, "attention.key_length_mla", 1, 1048576, 0, 1, &klm, e));
+  SPILL_TRY(gkey(g, "attention.value_length_mla", 1, 4096, 0, 1, &c->dv, e));
+  c->dn = klm - c->dr;
+  SPILL_FAIL_IF(e, c->dn < 1, SPILL_E_FORMAT, "GGUF " GA ": key_length_mla %d <= rope.dimension_count %d", klm, c->dr);
+  SPILL_TRY(gkey(g, "attention.key_length", 1, 1048576, c->dc + c->dr, 0, &kl, e));
+  SPILL_TRY(gkey(g, "attention.value_length", 1, 1048576, c->dc, 0, &vl, e));
+  SPILL_FAIL_IF(e, kl != c->dc + c->dr || vl != c->dc, SPILL_E_FORMAT,
+                "GGUF " GA ": key_length %d / value_length %d are not kv_lora_rank + rope / kv_lora_rank", kl, vl);
+  for (int l = 0; l < c->L; l++) any_kda |= c->is_kda[l];
+  c->kH = c->H; /* llama.cpp: KDA layers have attention.head_count heads */
+  SPILL_TRY(gkey(g, "kda.head_dim", 1, 4096, 0, any_kda, &c->kd, e));
+  SPILL_TRY(gkey(g, "ssm.conv_kernel", 1, 64, 0, any_kda, &c->kK, e));
+  SPILL_TRY(gkey(g, "expert_count", 1, SPILL_MAX_EXPERTS, 0, 1, &c->E, e));
+  SPILL_TRY(gkey(g, "expert_used_count", 1, SPILL_MAX_TOPK, 0, 1, &c->k, e));
+  SPILL_TRY(gkey(g, "expert_feed_forward_length", 1, 1048576, 0, 1, &c->F, e));
+  SPILL_TRY(gkey(g, "expert_shared_count", 0, 64, 0, 1, &c->n_shared, e));
+  SPILL_TRY(gkey(g, "leading_dense_block_count", 0, c->L, 0, 0, &c->n_dense, e));
+  SPILL_TRY(gkey(g, "feed_forward_length", 1, 1048576, 0, c->n_dense > 0, &c->Fd, e));
+  SPILL_FAIL_IF(e, c->k > c->E, SPILL_E_FORMAT, "GGUF " GA ": top-k %d > %d experts", c->k, c->E);
+  SPILL_FAIL_IF(e, !spill_gguf_find_kv(g, GA ".attention.layer_norm_rms_epsilon"), SPILL_E_FORMAT,
+                "GGUF key " GA ".attention.layer_norm_rms_epsilon is missing");
+  SPILL_TRY(spill_gguf_get_f64(g, GA ".attention.layer_norm_rms_epsilon", &c->eps, e));
+  SPILL_FAIL_IF(e, !(c->eps > 0 && c->eps <= 1), SPILL_E_FORMAT, "GGUF " GA ": epsilon %g out of range", c->eps);
+  return SPILL_OK;
+}
+
+/* llama.cpp's build_moe_ffn for kimi-linear: the gating function of the
+ * file (only sigmoid: the selection bias exp_probs_b is required), groups
+ * by the sum of the two best with dropped groups at -inf, weights always
+ * renormalised (expert_weights_norm is not read), then expert_weights_scale
+ * (absent or 0: 1). */
+static int gguf_routing(const spill_gguf *g, kl_cfg *c, spill_err *e) {
+  int gf, ng, tg;
+  SPILL_TRY(gkey(g, "expert_gating_func", 0, 16, 0, 1, &gf, e));
+  SPILL_FAIL_IF(e, gf != 2, SPILL_E_UNSUPPORTED,
+                "GGUF key " GA ".expert_gating_func %d: only 2 (sigmoid) is supported for kimi-linear", gf);
+  c->rscale = 0;
+  if (spill_gguf_find_kv(g, GA ".expert_weights_scale"))
+    SPILL_TRY(spill_gguf_get_f64(g, GA ".expert_weights_scale", &c->rscale, e));
+  SPILL_FAIL_IF(e, !(c->rscale >= 0 && c->rscale <= 1e6), SPILL_E_FORMAT,
+                "GGUF " GA ".expert_weights_scale %g out of range", c->rscale);
+  if (c->rscale == 0) c->rscale = 1.0;
+  c->norm_topk = 1;
+  SPILL_TRY(gkey(g, "expert_group_count", 0, SPILL_MAX_EXPERTS, 0, 0, &ng, e));
+  SPILL_TRY(gkey(g, "expert_group_used_count", 0, SPILL_MAX_EXPERTS, 0, 0, &tg, e));
+  c->n_group = c->topk_group = 1;
+  if (ng > 1) {
+    SPILL_FAIL_IF(e, c->E % ng || c->E / ng < 2, SPILL_E_FORMAT,
+                  "GGUF " GA ": expert_group_count %d does not split %d experts into groups of >= 2", ng, c->E);
+    SPILL_FAIL_IF(e, tg < 1 || tg >= ng, SPILL_E_FORMAT,
+                  "GGUF " GA ": expert_group_used_count %d not in [1, %d) (llama.cpp asserts it)", tg, ng);
+    SPILL_FAIL_IF(e, c->k > tg * (c->E / ng), SPILL_E_FORMAT,
+                  "GGUF " GA ": top-k %d > the %d experts of the used groups", c->k, tg * (c->E / ng));
+    c->n_group = ng;
+    c->topk_group = tg;
+  }
+  return SPILL_OK;
+}
+
+static int gguf_config(imp_src *s, kl_cfg *c, spill_err *e) {
+  const spill_gguf *g = &s->gg;
+  c->G = 1;
+  SPILL_TRY(gguf_dims(g, c, e));
+  SPILL_TRY(gguf_routing(g, c, e));
+  c->kv_eps = 0; /* llama.cpp: the latent RMSNorm uses rms_norm_eps */
+  const spill_src_tensor *emb = spill_gguf_find(g, "token_embd.weight");
+  SPILL_FAIL_IF(e, !emb || emb->ndim != 2 || emb->shape[0] > 16777216, SPILL_E_FORMAT,
+                GA " tensor token_embd.weight is missing or too large");
+  c->V = (int)emb->shape[0];
+  SPILL_FAIL_IF(e, !spill_gguf_find(g, "output.weight"), SPILL_E_FORMAT,
+                GA " tensor output.weight is missing (llama.cpp requires it)");
+  c->tied = 0;
+  return imp_gguf_bos_eos(g, c->V, 0, &c->bos, &c->eos, e);
 }
 
 /* ---- tensors ---- */
 
-/* Adds container tensor blk.l.dst from HF model.layers.l.src. */
-static int T(imp_src *s, imp_plan *p, int l, const char *dst, const char *src, int nd, uint64_t r,
-             uint64_t co, spill_err *e) {
+/* Adds container tensor blk.l.dst from the GGUF name g (c->G) or the HF
+ * name h, both below the layer's prefix. */
+static int T(imp_src *s, const kl_cfg *c, imp_plan *p, int l, const char *dst, const char *g, const char *h,
+             int nd, uint64_t r, uint64_t co, spill_err *e) {
   char a[160], b[200];
   snprintf(a, sizeof a, "blk.%d.%s", l, dst);
-  snprintf(b, sizeof b, "model.layers.%d.%s", l, src);
+  snprintf(b, sizeof b, c->G ? "blk.%d.%s" : "model.layers.%d.%s", l, c->G ? g : h);
   return imp_add_trunk(s, p, a, b, nd, r, co, 0, e);
 }
 
 /* Like T for a source whose shape is [rows, cols] (cols 0: [rows]) with
- * extra unit dimensions (conv weights (C, 1, K), A_log (1, 1, H, 1)); f32:
- * the container keeps it as f32. */
-static int T_squeezed(imp_src *s, imp_plan *p, int l, const char *dst, const char *src, uint64_t rows,
-                      uint64_t cols, int f32, spill_err *e) {
+ * extra unit dimensions (HF conv weights (C, 1, K), A_log (1, 1, H, 1);
+ * GGUF conv numpy (1, C, 1, K), ssm_a (1, 1, H, 1)); f32: the container
+ * keeps it as f32. */
+static int T_squeezed(imp_src *s, const kl_cfg *c, imp_plan *p, int l, const char *dst, const char *g,
+                      const char *h, uint64_t rows, uint64_t cols, int f32, spill_err *e) {
   imp_trunk *t = &p->trunk[p->n_trunk];
   memset(t, 0, sizeof *t);
   char b[200];
   snprintf(t->name, sizeof t->name, "blk.%d.%s", l, dst);
-  snprintf(b, sizeof b, "model.layers.%d.%s", l, src);
+  snprintf(b, sizeof b, c->G ? "blk.%d.%s" : "model.layers.%d.%s", l, c->G ? g : h);
   SPILL_TRY(imp_need(s, b, &t->src, e));
   uint64_t got[SPILL_SRC_MAX_DIMS], want[2];
   int ng = 0, nw = 0;
@@ -236,77 +363,126 @@ static int T_squeezed(imp_src *s, imp_plan *p, int l, const char *dst, const cha
   return SPILL_OK;
 }
 
+/* GGUF names per llama.cpp's convert_hf_to_gguf (KimiLinearModel): q/k/v
+ * attn_*, conv ssm_conv1d_*, f_a/f_b ssm_f_a/b, dt_bias ssm_dt.bias, A_log
+ * as A = -exp(A_log) in ssm_a, b_proj ssm_beta, g_a/g_b ssm_g_a/b, o_norm
+ * ssm_norm. */
 static int plan_kda(imp_src *s, const kl_cfg *c, imp_plan *p, int l, spill_err *e) {
   const uint64_t D = c->D, n = (uint64_t)c->kH * c->kd, d = c->kd, K = c->kK;
   static const char *const qkv[3] = {"q", "k", "v"};
+  char fused[48];
+  snprintf(fused, sizeof fused, "blk.%d.attn_qkv.weight", l);
+  SPILL_FAIL_IF(e, c->G && spill_gguf_find(&s->gg, fused), SPILL_E_UNSUPPORTED,
+                "tensor %s: a fused q/k/v projection is not supported (separate attn_q/k/v only)", fused);
   for (int i = 0; i < 3; i++) {
-    char dst[32], src[48];
+    char dst[32], g[48], h[48];
     snprintf(dst, sizeof dst, "attn_%s", qkv[i]);
-    snprintf(src, sizeof src, "self_attn.%s_proj.weight", qkv[i]);
-    SPILL_TRY(T(s, p, l, dst, src, 2, n, D, e));
+    snprintf(g, sizeof g, "attn_%s.weight", qkv[i]);
+    snprintf(h, sizeof h, "self_attn.%s_proj.weight", qkv[i]);
+    SPILL_TRY(T(s, c, p, l, dst, g, h, 2, n, D, e));
     snprintf(dst, sizeof dst, "attn_%s_conv", qkv[i]);
-    snprintf(src, sizeof src, "self_attn.%s_conv1d.weight", qkv[i]);
-    SPILL_TRY(T_squeezed(s, p, l, dst, src, n, K, 1, e));
+    snprintf(g, sizeof g, "ssm_conv1d_%s.weight", qkv[i]);
+    snprintf(h, sizeof h, "self_attn.%s_conv1d.weight", qkv[i]);
+    SPILL_TRY(T_squeezed(s, c, p, l, dst, g, h, n, K, 1, e));
   }
-  SPILL_TRY(T(s, p, l, "attn_f_a", "self_attn.f_a_proj.weight", 2, d, D, e));
-  SPILL_TRY(T(s, p, l, "attn_f_b", "self_attn.f_b_proj.weight", 2, n, d, e));
-  SPILL_TRY(T(s, p, l, "attn_dt_bias", "self_attn.dt_bias", 1, n, 0, e));
-  SPILL_TRY(T_squeezed(s, p, l, "attn_a_log", "self_attn.A_log", (uint64_t)c->kH, 0, 0, e));
-  SPILL_TRY(T(s, p, l, "attn_b", "self_attn.b_proj.weight", 2, (uint64_t)c->kH, D, e));
-  SPILL_TRY(T(s, p, l, "attn_g_a", "self_attn.g_a_proj.weight", 2, d, D, e));
-  SPILL_TRY(T(s, p, l, "attn_g_b", "self_attn.g_b_proj.weight", 2, n, d, e));
-  SPILL_TRY(T(s, p, l, "attn_o_norm", "self_attn.o_norm.weight", 1, d, 0, e));
-  return T(s, p, l, "attn_output", "self_attn.o_proj.weight", 2, D, n, e);
+  SPILL_TRY(T(s, c, p, l, "attn_f_a", "ssm_f_a.weight", "self_attn.f_a_proj.weight", 2, d, D, e));
+  SPILL_TRY(T(s, c, p, l, "attn_f_b", "ssm_f_b.weight", "self_attn.f_b_proj.weight", 2, n, d, e));
+  SPILL_TRY(T(s, c, p, l, "attn_dt_bias", "ssm_dt.bias", "self_attn.dt_bias", 1, n, 0, e));
+  SPILL_TRY(T_squeezed(s, c, p, l, "attn_a_log", "ssm_a", "self_attn.A_log", (uint64_t)c->kH, 0, 0, e));
+  p->trunk[p->n_trunk - 1].log_neg = c->G;
+  SPILL_TRY(T(s, c, p, l, "attn_b", "ssm_beta.weight", "self_attn.b_proj.weight", 2, (uint64_t)c->kH, D, e));
+  SPILL_TRY(T(s, c, p, l, "attn_g_a", "ssm_g_a.weight", "self_attn.g_a_proj.weight", 2, d, D, e));
+  SPILL_TRY(T(s, c, p, l, "attn_g_b", "ssm_g_b.weight", "self_attn.g_b_proj.weight", 2, n, d, e));
+  SPILL_TRY(T(s, c, p, l, "attn_o_norm", "ssm_norm.weight", "self_attn.o_norm.weight", 1, d, 0, e));
+  return T(s, c, p, l, "attn_output", "attn_output.weight", "self_attn.o_proj.weight", 2, D, n, e);
 }
 
 /* MLA without RoPE: the rope dims are never rotated, so their order does not
- * matter and no rows are moved (unlike arch_deepseek.c). */
+ * matter and no rows are moved (unlike arch_deepseek.c). GGUF: kv_b split
+ * into attn_k_b / attn_v_b as llama.cpp's converter writes it; the legacy
+ * attn_kv_b is refused (llama.cpp de3ff81 cannot run it: its fallback path
+ * needs key_length_mla unset, which load_arch_hparams requires). */
 static int plan_mla(imp_src *s, const kl_cfg *c, imp_plan *p, int l, spill_err *e) {
   const uint64_t D = c->D, H = c->H, dn = c->dn, dr = c->dr, dv = c->dv, dc = c->dc;
-  SPILL_TRY(T(s, p, l, "attn_q", "self_attn.q_proj.weight", 2, H * (dn + dr), D, e));
-  SPILL_TRY(T(s, p, l, "attn_kv_a", "self_attn.kv_a_proj_with_mqa.weight", 2, dc + dr, D, e));
-  SPILL_TRY(T(s, p, l, "attn_kv_a_norm", "self_attn.kv_a_layernorm.weight", 1, dc, 0, e));
-  SPILL_TRY(T(s, p, l, "attn_kv_b", "self_attn.kv_b_proj.weight", 2, H * (dn + dv), dc, e));
-  return T(s, p, l, "attn_output", "self_attn.o_proj.weight", 2, D, H * dv, e);
+  char pre[32], b[64];
+  snprintf(pre, sizeof pre, "blk.%d.", l);
+  if (c->G) {
+    snprintf(b, sizeof b, "%sattn_kv_b.weight", pre);
+    SPILL_FAIL_IF(e, spill_gguf_find(&s->gg, b), SPILL_E_UNSUPPORTED,
+                  "tensor %s: the unsplit (legacy) kv_b is not supported for kimi-linear; llama.cpp's "
+                  "converter writes attn_k_b / attn_v_b", b);
+    snprintf(b, sizeof b, "%sattn_q_a.weight", pre);
+    SPILL_FAIL_IF(e, spill_gguf_find(&s->gg, b), SPILL_E_UNSUPPORTED,
+                  "tensor %s: q LoRA is not supported for kimi-linear", b);
+  }
+  SPILL_TRY(T(s, c, p, l, "attn_q", "attn_q.weight", "self_attn.q_proj.weight", 2, H * (dn + dr), D, e));
+  SPILL_TRY(T(s, c, p, l, "attn_kv_a", "attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", 2, dc + dr,
+              D, e));
+  SPILL_TRY(T(s, c, p, l, "attn_kv_a_norm", "attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", 1, dc, 0,
+              e));
+  if (c->G)
+    SPILL_TRY(imp_add_kv_b_split(s, p, pre, l, H, dc, dn, dv, e));
+  else
+    SPILL_TRY(T(s, c, p, l, "attn_kv_b", NULL, "self_attn.kv_b_proj.weight", 2, H * (dn + dv), dc, e));
+  return T(s, c, p, l, "attn_output", "attn_output.weight", "self_attn.o_proj.weight", 2, D, H * dv, e);
+}
+
+static int plan_experts(imp_src *s, const kl_cfg *c, imp_plan *p, int l, spill_err *e) {
+  /* HF experts: w1 gate, w3 up, w2 down (KimiBlockSparseMLP); GGUF stacked */
+  static const char *const w[SPILL_SEC_COUNT] = {"w1", "w3", "w2"};
+  static const char *const gg[SPILL_SEC_COUNT] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+  const uint64_t D = c->D, E = c->E, F = c->F;
+  imp_moe_layer *m = &p->moe[l - c->n_dense];
+  char pre[48];
+  snprintf(pre, sizeof pre, c->G ? "blk.%d." : "model.layers.%d.", l);
+  for (int k = 0; k < SPILL_SEC_COUNT; k++) {
+    const uint64_t rows = k == 2 ? D : F, cols = k == 2 ? F : D;
+    if (c->G) {
+      char b[96];
+      snprintf(b, sizeof b, "%s%s.weight", pre, gg[k]);
+      SPILL_TRY(imp_gguf_experts(s, m, k, b, E, rows, cols, e));
+    } else {
+      SPILL_TRY(imp_hf_experts(s, m, k, pre, "block_sparse_moe.experts", w[k], E, rows, cols, e));
+    }
+  }
+  return SPILL_OK;
 }
 
 static int plan_ffn(imp_src *s, const kl_cfg *c, imp_plan *p, int l, spill_err *e) {
-  const uint64_t D = c->D, E = c->E, F = c->F, Fd = c->Fd, S = (uint64_t)c->n_shared * c->F;
+  const uint64_t D = c->D, E = c->E, Fd = c->Fd, S = (uint64_t)c->n_shared * c->F;
   if (l < c->n_dense) {
-    SPILL_TRY(T(s, p, l, "ffn_gate", "mlp.gate_proj.weight", 2, Fd, D, e));
-    SPILL_TRY(T(s, p, l, "ffn_up", "mlp.up_proj.weight", 2, Fd, D, e));
-    return T(s, p, l, "ffn_down", "mlp.down_proj.weight", 2, D, Fd, e);
+    SPILL_TRY(T(s, c, p, l, "ffn_gate", "ffn_gate.weight", "mlp.gate_proj.weight", 2, Fd, D, e));
+    SPILL_TRY(T(s, c, p, l, "ffn_up", "ffn_up.weight", "mlp.up_proj.weight", 2, Fd, D, e));
+    return T(s, c, p, l, "ffn_down", "ffn_down.weight", "mlp.down_proj.weight", 2, D, Fd, e);
   }
-  SPILL_TRY(T(s, p, l, "ffn_gate_inp", "block_sparse_moe.gate.weight", 2, E, D, e));
-  SPILL_TRY(T(s, p, l, "exp_probs_b", "block_sparse_moe.gate.e_score_correction_bias", 1, E, 0, e));
+  SPILL_TRY(T(s, c, p, l, "ffn_gate_inp", "ffn_gate_inp.weight", "block_sparse_moe.gate.weight", 2, E, D, e));
+  SPILL_TRY(T(s, c, p, l, "exp_probs_b", "exp_probs_b.bias", "block_sparse_moe.gate.e_score_correction_bias", 1,
+              E, 0, e));
   if (S > 0) {
-    SPILL_TRY(T(s, p, l, "ffn_gate_shexp", "block_sparse_moe.shared_experts.gate_proj.weight", 2, S, D, e));
-    SPILL_TRY(T(s, p, l, "ffn_up_shexp", "block_sparse_moe.shared_experts.up_proj.weight", 2, S, D, e));
-    SPILL_TRY(T(s, p, l, "ffn_down_shexp", "block_sparse_moe.shared_experts.down_proj.weight", 2, D, S, e));
+    SPILL_TRY(T(s, c, p, l, "ffn_gate_shexp", "ffn_gate_shexp.weight",
+                "block_sparse_moe.shared_experts.gate_proj.weight", 2, S, D, e));
+    SPILL_TRY(T(s, c, p, l, "ffn_up_shexp", "ffn_up_shexp.weight", "block_sparse_moe.shared_experts.up_proj.weight",
+                2, S, D, e));
+    SPILL_TRY(T(s, c, p, l, "ffn_down_shexp", "ffn_down_shexp.weight",
+                "block_sparse_moe.shared_experts.down_proj.weight", 2, D, S, e));
   }
-  /* experts: w1 gate, w3 up, w2 down (KimiBlockSparseMLP) */
-  static const char *const w[SPILL_SEC_COUNT] = {"w1", "w3", "w2"};
-  imp_moe_layer *m = &p->moe[l - c->n_dense];
-  char pre[48];
-  snprintf(pre, sizeof pre, "model.layers.%d.", l);
-  for (int k = 0; k < SPILL_SEC_COUNT; k++)
-    SPILL_TRY(imp_hf_experts(s, m, k, pre, "block_sparse_moe.experts", w[k], E, k == 2 ? D : F, k == 2 ? F : D, e));
-  return SPILL_OK;
+  return plan_experts(s, c, p, l, e);
 }
 
 static int plan_tensors(imp_src *s, const kl_cfg *c, imp_plan *p, spill_err *e) {
   const uint64_t D = c->D, V = c->V;
+  const int G = c->G;
   p->trunk = calloc((size_t)(3 + 24 * c->L), sizeof *p->trunk);
   p->moe = calloc((size_t)(c->L - c->n_dense + 1), sizeof *p->moe);
   SPILL_FAIL_IF(e, !p->trunk || !p->moe, SPILL_E_NOMEM, "out of memory");
-  SPILL_TRY(imp_add_trunk(s, p, "tok_embd", "model.embed_tokens.weight", 2, V, D, 0, e));
-  SPILL_TRY(imp_add_trunk(s, p, "output_norm", "model.norm.weight", 1, D, 0, 0, e));
-  SPILL_TRY(imp_add_trunk(s, p, "output", c->tied ? "model.embed_tokens.weight" : "lm_head.weight", 2, V, D,
-                          0, e));
+  SPILL_TRY(imp_add_trunk(s, p, "tok_embd", G ? "token_embd.weight" : "model.embed_tokens.weight", 2, V, D, 0, e));
+  SPILL_TRY(imp_add_trunk(s, p, "output_norm", G ? "output_norm.weight" : "model.norm.weight", 1, D, 0, 0, e));
+  const char *out = G ? "output.weight" : c->tied ? "model.embed_tokens.weight" : "lm_head.weight";
+  SPILL_TRY(imp_add_trunk(s, p, "output", out, 2, V, D, 0, e));
   for (int l = 0; l < c->L; l++) {
-    SPILL_TRY(T(s, p, l, "attn_norm", "input_layernorm.weight", 1, D, 0, e));
+    SPILL_TRY(T(s, c, p, l, "attn_norm", "attn_norm.weight", "input_layernorm.weight", 1, D, 0, e));
     SPILL_TRY(c->is_kda[l] ? plan_kda(s, c, p, l, e) : plan_mla(s, c, p, l, e));
-    SPILL_TRY(T(s, p, l, "ffn_norm", "post_attention_layernorm.weight", 1, D, 0, e));
+    SPILL_TRY(T(s, c, p, l, "ffn_norm", "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, 0, e));
     SPILL_TRY(plan_ffn(s, c, p, l, e));
   }
   return imp_check_consumed(s, p, -1, e);
@@ -339,8 +515,9 @@ static void fill_arch(const kl_cfg *c, spill_arch *a) {
     m->v_head_dim = c->dv;
     m->use_rope = 0;
     m->rope_theta = 10000.0; /* unused without RoPE; the manifest needs a positive value */
-    /* KimiMLAAttention: kv_a_layernorm = KimiRMSNorm(kv_lora_rank), eps default 1e-6 */
-    m->kv_norm_eps = 1e-6;
+    /* HF KimiMLAAttention: kv_a_layernorm = KimiRMSNorm(kv_lora_rank), eps
+     * default 1e-6; GGUF (llama.cpp): rms_norm_eps (0 = the arch's) */
+    m->kv_norm_eps = c->kv_eps;
   }
   if (any_kda) {
     spill_kda_cfg *k = &a->kda;
@@ -363,29 +540,41 @@ static void fill_arch(const kl_cfg *c, spill_arch *a) {
   o->n_group = c->n_group > 1 ? c->n_group : 0;
   o->topk_group = c->n_group > 1 ? c->topk_group : 0;
   o->group_score = SPILL_GROUP_TOP2;
-  o->group_mask_zero = c->n_group > 1; /* masked_fill(~mask, 0.0) */
+  /* HF masked_fill(~mask, 0.0); llama.cpp fills dropped groups with -inf */
+  o->group_mask_zero = c->n_group > 1 && !c->G;
 }
 
 int imp_kimi_linear_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e) {
   *handled = 0;
-  if (s->is_gguf) return SPILL_OK; /* GGUF kimi-linear: see docs/MODEL.md (not imported) */
-  char path[4200], *json = NULL;
-  size_t len = 0;
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  spill_err ig = {0};
-  if (spill_read_file(path, 16u << 20, &json, &len, &ig) != SPILL_OK) return SPILL_OK;
-  cJSON *root = cJSON_ParseWithLength(json, len);
-  free(json);
-  const cJSON *mt = root ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
-  if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "kimi_linear")) {
+  kl_cfg *c = NULL;
+  int rc;
+  if (s->is_gguf) {
+    const char *an;
+    if (spill_gguf_get_str(&s->gg, "general.architecture", &an, NULL, NULL) != SPILL_OK || strcmp(an, GA))
+      return SPILL_OK;
+    *handled = 1;
+    snprintf(s->arch_name, sizeof s->arch_name, GA);
+    c = calloc(1, sizeof *c);
+    rc = c ? gguf_config(s, c, e) : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
+  } else {
+    char path[4200], *json = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    spill_err ig = {0};
+    if (spill_read_file(path, 16u << 20, &json, &len, &ig) != SPILL_OK) return SPILL_OK;
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    free(json);
+    const cJSON *mt = root ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
+    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "kimi_linear")) {
+      cJSON_Delete(root);
+      return SPILL_OK;
+    }
+    *handled = 1;
+    snprintf(s->arch_name, sizeof s->arch_name, "kimi_linear");
+    c = calloc(1, sizeof *c);
+    rc = c ? hf_config(s, dir, root, c, e) : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
     cJSON_Delete(root);
-    return SPILL_OK;
   }
-  *handled = 1;
-  snprintf(s->arch_name, sizeof s->arch_name, "kimi_linear");
-  kl_cfg *c = calloc(1, sizeof *c);
-  int rc = c ? hf_config(s, dir, root, c, e) : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
-  cJSON_Delete(root);
   if (rc == SPILL_OK) {
     fill_arch(c, &p->arch);
     rc = plan_tensors(s, c, p, e);

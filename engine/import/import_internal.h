@@ -43,6 +43,9 @@ typedef struct imp_trunk {
    * f32 under keep (a transpose cannot keep quantised blocks) */
   const spill_src_tensor *v_b;
   uint32_t kvb_heads, kvb_dn, kvb_dv;
+  /* vector stored as A = -exp(A_log) (GGUF kimi-linear ssm_a): written as
+   * log(-A), the container's attn_a_log; every value must be < 0 */
+  int log_neg;
 } imp_trunk;
 
 /* Sources of one MoE layer's experts, sections gate, up, down. */
@@ -86,6 +89,17 @@ int imp_hf_experts(imp_src *s, imp_moe_layer *m, int k, const char *pre, const c
  * missing key is an error when required, else *out = dflt. */
 int imp_gguf_int(const spill_gguf *g, const char *arch, const char *key, int lo, int hi, int *out,
                  int dflt, int required, spill_err *e);
+/* GGUF tokenizer.ggml.eos_token_id, and bos_token_id when add_bos_token
+ * (absent: add_bos_dflt); ids outside [0, V) become -1. */
+int imp_gguf_bos_eos(const spill_gguf *g, int V, int add_bos_dflt, int *bos, int *eos, spill_err *e);
+/* GGUF stacked experts of section k: tensor `name`, numpy (E, rows, cols). */
+int imp_gguf_experts(imp_src *s, imp_moe_layer *m, int k, const char *name, uint64_t E, uint64_t rows,
+                     uint64_t cols, spill_err *e);
+/* GGUF MLA attn_k_b (numpy (H, dc, dn)) + attn_v_b ((H, dv, dc)) named
+ * "<pre>attn_k_b.weight" / "<pre>attn_v_b.weight" -> trunk blk.l.attn_kv_b
+ * (H (dn + dv), dc), joined by import_run.c. */
+int imp_add_kv_b_split(imp_src *s, imp_plan *p, const char *pre, int l, uint64_t H, uint64_t dc,
+                       uint64_t dn, uint64_t dv, spill_err *e);
 /* Every source tensor must be consumed (skip_layer_from: tensors named
  * model.layers.N.* with N >= it are ignored (DeepSeek MTP layers); -1 none),
  * and FP8 trunk tensors need the block size. */
@@ -103,7 +117,8 @@ int imp_in_list(const char *const *list, const char *key); /* NULL-terminated li
  * another architecture (nothing done). */
 int imp_deepseek_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e);
 
-/* Kimi-Linear (config.json model_type kimi_linear): arch_kimi_linear.c.
+/* Kimi-Linear (config.json model_type kimi_linear; GGUF kimi-linear):
+ * arch_kimi_linear.c.
  * *handled = 0 when the source is another architecture (nothing done). */
 int imp_kimi_linear_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e);
 

@@ -388,8 +388,7 @@ static int gguf_config(imp_src *s, shape_cfg *c, spill_err *e) {
   else
     return spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "GGUF general.architecture \"%.40s\" is not supported (qwen3moe, olmoe, "
-                         "llama with experts, deepseek2; llama.cpp's kimi-linear is not imported: "
-                         "use the safetensors checkpoint)", an);
+                         "llama with experts, deepseek2, kimi-linear)", an);
   SPILL_TRY(imp_gguf_int(g, an, "embedding_length", 1, 1048576, &c->D, 0, 1, e));
   SPILL_TRY(imp_gguf_int(g, an, "block_count", 1, SPILL_MAX_LAYERS, &c->L, 0, 1, e));
   SPILL_TRY(imp_gguf_int(g, an, "attention.head_count", 1, 4096, &c->H, 0, 1, e));
@@ -442,19 +441,61 @@ static int gguf_config(imp_src *s, shape_cfg *c, spill_err *e) {
   c->V = (int)emb->shape[0];
   c->tied = !spill_gguf_find(g, "output.weight");
   SPILL_FAIL_IF(e, c->tied && c->arch == ARCH_OLMOE, SPILL_E_FORMAT, "olmoe tensor output.weight is missing");
-  c->bos = c->eos = -1;
-  int add_bos = c->arch == ARCH_MIXTRAL; /* llama.cpp's default for llama vocabularies */
+  /* llama.cpp adds BOS by default for llama vocabularies */
+  return imp_gguf_bos_eos(g, c->V, c->arch == ARCH_MIXTRAL, &c->bos, &c->eos, e);
+}
+
+int imp_gguf_bos_eos(const spill_gguf *g, int V, int add_bos_dflt, int *bos, int *eos, spill_err *e) {
+  *bos = *eos = -1;
+  int add_bos = add_bos_dflt;
   if (spill_gguf_find_kv(g, "tokenizer.ggml.add_bos_token"))
     SPILL_TRY(spill_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, e));
   uint64_t v;
   if (add_bos && spill_gguf_find_kv(g, "tokenizer.ggml.bos_token_id")) {
     SPILL_TRY(spill_gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v, e));
-    c->bos = v < (uint64_t)c->V ? (int)v : -1;
+    *bos = v < (uint64_t)V ? (int)v : -1;
   }
   if (spill_gguf_find_kv(g, "tokenizer.ggml.eos_token_id")) {
     SPILL_TRY(spill_gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v, e));
-    c->eos = v < (uint64_t)c->V ? (int)v : -1;
+    *eos = v < (uint64_t)V ? (int)v : -1;
   }
+  return SPILL_OK;
+}
+
+int imp_gguf_experts(imp_src *s, imp_moe_layer *m, int k, const char *name, uint64_t E, uint64_t rows,
+                     uint64_t cols, spill_err *e) {
+  SPILL_TRY(imp_need(s, name, &m->stacked[k], e));
+  const spill_src_tensor *t = m->stacked[k];
+  if (!(t->ndim == 3 && t->shape[0] == E && t->shape[1] == rows && t->shape[2] == cols))
+    return spill_err_set(e, SPILL_E_FORMAT,
+                         "tensor %s: shape is not [%llu, %llu, %llu] (experts, rows, cols) as the metadata implies",
+                         name, (unsigned long long)E, (unsigned long long)rows, (unsigned long long)cols);
+  return SPILL_OK;
+}
+
+int imp_add_kv_b_split(imp_src *s, imp_plan *p, const char *pre, int l, uint64_t H, uint64_t dc,
+                       uint64_t dn, uint64_t dv, spill_err *e) {
+  char b[200];
+  imp_trunk *t = &p->trunk[p->n_trunk];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "blk.%d.attn_kv_b", l);
+  snprintf(b, sizeof b, "%sattn_k_b.weight", pre);
+  SPILL_TRY(imp_need(s, b, &t->src, e));
+  snprintf(b, sizeof b, "%sattn_v_b.weight", pre);
+  SPILL_TRY(imp_need(s, b, &t->v_b, e));
+  if (!(t->src->ndim == 3 && t->src->shape[0] == H && t->src->shape[1] == dc && t->src->shape[2] == dn) ||
+      !(t->v_b->ndim == 3 && t->v_b->shape[0] == H && t->v_b->shape[1] == dv && t->v_b->shape[2] == dc))
+    return spill_err_set(e, SPILL_E_FORMAT,
+                         "tensors %sattn_k_b / attn_v_b: shapes are not [%llu, %llu, %llu] / [%llu, %llu, %llu]",
+                         pre, (unsigned long long)H, (unsigned long long)dc, (unsigned long long)dn,
+                         (unsigned long long)H, (unsigned long long)dv, (unsigned long long)dc);
+  t->ndim = 2;
+  t->rows = H * (dn + dv);
+  t->cols = dc;
+  t->kvb_heads = (uint32_t)H;
+  t->kvb_dn = (uint32_t)dn;
+  t->kvb_dv = (uint32_t)dv;
+  p->n_trunk++;
   return SPILL_OK;
 }
 
@@ -505,13 +546,7 @@ static int plan_tensors(imp_src *s, const shape_cfg *c, imp_plan *p, spill_err *
       const uint64_t rows = k == 2 ? D : F, cols = k == 2 ? F : D;
       if (G) {
         snprintf(b, sizeof b, "blk.%d.%s.weight", l, gg_exp[k]);
-        SPILL_TRY(imp_need(s, b, &m->stacked[k], e));
-        const spill_src_tensor *t = m->stacked[k];
-        if (!(t->ndim == 3 && t->shape[0] == E && t->shape[1] == rows && t->shape[2] == cols))
-          return spill_err_set(e, SPILL_E_FORMAT,
-                               "tensor %s: shape is not [%llu, %llu, %llu] (experts, rows, cols) as "
-                               "the metadata implies",
-                               b, (unsigned long long)E, (unsigned long long)rows, (unsigned long long)cols);
+        SPILL_TRY(imp_gguf_experts(s, m, k, b, E, rows, cols, e));
       } else {
         SPILL_TRY(imp_hf_experts(s, m, k, pre, mix ? "block_sparse_moe.experts" : "mlp.experts", hf_exp[k][mix],
                                  E, rows, cols, e));

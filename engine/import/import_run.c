@@ -611,6 +611,22 @@ static int compose_kv_b(run *R, const imp_trunk *t, const spill_tensor_info *ti,
   return rc;
 }
 
+/* GGUF kimi-linear ssm_a holds A = -exp(A_log) (llama.cpp's converter):
+ * the container's attn_a_log gets log(-A), so that the engine's -exp(A_log)
+ * gives A back (to 1-2 ulp); A must be finite and < 0. */
+static int log_neg_f32(const imp_trunk *t, uint8_t *out, spill_err *e) {
+  for (uint64_t i = 0; i < t->rows; i++) {
+    float a;
+    memcpy(&a, out + i * sizeof a, sizeof a);
+    SPILL_FAIL_IF(e, !(a < 0.0f) || !isfinite(a), SPILL_E_FORMAT,
+                  "tensor %s: value %g at %llu is not finite and negative (llama.cpp stores A = -exp(A_log))",
+                  t->src->name, (double)a, (unsigned long long)i);
+    a = logf(-a);
+    memcpy(out + i * sizeof a, &a, sizeof a);
+  }
+  return SPILL_OK;
+}
+
 static int do_trunk(run *R, int i, spill_err *e) {
   const imp_trunk *t = &R->p.trunk[i];
   const spill_tensor_info *ti = &spill_writer_manifest(R->w)->tensors[i];
@@ -633,6 +649,7 @@ static int do_trunk(run *R, int i, spill_err *e) {
     SPILL_TRY(convert(&R->cv, t->src->dtype, t->scale ? R->cv.scale : NULL, R->s.fp8_block, t->rows,
                       t->cols, t, ti->dtype, ti->group, R->out, &num, &den, t->name, e));
   }
+  if (t->log_neg) SPILL_TRY(log_neg_f32(t, R->out, e));
   if (ti->dtype == SPILL_DT_Q8 || ti->dtype == SPILL_DT_Q4) {
     spill_dtype kd;
     uint32_t kg;

@@ -518,9 +518,12 @@ class Model:
         return np.stack(out)
 
 
-def check_weights(gguf_path, container):
+def check_weights(gguf_path, container, rename=None):
     """Every Q8_0/Q4_0 tensor and expert of the GGUF dequantises bit-identically
-    to the container's (our GGUF dequantiser vs spill_ref's container reader)."""
+    to the container's (our GGUF dequantiser vs spill_ref's container reader).
+    rename(gguf name) -> container name, or None to skip a tensor the import
+    transforms (default: the name without .weight); blocks without experts
+    (leading dense layers) are skipped."""
     import spill_ref
     kv, t = ck.read_gguf(gguf_path)
     c = spill_ref.Container(container)
@@ -532,12 +535,18 @@ def check_weights(gguf_path, container):
         if a == "llama" and (".attn_q." in name or ".attn_k." in name):
             continue  # rows un-permuted by the import; covered by the logits
         dst = {"token_embd.weight": "tok_embd", "output.weight": "output"}.get(name, name[:-len(".weight")])
+        if rename:
+            dst = rename(name)
+            if dst is None:
+                continue
         got = c.tensor(dst).astype(np.float32)
         want = ck.gguf_tensor_f32(t[name])
         if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
             raise SystemExit(f"check-weights: {name}: dequantised values differ")
         n += 1
     for l in range(kv[a + ".block_count"]):
+        if f"blk.{l}.ffn_gate_exps.weight" not in t:
+            continue
         ex = [ck.gguf_tensor_f32(t[f"blk.{l}.{g}.weight"]) for g in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")]
         for e in range(ex[0].shape[0]):
             mats = c.expert(l, e)

@@ -12,6 +12,10 @@
 # Logits bit-identical across storage modes, cache sizes, lookahead,
 # threads and prefill chunk sizes (the KDA recurrence runs token by token).
 # Hostile configs: named errors, nothing `spill verify` accepts.
+# GGUF kimi-linear (llama.cpp's converter layout, F32/F16/Q8_0, both
+# variants): agreement with the reference's reading of llama.cpp's graph
+# from the .gguf, Q8_0 tensors bit-identical in the container, placement
+# bit-identity, hostile metadata and tensors refused by name.
 set -uo pipefail
 SPILL="$1"
 REF="$2"
@@ -30,6 +34,19 @@ for v in base grouped; do
 done
 # held-out seed
 $PY "$REF" make-hf "$TMP/seed101" --variant grouped --dtype BF16 --seed 101 && check "$TMP/seed101" "hf grouped BF16 seed 101" 1e-4
+
+# GGUF kimi-linear
+for v in base grouped; do
+  for ty in F32 F16 Q8_0; do
+    in="$TMP/$v-$ty.gguf"
+    $PY "$REF" make-gguf "$in" --variant "$v" --type "$ty" --seed 7 || { bad "gguf $v $ty: make"; continue; }
+    check "$in" "gguf $v $ty" 1e-4
+  done
+done
+$PY "$REF" make-gguf "$TMP/g101.gguf" --variant grouped --type Q8_0 --seed 101 && check "$TMP/g101.gguf" "gguf grouped Q8_0 seed 101" 1e-4
+for g in base-Q8_0 grouped-Q8_0; do
+  r=$($PY "$REF" check-weights "$TMP/$g.gguf" "$TMP/$g.gguf.spill" 2>&1) && ok "gguf $g: $r" || bad "gguf $g: $r"
+done
 
 # --trunk q8 / --experts q8: the conv weights stay f32 (the engine reads them so), the rest requantised
 in="$TMP/base-BF16"
@@ -55,6 +72,7 @@ for c in 1 4; do
     cmp -s "$TMP/base.f32" "$TMP/k.f32" && ok "--prefill-chunk $c: logits bit-identical" ||
     bad "--prefill-chunk $c changes the logits"
 done
+placements_bit_identical "$TMP/grouped-Q8_0.gguf.spill"
 
 # Refusals, each a named error
 expect_err() { # $1 = grep pattern, $2 = source dir
@@ -93,4 +111,39 @@ mutate grp 'cfg["num_expert_group"] = 3'; expect_err "num_expert_group 3 does no
 mutate tg 'cfg["topk_group"] = 1'; expect_err "num_experts_per_token 3 >" "$TMP/tg"
 # every layer MLA without linear_attn_config: the KDA tensors are left over
 mutate nola 'cfg["linear_attn_config"] = None'; expect_err "shape\|is not part\|is missing" "$TMP/nola"
+
+# GGUF refusals: a copy of grouped-F32.gguf with its metadata (kv) or tensors
+# (t: name -> (ggml type, numpy shape, raw bytes)) changed
+gmutate() { # $1 = name, $2 = python statements on kv and t
+  $PY - "$TMP/grouped-F32.gguf" "$TMP/$1.gguf" "$2" <<'PY'
+import os, sys
+import numpy as np
+sys.path.insert(0, os.path.dirname(os.environ["REF"]))
+import ckpt_io as ck
+kv, t = ck.read_gguf(sys.argv[1])
+A = "kimi-linear."
+exec(sys.argv[3])
+ck.write_gguf(sys.argv[2], list(kv.items()), [(n, ty, (raw, shape)) for n, (ty, shape, raw) in t.items()])
+PY
+}
+export REF
+gmutate gate 'kv[A + "expert_gating_func"] = 1'; expect_err "expert_gating_func 1: only 2 (sigmoid)" "$TMP/gate.gguf"
+gmutate hkv 'kv[A + "attention.head_count_kv"] = [0, 0, 1]'; expect_err "head_count_kv has 3 entries, block_count is 4" "$TMP/hkv.gguf"
+gmutate kdh 'del kv[A + "kda.head_dim"]'; expect_err "kimi-linear.kda.head_dim is missing" "$TMP/kdh.gguf"
+gmutate cnv 'kv[A + "ssm.conv_kernel"] = 3'; expect_err "blk.0.ssm_conv1d_q.weight: shape is not \[32, 3\]" "$TMP/cnv.gguf"
+gmutate qlr 'kv[A + "attention.q_lora_rank"] = 16'; expect_err "q_lora_rank 16: q LoRA is not supported" "$TMP/qlr.gguf"
+gmutate klm 'kv[A + "attention.key_length_mla"] = 8'; expect_err "key_length_mla 8 <= rope.dimension_count 8" "$TMP/klm.gguf"
+gmutate vlm 'kv[A + "attention.value_length_mla"] = 8'; expect_err "attn_k_b / attn_v_b: shapes are not" "$TMP/vlm.gguf"
+gmutate kl 'kv[A + "attention.key_length"] = 24'; expect_err "key_length 24 / value_length 32 are not" "$TMP/kl.gguf"
+gmutate grp 'kv[A + "expert_group_used_count"] = 4'; expect_err "expert_group_used_count 4 not in \[1, 4)" "$TMP/grp.gguf"
+gmutate eps 'del kv[A + "attention.layer_norm_rms_epsilon"]'; expect_err "layer_norm_rms_epsilon is missing" "$TMP/eps.gguf"
+gmutate out 'del t["output.weight"]'; expect_err "output.weight is missing" "$TMP/out.gguf"
+gmutate bias 'del t["blk.1.exp_probs_b.bias"]'; expect_err "blk.1.exp_probs_b.bias" "$TMP/bias.gguf"
+gmutate kvb 't["blk.2.attn_kv_b.weight"] = t["blk.2.attn_v_b.weight"]'; expect_err "blk.2.attn_kv_b.weight: the unsplit (legacy) kv_b" "$TMP/kvb.gguf"
+gmutate qkv 't["blk.0.attn_qkv.weight"] = t["blk.0.attn_q.weight"]'; expect_err "blk.0.attn_qkv.weight: a fused q/k/v projection" "$TMP/qkv.gguf"
+gmutate xtra 't["blk.3.ssm_extra.weight"] = t["blk.3.ssm_norm.weight"]'; expect_err "blk.3.ssm_extra.weight" "$TMP/xtra.gguf"
+gmutate apos 'ty, sh, raw = t["blk.3.ssm_a"]; t["blk.3.ssm_a"] = (ty, sh, np.abs(np.frombuffer(raw, "<f4")).tobytes())'
+expect_err "blk.3.ssm_a: value .* is not finite and negative" "$TMP/apos.gguf"
+gmutate exps 'ty, sh, raw = t["blk.1.ffn_up_exps.weight"]; t["blk.1.ffn_up_exps.weight"] = (ty, (4,) + sh[1:], raw[:len(raw) // 2])'
+expect_err "blk.1.ffn_up_exps.weight: shape is not \[8, 32, 64\]" "$TMP/exps.gguf"
 exit $fail

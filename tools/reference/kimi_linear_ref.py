@@ -5,8 +5,11 @@ computed from the SOURCE files (float64 numpy).
 Role: tests only (tools/reference/kimi_linear_import_test.sh). `make-hf`
 writes a Hugging Face checkpoint of model_type kimi_linear (config.json +
 safetensors F32/F16/BF16, optionally sharded) with the published config's
-shape of keys and tensor names. `logits` reads it with ckpt_io's own reader
-and runs the forward pass as Moonshot's modeling_kimi.py and the
+shape of keys and tensor names; `make-gguf` the same weights as GGUF
+kimi-linear laid out as llama.cpp's converter (convert_hf_to_gguf.py
+KimiLinearModel) writes them (F32/F16/Q8_0). `logits` reads either with
+ckpt_io's own readers and dequantisers; for a checkpoint directory it runs
+the forward pass as Moonshot's modeling_kimi.py and the
 flash-linear-attention KDA reference (fla/ops/kda/naive.py, gate.py)
 define it (docs/MODEL.md "Kimi-Linear"), written independently of the C
 engine and of docs/MODEL.md's K3 equations:
@@ -20,8 +23,14 @@ engine and of docs/MODEL.md's K3 equations:
   MoE: sigmoid scores, selection by scores + e_score_correction_bias with
   groups scored by their top-two sum (dropped groups 0.0), weights
   scores[sel] / (sum + 1e-20) when moe_renormalize and k > 1, times
-  routed_scaling_factor; shared experts added. Nothing here reads a spill
-  container.
+  routed_scaling_factor; shared experts added.
+For a .gguf it computes what llama.cpp's graph (src/models/kimi-linear.cpp
+at de3ff81) computes: q, k L2-normalised as x / max(|x|, rms_norm_eps); A
+read as stored (-exp(A_log)); the latent RMSNorm with rms_norm_eps; MLA in
+llama.cpp's absorbed form (q_nope through attn_k_b, scores against the
+normalised latent plus q_pe.k_pe, values through attn_v_b); dropped expert
+groups at -inf; weights always renormalised (sum clamped at 2^-14), times
+expert_weights_scale. Nothing here reads a spill container.
 """
 
 import argparse
@@ -154,6 +163,97 @@ def make_hf(out, var, dtype, seed, shards=1):
             json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f, indent=1)
 
 
+def gguf_type(gt, arr):
+    """llama.cpp's converter falls back to F16 when rows do not split into
+    Q8_0 blocks of 32."""
+    return ck.GGML_F16 if gt == ck.GGML_Q8_0 and arr.shape[-1] % 32 else gt
+
+
+def make_gguf(out, var, ty, seed, vocab=False):
+    """GGUF kimi-linear as convert_hf_to_gguf.py's KimiLinearModel writes it:
+    head_count_kv per layer (0 = KDA), conv numpy (1, C, 1, K), ssm_a =
+    -exp(A_log) numpy (1, 1, H, 1), dt_bias as ssm_dt.bias, kv_b split into
+    attn_k_b (nope rows transposed per head) / attn_v_b, experts stacked."""
+    w, c = random_weights(var, seed)
+    v = VARIANTS[var]
+    gt = ir.GG_TYPES[ty]
+    a = "kimi-linear"
+    H, dn, dr, dv, dc, K, kd = c["H"], c["dn"], c["dr"], c["dv"], c["dc"], c["K"], c["kd"]
+    assert c["kH"] == H, "llama.cpp: KDA layers have attention.head_count heads"
+    kv = [("general.architecture", a), ("general.name", "tiny-kimi-linear-" + var), ("general.alignment", 32),
+          (a + ".context_length", 4096), (a + ".embedding_length", c["D"]), (a + ".block_count", c["L"]),
+          (a + ".feed_forward_length", c["Fd"]), (a + ".attention.head_count", H),
+          (a + ".attention.head_count_kv", [0 if l + 1 in c["kda"] else 1 for l in range(c["L"])]),
+          (a + ".rope.freq_base", 10000.0), (a + ".attention.layer_norm_rms_epsilon", 1e-5),
+          (a + ".expert_count", c["E"]), (a + ".expert_used_count", c["k"]),
+          (a + ".expert_gating_func", 2), (a + ".vocab_size", c["V"]),
+          (a + ".ssm.conv_kernel", K), (a + ".kda.head_dim", kd), (a + ".attention.kv_lora_rank", dc),
+          (a + ".rope.dimension_count", dr), (a + ".attention.key_length", dc + dr),
+          (a + ".attention.value_length", dc), (a + ".attention.key_length_mla", dn + dr),
+          (a + ".attention.value_length_mla", dv), (a + ".expert_feed_forward_length", c["F"]),
+          (a + ".expert_shared_count", c["S"]), (a + ".leading_dense_block_count", c["dense"]),
+          (a + ".expert_weights_scale", float(v["routed_scaling_factor"]))]
+    if v["num_expert_group"] > 1:  # the keys llama.cpp reads (its converter writes them from n_group)
+        kv += [(a + ".expert_group_count", v["num_expert_group"]),
+               (a + ".expert_group_used_count", v["topk_group"])]
+    if vocab:
+        toks, merges = ir.byte_level_vocab(c["V"])
+        kv += [("tokenizer.ggml.pre", "gpt-2"), ("tokenizer.ggml.tokens", toks),
+               ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)),
+               ("tokenizer.ggml.merges", merges)]
+    else:
+        kv += ir.tokenizer_kvs()
+    kv += [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
+           ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", False)]
+    T = []
+    f32 = ck.GGML_F32
+    small = ck.GGML_F16 if gt == ck.GGML_F16 else f32  # conv weights: never Q8_0 (rows of K)
+
+    def mat(name, arr):
+        T.append((name, gguf_type(gt, arr), arr))
+
+    mat("token_embd.weight", w["model.embed_tokens.weight"])
+    T.append(("output_norm.weight", f32, w["model.norm.weight"]))
+    mat("output.weight", w["lm_head.weight"])
+    for l in range(c["L"]):
+        p, b = f"model.layers.{l}.", f"blk.{l}."
+        sa = p + "self_attn."
+        T.append((b + "attn_norm.weight", f32, w[p + "input_layernorm.weight"]))
+        if l + 1 in c["kda"]:
+            for x in "qkv":
+                mat(b + f"attn_{x}.weight", w[sa + f"{x}_proj.weight"])
+                cw = w[sa + f"{x}_conv1d.weight"]
+                T.append((b + f"ssm_conv1d_{x}.weight", small, cw.reshape(1, cw.shape[0], 1, K)))
+            mat(b + "ssm_f_a.weight", w[sa + "f_a_proj.weight"])
+            mat(b + "ssm_f_b.weight", w[sa + "f_b_proj.weight"])
+            T.append((b + "ssm_dt.bias", f32, w[sa + "dt_bias"]))
+            T.append((b + "ssm_a", f32, -np.exp(w[sa + "A_log"].astype(np.float32))))
+            mat(b + "ssm_beta.weight", w[sa + "b_proj.weight"])
+            mat(b + "ssm_g_a.weight", w[sa + "g_a_proj.weight"])
+            mat(b + "ssm_g_b.weight", w[sa + "g_b_proj.weight"])
+            T.append((b + "ssm_norm.weight", f32, w[sa + "o_norm.weight"]))
+        else:
+            mat(b + "attn_q.weight", w[sa + "q_proj.weight"])
+            mat(b + "attn_kv_a_mqa.weight", w[sa + "kv_a_proj_with_mqa.weight"])
+            T.append((b + "attn_kv_a_norm.weight", f32, w[sa + "kv_a_layernorm.weight"]))
+            kh = w[sa + "kv_b_proj.weight"].reshape(H, dn + dv, dc)
+            mat(b + "attn_k_b.weight", np.ascontiguousarray(kh[:, :dn, :].transpose(0, 2, 1)))
+            mat(b + "attn_v_b.weight", np.ascontiguousarray(kh[:, dn:, :]))
+        mat(b + "attn_output.weight", w[sa + "o_proj.weight"])
+        T.append((b + "ffn_norm.weight", f32, w[p + "post_attention_layernorm.weight"]))
+        if l < c["dense"]:
+            for g, h in (("ffn_gate", "gate_proj"), ("ffn_up", "up_proj"), ("ffn_down", "down_proj")):
+                mat(b + g + ".weight", w[p + "mlp." + h + ".weight"])
+            continue
+        m = p + "block_sparse_moe."
+        mat(b + "ffn_gate_inp.weight", w[m + "gate.weight"])
+        T.append((b + "exp_probs_b.bias", f32, w[m + "gate.e_score_correction_bias"]))
+        for g, h, x in (("ffn_gate", "gate_proj", "w1"), ("ffn_up", "up_proj", "w3"), ("ffn_down", "down_proj", "w2")):
+            mat(b + g + "_exps.weight", np.stack([w[m + f"experts.{e}.{x}.weight"] for e in range(c["E"])]))
+            mat(b + g + "_shexp.weight", w[m + f"shared_experts.{h}.weight"])
+    ck.write_gguf(out, kv, T)
+
+
 def softplus(x):
     return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))  # torch threshold 20
 
@@ -171,8 +271,59 @@ def l2norm(x):
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + 1e-6)
 
 
+# GGUF name below blk.N. -> HF name below model.layers.N. (llama.cpp's
+# convert_hf_to_gguf mapping read backwards); ssm_a, attn_k_b, attn_v_b and
+# the stacked experts are kept apart (they are not HF tensors)
+GGUF_TO_HF = {
+    "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight", "ssm_conv1d_q.weight": "self_attn.q_conv1d.weight",
+    "ssm_conv1d_k.weight": "self_attn.k_conv1d.weight", "ssm_conv1d_v.weight": "self_attn.v_conv1d.weight",
+    "ssm_f_a.weight": "self_attn.f_a_proj.weight", "ssm_f_b.weight": "self_attn.f_b_proj.weight",
+    "ssm_dt.bias": "self_attn.dt_bias", "ssm_a": "self_attn.A", "ssm_beta.weight": "self_attn.b_proj.weight",
+    "ssm_g_a.weight": "self_attn.g_a_proj.weight", "ssm_g_b.weight": "self_attn.g_b_proj.weight",
+    "ssm_norm.weight": "self_attn.o_norm.weight", "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_kv_a_mqa.weight": "self_attn.kv_a_proj_with_mqa.weight",
+    "attn_kv_a_norm.weight": "self_attn.kv_a_layernorm.weight", "attn_k_b.weight": "self_attn.k_b",
+    "attn_v_b.weight": "self_attn.v_b", "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight",
+    "ffn_gate_inp.weight": "block_sparse_moe.gate.weight",
+    "exp_probs_b.bias": "block_sparse_moe.gate.e_score_correction_bias",
+    "ffn_gate_shexp.weight": "block_sparse_moe.shared_experts.gate_proj.weight",
+    "ffn_up_shexp.weight": "block_sparse_moe.shared_experts.up_proj.weight",
+    "ffn_down_shexp.weight": "block_sparse_moe.shared_experts.down_proj.weight",
+}
+GGUF_EXPERTS = {"ffn_gate_exps.weight": "w1", "ffn_up_exps.weight": "w3", "ffn_down_exps.weight": "w2"}
+
+
+# GGUF leaf -> container leaf where they differ (engine/import/arch_kimi_linear.c)
+GGUF_TO_SPILL = {"ssm_f_a": "attn_f_a", "ssm_f_b": "attn_f_b", "ssm_beta": "attn_b", "ssm_g_a": "attn_g_a",
+                 "ssm_g_b": "attn_g_b", "attn_kv_a_mqa": "attn_kv_a"}
+
+
+def spill_name(name):
+    """The container tensor of a GGUF tensor kept as it is, or None (k_b / v_b
+    are joined into attn_kv_b, covered by the logits)."""
+    if name == "token_embd.weight":
+        return "tok_embd"
+    if name == "output.weight":
+        return "output"
+    b, l, leaf = name.split(".", 2)
+    leaf = leaf[:-len(".weight")]
+    if leaf in ("attn_k_b", "attn_v_b"):
+        return None
+    return f"{b}.{l}." + GGUF_TO_SPILL.get(leaf, leaf)
+
+
 class Model:
-    def __init__(self, d):
+    def __init__(self, src):
+        self.gguf = src.endswith(".gguf")
+        if self.gguf:
+            self._load_gguf(src)
+        else:
+            self._load_hf(src)
+
+    def _load_hf(self, d):
         cfg = json.load(open(os.path.join(d, "config.json")))
         self.w = {k: v.astype(np.float64) for k, v in ck.read_checkpoint_dir(d).items()}
         self.cfg = cfg
@@ -189,7 +340,52 @@ class Model:
         self.rsf = cfg["routed_scaling_factor"]
         self.L = cfg["num_hidden_layers"]
         self.n_dense = cfg.get("first_k_dense_replace", 0)
+        self.shared = bool(cfg.get("num_shared_experts"))
         self.out = self.w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else self.w["lm_head.weight"]
+
+    def _load_gguf(self, path):
+        kv, t = ck.read_gguf(path)
+        a = kv["general.architecture"]
+        if a != "kimi-linear":
+            raise SystemExit(f"{path}: general.architecture {a!r}, not kimi-linear")
+        g = lambda k, d=None: kv.get(f"{a}.{k}", d)  # noqa: E731
+        self.L, self.H, self.eps = g("block_count"), g("attention.head_count"), g("attention.layer_norm_rms_epsilon")
+        hk = g("attention.head_count_kv")
+        hk = hk if isinstance(hk, list) else [hk] * self.L
+        self.kda = {l + 1 for l in range(self.L) if hk[l] == 0}
+        self.kH, self.kd, self.K = self.H, g("kda.head_dim"), g("ssm.conv_kernel")
+        self.dr, self.dc, self.dv = g("rope.dimension_count"), g("attention.kv_lora_rank"), g("attention.value_length_mla")
+        self.dn = g("attention.key_length_mla") - self.dr
+        self.E, self.k = g("expert_count"), g("expert_used_count")
+        self.ng, self.tg = g("expert_group_count", 1) or 1, g("expert_group_used_count", 1) or 1
+        self.rsf = g("expert_weights_scale", 0.0) or 1.0
+        if g("expert_gating_func") != 2:
+            raise SystemExit("only sigmoid gating")
+        self.n_dense = g("leading_dense_block_count", 0)
+        self.shared = bool(g("expert_shared_count"))
+        self.w = {}
+        for name, te in t.items():
+            x = ck.gguf_tensor_f32(te).astype(np.float64)
+            if not name.startswith("blk."):
+                self.w[name] = x
+                continue
+            _, l, leaf = name.split(".", 2)
+            pre = f"model.layers.{l}."
+            if leaf in GGUF_EXPERTS:
+                for e in range(self.E):
+                    self.w[pre + f"block_sparse_moe.experts.{e}.{GGUF_EXPERTS[leaf]}.weight"] = x[e]
+            elif leaf.startswith("ssm_conv1d_"):
+                self.w[pre + GGUF_TO_HF[leaf]] = x.reshape(-1, 1, self.K)  # numpy (1, C, 1, K)
+            else:
+                self.w[pre + GGUF_TO_HF[leaf]] = x
+        self.w["model.embed_tokens.weight"] = self.w["token_embd.weight"]
+        self.w["model.norm.weight"] = self.w["output_norm.weight"]
+        self.out = self.w["output.weight"]
+
+    def l2(self, x):
+        if self.gguf:  # ggml_l2_norm: x / max(|x|, eps), eps = rms_norm_eps
+            return x / np.maximum(np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), self.eps)
+        return l2norm(x)
 
     def g(self, l, n):
         return self.w[f"model.layers.{l}.{n}"]
@@ -209,10 +405,10 @@ class Model:
         k = conv(xs @ self.g(l, a + "k_proj.weight").T, self.g(l, a + "k_conv1d.weight")).reshape(T_, H, d)
         v = conv(xs @ self.g(l, a + "v_proj.weight").T, self.g(l, a + "v_conv1d.weight")).reshape(T_, H, d)
         f = (xs @ self.g(l, a + "f_a_proj.weight").T) @ self.g(l, a + "f_b_proj.weight").T
-        gl = -np.exp(self.g(l, a + "A_log").reshape(H, 1)) * softplus(f.reshape(T_, H, d) +
-                                                                       self.g(l, a + "dt_bias").reshape(H, d))
+        A = self.g(l, a + "A").reshape(H, 1) if self.gguf else -np.exp(self.g(l, a + "A_log").reshape(H, 1))
+        gl = A * softplus(f.reshape(T_, H, d) + self.g(l, a + "dt_bias").reshape(H, d))
         beta = sigmoid(xs @ self.g(l, a + "b_proj.weight").T)  # (T, H)
-        q, k = l2norm(q) * d ** -0.5, l2norm(k)
+        q, k = self.l2(q) * d ** -0.5, self.l2(k)
         S = np.zeros((H, d, d))
         o = np.empty((T_, H, d))
         for t in range(T_):
@@ -225,7 +421,27 @@ class Model:
         o = rms(o, on, self.eps) * sigmoid(gate)  # FusedRMSNormGated(activation sigmoid)
         return o.reshape(T_, H * d) @ self.g(l, a + "o_proj.weight").T
 
+    def mla_absorbed(self, l, xs):
+        """llama.cpp's MLA (GGUF attn_k_b / attn_v_b): q_nope mapped into the
+        latent by k_b, scored against the normalised latent c plus q_pe.k_pe;
+        the attention-weighted latent mapped out by v_b."""
+        a = "self_attn."
+        T_, H, dn, dr, dc = xs.shape[0], self.H, self.dn, self.dr, self.dc
+        q = (xs @ self.g(l, a + "q_proj.weight").T).reshape(T_, H, dn + dr)
+        kv = xs @ self.g(l, a + "kv_a_proj_with_mqa.weight").T
+        c = rms(kv[:, :dc], self.g(l, a + "kv_a_layernorm.weight"), self.eps)
+        kb, vb = self.g(l, a + "k_b"), self.g(l, a + "v_b")  # (H, dc, dn), (H, dv, dc)
+        o = np.empty((T_, H, self.dv))
+        for j in range(H):
+            qa = q[:, j, :dn] @ kb[j].T  # (T, dc)
+            for t in range(T_):
+                s = (c[:t + 1] @ qa[t] + kv[:t + 1, dc:] @ q[t, j, dn:]) * (dn + dr) ** -0.5
+                o[t, j] = vb[j] @ (ir.softmax(s) @ c[:t + 1])
+        return o.reshape(T_, -1) @ self.g(l, a + "o_proj.weight").T
+
     def mla_layer(self, l, xs):
+        if self.gguf:
+            return self.mla_absorbed(l, xs)
         a = "self_attn."
         T_, H, dn, dr, dv, dc = xs.shape[0], self.H, self.dn, self.dr, self.dv, self.dc
         q = (xs @ self.g(l, a + "q_proj.weight").T).reshape(T_, H, dn + dr)
@@ -249,10 +465,12 @@ class Model:
         keep = np.argsort(-gs, kind="stable")[:self.tg]
         mask = np.zeros(self.ng, bool)
         mask[keep] = True
-        choice = np.where(np.repeat(mask, self.E // self.ng), choice, 0.0)
+        choice = np.where(np.repeat(mask, self.E // self.ng), choice, -np.inf if self.gguf else 0.0)
         sel = np.argsort(-choice, kind="stable")[:self.k]
         wt = scores[sel]
-        if self.k > 1 and self.renorm:
+        if self.gguf:  # llama.cpp: always, the sum clamped at the smallest normal f16
+            wt = wt / max(wt.sum(), 6.103515625e-5)
+        elif self.k > 1 and self.renorm:
             wt = wt / (wt.sum() + 1e-20)
         wt = wt * self.rsf
         y = np.zeros_like(h)
@@ -260,7 +478,7 @@ class Model:
             ex = m + f"experts.{e}."
             y += wi * (self.g(l, ex + "w2.weight") @ (ir.silu(self.g(l, ex + "w1.weight") @ h) *
                                                       (self.g(l, ex + "w3.weight") @ h)))
-        if self.cfg.get("num_shared_experts"):
+        if self.shared:
             s = m + "shared_experts."
             y += self.g(l, s + "down_proj.weight") @ (ir.silu(self.g(l, s + "gate_proj.weight") @ h) *
                                                       (self.g(l, s + "up_proj.weight") @ h))
@@ -290,6 +508,15 @@ def main(argv=None):
     m.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
     m.add_argument("--shards", type=int, default=1)
     m.add_argument("--seed", type=int, default=1)
+    gg = sub.add_parser("make-gguf")
+    gg.add_argument("out")
+    gg.add_argument("--variant", default="base", choices=sorted(VARIANTS))
+    gg.add_argument("--type", default="F32", choices=["F32", "F16", "Q8_0"])
+    gg.add_argument("--seed", type=int, default=1)
+    gg.add_argument("--vocab", action="store_true", help="a byte-level BPE vocabulary llama.cpp loads")
+    cw = sub.add_parser("check-weights", help="Q8_0 tensors of a GGUF bit-identical in the container")
+    cw.add_argument("gguf")
+    cw.add_argument("container")
     lg = sub.add_parser("logits")
     lg.add_argument("src")
     lg.add_argument("--tokens", required=True)
@@ -299,6 +526,12 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.cmd == "make-hf":
         make_hf(a.out, a.variant, a.dtype, a.seed, a.shards)
+        return
+    if a.cmd == "make-gguf":
+        make_gguf(a.out, a.variant, a.type, a.seed, a.vocab)
+        return
+    if a.cmd == "check-weights":
+        ir.check_weights(a.gguf, a.container, rename=spill_name)
         return
     ref = Model(a.src).forward([int(x) for x in a.tokens.split(",")])
     if a.out:
