@@ -173,7 +173,9 @@ def make_gguf(out, var, ty, seed, vocab=False):
     """GGUF kimi-linear as convert_hf_to_gguf.py's KimiLinearModel writes it:
     head_count_kv per layer (0 = KDA), conv numpy (1, C, 1, K), ssm_a =
     -exp(A_log) numpy (1, 1, H, 1), dt_bias as ssm_dt.bias, kv_b split into
-    attn_k_b (nope rows transposed per head) / attn_v_b, experts stacked."""
+    attn_k_b (nope rows transposed per head) / attn_v_b, experts stacked;
+    F32 wherever the converter forces it (vectors, norms, the KDA conv
+    weights, the router ffn_gate_inp), the rest in `ty`."""
     w, c = random_weights(var, seed)
     v = VARIANTS[var]
     gt = ir.GG_TYPES[ty]
@@ -207,7 +209,6 @@ def make_gguf(out, var, ty, seed, vocab=False):
            ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", False)]
     T = []
     f32 = ck.GGML_F32
-    small = ck.GGML_F16 if gt == ck.GGML_F16 else f32  # conv weights: never Q8_0 (rows of K)
 
     def mat(name, arr):
         T.append((name, gguf_type(gt, arr), arr))
@@ -223,7 +224,7 @@ def make_gguf(out, var, ty, seed, vocab=False):
             for x in "qkv":
                 mat(b + f"attn_{x}.weight", w[sa + f"{x}_proj.weight"])
                 cw = w[sa + f"{x}_conv1d.weight"]
-                T.append((b + f"ssm_conv1d_{x}.weight", small, cw.reshape(1, cw.shape[0], 1, K)))
+                T.append((b + f"ssm_conv1d_{x}.weight", f32, cw.reshape(1, cw.shape[0], 1, K)))
             mat(b + "ssm_f_a.weight", w[sa + "f_a_proj.weight"])
             mat(b + "ssm_f_b.weight", w[sa + "f_b_proj.weight"])
             T.append((b + "ssm_dt.bias", f32, w[sa + "dt_bias"]))
@@ -246,7 +247,7 @@ def make_gguf(out, var, ty, seed, vocab=False):
                 mat(b + g + ".weight", w[p + "mlp." + h + ".weight"])
             continue
         m = p + "block_sparse_moe."
-        mat(b + "ffn_gate_inp.weight", w[m + "gate.weight"])
+        T.append((b + "ffn_gate_inp.weight", f32, w[m + "gate.weight"]))
         T.append((b + "exp_probs_b.bias", f32, w[m + "gate.e_score_correction_bias"]))
         for g, h, x in (("ffn_gate", "gate_proj", "w1"), ("ffn_up", "up_proj", "w3"), ("ffn_down", "down_proj", "w2")):
             mat(b + g + "_exps.weight", np.stack([w[m + f"experts.{e}.{x}.weight"] for e in range(c["E"])]))
