@@ -509,20 +509,14 @@ int imp_deepseek_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, sp
     snprintf(s->arch_name, sizeof s->arch_name, "deepseek2");
     SPILL_TRY(gguf_config(s, &c, e));
   } else {
-    char path[4200], *json = NULL;
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    spill_err ig = {0};
-    if (spill_read_file(path, 16u << 20, &json, &len, &ig) != SPILL_OK) return SPILL_OK;
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    free(json);
-    const cJSON *mt = root ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
-    if (!cJSON_IsString(mt) || !is_ds_model_type(mt->valuestring)) {
+    const char *mt;
+    cJSON *root = imp_hf_config(dir, &mt);
+    if (!mt || !is_ds_model_type(mt)) {
       cJSON_Delete(root);
       return SPILL_OK;
     }
     *handled = 1;
-    snprintf(s->arch_name, sizeof s->arch_name, "%s", mt->valuestring);
+    snprintf(s->arch_name, sizeof s->arch_name, "%s", mt);
     int rc = hf_config(s, dir, root, &c, e);
     cJSON_Delete(root);
     SPILL_TRY(rc);

@@ -557,15 +557,9 @@ int imp_kimi_linear_plan(imp_src *s, const char *dir, imp_plan *p, int *handled,
     c = calloc(1, sizeof *c);
     rc = c ? gguf_config(s, c, e) : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
   } else {
-    char path[4200], *json = NULL;
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    spill_err ig = {0};
-    if (spill_read_file(path, 16u << 20, &json, &len, &ig) != SPILL_OK) return SPILL_OK;
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    free(json);
-    const cJSON *mt = root ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
-    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "kimi_linear")) {
+    const char *mt;
+    cJSON *root = imp_hf_config(dir, &mt);
+    if (!mt || strcmp(mt, "kimi_linear")) {
       cJSON_Delete(root);
       return SPILL_OK;
     }

@@ -108,6 +108,9 @@ struct cJSON;
 /* config.json quantization_config (block FP8 only) and bos/eos ids. */
 int imp_cfg_quant(const struct cJSON *root, imp_src *s, spill_err *e);
 int imp_cfg_bos_eos(const struct cJSON *root, const char *dir, int *bos, int *eos, spill_err *e);
+/* dir/config.json parsed (NULL: no such file or not JSON; cJSON_Delete it)
+ * and *model_type its model_type string (or NULL). */
+struct cJSON *imp_hf_config(const char *dir, const char **model_type);
 /* Harmless config.json keys shared by all architectures. */
 int imp_cfg_harmless(const char *key);
 int imp_in_list(const char *const *list, const char *key); /* NULL-terminated list */

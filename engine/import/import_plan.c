@@ -242,6 +242,20 @@ int imp_cfg_quant(const cJSON *root, imp_src *s, spill_err *e) {
   return rc;
 }
 
+cJSON *imp_hf_config(const char *dir, const char **model_type) {
+  char path[4200], *json = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  spill_err ig = {0};
+  *model_type = NULL;
+  if (spill_read_file(path, 16u << 20, &json, &len, &ig) != SPILL_OK) return NULL;
+  cJSON *root = cJSON_ParseWithLength(json, len);
+  free(json);
+  const cJSON *mt = root ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
+  if (cJSON_IsString(mt)) *model_type = mt->valuestring;
+  return root;
+}
+
 /* eos_token_id, and bos_token_id when tokenizer_config.json adds BOS. */
 int imp_cfg_bos_eos(const cJSON *root, const char *dir, int *bos, int *eos, spill_err *e) {
   int rc = SPILL_OK;

@@ -204,15 +204,7 @@ def make_gguf(out, var, ty, seed, legacy_kvb=False, vocab=False):
             kv.append((a + ".rope.scaling.yarn_beta_fast", float(rs["beta_fast"])))
         if rs["beta_slow"] != 1:
             kv.append((a + ".rope.scaling.yarn_beta_slow", float(rs["beta_slow"])))
-    if vocab:
-        toks, merges = ir.byte_level_vocab(c["V"])
-        kv += [("tokenizer.ggml.pre", "gpt-2"), ("tokenizer.ggml.tokens", toks),
-               ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)),
-               ("tokenizer.ggml.merges", merges)]
-    else:
-        kv += ir.tokenizer_kvs()
-    kv += [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
-           ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", False)]
+    kv += ir.gguf_tokenizer(c["V"], vocab, False)
     T = []
     f32 = ck.GGML_F32
 

@@ -222,6 +222,21 @@ def q4_k_m_type(name, n_layers, n_expert):
     return ck.GGML_Q4_K
 
 
+def gguf_tokenizer(n, vocab, add_bos):
+    """The tokenizer.ggml.* keys of the GGUF writers: with vocab, one token per
+    embedding row (n) and i32 token types, what llama.cpp loads; else the
+    small tokenizer_kvs(). eos 2, bos 1."""
+    if vocab:
+        toks, merges = byte_level_vocab(n)
+        kv = [("tokenizer.ggml.pre", "gpt-2"), ("tokenizer.ggml.tokens", toks),
+              ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)),
+              ("tokenizer.ggml.merges", merges)]
+    else:
+        kv = tokenizer_kvs()
+    return kv + [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
+                 ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", add_bos)]
+
+
 def byte_level_vocab(n):
     """A valid GPT-2 byte-level BPE vocabulary of n >= 256 tokens: the 256
     byte symbols, then two-letter merges ("a a", "a b", ...). llama.cpp
@@ -269,15 +284,7 @@ def make_gguf(out, arch, ty, seed, tied=False, vocab=False, chat_template=False)
         kv += [(a + ".expert_feed_forward_length", c["F"]), (a + ".feed_forward_length", 4 * c["F"])]
     else:
         kv += [(a + ".feed_forward_length", c["F"])]
-    if vocab:  # one token per embedding row, i32 token types: what llama.cpp loads
-        toks, merges = byte_level_vocab(c["V"])
-        kv += [("tokenizer.ggml.pre", "gpt-2"), ("tokenizer.ggml.tokens", toks),
-               ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)),
-               ("tokenizer.ggml.merges", merges)]
-    else:
-        kv += tokenizer_kvs()
-    kv += [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
-           ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", arch == "mixtral")]
+    kv += gguf_tokenizer(c["V"], vocab, arch == "mixtral")
     if chat_template:
         kv += [("tokenizer.chat_template", CHAT_TEMPLATE)]
     T = []

@@ -198,15 +198,7 @@ def make_gguf(out, var, ty, seed, vocab=False):
     if v["num_expert_group"] > 1:  # the keys llama.cpp reads (its converter writes them from n_group)
         kv += [(a + ".expert_group_count", v["num_expert_group"]),
                (a + ".expert_group_used_count", v["topk_group"])]
-    if vocab:
-        toks, merges = ir.byte_level_vocab(c["V"])
-        kv += [("tokenizer.ggml.pre", "gpt-2"), ("tokenizer.ggml.tokens", toks),
-               ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)),
-               ("tokenizer.ggml.merges", merges)]
-    else:
-        kv += ir.tokenizer_kvs()
-    kv += [("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
-           ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", False)]
+    kv += ir.gguf_tokenizer(c["V"], vocab, False)
     T = []
     f32 = ck.GGML_F32
 
@@ -316,9 +308,49 @@ def spill_name(name):
     return f"{b}.{l}." + GGUF_TO_SPILL.get(leaf, leaf)
 
 
+def act_round(x, ty):
+    """x (rows on the last axis) as ggml's CPU backend hands it to a dot
+    product with a weight of type ty (its vec_dot_type): Q8_0 -> Q8_0 blocks
+    of 32 (quantize_row_q8_0's AVX2 path: d = max|x| / 127 stored as f16,
+    q = nearest-even(x 127 / max|x|)), F16 -> f16, F32 -> as is."""
+    if ty == ck.GGML_F16:
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float64)
+    if ty != ck.GGML_Q8_0:
+        return x
+    x32 = np.asarray(x, dtype=np.float32)
+    b = x32.reshape(x32.shape[:-1] + (-1, 32))
+    mx = np.max(np.abs(b), axis=-1, keepdims=True)
+    d = (mx / np.float32(127)).astype(np.float16).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        idd = np.where(mx > 0, np.float32(127) / mx, np.float32(0)).astype(np.float32)
+    q = np.rint((b * idd).astype(np.float32)).astype(np.float64)
+    return (q * d).reshape(x32.shape)
+
+
+class GgmlAct:
+    """A weight applied as ggml applies it (`logits --ggml-act`, the
+    explanation of llama.cpp's logits, not what spill must match): W @ h and
+    xs @ W.T round the activation with act_round first."""
+    __array_ufunc__ = None
+
+    def __init__(self, w, ty):
+        self.w, self.ty = w, ty
+
+    @property
+    def T(self):  # only ever used as xs @ W.T (__rmatmul__)
+        return self
+
+    def __matmul__(self, h):
+        return self.w @ act_round(h, self.ty)
+
+    def __rmatmul__(self, xs):
+        return act_round(xs, self.ty) @ self.w.T
+
+
 class Model:
-    def __init__(self, src):
+    def __init__(self, src, ggml_act=False):
         self.gguf = src.endswith(".gguf")
+        self.ggml_act = ggml_act
         if self.gguf:
             self._load_gguf(src)
         else:
@@ -365,6 +397,7 @@ class Model:
         self.n_dense = g("leading_dense_block_count", 0)
         self.shared = bool(g("expert_shared_count"))
         self.w = {}
+        act = lambda x, ty: GgmlAct(x, ty) if self.ggml_act and x.ndim == 2 else x  # noqa: E731
         for name, te in t.items():
             x = ck.gguf_tensor_f32(te).astype(np.float64)
             if not name.startswith("blk."):
@@ -374,14 +407,14 @@ class Model:
             pre = f"model.layers.{l}."
             if leaf in GGUF_EXPERTS:
                 for e in range(self.E):
-                    self.w[pre + f"block_sparse_moe.experts.{e}.{GGUF_EXPERTS[leaf]}.weight"] = x[e]
+                    self.w[pre + f"block_sparse_moe.experts.{e}.{GGUF_EXPERTS[leaf]}.weight"] = act(x[e], te[0])
             elif leaf.startswith("ssm_conv1d_"):
                 self.w[pre + GGUF_TO_HF[leaf]] = x.reshape(-1, 1, self.K)  # numpy (1, C, 1, K)
             else:
-                self.w[pre + GGUF_TO_HF[leaf]] = x
+                self.w[pre + GGUF_TO_HF[leaf]] = act(x, te[0])
         self.w["model.embed_tokens.weight"] = self.w["token_embd.weight"]
         self.w["model.norm.weight"] = self.w["output_norm.weight"]
-        self.out = self.w["output.weight"]
+        self.out = act(self.w["output.weight"], t["output.weight"][0])
 
     def l2(self, x):
         if self.gguf:  # ggml_l2_norm: x / max(|x|, eps), eps = rms_norm_eps
@@ -432,12 +465,15 @@ class Model:
         kv = xs @ self.g(l, a + "kv_a_proj_with_mqa.weight").T
         c = rms(kv[:, :dc], self.g(l, a + "kv_a_layernorm.weight"), self.eps)
         kb, vb = self.g(l, a + "k_b"), self.g(l, a + "v_b")  # (H, dc, dn), (H, dv, dc)
+        tk, tv = ck.GGML_F32, ck.GGML_F32
+        if isinstance(kb, GgmlAct):  # --ggml-act: k_b / v_b round their inputs too
+            kb, vb, tk, tv = kb.w, vb.w, kb.ty, vb.ty
         o = np.empty((T_, H, self.dv))
         for j in range(H):
-            qa = q[:, j, :dn] @ kb[j].T  # (T, dc)
+            qa = act_round(q[:, j, :dn], tk) @ kb[j].T  # (T, dc)
             for t in range(T_):
                 s = (c[:t + 1] @ qa[t] + kv[:t + 1, dc:] @ q[t, j, dn:]) * (dn + dr) ** -0.5
-                o[t, j] = vb[j] @ (ir.softmax(s) @ c[:t + 1])
+                o[t, j] = vb[j] @ act_round(ir.softmax(s) @ c[:t + 1], tv)
         return o.reshape(T_, -1) @ self.g(l, a + "o_proj.weight").T
 
     def mla_layer(self, l, xs):
@@ -524,6 +560,9 @@ def main(argv=None):
     lg.add_argument("--out")
     lg.add_argument("--compare")
     lg.add_argument("--tol", type=float, default=1e-4)
+    lg.add_argument("--ggml-act", action="store_true",
+                    help="GGUF: round every matmul input as ggml's CPU backend does (Q8_0 / F16), "
+                         "to explain llama.cpp's logits")
     a = ap.parse_args(argv)
     if a.cmd == "make-hf":
         make_hf(a.out, a.variant, a.dtype, a.seed, a.shards)
@@ -534,7 +573,7 @@ def main(argv=None):
     if a.cmd == "check-weights":
         ir.check_weights(a.gguf, a.container, rename=spill_name)
         return
-    ref = Model(a.src).forward([int(x) for x in a.tokens.split(",")])
+    ref = Model(a.src, a.ggml_act).forward([int(x) for x in a.tokens.split(",")])
     if a.out:
         ref.astype("<f4").tofile(a.out)
     if a.compare:
