@@ -396,7 +396,7 @@ class Model:
             raise SystemExit("only sigmoid gating")
         self.n_dense = g("leading_dense_block_count", 0)
         self.shared = bool(g("expert_shared_count"))
-        self.w = {}
+        self.w, self.gty = {}, {}  # gty: ggml type of each (renamed) tensor
         act = lambda x, ty: GgmlAct(x, ty) if self.ggml_act and x.ndim == 2 else x  # noqa: E731
         for name, te in t.items():
             x = ck.gguf_tensor_f32(te).astype(np.float64)
@@ -412,6 +412,7 @@ class Model:
                 self.w[pre + GGUF_TO_HF[leaf]] = x.reshape(-1, 1, self.K)  # numpy (1, C, 1, K)
             else:
                 self.w[pre + GGUF_TO_HF[leaf]] = act(x, te[0])
+                self.gty[pre + GGUF_TO_HF[leaf]] = te[0]
         self.w["model.embed_tokens.weight"] = self.w["token_embd.weight"]
         self.w["model.norm.weight"] = self.w["output_norm.weight"]
         self.out = act(self.w["output.weight"], t["output.weight"][0])
@@ -465,9 +466,9 @@ class Model:
         kv = xs @ self.g(l, a + "kv_a_proj_with_mqa.weight").T
         c = rms(kv[:, :dc], self.g(l, a + "kv_a_layernorm.weight"), self.eps)
         kb, vb = self.g(l, a + "k_b"), self.g(l, a + "v_b")  # (H, dc, dn), (H, dv, dc)
-        tk, tv = ck.GGML_F32, ck.GGML_F32
-        if isinstance(kb, GgmlAct):  # --ggml-act: k_b / v_b round their inputs too
-            kb, vb, tk, tv = kb.w, vb.w, kb.ty, vb.ty
+        tk = tv = ck.GGML_F32
+        if self.ggml_act:  # k_b / v_b round their inputs too
+            tk, tv = self.gty[f"model.layers.{l}.{a}k_b"], self.gty[f"model.layers.{l}.{a}v_b"]
         o = np.empty((T_, H, self.dv))
         for j in range(H):
             qa = act_round(q[:, j, :dn], tk) @ kb[j].T  # (T, dc)
