@@ -14,15 +14,16 @@ const char cmd_gen_usage[] =
     "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
     "                 [--seed N] [--attn k3|mla|kda|gqa] [--trunk-dtype q4|f32]\n"
     "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N]\n"
-    "                 [--lookahead-precision P] [--coact C] OUT_DIR\n"
+    "                 [--lookahead-precision P] [--coact C] [--reuse R] OUT_DIR\n"
     "       spill gen --like-trace TRACE [--preset nano|mini] [other options] OUT_DIR\n"
     "--like-trace: MoE layers, experts per layer and top-k from a router trace\n"
     "(docs/TRACE.md), everything else from the preset (default mini), so that\n"
     "`spill run --routing-trace TRACE` can replay it.\n"
     "--lookahead-precision P: lookahead precision at width 6 the routers are\n"
     "solved for, (0, 1] (default 0.81, published K3); --coact C: co-activation\n"
-    "precision, [0, 1) (default 0.575, OLMoE; 0: independent routers). See\n"
-    "docs/GEN.md for what they set and how close a model gets.\n";
+    "precision, [0, 1) (default 0.575, OLMoE; 0: independent routers); --reuse R:\n"
+    "next-token reuse, [0, 1) (default 0.411, OLMoE trace; 0: off, carried by KDA\n"
+    "layers only). See docs/GEN.md for what they set and how close a model gets.\n";
 
 int cmd_gen(int argc, char **argv) {
   spill_gen_request r;
@@ -51,7 +52,8 @@ int cmd_gen(int argc, char **argv) {
       long x;
       if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 65536, &x)) return 2;
       r.experts = (int)x;
-    } else if (!strcmp(a, "--lookahead-precision") || !strcmp(a, "--coact")) {
+    } else if (!strcmp(a, "--lookahead-precision") || !strcmp(a, "--coact") ||
+               !strcmp(a, "--reuse")) {
       double x;
       if (!(v = cli_value(argc, argv, &i))) return 2;
       char *end = NULL;
@@ -60,6 +62,7 @@ int cmd_gen(int argc, char **argv) {
       if (!end || *end || !(la ? (x > 0 && x <= 1) : (x >= 0 && x < 1)))
         return cli_usage_error("%s %s: expected a number in %s", a, v, la ? "(0, 1]" : "[0, 1)");
       if (la) r.lookahead_precision = x;
+      else if (a[2] == 'r') r.reuse = x > 0 ? x : -1;
       else r.coact = x > 0 ? x : -1;
     } else if (!strcmp(a, "--attn")) {
       if (!(v = cli_value(argc, argv, &i))) return 2;

@@ -20,6 +20,7 @@
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
 #include "harness/exp_rows.h"
+#include "research/sim/routing_defaults.h"
 
 uint64_t spill_exp_fnv1a(const void *data, size_t n, uint64_t h) {
   const unsigned char *p = data;
@@ -301,12 +302,15 @@ static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
   }
   char canon[256 + SPILL_EXP_PATH_MAX];
   /* ";routing=2": models generated since spill gen solved its routers for the
-   * calibrated statistics (docs/GEN.md) do not reuse older cached ones */
+   * calibrated statistics (docs/GEN.md) do not reuse older cached ones;
+   * ";routing=3;reuse=R": since the KDA layers carry next-token reuse (R, the
+   * default spill gen solves for: recipes do not set it) */
   int n = snprintf(canon, sizeof canon,
-                   "preset=%s;ram=%llu;disk=%llu;seed=%llu;attn=%s;edt=%s;tdt=%s;routing=2",
+                   "preset=%s;ram=%llu;disk=%llu;seed=%llu;attn=%s;edt=%s;tdt=%s;routing=3;reuse=%.3f",
                    cfg->recipe_preset, (unsigned long long)cfg->recipe_ram,
                    (unsigned long long)cfg->recipe_disk, (unsigned long long)cfg->recipe_seed,
-                   cfg->recipe_attn_mix, cfg->recipe_expert_dtype, cfg->recipe_trunk_dtype);
+                   cfg->recipe_attn_mix, cfg->recipe_expert_dtype, cfg->recipe_trunk_dtype,
+                   SPILL_SIM_DEFAULT_REUSE);
   if (cfg->recipe_like_trace[0]) /* recipes without it keep their old hash */
     n += snprintf(canon + n, sizeof canon - (size_t)n, ";like_trace=%s;moe=%d;experts=%d;topk=%d",
                   cfg->recipe_like_trace, cfg->recipe_trace.n_layers,

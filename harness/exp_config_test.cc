@@ -278,9 +278,10 @@ TEST(ExpConfigTest, LikeTraceRecipes) {
   EXPECT_STRNE(a.recipe_hash, b.recipe_hash);
   EXPECT_STRNE(b.recipe_hash, c.recipe_hash);  // nano vs nano like the trace
   // the plain nano recipe's hash: FNV-1a 64 of
-  // "preset=nano;ram=0;disk=0;seed=1;attn=k3;edt=rvq3;tdt=q4;routing=2" (no
-  // like_trace part; ";routing=2" since generated routing was calibrated)
-  EXPECT_STREQ(c.recipe_hash, "0c39065d5358a4eb");
+  // "preset=nano;ram=0;disk=0;seed=1;attn=k3;edt=rvq3;tdt=q4;routing=3;reuse=0.411"
+  // (no like_trace part; ";routing=3;reuse=R" since generated models carry
+  // next-token reuse)
+  EXPECT_STREQ(c.recipe_hash, "325a5ecaa512dfde");
   char *json = spill_exp_config_resolved_json(&b);
   spill_exp_config r;
   ASSERT_EQ(spill_exp_config_parse(json, "resolved", &r, &e), SPILL_OK) << e.msg << json;

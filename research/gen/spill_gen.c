@@ -42,6 +42,8 @@ static int gen_opts(const spill_gen_request *req, spill_gen_opts *o, spill_err *
   if (req->lookahead_precision != 0) o->la_precision = req->lookahead_precision;
   if (req->coact > 0) o->coact = req->coact;
   if (req->coact < 0) o->coact = 0;
+  if (req->reuse > 0) o->reuse = req->reuse;
+  if (req->reuse < 0) o->reuse = 0;
   return SPILL_OK;
 }
 

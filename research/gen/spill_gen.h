@@ -33,6 +33,8 @@ typedef struct spill_gen_request {
   double lookahead_precision; /* (0, 1]: at lookahead width 6; default 0.81 (K3) */
   double coact;               /* (0, 1): co-activation precision; default 0.575
                                  (OLMoE); < 0: independent routers */
+  double reuse;               /* (0, 1): next-token reuse; default 0.411 (OLMoE);
+                                 < 0: off (reuse is what the text gives) */
 } spill_gen_request;
 
 /* Fills req's moe_layers, experts and top_k from the trace FILE (checked by

@@ -51,6 +51,9 @@ typedef struct spill_gen_opts {
                              for, (0, 1]; < 0 = the K3 default (0.81) */
   double coact;           /* co-activation precision, [0, 1); 0 = independent
                              routers; < 0 = the OLMoE default (0.575) */
+  double reuse;           /* next-token reuse the KDA layers are solved for,
+                             [0, 1); 0 = off (the earlier random conv taps and
+                             unit attention gain); < 0 = the OLMoE default (0.411) */
   int threads;            /* generator threads besides the writer: 0 or 1 */
   int n_experts;          /* > 0: experts per MoE layer instead of the preset's
                              (twin: instead of what the disk cap allows) */

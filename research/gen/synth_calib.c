@@ -107,6 +107,7 @@ static double mf_run(mf *m, float eps, float c) {
 }
 
 static int mf_coact(mf *m, double *out, spill_err *e);
+static int mf_stats(mf *m, double *coact, double *reuse, spill_err *e);
 
 /* Sum of the 50/80/95% coverage points (as spill_gen_calibrate_bias scores
  * them) of the mf model's routers at bias spread a and row share c: every
@@ -164,8 +165,8 @@ static int mf_solve_chain(mf *m, float eps, double coact, float *chain, spill_er
   return SPILL_OK;
 }
 
-/* Co-activation precision of the last mf_run's ids (research/trace). */
-static int mf_coact(mf *m, double *out, spill_err *e) {
+/* research/trace's statistics of the last run's ids (m->ids). */
+static int mf_stats(mf *m, double *coact, double *reuse, spill_err *e) {
   spill_trace t;
   memset(&t, 0, sizeof t);
   t.format = SPILL_TRACE_SIMPLE;
@@ -190,9 +191,37 @@ static int mf_coact(mf *m, double *out, spill_err *e) {
   t.ids = m->ids;
   spill_trace_stats st;
   SPILL_TRY(spill_trace_compute_stats(&t, 0, 0, &st, e));
-  *out = st.coact_precision;
+  if (coact) *coact = st.coact_precision;
+  if (reuse) *reuse = st.reuse_next;
   spill_trace_stats_free(&st);
   return SPILL_OK;
+}
+
+/* Co-activation precision of the last mf_run's ids. */
+static int mf_coact(mf *m, double *out, spill_err *e) { return mf_stats(m, out, NULL, e); }
+
+/* Next-token reuse of the mf routers (bias and shared rows as set) when
+ * every layer's projections of token t+1 are rho times token t's plus
+ * sqrt(1 - rho^2) fresh; layers independent. us, zs: (L, E) states. */
+static int mf_reuse_at(mf *m, float c, float rho, float *us, float *zs, double *out,
+                       spill_err *e) {
+  spill_gen_rng r;
+  spill_gen_rng_seed(&r, 0x6D667275ull, (uint64_t)m->E, (uint64_t)m->k);
+  const size_t n = (size_t)m->L * m->E;
+  fill_gauss(&r, us, (int)n);
+  fill_gauss(&r, zs, (int)n);
+  const float fresh = sqrtf(1.0f - rho * rho);
+  for (int t = 0; t < CAL_TOKENS; t++) {
+    if (t > 0)
+      for (size_t i = 0; i < n; i++) {
+        us[i] = rho * us[i] + fresh * spill_gen_gauss12(&r);
+        zs[i] = rho * zs[i] + fresh * spill_gen_gauss12(&r);
+      }
+    for (int j = 0; j < m->L; j++)
+      mf_select(m, j, us + (size_t)j * m->E, zs + (size_t)j * m->E, c, m->k,
+                m->ids + ((size_t)t * m->L + j) * m->k);
+  }
+  return mf_stats(m, NULL, out, e);
 }
 
 static int mf_init(mf *m, int E, int k, int width, int sigmoid, float spread, uint64_t seed,
@@ -280,6 +309,37 @@ int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t 
     out->precision = mf_run(&m, out->eps, out->chain);
     rc = mf_coact(&m, &out->coact, e);
   }
+  mf_free(&m);
+  return rc;
+}
+
+int spill_gen_calibrate_reuse(int n_experts, int top_k, int sigmoid, uint64_t seed,
+                              float bias_spread, float chain, double reuse, double *rho,
+                              double *got, spill_err *e) {
+  SPILL_FAIL_IF(e, n_experts <= 0 || top_k <= 0 || top_k > n_experts || top_k > SPILL_MAX_TOPK,
+                SPILL_E_CONFIG, "gen: cannot calibrate reuse for %d experts top-%d", n_experts,
+                top_k);
+  mf m;
+  int rc = mf_init(&m, n_experts, top_k, SPILL_GEN_LA_WIDTH, sigmoid, bias_spread, seed, e);
+  float *us = malloc((size_t)n_experts * CAL_LAYERS * sizeof *us);
+  float *zs = malloc((size_t)n_experts * CAL_LAYERS * sizeof *zs);
+  if (rc == SPILL_OK && (!us || !zs)) rc = spill_err_set(e, SPILL_E_NOMEM, "gen: reuse buffers");
+  if (rc == SPILL_OK) mf_set_bias(&m, bias_spread, chain);
+  /* reuse rises with rho */
+  float lo = 0.0f, hi = (float)SPILL_GEN_MAX_REUSE_RHO;
+  double r = 0;
+  for (int it = 0; rc == SPILL_OK && it < 14; it++) {
+    float mid = 0.5f * (lo + hi);
+    rc = mf_reuse_at(&m, chain, mid, us, zs, &r, e);
+    if (r < reuse) lo = mid;
+    else hi = mid;
+  }
+  if (rc == SPILL_OK) {
+    *rho = 0.5 * (lo + hi);
+    rc = mf_reuse_at(&m, chain, (float)*rho, us, zs, got, e);
+  }
+  free(us);
+  free(zs);
   mf_free(&m);
   return rc;
 }

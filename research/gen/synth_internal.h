@@ -135,6 +135,13 @@ static inline float spill_gen_write_scale(float rho, int layer) {
   return rho * powf(1.0f + 2.0f * rho * rho, 0.5f * (float)layer);
 }
 
+/* With next-token reuse (base G > 0), layer 0's KDA attention writes rms G
+ * into a stream of rms 1 and every other residual writer is
+ * spill_gen_write_scale times sqrt(1 + G^2): the stream after layer 0's
+ * attention has rms sqrt(1 + G^2) and every layer changes it by the same
+ * relative amount as without reuse (the lookahead precision is kept). */
+static inline float spill_gen_reuse_scale(float base) { return sqrtf(1.0f + base * base); }
+
 /* The largest router-row share c the co-activation solve may use. Topic-
  * shared rows and biases make popularity come in steps of a topic's experts,
  * which a spread solved on the sum of the three coverage points cannot keep
@@ -168,13 +175,45 @@ int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t 
                                 float skew, float bias_spread, double precision, double coact,
                                 spill_gen_routing_cal *out, spill_err *e);
 
+/* Next-token reuse (docs/GEN.md, "Routing statistics"): in the mean-field
+ * router model of spill_gen_calibrate_routing, every router projection of
+ * token t+1 is rho v + sqrt(1 - rho^2) g of token t's (g fresh); returns the
+ * rho whose next-token reuse (research/trace's) is `reuse`, and that reuse in
+ * *got (capped at SPILL_GEN_MAX_REUSE_RHO: *got < reuse says out of reach).
+ * Deterministic in its arguments. */
+int spill_gen_calibrate_reuse(int n_experts, int top_k, int sigmoid, uint64_t seed,
+                              float bias_spread, float chain, double reuse, double *rho,
+                              double *got, spill_err *e);
+#define SPILL_GEN_MAX_REUSE_RHO 0.98
+
+/* The carrier of reuse: KDA layers with box conv taps (q, k, v summed over
+ * the last conv_kernel tokens, so the delta-rule readout drifts slowly from
+ * token to token) and faster decay (SPILL_GEN_REUSE_DT_MIN); layer 0's KDA
+ * attention, which sees only the token embeddings, writes a base of rms G
+ * (spill_gen_reuse_scale). The router input's consecutive-token correlation
+ * is modelled as SPILL_GEN_KDA_LAG1 times the KDA outputs' share of its
+ * variance (kda_corr, synth_plan.c); the constant was fitted on tuning seeds
+ * 5-8 of nano 8 x 64 top-8 at the default reuse (docs/GEN.md). */
+#define SPILL_GEN_KDA_LAG1 0.79
+/* The largest base: at 2.5 a mini model's routing collapses late in decode
+ * (98% reuse over the last 48 tokens, 3.5% of the pairs carrying 50%;
+ * docs/GEN.md), at 1.5 it does not. Where the reuse asked needs more, the
+ * plan says it is out of reach. */
+#define SPILL_GEN_MAX_REUSE_BASE 2.0f
+/* With reuse the KDA decay rates dt are drawn from [this, 0.1] instead of
+ * [1e-3, 0.1]: channels that decay by less than 1% a token add a near-
+ * constant component (the mean of the whole context) that makes reuse depend
+ * on the seed and concentrates routing (docs/GEN.md). */
+#define SPILL_GEN_REUSE_DT_MIN 1e-2f
+
 /* How a trunk tensor's values are drawn. */
 typedef enum spill_gen_init_kind {
   SPILL_GEN_INIT_GAUSS = 0, /* N(0, a^2) */
   SPILL_GEN_INIT_NORM,      /* 1 + a * N(0, 1) */
   SPILL_GEN_INIT_CONV,      /* taps U(-a, a), last tap + 0.5 */
+  SPILL_GEN_INIT_CONV_BOX,  /* every tap a: a moving sum of the last K inputs */
   SPILL_GEN_INIT_A_LOG,     /* log U(1, 16) */
-  SPILL_GEN_INIT_DT_BIAS,   /* softplus^-1 of dt, log dt ~ U(log 1e-3, log 1e-1) */
+  SPILL_GEN_INIT_DT_BIAS,   /* softplus^-1 of dt, log dt ~ U(log a, log 1e-1); a = 0: 1e-3 */
   SPILL_GEN_INIT_PROBS_B,   /* a * N(0, 1): the popularity bias */
   SPILL_GEN_INIT_CODEBOOK,  /* rvq3 (3, 256, 8): stage s ~ N(0, 0.5^s), centred */
   SPILL_GEN_INIT_ROUTER,    /* a * (rows shared with the neighbouring MoE layers' routers) */
@@ -205,6 +244,11 @@ typedef struct spill_gen_plan_full {
                         two layers have router rows correlated c */
   double want_precision, want_coact; /* the targets they were solved for */
   spill_gen_routing_cal cal;         /* what the mean-field model predicts */
+  double want_reuse;  /* next-token reuse asked (0: off) */
+  double reuse_rho;   /* router-input correlation of consecutive tokens it needs */
+  double model_reuse; /* reuse the mean-field model gives at reuse_rho */
+  float reuse_base;   /* G: rms of layer 0's KDA attention output (0: no reuse) */
+  double model_corr;  /* kda_corr at reuse_base (< reuse_rho: out of reach) */
 } spill_gen_plan_full;
 
 /* The topic of expert e of MoE layer `layer` (spill_gen_pairing). */

@@ -56,6 +56,7 @@ void spill_gen_opts_init(spill_gen_opts *o) {
   o->skew = -1.0;
   o->la_precision = -1.0;
   o->coact = -1.0;
+  o->reuse = -1.0;
   o->threads = 1;
 }
 
@@ -121,18 +122,55 @@ static void tl_add(tlist *tl, const spill_gen_opts *o, uint32_t group, int cls, 
   tl->n++;
 }
 
+#define M(cls, r, c, a, ...) tl_add(tl, o, g, cls, 2, r, c, SPILL_GEN_INIT_GAUSS, a, __VA_ARGS__)
+#define NORM(n, ...) tl_add(tl, o, g, CLS_F32, 1, n, 1, SPILL_GEN_INIT_NORM, 0.02f, __VA_ARGS__)
+
+/* KDA attention of layer l (mixer, norm and output writing with rms ro):
+ * box conv taps and faster decay when the plan carries reuse, else the
+ * earlier random taps and decay range. */
+static void kda_tensors(const gen_shape *s, const spill_gen_opts *o, uint32_t g, float ro,
+                        int reuse, int l, tlist *tl) {
+  const int D = s->d_model, H = s->heads, hd = s->head_dim, C = H * hd, K = 4;
+  const float inD = 1.0f / sqrtf((float)D);
+  const spill_gen_init_kind conv = reuse ? SPILL_GEN_INIT_CONV_BOX : SPILL_GEN_INIT_CONV;
+  const float ca = reuse ? 0.5f : 0.5f / sqrtf((float)K); /* box: rms-preserving sum of K */
+  static const char *const qkv[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++) M(CLS_BULK, C, D, inD, "blk.%d.attn_%s", l, qkv[i]);
+  for (int i = 0; i < 3; i++)
+    tl_add(tl, o, g, CLS_F32, 2, C, K, conv, ca, "blk.%d.attn_%s_conv", l, qkv[i]);
+  M(CLS_BULK, s->gate_rank, D, inD, "blk.%d.attn_f_a", l);
+  M(CLS_BULK, C, s->gate_rank, 0.5f / sqrtf((float)s->gate_rank), "blk.%d.attn_f_b", l);
+  /* dt from [a, 0.1] (a = 1e-3 when 0): with reuse, 1e-2, so that no channel
+   * keeps a near-constant memory of the whole context */
+  tl_add(tl, o, g, CLS_F32, 1, C, 1, SPILL_GEN_INIT_DT_BIAS, reuse ? SPILL_GEN_REUSE_DT_MIN : 0.0f,
+         "blk.%d.attn_dt_bias", l);
+  tl_add(tl, o, g, CLS_F32, 1, H, 1, SPILL_GEN_INIT_A_LOG, 0.0f, "blk.%d.attn_a_log", l);
+  M(CLS_BULK, H, D, inD, "blk.%d.attn_b", l);
+  if (s->out_gate_rank == 0) {
+    M(CLS_BULK, C, D, inD, "blk.%d.attn_g", l);
+  } else {
+    M(CLS_BULK, s->out_gate_rank, D, inD, "blk.%d.attn_g_a", l);
+    M(CLS_BULK, C, s->out_gate_rank, 1.0f / sqrtf((float)s->out_gate_rank), "blk.%d.attn_g_b",
+      l);
+  }
+  NORM(hd, "blk.%d.attn_o_norm", l);
+  /* o = rmsnorm(o) * sigmoid(gate): rms ~0.5 */
+  M(CLS_BULK, D, C, 2.0f * ro / sqrtf((float)C), "blk.%d.attn_output", l);
+}
+
 static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bias_spread,
-                          float rho, tlist *tl) {
+                          float rho, float base, tlist *tl) {
   const uint32_t g = s->trunk_group;
   const int D = s->d_model, L = s->n_layers;
   float ro = 0; /* residual writers of layer l: spill_gen_write_scale */
+  /* reuse: layer 0's KDA attention writes base, every other writer scales with
+   * the stream's rms after it (spill_gen_reuse_scale) */
+  const float sb = spill_gen_reuse_scale(base);
   const float sw = 1.0f / 0.6f;                    /* swiglu output rms */
   const float inD = 1.0f / sqrtf((float)D);
-#define M(cls, r, c, a, ...) tl_add(tl, o, g, cls, 2, r, c, SPILL_GEN_INIT_GAUSS, a, __VA_ARGS__)
-#define NORM(n, ...) tl_add(tl, o, g, CLS_F32, 1, n, 1, SPILL_GEN_INIT_NORM, 0.02f, __VA_ARGS__)
   M(CLS_EMBD, s->vocab, D, 1.0f, "tok_embd");
   for (int l = 0; l < L; l++) {
-    ro = spill_gen_write_scale(rho, l);
+    ro = sb * spill_gen_write_scale(rho, l);
     tl->layer = l;
     NORM(D, "blk.%d.attn_norm", l);
     spill_attn_kind k = layer_kind(s->mix, l, L);
@@ -157,31 +195,7 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
         "blk.%d.attn_kv_b", l);
       M(CLS_BULK, D, H * s->vdim, ro / sqrtf((float)(H * s->vdim)), "blk.%d.attn_output", l);
     } else {
-      const int C = H * hd, K = 4;
-      M(CLS_BULK, C, D, inD, "blk.%d.attn_q", l);
-      M(CLS_BULK, C, D, inD, "blk.%d.attn_k", l);
-      M(CLS_BULK, C, D, inD, "blk.%d.attn_v", l);
-      tl_add(tl, o, g, CLS_F32, 2, C, K, SPILL_GEN_INIT_CONV, 0.5f / sqrtf((float)K),
-             "blk.%d.attn_q_conv", l);
-      tl_add(tl, o, g, CLS_F32, 2, C, K, SPILL_GEN_INIT_CONV, 0.5f / sqrtf((float)K),
-             "blk.%d.attn_k_conv", l);
-      tl_add(tl, o, g, CLS_F32, 2, C, K, SPILL_GEN_INIT_CONV, 0.5f / sqrtf((float)K),
-             "blk.%d.attn_v_conv", l);
-      M(CLS_BULK, s->gate_rank, D, inD, "blk.%d.attn_f_a", l);
-      M(CLS_BULK, C, s->gate_rank, 0.5f / sqrtf((float)s->gate_rank), "blk.%d.attn_f_b", l);
-      tl_add(tl, o, g, CLS_F32, 1, C, 1, SPILL_GEN_INIT_DT_BIAS, 0.0f, "blk.%d.attn_dt_bias", l);
-      tl_add(tl, o, g, CLS_F32, 1, H, 1, SPILL_GEN_INIT_A_LOG, 0.0f, "blk.%d.attn_a_log", l);
-      M(CLS_BULK, H, D, inD, "blk.%d.attn_b", l);
-      if (s->out_gate_rank == 0) {
-        M(CLS_BULK, C, D, inD, "blk.%d.attn_g", l);
-      } else {
-        M(CLS_BULK, s->out_gate_rank, D, inD, "blk.%d.attn_g_a", l);
-        M(CLS_BULK, C, s->out_gate_rank, 1.0f / sqrtf((float)s->out_gate_rank),
-          "blk.%d.attn_g_b", l);
-      }
-      NORM(hd, "blk.%d.attn_o_norm", l);
-      /* o = rmsnorm(o) * sigmoid(gate): rms ~0.5 */
-      M(CLS_BULK, D, C, 2.0f * ro / sqrtf((float)C), "blk.%d.attn_output", l);
+      kda_tensors(s, o, g, (l == 0 && base > 0) ? base : ro, base > 0, l, tl);
     }
     NORM(D, "blk.%d.ffn_norm", l);
     if (l < s->n_dense) {
@@ -421,7 +435,7 @@ typedef struct sized {
 
 static int measure(const gen_shape *s, const spill_gen_opts *o, sized *z, spill_err *e) {
   tlist tl = {0};
-  build_tensors(s, o, 1.0f, 0.1f, &tl); /* sizes only */
+  build_tensors(s, o, 1.0f, 0.1f, 0.0f, &tl); /* sizes only */
   int rc = tl.oom ? spill_err_set(e, SPILL_E_NOMEM, "gen: tensor list") : SPILL_OK;
   if (rc == SPILL_OK) rc = size_tensors(&tl, &z->trunk, e);
   if (rc == SPILL_OK) rc = record_bytes_for(s, o->expert_dtype, &z->record, e);
@@ -592,6 +606,54 @@ static int plan_shape(const spill_gen_opts *o, int mix, gen_shape *s, spill_gen_
   return SPILL_OK;
 }
 
+/* The modelled consecutive-token correlation of the MoE layers' router
+ * inputs at base G (mean over MoE layers): SPILL_GEN_KDA_LAG1 times the KDA
+ * outputs' share of the stream's variance at the router. Layer 0's KDA
+ * attention writes G (relative to the embedding's 1), every later writer
+ * spill_gen_write_scale times sqrt(1 + G^2); the KDA layers' writes are the
+ * slow part, the embedding and the FFN / MoE writes the fast part. */
+static double kda_corr(const gen_shape *s, float rho, float G) {
+  const double b = 1.0 + (double)G * G;
+  double var = 1.0, slow = 0.0, sum = 0.0;
+  for (int l = 0; l < s->n_layers; l++) {
+    const double ro2 = b * spill_gen_write_scale(rho, l) * spill_gen_write_scale(rho, l);
+    const double a = l == 0 ? (double)G * G : ro2;
+    var += a;
+    if (layer_kind(s->mix, l, s->n_layers) == SPILL_ATTN_KDA) slow += a;
+    if (l >= s->n_dense) sum += slow / var;
+    var += ro2; /* the FFN / MoE writer */
+  }
+  const int n_moe = s->n_layers - s->n_dense;
+  return n_moe > 0 ? SPILL_GEN_KDA_LAG1 * sum / n_moe : 0.0;
+}
+
+/* Next-token reuse: the router-input correlation rho it needs (mean-field,
+ * synth_calib.c), then the base G whose modelled correlation is rho (capped
+ * at SPILL_GEN_MAX_REUSE_BASE). Off (G 0: the earlier conv taps, decay and
+ * writer sizes) for reuse 0 or a plan whose layer 0 is not KDA. */
+static int plan_reuse(const spill_gen_opts *o, const gen_shape *s, spill_gen_plan_full *p,
+                      spill_err *e) {
+  const double want = o->reuse < 0 ? SPILL_SIM_DEFAULT_REUSE : o->reuse;
+  SPILL_FAIL_IF(e, !(want >= 0 && want < 1), SPILL_E_CONFIG, "gen: reuse %g must be in [0, 1)",
+                want);
+  p->want_reuse = want;
+  p->reuse_base = 0.0f;
+  const int kda0 = layer_kind(s->mix, 0, s->n_layers) == SPILL_ATTN_KDA;
+  if (want <= 0 || !kda0 || s->n_layers == s->n_dense) return SPILL_OK;
+  SPILL_TRY(spill_gen_calibrate_reuse(s->n_experts, s->top_k, !s->softmax_router, o->seed,
+                                      p->bias_spread, p->chain, want, &p->reuse_rho,
+                                      &p->model_reuse, e));
+  float lo = 0.0f, hi = SPILL_GEN_MAX_REUSE_BASE;
+  for (int it = 0; it < 24; it++) { /* kda_corr rises with the base */
+    float mid = 0.5f * (lo + hi);
+    if (kda_corr(s, p->write_rho, mid) < p->reuse_rho) lo = mid;
+    else hi = mid;
+  }
+  p->reuse_base = hi > 0.01f ? hi : 0.01f; /* > 0: the plan carries reuse */
+  p->model_corr = kda_corr(s, p->write_rho, hi);
+  return SPILL_OK;
+}
+
 /* The routing targets and the two router constants solved for them
  * (synth_calib.c): the write ratio rho = eps / sqrt(2) (two writers between
  * the lookahead point and the next router) and the row correlation. */
@@ -618,7 +680,7 @@ static int plan_routing(const spill_gen_opts *o, const gen_shape *s, float skew,
   p->write_rho = p->cal.eps / sqrtf(2.0f);
   p->chain = p->cal.chain;
   p->bias_spread = p->cal.bias_spread;
-  return SPILL_OK;
+  return plan_reuse(o, s, p, e);
 }
 
 /* One bank per MoE layer, and the generator JSON the container records. */
@@ -643,11 +705,11 @@ static int plan_banks(const spill_gen_opts *o, const gen_shape *s, float skew, f
            ",\"skew\":%.4f,\"bias_spread\":%.6f,\"trunk\":\"%s\",\"expert_dtype\":\"%s\",\"ram_bytes\":%" PRIu64
            ",\"disk_bytes\":%" PRIu64
            ",\"routing\":{\"lookahead_precision\":%.4f,\"lookahead_width\":%d,\"coact\":%.4f"
-           ",\"write_rho\":%.6f,\"router_chain\":%.6f}}",
+           ",\"write_rho\":%.6f,\"router_chain\":%.6f,\"reuse\":%.4f,\"reuse_base\":%.6f}}",
            s->name, o->attn_mix ? o->attn_mix : "k3", o->seed, (double)skew, (double)spread,
            o->trunk == SPILL_GEN_TRUNK_Q4 ? "q4" : "f32", spill_dtype_name(m->expert_dtype),
            p->sum.ram_bytes, disk, p->want_precision, SPILL_GEN_LA_WIDTH, p->want_coact,
-           (double)p->write_rho, (double)p->chain);
+           (double)p->write_rho, (double)p->chain, p->want_reuse, (double)p->reuse_base);
   m->generator_json = strdup(js);
   SPILL_FAIL_IF(e, !m->generator_json, SPILL_E_NOMEM, "gen: generator json");
   return SPILL_OK;
@@ -694,6 +756,19 @@ static void plan_summarize(const gen_shape *s, uint64_t trunk, int n_tensors,
              SPILL_GEN_LA_WIDTH, p->want_precision, p->cal.precision, (double)p->write_rho,
              p->want_coact, p->cal.coact, (double)p->chain,
              p->cal.coact < p->want_coact - 0.02 ? ": co-activation out of reach at this shape" : "");
+    used = strlen(sum->text);
+    if (p->want_reuse > 0 && p->reuse_base > 0)
+      snprintf(sum->text + used, sizeof sum->text - used,
+               "routing: next-token reuse %.3f asked, %.3f by the mean-field model at "
+               "router-input correlation %.3f; base %.3f gives %.3f%s\n",
+               p->want_reuse, p->model_reuse, p->reuse_rho, (double)p->reuse_base,
+               p->model_corr,
+               p->model_corr < p->reuse_rho - 0.01 ? ": out of reach at this shape (base capped)"
+                                                   : "");
+    else if (p->want_reuse > 0)
+      snprintf(sum->text + used, sizeof sum->text - used,
+               "routing: next-token reuse %.3f asked, not carried (layer 0 is not KDA: reuse is "
+               "what the text gives)\n", p->want_reuse);
   }
 }
 
@@ -721,7 +796,7 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
     SPILL_TRY(spill_gen_calibrate_bias(s.n_experts, s.top_k, &cal, e));
   SPILL_TRY(plan_routing(o, &s, skew, skew * cal, p, e));
   tlist tl = {0};
-  build_tensors(&s, o, p->bias_spread, p->write_rho, &tl);
+  build_tensors(&s, o, p->bias_spread, p->write_rho, p->reuse_base, &tl);
   if (tl.oom) {
     free(tl.t);
     free(tl.init);

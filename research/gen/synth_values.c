@@ -70,11 +70,14 @@ void spill_gen_tensor_f32(const spill_gen_plan_full *p, int i, float *out) {
           out[row * cols + c] =
               in->a * (2.0f * spill_gen_unif(&r) - 1.0f) + (c == cols - 1 ? 0.5f : 0.0f);
       break;
+    case SPILL_GEN_INIT_CONV_BOX: /* (channels, K): a moving sum, every tap a */
+      for (uint64_t k = 0; k < n; k++) out[k] = in->a;
+      break;
     case SPILL_GEN_INIT_A_LOG: /* A = exp(a_log) in [1, 16] */
       for (uint64_t k = 0; k < n; k++) out[k] = logf(1.0f + 15.0f * spill_gen_unif(&r));
       break;
-    case SPILL_GEN_INIT_DT_BIAS: { /* softplus(dt_bias) = dt in [1e-3, 1e-1] */
-      const float lo = logf(1e-3f), hi = logf(1e-1f);
+    case SPILL_GEN_INIT_DT_BIAS: { /* softplus(dt_bias) = dt in [a or 1e-3, 1e-1] */
+      const float lo = logf(in->a > 0 ? in->a : 1e-3f), hi = logf(1e-1f);
       for (uint64_t k = 0; k < n; k++) {
         float dt = expf(lo + (hi - lo) * spill_gen_unif(&r));
         out[k] = dt + logf(-expm1f(-dt));
@@ -195,9 +198,10 @@ void spill_gen_expert_payload(const spill_gen_plan_full *p, int layer, uint32_t 
     const spill_section_info *sec = &m->sect[s];
     uint8_t *dst = payload + (sec->offset - SPILL_RECORD_HEADER_BYTES);
     float sigma = p->expert_sigma_in;
+    const float sb = spill_gen_reuse_scale(p->reuse_base);
     if (s == SPILL_SEC_DOWN)
       sigma = p->expert_sigma_out *
-              (p->expert_out_latent ? 1.0f : 2.0f * spill_gen_write_scale(p->write_rho, layer));
+              (p->expert_out_latent ? 1.0f : 2.0f * sb * spill_gen_write_scale(p->write_rho, layer));
     switch (m->expert_dtype) {
       case SPILL_DT_RVQ3: draw_rvq3(&r, sec->rows, sec->cols, sigma, dst); break;
       case SPILL_DT_Q8: draw_q8(&r, sec->rows, sec->cols, m->expert_group, sigma, dst); break;
