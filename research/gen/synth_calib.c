@@ -268,14 +268,19 @@ static void mf_free(mf *m) {
   free(m->ids);
 }
 
+/* Checks the shape and sets m up (mf_free it whatever this returns). */
+static int mf_open(mf *m, int E, int k, int sigmoid, float spread, uint64_t seed, spill_err *e) {
+  memset(m, 0, sizeof *m);
+  SPILL_FAIL_IF(e, E <= 0 || k <= 0 || k > E || k > SPILL_MAX_TOPK, SPILL_E_CONFIG,
+                "gen: cannot calibrate routing for %d experts top-%d", E, k);
+  return mf_init(m, E, k, SPILL_GEN_LA_WIDTH, sigmoid, spread, seed, e);
+}
+
 int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t seed,
                                 float skew, float bias_spread, double precision, double coact,
                                 spill_gen_routing_cal *out, spill_err *e) {
-  SPILL_FAIL_IF(e, n_experts <= 0 || top_k <= 0 || top_k > n_experts || top_k > SPILL_MAX_TOPK,
-                SPILL_E_CONFIG, "gen: cannot calibrate routing for %d experts top-%d", n_experts,
-                top_k);
   mf m;
-  int rc = mf_init(&m, n_experts, top_k, SPILL_GEN_LA_WIDTH, sigmoid, bias_spread, seed, e);
+  int rc = mf_open(&m, n_experts, top_k, sigmoid, bias_spread, seed, e);
   if (rc != SPILL_OK) {
     mf_free(&m);
     return rc;
@@ -316,11 +321,8 @@ int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t 
 int spill_gen_calibrate_reuse(int n_experts, int top_k, int sigmoid, uint64_t seed,
                               float bias_spread, float chain, double reuse, double *rho,
                               double *got, spill_err *e) {
-  SPILL_FAIL_IF(e, n_experts <= 0 || top_k <= 0 || top_k > n_experts || top_k > SPILL_MAX_TOPK,
-                SPILL_E_CONFIG, "gen: cannot calibrate reuse for %d experts top-%d", n_experts,
-                top_k);
   mf m;
-  int rc = mf_init(&m, n_experts, top_k, SPILL_GEN_LA_WIDTH, sigmoid, bias_spread, seed, e);
+  int rc = mf_open(&m, n_experts, top_k, sigmoid, bias_spread, seed, e);
   float *us = malloc((size_t)n_experts * CAL_LAYERS * sizeof *us);
   float *zs = malloc((size_t)n_experts * CAL_LAYERS * sizeof *zs);
   if (rc == SPILL_OK && (!us || !zs)) rc = spill_err_set(e, SPILL_E_NOMEM, "gen: reuse buffers");
