@@ -193,7 +193,8 @@ int spill_gen_calibrate_reuse(int n_experts, int top_k, int sigmoid, uint64_t se
  * (spill_gen_reuse_scale). The router input's consecutive-token correlation
  * is modelled as SPILL_GEN_KDA_LAG1 times the KDA outputs' share of its
  * variance (kda_corr, synth_plan.c); the constant was fitted on tuning seeds
- * 5-8 of nano 8 x 64 top-8 at the default reuse (docs/GEN.md). */
+ * 5-8 of nano 8 x 64 top-8 for an earlier carrier (a gain on every KDA
+ * output) and kept for the base: crude (docs/GEN.md, "Reuse"). */
 #define SPILL_GEN_KDA_LAG1 0.79
 /* The largest base: at 2.5 a mini model's routing collapses late in decode
  * (98% reuse over the last 48 tokens, 3.5% of the pairs carrying 50%;
