@@ -81,7 +81,8 @@ typedef struct spill_config {
   spill_trunk_mode trunk; /* trunk: read | mmap | mlock */
   spill_act_quant act_quant; /* act_quant: f32 | q8 matvec inputs (f32) */
   spill_preload preload;  /* preload: none | all expert records read at open (none) */
-  char policy[16];        /* policy: lru | lfru | wtinylfu | nextuse[-coact|-opt] | arc | s3fifo */
+  char policy[16];        /* policy: lru | lfru | wtinylfu | nextuse[-coact|-opt] | arc |
+                             s3fifo | gap-hd */
   int lookahead;          /* lookahead: experts prefetched per predicted layer (0 = off) */
   int lookahead_depth;    /* lookahead_depth: 1 or 2 layers ahead */
   int lookahead_prefill;  /* lookahead_prefill: also prefetch during chunked prefill (0) */

@@ -63,9 +63,11 @@ extern const spill_cache_policy spill_cache_policy_nextuse_coact; /* policy_next
 extern const spill_cache_policy spill_cache_policy_nextuse_opt;   /* policy_nextuse.c */
 extern const spill_cache_policy spill_cache_policy_arc;           /* policy_scan.c */
 extern const spill_cache_policy spill_cache_policy_s3fifo;        /* policy_scan.c */
+extern const spill_cache_policy spill_cache_policy_gap_hd;        /* policy_gap.c */
+extern const spill_cache_policy spill_cache_policy_mix_hd_opt;    /* policy_mix.c */
 
 /* Policy by name ("lru", "lfru", "wtinylfu", "nextuse", "nextuse-coact", "nextuse-opt",
- * "arc", "s3fifo");
+ * "arc", "s3fifo", "gap-hd");
  * NULL if unknown. */
 const spill_cache_policy *spill_cache_policy_find(const char *name);
 /* NULL-terminated list of the built-in policy names, for help texts. */
@@ -91,6 +93,39 @@ static inline uint64_t spill_cache_rng_next(uint64_t *state) { return spill_rng_
 /* Uniform integer in [0, n) (n >= 1), Lemire's multiply-shift. */
 static inline uint32_t spill_cache_rng_below(uint64_t *state, uint32_t n) {
   return (uint32_t)(((spill_cache_rng_next(state) >> 32) * (uint64_t)n) >> 32);
+}
+
+/* The token clock of the MoE-aware policies (nextuse, gap-hd): a decode
+ * step touches layers 0..L-1 in order, so a new token starts when the layer
+ * of an access falls below the current token's highest layer by more than
+ * the lookahead slack (prefetches run up to 2 layers ahead of demand; no
+ * slack until 5 layers have been seen). */
+typedef struct spill_cache_token_clock {
+  uint64_t tok;       /* tokens started so far */
+  uint32_t hi_layer;  /* highest layer seen in the current token */
+  uint32_t max_layer; /* highest layer ever seen */
+  uint32_t cur_layer; /* layer of the last access */
+  int seen_any;
+} spill_cache_token_clock;
+
+/* Advances the clock on an access of layer l; 1 if a new token started. */
+static inline int spill_cache_token_tick(spill_cache_token_clock *c, uint32_t l) {
+  int started = 0;
+  if (!c->seen_any) {
+    c->seen_any = 1;
+    c->hi_layer = c->max_layer = c->cur_layer = l;
+    return 0;
+  }
+  uint32_t slack = c->max_layer >= 4 ? 2 : 0;
+  if (l < c->hi_layer && c->hi_layer - l > slack) {
+    c->tok++;
+    c->hi_layer = l;
+    started = 1;
+  }
+  if (l > c->hi_layer) c->hi_layer = l;
+  if (l > c->max_layer) c->max_layer = l;
+  c->cur_layer = l;
+  return started;
 }
 
 /* Doubly-linked list of slots threaded through caller-owned prev/next arrays

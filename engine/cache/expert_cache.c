@@ -64,9 +64,10 @@ struct spill_cache {
 static const spill_cache_policy *const k_policies[] = {
     &spill_cache_policy_lru, &spill_cache_policy_lfru, &spill_cache_policy_wtinylfu,
     &spill_cache_policy_nextuse, &spill_cache_policy_nextuse_coact,
-    &spill_cache_policy_nextuse_opt, &spill_cache_policy_arc, &spill_cache_policy_s3fifo};
+    &spill_cache_policy_nextuse_opt, &spill_cache_policy_arc, &spill_cache_policy_s3fifo,
+    &spill_cache_policy_gap_hd, &spill_cache_policy_mix_hd_opt};
 static const char *const k_policy_names[] = {"lru",           "lfru",        "wtinylfu", "nextuse",
-                                             "nextuse-coact", "nextuse-opt", "arc",     "s3fifo",   NULL};
+                                             "nextuse-coact", "nextuse-opt", "arc",     "s3fifo",   "gap-hd", "mix-hd-opt", NULL};
 
 const spill_cache_policy *spill_cache_policy_find(const char *name) {
   if (!name) return NULL;

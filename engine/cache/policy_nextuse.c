@@ -88,12 +88,9 @@ typedef struct nu_state {
   double *g_val;      /* (n_sets * NU_WAYS) */
   uint64_t *g_last;   /* (n_sets * NU_WAYS) */
   /* token clock */
-  uint64_t tok, base;
-  double w_now;       /* 2^((tok - base) / H) */
-  uint32_t hi_layer;  /* highest layer seen in the current token */
-  uint32_t max_layer; /* highest layer ever seen */
-  uint32_t cur_layer; /* layer of the last observed access */
-  int seen_any;
+  spill_cache_token_clock clk;
+  uint64_t base;      /* token of the value base */
+  double w_now;       /* 2^((clk.tok - base) / H) */
   /* nextuse-coact only (co == NULL otherwise) */
   uint16_t *co;                           /* (NU_CO_SIZE) count of (l, a) then (l + 1, b) */
   uint16_t *co_n;                         /* (NU_CO_SIZE) count of (l, a) */
@@ -135,10 +132,9 @@ static void nu_reset(void *p) {
   s->n_scratch = 0;
   uint64_t rng = s->seed;
   s->salt = spill_cache_rng_next(&rng);
-  s->tok = s->base = 0;
+  memset(&s->clk, 0, sizeof(s->clk));
+  s->base = 0;
   s->w_now = 1.0;
-  s->hi_layer = s->max_layer = s->cur_layer = 0;
-  s->seen_any = 0;
   if (s->co) {
     memset(s->co, 0, NU_CO_SIZE * sizeof(uint16_t));
     memset(s->co_n, 0, NU_CO_SIZE * sizeof(uint16_t));
@@ -270,7 +266,7 @@ static void nu_rescale(nu_state *s) {
     s->g_val[i] *= f;
     if (s->g_val[i] < 1e-12) s->g_key[i] = NU_EMPTY_KEY; /* faded to nothing */
   }
-  s->base = s->tok;
+  s->base = s->clk.tok;
   s->w_now = 1.0;
 }
 
@@ -278,26 +274,10 @@ static void nu_rescale(nu_state *s) {
  * layer falls back below the current token's highest layer by more than the
  * lookahead slack (prefetches run up to 2 layers ahead of demand). */
 static void nu_observe(nu_state *s, uint64_t key) {
-  uint32_t l = key_layer(key);
-  if (!s->seen_any) {
-    s->seen_any = 1;
-    s->hi_layer = s->max_layer = s->cur_layer = l;
-    return;
-  }
-  uint32_t slack = s->max_layer >= 4 ? 2 : 0;
-  if (l < s->hi_layer && s->hi_layer - l > slack) {
-    s->tok++;
-    s->hi_layer = l;
-    if (s->tok - s->base >= NU_RESCALE_TOKENS) {
-      s->w_now = exp2((double)(s->tok - s->base) / NU_HALF_LIFE);
-      nu_rescale(s);
-    } else {
-      s->w_now = exp2((double)(s->tok - s->base) / NU_HALF_LIFE);
-    }
-  }
-  if (l > s->hi_layer) s->hi_layer = l;
-  if (l > s->max_layer) s->max_layer = l;
-  s->cur_layer = l;
+  int started = spill_cache_token_tick(&s->clk, key_layer(key));
+  if (!started) return;
+  s->w_now = exp2((double)(s->clk.tok - s->base) / NU_HALF_LIFE);
+  if (s->clk.tok - s->base >= NU_RESCALE_TOKENS) nu_rescale(s);
 }
 
 /* nextuse-opt: OPTgen (Hawkeye, Jain & Lin 2016) over the last opt_w
@@ -318,7 +298,7 @@ static int8_t nu_opt_train(nu_state *s, uint64_t key) {
   size_t h = (size_t)(spill_cache_mix64(key ^ s->salt) & (NU_OPT_LAST - 1));
   uint8_t ctx = 3;
   if (s->opt_lkey[h] == key) {
-    uint64_t t0 = s->opt_lt[h], d = s->tok - s->opt_ltok[h];
+    uint64_t t0 = s->opt_lt[h], d = s->clk.tok - s->opt_ltok[h];
     ctx = d <= 1 ? 0 : d == 2 ? 1 : d <= 8 ? 2 : 3;
     size_t pi = (size_t)(spill_cache_mix64(key * 4 + s->opt_lctx[h]) & (NU_OPT_PRED - 1));
     int kept = t - t0 < W;
@@ -333,7 +313,7 @@ static int8_t nu_opt_train(nu_state *s, uint64_t key) {
   }
   s->opt_lkey[h] = key;
   s->opt_lt[h] = t;
-  s->opt_ltok[h] = s->tok;
+  s->opt_ltok[h] = s->clk.tok;
   s->opt_lctx[h] = ctx;
   return s->opt_pred[(size_t)(spill_cache_mix64(key * 4 + ctx) & (NU_OPT_PRED - 1))];
 }
@@ -341,16 +321,16 @@ static int8_t nu_opt_train(nu_state *s, uint64_t key) {
 /* Expected tokens until key's next use (larger = better victim). */
 static double nu_distance(const nu_state *s, uint64_t key, double val, uint64_t last) {
   double p = s->rate_gain * val / s->w_now;
-  uint64_t d = s->tok > last ? s->tok - last : 1;
+  uint64_t d = s->clk.tok > last ? s->clk.tok - last : 1;
   p += NU_RECENCY / (double)d;
   if (p < 1e-9) p = 1e-9;
-  uint32_t L = s->max_layer + 1, kl = key_layer(key), l = s->cur_layer;
+  uint32_t L = s->clk.max_layer + 1, kl = key_layer(key), l = s->clk.cur_layer;
   if (s->co) {
     double pc = nu_coact_p(s, key);
     if (pc >= 0) return (1.0 - pc) / p + NU_PHASE / (double)L;
   }
   double phase = kl == l ? 1.0 : (double)((kl + L - l % L) % L) / (double)L;
-  if (kl > s->max_layer) phase = 1.0;
+  if (kl > s->clk.max_layer) phase = 1.0;
   return 1.0 / p + NU_PHASE * phase;
 }
 
@@ -427,13 +407,13 @@ static int nu_admit(void *p, uint64_t key, const uint8_t *evictable) {
    * already recorded its use (the last refusal, or any refusal whose ghost
    * entry says so), it is the caller re-claiming a deferred read (the stream
    * defers a declined miss when both bounce buffers are busy). */
-  if (key == s->refused_key && s->tok == s->refused_tok) return 0;
+  if (key == s->refused_key && s->clk.tok == s->refused_tok) return 0;
   nu_observe(s, key);
   int64_t g = ghost_find(s, key);
-  if (g >= 0 && s->g_last[g] == s->tok) return 0;
+  if (g >= 0 && s->g_last[g] == s->clk.tok) return 0;
   if (s->co) nu_coact_observe(s, key);
   double val = (g >= 0 ? s->g_val[g] : 0) + s->w_now;
-  double mine = nu_distance(s, key, val, s->tok);
+  double mine = nu_distance(s, key, val, s->clk.tok);
   if (s->opt_occ) {
     s->opt_trained = key;
     s->opt_trained_pred = nu_opt_train(s, key);
@@ -448,18 +428,18 @@ static int nu_admit(void *p, uint64_t key, const uint8_t *evictable) {
   if (!any) return 1; /* nothing evictable: the cache reports ALL_PINNED */
   if (g >= 0) {
     s->g_val[g] = val;
-    s->g_last[g] = s->tok;
+    s->g_last[g] = s->clk.tok;
   } else {
-    ghost_put(s, key, val, s->tok);
+    ghost_put(s, key, val, s->clk.tok);
   }
   s->refused_key = key;
-  s->refused_tok = s->tok;
+  s->refused_tok = s->clk.tok;
   return 0;
 }
 
 static void nu_use(nu_state *s, uint32_t slot) {
   s->val[slot] += s->w_now;
-  s->last[slot] = s->tok;
+  s->last[slot] = s->clk.tok;
 }
 
 static void nu_on_hit(void *p, uint32_t slot, uint64_t key) {
