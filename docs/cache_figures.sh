@@ -16,7 +16,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SPILL="${SPILL:-$ROOT/bazel-bin/cli/spill}"
-POLS="${1:-lru,lfru,wtinylfu,arc,s3fifo,nextuse,nextuse-coact,nextuse-opt,belady}"
+POLS="${1:-lru,lfru,wtinylfu,arc,s3fifo,nextuse,nextuse-coact,nextuse-opt,gap-hd,mix-hd-opt,belady}"
 cd "$ROOT"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
