@@ -82,7 +82,7 @@ typedef struct spill_config {
   spill_act_quant act_quant; /* act_quant: f32 | q8 matvec inputs (f32) */
   spill_preload preload;  /* preload: none | all expert records read at open (none) */
   char policy[16];        /* policy: lru | lfru | wtinylfu | nextuse[-coact|-opt] | arc |
-                             s3fifo | gap-hd */
+                             s3fifo | gap-hd | mix-hd-opt */
   int lookahead;          /* lookahead: experts prefetched per predicted layer (0 = off) */
   int lookahead_depth;    /* lookahead_depth: 1 or 2 layers ahead */
   int lookahead_prefill;  /* lookahead_prefill: also prefetch during chunked prefill (0) */
