@@ -2,7 +2,7 @@ set terminal pngcairo size 1000,600 noenhanced
 set output 'ab.png'
 set title 'policy-compare: decode_hit_rate ratio treatment/control, median with 95% bootstrap CI'
 set ylabel 'ratio B/A'
-set xrange [-0.5:5.5]
+set xrange [-0.5:7.5]
 set grid ytics
 set xtics rotate by 20 right
 set key top left
