@@ -110,6 +110,36 @@ async function basic(model) {
     assert.strictEqual(e.param, 'max_tokens');
     errors.wrong_type = e.status;
   }
+  // strict like the OpenAI API: a field the endpoint does not define is a
+  // 400 unknown_parameter naming it (the client passes extra fields through)
+  for (const [params, param, create] of [
+    [{ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 2, temprature: 0 },
+     'temprature', (p) => client.chat.completions.create(p)],
+    [{ model, messages: [{ role: 'user', content: 'x', nmae: 'a' }], max_tokens: 2 },
+     'messages[0].nmae', (p) => client.chat.completions.create(p)],
+    [{ model, prompt: 'x', max_tokens: 2, max_completion_tokens: 2 },
+     'max_completion_tokens', (p) => client.completions.create(p)],
+  ]) {
+    try {
+      await create(params);
+      assert.fail(`unknown field ${param} accepted`);
+    } catch (e) {
+      assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+      assert.strictEqual(e.error.type, 'invalid_request_error');
+      assert.strictEqual(e.code, 'unknown_parameter');
+      assert.strictEqual(e.param, param);
+      assert.strictEqual(e.error.message, `Unknown parameter: '${param}'.`);
+      errors.unknown = e.status;
+    }
+  }
+  // the informational and neutral fields the client's types define pass
+  const info = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hello', name: 'u' }], max_tokens: 8, temperature: 0,
+    user: 'u', metadata: { k: 'v' }, store: false, service_tier: 'auto', n: 1, logprobs: false,
+    tool_choice: 'none', parallel_tool_calls: false, prompt_cache_key: 'k', safety_identifier: 's',
+  });
+  assert.strictEqual(info.choices[0].message.content, chat.choices[0].message.content);
+  ok('unknown fields: 400 unknown_parameter naming them; informational fields accepted');
   try {
     await client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'x' }] });
     assert.fail('unknown model accepted');
@@ -126,7 +156,7 @@ async function basic(model) {
     assert.strictEqual(e.code, 'context_length_exceeded');
     errors.ctx = e.status;
   }
-  ok('errors: 400 wrong type, 404 model, 400 context');
+  ok('errors: 400 wrong type, 400 unknown field, 404 model, 400 context');
   return { chat: chat.choices[0].message.content, completion: full, errors };
 }
 

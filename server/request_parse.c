@@ -98,9 +98,123 @@ static int get_bool(const cJSON *obj, const char *name, int *out, spill_srv_erro
   return 1;
 }
 
+/* Length of the well-formed UTF-8 character at p (no overlongs, surrogates
+ * or code points past U+10FFFF), 0 if it is not one or p is at the NUL. */
+static size_t utf8_len(const unsigned char *p) {
+  unsigned c = *p;
+  int n = c == 0 ? -1 : c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2
+                                                   : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+  if (n < 0) return 0;
+  unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+  unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+  for (int i = 1; i <= n; i++, lo = 0x80, hi = 0xBF)
+    if (p[i] < lo || p[i] > hi) return 0;
+  return (size_t)n + 1;
+}
+
+static int valid_utf8(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t n;
+  while (*p && (n = utf8_len(p))) p += n;
+  return *p == 0;
+}
+
+/* A client-chosen name (a JSON key, a role) made fit to echo in an error:
+ * valid UTF-8 of at most cap-4 bytes, cut on a character boundary with
+ * "..." after a cut; invalid and control bytes are shown as '?'. */
+static void label(const char *s, char *out, size_t cap) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t k = 0;
+  while (*p) {
+    size_t n = utf8_len(p), take = n ? n : 1;
+    if (k + take > cap - 4) {
+      memcpy(out + k, "...", 4);
+      return;
+    }
+    if (!n || *p < 0x20 || *p == 0x7F) out[k++] = '?';
+    else memcpy(out + k, p, n), k += n;
+    p += take;
+  }
+  out[k] = 0;
+}
+
+/* The fields each endpoint knows, after the official client's request types
+ * (openai 5.23.2, ChatCompletionCreateParams and CompletionCreateParams)
+ * plus the top_k extension. Any other key is refused (400
+ * unknown_parameter naming it), as the OpenAI API does: a misspelt knob
+ * must not silently fall back to a default. How each is handled (acted on,
+ * only a neutral value, informational) is in parse_root, check_unsupported
+ * and check_informational; docs/SERVER.md lists them (checked by
+ * request_parse_test against spill_srv_request_field). */
+#define F_CHAT 1
+#define F_CMPL 2
+static const struct {
+  const char *name;
+  int kinds;
+} k_fields[] = {
+    {"model", F_CHAT | F_CMPL}, {"messages", F_CHAT}, {"prompt", F_CMPL},
+    {"max_tokens", F_CHAT | F_CMPL}, {"max_completion_tokens", F_CHAT},
+    {"temperature", F_CHAT | F_CMPL}, {"top_p", F_CHAT | F_CMPL}, {"top_k", F_CHAT | F_CMPL},
+    {"seed", F_CHAT | F_CMPL}, {"stop", F_CHAT | F_CMPL}, {"stream", F_CHAT | F_CMPL},
+    {"stream_options", F_CHAT | F_CMPL},
+    /* accepted only with a neutral value (check_unsupported) */
+    {"n", F_CHAT | F_CMPL}, {"frequency_penalty", F_CHAT | F_CMPL},
+    {"presence_penalty", F_CHAT | F_CMPL}, {"logprobs", F_CHAT | F_CMPL},
+    {"top_logprobs", F_CHAT}, {"logit_bias", F_CHAT | F_CMPL}, {"tools", F_CHAT},
+    {"tool_choice", F_CHAT}, {"functions", F_CHAT}, {"function_call", F_CHAT},
+    {"response_format", F_CHAT}, {"modalities", F_CHAT}, {"audio", F_CHAT},
+    {"prediction", F_CHAT}, {"reasoning_effort", F_CHAT}, {"verbosity", F_CHAT},
+    {"web_search_options", F_CHAT}, {"store", F_CHAT}, {"echo", F_CMPL}, {"suffix", F_CMPL},
+    {"best_of", F_CMPL},
+    /* informational: type-checked, no effect (check_informational) */
+    {"user", F_CHAT | F_CMPL}, {"metadata", F_CHAT}, {"service_tier", F_CHAT},
+    {"prompt_cache_key", F_CHAT}, {"safety_identifier", F_CHAT},
+    {"parallel_tool_calls", F_CHAT},
+};
+
+const char *spill_srv_request_field(spill_srv_kind kind, int i) {
+  int want = kind == SPILL_SRV_CHAT ? F_CHAT : F_CMPL;
+  for (size_t k = 0; k < sizeof k_fields / sizeof k_fields[0]; k++)
+    if ((k_fields[k].kinds & want) && i-- == 0) return k_fields[k].name;
+  return NULL;
+}
+
+/* The first key of obj not in names[] (NULL-terminated), or NULL. */
+static const char *unknown_key(const cJSON *obj, const char *const *names) {
+  const cJSON *f;
+  cJSON_ArrayForEach(f, obj) {
+    int ok = 0;
+    for (const char *const *q = names; *q && !ok; q++) ok = f->string && !strcmp(f->string, *q);
+    if (!ok) return f->string ? f->string : "";
+  }
+  return NULL;
+}
+
+/* 400 unknown_parameter; param is prefix + the key ("messages[3].nme"). */
+static int bad_key(const char *prefix, const char *key, spill_srv_error *err) {
+  char name[64], param[sizeof err->param];
+  label(key, name, sizeof name);
+  snprintf(param, sizeof param, "%s%s", prefix, name);
+  spill_srv_error_set(err, 400, "invalid_request_error", param, "unknown_parameter",
+                      "Unknown parameter: '%s'.", param);
+  return -1;
+}
+
+static int check_known_fields(spill_srv_kind kind, const cJSON *root, spill_srv_error *err) {
+  int want = kind == SPILL_SRV_CHAT ? F_CHAT : F_CMPL;
+  const cJSON *f;
+  cJSON_ArrayForEach(f, root) {
+    int ok = 0;
+    for (size_t k = 0; k < sizeof k_fields / sizeof k_fields[0] && !ok; k++)
+      ok = (k_fields[k].kinds & want) && f->string && !strcmp(f->string, k_fields[k].name);
+    if (!ok) return bad_key("", f->string ? f->string : "", err);
+  }
+  return 0;
+}
+
 /* A message's content: a string, or an array of {"type": "text", "text": S}
  * parts, joined with nothing between them (as the OpenAI API does). */
-static int get_content(const cJSON *c, char **out, spill_srv_error *err) {
+static int get_content(const cJSON *c, int at, char **out, spill_srv_error *err) {
   if (!c) {
     *out = dup_str("");
     if (!*out) NOMEM();
@@ -113,15 +227,27 @@ static int get_content(const cJSON *c, char **out, spill_srv_error *err) {
   }
   if (!cJSON_IsArray(c)) BAD("messages", "message 'content' must be a string or an array of parts");
   size_t total = 0;
+  int part = 0;
   const cJSON *p;
   cJSON_ArrayForEach(p, c) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
     if (!cJSON_IsObject(p) || !cJSON_IsString(type))
       BAD("messages", "content parts must be objects with a string 'type'");
-    if (strcmp(type->valuestring, "text") != 0)
-      BAD("messages", "content part type '%.40s' is not supported (text only)", type->valuestring);
+    if (strcmp(type->valuestring, "text") != 0) {
+      char name[48];
+      label(type->valuestring, name, sizeof name);
+      BAD("messages", "content part type '%s' is not supported (text only)", name);
+    }
     if (!cJSON_IsString(text)) BAD("messages", "a text content part needs a string 'text'");
+    static const char *const part_keys[] = {"type", "text", NULL};
+    const char *extra = unknown_key(p, part_keys);
+    if (extra) {
+      char where[48];
+      snprintf(where, sizeof where, "messages[%d].content[%d].", at, part);
+      return bad_key(where, extra, err);
+    }
+    part++;
     total += strlen(text->valuestring);
   }
   char *s = malloc(total + 1);
@@ -138,6 +264,40 @@ static int get_content(const cJSON *c, char **out, spill_srv_error *err) {
   return 0;
 }
 
+/* One message: its keys as the client's types allow them for its role
+ * (name, refusal and tool_call_id are informational; tool_calls,
+ * function_call and audio only null), then its content. `at` is its index,
+ * for the error's param ("messages[2].nme"). */
+static int parse_message(const cJSON *msg, int at, spill_srv_message *dst, spill_srv_error *err) {
+  static const char *const plain[] = {"role", "content", "name", NULL};
+  static const char *const assistant[] = {"role",          "content", "name", "refusal",
+                                          "function_call", "audio",   "tool_calls", NULL};
+  static const char *const tool[] = {"role", "content", "tool_call_id", NULL};
+  static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", NULL};
+  char where[32], name[64];
+  snprintf(where, sizeof where, "messages[%d].", at);
+  if (!cJSON_IsObject(msg)) BAD("messages", "every message must be an object");
+  const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+  if (!cJSON_IsString(role)) BAD("messages", "every message needs a string 'role'");
+  int ok = 0;
+  for (const char *const *q = roles; *q; q++) ok |= !strcmp(role->valuestring, *q);
+  label(role->valuestring, name, sizeof name);
+  if (!ok) BAD("messages", "unknown role '%s'", name);
+  const char *const *keys = !strcmp(name, "assistant") ? assistant : !strcmp(name, "tool") ? tool : plain;
+  const char *k = unknown_key(msg, keys);
+  if (k) return bad_key(where, k, err);
+  static const char *const info[] = {"name", "tool_call_id", "refusal", NULL};
+  for (const char *const *q = info; *q; q++) {
+    const cJSON *f = field(msg, *q);
+    if (f && !cJSON_IsString(f)) BAD("messages", "message '%s' must be a string", *q);
+  }
+  if (field(msg, "tool_calls")) BAD("messages", "tool calls are not supported");
+  if (field(msg, "function_call")) BAD("messages", "function calls are not supported");
+  if (field(msg, "audio")) BAD("messages", "audio is not supported");
+  if (!(dst->role = dup_str(role->valuestring))) NOMEM();
+  return get_content(field(msg, "content"), at, &dst->content, err);
+}
+
 static int parse_messages(const cJSON *root, spill_srv_request *r, spill_srv_error *err) {
   const cJSON *m = field(root, "messages");
   if (!m) BAD("messages", "'messages' is required");
@@ -147,21 +307,11 @@ static int parse_messages(const cJSON *root, spill_srv_request *r, spill_srv_err
   if (n > SPILL_SRV_MAX_MESSAGES) BAD("messages", "at most %d messages", SPILL_SRV_MAX_MESSAGES);
   r->messages = calloc((size_t)n, sizeof *r->messages);
   if (!r->messages) NOMEM();
-  static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", NULL};
   const cJSON *msg;
   cJSON_ArrayForEach(msg, m) {
-    if (!cJSON_IsObject(msg)) BAD("messages", "every message must be an object");
-    const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-    if (!cJSON_IsString(role)) BAD("messages", "every message needs a string 'role'");
-    int ok = 0;
-    for (const char *const *q = roles; *q; q++) ok |= !strcmp(role->valuestring, *q);
-    if (!ok) BAD("messages", "unknown role '%.40s'", role->valuestring);
-    if (field(msg, "tool_calls")) BAD("messages", "tool calls are not supported");
-    spill_srv_message *dst = &r->messages[r->n_messages];
-    dst->role = dup_str(role->valuestring);
-    if (!dst->role) NOMEM();
-    r->n_messages++;
-    if (get_content(field(msg, "content"), &dst->content, err)) return -1;
+    int rc = parse_message(msg, r->n_messages, &r->messages[r->n_messages], err);
+    if (r->messages[r->n_messages].role) r->n_messages++;
+    if (rc) return -1;
   }
   return 0;
 }
@@ -179,26 +329,6 @@ static int parse_prompt(const cJSON *root, spill_srv_request *r, spill_srv_error
   r->prompt = dup_str(p->valuestring);
   if (!r->prompt) NOMEM();
   return 0;
-}
-
-/* Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
-static int valid_utf8(const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    unsigned c = *p;
-    int n = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2
-                                                        : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
-    if (n < 0) return 0;
-    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-    unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-    p++;
-    for (int i = 0; i < n; i++, p++) {
-      if (*p < lo || *p > hi) return 0;
-      lo = 0x80;
-      hi = 0xBF;
-    }
-  }
-  return 1;
 }
 
 static int parse_stop(const cJSON *root, spill_srv_request *r, spill_srv_error *err) {
@@ -225,7 +355,8 @@ static int parse_stop(const cJSON *root, spill_srv_request *r, spill_srv_error *
 
 /* Fields of features we do not implement: accepted only with their
  * default (no effect) value, so a client never gets silently different
- * behaviour. */
+ * behaviour. Sampling and output shape first, then tools and modalities
+ * (check_unsupported_tools). */
 static int check_unsupported(const cJSON *root, spill_srv_error *err) {
   int64_t n;
   int rc = get_int(root, "n", 1, 1e9, &n, err);
@@ -247,9 +378,6 @@ static int check_unsupported(const cJSON *root, spill_srv_error *err) {
     if (!cJSON_IsObject(lb) || cJSON_GetArraySize(lb) != 0)
       BAD("logit_bias", "'logit_bias' is not supported");
   }
-  const cJSON *tools = field(root, "tools");
-  if (tools && !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0))
-    BAD("tools", "tools are not supported");
   const cJSON *echo = field(root, "echo");
   if (echo && !(cJSON_IsBool(echo) && !cJSON_IsTrue(echo))) BAD("echo", "'echo' is not supported");
   const cJSON *suffix = field(root, "suffix");
@@ -263,12 +391,89 @@ static int check_unsupported(const cJSON *root, spill_srv_error *err) {
     if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
       BAD("response_format", "only response_format {\"type\": \"text\"} is supported");
   }
+  const cJSON *store = field(root, "store");
+  if (store && !(cJSON_IsBool(store) && !cJSON_IsTrue(store)))
+    BAD("store", "'store' is not supported (only false: nothing is kept after the reply)");
   return 0;
+}
+
+static int is_string_in(const cJSON *f, const char *const *values) {
+  if (!cJSON_IsString(f)) return 0;
+  for (const char *const *v = values; *v; v++)
+    if (!strcmp(f->valuestring, *v)) return 1;
+  return 0;
+}
+
+/* Tools, functions and non-text modalities: with no tools given, "none" and
+ * "auto" choices mean plain text, so those are neutral. */
+static int check_unsupported_tools(const cJSON *root, spill_srv_error *err) {
+  static const char *const no_call[] = {"none", "auto", NULL};
+  static const char *const text_only[] = {"text", NULL};
+  const cJSON *tools = field(root, "tools");
+  if (tools && !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0))
+    BAD("tools", "tools are not supported");
+  const cJSON *fns = field(root, "functions");
+  if (fns && !(cJSON_IsArray(fns) && cJSON_GetArraySize(fns) == 0))
+    BAD("functions", "functions are not supported");
+  const cJSON *tc = field(root, "tool_choice");
+  if (tc && !is_string_in(tc, no_call)) BAD("tool_choice", "only tool_choice \"none\" or \"auto\" is supported");
+  const cJSON *fc = field(root, "function_call");
+  if (fc && !is_string_in(fc, no_call))
+    BAD("function_call", "only function_call \"none\" or \"auto\" is supported");
+  const cJSON *mod = field(root, "modalities");
+  if (mod && !(cJSON_IsArray(mod) && cJSON_GetArraySize(mod) == 1 &&
+               is_string_in(cJSON_GetArrayItem(mod, 0), text_only)))
+    BAD("modalities", "only modalities [\"text\"] is supported");
+  static const char *const null_only[] = {"audio", "prediction", "reasoning_effort", "verbosity",
+                                          "web_search_options", NULL};
+  for (const char *const *q = null_only; *q; q++)
+    if (field(root, *q)) BAD(*q, "'%s' is not supported", *q);
+  return 0;
+}
+
+/* Fields that describe the request and change nothing in the reply:
+ * type-checked, then unused. */
+static int check_informational(const cJSON *root, spill_srv_error *err) {
+  static const char *const strings[] = {"user", "prompt_cache_key", "safety_identifier", NULL};
+  for (const char *const *q = strings; *q; q++) {
+    const cJSON *f = field(root, *q);
+    if (f && !cJSON_IsString(f)) BAD(*q, "'%s' must be a string", *q);
+  }
+  const cJSON *md = field(root, "metadata");
+  if (md) {
+    if (!cJSON_IsObject(md)) BAD("metadata", "'metadata' must be an object of strings");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, md) if (!cJSON_IsString(v))
+        BAD("metadata", "'metadata' must be an object of strings");
+  }
+  static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
+  const cJSON *st = field(root, "service_tier");
+  if (st && !is_string_in(st, tiers))
+    BAD("service_tier", "'service_tier' must be one of auto, default, flex, scale, priority");
+  int b;
+  if (get_bool(root, "parallel_tool_calls", &b, err) < 0) return -1;
+  return 0;
+}
+
+/* stream_options: include_usage acts; include_obfuscation is accepted (no
+ * obfuscation padding is ever added); other keys are unknown. */
+static int parse_stream_options(const cJSON *root, spill_srv_request *r, spill_srv_error *err) {
+  static const char *const keys[] = {"include_usage", "include_obfuscation", NULL};
+  const cJSON *so = field(root, "stream_options");
+  if (!so) return 0;
+  if (!cJSON_IsObject(so)) BAD("stream_options", "'stream_options' must be an object");
+  if (!r->stream) BAD("stream_options", "'stream_options' is only allowed with 'stream': true");
+  const char *k = unknown_key(so, keys);
+  if (k) return bad_key("stream_options.", k, err);
+  int b;
+  if (get_bool(so, "include_obfuscation", &b, err) < 0) return -1;
+  return get_bool(so, "include_usage", &r->include_usage, err) < 0 ? -1 : 0;
 }
 
 static int parse_root(spill_srv_kind kind, const cJSON *root, spill_srv_request *r,
                       spill_srv_error *err) {
   if (!cJSON_IsObject(root)) BAD(NULL, "the request body must be a JSON object");
+  if (check_known_fields(kind, root, err)) return -1;
   const cJSON *model = field(root, "model");
   if (!model) BAD("model", "'model' is required");
   if (!cJSON_IsString(model)) BAD("model", "'model' must be a string");
@@ -305,15 +510,9 @@ static int parse_root(spill_srv_kind kind, const cJSON *root, spill_srv_request 
   }
   if (parse_stop(root, r, err)) return -1;
   if (get_bool(root, "stream", &r->stream, err) < 0) return -1;
-  const cJSON *so = field(root, "stream_options");
-  if (so) {
-    if (!cJSON_IsObject(so)) BAD("stream_options", "'stream_options' must be an object");
-    if (!r->stream) BAD("stream_options", "'stream_options' is only allowed with 'stream': true");
-    if (get_bool(so, "include_usage", &r->include_usage, err) < 0) return -1;
-  }
-  const cJSON *user = field(root, "user");
-  if (user && !cJSON_IsString(user)) BAD("user", "'user' must be a string");
-  return check_unsupported(root, err);
+  if (parse_stream_options(root, r, err)) return -1;
+  if (check_unsupported(root, err) || check_unsupported_tools(root, err)) return -1;
+  return check_informational(root, err);
 }
 
 int spill_srv_request_parse(spill_srv_kind kind, const char *body, size_t len,

@@ -6,8 +6,10 @@
  * known field of the wrong type or out of range, or a feature we do not
  * implement asked for with a non-default value (n > 1, logprobs, penalties,
  * tools) is rejected with an OpenAI-style error (param + message) and
- * HTTP 400. Unknown fields are ignored (clients send extras). Pure: no
- * engine, no I/O, no globals; fuzzed by fuzz/fuzz_server_request.c.
+ * HTTP 400. As in the OpenAI API, a field the endpoint does not define
+ * (top level, in a message, a content part or stream_options) is a 400
+ * with code "unknown_parameter" and param naming it. Pure: no engine, no
+ * I/O, no globals; fuzzed by fuzz/fuzz_server_request.c.
  */
 #ifndef SPILL_SERVER_REQUEST_PARSE_H
 #define SPILL_SERVER_REQUEST_PARSE_H
@@ -55,7 +57,7 @@ typedef struct spill_srv_request {
 typedef struct spill_srv_error {
   int http_status;   /* 0 = no error */
   char type[40];
-  char param[40];    /* "" = null */
+  char param[96];    /* "" = null; valid UTF-8 ("messages[2].nme") */
   char code[40];     /* "" = null */
   char message[256];
 } spill_srv_error;
@@ -67,6 +69,10 @@ typedef struct spill_srv_error {
 int spill_srv_request_parse(spill_srv_kind kind, const char *body, size_t len,
                             spill_srv_request *req, spill_srv_error *err);
 void spill_srv_request_free(spill_srv_request *req); /* NULL fine; zeroes it */
+
+/* The i-th top-level field `kind` accepts (i from 0), NULL past the last:
+ * the table behind the unknown-field check (docs/SERVER.md lists it). */
+const char *spill_srv_request_field(spill_srv_kind kind, int i);
 
 /* Fills err with status, type, param (may be NULL) and a printf message. */
 void spill_srv_error_set(spill_srv_error *err, int http_status, const char *type,

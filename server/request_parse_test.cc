@@ -2,6 +2,10 @@
 // pipeline (UTF-8 repair, stop sequences) and the chat fallback rendering.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
 #include <string>
 
 extern "C" {
@@ -96,12 +100,134 @@ TEST(RequestParseTest, RejectsBadBodiesWithTheField) {
   }
 }
 
-TEST(RequestParseTest, IgnoresUnknownFieldsAndDefaultValuedUnsupportedOnes) {
+TEST(RequestParseTest, AcceptsNeutralAndInformationalFields) {
   Parsed p(SPILL_SRV_CHAT,
-           R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":1,"logprobs":false,)"
-           R"("frequency_penalty":0,"tools":[],"whatever":{"a":[1,2]},"temperature":null})");
+           R"({"model":"m","messages":[{"role":"system","content":"s","name":"boss"},)"
+           R"({"role":"user","content":[{"type":"text","text":"x"}],"name":"u1"},)"
+           R"({"role":"assistant","content":null,"refusal":null,"tool_calls":null,"function_call":null,"audio":null},)"
+           R"({"role":"tool","content":"r","tool_call_id":"c1"}],)"
+           R"("n":1,"logprobs":false,"top_logprobs":null,"frequency_penalty":0,"presence_penalty":0,)"
+           R"("logit_bias":{},"tools":[],"tool_choice":"none","functions":[],"function_call":"auto",)"
+           R"("response_format":{"type":"text"},"modalities":["text"],"audio":null,"prediction":null,)"
+           R"("reasoning_effort":null,"verbosity":null,"web_search_options":null,"store":false,)"
+           R"("user":"u","metadata":{"k":"v"},"service_tier":"auto","prompt_cache_key":"pk",)"
+           R"("safety_identifier":"s","parallel_tool_calls":true,"temperature":null,)"
+           R"("stream":true,"stream_options":{"include_usage":true,"include_obfuscation":false}})");
   ASSERT_EQ(p.rc, 0) << p.e.message;
+  EXPECT_EQ(p.r.n_messages, 4);
   EXPECT_FLOAT_EQ(p.r.temperature, 1.0f);
+  EXPECT_TRUE(p.r.include_usage);
+  Parsed c(SPILL_SRV_COMPLETION,
+           R"({"model":"m","prompt":"x","n":1,"logprobs":null,"echo":false,"suffix":"",)"
+           R"("best_of":1,"frequency_penalty":0,"presence_penalty":0,"logit_bias":{},"user":"u"})");
+  ASSERT_EQ(c.rc, 0) << c.e.message;
+}
+
+TEST(RequestParseTest, RejectsUnknownFieldsNamingThem) {
+  const std::string msg = R"("messages":[{"role":"user","content":"x"}])";
+  struct Case {
+    spill_srv_kind k;
+    std::string body, param;
+  } cases[] = {
+      {SPILL_SRV_CHAT, R"({"model":"m",)" + msg + R"(,"temprature":0.5})", "temprature"},
+      {SPILL_SRV_CHAT, R"({"whatever":{"a":[1,2]},"model":"m",)" + msg + "}", "whatever"},
+      // a field of the other endpoint, or of neither
+      {SPILL_SRV_CHAT, R"({"model":"m",)" + msg + R"(,"echo":false})", "echo"},
+      {SPILL_SRV_COMPLETION, R"({"model":"m","prompt":"x","max_completion_tokens":4})", "max_completion_tokens"},
+      {SPILL_SRV_COMPLETION, R"({"model":"m","prompt":"x","tools":[]})", "tools"},
+      {SPILL_SRV_COMPLETION, R"({"model":"m","prompt":"x","min_p":0.1})", "min_p"},
+      // null is still a field the endpoint does not know
+      {SPILL_SRV_COMPLETION, R"({"model":"m","prompt":"x","repeat_penalty":null})", "repeat_penalty"},
+      {SPILL_SRV_CHAT, R"({"model":"m","messages":[{"role":"user","content":"x"},{"role":"user","content":"y","nmae":"z"}]})",
+       "messages[1].nmae"},
+      // fields of another role
+      {SPILL_SRV_CHAT, R"({"model":"m","messages":[{"role":"user","content":"x","tool_call_id":"c"}]})",
+       "messages[0].tool_call_id"},
+      {SPILL_SRV_CHAT, R"({"model":"m","messages":[{"role":"tool","content":"x","name":"n"}]})", "messages[0].name"},
+      {SPILL_SRV_CHAT, R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b","cache_control":{}}]}]})",
+       "messages[0].content[1].cache_control"},
+      {SPILL_SRV_CHAT, R"({"model":"m",)" + msg + R"(,"stream":true,"stream_options":{"include_usage":true,"chunk":1}})",
+       "stream_options.chunk"},
+  };
+  for (const Case &c : cases) {
+    Parsed p(c.k, c.body);
+    EXPECT_EQ(p.rc, -1) << c.body;
+    EXPECT_EQ(p.e.http_status, 400) << c.body;
+    EXPECT_STREQ(p.e.type, "invalid_request_error");
+    EXPECT_STREQ(p.e.code, "unknown_parameter") << c.body << ": " << p.e.message;
+    EXPECT_EQ(p.e.param, c.param) << c.body;
+    EXPECT_EQ(std::string(p.e.message), "Unknown parameter: '" + c.param + "'.");
+  }
+}
+
+TEST(RequestParseTest, WrongTypedAndNonNeutralKnownFieldsAreRefused) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+  struct Case {
+    std::string extra, param;
+  } cases[] = {
+      {R"("user":5)", "user"},
+      {R"("metadata":{"k":1})", "metadata"},
+      {R"("service_tier":"fastest")", "service_tier"},
+      {R"("parallel_tool_calls":"yes")", "parallel_tool_calls"},
+      {R"("prompt_cache_key":[])", "prompt_cache_key"},
+      {R"("store":true)", "store"},
+      {R"("tool_choice":"required")", "tool_choice"},
+      {R"("functions":[{"name":"f"}])", "functions"},
+      {R"("modalities":["text","audio"])", "modalities"},
+      {R"("reasoning_effort":"low")", "reasoning_effort"},
+      {R"("web_search_options":{})", "web_search_options"},
+      {R"("stream":true,"stream_options":{"include_obfuscation":1})", "include_obfuscation"},
+  };
+  for (const Case &c : cases) {
+    Parsed p(SPILL_SRV_CHAT, head + c.extra + "}");
+    EXPECT_EQ(p.rc, -1) << c.extra;
+    EXPECT_EQ(p.e.http_status, 400);
+    EXPECT_EQ(p.e.param, c.param) << c.extra << ": " << p.e.message;
+    EXPECT_STREQ(p.e.code, "") << c.extra;
+  }
+  Parsed m(SPILL_SRV_CHAT, R"({"model":"m","messages":[{"role":"user","content":"x","name":3}]})");
+  EXPECT_EQ(m.rc, -1);
+  EXPECT_STREQ(m.e.param, "messages");
+}
+
+// A client-chosen key is echoed as valid UTF-8 of bounded length.
+TEST(RequestParseTest, UnknownKeyIsEchoedAsBoundedValidUtf8) {
+  std::string key = "\xc3\xa9t\xff\x01" + std::string(200, 'k');
+  Parsed p(SPILL_SRV_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"" + key + "\":1}");
+  ASSERT_EQ(p.rc, -1);
+  std::string param = p.e.param;
+  EXPECT_EQ(param.substr(0, 5), "\xc3\xa9t??");
+  EXPECT_EQ(param.substr(param.size() - 3), "...");
+  EXPECT_LT(param.size(), sizeof p.e.param);
+}
+
+// docs/SERVER.md lists each endpoint's accepted fields on one line,
+// "- `/v1/...`: `a`, `b`, ..."; that list must be the parser's table.
+TEST(RequestParseTest, DocsListTheAcceptedFields) {
+  std::string path = std::string(getenv("TEST_SRCDIR")) + "/" + getenv("TEST_WORKSPACE") + "/docs/SERVER.md";
+  std::ifstream f(path);
+  ASSERT_TRUE(f.good()) << path;
+  std::string line;
+  std::map<std::string, std::set<std::string>> doc;
+  while (std::getline(f, line)) {
+    for (const char *ep : {"/v1/chat/completions", "/v1/completions"}) {
+      std::string head = std::string("- `") + ep + "`: ";
+      if (line.compare(0, head.size(), head) != 0) continue;
+      for (size_t i = line.find('`', head.size()); i != std::string::npos;) {
+        size_t j = line.find('`', i + 1);
+        if (j == std::string::npos) break;
+        doc[ep].insert(line.substr(i + 1, j - i - 1));
+        i = line.find('`', j + 1);
+      }
+    }
+  }
+  for (auto [ep, kind] : {std::pair{"/v1/chat/completions", SPILL_SRV_CHAT},
+                          std::pair{"/v1/completions", SPILL_SRV_COMPLETION}}) {
+    std::set<std::string> table;
+    for (int i = 0; spill_srv_request_field(kind, i); i++) table.insert(spill_srv_request_field(kind, i));
+    EXPECT_GE(table.size(), 10u);
+    EXPECT_EQ(doc[ep], table) << ep;
+  }
 }
 
 TEST(RequestParseTest, BodyIsLengthBoundedNotNulTerminated) {

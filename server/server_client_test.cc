@@ -511,6 +511,19 @@ TEST_F(ServerClientTest, ApiKeyBodyCapAndErrorObjects) {
            key);
   EXPECT_EQ(h.status, 400);
   EXPECT_NE(h.body.find("\"param\":\"temperature\""), std::string::npos) << h.body;
+  // a field the endpoint does not define: 400 unknown_parameter naming it
+  h = http(s.port(), "POST", "/v1/chat/completions",
+           "{\"model\":\"" + model_id_ + "\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temprature\":0}",
+           key);
+  EXPECT_EQ(h.status, 400);
+  EXPECT_NE(h.body.find("\"param\":\"temprature\",\"code\":\"unknown_parameter\""), std::string::npos) << h.body;
+  h = http(s.port(), "POST", "/v1/chat/completions",
+           "{\"model\":\"" + model_id_ + "\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"nmae\":1}]}", key);
+  EXPECT_EQ(h.status, 400);
+  EXPECT_NE(h.body.find("\"param\":\"messages[0].nmae\""), std::string::npos) << h.body;
+  h = http(s.port(), "POST", "/v1/completions", "{\"model\":\"" + model_id_ + "\",\"prompt\":\"x\",\"echo\":false,\"min_p\":0.1}", key);
+  EXPECT_EQ(h.status, 400);
+  EXPECT_NE(h.body.find("\"message\":\"Unknown parameter: 'min_p'.\""), std::string::npos) << h.body;
   EXPECT_EQ(http(s.port(), "GET", "/v1/completions", "", key).status, 405);
   EXPECT_EQ(http(s.port(), "GET", "/v2/nothing", "", key).status, 404);
   EXPECT_EQ(s.stop(), 0);
