@@ -4,7 +4,8 @@
  *
  * Input: byte 0 picks the endpoint (even: chat, odd: completions), the rest
  * is the request body, as untrusted as any HTTP body. Any bytes must give a
- * checked request or a 400/500 error with a message, never a crash. A
+ * checked request or a 400/500 error with a message (its param and message
+ * valid UTF-8, though they echo unknown keys), never a crash. A
  * request that parses must be internally consistent (messages or prompt
  * present, stop sequences non-empty and at most 4); its chat rendering is
  * built, and its prompt bytes are fed through the text pipeline as if they
@@ -46,6 +47,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = spill_srv_request_parse(kind, (const char *)data + 1, size - 1, &r, &e);
   if (rc) {
     if ((e.http_status != 400 && e.http_status != 500) || !e.message[0]) abort();
+    /* the error echoes client-chosen keys: still valid UTF-8, NUL-terminated */
+    if (!memchr(e.param, 0, sizeof e.param) || !memchr(e.message, 0, sizeof e.message)) abort();
+    if (!valid_utf8((const unsigned char *)e.param, strlen(e.param))) abort();
+    if (!valid_utf8((const unsigned char *)e.message, strlen(e.message))) abort();
     spill_srv_request_free(&r);
     return 0;
   }
