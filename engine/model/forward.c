@@ -48,9 +48,18 @@ static void mv_task(void *ctx, int task, int thread) {
     spill_k_matvec(w, j->x[mi], j->y[mi], r0, r1);
 }
 
-static uint32_t rows_per_task(const spill_model *m, uint32_t rows) {
+/* Rows per task: 4 tasks per thread, but at most o.task_max_weights per
+ * task so a big matrix (the output matrix: 151936 x 2048, 330 MB as Q8_0)
+ * is cut into many small tasks and a thread that is slower or descheduled
+ * for a while leaves at most one small task behind (the tail wait of a
+ * dispatch). A multiple of 4 (the q8/q4 kernels run 4 rows per pass). Rows
+ * are computed whole by one thread, so the split never changes a bit. */
+static uint32_t rows_per_task(const spill_model *m, uint32_t rows, uint32_t cols) {
   const uint32_t nt = (uint32_t)m->o.n_threads;
   uint32_t r = (rows + 4 * nt - 1) / (4 * nt);
+  const uint32_t cap = cols ? (uint32_t)m->o.task_max_weights / cols : r;
+  if (r > cap) r = cap;
+  r = (r + 3) & ~3u;
   if (r < ROWS_PER_TASK_MIN) r = ROWS_PER_TASK_MIN;
   return r;
 }
@@ -96,7 +105,8 @@ static void run_mv(spill_model *m, mv_job *jp) {
     return;
   }
   uint32_t rows = w0->rows > (w1 ? w1->rows : 0) ? w0->rows : w1->rows;
-  j.rows_per_task = rows_per_task(m, rows);
+  uint32_t cols = w0->cols > (w1 ? w1->cols : 0) ? w0->cols : w1->cols;
+  j.rows_per_task = rows_per_task(m, rows, cols);
   j.tasks0 = (int)((w0->rows + j.rows_per_task - 1) / j.rows_per_task);
   const int tasks1 = w1 ? (int)((w1->rows + j.rows_per_task - 1) / j.rows_per_task) : 0;
   spill_pool_run(m->pool, mv_task, &j, j.tasks0 + tasks1);

@@ -284,6 +284,7 @@ int spill_model_open(const char *dir, const spill_model_opts *o, spill_model **o
   if (m->o.ctx <= 0) m->o.ctx = 4096;
   if (m->o.max_chunk <= 0) m->o.max_chunk = 16;
   if (m->o.par_min_weights <= 0) m->o.par_min_weights = 32768;
+  if (m->o.task_max_weights <= 0) m->o.task_max_weights = 262144;
   if (m->o.observer) {
     m->obs = *m->o.observer;
     m->has_obs = 1;

@@ -60,6 +60,12 @@ typedef struct spill_model_opts {
    * (same numbers, no dispatch cost). <= 0: 32768. Tests set 1 to force
    * every matvec through the pool. */
   int par_min_weights;
+  /* A split matvec's task holds at most this many weights (rows rounded to
+   * a multiple of 4), so a big matrix (the output matrix) is spread in small
+   * pieces and a slow or descheduled thread leaves little behind; the split
+   * never changes a bit. <= 0: 262144. Tests set it small so every split
+   * path runs on tiny models. */
+  int task_max_weights;
   /* 1: matvecs of q4/q8 (group % 32 == 0), q4_k, q5_k and q6_k weights take their
    * input quantised to Q8_0 / Q8_K as ggml's CPU backend does, through the
    * integer kernels (engine/quant/kernels_xq.h); each routed expert input is

@@ -49,11 +49,13 @@ struct ModelHandle {
   ~ModelHandle() { spill_model_close(m); }
 };
 
-// par_min_weights 1: with 2 threads every matvec and LUT build is split.
+// par_min_weights 1: with 2 threads every matvec and LUT build is split;
+// task_max_weights 256: big matrices are cut into many tasks of a few rows.
 inline spill_model *Open(const std::string &dir, int threads, int max_chunk = 16,
                          const spill_expert_source *src = nullptr, int ctx = 256) {
   spill_model_opts o = {};
   o.par_min_weights = 1;
+  o.task_max_weights = 256;
   o.n_threads = threads;
   o.ctx = ctx;
   o.max_chunk = max_chunk;

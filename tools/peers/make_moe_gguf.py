@@ -20,7 +20,9 @@ vocabulary is a byte-level BPE one (256 byte symbols, then two- and
 three-symbol tokens each with its merge), unique tokens, as llama.cpp needs.
 
   make_moe_gguf.py OUT.gguf [--shape qwen3-30b-a3b|small] [--experts Q4_K|Q4_0]
-                   [--seed N]
+                   [--seed N] [--layers N]
+--layers N overrides the shape's layer count (e.g. 6 layers of the 30B shape,
+~2.7 GB, for profiling a fitted token without the 17 GB file).
 The file is written to OUT.gguf.tmp and renamed when complete.
 """
 import argparse
@@ -150,12 +152,17 @@ def main(argv=None):
     ap.add_argument("--shape", default="qwen3-30b-a3b", choices=sorted(SHAPES))
     ap.add_argument("--experts", default="Q4_K", choices=["Q4_K", "Q4_0"])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=0, help="override the shape's layer count")
     a = ap.parse_args(argv)
-    c = SHAPES[a.shape]
+    c = dict(SHAPES[a.shape])
+    if a.layers < 0:
+        ap.error("--layers must be positive")
+    if a.layers:
+        c["L"] = a.layers
     et = {"Q4_K": ck.GGML_Q4_K, "Q4_0": ck.GGML_Q4_0}[a.experts]
     A = "qwen3moe"
     toks, merges = vocab(c["V"])
-    kv = [("general.architecture", A), ("general.name", f"{a.shape}-{a.experts}-seed{a.seed}"),
+    kv = [("general.architecture", A), ("general.name", f"{a.shape}{'-L%d' % a.layers if a.layers else ''}-{a.experts}-seed{a.seed}"),
           ("general.alignment", 32),
           (A + ".context_length", c["ctx"]), (A + ".embedding_length", c["D"]),
           (A + ".block_count", c["L"]), (A + ".feed_forward_length", 6144),
