@@ -93,6 +93,15 @@ expect_usage_error "item 14: --results without value" exp "$tmp/x.json" --result
 [[ "$err" != *"unknown option"* ]] || fail "item 14: --results called an unknown option"
 expect_usage_error "--refuted without value" exp "$tmp/x.json" --refuted
 expect_usage_error "bench --roofline" bench --roofline "$tmp/nano"
+# gen's number flags: empty, non-numeric, nan and out-of-range values are usage
+# errors that name the flag (an empty value once read as 0: routers off)
+for flag in --lookahead-precision --coact --reuse; do
+  for bad in "" abc nan inf -0.1 1.5 0.5x; do
+    expect_usage_error "gen $flag '$bad'" gen --preset nano "$flag" "$bad" "$tmp/gen-bad"
+    [[ "$err" == *"$flag"* ]] || fail "gen $flag '$bad': the error does not name $flag: ${err:0:120}"
+  done
+done
+[ ! -e "$tmp/gen-bad" ] || fail "gen with a bad number flag wrote $tmp/gen-bad"
 
 if [ "$fails" != 0 ]; then
   echo "$fails failures over $n commands" >&2

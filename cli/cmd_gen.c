@@ -59,7 +59,7 @@ int cmd_gen(int argc, char **argv) {
       char *end = NULL;
       x = strtod(v, &end);
       int la = a[2] == 'l';
-      if (!end || *end || !(la ? (x > 0 && x <= 1) : (x >= 0 && x < 1)))
+      if (!end || end == v || *end || !(la ? (x > 0 && x <= 1) : (x >= 0 && x < 1)))
         return cli_usage_error("%s %s: expected a number in %s", a, v, la ? "(0, 1]" : "[0, 1)");
       if (la) r.lookahead_precision = x;
       else if (a[2] == 'r') r.reuse = x > 0 ? x : -1;
