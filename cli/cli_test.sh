@@ -71,6 +71,12 @@ done
 # Issue 19 regressions, on a real model.
 run gen --preset nano "$tmp/nano"
 [ "$rc" = 0 ] || fail "spill gen --preset nano: exit $rc: $err"
+[[ "$err" == *"routing: next-token reuse 0.411 asked"* ]] ||
+  fail "spill gen does not print the reuse it solved for: ${err:0:300}"
+# reuse needs a KDA layer 0: a GQA model accepts --reuse and says it is not carried
+run gen --preset nano --attn gqa --reuse 0.3 "$tmp/nano-gqa"
+[ "$rc" = 0 ] && [[ "$err" == *"reuse 0.300 asked, not carried"* ]] ||
+  fail "spill gen --attn gqa --reuse 0.3: exit $rc, no 'not carried': ${err:0:300}"
 run info "$tmp/nano"
 [ "$rc" = 0 ] || fail "spill info MODEL: exit $rc: $err"
 expect_usage_error "item 13: extra argument" info "$tmp/nano" EXTRA

@@ -94,8 +94,19 @@ int cmd_gen(int argc, char **argv) {
     return cli_usage_error("--ram applies to --like k3 (the twin) only");
   cli_progress p;
   cli_progress_init(&p, "gen");
+  char sum[4096];
+  r.summary = sum;
+  r.summary_cap = sizeof sum;
   int rc = spill_gen(out, &r, cli_progress_cb, &p, &e);
   if (rc) return cli_fail("gen", rc, e.msg);
+  /* what the routers were solved for and what the model predicts (a target
+   * out of reach, or reuse not carried, is said here and nowhere else) */
+  for (const char *l = sum; *l;) {
+    const char *nl = strchr(l, '\n');
+    int len = nl ? (int)(nl - l) : (int)strlen(l);
+    if (!strncmp(l, "routing:", 8)) fprintf(stderr, "spill gen: %.*s\n", len, l);
+    l += len + (nl != NULL);
+  }
   spill_info info;
   rc = spill_info_read(out, &info, &e);
   if (rc) return cli_fail("gen", rc, e.msg);

@@ -67,8 +67,7 @@ extern const spill_cache_policy spill_cache_policy_gap_hd;        /* policy_gap.
 extern const spill_cache_policy spill_cache_policy_mix_hd_opt;    /* policy_mix.c */
 
 /* Policy by name ("lru", "lfru", "wtinylfu", "nextuse", "nextuse-coact", "nextuse-opt",
- * "arc", "s3fifo", "gap-hd");
- * NULL if unknown. */
+ * "arc", "s3fifo", "gap-hd", "mix-hd-opt"); NULL if unknown. */
 const spill_cache_policy *spill_cache_policy_find(const char *name);
 /* NULL-terminated list of the built-in policy names, for help texts. */
 const char *const *spill_cache_policy_names(void);

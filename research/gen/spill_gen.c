@@ -6,6 +6,7 @@
  * the traces the engine replays. spill_plan_recipe plans a request's model
  * with the engine's planner (engine/plan) without writing it.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/base/alloc.h"
@@ -53,7 +54,14 @@ int spill_gen(const char *out_dir, const spill_gen_request *req, spill_progress_
   SPILL_TRY(gen_opts(req, &o, e));
   o.progress = progress;
   o.progress_ctx = user;
-  return spill_gen_write(out_dir, &o, e);
+  spill_gen_summary sum;
+  if (req->summary && req->summary_cap) {
+    req->summary[0] = 0;
+    o.summary_out = &sum;
+  }
+  SPILL_TRY(spill_gen_write(out_dir, &o, e));
+  if (o.summary_out) snprintf(req->summary, req->summary_cap, "%s", sum.text);
+  return SPILL_OK;
 }
 
 /* trunk.bin's size as the container writer lays the planned tensors out:

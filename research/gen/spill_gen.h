@@ -35,6 +35,12 @@ typedef struct spill_gen_request {
                                  (OLMoE); < 0: independent routers */
   double reuse;               /* (0, 1): next-token reuse; default 0.411 (OLMoE);
                                  < 0: off (reuse is what the text gives) */
+  /* Optional output: when summary is not NULL, spill_gen writes the plan's
+   * derivation there (sizes; each routing target asked vs the mean-field
+   * model, "out of reach", reuse "not carried" without a KDA layer 0),
+   * NUL-terminated, cut at summary_cap bytes. */
+  char *summary;
+  size_t summary_cap;
 } spill_gen_request;
 
 /* Fills req's moe_layers, experts and top_k from the trace FILE (checked by

@@ -64,6 +64,7 @@ typedef struct spill_gen_opts {
                              preset's (nano, mini only; 1..SPILL_MAX_TOPK) */
   spill_progress_fn progress; /* may be NULL; (ctx, bytes done, bytes total) */
   void *progress_ctx;
+  struct spill_gen_summary *summary_out; /* may be NULL; spill_gen_write's plan summary */
 } spill_gen_opts;
 
 /* Fills the defaults: nano, 8 GiB, 40e9 B, seed 1, k3 mix, q4 trunk, rvq3
@@ -78,7 +79,7 @@ void spill_gen_opts_init(spill_gen_opts *o);
  * for the preset), SPILL_E_UNSUPPORTED (expert dtype). */
 int spill_gen_plan(const spill_gen_opts *o, spill_manifest *out, spill_err *e);
 
-/* Sizes of a plan and the derivation, for `spill gen --dry-run` / info. */
+/* Sizes of a plan and the derivation (printed by `spill gen`). */
 typedef struct spill_gen_summary {
   uint64_t ram_bytes;       /* the twin's target RAM (0 for nano/mini) */
   uint64_t trunk_bytes;     /* trunk.bin (with alignment) */

@@ -150,6 +150,7 @@ int spill_gen_write(const char *dir, const spill_gen_opts *o, spill_err *e) {
   SPILL_FAIL_IF(e, !dir || !*dir, SPILL_E_INVALID_ARG, "gen: no output directory");
   spill_gen_plan_full p;
   SPILL_TRY(spill_gen_plan_full_make(o, &p, e));
+  if (o->summary_out) *o->summary_out = p.sum;
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
     int err = errno;
     spill_gen_plan_full_free(&p);
