@@ -116,6 +116,7 @@ typedef struct spill_kda_cfg {
   int gate_rank;      /* low-rank decay gate f_a (rank, D) / f_b (H*dk, rank) */
   int out_gate_rank;  /* 0 = full-rank output gate g_proj (H*dv, D) */
   double decay_floor; /* log-decay g is clamped to >= this (K3: -5.0); 0 = none */
+  double l2norm_eps;  /* q/k l2norm x / sqrt(|x|^2 + eps); 0 = 1e-6 (fla, HF; GGUF: rms eps) */
 } spill_kda_cfg;
 
 /* RMSNorm of q and k before RoPE (docs/MODEL.md "ATTN GQA"). */

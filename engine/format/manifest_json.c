@@ -135,6 +135,8 @@ static void arch_json(jb *b, cJSON *root, const spill_arch *a) {
       num(b, k, "gate_rank", a->kda.gate_rank);
       num(b, k, "out_gate_rank", a->kda.out_gate_rank);
       num(b, k, "decay_floor", a->kda.decay_floor);
+      /* written only when set, so older containers stay byte-identical */
+      if (a->kda.l2norm_eps != 0) num(b, k, "l2norm_eps", a->kda.l2norm_eps);
     }
   }
   if (spill_arch_n_moe(a) > 0 || a->moe.n_experts > 0) {

@@ -122,7 +122,7 @@ static int parse_mla(const cJSON *o, spill_mla_cfg *m, spill_err *e) {
 
 static int parse_kda(const cJSON *o, spill_kda_cfg *k, spill_err *e) {
   static const char *const keys[] = {"n_heads",       "head_dim",    "conv_kernel", "gate_rank",
-                                     "out_gate_rank", "decay_floor", NULL};
+                                     "out_gate_rank", "decay_floor", "l2norm_eps", NULL};
   const char *p = "arch.kda";
   SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
   SPILL_TRY(get_int(o, "n_heads", p, 1, 4096, &k->n_heads, e));
@@ -130,6 +130,8 @@ static int parse_kda(const cJSON *o, spill_kda_cfg *k, spill_err *e) {
   SPILL_TRY(get_int(o, "conv_kernel", p, 1, 64, &k->conv_kernel, e));
   SPILL_TRY(get_int(o, "gate_rank", p, 1, DIM_MAX, &k->gate_rank, e));
   SPILL_TRY(get_int(o, "out_gate_rank", p, 0, DIM_MAX, &k->out_gate_rank, e));
+  /* optional (absent in containers written before it): 0 = 1e-6 */
+  SPILL_TRY(spill_json_num_opt(o, "l2norm_eps", p, 0.0, 1.0, 0.0, &k->l2norm_eps, F, e));
   return spill_json_num(o, "decay_floor", p, -1e6, 0.0, &k->decay_floor, F, e);
 }
 

@@ -184,6 +184,53 @@ TEST(ManifestTest, OptionalMlaAndGroupFieldsRoundTripAndValidate) {
   }
 }
 
+// arch.kda.l2norm_eps (the GGUF kimi-linear import writes llama.cpp's eps):
+// optional, 0 = 1e-6 and omitted, round-trips exactly, range [0, 1].
+TEST(ManifestTest, OptionalKdaL2normEpsRoundTripsAndValidates) {
+  const std::string base = ValidJson(SPILL_DT_F32);
+  spill_manifest m, m2;
+  spill_err e = {};
+  ASSERT_EQ(spill_manifest_parse(base.data(), base.size(), "manifest.json", &m, &e), SPILL_OK);
+  EXPECT_EQ(m.arch.kda.l2norm_eps, 0.0);
+  char *out = nullptr;
+  ASSERT_EQ(spill_manifest_to_json(&m, &out, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(strstr(out, "l2norm_eps"), nullptr);
+  free(out);
+  spill_manifest_free(&m);
+  const double eps = (double)9.99999974737875163e-06f; /* a GGUF's f32 1e-5 */
+  const std::string with = Mutate(base, [eps](cJSON *r) {
+    cJSON_AddNumberToObject(At(r, "arch", "kda"), "l2norm_eps", eps);
+  });
+  ASSERT_EQ(spill_manifest_parse(with.data(), with.size(), "manifest.json", &m, &e), SPILL_OK)
+      << e.msg;
+  // cJSON writes 15 significant digits unless that is off by more than its
+  // compare_double's relative DBL_EPSILON, so the double may move by an ulp;
+  // the engine uses it as f32, which is exact.
+  EXPECT_EQ((float)m.arch.kda.l2norm_eps, (float)eps);
+  ASSERT_EQ(spill_manifest_to_json(&m, &out, &e), SPILL_OK) << e.msg;
+  EXPECT_NE(strstr(out, "\"l2norm_eps\""), nullptr);
+  ASSERT_EQ(spill_manifest_parse(out, strlen(out), "again", &m2, &e), SPILL_OK) << e.msg;
+  free(out);
+  EXPECT_EQ(memcmp(&m.arch, &m2.arch, sizeof m.arch), 0);
+  spill_manifest_free(&m);
+  spill_manifest_free(&m2);
+  const double bad[] = {-1e-6, 2.0};
+  for (double v : bad) {
+    spill_err e2 = {};
+    std::string j = Mutate(base, [v](cJSON *r) {
+      cJSON_AddNumberToObject(At(r, "arch", "kda"), "l2norm_eps", v);
+    });
+    EXPECT_EQ(Parse(j, &e2), SPILL_E_FORMAT) << v;
+    EXPECT_TRUE(Contains(e2.msg, "arch.kda.l2norm_eps")) << e2.msg;
+  }
+  spill_err e3 = {};
+  std::string j = Mutate(base, [](cJSON *r) {
+    cJSON_AddStringToObject(At(r, "arch", "kda"), "l2norm_eps", "max");
+  });
+  EXPECT_EQ(Parse(j, &e3), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e3.msg, "arch.kda.l2norm_eps")) << e3.msg;
+}
+
 // The mutations of base, each with the error it must give.
 void ExpectEachError(const std::string &base, const BadCase *cases, size_t n) {
   for (size_t i = 0; i < n; i++) {

@@ -12,7 +12,7 @@
  * as a vector (GGUF stores A = -exp(A_log): written as log(-A)). HF: the MLA
  * latent RMSNorm uses eps 1e-6 and dropped groups score 0; GGUF (llama.cpp):
  * rms_norm_eps and -inf, weights always renormalised, kv_b joined from
- * attn_k_b / attn_v_b. Every config key is used, harmless or checked; every
+ * attn_k_b / attn_v_b, the KDA q/k l2norm eps rms_norm_eps (not 1e-6). Every config key is used, harmless or checked; every
  * tensor is consumed.
  */
 #define _GNU_SOURCE
@@ -32,6 +32,7 @@ typedef struct kl_cfg {
   int n_group, topk_group, norm_topk, tied, bos, eos;
   double rscale, eps;
   double kv_eps; /* MLA latent RMSNorm eps (0: eps) */
+  double l2_eps; /* KDA q/k l2norm eps (0: the engine's 1e-6) */
   int G;         /* GGUF kimi-linear source (llama.cpp's names and semantics) */
   uint8_t is_kda[SPILL_MAX_LAYERS];
 } kl_cfg;
@@ -198,6 +199,7 @@ static int hf_config(imp_src *s, const char *dir, const cJSON *root, kl_cfg *c, 
   SPILL_TRY(hf_linear_attn(root, c, e));
   SPILL_TRY(imp_cfg_quant(root, s, e));
   c->kv_eps = 1e-6;
+  c->l2_eps = 0; /* fla's l2norm: x / sqrt(|x|^2 + 1e-6), the engine's default */
   return imp_cfg_bos_eos(root, dir, &c->bos, &c->eos, e);
 }
 
@@ -311,6 +313,9 @@ static int gguf_config(imp_src *s, kl_cfg *c, spill_err *e) {
   SPILL_TRY(gguf_dims(g, c, e));
   SPILL_TRY(gguf_routing(g, c, e));
   c->kv_eps = 0; /* llama.cpp: the latent RMSNorm uses rms_norm_eps */
+  /* llama.cpp's KDA q/k norm (build_gdn_l2_norm) is rms_norm(x, eps / d) / sqrt(d)
+   * = x / sqrt(|x|^2 + eps) with eps = rms_norm_eps */
+  c->l2_eps = c->eps;
   const spill_src_tensor *emb = spill_gguf_find(g, "token_embd.weight");
   SPILL_FAIL_IF(e, !emb || emb->ndim != 2 || emb->shape[0] > 16777216, SPILL_E_FORMAT,
                 GA " tensor token_embd.weight is missing or too large");
@@ -527,6 +532,7 @@ static void fill_arch(const kl_cfg *c, spill_arch *a) {
     k->gate_rank = c->kd;     /* f_a_proj: Linear(hidden, head_dim) */
     k->out_gate_rank = c->kd; /* g_a_proj: Linear(hidden, head_dim) */
     k->decay_floor = 0;       /* fused_kda_gate without lower_bound */
+    k->l2norm_eps = c->l2_eps;
   }
   spill_moe_cfg *o = &a->moe;
   o->n_experts = c->E;

@@ -43,7 +43,8 @@ typedef struct kda_job {
   float *tmp;             /* (n_threads, d) */
   float *o;               /* (H*d) */
   int d;
-  float eps;
+  float eps;    /* o_norm's rmsnorm eps */
+  float l2_eps; /* q/k l2norm eps */
 } kda_job;
 
 static void kda_head(void *ctx, int j, int thread) {
@@ -55,15 +56,16 @@ static void kda_head(void *ctx, int j, int thread) {
   float *o = g->o + off;                  /* (d) */
   const float *alpha = g->alpha + off;
 
-  /* qh = l2norm(q_j) / sqrt(d), kh = l2norm(k_j): applied as scalars on the fly */
+  /* qh = l2norm(q_j) / sqrt(d), kh = l2norm(k_j), l2norm(x) = x / sqrt(|x|^2 + l2_eps):
+   * applied as scalars on the fly */
   const float *qj = g->q + off, *kj = g->k + off, *vj = g->v + off;
   float qs = 0.0f, ks = 0.0f;
   for (int i = 0; i < d; i++) {
     qs += qj[i] * qj[i];
     ks += kj[i] * kj[i];
   }
-  const float qn = 1.0f / (sqrtf(qs + 1e-6f) * sqrtf((float)d));
-  const float kn = 1.0f / sqrtf(ks + 1e-6f);
+  const float qn = 1.0f / (sqrtf(qs + g->l2_eps) * sqrtf((float)d));
+  const float kn = 1.0f / sqrtf(ks + g->l2_eps);
 
   /* pass 1: decay rows, u = S^T kh */
   memset(u, 0, (size_t)d * sizeof(float));
@@ -133,8 +135,10 @@ int spill_model_attn_kda(spill_model *m, int l, const float *h, int pos, float *
     spill_model_matvec(m, &L->attn_g_b, fa, gate);
   }
 
+  /* l2norm eps: 0 = 1e-6 (fla / the HF code; a GGUF import writes llama.cpp's) */
+  const float l2_eps = c->l2norm_eps > 0 ? (float)c->l2norm_eps : 1e-6f;
   kda_job g = {qc, kc, vc, alpha, beta, gate, L->attn_o_norm, L->kda_s, s->ku, s->o, d,
-               (float)m->a.norm_eps};
+               (float)m->a.norm_eps, l2_eps};
   spill_model_run_tasks(m, kda_head, &g, H, (uint64_t)H * 4u * (uint64_t)d * (uint64_t)d);
   spill_model_matvec(m, &L->attn_output, s->o, out); /* (D) from (H*d) */
   return SPILL_OK;

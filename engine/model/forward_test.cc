@@ -1,8 +1,11 @@
 // engine/model/forward_test.cc: the forward pass on tiny nano containers:
 // every attention mix and expert dtype loads and runs, thread count never
-// changes a bit, chunked prefill equals token-by-token, stats add up, and
-// the caller's misuse gets clear errors.
+// changes a bit, chunked prefill equals token-by-token, stats add up, the
+// KDA l2norm eps key is read, and the caller's misuse gets clear errors.
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "engine/model/model_test_util.h"
 
@@ -92,6 +95,43 @@ TEST(ForwardTest, ChunkedPrefillMatchesTokenByToken) {
     ASSERT_EQ(spill_model_forward(hs.m, &tok, 1, 13, ls.data(), &e), SPILL_OK);
     for (int v = 0; v < V; v++) EXPECT_NEAR(lc[v], ls[v], 1e-5f * scale);
   }
+}
+
+// A copy of the nano KDA container with arch.kda.l2norm_eps set to eps.
+std::string WithL2normEps(const std::string &src, const char *tag, const char *eps) {
+  namespace fs = std::filesystem;
+  const std::string dir = src + "-l2eps-" + tag;
+  fs::remove_all(dir);
+  fs::copy(src, dir, fs::copy_options::recursive);
+  std::ifstream in(dir + "/manifest.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string m = ss.str();
+  const size_t at = m.find("\"decay_floor\"");
+  EXPECT_NE(at, std::string::npos);
+  if (at == std::string::npos) return dir;
+  m.insert(at, std::string("\"l2norm_eps\": ") + eps + ", ");
+  std::ofstream(dir + "/manifest.json", std::ios::trunc) << m;
+  return dir;
+}
+
+// arch.kda.l2norm_eps: absent = 1e-6 bit for bit (the K3 family's and the
+// safetensors imports' containers are unchanged); another value changes
+// the q/k normalisation and so the logits.
+TEST(ForwardTest, KdaL2normEpsDefaultsTo1e6AndIsUsed) {
+  const std::string base = Nano("kda", SPILL_GEN_TRUNK_F32, SPILL_DT_F32);
+  const std::vector<int> p = Prompt(6);
+  spill_test::ModelHandle h0, h1, h2;
+  h0.m = Open(base, 1);
+  h1.m = Open(WithL2normEps(base, "1e-6", "1e-6"), 1);
+  h2.m = Open(WithL2normEps(base, "0.5", "0.5"), 1);
+  ASSERT_TRUE(h0.m && h1.m && h2.m);
+  EXPECT_EQ(spill_model_arch(h1.m)->kda.l2norm_eps, 1e-6);
+  const std::vector<float> a = RunSeq(h0.m, p, 2), b = RunSeq(h1.m, p, 2), c = RunSeq(h2.m, p, 2);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_EQ(0, memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  EXPECT_NE(0, memcmp(a.data(), c.data(), a.size() * sizeof(float)));
 }
 
 TEST(ForwardTest, StatsCountEveryExpertUseOnce) {

@@ -115,8 +115,13 @@ for seed in $SEEDS; do
 done
 # kimi-linear (tools/reference/kimi_linear_ref.py; KDA + NoPE MLA + sigmoid
 # routing, one or four expert groups). F32: spill against llama.cpp
-# directly (strict). F16 / Q8_0: llama.cpp rounds every matmul input to the
-# weight's vec_dot_type (f16 / Q8_0 blocks), and its absorbed MLA rounds the
+# directly, strict at 2e-5 of the largest |logit| (not compare_logits.py's
+# 1e-4): with llama.cpp's KDA q/k l2norm eps (manifest kda.l2norm_eps) the
+# two differ only by f32 rounding, measured max 9.2e-7..4.9e-6 over seeds
+# 1-8, 11-13, 101, 202 x both variants (26 cases; 4x headroom); with
+# the HF eps 1e-6 instead, seed 101 base measured 2.1e-5 (fails).
+# F16 / Q8_0: llama.cpp rounds every matmul input to the weight's
+# vec_dot_type (f16 / Q8_0 blocks), and its absorbed MLA rounds the
 # attention-weighted latent before attn_v_b, which spill's joined f32
 # attn_kv_b cannot do; so llama.cpp is held to the float64 reference with
 # that rounding emulated (`logits --ggml-act`), at the Q8_0 / F16 rules of
@@ -137,7 +142,7 @@ for seed in $SEEDS; do
       LBL="kimi-linear $v $ty seed $seed"
       both "$KLREF" "$g" --variant "$v" --type "$ty" --seed "$seed" || continue
       if [ "$ty" = F32 ]; then
-        r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
+        r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 --tol 2e-5 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
         continue
       fi
       r=$($PY "$KLREF" logits "$g" --tokens "$TOK" --compare "$TMP/s.f32" --tol 1e-4 2>&1) &&

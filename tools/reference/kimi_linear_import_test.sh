@@ -49,6 +49,19 @@ for g in base-Q8_0 grouped-Q8_0; do
   r=$($PY "$REF" check-weights "$TMP/$g.gguf" "$TMP/$g.gguf.spill" 2>&1) && ok "gguf $g: $r" || bad "gguf $g: $r"
 done
 
+# KDA q/k l2norm eps in the manifest: the GGUF import writes llama.cpp's
+# (rms_norm_eps, an f32 in the GGUF), the checkpoint import none (= the
+# engine's 1e-6, fla's l2norm)
+$PY - "$TMP/base-F32.gguf.spill/manifest.json" "$TMP/base-F32.spill/manifest.json" "$TMP/base-F32/config.json" <<'PY' &&
+import json, sys
+import numpy as np
+g, h, cfg = (json.load(open(p)) for p in sys.argv[1:])
+eps = g["arch"]["kda"].get("l2norm_eps")
+assert eps is not None and np.float32(eps) == np.float32(cfg["rms_norm_eps"]), (eps, cfg["rms_norm_eps"])
+assert "l2norm_eps" not in h["arch"]["kda"], h["arch"]["kda"]
+PY
+  ok "kda.l2norm_eps: gguf rms_norm_eps (f32), checkpoint absent" || bad "kda.l2norm_eps in the manifests"
+
 # --trunk q8 / --experts q8: the conv weights stay f32 (the engine reads them so), the rest requantised
 in="$TMP/base-BF16"
 rm -rf "$in.q8"

@@ -25,7 +25,8 @@ engine and of docs/MODEL.md's K3 equations:
   scores[sel] / (sum + 1e-20) when moe_renormalize and k > 1, times
   routed_scaling_factor; shared experts added.
 For a .gguf it computes what llama.cpp's graph (src/models/kimi-linear.cpp
-at de3ff81) computes: q, k L2-normalised as x / max(|x|, rms_norm_eps); A
+at de3ff81) computes: q, k L2-normalised as x / sqrt(|x|^2 + rms_norm_eps)
+(build_gdn_l2_norm: ggml_rms_norm(x, eps / d) / sqrt(d)); A
 read as stored (-exp(A_log)); the latent RMSNorm with rms_norm_eps; MLA in
 llama.cpp's absorbed form (q_nope through attn_k_b, scores against the
 normalised latent plus q_pe.k_pe, values through attn_v_b); dropped expert
@@ -260,8 +261,8 @@ def rms(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def l2norm(x):
-    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + 1e-6)
+def l2norm(x, eps=1e-6):
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
 # GGUF name below blk.N. -> HF name below model.layers.N. (llama.cpp's
@@ -418,8 +419,8 @@ class Model:
         self.out = act(self.w["output.weight"], t["output.weight"][0])
 
     def l2(self, x):
-        if self.gguf:  # ggml_l2_norm: x / max(|x|, eps), eps = rms_norm_eps
-            return x / np.maximum(np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), self.eps)
+        if self.gguf:  # build_gdn_l2_norm: rms_norm(x, eps / d) / sqrt(d) = x / sqrt(|x|^2 + eps)
+            return l2norm(x, self.eps)
         return l2norm(x)
 
     def g(self, l, n):
