@@ -299,12 +299,33 @@ void spill_k_xq_quantize__avx2(const float *x, spill_k_xq *xq) {
   spill_k_xq_blocks(x, xq, quant_q8_0, quant_q8_k);
 }
 
-/* q8 or q4 rows, as kernels_xq_rows.h takes them: four per pass. */
+/* One q8 row: the same lane accumulation as rows4's, but one stream of
+ * weights at a time. On a matrix streamed from DRAM (the Q8_0 trunk of a
+ * fitted model) four rows and their four scale arrays at once ran at about
+ * half the bytes/s of one row (6-layer Qwen3-30B-A3B-shaped file, 1 thread:
+ * 45-49 -> 25-28 ms per token, docs/PERFORMANCE.md); q4 keeps rows4. */
+static void row1_q8(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r) {
+  const uint32_t cols = w->cols, g = w->group, ng = cols / g;
+  const uint8_t *row = (const uint8_t *)w->data + (size_t)r * cols;
+  const spill_k_u16_unaligned *s = w->scales + (size_t)r * ng;
+  __m256 a = _mm256_setzero_ps();
+  for (uint32_t b0 = 0, gi = 0; b0 < cols / 32; b0 += g / 32, gi++) {
+    const float s0 = f16(s[gi]);
+    for (uint32_t b = b0; b < b0 + g / 32; b++)
+      a = fma_block(lanes_q8(row + 32 * b, load32(xq->q32 + 32 * b)), s0 * xq->d32[b], a);
+  }
+  y[r] = spill_k_hsum8(a);
+}
+
+/* q8 rows one per pass, q4 rows four per pass, as kernels_xq_rows.h takes them. */
 static void rows_q8q4(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  if (w->dtype == SPILL_K_DT_Q8) {
+    for (uint32_t r = r0; r < r1; r++) row1_q8(w, xq, y, r);
+    return;
+  }
   for (uint32_t r = r0; r < r1; r += 4) {
     const uint32_t n = r1 - r < 4 ? r1 - r : 4;
-    if (w->dtype == SPILL_K_DT_Q8) rows4(w, xq, y, r, n, 0);
-    else rows4(w, xq, y, r, n, 1);
+    rows4(w, xq, y, r, n, 1);
   }
 }
 
