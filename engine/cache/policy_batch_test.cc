@@ -108,17 +108,7 @@ double HitRate(const char *policy, uint32_t slots, bool batched) {
         for (uint32_t e : ids) spill_cache_access(c, l, e, 0, 0);
         continue;
       }
-      std::vector<spill_cache_entry *> held;
-      for (uint32_t e : ids) {  // claim all, like the stream's request()
-        spill_cache_entry *en = nullptr;
-        const int o = spill_cache_acquire(c, l, e, &en);
-        EXPECT_NE(o, SPILL_CACHE_ALL_PINNED);
-        if (en) held.push_back(en);
-      }
-      for (auto *en : held) {  // reads land, the layer computes, releases
-        if (spill_cache_entry_state(c, en) == SPILL_CACHE_LOADING) spill_cache_ready(c, en, 0);
-        spill_cache_release(c, en);
-      }
+      RunBatch(c, l, ids);
     }
   spill_cache_counters k;
   spill_cache_get_counters(c, &k);
