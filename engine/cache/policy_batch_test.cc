@@ -42,6 +42,18 @@ std::vector<std::vector<uint32_t>> Routing() {
   return tok;
 }
 
+// A simulation-mode cache (no slot memory), seed 1.
+spill_cache *NewCache(const char *policy, uint32_t slots) {
+  spill_cache_config cfg = {};
+  cfg.n_slots = slots;
+  cfg.slot_bytes = 0;
+  cfg.policy = policy;
+  cfg.seed = 1;
+  spill_cache *c = nullptr;
+  EXPECT_EQ(spill_cache_init(&c, &cfg, nullptr), SPILL_OK);
+  return c;
+}
+
 // Acquires one batch of a layer's ids pinned together, then readies and
 // releases them (the stream's request(), the reads, the layer's compute).
 void RunBatch(spill_cache *c, int l, const std::vector<uint32_t> &ids) {
@@ -63,12 +75,7 @@ void RunBatch(spill_cache *c, int l, const std::vector<uint32_t> &ids) {
 // together, as the engine's prefill does), the rest one token a batch;
 // counters are reset when the decode starts.
 double DecodeHitRate(const char *policy, uint32_t slots, int prompt, int chunk) {
-  spill_cache_config cfg = {};
-  cfg.n_slots = slots;
-  cfg.policy = policy;
-  cfg.seed = 1;
-  spill_cache *c = nullptr;
-  EXPECT_EQ(spill_cache_init(&c, &cfg, nullptr), SPILL_OK);
+  spill_cache *c = NewCache(policy, slots);
   if (!c) return -1;
   const auto routing = Routing();
   for (int t0 = 0; t0 < prompt; t0 += chunk)
@@ -92,13 +99,7 @@ double DecodeHitRate(const char *policy, uint32_t slots, int prompt, int chunk) 
 }
 
 double HitRate(const char *policy, uint32_t slots, bool batched) {
-  spill_cache_config cfg = {};
-  cfg.n_slots = slots;
-  cfg.slot_bytes = 0;  // simulation mode
-  cfg.policy = policy;
-  cfg.seed = 1;
-  spill_cache *c = nullptr;
-  EXPECT_EQ(spill_cache_init(&c, &cfg, nullptr), SPILL_OK);
+  spill_cache *c = NewCache(policy, slots);
   if (!c) return -1;
   const auto routing = Routing();
   for (int t = 0; t < kTokens; t++)
