@@ -180,6 +180,11 @@ static int hf_dims(const cJSON *root, ds_cfg *c, spill_err *e) {
   SPILL_TRY(jint(root, "n_shared_experts", 0, 64, 0, 0, &c->n_shared, e));
   SPILL_TRY(jint(root, "first_k_dense_replace", 0, c->L, 0, 0, &c->n_dense, e));
   SPILL_TRY(spill_json_num(root, "rms_norm_eps", "config.json", 1e-30, 1, &c->eps, SPILL_E_FORMAT, e));
+  /* The modelling code builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default eps 1e-6
+   * whatever rms_norm_eps says; the container gives them the layer norms' eps, so only 1e-6 (the
+   * released DeepSeek-V2/V3 configs' value) imports the same model. */
+  if (c->eps != 1e-6)
+    return unsupported("rms_norm_eps", "other than 1e-6: q_a_layernorm and kv_a_layernorm keep 1e-6", e);
   SPILL_TRY(spill_json_num_opt(root, "rope_theta", "config.json", 1e-6, 1e12, 10000.0, &c->theta,
                                SPILL_E_FORMAT, e));
   SPILL_FAIL_IF(e, c->dr % 2, SPILL_E_FORMAT, "config.json: qk_rope_head_dim %d is odd", c->dr);
