@@ -148,7 +148,12 @@ TEST(SimEngineTimingTest, IoBoundDecodeTokPerSecondAgreesWithin15Percent) {
                 o.comp.wall_ms, eng_ms, sim_ms, r.io_stall_s * 1e3, o.st.decode_tok_per_s,
                 r.tok_per_s, 100 * (r.tok_per_s / o.st.decode_tok_per_s - 1));
     EXPECT_EQ(r.tokens, (uint32_t)o.st.tokens_decode);
-    EXPECT_NEAR(r.hit_rate, eh, 0.02);
+    // With lookahead the engine's hits depend on timing (when prefetches land and pins drop, see
+    // the header): at 16 slots, lookahead 8, on the same
+    // binary the engine gave 0.5859 in most runs, 0.5807 once and 0.6068-0.6081 in 2 of 8 (a loaded
+    // machine, 2026-12-02, 1103799), the sim 0.5859. 0.03 covers that spread; a sim without the
+    // lookahead (no-lookahead hit rate 0.668 here) still fails it. Without lookahead they matched exactly in every run.
+    EXPECT_NEAR(r.hit_rate, eh, k.la ? 0.03 : 0.02);
     // the regime the test relies on: I/O-bound, compute a small share
     EXPECT_LT(5 * compute_ms, eng_ms) << "not I/O-bound: the cap is too fast for this machine";
     EXPECT_NEAR(o.st.decode_tok_per_s / r.tok_per_s, 1.0, kTolerance);
