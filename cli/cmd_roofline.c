@@ -12,9 +12,11 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/cli_util.h"
@@ -26,30 +28,68 @@ const char cmd_roofline_usage[] =
     "usage: spill roofline [--json] [--fio] [-n N] [--repeats R] [--prompt TEXT]\n"
     "                      [--probe-threads N] [--probe-seconds S] MODEL [engine knobs]\n";
 
-/* fio's randread bandwidth (bytes/s) on FILE, or -1 with the reason in why. */
+/* fio's randread bandwidth (bytes/s) on FILE, or -1 with the reason in why.
+ * fio is run with fork/exec, never through a shell, so no character of the
+ * model's path is a command (issue 26 item 3); fio's own list separator ':'
+ * is escaped as fio documents ("\:"). */
 static double run_fio(const char *file, uint64_t bs, int threads, double seconds, char *why,
                       size_t why_n) {
-  char cmd[8192], errf[] = "/tmp/spill-fio-XXXXXX";
-  int fd = mkstemp(errf);
-  if (fd < 0) {
+  char errf[] = "/tmp/spill-fio-XXXXXX";
+  int efd = mkstemp(errf);
+  if (efd < 0) {
     snprintf(why, why_n, "cannot create a temporary file for fio's stderr");
     return -1;
   }
-  close(fd);
-  snprintf(cmd, sizeof cmd,
-           "fio --name=spill-roofline --filename='%s' --readonly --rw=randread --bs=%llu "
-           "--direct=1 --ioengine=psync --numjobs=%d --group_reporting --time_based "
-           "--runtime=%.0f --output-format=json 2>%s",
-           file, (unsigned long long)bs, threads, seconds < 1 ? 1 : seconds, errf);
+  char fname[8192], a_bs[64], a_jobs[64], a_rt[64];
+  size_t o = (size_t)snprintf(fname, sizeof fname, "--filename=");
+  for (const char *p = file; *p && o + 3 < sizeof fname; p++) {
+    if (*p == ':') fname[o++] = '\\';
+    fname[o++] = *p;
+  }
+  fname[o] = 0;
+  snprintf(a_bs, sizeof a_bs, "--bs=%llu", (unsigned long long)bs);
+  snprintf(a_jobs, sizeof a_jobs, "--numjobs=%d", threads);
+  snprintf(a_rt, sizeof a_rt, "--runtime=%.0f", seconds < 1 ? 1 : seconds);
+  char *const argv[] = {"fio", "--name=spill-roofline", fname, "--readonly", "--rw=randread",
+                        a_bs, "--direct=1", "--ioengine=psync", a_jobs, "--group_reporting",
+                        "--time_based", a_rt, "--output-format=json", NULL};
   double bw = -1;
-  FILE *p = popen(cmd, "r");
-  if (!p) {
-    snprintf(why, why_n, "popen failed");
+  int pfd[2];
+  pid_t pid = -1;
+  if (pipe(pfd) == 0) {
+    pid = fork();
+    if (pid == 0) {
+      dup2(pfd[1], 1);
+      dup2(efd, 2);
+      close(pfd[0]);
+      close(pfd[1]);
+      close(efd);
+      execvp("fio", argv);
+      _exit(127);
+    }
+    close(pfd[1]);
+    if (pid < 0) close(pfd[0]);
+  }
+  close(efd);
+  if (pid < 0) {
+    snprintf(why, why_n, "cannot start fio");
   } else {
     static char out[1 << 20];
-    size_t n = fread(out, 1, sizeof out - 1, p);
+    size_t n = 0;
+    ssize_t r;
+    char drain[4096]; /* past 1 MiB: read and dropped, so fio never blocks */
+    for (;;) {
+      int room = n < sizeof out - 1;
+      r = room ? read(pfd[0], out + n, sizeof out - 1 - n) : read(pfd[0], drain, sizeof drain);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      if (room) n += (size_t)r;
+    }
     out[n] = 0;
-    const int st = pclose(p);
+    close(pfd[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
     const char *rd = strstr(out, "\"read\"");
     const char *b = rd ? strstr(rd, "\"bw_bytes\"") : NULL;
     if (st != 0) {

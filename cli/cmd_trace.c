@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "engine/base/json_util.h"
 #include "engine/trace/router_trace.h"
+#include "harness/gnuplot_text.h"
 #include "research/trace/trace_analysis.h"
 
 #define MAX_LIST 64
@@ -259,6 +260,22 @@ static int plot(const char *out, char **pols, int np, const uint32_t *slots, int
                 const double *miss, const char *title) {
   char path[4096];
   snprintf(path, sizeof path, "%s.tsv", out);
+  /* every name below goes into the gnuplot script through
+   * harness/gnuplot_text.h (issue 26 item 3) */
+  char gp_tsv[16384], gp_out[2][16384], gp_label[4096];
+  const char *ext[2] = {"png", "svg"};
+  for (int k = 0; k < 2; k++) {
+    char o[4096];
+    snprintf(o, sizeof o, "%s.%s", out, ext[k]);
+    if (spill_gp_path(gp_out[k], sizeof gp_out[k], o)) {
+      fprintf(stderr, "spill trace: --plot %s: a control character or too long for gnuplot\n", out);
+      return 1;
+    }
+  }
+  if (spill_gp_path(gp_tsv, sizeof gp_tsv, path)) {
+    fprintf(stderr, "spill trace: --plot %s: a control character or too long for gnuplot\n", out);
+    return 1;
+  }
   FILE *f = fopen(path, "w");
   if (!f) {
     fprintf(stderr, "spill trace: cannot write %s\n", path);
@@ -276,22 +293,21 @@ static int plot(const char *out, char **pols, int np, const uint32_t *slots, int
     fprintf(stderr, "spill trace: cannot write %s\n", path);
     return 1;
   }
-  static const char *const terms[2][2] = {{"pngcairo size 900,600", "png"},
-                                          {"svg size 900,600 dynamic", "svg"}};
+  static const char *const terms[2] = {"pngcairo size 900,600", "svg size 900,600 dynamic"};
   FILE *g = popen("gnuplot", "w");
   if (!g) {
     fprintf(stderr, "spill trace: cannot run gnuplot\n");
     return 1;
   }
   for (int k = 0; k < 2; k++) {
-    fprintf(g, "set terminal %s\nset output '%s.%s'\n", terms[k][0], out, terms[k][1]);
-    fprintf(g, "set title '%s' noenhanced\nset xlabel 'cache slots'\n"
+    fprintf(g, "set terminal %s\nset output %s\n", terms[k], gp_out[k]);
+    fprintf(g, "set title %s noenhanced\nset xlabel 'cache slots'\n"
                "set ylabel 'miss ratio'\nset yrange [0:1]\nset grid\nset key top right\n",
-            title);
+            spill_gp_label(gp_label, sizeof gp_label, title));
     fprintf(g, "plot ");
     for (int p = 0; p < np; p++)
-      fprintf(g, "%s'%s.tsv' using 1:%d with linespoints title '%s' noenhanced", p ? ", " : "",
-              out, p + 2, pols[p]);
+      fprintf(g, "%s%s using 1:%d with linespoints title %s noenhanced", p ? ", " : "", gp_tsv,
+              p + 2, spill_gp_label(gp_label, sizeof gp_label, pols[p]));
     fprintf(g, "\nunset output\n");
   }
   int rc = pclose(g);

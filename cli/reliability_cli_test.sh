@@ -71,6 +71,37 @@ run run "$tmp/nano" "a prompt that is longer than eight tokens for sure" --ctx 8
 [[ "$err" == *"exceed ctx 8"* ]] || fail "prompt over ctx: ${err:0:160}"
 [[ "$err" != *"generated tokens"* ]] || fail "prompt over ctx: a summary was printed: ${err:0:160}"
 
+# issue 26 item 3: file names and output paths never run as code in the
+# scripts given to gnuplot (`trace replay --plot`) or to a shell (`roofline
+# --fio`): each hostile name below would create a PWNED* file if injected
+if command -v gnuplot >/dev/null; then
+  mkdir -p "$tmp/gp" && cd "$tmp/gp" || exit 1
+  hostile="x'; system(\"touch PWNED1\"); print 'y.jsonl"
+  cp "$tmp/t.jsonl" "$hostile"
+  run trace replay --policy lru --curve 1:3:1 --plot "o'; system(\"touch PWNED2\"); print 'p" "$hostile"
+  [ "$rc" = 0 ] || fail "trace replay --plot, hostile names: exit $rc: ${err:0:200}"
+  [ -s "o'; system(\"touch PWNED2\"); print 'p.svg" ] || fail "trace replay --plot: no svg for the quoted name"
+  for o in '|touch PWNED3' '<touch PWNED4' "q
+!touch PWNED5"; do
+    run trace replay --policy lru --curve 1:3:1 --plot "$o" "$hostile"
+  done
+  found=$(ls "$tmp/gp" | grep "^PWNED")
+  [ -z "$found" ] || fail "trace replay --plot ran code from a name: $found"
+  cd "$tmp/cwd" || exit 1
+else
+  echo "gnuplot not installed: the --plot injection cases are not run (./lab deps installs it)"
+fi
+if command -v fio >/dev/null; then
+  mkdir -p "$tmp/fio" && cd "$tmp/fio" || exit 1
+  m="m'; touch PWNED6; echo '"
+  cp -r "$tmp/nano" "$m"
+  run roofline --fio -n 2 --repeats 1 --probe-seconds 1 --storage pagecache "$m"
+  [[ "$out$err" == *fio* ]] || fail "roofline --fio: fio not reached: ${err:0:200}"
+  found=$(ls "$tmp/fio" | grep "^PWNED")
+  [ -z "$found" ] || fail "roofline --fio ran code from the model's name: $found"
+  cd "$tmp/cwd" || exit 1
+fi
+
 if [ "$fails" != 0 ]; then
   echo "$fails failures" >&2
   exit 1

@@ -24,6 +24,7 @@
 
 #include "harness/exp_config.h"
 #include "harness/exp_files.h"
+#include "harness/gnuplot_text.h"
 #include "harness/exp_metrics.h"
 #include "harness/exp_rows.h"
 
@@ -507,8 +508,13 @@ static void add_plot(spill_exp_report_result *res, const char *dir, const char *
 
 /* Terminal preamble: the same script is run for PNG and SVG. */
 static void both_terms(FILE *f, const char *base, const char *body) {
-  fprintf(f, "set terminal pngcairo size 1000,600 noenhanced\nset output '%s.png'\n%s\n", base, body);
-  fprintf(f, "set terminal svg size 1000,600 noenhanced\nset output '%s.svg'\nreplot\n", base);
+  char name[256], q[1024];
+  snprintf(name, sizeof name, "%s.png", base);
+  spill_gp_path(q, sizeof q, name);
+  fprintf(f, "set terminal pngcairo size 1000,600 noenhanced\nset output %s\n%s\n", q, body);
+  snprintf(name, sizeof name, "%s.svg", base);
+  spill_gp_path(q, sizeof q, name);
+  fprintf(f, "set terminal svg size 1000,600 noenhanced\nset output %s\nreplot\n", q);
 }
 
 /* The cliff plot's vertical lines, in bytes (0: not drawn). A budget sweep:
@@ -599,16 +605,17 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   fclose(f);
   double ram, dflt, model_bytes;
   cliff_lines(R, dir, ram_axis, &ram, &dflt, &model_bytes);
-  char body[8192];
+  char body[16384], tq[1024], tt[512];
+  snprintf(tt, sizeof tt, "%s: decode speed and hit rate vs %s", cfg->name,
+           ram_axis ? "emulated RAM" : "RAM budget");
   int o = snprintf(body, sizeof body,
-                   "set title '%s: decode speed and hit rate vs %s'\n"
+                   "set title %s\n"
                    "set xlabel '%s (GiB, log scale)'\nset logscale x\n"
                    "set ylabel 'decode tok/s (median, min-max bars)'\n"
                    "set y2label 'decode demand hit rate (%%)'\nset y2range [0:100]\nset ytics nomirror\n"
                    "set y2tics\nset key outside bottom center horizontal\nset grid\n"
                    "set yrange [0:*]\n",
-                   cfg->name, ram_axis ? "emulated RAM" : "RAM budget",
-                   ram_axis ? "emulated machine RAM" : "RAM budget");
+                   spill_gp_label(tq, sizeof tq, tt), ram_axis ? "emulated machine RAM" : "RAM budget");
   /* sizes in GiB with %.3g: a nano model's default budget is 0.0123 GiB, not 0.01 */
   const double G = 1073741824.0;
   if (model_bytes > 0)
@@ -629,14 +636,16 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
                   "set label 2 'default budget %.3g GiB' at %.6f, graph 0.88 left offset 0.5,0 tc rgb 'dark-green'\n",
                   dflt / G, dflt / G, dflt / G, dflt / G);
   o += snprintf(body + o, sizeof body - (size_t)o, "plot ");
-  for (int s = 0; s < n_series; s++) {
+  for (int s = 0; s < n_series && o < (int)sizeof body; s++) {
+    snprintf(tt, sizeof tt, "%s tok/s", titles[s]);
     o += snprintf(body + o, sizeof body - (size_t)o,
-                  "%s'cliff.dat' index %d using 1:2:3:4 with yerrorlines lw 2 title '%s tok/s'",
-                  s ? ", " : "", s, titles[s]);
-    if (!is_peer[s])
+                  "%s'cliff.dat' index %d using 1:2:3:4 with yerrorlines lw 2 title %s",
+                  s ? ", " : "", s, spill_gp_label(tq, sizeof tq, tt));
+    snprintf(tt, sizeof tt, "%s decode hit %%", titles[s]);
+    if (!is_peer[s] && o < (int)sizeof body)
       o += snprintf(body + o, sizeof body - (size_t)o,
-                    ", 'cliff.dat' index %d using 1:5 axes x1y2 with linespoints dt 2 title '%s decode hit %%'",
-                    s, titles[s]);
+                    ", 'cliff.dat' index %d using 1:5 axes x1y2 with linespoints dt 2 title %s", s,
+                    spill_gp_label(tq, sizeof tq, tt));
   }
   char gp[1200];
   snprintf(gp, sizeof gp, "%s/cliff.gp", pdir);
@@ -666,6 +675,14 @@ static const char *ab_threshold(const spill_exp_config *cfg, const char *cell, c
   return "NaN";
 }
 
+/* A label column of a gnuplot data file, inside "": a '"' or a line break
+ * would end the column or the row, so they and other control bytes are
+ * written as ' and '?' (the label is shown, never run). */
+static void data_label(FILE *f, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    fputc(*p == '"' ? '\'' : *p < 0x20 || *p == 0x7f ? '?' : *p, f);
+}
+
 static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
                    spill_exp_report_result *res, spill_err *e) {
   const spill_exp_config *cfg = R->cfg;
@@ -684,18 +701,24 @@ static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
     double hi = cJSON_GetObjectItemCaseSensitive(x, "ci_hi")->valuedouble;
     const char *cell = cJSON_GetObjectItemCaseSensitive(x, "cell")->valuestring;
     const char *trt = cJSON_GetObjectItemCaseSensitive(x, "treatment")->valuestring;
-    fprintf(f, "%d %.6f %.6f %.6f \"%s %s\" %s\n", i++, isnan(r) ? 1.0 : r, isnan(lo) ? 1.0 : lo,
-            isnan(hi) ? 1.0 : hi, cell, trt, ab_threshold(cfg, cell, trt));
+    fprintf(f, "%d %.6f %.6f %.6f \"", i++, isnan(r) ? 1.0 : r, isnan(lo) ? 1.0 : lo,
+            isnan(hi) ? 1.0 : hi);
+    data_label(f, cell);
+    fputc(' ', f);
+    data_label(f, trt);
+    fprintf(f, "\" %s\n", ab_threshold(cfg, cell, trt));
   }
   fclose(f);
   if (i == 0) return SPILL_OK;
-  char body[4096];
+  char body[4096], tt[512], tq[1024];
+  snprintf(tt, sizeof tt, "%s: %s ratio treatment/control, median with %.0f%% bootstrap CI",
+           cfg->name, metric, 100 * (1 - (cfg->hyp.present ? cfg->hyp.alpha : 0.05)));
   int o = snprintf(body, sizeof body,
-                   "set title '%s: %s ratio treatment/control, median with %.0f%% bootstrap CI'\n"
+                   "set title %s\n"
                    "set ylabel 'ratio B/A'\nset xrange [-0.5:%d.5]\nset grid ytics\n"
                    "set xtics rotate by 20 right\nset key top left\n"
                    "set arrow 1 from graph 0, first 1 to graph 1, first 1 nohead lc rgb 'gray'\n",
-                   cfg->name, metric, 100 * (1 - (cfg->hyp.present ? cfg->hyp.alpha : 0.05)), i - 1);
+                   spill_gp_label(tq, sizeof tq, tt), i - 1);
   if (cfg->hyp.present && !cfg->hyp.n_thresholds) {
     double t = cfg->hyp.direction > 0 ? 1 + cfg->hyp.min_effect : 1 - cfg->hyp.min_effect;
     o += snprintf(body + o, sizeof body - (size_t)o,
@@ -764,20 +787,24 @@ static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp
     }
     fclose(f);
     spill_exp_lines_free(lines, n);
-    char base[96], body[2048];
+    char base[96], body[4096], tt[512], tq[1024], dn[128], dq[256];
     snprintf(base, sizeof base, "timeline-%s", cfg->arms[a].name);
+    snprintf(tt, sizeof tt, "%s: per-token time, %s (%s, repeat %d)", cfg->name,
+             cfg->arms[a].name, g->cell, g->rows[0]->repeat);
+    snprintf(dn, sizeof dn, "%s.dat", base);
+    spill_gp_path(dq, sizeof dq, dn);
     snprintf(body, sizeof body,
-             "set title '%s: per-token time, %s (%s, repeat %d)'\n"
+             "set title %s\n"
              "set style data histograms\nset style histogram rowstacked\n"
              "set style fill solid 0.8 border -1\nset boxwidth 0.8\n"
              "set xlabel 'decoded token'\nset ylabel 'ms'\nset y2label 'experts'\n"
              "set ytics nomirror\nset y2tics\nset key outside bottom center horizontal\n"
              "set xtics 8\nset xrange [-1:*]\n"
-             "plot '%s.dat' using 2 title 'compute (wall - I/O wait)' lc rgb '#4477aa', "
+             "plot %s using 2 title 'compute (wall - I/O wait)' lc rgb '#4477aa', "
              "'' using 3 title 'I/O wait' lc rgb '#cc6677', "
              "'' using 0:4 axes x1y2 with lines lw 2 lc rgb '#228833' title 'hits', "
              "'' using 0:5 axes x1y2 with lines lw 2 lc rgb '#aa3377' title 'misses'",
-             cfg->name, cfg->arms[a].name, g->cell, g->rows[0]->repeat, base);
+             spill_gp_label(tq, sizeof tq, tt), dq);
     char gp[1200];
     snprintf(gp, sizeof gp, "%s/%s.gp", pdir, base);
     f = fopen(gp, "w");
