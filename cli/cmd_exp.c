@@ -68,6 +68,8 @@ static void on_progress(void *user, const spill_exp_progress *p) {
             "spill exp: WARNING: run %s is paging: %d decode tokens in a row with >= %d major "
             "page faults each (from token %d): this budget is past the RAM cliff\n",
             p->key ? p->key : "", SPILL_PAGING_TOKENS, SPILL_PAGING_FAULTS_PER_TOKEN, p->done);
+  else if (!strcmp(p->phase, "machine"))
+    fprintf(stderr, "spill exp: %s\n", p->key ? p->key : "");
   else if (!strcmp(p->phase, "report"))
     fprintf(stderr, "writing summary, tables and plots\n");
 }

@@ -401,6 +401,20 @@ static int cmp_size_text(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+int spill_exp_axis_is_machine(const char *key) {
+  return !strcmp(key, SPILL_EXP_AXIS_EMULATE_RAM) || !strcmp(key, SPILL_EXP_AXIS_WIRED) ||
+         !strcmp(key, SPILL_EXP_AXIS_SWAP);
+}
+
+/* A wired or swap size of a machine profile: bytes or "0" (none). */
+static int check_machine_size(ctx *c, const cJSON *it, const char *p, uint64_t *out) {
+  if ((cJSON_IsNumber(it) && it->valuedouble == 0) || (cJSON_IsString(it) && !strcmp(it->valuestring, "0"))) {
+    *out = 0;
+    return SPILL_OK;
+  }
+  return get_size(c, it, p, out);
+}
+
 /* An emulated RAM size (machine.emulate_ram or a value of its sweep axis). */
 static int check_emulate_ram(ctx *c, const cJSON *it, const char *p) {
   uint64_t v;
@@ -417,7 +431,9 @@ static int parse_sweep(ctx *c, const cJSON *s, spill_exp_config *cfg) {
   for (int pass = 0; pass < 3; pass++)
     for (const cJSON *it = s->child; it; it = it->next) {
       int is_ram = !strcmp(it->string, SPILL_EXP_AXIS_EMULATE_RAM);
+      int is_mach = !strcmp(it->string, SPILL_EXP_AXIS_WIRED) || !strcmp(it->string, SPILL_EXP_AXIS_SWAP);
       int is_budget = !strcmp(it->string, "budget");
+      if (is_mach) is_ram = 1; /* runner-owned: slowest, sorted upward */
       if ((pass == 0) != is_ram || (pass == 1) != is_budget) continue;
       char p[256];
       snprintf(p, sizeof p, "sweep.%s", it->string);
@@ -436,7 +452,9 @@ static int parse_sweep(ctx *c, const cJSON *s, spill_exp_config *cfg) {
         char pv[288];
         snprintf(pv, sizeof pv, "%s[%d]", p, i);
         SPILL_TRY(knob_text(c, v, pv, ax->values[i], sizeof ax->values[i]));
-        if (is_ram) SPILL_TRY(check_emulate_ram(c, v, pv));
+        uint64_t sz;
+        if (is_mach) SPILL_TRY(check_machine_size(c, v, pv, &sz));
+        else if (is_ram) SPILL_TRY(check_emulate_ram(c, v, pv));
         else SPILL_TRY(check_knob(c, pv, ax->key, ax->values[i]));
         for (int j = 0; j < i; j++)
           if (!strcmp(ax->values[j], ax->values[i])) return fail(c, pv, "\"%s\": duplicate value", ax->values[i]);
@@ -801,7 +819,7 @@ static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
   if (m) {
     if (!cJSON_IsObject(m)) return fail(c, "machine", "expected an object, got %s", type_name(m));
-    static const char *const mk[] = {"emulate_ram", NULL};
+    static const char *const mk[] = {"emulate_ram", "ram", "wired", "swap", "swappiness", NULL};
     SPILL_TRY(only_keys(c, m, "machine", mk));
     const cJSON *er = cJSON_GetObjectItemCaseSensitive(m, "emulate_ram");
     if (er) {
@@ -810,7 +828,45 @@ static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
       if (cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM))
         return fail(c, "machine.emulate_ram", "also swept in sweep.emulate_ram");
     }
+    const cJSON *mr = cJSON_GetObjectItemCaseSensitive(m, "ram");
+    cfg->machine_swappiness = -1;
+    if (mr) {
+      SPILL_TRY(check_emulate_ram(c, mr, "machine.ram"));
+      SPILL_TRY(get_size(c, mr, "machine.ram", &cfg->machine_ram));
+      if (cfg->emulate_ram || (cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM)))
+        return fail(c, "machine.ram", "a machine profile (ram, wired, swap) and emulate_ram are two "
+                                      "emulations: use one");
+      const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, "wired");
+      if (w) SPILL_TRY(check_machine_size(c, w, "machine.wired", &cfg->machine_wired));
+      const cJSON *sw = cJSON_GetObjectItemCaseSensitive(m, "swap");
+      if (sw) SPILL_TRY(check_machine_size(c, sw, "machine.swap", &cfg->machine_swap));
+      long v2;
+      SPILL_TRY(get_int(c, m, "machine", "swappiness", 0, 200, -1, &v2));
+      cfg->machine_swappiness = (int)v2;
+    } else {
+      static const char *const need[] = {"wired", "swap", "swappiness"};
+      for (int i = 0; i < 3; i++)
+        if (cJSON_GetObjectItemCaseSensitive(m, need[i]))
+          return fail(c, "machine", "\"%s\" needs \"ram\" (a machine profile)", need[i]);
+    }
   }
+  for (int a = 0; a < cfg->n_axes; a++) {
+    const char *k = cfg->axes[a].key;
+    if ((!strcmp(k, SPILL_EXP_AXIS_WIRED) || !strcmp(k, SPILL_EXP_AXIS_SWAP)) && !cfg->machine_ram)
+      return fail(c, "sweep", "\"%s\" is an axis of a machine profile: set machine.ram", k);
+    if (cfg->machine_ram && ((!strcmp(k, SPILL_EXP_AXIS_WIRED) && cJSON_GetObjectItemCaseSensitive(m, "wired")) ||
+                             (!strcmp(k, SPILL_EXP_AXIS_SWAP) && cJSON_GetObjectItemCaseSensitive(m, "swap"))))
+      return fail(c, "sweep", "\"%s\" is both set in machine and swept", k);
+  }
+  if (cfg->machine_ram)
+    for (int cell = 0; cell < spill_exp_config_n_cells(cfg); cell++) {
+      uint64_t r, w, sw;
+      int sp;
+      spill_exp_config_machine(cfg, cell, &r, &w, &sw, &sp);
+      if (w >= r)
+        return fail(c, "machine.wired", "%.3g GiB is not below machine.ram %.3g GiB", w / 1073741824.0,
+                    r / 1073741824.0);
+    }
   SPILL_TRY(parse_peers(c, root, cfg));
   SPILL_TRY(parse_hypothesis(c, cJSON_GetObjectItemCaseSensitive(root, "hypothesis"), cfg));
   SPILL_TRY(parse_outputs(c, cJSON_GetObjectItemCaseSensitive(root, "outputs"), cfg));
@@ -892,9 +948,9 @@ int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spil
   const char *vals[SPILL_EXP_MAX_AXES];
   spill_exp_config_cell(cfg, cell, vals);
   for (int a = 0; a < cfg->n_axes; a++)
-    if (strcmp(cfg->axes[a].key, SPILL_EXP_AXIS_EMULATE_RAM))
+    if (!spill_exp_axis_is_machine(cfg->axes[a].key))
       SPILL_TRY(spill_config_set(out, cfg->axes[a].key, vals[a], e));
-  out->usable_ram = spill_exp_config_emulate_ram(cfg, cell);
+  out->usable_ram = cfg->machine_ram ? cfg->machine_ram : spill_exp_config_emulate_ram(cfg, cell);
   const spill_exp_arm *am = &cfg->arms[cfg->arms[arm].peer.name[0] ? 0 : arm];
   for (int i = 0; i < am->n_knobs; i++)
     SPILL_TRY(spill_config_set(out, am->knobs[i].key, am->knobs[i].value, e));
@@ -913,6 +969,23 @@ uint64_t spill_exp_config_emulate_ram(const spill_exp_config *cfg, int c) {
     return spill_parse_size(vals[0]);
   }
   return cfg->emulate_ram;
+}
+
+int spill_exp_config_machine(const spill_exp_config *cfg, int c, uint64_t *ram, uint64_t *wired,
+                             uint64_t *swap, int *swappiness) {
+  *ram = cfg->machine_ram;
+  *wired = cfg->machine_wired;
+  *swap = cfg->machine_swap;
+  *swappiness = cfg->machine_swappiness;
+  if (!cfg->machine_ram) return 0;
+  const char *vals[SPILL_EXP_MAX_AXES];
+  spill_exp_config_cell(cfg, c, vals);
+  for (int a = 0; a < cfg->n_axes; a++) {
+    uint64_t v = strcmp(vals[a], "0") ? spill_parse_size(vals[a]) : 0;
+    if (!strcmp(cfg->axes[a].key, SPILL_EXP_AXIS_WIRED)) *wired = v;
+    else if (!strcmp(cfg->axes[a].key, SPILL_EXP_AXIS_SWAP)) *swap = v;
+  }
+  return 1;
 }
 
 double spill_exp_config_threshold(const spill_exp_config *cfg, int c) {
@@ -989,6 +1062,18 @@ char *spill_exp_config_resolved_json(const spill_exp_config *cfg) {
   if (cfg->emulate_ram) {
     cJSON *m = cJSON_AddObjectToObject(r, "machine");
     cJSON_AddNumberToObject(m, "emulate_ram", (double)cfg->emulate_ram);
+  }
+  if (cfg->machine_ram) {
+    cJSON *m = cJSON_AddObjectToObject(r, "machine");
+    cJSON_AddNumberToObject(m, "ram", (double)cfg->machine_ram);
+    int swept_w = 0, swept_s = 0; /* a swept one lives in sweep, not here */
+    for (int a = 0; a < cfg->n_axes; a++) {
+      swept_w |= !strcmp(cfg->axes[a].key, SPILL_EXP_AXIS_WIRED);
+      swept_s |= !strcmp(cfg->axes[a].key, SPILL_EXP_AXIS_SWAP);
+    }
+    if (!swept_w) cJSON_AddNumberToObject(m, "wired", (double)cfg->machine_wired);
+    if (!swept_s) cJSON_AddNumberToObject(m, "swap", (double)cfg->machine_swap);
+    if (cfg->machine_swappiness >= 0) cJSON_AddNumberToObject(m, "swappiness", cfg->machine_swappiness);
   }
   if (cfg->hyp.present) {
     cJSON *h = cJSON_AddObjectToObject(r, "hypothesis");

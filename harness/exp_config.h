@@ -65,6 +65,11 @@ typedef struct spill_exp_arm {
 /* The runner-owned sweep axis: emulated RAM per cell (machine.emulate_ram
  * swept), sorted upward and always the slowest axis. */
 #define SPILL_EXP_AXIS_EMULATE_RAM "emulate_ram"
+/* Runner-owned axes of a machine profile (machine.ram set): the wired
+ * reserve and the swap of each cell (harness/machine_profile.h). Like
+ * emulate_ram they run slowest, before budget. */
+#define SPILL_EXP_AXIS_WIRED "wired"
+#define SPILL_EXP_AXIS_SWAP "swap"
 #define SPILL_EXP_MAX_THRESHOLDS 32
 
 typedef enum spill_exp_order {
@@ -149,6 +154,11 @@ typedef struct spill_exp_config {
   int cold;
   char storage_path[SPILL_EXP_PATH_MAX];
   uint64_t emulate_ram;      /* 0 = off */
+  /* machine profile (machine.ram/wired/swap/swappiness): a memory cgroup,
+   * a locked ballast and swap around the engine; machine_ram 0 = off.
+   * Exclusive with emulate_ram. machine_swappiness -1 = the kernel's. */
+  uint64_t machine_ram, machine_wired, machine_swap;
+  int machine_swappiness;
   spill_exp_hypothesis hyp;
   spill_exp_outputs out;
   spill_exp_cluster cluster;
@@ -176,6 +186,13 @@ void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **valu
 /* The emulated RAM of cell c: its emulate_ram axis value, else
  * machine.emulate_ram (0 = none). */
 uint64_t spill_exp_config_emulate_ram(const spill_exp_config *cfg, int c);
+/* The machine profile of cell c (machine.* with the cell's wired/swap axis
+ * values): 1 and *ram/*wired/*swap/*swappiness filled when the config has
+ * one, else 0. */
+int spill_exp_config_machine(const spill_exp_config *cfg, int c, uint64_t *ram, uint64_t *wired,
+                             uint64_t *swap, int *swappiness);
+/* Whether axis key is runner-owned (emulate_ram, wired, swap): not a knob. */
+int spill_exp_axis_is_machine(const char *key);
 /* The ratio threshold of the hypothesis in cell c (cell_thresholds, else
  * 1 + min_effect for increase, 1 - min_effect for decrease). */
 double spill_exp_config_threshold(const spill_exp_config *cfg, int c);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "harness/emulate_ram.h"
+#include "harness/machine_profile.h"
 #include "harness/exp_env.h"
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
@@ -73,6 +74,8 @@ typedef struct runner {
   int n_done, cap_done;
   spill_ramlock lock;
   uint64_t lock_emulate; /* the emulated RAM the running lock serves (0 = none) */
+  spill_machine mach;    /* the machine profile, when the config has one */
+  spill_machine_counters mach_at_run; /* its counters when the current run started */
   char peer_exe[1024];   /* llama_peer, when the config has peer arms */
   int dir_lock_fd;   /* flock'ed ROWS.lock (one writer per rows file), -1 = none */
   int created_dir;   /* setup_dir made R->dir (not a resume) */
@@ -369,6 +372,14 @@ static int check_emulation(const spill_exp_config *cfg, spill_err *e) {
   const char *src = cfg->source[0] ? cfg->source : "config";
   int swept = cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM);
   for (int c = 0; c < spill_exp_config_n_cells(cfg); c++) {
+    spill_machine_spec ms;
+    if (spill_exp_config_machine(cfg, c, &ms.ram, &ms.wired, &ms.swap, &ms.swappiness)) {
+      int rc = spill_machine_check(&ms, e);
+      if (rc < 0) {
+        spill_err_prefix(e, "%s: machine", src);
+        return rc;
+      }
+    }
     uint64_t ram = spill_exp_config_emulate_ram(cfg, c), lock_bytes;
     if (!ram) continue;
     int rc = spill_ramlock_plan(ram, &lock_bytes, e);
@@ -765,7 +776,20 @@ static cJSON *knobs_of(const spill_exp_config *cfg, int cell, int arm) {
  * emulated RAM differs from the running lock's. The engine is closed first
  * (its memory must not count against the next machine) and reopens at the
  * next spill run. */
+static int ensure_machine(runner *R, int cell) {
+  spill_machine_spec want;
+  int has = spill_exp_config_machine(R->cfg, cell, &want.ram, &want.wired, &want.swap, &want.swappiness);
+  if (R->mach.up && has && !memcmp(&want, &R->mach.spec, sizeof want)) return SPILL_OK;
+  if (!R->mach.up && !has) return SPILL_OK;
+  spill_engine_close(R->eng);
+  R->eng = NULL;
+  spill_machine_close(&R->mach);
+  if (!has) return SPILL_OK;
+  return spill_machine_open(&want, R->dir, &R->mach, R->e);
+}
+
 static int ensure_lock(runner *R, int cell) {
+  SPILL_TRY(ensure_machine(R, cell));
   uint64_t want = spill_exp_config_emulate_ram(R->cfg, cell);
   if (want == R->lock_emulate) return SPILL_OK;
   spill_engine_close(R->eng);
@@ -872,6 +896,31 @@ static void row_machine_tokens(runner *R, cJSON *row, int cell, int n_tokens, ui
   cJSON_AddNumberToObject(mach, "ram_bytes", (double)R->ram_total);
   cJSON_AddNumberToObject(mach, "emulate_ram_bytes", (double)spill_exp_config_emulate_ram(R->cfg, cell));
   cJSON_AddNumberToObject(mach, "locked_bytes", (double)R->lock.locked);
+  if (R->mach.up) { /* the machine profile: limits as the kernel took them, counter deltas */
+    const spill_machine *m = &R->mach;
+    spill_machine_counters b;
+    spill_err se = {0};
+    cJSON *pr = cJSON_AddObjectToObject(mach, "profile");
+    cJSON_AddNumberToObject(pr, "cgroup_version", m->cg_version);
+    cJSON_AddNumberToObject(pr, "ram", (double)m->spec.ram);
+    cJSON_AddNumberToObject(pr, "wired", (double)m->spec.wired);
+    cJSON_AddNumberToObject(pr, "swap", (double)m->spec.swap);
+    cJSON_AddNumberToObject(pr, "limit_ram", (double)m->limit_ram);
+    cJSON_AddNumberToObject(pr, "limit_ram_swap", (double)m->limit_ram_swap);
+    cJSON_AddNumberToObject(pr, "ballast_locked", (double)m->ballast.locked);
+    cJSON_AddNumberToObject(pr, "swappiness", m->swappiness);
+    cJSON_AddNumberToObject(pr, "swap_total", (double)m->swap_total);
+    cJSON_AddStringToObject(pr, "swap_devices", m->swap_devices);
+    if (spill_machine_sample(m, &b, &se) == SPILL_OK) {
+      const spill_machine_counters *a = &R->mach_at_run;
+      cJSON_AddNumberToObject(pr, "cgroup_major_faults", (double)(b.major_faults - a->major_faults));
+      cJSON_AddNumberToObject(pr, "swap_ins", (double)(b.swap_ins - a->swap_ins));
+      cJSON_AddNumberToObject(pr, "swap_outs", (double)(b.swap_outs - a->swap_outs));
+      cJSON_AddNumberToObject(pr, "limit_hits", (double)(b.failcnt - a->failcnt));
+      cJSON_AddNumberToObject(pr, "usage", (double)b.usage);
+      cJSON_AddNumberToObject(pr, "usage_with_swap", (double)b.usage_swap);
+    }
+  }
   cJSON *tk = cJSON_AddObjectToObject(row, "tokens");
   cJSON_AddNumberToObject(tk, "n", n_tokens);
   char hx[20];
@@ -1103,6 +1152,7 @@ static int do_peer_run(runner *R, const spill_exp_run *run, int measured, int se
 
 static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   SPILL_TRY(ensure_lock(R, run->cell));
+  if (R->mach.up) SPILL_TRY(spill_machine_sample(&R->mach, &R->mach_at_run, R->e));
   if (R->cfg->arms[run->arm].peer.name[0]) return do_peer_run(R, run, measured, seq);
   return do_spill_run(R, run, measured, seq);
 }
@@ -1146,8 +1196,18 @@ static int prepare(runner *R, const char *resolved, spill_exp_run **runs, int *n
   uint64_t avail;
   int rc = spill_ramlock_meminfo(&R->ram_total, &avail, R->e);
   if (rc == SPILL_OK) rc = spill_exp_plan_runs(cfg, runs, n_runs, R->e);
-  /* Refuse an unsafe emulation before touching anything. */
+  /* Refuse an unsafe emulation before touching anything; undo what a
+   * killed runner's machine profile left (and say so) before making ours. */
   if (rc == SPILL_OK) rc = check_emulation(cfg, R->e);
+  if (rc == SPILL_OK && cfg->machine_ram) {
+    char what[4096];
+    int n = spill_machine_reap_stale(what, sizeof what, R->e);
+    if (n < 0) rc = n;
+    else if (n > 0 && R->o->progress) {
+      spill_exp_progress p = {"machine", what, n, n, now_s() - R->t0, 0, 0};
+      R->o->progress(R->o->user, &p);
+    }
+  }
   if (rc == SPILL_OK) rc = ensure_model(R);
   if (rc == SPILL_OK && cfg->n_peer_arms)
     rc = check_peer(cfg, R->model, R->peer_exe, sizeof R->peer_exe, R->e);
@@ -1284,6 +1344,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   spill_engine_close(R.eng);
   mark_interrupted(&R, rc, last_key, n_runs);
   R.eng = NULL;
+  spill_machine_close(&R.mach);
   spill_ramlock_release(&R.lock);
   if (R.dir[0] && exists(R.rows_file) && rc != SPILL_E_CONFIG && !o->no_report)
     rc = report_rows(&R, rc, n_runs);

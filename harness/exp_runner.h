@@ -24,7 +24,8 @@ extern "C" {
 #endif
 
 typedef struct spill_exp_progress {
-  const char *phase; /* "model", "copy", "run", "warmup", "report", "paging" */
+  const char *phase; /* "model", "copy", "run", "warmup", "report", "paging", "machine"
+                      * (key: what was cleaned up after a killed runner) */
   const char *key;   /* the run (phase run/warmup/paging) */
   int done, total;   /* measured runs finished / planned (including resumed);
                       * phase "paging" (the engine detected paging while the

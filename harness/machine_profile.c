@@ -399,10 +399,7 @@ void spill_machine_close(spill_machine *m) {
   m->up = 0;
 }
 
-int spill_machine_open(const spill_machine_spec *spec, const char *swap_dir, spill_machine *m,
-                       spill_err *e) {
-  memset(m, 0, sizeof *m);
-  m->spec = *spec;
+static int check_spec(const spill_machine_spec *spec, spill_err *e) {
   if (!spec->ram) return spill_err_set(e, SPILL_E_CONFIG, "machine.ram: must be set (bytes > 0)");
   if (spec->wired >= spec->ram)
     return spill_err_set(e, SPILL_E_CONFIG, "machine.wired: %.2f GiB is not below machine.ram %.2f GiB",
@@ -413,14 +410,18 @@ int spill_machine_open(const spill_machine_spec *spec, const char *swap_dir, spi
     return spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "machine profile: needs root (a memory cgroup, mlock and swapon); running as uid %d",
                          (int)geteuid());
-  char home[PATH_MAX];
-  SPILL_TRY(find_memory_cgroup(&m->cg_version, home, sizeof home, e));
+  return SPILL_OK;
+}
+
+/* The process's memory cgroup, checked usable: *version, home dir. */
+static int usable_cgroup(int *version, char *home, size_t n, spill_err *e) {
+  SPILL_TRY(find_memory_cgroup(version, home, n, e));
   if (access(home, W_OK) < 0)
     return spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "machine profile: the memory cgroup %s is not writable (%s; inside Bazel's "
                          "sandbox the cgroup tree is read-only)",
                          home, strerror(errno));
-  if (m->cg_version == 1) {
+  if (*version == 1) {
     char f[PATH_MAX + 64];
     snprintf(f, sizeof f, "%s/memory.memsw.limit_in_bytes", home);
     if (access(f, F_OK) < 0)
@@ -429,6 +430,29 @@ int spill_machine_open(const spill_machine_spec *spec, const char *swap_dir, spi
                            "with swapaccount=1)",
                            f);
   }
+  return SPILL_OK;
+}
+
+int spill_machine_check(const spill_machine_spec *spec, spill_err *e) {
+  SPILL_TRY(check_spec(spec, e));
+  int v;
+  char home[PATH_MAX];
+  SPILL_TRY(usable_cgroup(&v, home, sizeof home, e));
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+  if (phys && spec->ram >= phys)
+    return spill_err_set(e, SPILL_E_CONFIG, "machine.ram: %.2f GiB is not below this machine's %.2f GiB",
+                         spec->ram / 1073741824.0, phys / 1073741824.0);
+  return SPILL_OK;
+}
+
+int spill_machine_open(const spill_machine_spec *spec, const char *swap_dir, spill_machine *m,
+                       spill_err *e) {
+  memset(m, 0, sizeof *m);
+  m->spec = *spec;
+  SPILL_TRY(check_spec(spec, e));
+  char home[PATH_MAX];
+  SPILL_TRY(usable_cgroup(&m->cg_version, home, sizeof home, e));
   snprintf(m->cg_home, sizeof m->cg_home, "%s/cgroup.procs", home);
   const char *sd = spill_machine_state_dir();
   if (mkdir(sd, 0700) < 0 && errno != EEXIST)

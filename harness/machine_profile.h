@@ -64,6 +64,10 @@ typedef struct spill_machine_counters {
   uint64_t usage, usage_swap, failcnt;
 } spill_machine_counters;
 
+/* What can be checked without making anything: the spec is possible, the
+ * process is root, a memory controller with swap accounting is mounted and
+ * its cgroup is writable, and ram is below this machine's RAM. */
+int spill_machine_check(const spill_machine_spec *spec, spill_err *e);
 /* Sets the machine up and moves the calling process into it. swap_dir is
  * where a swap file is made when the active swap has too little room (the
  * results' filesystem). On failure nothing of it is left. */

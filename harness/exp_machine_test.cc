@@ -1,0 +1,248 @@
+// harness/exp_machine_test.cc: experiments with a machine profile
+// (machine.ram/wired/swap, harness/machine_profile.h) on a tiny generated
+// model: config validation, the limits and counters each row records, a
+// swept wired axis reopening the machine, nothing left behind, and a runner
+// killed with SIGKILL whose leftovers the next run removes and names.
+// Runs outside Bazel's sandbox (tag no-sandbox: the sandbox's cgroup tree is
+// read-only); where the profile cannot be set up, the cases that need it
+// skip and say why.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cjson/cJSON.h>
+#include "harness/exp_config.h"
+#include "harness/exp_runner.h"
+#include "harness/machine_profile.h"
+#include "research/gen/spill_gen.h"
+
+namespace {
+
+std::string Tmp(const std::string &leaf) {
+  const char *d = getenv("TEST_TMPDIR");
+  std::string p = std::string(d ? d : "/tmp") + "/" + leaf;
+  mkdir(p.c_str(), 0755);
+  return p;
+}
+
+std::string Unavailable() {
+  spill_machine_spec s = {256ull << 20, 0, 0, -1};
+  spill_err e = {};
+  if (spill_machine_check(&s, &e) < 0) return e.msg;
+  return "";
+}
+
+int ParseRc(const std::string &text, std::string *msg) {
+  spill_exp_config cfg;
+  spill_err e = {};
+  int rc = spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e);
+  if (rc == 0) spill_exp_config_free(&cfg);
+  *msg = e.msg;
+  return rc;
+}
+
+const char *kHead = R"({"name": "mach", "model": "m", "workload": {"prompt": "x", "decode_tokens": 2}, )";
+
+TEST(ExpMachineTest, ConfigRefusesIncoherentProfilesByName) {
+  std::string msg;
+  EXPECT_NE(ParseRc(std::string(kHead) + R"("machine": {"wired": "1G"}})", &msg), 0);
+  EXPECT_NE(msg.find("needs \"ram\""), std::string::npos) << msg;
+  EXPECT_NE(ParseRc(std::string(kHead) + R"("machine": {"ram": "2G", "wired": "2G"}})", &msg), 0);
+  EXPECT_NE(msg.find("machine.wired"), std::string::npos) << msg;
+  EXPECT_NE(ParseRc(std::string(kHead) + R"("machine": {"ram": "2G", "emulate_ram": "2G"}})", &msg), 0);
+  EXPECT_NE(msg.find("two emulations"), std::string::npos) << msg;
+  EXPECT_NE(ParseRc(std::string(kHead) + R"("sweep": {"wired": ["1G"]}})", &msg), 0);
+  EXPECT_NE(msg.find("set machine.ram"), std::string::npos) << msg;
+  EXPECT_NE(ParseRc(std::string(kHead) + R"("machine": {"ram": "2G", "wired": "1G"}, "sweep": {"wired": ["1G"]}})", &msg), 0);
+  EXPECT_NE(msg.find("both set in machine and swept"), std::string::npos) << msg;
+  EXPECT_NE(ParseRc(std::string(kHead) + R"("machine": {"ram": "2G", "swappiness": 500}})", &msg), 0);
+  EXPECT_NE(msg.find("swappiness"), std::string::npos) << msg;
+  EXPECT_NE(ParseRc(std::string(kHead) + R"("machine": {"ram": "2G"}, "sweep": {"wired": ["1G", "3G"]}})", &msg), 0);
+  EXPECT_NE(msg.find("not below machine.ram"), std::string::npos) << msg;
+  // a good one: machine axes run slowest (before budget), swap "0" allowed
+  spill_exp_config cfg;
+  spill_err e = {};
+  std::string good = std::string(kHead) +
+      R"("machine": {"ram": "2G", "wired": "256M"}, "sweep": {"budget": ["600M", "400M"], "swap": ["1G", "0"]}})";
+  ASSERT_EQ(spill_exp_config_parse(good.c_str(), "t.json", &cfg, &e), 0) << e.msg;
+  ASSERT_EQ(cfg.n_axes, 2);
+  EXPECT_STREQ(cfg.axes[0].key, "swap");
+  EXPECT_STREQ(cfg.axes[0].values[0], "0");
+  uint64_t r, w, s;
+  int sp;
+  ASSERT_EQ(spill_exp_config_machine(&cfg, 0, &r, &w, &s, &sp), 1);
+  EXPECT_EQ(r, 2ull << 30);
+  EXPECT_EQ(w, 256ull << 20);
+  EXPECT_EQ(s, 0u);
+  spill_exp_config_machine(&cfg, 2, &r, &w, &s, &sp);
+  EXPECT_EQ(s, 1ull << 30);
+  spill_config sc;
+  ASSERT_EQ(spill_exp_config_engine(&cfg, 0, 0, &sc, &e), 0) << e.msg;
+  EXPECT_EQ(sc.usable_ram, 2ull << 30);  // the planner plans for the profile's RAM
+  spill_exp_config_free(&cfg);
+}
+
+std::string MakeNano(const std::string &root) {
+  std::string model = root + "/nano";
+  spill_gen_request req = {};
+  req.preset = "nano";
+  spill_err e = {};
+  EXPECT_EQ(spill_gen(model.c_str(), &req, nullptr, nullptr, &e), 0) << e.msg;
+  return model;
+}
+
+std::vector<cJSON *> Rows(const std::string &file) {
+  std::ifstream f(file);
+  std::string line;
+  std::vector<cJSON *> v;
+  while (std::getline(f, line))
+    if (!line.empty()) v.push_back(cJSON_Parse(line.c_str()));
+  return v;
+}
+
+double Num(const cJSON *o, const char *a, const char *b, const char *c) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+  x = cJSON_GetObjectItemCaseSensitive(x, b);
+  x = cJSON_GetObjectItemCaseSensitive(x, c);
+  return cJSON_IsNumber(x) ? x->valuedouble : -1;
+}
+
+int CountEntries(const std::string &dir, const char *prefix) {
+  DIR *d = opendir(dir.c_str());
+  if (!d) return 0;
+  int n = 0;
+  while (struct dirent *de = readdir(d)) n += !strncmp(de->d_name, prefix, strlen(prefix));
+  closedir(d);
+  return n;
+}
+
+TEST(ExpMachineTest, RowsRecordTheProfileAndNothingIsLeftBehind) {
+  std::string why = Unavailable();
+  if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
+  std::string root = Tmp("rows");
+  std::string state = Tmp("rows-state");
+  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  std::string model = MakeNano(root);
+  std::string text = R"({"name": "mach", "model": ")" + model + R"(",
+    "workload": {"prompt": "machine profile", "decode_tokens": 4},
+    "machine": {"ram": "768M", "swap": "64M", "swappiness": 100},
+    "sweep": {"wired": ["16M", "48M"]}, "repeats": 1,
+    "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg;
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e), 0) << e.msg;
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  spill_exp_config_free(&cfg);
+  std::vector<cJSON *> rows = Rows(std::string(dir) + "/runs.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  double wired[2];
+  for (int i = 0; i < 2; i++) {
+    EXPECT_EQ(Num(rows[i], "machine", "profile", "limit_ram"), 768.0 * (1 << 20));
+    EXPECT_EQ(Num(rows[i], "machine", "profile", "limit_ram_swap"), (768.0 + 64) * (1 << 20));
+    EXPECT_EQ(Num(rows[i], "machine", "profile", "swappiness"), 100);
+    EXPECT_GE(Num(rows[i], "machine", "profile", "swap_total"), 64.0 * (1 << 20));
+    EXPECT_GE(Num(rows[i], "machine", "profile", "cgroup_major_faults"), 0);
+    EXPECT_GE(Num(rows[i], "machine", "profile", "swap_outs"), 0);
+    EXPECT_GT(Num(rows[i], "machine", "profile", "usage"), 0);
+    wired[i] = Num(rows[i], "machine", "profile", "ballast_locked");
+    cJSON_Delete(rows[i]);
+  }
+  EXPECT_EQ(wired[0], 16.0 * (1 << 20));  // wired swept upward, one machine each
+  EXPECT_EQ(wired[1], 48.0 * (1 << 20));
+  EXPECT_EQ(CountEntries(state, "machine-"), 0) << "state file left in " << state;
+  EXPECT_EQ(CountEntries(dir, ".spill-swap-"), 0) << "swap file left in " << dir;
+}
+
+TEST(ExpMachineTest, KilledRunnerIsCleanedUpByTheNextRunWhichSaysSo) {
+  std::string why = Unavailable();
+  if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
+  std::string root = Tmp("kill");
+  std::string state = Tmp("kill-state");
+  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  std::string model = MakeNano(root);
+  // swap far above what is active, so the runner makes a swap file
+  std::string text = R"({"name": "kill", "model": ")" + model + R"(",
+    "workload": {"prompt": "kill the runner", "decode_tokens": 2},
+    "machine": {"ram": "768M", "wired": "16M", "swap": "40G"},
+    "sweep": {"lookahead": [0, 2, 4]}, "repeats": 4,
+    "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg;
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e), 0) << e.msg;
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    o.progress = [](void *, const spill_exp_progress *p) {
+      if (!strcmp(p->phase, "run")) usleep(200000);
+    };
+    char dir[1024];
+    spill_err ce = {};
+    _exit(spill_exp_execute(&cfg, &o, dir, sizeof dir, &ce) == 0 ? 0 : 1);
+  }
+  // wait until its machine is up (a state file naming a cgroup)
+  std::string cg;
+  for (int i = 0; i < 3000 && cg.empty(); i++) {
+    DIR *d = opendir(state.c_str());
+    while (d && (cg.empty())) {
+      struct dirent *de = readdir(d);
+      if (!de) break;
+      std::string n = de->d_name;
+      if (n.rfind("machine-", 0) || n.size() < 6 || n.substr(n.size() - 6) != ".state") continue;
+      std::ifstream f(state + "/" + n);
+      std::string line;
+      while (std::getline(f, line))
+        if (line.rfind("cgroup /", 0) == 0) cg = line.substr(7);
+    }
+    if (d) closedir(d);
+    if (!cg.empty()) {
+      struct stat st;
+      if (stat((cg + "/cgroup.procs").c_str(), &st) != 0) cg.clear();
+    }
+    if (cg.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(cg.empty()) << "the runner never set its machine up";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  struct stat st;
+  ASSERT_EQ(stat(cg.c_str(), &st), 0) << "a killed runner's cgroup should still be there";
+  // the next run (a resume) cleans up and says so through its progress
+  static std::string said;
+  said.clear();
+  o.resume = 1;
+  o.progress = [](void *, const spill_exp_progress *p) {
+    if (!strcmp(p->phase, "machine") && p->key) said += p->key;
+  };
+  char dir[1024];
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  spill_exp_config_free(&cfg);
+  EXPECT_NE(said.find("cleaned up after runner pid " + std::to_string(child)), std::string::npos) << said;
+  EXPECT_NE(said.find("turned off and deleted"), std::string::npos) << said;
+  EXPECT_NE(stat(cg.c_str(), &st), 0) << cg << " left behind";
+  EXPECT_EQ(CountEntries(state, "machine-"), 0);
+  EXPECT_EQ(CountEntries(dir, ".spill-swap-"), 0);
+}
+
+}  // namespace
