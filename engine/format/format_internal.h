@@ -67,6 +67,59 @@ int spill_fmt_pwrite_full(int fd, const void *buf, size_t n, uint64_t off); /* 0
 /* The bank file name of a layer ("experts-007.bin") into buf[SPILL_NAME_MAX]. */
 void spill_fmt_bank_name(int layer, char buf[SPILL_NAME_MAX]);
 
+/* ---- the manifest field table (manifest_fields.c) ---- */
+
+struct cJSON;
+
+/* The objects of manifest.json. */
+typedef enum spill_mf_obj {
+  SPILL_MF_ROOT, SPILL_MF_ARCH, SPILL_MF_GQA, SPILL_MF_MLA, SPILL_MF_YARN, SPILL_MF_KDA, SPILL_MF_MOE,
+  SPILL_MF_TENSOR, SPILL_MF_EXPERTS, SPILL_MF_SECTION, SPILL_MF_BANK, SPILL_MF_FILE, SPILL_MF_N_OBJ
+} spill_mf_obj;
+
+typedef enum spill_mf_kind {
+  SPILL_MF_INT,   /* int member; integer in [lo, hi] */
+  SPILL_MF_NUM,   /* double member; finite number in [lo, hi] */
+  SPILL_MF_POS,   /* double member; number in (0, hi] */
+  SPILL_MF_BOOL,  /* int member; true / false */
+  SPILL_MF_ENUM,  /* enum member; one of names[] (index = value) */
+  SPILL_MF_STR,   /* char[max_len + 1] member; 1..max_len bytes */
+  SPILL_MF_CUSTOM /* read and written by its object's code (listed for the key check) */
+} spill_mf_kind;
+
+enum {
+  SPILL_MF_OPTIONAL = 1, /* absent = dflt; written only when != dflt (older files stay byte-identical) */
+  SPILL_MF_EVEN = 2      /* an odd value is an error */
+};
+
+typedef struct spill_mf_field {
+  spill_mf_obj obj;
+  const char *key;
+  spill_mf_kind kind;
+  size_t off;         /* offsetof(spill_arch, member) for the typed kinds */
+  double lo, hi;
+  size_t cap;         /* (size_t)-1, or an int member: hi is at most its value + cap_delta */
+  int cap_delta;
+  int flags;          /* SPILL_MF_OPTIONAL | SPILL_MF_EVEN */
+  double dflt;        /* SPILL_MF_OPTIONAL: the value when absent (enum: its index) */
+  const char *const *names; /* SPILL_MF_ENUM, NULL-terminated */
+  size_t max_len;     /* SPILL_MF_STR / SPILL_MF_ENUM */
+  int min_version;    /* the key exists from this manifest version on */
+} spill_mf_field;
+
+extern const spill_mf_field spill_mf_fields[];
+extern const int spill_mf_n_fields;
+
+/* Rejects a key of o that is not a row of obj (for that manifest version). */
+int spill_mf_only_keys(const struct cJSON *o, const char *path, spill_mf_obj obj, int version, spill_err *e);
+/* The key check, then every typed row of obj read into a, in table order
+ * (custom rows are left to the caller). Errors name "<path>.<key>". */
+int spill_mf_read(const struct cJSON *o, const char *path, spill_mf_obj obj, spill_arch *a, spill_err *e);
+/* Writes obj's rows of a into o in table order; a custom row calls
+ * custom(ctx, o, key) (may be NULL). Returns nonzero if an allocation failed. */
+typedef int (*spill_mf_custom_fn)(void *ctx, struct cJSON *o, const char *key);
+int spill_mf_write(struct cJSON *o, spill_mf_obj obj, const spill_arch *a, spill_mf_custom_fn custom, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

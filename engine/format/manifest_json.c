@@ -42,9 +42,6 @@ static void num(jb *b, cJSON *o, const char *k, double v) {
 static void str(jb *b, cJSON *o, const char *k, const char *v) {
   if (!cJSON_AddStringToObject(o, k, v)) b->failed = 1;
 }
-static void boolean(jb *b, cJSON *o, const char *k, int v) {
-  if (!cJSON_AddBoolToObject(o, k, v ? 1 : 0)) b->failed = 1;
-}
 static cJSON *obj(jb *b, cJSON *parent, const char *k) {
   cJSON *o = k ? cJSON_AddObjectToObject(parent, k) : cJSON_CreateObject();
   if (!o) b->failed = 1;
@@ -62,103 +59,58 @@ static void dtype_group(jb *b, cJSON *o, spill_dtype dt, uint32_t group) {
   if (dt == SPILL_DT_Q8 || dt == SPILL_DT_Q4) num(b, o, "group", group);
 }
 
-static void arch_json(jb *b, cJSON *root, const spill_arch *a) {
+/* The arch objects' scalar rows come from the field table
+ * (manifest_fields.c); arch_custom writes its custom rows in their place.
+ * An attention config is written when a layer uses it or when it was
+ * present (all valid configs have n_heads >= 1), so parse(to_json(m)) == m. */
+typedef struct arch_ctx {
+  const spill_arch *a;
+  int used[3];
+} arch_ctx;
+
+static int arch_custom(void *ctx, cJSON *o, const char *key) {
   static const char *const kinds[3] = {"gqa", "mla", "kda"};
+  arch_ctx *c = ctx;
+  const spill_arch *a = c->a;
+  jb b = {0};
+  if (!strcmp(key, "layer_attn")) {
+    cJSON *la = arr(&b, o, "layer_attn");
+    for (int i = 0; la && i < a->n_layers && i < SPILL_MAX_LAYERS; i++) {
+      int k = (int)a->layer_attn[i];
+      if (k < 0 || k > 2) k = 0;
+      c->used[k] = 1;
+      if (!cJSON_AddItemToArray(la, cJSON_CreateString(kinds[k]))) b.failed = 1;
+    }
+  } else if (!strcmp(key, "gqa") && (c->used[SPILL_ATTN_GQA] || a->gqa.n_heads > 0)) {
+    cJSON *g = obj(&b, o, "gqa");
+    if (g) b.failed |= spill_mf_write(g, SPILL_MF_GQA, a, NULL, NULL);
+  } else if (!strcmp(key, "mla") && (c->used[SPILL_ATTN_MLA] || a->mla.n_heads > 0)) {
+    cJSON *m = obj(&b, o, "mla");
+    if (m) b.failed |= spill_mf_write(m, SPILL_MF_MLA, a, arch_custom, c);
+  } else if (!strcmp(key, "yarn") && a->mla.yarn_factor != 0) {
+    cJSON *y = obj(&b, o, "yarn");
+    if (y) b.failed |= spill_mf_write(y, SPILL_MF_YARN, a, NULL, NULL);
+  } else if (!strcmp(key, "kda") && (c->used[SPILL_ATTN_KDA] || a->kda.n_heads > 0)) {
+    cJSON *k = obj(&b, o, "kda");
+    if (k) b.failed |= spill_mf_write(k, SPILL_MF_KDA, a, NULL, NULL);
+  } else if (!strcmp(key, "moe") && (spill_arch_n_moe(a) > 0 || a->moe.n_experts > 0)) {
+    cJSON *m = obj(&b, o, "moe");
+    if (m) b.failed |= spill_mf_write(m, SPILL_MF_MOE, a, arch_custom, c);
+  } else if (!strcmp(key, "n_group") && a->moe.n_group > 1) {
+    /* the group rows are written together, here */
+    num(&b, o, "n_group", a->moe.n_group);
+    num(&b, o, "topk_group", a->moe.topk_group);
+    str(&b, o, "group_score", a->moe.group_score == SPILL_GROUP_TOP2 ? "top2" : "max");
+    if (a->moe.group_mask_zero) str(&b, o, "group_mask", "zero");
+  }
+  return b.failed;
+}
+
+static void arch_json(jb *b, cJSON *root, const spill_arch *a) {
   cJSON *o = obj(b, root, "arch");
   if (!o) return;
-  int used[3] = {0, 0, 0};
-  str(b, o, "family", a->family);
-  num(b, o, "vocab_size", a->vocab_size);
-  num(b, o, "d_model", a->d_model);
-  num(b, o, "n_layers", a->n_layers);
-  num(b, o, "n_dense_layers", a->n_dense_layers);
-  num(b, o, "d_ff", a->d_ff);
-  num(b, o, "norm_eps", a->norm_eps);
-  str(b, o, "activation", "swiglu");
-  num(b, o, "bos_id", a->bos_id);
-  num(b, o, "eos_id", a->eos_id);
-  cJSON *la = arr(b, o, "layer_attn");
-  for (int i = 0; la && i < a->n_layers && i < SPILL_MAX_LAYERS; i++) {
-    int k = (int)a->layer_attn[i];
-    if (k < 0 || k > 2) k = 0;
-    used[k] = 1;
-    if (!cJSON_AddItemToArray(la, cJSON_CreateString(kinds[k]))) b->failed = 1;
-  }
-  /* A config is written when a layer uses it or when it was present (all
-   * valid configs have n_heads >= 1), so parse(to_json(m)) == m. */
-  if (used[SPILL_ATTN_GQA] || a->gqa.n_heads > 0) {
-    cJSON *g = obj(b, o, "gqa");
-    if (g) {
-      num(b, g, "n_heads", a->gqa.n_heads);
-      num(b, g, "n_kv_heads", a->gqa.n_kv_heads);
-      num(b, g, "head_dim", a->gqa.head_dim);
-      num(b, g, "rope_theta", a->gqa.rope_theta);
-      /* written only when used, so containers without it stay byte-identical */
-      if (a->gqa.qk_norm == SPILL_QK_NORM_HEAD || a->gqa.qk_norm == SPILL_QK_NORM_FULL)
-        if (!cJSON_AddItemToObject(
-                g, "qk_norm", cJSON_CreateString(a->gqa.qk_norm == SPILL_QK_NORM_HEAD ? "head" : "full")))
-          b->failed = 1;
-    }
-  }
-  if (used[SPILL_ATTN_MLA] || a->mla.n_heads > 0) {
-    cJSON *m = obj(b, o, "mla");
-    if (m) {
-      num(b, m, "n_heads", a->mla.n_heads);
-      num(b, m, "q_lora_rank", a->mla.q_lora_rank);
-      num(b, m, "kv_lora_rank", a->mla.kv_lora_rank);
-      num(b, m, "qk_nope_dim", a->mla.qk_nope_dim);
-      num(b, m, "qk_rope_dim", a->mla.qk_rope_dim);
-      num(b, m, "v_head_dim", a->mla.v_head_dim);
-      boolean(b, m, "use_rope", a->mla.use_rope);
-      num(b, m, "rope_theta", a->mla.rope_theta);
-      /* written only when used, so older containers stay byte-identical */
-      if (a->mla.rope_mscale != 0) num(b, m, "rope_mscale", a->mla.rope_mscale);
-      if (a->mla.softmax_scale != 0) num(b, m, "softmax_scale", a->mla.softmax_scale);
-      if (a->mla.kv_norm_eps != 0) num(b, m, "kv_norm_eps", a->mla.kv_norm_eps);
-      if (a->mla.yarn_factor != 0) {
-        cJSON *y = obj(b, m, "yarn");
-        if (y) {
-          num(b, y, "factor", a->mla.yarn_factor);
-          num(b, y, "orig_ctx", a->mla.yarn_orig_ctx);
-          num(b, y, "beta_fast", a->mla.yarn_beta_fast);
-          num(b, y, "beta_slow", a->mla.yarn_beta_slow);
-        }
-      }
-    }
-  }
-  if (used[SPILL_ATTN_KDA] || a->kda.n_heads > 0) {
-    cJSON *k = obj(b, o, "kda");
-    if (k) {
-      num(b, k, "n_heads", a->kda.n_heads);
-      num(b, k, "head_dim", a->kda.head_dim);
-      num(b, k, "conv_kernel", a->kda.conv_kernel);
-      num(b, k, "gate_rank", a->kda.gate_rank);
-      num(b, k, "out_gate_rank", a->kda.out_gate_rank);
-      num(b, k, "decay_floor", a->kda.decay_floor);
-      /* written only when set, so older containers stay byte-identical */
-      if (a->kda.l2norm_eps != 0) num(b, k, "l2norm_eps", a->kda.l2norm_eps);
-    }
-  }
-  if (spill_arch_n_moe(a) > 0 || a->moe.n_experts > 0) {
-    cJSON *m = obj(b, o, "moe");
-    if (m) {
-      num(b, m, "n_experts", a->moe.n_experts);
-      num(b, m, "top_k", a->moe.top_k);
-      num(b, m, "d_expert", a->moe.d_expert);
-      num(b, m, "n_shared", a->moe.n_shared);
-      num(b, m, "d_shared", a->moe.d_shared);
-      num(b, m, "d_latent", a->moe.d_latent);
-      str(b, m, "router", a->moe.router == SPILL_ROUTER_SIGMOID ? "sigmoid" : "softmax");
-      boolean(b, m, "norm_topk", a->moe.norm_topk);
-      num(b, m, "routed_scale", a->moe.routed_scale);
-      if (a->moe.n_group > 1) {
-        num(b, m, "n_group", a->moe.n_group);
-        num(b, m, "topk_group", a->moe.topk_group);
-        str(b, m, "group_score", a->moe.group_score == SPILL_GROUP_TOP2 ? "top2" : "max");
-        if (a->moe.group_mask_zero) str(b, m, "group_mask", "zero");
-      }
-    }
-  }
+  arch_ctx c = {a, {0, 0, 0}};
+  b->failed |= spill_mf_write(o, SPILL_MF_ARCH, a, arch_custom, &c);
 }
 
 int spill_manifest_to_json(const spill_manifest *m, char **out, spill_err *e) {

@@ -41,126 +41,38 @@ static int get_u64(const cJSON *o, const char *key, const char *path, uint64_t h
   return SPILL_OK;
 }
 
-static int get_bool(const cJSON *o, const char *key, const char *path, int *out, spill_err *e) {
-  SPILL_FAIL_IF(e, !cJSON_GetObjectItemCaseSensitive(o, key), F, "%s.%s: missing key", path, key);
-  return spill_json_bool_opt(o, key, path, 0, out, F, e);
-}
-
-/* Number in (0, hi]. */
-static int get_pos_num(const cJSON *o, const char *key, const char *path, double hi, double *out,
-                       spill_err *e) {
-  SPILL_TRY(spill_json_num(o, key, path, 0.0, hi, out, F, e));
-  SPILL_FAIL_IF(e, *out <= 0.0, F, "%s.%s: must be > 0", path, key);
-  return SPILL_OK;
-}
-
 static int has(const cJSON *o, const char *key) {
   return cJSON_GetObjectItemCaseSensitive(o, key) != NULL;
 }
 
 /* ---- arch ---- */
 
-static int parse_gqa(const cJSON *o, spill_gqa_cfg *g, spill_err *e) {
-  static const char *const keys[] = {"n_heads", "n_kv_heads", "head_dim", "rope_theta", "qk_norm",
-                                     NULL};
-  static const char *const norms[] = {"none", "head", "full"};
+/* The scalar fields of each arch object are rows of the field table
+ * (manifest_fields.c: key check, ranges, defaults); the code below reads
+ * the custom rows and checks the rules that tie fields together. */
+
+static int parse_gqa(const cJSON *o, spill_arch *a, spill_err *e) {
   const char *p = "arch.gqa";
-  const char *qn = NULL;
-  SPILL_TRY(spill_json_str_opt(o, "qk_norm", p, 8, "none", &qn, F, e));
-  g->qk_norm = SPILL_QK_NORM_NONE;
-  int found = 0;
-  for (int i = 0; i < 3; i++)
-    if (!strcmp(qn, norms[i])) {
-      g->qk_norm = (spill_qk_norm)i;
-      found = 1;
-    }
-  SPILL_FAIL_IF(e, !found, F, "%s.qk_norm: \"%s\" is not \"none\", \"head\" or \"full\"", p, qn);
-  SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
-  SPILL_TRY(get_int(o, "n_heads", p, 1, 4096, &g->n_heads, e));
-  SPILL_TRY(get_int(o, "n_kv_heads", p, 1, g->n_heads, &g->n_kv_heads, e));
+  SPILL_TRY(spill_mf_read(o, p, SPILL_MF_GQA, a, e));
+  const spill_gqa_cfg *g = &a->gqa;
   SPILL_FAIL_IF(e, g->n_heads % g->n_kv_heads != 0, F,
                 "%s.n_kv_heads: %d does not divide n_heads %d", p, g->n_kv_heads, g->n_heads);
-  SPILL_TRY(get_int(o, "head_dim", p, 2, 4096, &g->head_dim, e));
-  SPILL_FAIL_IF(e, g->head_dim % 2 != 0, F, "%s.head_dim: %d is odd", p, g->head_dim);
-  return get_pos_num(o, "rope_theta", p, 1e12, &g->rope_theta, e);
-}
-
-static int parse_mla(const cJSON *o, spill_mla_cfg *m, spill_err *e) {
-  static const char *const keys[] = {"n_heads",     "q_lora_rank", "kv_lora_rank",
-                                     "qk_nope_dim", "qk_rope_dim", "v_head_dim",
-                                     "use_rope",    "rope_theta",  "yarn",
-                                     "rope_mscale", "softmax_scale", "kv_norm_eps", NULL};
-  const char *p = "arch.mla";
-  SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
-  SPILL_TRY(get_int(o, "n_heads", p, 1, 4096, &m->n_heads, e));
-  SPILL_TRY(get_int(o, "q_lora_rank", p, 0, DIM_MAX, &m->q_lora_rank, e));
-  SPILL_TRY(get_int(o, "kv_lora_rank", p, 1, DIM_MAX, &m->kv_lora_rank, e));
-  SPILL_TRY(get_int(o, "qk_nope_dim", p, 1, 4096, &m->qk_nope_dim, e));
-  SPILL_TRY(get_int(o, "qk_rope_dim", p, 0, 4096, &m->qk_rope_dim, e));
-  SPILL_FAIL_IF(e, m->qk_rope_dim % 2 != 0, F, "%s.qk_rope_dim: %d is odd", p, m->qk_rope_dim);
-  SPILL_TRY(get_int(o, "v_head_dim", p, 1, 4096, &m->v_head_dim, e));
-  SPILL_TRY(get_bool(o, "use_rope", p, &m->use_rope, e));
-  SPILL_TRY(get_pos_num(o, "rope_theta", p, 1e12, &m->rope_theta, e));
-  /* optional (absent in containers written before YaRN): 0 = default */
-  SPILL_TRY(spill_json_num_opt(o, "rope_mscale", p, 0.0, 1e3, 0.0, &m->rope_mscale, F, e));
-  SPILL_TRY(spill_json_num_opt(o, "softmax_scale", p, 0.0, 1e3, 0.0, &m->softmax_scale, F, e));
-  SPILL_TRY(spill_json_num_opt(o, "kv_norm_eps", p, 0.0, 1.0, 0.0, &m->kv_norm_eps, F, e));
-  m->yarn_factor = 0;
-  if (has(o, "yarn")) {
-    static const char *const ykeys[] = {"factor", "orig_ctx", "beta_fast", "beta_slow", NULL};
-    const cJSON *y;
-    const char *yp = "arch.mla.yarn";
-    SPILL_TRY(spill_json_obj(o, "yarn", p, &y, F, e));
-    SPILL_TRY(spill_json_only_keys(y, yp, ykeys, F, e));
-    SPILL_TRY(spill_json_num(y, "factor", yp, 1.0, 1e6, &m->yarn_factor, F, e));
-    SPILL_TRY(get_int(y, "orig_ctx", yp, 1, 1 << 30, &m->yarn_orig_ctx, e));
-    SPILL_TRY(get_pos_num(y, "beta_fast", yp, 1e6, &m->yarn_beta_fast, e));
-    SPILL_TRY(get_pos_num(y, "beta_slow", yp, 1e6, &m->yarn_beta_slow, e));
-  }
   return SPILL_OK;
 }
 
-static int parse_kda(const cJSON *o, spill_kda_cfg *k, spill_err *e) {
-  static const char *const keys[] = {"n_heads",       "head_dim",    "conv_kernel", "gate_rank",
-                                     "out_gate_rank", "decay_floor", "l2norm_eps", NULL};
-  const char *p = "arch.kda";
-  SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
-  SPILL_TRY(get_int(o, "n_heads", p, 1, 4096, &k->n_heads, e));
-  SPILL_TRY(get_int(o, "head_dim", p, 1, 4096, &k->head_dim, e));
-  SPILL_TRY(get_int(o, "conv_kernel", p, 1, 64, &k->conv_kernel, e));
-  SPILL_TRY(get_int(o, "gate_rank", p, 1, DIM_MAX, &k->gate_rank, e));
-  SPILL_TRY(get_int(o, "out_gate_rank", p, 0, DIM_MAX, &k->out_gate_rank, e));
-  /* optional (absent in containers written before it): 0 = 1e-6 */
-  SPILL_TRY(spill_json_num_opt(o, "l2norm_eps", p, 0.0, 1.0, 0.0, &k->l2norm_eps, F, e));
-  return spill_json_num(o, "decay_floor", p, -1e6, 0.0, &k->decay_floor, F, e);
+static int parse_mla(const cJSON *o, spill_arch *a, spill_err *e) {
+  SPILL_TRY(spill_mf_read(o, "arch.mla", SPILL_MF_MLA, a, e));
+  a->mla.yarn_factor = 0;
+  if (!has(o, "yarn")) return SPILL_OK;
+  const cJSON *y;
+  SPILL_TRY(spill_json_obj(o, "yarn", "arch.mla", &y, F, e));
+  return spill_mf_read(y, "arch.mla.yarn", SPILL_MF_YARN, a, e);
 }
 
-static int parse_moe(const cJSON *o, spill_moe_cfg *m, spill_err *e) {
-  static const char *const keys[] = {"n_experts", "top_k",    "d_expert",  "n_shared",
-                                     "d_shared",  "d_latent", "router",    "norm_topk",
-                                     "routed_scale", "n_group", "topk_group", "group_score", "group_mask", NULL};
+/* n_group, topk_group, group_score, group_mask: optional group-limited
+ * selection (absent = none: n_group 0). */
+static int parse_moe_groups(const cJSON *o, spill_moe_cfg *m, spill_err *e) {
   const char *p = "arch.moe";
-  const char *router;
-  SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
-  SPILL_TRY(get_int(o, "n_experts", p, 1, SPILL_MAX_EXPERTS, &m->n_experts, e));
-  SPILL_TRY(get_int(o, "top_k", p, 1, m->n_experts < SPILL_MAX_TOPK ? m->n_experts : SPILL_MAX_TOPK,
-                    &m->top_k, e));
-  SPILL_TRY(get_int(o, "d_expert", p, 1, DIM_MAX, &m->d_expert, e));
-  SPILL_TRY(get_int(o, "n_shared", p, 0, 64, &m->n_shared, e));
-  SPILL_TRY(get_int(o, "d_shared", p, 0, DIM_MAX, &m->d_shared, e));
-  SPILL_FAIL_IF(e, m->n_shared > 0 && m->d_shared < 1, F,
-                "%s.d_shared: must be >= 1 when n_shared is %d", p, m->n_shared);
-  SPILL_TRY(get_int(o, "d_latent", p, 0, DIM_MAX, &m->d_latent, e));
-  SPILL_TRY(spill_json_str(o, "router", p, 16, &router, F, e));
-  if (strcmp(router, "sigmoid") == 0)
-    m->router = SPILL_ROUTER_SIGMOID;
-  else if (strcmp(router, "softmax") == 0)
-    m->router = SPILL_ROUTER_SOFTMAX;
-  else
-    return spill_err_set(e, F, "%s.router: \"%s\" is not \"sigmoid\" or \"softmax\"", p, router);
-  SPILL_TRY(get_bool(o, "norm_topk", p, &m->norm_topk, e));
-  SPILL_TRY(get_pos_num(o, "routed_scale", p, 1e6, &m->routed_scale, e));
-  /* optional group-limited selection (absent = none: n_group 0) */
   m->n_group = m->topk_group = 0;
   m->group_score = SPILL_GROUP_MAX;
   if (!has(o, "n_group")) {
@@ -196,33 +108,25 @@ static int parse_moe(const cJSON *o, spill_moe_cfg *m, spill_err *e) {
   return SPILL_OK;
 }
 
+static int parse_moe(const cJSON *o, spill_arch *a, spill_err *e) {
+  const char *p = "arch.moe";
+  SPILL_TRY(spill_mf_read(o, p, SPILL_MF_MOE, a, e));
+  const spill_moe_cfg *m = &a->moe;
+  SPILL_FAIL_IF(e, m->n_shared > 0 && m->d_shared < 1, F,
+                "%s.d_shared: must be >= 1 when n_shared is %d", p, m->n_shared);
+  return parse_moe_groups(o, &a->moe, e);
+}
+
 static int parse_arch(const cJSON *root, spill_arch *a, spill_err *e) {
-  static const char *const keys[] = {
-      "family", "vocab_size", "d_model",    "n_layers", "n_dense_layers", "d_ff",
-      "norm_eps", "activation", "bos_id",   "eos_id",   "layer_attn",     "gqa",
-      "mla",    "kda",        "moe",        NULL};
   static const char *const kinds[] = {"gqa", "mla", "kda"};
+  static const spill_mf_obj kind_obj[] = {SPILL_MF_GQA, SPILL_MF_MLA, SPILL_MF_KDA};
   const char *p = "arch";
   const cJSON *o, *la, *sub;
-  const char *s;
   int n;
   SPILL_TRY(spill_json_obj(root, "arch", "", &o, F, e));
-  SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
-  SPILL_TRY(spill_json_str(o, "family", p, sizeof a->family - 1, &s, F, e));
-  snprintf(a->family, sizeof a->family, "%s", s);
-  SPILL_TRY(get_int(o, "vocab_size", p, 1, 1 << 24, &a->vocab_size, e));
-  SPILL_TRY(get_int(o, "d_model", p, 1, DIM_MAX, &a->d_model, e));
-  SPILL_TRY(get_int(o, "n_layers", p, 1, SPILL_MAX_LAYERS, &a->n_layers, e));
-  SPILL_TRY(get_int(o, "n_dense_layers", p, 0, a->n_layers, &a->n_dense_layers, e));
-  SPILL_TRY(get_int(o, "d_ff", p, 0, DIM_MAX, &a->d_ff, e));
+  SPILL_TRY(spill_mf_read(o, p, SPILL_MF_ARCH, a, e));
   SPILL_FAIL_IF(e, a->n_dense_layers > 0 && a->d_ff < 1, F,
                 "arch.d_ff: must be >= 1 when n_dense_layers is %d", a->n_dense_layers);
-  SPILL_TRY(get_pos_num(o, "norm_eps", p, 1.0, &a->norm_eps, e));
-  SPILL_TRY(spill_json_str(o, "activation", p, 16, &s, F, e));
-  SPILL_FAIL_IF(e, strcmp(s, "swiglu") != 0, F, "arch.activation: \"%s\" is not \"swiglu\"", s);
-  a->activation = SPILL_ACT_SWIGLU;
-  SPILL_TRY(get_int(o, "bos_id", p, -1, a->vocab_size - 1, &a->bos_id, e));
-  SPILL_TRY(get_int(o, "eos_id", p, -1, a->vocab_size - 1, &a->eos_id, e));
   SPILL_TRY(spill_json_arr(o, "layer_attn", p, &la, &n, F, e));
   SPILL_FAIL_IF(e, n != a->n_layers, F, "arch.layer_attn: %d entries, n_layers is %d", n,
                 a->n_layers);
@@ -245,15 +149,15 @@ static int parse_arch(const cJSON *root, spill_arch *a, spill_err *e) {
       continue;
     }
     SPILL_TRY(spill_json_obj(o, kinds[j], p, &sub, F, e));
-    if (j == SPILL_ATTN_GQA) SPILL_TRY(parse_gqa(sub, &a->gqa, e));
-    if (j == SPILL_ATTN_MLA) SPILL_TRY(parse_mla(sub, &a->mla, e));
-    if (j == SPILL_ATTN_KDA) SPILL_TRY(parse_kda(sub, &a->kda, e));
+    if (j == SPILL_ATTN_GQA) SPILL_TRY(parse_gqa(sub, a, e));
+    if (j == SPILL_ATTN_MLA) SPILL_TRY(parse_mla(sub, a, e));
+    if (j == SPILL_ATTN_KDA) SPILL_TRY(spill_mf_read(sub, "arch.kda", kind_obj[j], a, e));
   }
   if (has(o, "moe") || a->n_layers > a->n_dense_layers) {
     SPILL_FAIL_IF(e, !has(o, "moe"), F, "arch.moe: missing key (layers %d..%d are MoE)",
                   a->n_dense_layers, a->n_layers - 1);
     SPILL_TRY(spill_json_obj(o, "moe", p, &sub, F, e));
-    SPILL_TRY(parse_moe(sub, &a->moe, e));
+    SPILL_TRY(parse_moe(sub, a, e));
   }
   return SPILL_OK;
 }
@@ -281,13 +185,11 @@ static int parse_dtype_group(const cJSON *o, const char *p, spill_dtype *dt, uin
 }
 
 static int parse_tensor(const cJSON *o, const char *p, spill_tensor_info *t, spill_err *e) {
-  static const char *const keys[] = {"name", "dtype", "shape", "group",
-                                     "offset", "bytes", "crc32", NULL};
   const char *s;
   const cJSON *sh;
   int n;
   SPILL_FAIL_IF(e, !cJSON_IsObject(o), F, "%s: expected object", p);
-  SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
+  SPILL_TRY(spill_mf_only_keys(o, p, SPILL_MF_TENSOR, SPILL_FORMAT_VERSION, e));
   SPILL_TRY(spill_json_str(o, "name", p, SPILL_NAME_MAX - 1, &s, F, e));
   for (const char *c = s; *c; c++)
     SPILL_FAIL_IF(e, (unsigned char)*c < 0x21 || (unsigned char)*c > 0x7E, F,
@@ -405,9 +307,6 @@ static int parse_bank_dtypes(const cJSON *root, spill_manifest *m, spill_err *e)
 }
 
 static int parse_experts(const cJSON *root, spill_manifest *m, spill_err *e) {
-  static const char *const keys[] = {"dtype", "group", "record_bytes", "payload_bytes",
-                                     "sections", NULL};
-  static const char *const skeys[] = {"name", "rows", "cols", "offset", "bytes", NULL};
   static const char *const snames[SPILL_SEC_COUNT] = {"gate", "up", "down"};
   const char *p = "experts";
   const cJSON *o, *secs;
@@ -417,7 +316,7 @@ static int parse_experts(const cJSON *root, spill_manifest *m, spill_err *e) {
     return SPILL_OK;
   }
   SPILL_TRY(spill_json_obj(root, "experts", "", &o, F, e));
-  SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
+  SPILL_TRY(spill_mf_only_keys(o, p, SPILL_MF_EXPERTS, m->version, e));
   SPILL_TRY(parse_dtype_group(o, p, &m->expert_dtype, &m->expert_group, e));
   spill_section_info want[SPILL_SEC_COUNT];
   uint32_t want_payload;
@@ -452,7 +351,7 @@ static int parse_experts(const cJSON *root, spill_manifest *m, spill_err *e) {
     static const char *const num_keys[4] = {"rows", "cols", "offset", "bytes"};
     snprintf(sp, sizeof sp, "experts.sections[%d]", i);
     SPILL_FAIL_IF(e, !cJSON_IsObject(s), F, "%s: expected object", sp);
-    SPILL_TRY(spill_json_only_keys(s, sp, skeys, F, e));
+    SPILL_TRY(spill_mf_only_keys(s, sp, SPILL_MF_SECTION, m->version, e));
     SPILL_TRY(spill_json_str(s, "name", sp, 8, &name, F, e));
     SPILL_FAIL_IF(e, strcmp(name, snames[i]) != 0, F, "%s.name: \"%s\", expected \"%s\"", sp,
                   name, snames[i]);
@@ -470,10 +369,6 @@ static int parse_experts(const cJSON *root, spill_manifest *m, spill_err *e) {
 }
 
 static int parse_banks(const cJSON *root, spill_manifest *m, spill_err *e) {
-  static const char *const keys[] = {"layer", "file", "n_experts", "record_bytes", "data_offset",
-                                     NULL};
-  static const char *const keys_v3[] = {"layer",        "file",        "n_experts",
-                                        "record_bytes", "data_offset", "dtypes", NULL};
   const cJSON *arr;
   int n, n_moe = spill_arch_n_moe(&m->arch);
   SPILL_TRY(spill_json_arr(root, "banks", "", &arr, &n, F, e));
@@ -495,7 +390,7 @@ static int parse_banks(const cJSON *root, spill_manifest *m, spill_err *e) {
     uint64_t v;
     snprintf(p, sizeof p, "banks[%d]", i);
     SPILL_FAIL_IF(e, !cJSON_IsObject(o), F, "%s: expected object", p);
-    SPILL_TRY(spill_json_only_keys(o, p, m->version >= SPILL_FORMAT_MIXED ? keys_v3 : keys, F, e));
+    SPILL_TRY(spill_mf_only_keys(o, p, SPILL_MF_BANK, m->version, e));
     int want_layer = m->arch.n_dense_layers + i;
     SPILL_TRY(get_int(o, "layer", p, 0, SPILL_MAX_LAYERS - 1, &layer, e));
     SPILL_FAIL_IF(e, layer != want_layer, F,
@@ -524,7 +419,6 @@ static int parse_banks(const cJSON *root, spill_manifest *m, spill_err *e) {
 }
 
 static int parse_files(const cJSON *root, spill_manifest *m, uint64_t trunk_end, spill_err *e) {
-  static const char *const keys[] = {"name", "bytes", "crc32", NULL};
   const cJSON *arr;
   int n;
   SPILL_TRY(spill_json_arr(root, "files", "", &arr, &n, F, e));
@@ -542,7 +436,7 @@ static int parse_files(const cJSON *root, spill_manifest *m, uint64_t trunk_end,
     uint64_t v, want_bytes;
     snprintf(p, sizeof p, "files[%d]", i);
     SPILL_FAIL_IF(e, !cJSON_IsObject(o), F, "%s: expected object", p);
-    SPILL_TRY(spill_json_only_keys(o, p, keys, F, e));
+    SPILL_TRY(spill_mf_only_keys(o, p, SPILL_MF_FILE, m->version, e));
     SPILL_TRY(spill_json_str(o, "name", p, SPILL_NAME_MAX - 1, &name, F, e));
     SPILL_FAIL_IF(e, strcmp(name, want) != 0, F, "%s.name: \"%s\", expected \"%s\"", p, name,
                   want);
@@ -615,11 +509,6 @@ static int check_dup_keys(const cJSON *node, const char *path, int depth, spill_
 }
 
 static int parse_root(const cJSON *root, spill_manifest *m, spill_err *e) {
-  static const char *const keys_v1[] = {"format", "version", "name",  "generator", "arch",
-                                        "tensors", "experts", "banks", "files",     NULL};
-  static const char *const keys_v2[] = {"format",  "version", "container_id", "name",
-                                        "generator", "arch",  "tensors",      "experts",
-                                        "banks",   "files",   NULL};
   const char *s;
   int64_t version;
   const cJSON *arr;
@@ -632,7 +521,7 @@ static int parse_root(const cJSON *root, spill_manifest *m, spill_err *e) {
                 SPILL_E_VERSION, "version: %lld, this reader reads versions %d to %d",
                 (long long)version, SPILL_FORMAT_VERSION_MIN, SPILL_FORMAT_VERSION);
   m->version = (int)version;
-  SPILL_TRY(spill_json_only_keys(root, "", version >= 2 ? keys_v2 : keys_v1, F, e));
+  SPILL_TRY(spill_mf_only_keys(root, "", SPILL_MF_ROOT, m->version, e));
   if (version >= 2) {
     /* 16 lower-case hex digits, not all zero (docs/FORMAT.md, container_id) */
     SPILL_TRY(spill_json_str(root, "container_id", "", 16, &s, F, e));

@@ -7,9 +7,11 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "engine/format/container.h"
 #include "engine/format/container_test_util.h"
+#include "engine/format/format_internal.h"
 
 namespace {
 
@@ -229,6 +231,86 @@ TEST(ManifestTest, OptionalKdaL2normEpsRoundTripsAndValidates) {
   });
   EXPECT_EQ(Parse(j, &e3), SPILL_E_FORMAT);
   EXPECT_TRUE(Contains(e3.msg, "arch.kda.l2norm_eps")) << e3.msg;
+}
+
+// The field table (manifest_fields.c) is what the reader and the writer
+// use: for every typed row of the arch objects, the writer writes the key
+// (required rows always, optional rows when not at their default), the
+// reader refuses it missing (required rows) and out of its range, naming
+// "<object>.<key>"; and every object refuses a key that is not a row.
+TEST(ManifestTest, EveryTableFieldIsWrittenReadAndChecked) {
+  struct Obj {
+    spill_mf_obj id;
+    const char *path;
+    std::vector<const char *> at;
+  } objs[] = {{SPILL_MF_ARCH, "arch", {"arch"}},
+              {SPILL_MF_GQA, "arch.gqa", {"arch", "gqa"}},
+              {SPILL_MF_MLA, "arch.mla", {"arch", "mla"}},
+              {SPILL_MF_YARN, "arch.mla.yarn", {"arch", "mla", "yarn"}},
+              {SPILL_MF_KDA, "arch.kda", {"arch", "kda"}},
+              {SPILL_MF_MOE, "arch.moe", {"arch", "moe"}}};
+  // the base has every optional row set off its default, and a yarn object
+  const std::string base = Mutate(ValidJson(SPILL_DT_F32), [](cJSON *r) {
+    cJSON *mla = At(r, "arch", "mla");
+    cJSON_AddNumberToObject(mla, "rope_mscale", 0.75);
+    cJSON_AddNumberToObject(mla, "softmax_scale", 0.3125);
+    cJSON_AddNumberToObject(mla, "kv_norm_eps", 1e-6);
+    cJSON *y = cJSON_AddObjectToObject(mla, "yarn");
+    cJSON_AddNumberToObject(y, "factor", 40);
+    cJSON_AddNumberToObject(y, "orig_ctx", 4096);
+    cJSON_AddNumberToObject(y, "beta_fast", 32);
+    cJSON_AddNumberToObject(y, "beta_slow", 1);
+    cJSON_AddStringToObject(At(r, "arch", "gqa"), "qk_norm", "head");
+    cJSON_AddNumberToObject(At(r, "arch", "kda"), "l2norm_eps", 1e-5);
+  });
+  spill_manifest m;
+  spill_err e = {};
+  ASSERT_EQ(spill_manifest_parse(base.data(), base.size(), "manifest.json", &m, &e), SPILL_OK) << e.msg;
+  char *out = nullptr;
+  ASSERT_EQ(spill_manifest_to_json(&m, &out, &e), SPILL_OK) << e.msg;
+  const std::string written(out);
+  free(out);
+  spill_manifest_free(&m);
+  auto find = [](cJSON *r, const Obj &o) {
+    cJSON *x = r;
+    for (const char *k : o.at) x = cJSON_GetObjectItemCaseSensitive(x, k);
+    return x;
+  };
+  int typed = 0;
+  for (const Obj &o : objs) {
+    // a key that is no row of the object
+    std::string j = Mutate(base, [&](cJSON *r) { cJSON_AddNumberToObject(find(r, o), "not_a_row", 1); });
+    EXPECT_EQ(Parse(j, &e), SPILL_E_FORMAT) << o.path;
+    EXPECT_TRUE(Contains(e.msg, (std::string(o.path) + ".not_a_row: unknown key").c_str())) << e.msg;
+    for (int i = 0; i < spill_mf_n_fields; i++) {
+      const spill_mf_field &f = spill_mf_fields[i];
+      if (f.obj != o.id || f.kind == SPILL_MF_CUSTOM) continue;
+      typed++;
+      const std::string name = std::string(o.path) + "." + f.key;
+      // written: the key appears in the written object
+      cJSON *w = cJSON_Parse(written.c_str());
+      EXPECT_NE(cJSON_GetObjectItemCaseSensitive(find(w, o), f.key), nullptr) << name << " not written";
+      cJSON_Delete(w);
+      if (!(f.flags & SPILL_MF_OPTIONAL)) {
+        j = Mutate(base, [&](cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(find(r, o), f.key); });
+        EXPECT_EQ(Parse(j, &e), SPILL_E_FORMAT) << name;
+        EXPECT_TRUE(Contains(e.msg, (name + ": missing key").c_str())) << name << ": " << e.msg;
+      }
+      // out of range (numbers), not one of the names (enums), wrong type (others)
+      j = Mutate(base, [&](cJSON *r) {
+        cJSON *x = find(r, o);
+        if (f.kind == SPILL_MF_INT || f.kind == SPILL_MF_NUM || f.kind == SPILL_MF_POS)
+          SetNum(x, f.key, f.hi * 2 + 1e7);
+        else if (f.kind == SPILL_MF_ENUM)
+          cJSON_ReplaceItemInObjectCaseSensitive(x, f.key, cJSON_CreateString("nope"));
+        else
+          cJSON_ReplaceItemInObjectCaseSensitive(x, f.key, cJSON_CreateNumber(7));
+      });
+      EXPECT_EQ(Parse(j, &e), SPILL_E_FORMAT) << name;
+      EXPECT_TRUE(Contains(e.msg, name.c_str())) << name << ": " << e.msg;
+    }
+  }
+  EXPECT_GE(typed, 40);
 }
 
 // The mutations of base, each with the error it must give.
