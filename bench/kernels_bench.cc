@@ -62,15 +62,15 @@ std::unique_ptr<Problem> Make(int dtype, uint32_t rows, uint32_t cols, uint32_t 
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
   size_t vb = 0, ns = 0;
   switch (dtype) {
-    case SPILL_K_DT_F16: vb = (size_t)rows * cols * 2; break;
-    case SPILL_K_DT_Q8: vb = (size_t)rows * cols; ns = (size_t)rows * cols / group; break;
-    case SPILL_K_DT_Q4: vb = (size_t)rows * cols / 2; ns = (size_t)rows * cols / group; break;
-    case SPILL_K_DT_RVQ3: vb = (size_t)rows * (cols / 8) * 3; ns = rows; break;
+    case SPILL_DT_F16: vb = (size_t)rows * cols * 2; break;
+    case SPILL_DT_Q8: vb = (size_t)rows * cols; ns = (size_t)rows * cols / group; break;
+    case SPILL_DT_Q4: vb = (size_t)rows * cols / 2; ns = (size_t)rows * cols / group; break;
+    case SPILL_DT_RVQ3: vb = (size_t)rows * (cols / 8) * 3; ns = rows; break;
     default: vb = (size_t)rows * cols * 4; break;
   }
   p->buf.resize(vb + 2 * ns);
   for (size_t i = 0; i < vb; i++) p->buf[i] = (uint8_t)(rng() & 0xFF);
-  if (dtype == SPILL_K_DT_F16 || dtype == SPILL_K_DT_F32) {  // finite values, not random bits
+  if (dtype == SPILL_DT_F16 || dtype == SPILL_DT_F32) {  // finite values, not random bits
     for (size_t i = 0; i < vb / 2; i++) {
       uint16_t h = spill_f32_to_f16(d(rng));
       std::memcpy(p->buf.data() + 2 * i, &h, 2);
@@ -94,7 +94,7 @@ std::unique_ptr<Problem> Make(int dtype, uint32_t rows, uint32_t cols, uint32_t 
   p->m.scales = reinterpret_cast<const uint16_t *>(p->buf.data() + vb);
   p->m.codebook = p->codebook.data();
   p->weight_bytes = vb + 2 * ns;
-  if (dtype == SPILL_K_DT_RVQ3)
+  if (dtype == SPILL_DT_RVQ3)
   {
     spill_k_lut_rvq3_f32__ref(p->codebook.data(), p->x.data(), cols, p->lut.data(), 0, cols / 8);
     p->qlut.resize(spill_k_qlut_rvq3_i16_bytes(cols));
@@ -150,7 +150,7 @@ void RunMatvec(benchmark::State &state, int dtype, uint32_t rows, uint32_t cols,
 
 void RunApply(benchmark::State &state, uint32_t rows, uint32_t cols) {
   if (!IsaOk(state)) return;
-  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  Problem &p = Get(SPILL_DT_RVQ3, rows, cols, 0);
   const apply_fn f = kApply[state.range(0)];
   uint32_t r0, r1;
   Split(state, rows, &r0, &r1);
@@ -169,7 +169,7 @@ void RunApplyGather(benchmark::State &state, uint32_t rows, uint32_t cols) {
     return;
   }
   if (!IsaOk(state)) return;
-  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  Problem &p = Get(SPILL_DT_RVQ3, rows, cols, 0);
   const apply_fn f = state.range(0) == 1 ? spill_k_apply_rvq3_f32_gather__avx2
                                          : spill_k_apply_rvq3_f32_gather__avx512;
   uint32_t r0, r1;
@@ -199,7 +199,7 @@ void RunRvq3(benchmark::State &state, uint32_t rows, uint32_t cols) {
   static const char *names[] = {"apply_ref", "apply_avx2", "apply_q_vbmi", "matvec_avx2",
                                 "apply_q_ref"};
   state.SetLabel(names[c]);
-  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  Problem &p = Get(SPILL_DT_RVQ3, rows, cols, 0);
   uint32_t r0, r1;
   Split(state, rows, &r0, &r1);
   for (auto _ : state) {
@@ -228,7 +228,7 @@ void RunRvq3(benchmark::State &state, uint32_t rows, uint32_t cols) {
 }
 
 void RunQlut(benchmark::State &state, uint32_t rows, uint32_t cols) {
-  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  Problem &p = Get(SPILL_DT_RVQ3, rows, cols, 0);
   std::vector<uint8_t> q(p.qlut.size());
   uint32_t g0, g1;
   Split(state, cols / 8, &g0, &g1);
@@ -241,7 +241,7 @@ void RunQlut(benchmark::State &state, uint32_t rows, uint32_t cols) {
 
 void RunLut(benchmark::State &state, uint32_t rows, uint32_t cols) {
   if (!IsaOk(state)) return;
-  Problem &p = Get(SPILL_K_DT_RVQ3, rows, cols, 0);
+  Problem &p = Get(SPILL_DT_RVQ3, rows, cols, 0);
   const lut_fn f = kLut[state.range(0)];
   // The LUT of the problem is shared read-only by the apply benchmarks:
   // build into a private buffer.
@@ -269,10 +269,10 @@ void BM_Rvq3Var_TwinDown(benchmark::State &s) { RunRvq3(s, 1280, 1024); }
 void BM_Rvq3Qlut_K3Gate(benchmark::State &s) { RunQlut(s, 3072, 3584); }
 void BM_Rvq3Lut_K3Gate(benchmark::State &s) { RunLut(s, 3072, 3584); }
 void BM_Rvq3Lut_K3Down(benchmark::State &s) { RunLut(s, 3584, 3072); }
-void BM_Q8Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q8, 4096, 3584, 32); }
-void BM_Q4Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_Q4, 4096, 3584, 128); }
-void BM_F16Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_F16, 4096, 3584, 0); }
-void BM_F32Matvec_Router(benchmark::State &s) { RunMatvec(s, SPILL_K_DT_F32, 384, 3584, 0); }
+void BM_Q8Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_DT_Q8, 4096, 3584, 32); }
+void BM_Q4Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_DT_Q4, 4096, 3584, 128); }
+void BM_F16Matvec_Trunk(benchmark::State &s) { RunMatvec(s, SPILL_DT_F16, 4096, 3584, 0); }
+void BM_F32Matvec_Router(benchmark::State &s) { RunMatvec(s, SPILL_DT_F32, 384, 3584, 0); }
 
 // bytes: one record; cold: cycle through 256 MiB of records (far past the
 // LLC), so every record comes from DRAM, as one just read from disk does.

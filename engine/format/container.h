@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/base/dtype_traits.h" /* spill_dtype, its names and traits */
 #include "engine/base/status.h"
 
 #ifdef __cplusplus
@@ -50,26 +51,11 @@ extern "C" {
 #define SPILL_MAX_TOPK 64
 #define SPILL_MANIFEST_MAX_BYTES (64u << 20)
 
-/* Tensor formats. Values are stored in record headers: frozen. */
-typedef enum spill_dtype {
-  SPILL_DT_F32 = 0,
-  SPILL_DT_F16 = 1,
-  SPILL_DT_BF16 = 2,
-  SPILL_DT_Q8 = 3,   /* int8 values, then one f16 scale per group of `group` */
-  SPILL_DT_Q4 = 4,   /* 4-bit values (nibble - 8), then f16 scale per group */
-  SPILL_DT_RVQ3 = 5, /* 3 x 8-bit codebook indices per 8 weights, f16 row scale */
-  SPILL_DT_Q4_K = 6, /* ggml Q4_K super-blocks of 256, verbatim (144 bytes each) */
-  SPILL_DT_Q5_K = 7, /* ggml Q5_K (176 bytes per 256) */
-  SPILL_DT_Q6_K = 8, /* ggml Q6_K (210 bytes per 256) */
-  SPILL_DT_COUNT
-} spill_dtype;
-
-const char *spill_dtype_name(spill_dtype dt); /* "f32", ..., "rvq3" */
-/* Parses a dtype name; returns SPILL_OK or SPILL_E_FORMAT. */
-int spill_dtype_parse(const char *name, spill_dtype *out);
 /* Bytes of a (rows, cols) matrix in dtype with the given group size (q8/q4;
- * ignored otherwise). Fails with SPILL_E_FORMAT on overflow, cols not a
- * multiple of the group (q8/q4) or of 8 (rvq3), or an odd q4 group. */
+ * ignored otherwise), from the dtype's traits row: rows x (value blocks +
+ * f16 scales). Fails with SPILL_E_FORMAT on overflow, cols not a multiple
+ * of the block (rvq3 8, K-quants 256) or of the group (q8/q4), or a group
+ * that is not a multiple of the block (an odd q4 group). */
 int spill_dtype_matrix_bytes(spill_dtype dt, uint64_t rows, uint64_t cols, uint32_t group,
                              uint64_t *out, spill_err *e);
 

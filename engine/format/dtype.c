@@ -1,6 +1,7 @@
-/* engine/format/dtype.c: dtype names and byte sizes, the expert record
- * layout, architecture helpers, and the small utilities (CRC-32 combination,
- * full pread/pwrite) the other files of the module share.
+/* engine/format/dtype.c: matrix byte sizes (derived from the dtype traits
+ * table, engine/base/dtype_traits.h), the expert record layout,
+ * architecture helpers, and the small utilities (CRC-32 combination, full
+ * pread/pwrite) the other files of the module share.
  *
  * Byte sizes are the single source of truth for every reader and writer:
  * all products go through the overflow-checked spill_mul_u64, and anything
@@ -17,72 +18,29 @@
 #include "engine/format/container.h"
 #include "engine/format/format_internal.h"
 
-static const char *const kDtypeNames[SPILL_DT_COUNT] = {"f32", "f16", "bf16", "q8",  "q4",
-                                                            "rvq3", "q4_k", "q5_k", "q6_k"};
-
-const char *spill_dtype_name(spill_dtype dt) {
-  if ((int)dt < 0 || dt >= SPILL_DT_COUNT) return "?";
-  return kDtypeNames[dt];
-}
-
-int spill_dtype_parse(const char *name, spill_dtype *out) {
-  if (!name) return SPILL_E_FORMAT;
-  for (int i = 0; i < SPILL_DT_COUNT; i++) {
-    if (strcmp(name, kDtypeNames[i]) == 0) {
-      *out = (spill_dtype)i;
-      return SPILL_OK;
-    }
-  }
-  return SPILL_E_FORMAT;
-}
-
 int spill_dtype_matrix_bytes(spill_dtype dt, uint64_t rows, uint64_t cols, uint32_t group,
                              uint64_t *out, spill_err *e) {
-  const char *name = spill_dtype_name(dt);
-  uint64_t n, vals, scales, total;
-  SPILL_FAIL_IF(e, (int)dt < 0 || dt >= SPILL_DT_COUNT, SPILL_E_FORMAT, "unknown dtype %d",
-                (int)dt);
+  const spill_dtype_traits *t = spill_dtype_traits_of((int)dt);
+  SPILL_FAIL_IF(e, !t, SPILL_E_FORMAT, "unknown dtype %d", (int)dt);
+  const char *name = t->name;
+  uint64_t row_bytes, row_scales, per_row, total;
   SPILL_FAIL_IF(e, rows == 0 || cols == 0, SPILL_E_FORMAT, "%s (%llu, %llu): empty dimension",
                 name, (unsigned long long)rows, (unsigned long long)cols);
-  int ovf = !spill_mul_u64(rows, cols, &n);
-  switch (dt) {
-    case SPILL_DT_F32:
-      ovf = ovf || !spill_mul_u64(n, 4, &total);
-      break;
-    case SPILL_DT_F16:
-    case SPILL_DT_BF16:
-      ovf = ovf || !spill_mul_u64(n, 2, &total);
-      break;
-    case SPILL_DT_Q8:
-    case SPILL_DT_Q4:
-      SPILL_FAIL_IF(e, group == 0, SPILL_E_FORMAT, "%s: group size 0", name);
-      SPILL_FAIL_IF(e, dt == SPILL_DT_Q4 && (group & 1u), SPILL_E_FORMAT,
-                    "q4: group size %u is odd", group);
-      SPILL_FAIL_IF(e, cols % group != 0, SPILL_E_FORMAT,
-                    "%s: cols %llu not a multiple of the group size %u", name,
-                    (unsigned long long)cols, group);
-      vals = dt == SPILL_DT_Q8 ? n : n / 2; /* q4: cols is even since group is */
-      ovf = ovf || !spill_mul_u64(rows, (cols / group) * 2, &scales) ||
-            !spill_add_u64(vals, scales, &total);
-      break;
-    case SPILL_DT_RVQ3:
-      SPILL_FAIL_IF(e, cols % 8 != 0, SPILL_E_FORMAT, "rvq3: cols %llu not a multiple of 8",
-                    (unsigned long long)cols);
-      ovf = ovf || !spill_mul_u64(rows, (cols / 8) * 3, &vals) ||
-            !spill_mul_u64(rows, 2, &scales) || !spill_add_u64(vals, scales, &total);
-      break;
-    case SPILL_DT_Q4_K:
-    case SPILL_DT_Q5_K:
-    case SPILL_DT_Q6_K: {
-      const uint64_t bb = dt == SPILL_DT_Q4_K ? 144 : dt == SPILL_DT_Q5_K ? 176 : 210;
-      SPILL_FAIL_IF(e, cols % 256 != 0, SPILL_E_FORMAT, "%s: cols %llu not a multiple of 256",
-                    name, (unsigned long long)cols);
-      ovf = ovf || !spill_mul_u64(rows, (cols / 256) * bb, &total);
-      break;
-    }
-    default:
-      return spill_err_set(e, SPILL_E_FORMAT, "unknown dtype %d", (int)dt);
+  if (t->scales == SPILL_DT_SCALES_GROUP_F16) {
+    SPILL_FAIL_IF(e, group == 0, SPILL_E_FORMAT, "%s: group size 0", name);
+    SPILL_FAIL_IF(e, group % t->block_elems != 0, SPILL_E_FORMAT,
+                  "%s: group size %u is not a multiple of %u%s", name, group, t->block_elems,
+                  t->block_elems == 2 ? " (odd)" : "");
+    SPILL_FAIL_IF(e, cols % group != 0, SPILL_E_FORMAT,
+                  "%s: cols %llu not a multiple of the group size %u", name,
+                  (unsigned long long)cols, group);
   }
+  SPILL_FAIL_IF(e, cols % t->block_elems != 0, SPILL_E_FORMAT, "%s: cols %llu not a multiple of %u",
+                name, (unsigned long long)cols, t->block_elems);
+  /* rows x (value bytes + 2 bytes per scale), every product overflow-checked */
+  int ovf = !spill_dtype_row_layout((int)dt, cols, group, &row_bytes, &row_scales) ||
+            !spill_mul_u64(row_scales, 2, &per_row) || !spill_add_u64(row_bytes, per_row, &per_row) ||
+            !spill_mul_u64(rows, per_row, &total);
   SPILL_FAIL_IF(e, ovf || total > (uint64_t)SPILL_JSON_INT_MAX, SPILL_E_FORMAT,
                 "%s (%llu, %llu): byte size overflows", name, (unsigned long long)rows,
                 (unsigned long long)cols);

@@ -96,13 +96,13 @@ int spill_src_dequant(spill_src_dtype dt, const void *src, uint64_t n, float *ds
       }
       return SPILL_OK;
     case SPILL_SRC_Q4_K:
-      for (uint64_t b = 0; b < n / 256; b++) spill_k_kquant_dequant_block(SPILL_K_DT_Q4_K, s + b * 144, dst + b * 256);
+      spill_k_kquant_dequant_blocks(SPILL_DT_Q4_K, s, n / 256, dst);
       return SPILL_OK;
     case SPILL_SRC_Q5_K:
-      for (uint64_t b = 0; b < n / 256; b++) spill_k_kquant_dequant_block(SPILL_K_DT_Q5_K, s + b * 176, dst + b * 256);
+      spill_k_kquant_dequant_blocks(SPILL_DT_Q5_K, s, n / 256, dst);
       return SPILL_OK;
     case SPILL_SRC_Q6_K:
-      for (uint64_t b = 0; b < n / 256; b++) spill_k_kquant_dequant_block(SPILL_K_DT_Q6_K, s + b * 210, dst + b * 256);
+      spill_k_kquant_dequant_blocks(SPILL_DT_Q6_K, s, n / 256, dst);
       return SPILL_OK;
     default:
       return spill_err_set(e, SPILL_E_UNSUPPORTED, "source dtype not readable");

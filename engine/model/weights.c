@@ -22,21 +22,14 @@
 
 #include "engine/base/crc32.h"
 
-/* Bytes of one row's values, and scales per row (f16 count). */
+/* Bytes of one row's values, and scales per row (f16 count), from the
+ * dtype traits table; 0 and 0 for a shape the loader has already refused. */
 static void row_layout(int dtype, uint32_t cols, uint32_t group, size_t *row_bytes,
                        size_t *row_scales) {
-  switch (dtype) {
-    case SPILL_DT_F32: *row_bytes = (size_t)cols * 4; *row_scales = 0; break;
-    case SPILL_DT_F16:
-    case SPILL_DT_BF16: *row_bytes = (size_t)cols * 2; *row_scales = 0; break;
-    case SPILL_DT_Q8: *row_bytes = cols; *row_scales = group ? cols / group : 0; break;
-    case SPILL_DT_Q4: *row_bytes = cols / 2; *row_scales = group ? cols / group : 0; break;
-    case SPILL_DT_RVQ3: *row_bytes = (size_t)(cols / 8) * 3; *row_scales = 1; break;
-    case SPILL_DT_Q4_K: *row_bytes = (size_t)(cols / 256) * 144; *row_scales = 0; break;
-    case SPILL_DT_Q5_K: *row_bytes = (size_t)(cols / 256) * 176; *row_scales = 0; break;
-    case SPILL_DT_Q6_K: *row_bytes = (size_t)(cols / 256) * 210; *row_scales = 0; break;
-    default: *row_bytes = 0; *row_scales = 0; break;
-  }
+  uint64_t rb = 0, rs = 0;
+  if (!spill_dtype_row_layout(dtype, cols, group, &rb, &rs)) rb = rs = 0;
+  *row_bytes = (size_t)rb;
+  *row_scales = (size_t)rs;
 }
 
 /* Fills a view of a (rows, cols) matrix whose bytes start at p. */
@@ -107,7 +100,8 @@ static int get_mat(loader *ld, int layer, const char *suffix, uint64_t rows, uin
   if (!t) return spill_err_set(e, SPILL_E_FORMAT, "tensor %s: missing from the manifest", ld->name);
   if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
     return shape_err(ld, t, rows, cols, 0, e);
-  if (t->dtype == SPILL_DT_RVQ3 || (int)t->dtype < 0 || t->dtype >= SPILL_DT_COUNT)
+  const spill_dtype_traits *tr = spill_dtype_traits_of((int)t->dtype);
+  if (!tr || tr->codebook)
     return spill_err_set(e, SPILL_E_UNSUPPORTED, "tensor %s: dtype %s not supported in the trunk",
                          ld->name, spill_dtype_name(t->dtype));
   if (t->offset > ld->m->trunk_bytes || t->bytes > ld->m->trunk_bytes - t->offset)

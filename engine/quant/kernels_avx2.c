@@ -7,7 +7,8 @@
  *
  * matvec: 8-wide FMA with four accumulators for f32/f16/bf16; q8/q4 keep a
  * vector group sum and fold it into the row accumulator with the group scale
- * (needs group % 8 == 0 for q8, % 16 for q4, else the __ref path is used).
+ * (needs group % 8 == 0 for q8, % 16 for q4: the fits functions the kernel
+ * table asks before it hands other shapes to __ref).
  * rvq3 apply: two versions. The gather one takes 8 consecutive groups of a
  * row at a time, de-interleaves their 24 index bytes into three vectors of 8
  * stage indices with two pshufb per stage, offsets them by 256 per group and
@@ -109,48 +110,30 @@ static float row_q4(const uint8_t *q, const spill_k_u16_unaligned *s, const floa
   return spill_k_hsum8(acc);
 }
 
-void spill_k_matvec__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0,
-                          uint32_t r1) {
-  const size_t cols = w->cols;
-  switch (w->dtype) {
-    case SPILL_K_DT_F32:
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_f32((const float *)w->data + r * cols, x, (uint32_t)cols);
-      return;
-    case SPILL_K_DT_F16:
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_f16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols);
-      return;
-    case SPILL_K_DT_BF16:
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_bf16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols);
-      return;
-    case SPILL_K_DT_Q8:
-      if (w->group % 8 != 0) break;
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_q8((const int8_t *)w->data + r * cols, w->scales + r * (cols / w->group), x,
-                      (uint32_t)cols, w->group);
-      return;
-    case SPILL_K_DT_Q4_K:
-    case SPILL_K_DT_Q5_K:
-    case SPILL_K_DT_Q6_K: {
-      const size_t rb = (cols / 256) * spill_k_kquant_block_bytes(w->dtype);
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = spill_k_dot_kquant_f32__avx2(w->dtype, (const uint8_t *)w->data + r * rb, x,
-                                            (uint32_t)cols);
-      return;
-    }
-    case SPILL_K_DT_Q4:
-      if (w->group % 16 != 0) break;
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_q4((const uint8_t *)w->data + r * cols / 2, w->scales + r * (cols / w->group),
-                      x, (uint32_t)cols, w->group);
-      return;
-    default:
-      break;
+/* The per-dtype rows of the kernel table (kernels_isa.h). */
+#define AVX2_ROWS(DT, EXPR)                                                                      \
+  void spill_k_matvec_##DT##_f32__avx2(const spill_qmat *w, const float *x, float *y, uint32_t r0, \
+                                       uint32_t r1) {                                            \
+    const size_t cols = w->cols;                                                                 \
+    for (uint32_t r = r0; r < r1; r++) y[r] = (EXPR);                                            \
   }
-  spill_k_matvec__ref(w, x, y, r0, r1);
-}
+
+AVX2_ROWS(f32, row_f32((const float *)w->data + r * cols, x, (uint32_t)cols))
+AVX2_ROWS(f16, row_f16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols))
+AVX2_ROWS(bf16, row_bf16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols))
+AVX2_ROWS(q8, row_q8((const int8_t *)w->data + r * cols, w->scales + r * (cols / w->group), x,
+                     (uint32_t)cols, w->group))
+AVX2_ROWS(q4, row_q4((const uint8_t *)w->data + r * cols / 2, w->scales + r * (cols / w->group), x,
+                     (uint32_t)cols, w->group))
+AVX2_ROWS(kquant, spill_k_dot_kquant_f32__avx2(
+                      w->dtype,
+                      (const uint8_t *)w->data +
+                          r * ((cols / 256) * spill_dtype_traits_of(w->dtype)->block_bytes),
+                      x, (uint32_t)cols))
+#undef AVX2_ROWS
+
+int spill_k_fits_q8_f32__avx2(const spill_qmat *w) { return w->group % 8 == 0; }
+int spill_k_fits_q4_f32__avx2(const spill_qmat *w) { return w->group % 16 == 0; }
 
 /* ------------------------------------------------------------- rvq3 */
 

@@ -5,8 +5,9 @@
  * with 16 lanes; as there, each row's instruction sequence depends only on
  * the row and the shape, so row splits are bit-exact.
  *
- * matvec: q8 needs group % 16 == 0 and q4 group % 32 == 0, else the AVX2
- * twin handles the matrix (which itself falls back to __ref).
+ * matvec: q8 needs group % 16 == 0 and q4 group % 32 == 0 (the fits
+ * functions): else the kernel table hands the matrix to the AVX2 twin (and
+ * from there to __ref); dtypes without a cell here go to AVX2 likewise.
  * rvq3 apply_q (int16 LUT, VBMI byte permutes, 64 rows at a time): see the
  * comment above spill_k_apply_rvq3_i16__avx512vbmi; its functions carry the VBMI
  * target attribute so nothing else in this file may use VBMI.
@@ -110,39 +111,25 @@ static float row_q4(const uint8_t *q, const spill_k_u16_unaligned *s, const floa
   return hsum16(acc);
 }
 
-void spill_k_matvec__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0,
-                            uint32_t r1) {
-  const size_t cols = w->cols;
-  switch (w->dtype) {
-    case SPILL_K_DT_F32:
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_f32((const float *)w->data + r * cols, x, (uint32_t)cols);
-      return;
-    case SPILL_K_DT_F16:
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_f16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols);
-      return;
-    case SPILL_K_DT_BF16:
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_bf16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols);
-      return;
-    case SPILL_K_DT_Q8:
-      if (w->group % 16 != 0) break;
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_q8((const int8_t *)w->data + r * cols, w->scales + r * (cols / w->group), x,
-                      (uint32_t)cols, w->group);
-      return;
-    case SPILL_K_DT_Q4:
-      if (w->group % 32 != 0) break;
-      for (uint32_t r = r0; r < r1; r++)
-        y[r] = row_q4((const uint8_t *)w->data + r * cols / 2, w->scales + r * (cols / w->group),
-                      x, (uint32_t)cols, w->group);
-      return;
-    default:
-      break;
+/* The per-dtype rows of the kernel table (kernels_isa.h). */
+#define AVX512_ROWS(DT, EXPR)                                                                      \
+  void spill_k_matvec_##DT##_f32__avx512(const spill_qmat *w, const float *x, float *y, uint32_t r0, \
+                                         uint32_t r1) {                                            \
+    const size_t cols = w->cols;                                                                   \
+    for (uint32_t r = r0; r < r1; r++) y[r] = (EXPR);                                              \
   }
-  spill_k_matvec__avx2(w, x, y, r0, r1);
-}
+
+AVX512_ROWS(f32, row_f32((const float *)w->data + r * cols, x, (uint32_t)cols))
+AVX512_ROWS(f16, row_f16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols))
+AVX512_ROWS(bf16, row_bf16((const uint16_t *)w->data + r * cols, x, (uint32_t)cols))
+AVX512_ROWS(q8, row_q8((const int8_t *)w->data + r * cols, w->scales + r * (cols / w->group), x,
+                       (uint32_t)cols, w->group))
+AVX512_ROWS(q4, row_q4((const uint8_t *)w->data + r * cols / 2, w->scales + r * (cols / w->group),
+                       x, (uint32_t)cols, w->group))
+#undef AVX512_ROWS
+
+int spill_k_fits_q8_f32__avx512(const spill_qmat *w) { return w->group % 16 == 0; }
+int spill_k_fits_q4_f32__avx512(const spill_qmat *w) { return w->group % 32 == 0; }
 
 /* ------------------------------------------------------------- rvq3 */
 

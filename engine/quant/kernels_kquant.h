@@ -2,8 +2,8 @@
  * Q5_K, Q6_K), stored verbatim as container dtypes q4_k / q5_k / q6_k
  * (docs/FORMAT.md), so a GGUF Q4_K_M file runs with exactly its weights.
  *
- * A row of `cols` (a multiple of 256) elements is cols/256 blocks of 144
- * (Q4_K), 176 (Q5_K) or 210 (Q6_K) bytes in ggml's layout. Dequantisation
+ * A row of `cols` (a multiple of 256) elements is cols/256 blocks in ggml's
+ * layout (block bytes: the dtype traits table, engine/base/dtype_traits.h). Dequantisation
  * follows ggml's dequantize_row_q*_K operation for operation, so values are
  * bit-identical to llama.cpp's. The matvec row kernels: __ref dequantises a
  * block and accumulates w*x in element order; __avx2 accumulates 8 lanes
@@ -17,18 +17,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/base/dtype_traits.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum { SPILL_K_DT_Q4_K = 6, SPILL_K_DT_Q5_K = 7, SPILL_K_DT_Q6_K = 8 };
-
-/* 1 for the three K-quant dtype codes. */
-int spill_k_is_kquant(int dtype);
-/* Bytes of one 256-element block (0 if not a K-quant). */
-uint32_t spill_k_kquant_block_bytes(int dtype);
 /* Dequantises one 256-element block into out (256 floats). */
 void spill_k_kquant_dequant_block(int dtype, const uint8_t *blk, float *out);
+/* Dequantises n consecutive blocks at blk into out (256 n floats). */
+void spill_k_kquant_dequant_blocks(int dtype, const uint8_t *blk, uint64_t n, float *out);
 /* sum_c w[c] x[c] over a row of cols elements (cols % 256 == 0). */
 float spill_k_dot_kquant_f32__ref(int dtype, const uint8_t *row, const float *x, uint32_t cols);
 float spill_k_dot_kquant_f32__avx2(int dtype, const uint8_t *row, const float *x, uint32_t cols);

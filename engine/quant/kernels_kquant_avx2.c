@@ -81,12 +81,12 @@ static __m256 q6_block(const uint8_t *b, const float *x, __m256 acc) {
 }
 
 float spill_k_dot_kquant_f32__avx2(int dt, const uint8_t *row, const float *x, uint32_t cols) {
-  const uint32_t bb = spill_k_kquant_block_bytes(dt);
+  const uint32_t bb = spill_dtype_traits_of(dt)->block_bytes;
   __m256 acc = _mm256_setzero_ps();
   for (uint32_t b = 0; b < cols / 256; b++) {
     const uint8_t *blk = row + (size_t)b * bb;
     const float *xb = x + (size_t)b * 256;
-    acc = dt == SPILL_K_DT_Q6_K ? q6_block(blk, xb, acc) : q45_block(dt == SPILL_K_DT_Q5_K, blk, xb, acc);
+    acc = dt == SPILL_DT_Q6_K ? q6_block(blk, xb, acc) : q45_block(dt == SPILL_DT_Q5_K, blk, xb, acc);
   }
   return spill_k_hsum8(acc);
 }

@@ -9,14 +9,6 @@
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
-int spill_k_is_kquant(int dt) {
-  return dt == SPILL_K_DT_Q4_K || dt == SPILL_K_DT_Q5_K || dt == SPILL_K_DT_Q6_K;
-}
-
-uint32_t spill_k_kquant_block_bytes(int dt) {
-  return dt == SPILL_K_DT_Q4_K ? 144u : dt == SPILL_K_DT_Q5_K ? 176u : dt == SPILL_K_DT_Q6_K ? 210u : 0u;
-}
-
 static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
   if (j < 4) {
     *d = q[j] & 63;
@@ -28,7 +20,7 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
 }
 
 void spill_k_kquant_dequant_block(int dt, const uint8_t *b, float *y) {
-  if (dt == SPILL_K_DT_Q6_K) {
+  if (dt == SPILL_DT_Q6_K) {
     const uint8_t *ql = b, *qh = b + 128;
     const int8_t *sc = (const int8_t *)(b + 192);
     const float d = spill_f16_to_f32(rd16(b + 208));
@@ -51,7 +43,7 @@ void spill_k_kquant_dequant_block(int dt, const uint8_t *b, float *y) {
     }
     return;
   }
-  const int five = dt == SPILL_K_DT_Q5_K;
+  const int five = dt == SPILL_DT_Q5_K;
   const float d = spill_f16_to_f32(rd16(b)), min = spill_f16_to_f32(rd16(b + 2));
   const uint8_t *sc = b + 4, *qh = b + 16, *q = five ? b + 48 : b + 16;
   int is = 0;
@@ -76,8 +68,13 @@ void spill_k_kquant_dequant_block(int dt, const uint8_t *b, float *y) {
   }
 }
 
+void spill_k_kquant_dequant_blocks(int dt, const uint8_t *blk, uint64_t n, float *out) {
+  const uint32_t bb = spill_dtype_traits_of(dt)->block_bytes;
+  for (uint64_t b = 0; b < n; b++) spill_k_kquant_dequant_block(dt, blk + b * bb, out + b * 256);
+}
+
 float spill_k_dot_kquant_f32__ref(int dt, const uint8_t *row, const float *x, uint32_t cols) {
-  const uint32_t bb = spill_k_kquant_block_bytes(dt);
+  const uint32_t bb = spill_dtype_traits_of(dt)->block_bytes;
   float w[256], acc = 0.0f;
   for (uint32_t b = 0; b < cols / 256; b++) {
     spill_k_kquant_dequant_block(dt, row + (size_t)b * bb, w);

@@ -21,7 +21,7 @@ namespace {
 
 // Random blocks with sane f16 scales (random bytes elsewhere are all valid).
 std::vector<uint8_t> RandomRows(int dt, uint32_t rows, uint32_t cols, uint32_t seed) {
-  const uint32_t bb = spill_k_kquant_block_bytes(dt), nb = rows * (cols / 256);
+  const uint32_t bb = spill_dtype_traits_of(dt)->block_bytes, nb = rows * (cols / 256);
   std::vector<uint8_t> v((size_t)nb * bb);
   std::mt19937 g(seed);
   for (auto &b : v) b = (uint8_t)g();
@@ -29,7 +29,7 @@ std::vector<uint8_t> RandomRows(int dt, uint32_t rows, uint32_t cols, uint32_t s
   for (uint32_t b = 0; b < nb; b++) {
     uint8_t *p = v.data() + (size_t)b * bb;
     uint16_t d = spill_f32_to_f16(u(g)), m = spill_f32_to_f16(u(g));
-    if (dt == SPILL_K_DT_Q6_K) {
+    if (dt == SPILL_DT_Q6_K) {
       memcpy(p + 208, &d, 2);
     } else {
       memcpy(p, &d, 2);
@@ -57,7 +57,7 @@ TEST_P(KquantTest, MatvecMatchesDequantisedDotProduct) {
   std::vector<float> y(rows), yr(rows), ya(rows), row(cols);
   spill_k_matvec(&w, x.data(), y.data(), 0, rows);
   spill_k_matvec__ref(&w, x.data(), yr.data(), 0, rows);
-  const uint32_t bb = spill_k_kquant_block_bytes(dt);
+  const uint32_t bb = spill_dtype_traits_of(dt)->block_bytes;
   for (uint32_t r = 0; r < rows; r++) {
     double want = 0, mag = 0;
     float blk[256];
@@ -94,7 +94,7 @@ TEST_P(KquantTest, MatvecMatchesDequantisedDotProduct) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kquants, KquantTest,
-                         ::testing::Values((int)SPILL_K_DT_Q4_K, (int)SPILL_K_DT_Q5_K,
-                                           (int)SPILL_K_DT_Q6_K));
+                         ::testing::Values((int)SPILL_DT_Q4_K, (int)SPILL_DT_Q5_K,
+                                           (int)SPILL_DT_Q6_K));
 
 }  // namespace

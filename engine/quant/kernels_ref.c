@@ -9,8 +9,8 @@
  * LUT quantiser spill_k_qlut_rvq3_i16__ref is the exact arithmetic of its
  * AVX2 twin, and spill_k_apply_rvq3_i16__ref that of the VBMI twin (int sum
  * of three stage entries, f32 convert, times the group scale, added to the
- * row sum; no FMA contraction in C11 mode). Knows nothing of the CPU: the
- * choice of ISA is kernels_dispatch.c's. Depends on engine/base and the
+ * row sum; no FMA contraction in C11 mode). One matvec and one dequantiser
+ * per dtype: the choice of kernel (dtype x ISA) is kernels_dispatch.c's. Depends on engine/base and the
  * K-quant reference (kernels_kquant_ref.c) only.
  */
 #include <math.h>
@@ -56,49 +56,40 @@ static float row_q4(const uint8_t *q, const spill_k_u16_unaligned *s, const floa
   return acc;
 }
 
-void spill_k_matvec__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
-                         uint32_t r1) {
-  const size_t cols = w->cols;
-  for (uint32_t r = r0; r < r1; r++) {
-    float acc = 0.0f;
-    switch (w->dtype) {
-      case SPILL_K_DT_F32:
-        acc = dot_f32((const float *)w->data + (size_t)r * cols, x, (uint32_t)cols);
-        break;
-      case SPILL_K_DT_F16: {
-        const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
-        for (size_t c = 0; c < cols; c++) acc += spill_f16_to_f32(p[c]) * x[c];
-        break;
-      }
-      case SPILL_K_DT_BF16: {
-        const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
-        for (size_t c = 0; c < cols; c++) acc += spill_bf16_to_f32(p[c]) * x[c];
-        break;
-      }
-      case SPILL_K_DT_Q8:
-        acc = row_q8((const int8_t *)w->data + (size_t)r * cols,
-                     w->scales + (size_t)r * (cols / w->group), x, (uint32_t)cols, w->group);
-        break;
-      case SPILL_K_DT_Q4:
-        acc = row_q4((const uint8_t *)w->data + (size_t)r * cols / 2,
-                     w->scales + (size_t)r * (cols / w->group), x, (uint32_t)cols, w->group);
-        break;
-      case SPILL_K_DT_Q4_K:
-      case SPILL_K_DT_Q5_K:
-      case SPILL_K_DT_Q6_K:
-        acc = spill_k_dot_kquant_f32__ref(
-            w->dtype,
-            (const uint8_t *)w->data +
-                (size_t)r * (cols / 256) * spill_k_kquant_block_bytes(w->dtype),
-            x, (uint32_t)cols);
-        break;
-      default: /* rvq3 goes through the LUT kernels; unknown dtypes: caller bug */
-        acc = NAN;
-        break;
-    }
-    y[r] = acc;
-  }
+static float row_f16(const uint16_t *p, const float *x, size_t cols) {
+  float acc = 0.0f;
+  for (size_t c = 0; c < cols; c++) acc += spill_f16_to_f32(p[c]) * x[c];
+  return acc;
 }
+
+static float row_bf16(const uint16_t *p, const float *x, size_t cols) {
+  float acc = 0.0f;
+  for (size_t c = 0; c < cols; c++) acc += spill_bf16_to_f32(p[c]) * x[c];
+  return acc;
+}
+
+/* The per-dtype row loops of the kernel table (kernels_isa.h): each output
+ * row is one accumulator summed in column order. */
+#define REF_ROWS(DT, EXPR)                                                                      \
+  void spill_k_matvec_##DT##_f32__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0, \
+                                      uint32_t r1) {                                            \
+    const size_t cols = w->cols;                                                                \
+    for (uint32_t r = r0; r < r1; r++) y[r] = (EXPR);                                           \
+  }
+
+REF_ROWS(f32, dot_f32((const float *)w->data + (size_t)r * cols, x, (uint32_t)cols))
+REF_ROWS(f16, row_f16((const uint16_t *)w->data + (size_t)r * cols, x, cols))
+REF_ROWS(bf16, row_bf16((const uint16_t *)w->data + (size_t)r * cols, x, cols))
+REF_ROWS(q8, row_q8((const int8_t *)w->data + (size_t)r * cols,
+                    w->scales + (size_t)r * (cols / w->group), x, (uint32_t)cols, w->group))
+REF_ROWS(q4, row_q4((const uint8_t *)w->data + (size_t)r * cols / 2,
+                    w->scales + (size_t)r * (cols / w->group), x, (uint32_t)cols, w->group))
+REF_ROWS(kquant, spill_k_dot_kquant_f32__ref(
+                     w->dtype,
+                     (const uint8_t *)w->data +
+                         (size_t)r * (cols / 256) * spill_dtype_traits_of(w->dtype)->block_bytes,
+                     x, (uint32_t)cols))
+#undef REF_ROWS
 
 void spill_k_lut_rvq3_f32__ref(const float *codebook, const float *x, uint32_t cols, float *lut,
                                uint32_t g0, uint32_t g1) {
@@ -199,63 +190,58 @@ void spill_k_apply_rvq3_i16__ref(const spill_qmat *w, const void *qlut, float *y
   }
 }
 
-/* ------------------------------------------------------------ helpers */
+/* spill_k_dequant_row, one function per dtype (rows of the kernel table). */
+void spill_k_dequant_row_f32__ref(const spill_qmat *w, uint32_t r, float *out) {
+  memcpy(out, (const float *)w->data + (size_t)r * w->cols, (size_t)w->cols * sizeof(float));
+}
 
-void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out) {
+void spill_k_dequant_row_f16__ref(const spill_qmat *w, uint32_t r, float *out) {
   const size_t cols = w->cols;
-  switch (w->dtype) {
-    case SPILL_K_DT_F32:
-      memcpy(out, (const float *)w->data + (size_t)r * cols, cols * sizeof(float));
-      return;
-    case SPILL_K_DT_F16: {
-      const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
-      for (size_t c = 0; c < cols; c++) out[c] = spill_f16_to_f32(p[c]);
-      return;
-    }
-    case SPILL_K_DT_BF16: {
-      const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
-      for (size_t c = 0; c < cols; c++) out[c] = spill_bf16_to_f32(p[c]);
-      return;
-    }
-    case SPILL_K_DT_Q8: {
-      const int8_t *q = (const int8_t *)w->data + (size_t)r * cols;
-      const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / w->group);
-      for (size_t c = 0; c < cols; c++) out[c] = spill_f16_to_f32(s[c / w->group]) * (float)q[c];
-      return;
-    }
-    case SPILL_K_DT_Q4: {
-      const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols / 2;
-      const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / w->group);
-      for (size_t c = 0; c < cols; c++) {
-        int nib = (c & 1) ? (q[c / 2] >> 4) : (q[c / 2] & 0x0F);
-        out[c] = spill_f16_to_f32(s[c / w->group]) * (float)(nib - 8);
-      }
-      return;
-    }
-    case SPILL_K_DT_Q4_K:
-    case SPILL_K_DT_Q5_K:
-    case SPILL_K_DT_Q6_K: {
-      const uint32_t bb = spill_k_kquant_block_bytes(w->dtype);
-      const uint8_t *p = (const uint8_t *)w->data + (size_t)r * (cols / 256) * bb;
-      for (size_t b = 0; b < cols / 256; b++) spill_k_kquant_dequant_block(w->dtype, p + b * bb, out + b * 256);
-      return;
-    }
-    case SPILL_K_DT_RVQ3: {
-      const size_t ng = cols / 8;
-      const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
-      const float sc = spill_f16_to_f32(w->scales[r]);
-      const float *cb = w->codebook;
-      for (size_t g = 0; g < ng; g++, p += 3)
-        for (size_t j = 0; j < 8; j++)
-          out[g * 8 + j] = sc * (cb[(0 * 256 + p[0]) * 8 + j] + cb[(1 * 256 + p[1]) * 8 + j] +
-                                 cb[(2 * 256 + p[2]) * 8 + j]);
-      return;
-    }
-    default:
-      for (size_t c = 0; c < cols; c++) out[c] = NAN;
-      return;
+  const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
+  for (size_t c = 0; c < cols; c++) out[c] = spill_f16_to_f32(p[c]);
+}
+
+void spill_k_dequant_row_bf16__ref(const spill_qmat *w, uint32_t r, float *out) {
+  const size_t cols = w->cols;
+  const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
+  for (size_t c = 0; c < cols; c++) out[c] = spill_bf16_to_f32(p[c]);
+}
+
+void spill_k_dequant_row_q8__ref(const spill_qmat *w, uint32_t r, float *out) {
+  const size_t cols = w->cols;
+  const int8_t *q = (const int8_t *)w->data + (size_t)r * cols;
+  const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / w->group);
+  for (size_t c = 0; c < cols; c++) out[c] = spill_f16_to_f32(s[c / w->group]) * (float)q[c];
+}
+
+void spill_k_dequant_row_q4__ref(const spill_qmat *w, uint32_t r, float *out) {
+  const size_t cols = w->cols;
+  const uint8_t *q = (const uint8_t *)w->data + (size_t)r * cols / 2;
+  const spill_k_u16_unaligned *s = w->scales + (size_t)r * (cols / w->group);
+  for (size_t c = 0; c < cols; c++) {
+    int nib = (c & 1) ? (q[c / 2] >> 4) : (q[c / 2] & 0x0F);
+    out[c] = spill_f16_to_f32(s[c / w->group]) * (float)(nib - 8);
   }
 }
+
+void spill_k_dequant_row_kquant__ref(const spill_qmat *w, uint32_t r, float *out) {
+  const size_t nb = w->cols / 256;
+  const uint8_t *p = (const uint8_t *)w->data + (size_t)r * nb * spill_dtype_traits_of(w->dtype)->block_bytes;
+  spill_k_kquant_dequant_blocks(w->dtype, p, nb, out);
+}
+
+void spill_k_dequant_row_rvq3__ref(const spill_qmat *w, uint32_t r, float *out) {
+  const size_t ng = w->cols / 8;
+  const uint8_t *p = (const uint8_t *)w->data + (size_t)r * ng * 3;
+  const float sc = spill_f16_to_f32(w->scales[r]);
+  const float *cb = w->codebook;
+  for (size_t g = 0; g < ng; g++, p += 3)
+    for (size_t j = 0; j < 8; j++)
+      out[g * 8 + j] = sc * (cb[(0 * 256 + p[0]) * 8 + j] + cb[(1 * 256 + p[1]) * 8 + j] +
+                             cb[(2 * 256 + p[2]) * 8 + j]);
+}
+
+/* ------------------------------------------------------------ helpers */
 
 void spill_k_rmsnorm(const float *x, const float *w, float *y, uint32_t n, float eps) {
   float ss = 0.0f;

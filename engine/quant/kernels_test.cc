@@ -118,35 +118,35 @@ Mat MakeMat(int dtype, uint32_t rows, uint32_t cols, uint32_t group, std::mt1993
   const size_t n = (size_t)rows * cols;
   size_t vb = 0;
   switch (dtype) {
-    case SPILL_K_DT_F32: {
+    case SPILL_DT_F32: {
       vb = n * 4;
       auto v = RandVec(rng, n);
       m.buf.resize(vb);
       std::memcpy(m.buf.data(), v.data(), vb);
       break;
     }
-    case SPILL_K_DT_F16:
-    case SPILL_K_DT_BF16: {
+    case SPILL_DT_F16:
+    case SPILL_DT_BF16: {
       vb = n * 2;
       auto v = RandVec(rng, n);
       std::vector<uint16_t> h(n);
       for (size_t i = 0; i < n; i++)
-        h[i] = dtype == SPILL_K_DT_F16 ? spill_f32_to_f16(v[i]) : spill_f32_to_bf16(v[i]);
+        h[i] = dtype == SPILL_DT_F16 ? spill_f32_to_f16(v[i]) : spill_f32_to_bf16(v[i]);
       m.buf.resize(vb);
       std::memcpy(m.buf.data(), h.data(), vb);
       break;
     }
-    case SPILL_K_DT_Q8:
+    case SPILL_DT_Q8:
       vb = n;
       SetScales(m, vb, n / group, rng);
       for (size_t i = 0; i < vb; i++) m.buf[i] = (uint8_t)(rng() & 0xFF);  // any int8
       break;
-    case SPILL_K_DT_Q4:
+    case SPILL_DT_Q4:
       vb = n / 2;
       SetScales(m, vb, n / group, rng);
       for (size_t i = 0; i < vb; i++) m.buf[i] = (uint8_t)(rng() & 0xFF);
       break;
-    case SPILL_K_DT_RVQ3:
+    case SPILL_DT_RVQ3:
       vb = (size_t)rows * (cols / 8) * 3;
       SetScales(m, vb, rows, rng);
       for (size_t i = 0; i < vb; i++) m.buf[i] = (uint8_t)(rng() & 0xFF);
@@ -219,12 +219,12 @@ struct Shape {
 };
 
 const Shape kShapes[] = {
-    {SPILL_K_DT_F32, 37, 301, 0},  {SPILL_K_DT_F32, 5, 7, 0},     {SPILL_K_DT_F32, 19, 1024, 0},
-    {SPILL_K_DT_F16, 37, 301, 0},  {SPILL_K_DT_F16, 3, 64, 0},    {SPILL_K_DT_BF16, 37, 301, 0},
-    {SPILL_K_DT_BF16, 3, 80, 0},   {SPILL_K_DT_Q8, 37, 384, 32},  {SPILL_K_DT_Q8, 37, 384, 64},
-    {SPILL_K_DT_Q8, 37, 384, 128}, {SPILL_K_DT_Q8, 17, 48, 16},   {SPILL_K_DT_Q8, 17, 40, 8},
-    {SPILL_K_DT_Q8, 9, 60, 6},     {SPILL_K_DT_Q4, 37, 384, 32},  {SPILL_K_DT_Q4, 37, 384, 64},
-    {SPILL_K_DT_Q4, 37, 384, 128}, {SPILL_K_DT_Q4, 17, 48, 16},   {SPILL_K_DT_Q4, 9, 60, 6},
+    {SPILL_DT_F32, 37, 301, 0},  {SPILL_DT_F32, 5, 7, 0},     {SPILL_DT_F32, 19, 1024, 0},
+    {SPILL_DT_F16, 37, 301, 0},  {SPILL_DT_F16, 3, 64, 0},    {SPILL_DT_BF16, 37, 301, 0},
+    {SPILL_DT_BF16, 3, 80, 0},   {SPILL_DT_Q8, 37, 384, 32},  {SPILL_DT_Q8, 37, 384, 64},
+    {SPILL_DT_Q8, 37, 384, 128}, {SPILL_DT_Q8, 17, 48, 16},   {SPILL_DT_Q8, 17, 40, 8},
+    {SPILL_DT_Q8, 9, 60, 6},     {SPILL_DT_Q4, 37, 384, 32},  {SPILL_DT_Q4, 37, 384, 64},
+    {SPILL_DT_Q4, 37, 384, 128}, {SPILL_DT_Q4, 17, 48, 16},   {SPILL_DT_Q4, 9, 60, 6},
 };
 
 TEST_P(KernelsIsaTest, MatvecMatchesRefWithinCeiling) {
@@ -236,7 +236,7 @@ TEST_P(KernelsIsaTest, MatvecMatchesRefWithinCeiling) {
     spill_k_matvec__ref(&m.m, x.data(), yr.data(), 0, sh.rows);
     tw_.matvec(&m.m, x.data(), yi.data(), 0, sh.rows);
     const double ceil =
-        (sh.dtype == SPILL_K_DT_Q8 || sh.dtype == SPILL_K_DT_Q4) ? kQuantCeiling : kDenseCeiling;
+        (sh.dtype == SPILL_DT_Q8 || sh.dtype == SPILL_DT_Q4) ? kQuantCeiling : kDenseCeiling;
     EXPECT_LE(MaxRelErr(yi, yr, Bound(m.m, x.data())), ceil)
         << DtName(sh.dtype) << " " << sh.rows << "x" << sh.cols << " group " << sh.group;
   }
@@ -300,7 +300,7 @@ TEST_P(KernelsIsaTest, Rvq3ApplyMatchesRefAndRowSplitIsBitExact) {
   std::mt19937 rng(11);
   for (uint32_t cols : kRvq3Cols) {
     const uint32_t rows = 37;
-    Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+    Mat m = MakeMat(SPILL_DT_RVQ3, rows, cols, 0, rng);
     auto x = RandVec(rng, cols);
     std::vector<float> lut(3 * (cols / 8) * 256);
     spill_k_lut_rvq3_f32__ref(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
@@ -324,7 +324,7 @@ TEST_P(KernelsIsaTest, Rvq3ApplyEqualsDequantThenMatvec) {
   std::mt19937 rng(12);
   for (uint32_t cols : kRvq3Cols) {
     const uint32_t rows = 21;
-    Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+    Mat m = MakeMat(SPILL_DT_RVQ3, rows, cols, 0, rng);
     auto x = RandVec(rng, cols);
     std::vector<float> lut(3 * (cols / 8) * 256), y(rows), yd(rows), row(cols);
     tw_.lut(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
@@ -343,7 +343,7 @@ TEST_P(KernelsIsaTest, Rvq3DispatchedApplyIsBitExactWithRef) {
   std::mt19937 rng(13);
   for (uint32_t cols : kRvq3Cols) {
     const uint32_t rows = 71;  // 17 blocks of 4 rows and 3 single rows
-    Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+    Mat m = MakeMat(SPILL_DT_RVQ3, rows, cols, 0, rng);
     auto x = RandVec(rng, cols);
     std::vector<float> lut(3 * (cols / 8) * 256), yr(rows), yi(rows);
     spill_k_lut_rvq3_f32__ref(m.m.codebook, x.data(), cols, lut.data(), 0, cols / 8);
@@ -357,7 +357,7 @@ TEST_P(KernelsIsaTest, Rvq3MatvecMatchesRefAndRowSplitIsBitExact) {
   std::mt19937 rng(14);
   for (uint32_t cols : kRvq3Cols) {
     const uint32_t rows = 39;
-    Mat m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+    Mat m = MakeMat(SPILL_DT_RVQ3, rows, cols, 0, rng);
     auto x = RandVec(rng, cols);
     std::vector<float> yr(rows), yi(rows), ys(rows, -7.0f);
     spill_k_matvec_rvq3_f32__ref(&m.m, x.data(), yr.data(), 0, rows);
@@ -374,13 +374,13 @@ TEST_P(KernelsIsaTest, DispatchCallsTheSelectedTwin) {
   ASSERT_TRUE(spill_k_set_isa(tw_.isa));
   EXPECT_EQ(spill_k_isa(), tw_.isa);
   std::mt19937 rng(5);
-  Mat m = MakeMat(SPILL_K_DT_Q4, 9, 256, 128, rng);
+  Mat m = MakeMat(SPILL_DT_Q4, 9, 256, 128, rng);
   auto x = RandVec(rng, 256);
   std::vector<float> a(9), b(9);
   spill_k_matvec(&m.m, x.data(), a.data(), 0, 9);
   tw_.matvec(&m.m, x.data(), b.data(), 0, 9);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 9));
-  Mat q = MakeMat(SPILL_K_DT_RVQ3, 9, 136, 0, rng);
+  Mat q = MakeMat(SPILL_DT_RVQ3, 9, 136, 0, rng);
   std::vector<float> la(3 * 17 * 256), lb(la.size());
   spill_k_lut_rvq3_f32(q.m.codebook, x.data(), 136, la.data(), 0, 17);
   tw_.lut(q.m.codebook, x.data(), 136, lb.data(), 0, 17);
@@ -417,7 +417,7 @@ struct QProblem {
 
 QProblem MakeQ(uint32_t rows, uint32_t cols, std::mt19937 &rng, float x_outlier = 1.0f) {
   QProblem p;
-  p.m = MakeMat(SPILL_K_DT_RVQ3, rows, cols, 0, rng);
+  p.m = MakeMat(SPILL_DT_RVQ3, rows, cols, 0, rng);
   p.x = RandVec(rng, cols);
   for (uint32_t c = 0; c < cols; c += 37) p.x[c] *= x_outlier;
   const uint32_t ng = cols / 8;
@@ -575,7 +575,7 @@ TEST(KernelsRefTest, MatvecQ8HandComputed) {
                          spill_f32_to_f16(0.25f)};
   std::memcpy(buf.data() + 64, s, 8);
   spill_qmat m{};
-  m.dtype = SPILL_K_DT_Q8;
+  m.dtype = SPILL_DT_Q8;
   m.rows = 2;
   m.cols = 32;
   m.group = 16;
@@ -605,7 +605,7 @@ TEST(KernelsRefTest, MatvecQ4HandComputed) {
   const uint16_t s[2] = {spill_f32_to_f16(0.5f), spill_f32_to_f16(2.0f)};
   std::memcpy(buf.data() + 16, s, 4);
   spill_qmat m{};
-  m.dtype = SPILL_K_DT_Q4;
+  m.dtype = SPILL_DT_Q4;
   m.rows = 2;
   m.cols = 16;
   m.group = 16;
@@ -638,7 +638,7 @@ TEST(KernelsRefTest, Rvq3HandComputed) {
   const uint16_t s = spill_f32_to_f16(2.0f);
   std::memcpy(buf + 6, &s, 2);
   spill_qmat m{};
-  m.dtype = SPILL_K_DT_RVQ3;
+  m.dtype = SPILL_DT_RVQ3;
   m.rows = 1;
   m.cols = 16;
   m.data = buf;

@@ -69,7 +69,7 @@ static inline __attribute__((always_inline)) __m256i q45k_pair(const uint8_t *qs
 /* q4_k (five = 0) or q5_k, in the lane order of kernels_xq.h. */
 static inline __attribute__((always_inline)) float q45k(const uint8_t *row, const spill_k_xq *xq,
                                                         uint32_t cols, int five) {
-  const size_t bb = five ? 176 : 144;
+  const size_t bb = spill_dtype_traits_of(five ? SPILL_DT_Q5_K : SPILL_DT_Q4_K)->block_bytes;
   __m256 acc = _mm256_setzero_ps();
   __m128 accm = _mm_setzero_ps();
   for (uint32_t b = 0; b < cols / 256; b++) {
@@ -137,9 +137,10 @@ static int32_t hsum_i32(__m256i v) {
 }
 
 static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
+  const size_t bb = spill_dtype_traits_of(SPILL_DT_Q6_K)->block_bytes;
   float acc = 0.0f;
   for (uint32_t b = 0; b < cols / 256; b++) {
-    const uint8_t *blk = row + (size_t)b * 210;
+    const uint8_t *blk = row + (size_t)b * bb;
     const int8_t *x = xq->q256 + (size_t)b * 256;
     /* the 16 int8 scales as int16: s0..s7 | s8..s15 */
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
@@ -317,19 +318,31 @@ static void row1_q8(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_
   y[r] = spill_k_hsum8(a);
 }
 
-/* q8 rows one per pass, q4 rows four per pass, as kernels_xq_rows.h takes them. */
-static void rows_q8q4(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
-  if (w->dtype == SPILL_K_DT_Q8) {
-    for (uint32_t r = r0; r < r1; r++) row1_q8(w, xq, y, r);
-    return;
-  }
+/* The table's rows (kernels_isa.h): q8 rows one per pass, q4 rows four
+ * per pass; a K-quant row starts at r x its blocks' bytes. */
+void spill_k_matvec_q8_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) row1_q8(w, xq, y, r);
+}
+
+void spill_k_matvec_q4_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
   for (uint32_t r = r0; r < r1; r += 4) {
     const uint32_t n = r1 - r < 4 ? r1 - r : 4;
     rows4(w, xq, y, r, n, 1);
   }
 }
 
-void spill_k_matvec_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,
-                             uint32_t r1) {
-  spill_k_xq_rows(w, xq, y, r0, r1, row_q45k, row_q6k, rows_q8q4);
+static const uint8_t *kq_row(const spill_qmat *w, uint32_t r) {
+  return (const uint8_t *)w->data + (size_t)r * (w->cols / 256) * spill_dtype_traits_of(w->dtype)->block_bytes;
+}
+
+void spill_k_matvec_q4_k_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) y[r] = row_q45k(kq_row(w, r), xq, w->cols, 0);
+}
+
+void spill_k_matvec_q5_k_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) y[r] = row_q45k(kq_row(w, r), xq, w->cols, 1);
+}
+
+void spill_k_matvec_q6_k_xq__avx2(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) y[r] = row_q6k(kq_row(w, r), xq, w->cols);
 }

@@ -104,19 +104,11 @@ void spill_k_xq_quantize__ref(const float *x, spill_k_xq *xq) {
   spill_k_xq_blocks(x, xq, quant_q8_0, quant_q8_k);
 }
 
-int spill_k_matvec_xq_ok(const spill_qmat *w) {
-  switch (w->dtype) {
-    case SPILL_K_DT_Q4_K:
-    case SPILL_K_DT_Q5_K:
-    case SPILL_K_DT_Q6_K:
-      return w->cols % 256 == 0;
-    case SPILL_K_DT_Q8:
-    case SPILL_K_DT_Q4:
-      return w->group >= 32 && w->group % 32 == 0 && w->cols % w->group == 0;
-    default:
-      return 0;
-  }
+int spill_k_fits_q8q4_xq(const spill_qmat *w) {
+  return w->group >= 32 && w->group % 32 == 0 && w->cols % w->group == 0;
 }
+
+int spill_k_fits_kquant_xq(const spill_qmat *w) { return w->cols % 256 == 0; }
 
 /* The 6-bit scale and min of sub-block j of a Q4_K block (ggml's get_scale_min_k4). */
 static void scale_min(int j, const uint8_t *q, int *d, int *m) {
@@ -138,7 +130,7 @@ static float hsum8(const float l[8]) {
  * of high bits after the scales, element 64j+l gets 16 from bit 2j of
  * qh[l], element 64j+32+l from bit 2j+1), in the lane order of kernels_xq.h. */
 static float row_q45k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols, int five) {
-  const size_t bb = five ? 176 : 144;
+  const size_t bb = spill_dtype_traits_of(five ? SPILL_DT_Q5_K : SPILL_DT_Q4_K)->block_bytes;
   float acc[8] = {0}, accm[4] = {0};
   for (uint32_t b = 0; b < cols / 256; b++) {
     const uint8_t *blk = row + (size_t)b * bb, *qh = blk + 16, *qs = blk + (five ? 48 : 16);
@@ -164,9 +156,10 @@ static float row_q45k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols, i
 }
 
 static float row_q6k(const uint8_t *row, const spill_k_xq *xq, uint32_t cols) {
+  const size_t bb = spill_dtype_traits_of(SPILL_DT_Q6_K)->block_bytes;
   float acc = 0.0f;
   for (uint32_t b = 0; b < cols / 256; b++) {
-    const uint8_t *blk = row + (size_t)b * 210;
+    const uint8_t *blk = row + (size_t)b * bb;
     const int8_t *sc = (const int8_t *)(blk + 192);
     const int8_t *x = xq->q256 + (size_t)b * 256;
     int32_t sumi = 0;
@@ -189,7 +182,7 @@ static float row_q8q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
   float lane[8] = {0};
   for (uint32_t b = 0; b < cols / 32; b++) {
     int wv[32];
-    if (w->dtype == SPILL_K_DT_Q8) {
+    if (w->dtype == SPILL_DT_Q8) {
       const int8_t *q = (const int8_t *)w->data + (size_t)r * cols + 32 * b;
       for (int i = 0; i < 32; i++) wv[i] = q[i];
     } else {
@@ -210,11 +203,28 @@ static float row_q8q4(const spill_qmat *w, uint32_t r, const spill_k_xq *xq) {
   return hsum8(lane);
 }
 
-static void rows_q8q4(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+/* The table's rows (kernels_isa.h): a K-quant row starts at r x its
+ * blocks' bytes (the dtype traits table). */
+static const uint8_t *kq_row(const spill_qmat *w, uint32_t r) {
+  return (const uint8_t *)w->data + (size_t)r * (w->cols / 256) * spill_dtype_traits_of(w->dtype)->block_bytes;
+}
+
+void spill_k_matvec_q8_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
   for (uint32_t r = r0; r < r1; r++) y[r] = row_q8q4(w, r, xq);
 }
 
-void spill_k_matvec_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,
-                            uint32_t r1) {
-  spill_k_xq_rows(w, xq, y, r0, r1, row_q45k, row_q6k, rows_q8q4);
+void spill_k_matvec_q4_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) y[r] = row_q8q4(w, r, xq);
+}
+
+void spill_k_matvec_q4_k_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) y[r] = row_q45k(kq_row(w, r), xq, w->cols, 0);
+}
+
+void spill_k_matvec_q5_k_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) y[r] = row_q45k(kq_row(w, r), xq, w->cols, 1);
+}
+
+void spill_k_matvec_q6_k_xq__ref(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0, uint32_t r1) {
+  for (uint32_t r = r0; r < r1; r++) y[r] = row_q6k(kq_row(w, r), xq, w->cols);
 }

@@ -25,6 +25,8 @@
 
 namespace {
 
+bool IsKQuant(int dt) { return dt == SPILL_DT_Q4_K || dt == SPILL_DT_Q5_K || dt == SPILL_DT_Q6_K; }
+
 struct Case {
   int dtype;
   uint32_t group;
@@ -43,20 +45,20 @@ Mat RandomMat(Case c, uint32_t rows, uint32_t cols, uint32_t seed) {
   m.w.rows = rows;
   m.w.cols = cols;
   m.w.group = c.group;
-  if (spill_k_is_kquant(c.dtype)) {
-    const uint32_t bb = spill_k_kquant_block_bytes(c.dtype), nb = rows * (cols / 256);
+  if (IsKQuant(c.dtype)) {
+    const uint32_t bb = spill_dtype_traits_of(c.dtype)->block_bytes, nb = rows * (cols / 256);
     m.buf.resize((size_t)nb * bb);
     for (auto &b : m.buf) b = (uint8_t)g();
     for (uint32_t b = 0; b < nb; b++) {
       uint8_t *p = m.buf.data() + (size_t)b * bb;
       uint16_t d = spill_f32_to_f16(u(g)), mn = spill_f32_to_f16(u(g));
-      memcpy(p + (c.dtype == SPILL_K_DT_Q6_K ? 208 : 0), &d, 2);
-      if (c.dtype != SPILL_K_DT_Q6_K) memcpy(p + 2, &mn, 2);
+      memcpy(p + (c.dtype == SPILL_DT_Q6_K ? 208 : 0), &d, 2);
+      if (c.dtype != SPILL_DT_Q6_K) memcpy(p + 2, &mn, 2);
     }
     m.w.data = m.buf.data();
     return m;
   }
-  const size_t vb = c.dtype == SPILL_K_DT_Q8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
+  const size_t vb = c.dtype == SPILL_DT_Q8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
   const size_t ns = (size_t)rows * (cols / c.group);
   m.buf.resize(vb + 2 * ns + 1);
   uint8_t *vals = m.buf.data() + 1; /* odd offset: scales 1-byte aligned as in real files */
@@ -72,8 +74,8 @@ Mat RandomMat(Case c, uint32_t rows, uint32_t cols, uint32_t seed) {
 
 // |min| part of element e of row r (Q4_K/Q5_K: dmin * m_j; else 0).
 double MinPart(const spill_qmat &w, uint32_t r, uint32_t e) {
-  if (w.dtype != SPILL_K_DT_Q4_K && w.dtype != SPILL_K_DT_Q5_K) return 0.0;
-  const size_t bb = spill_k_kquant_block_bytes(w.dtype);
+  if (w.dtype != SPILL_DT_Q4_K && w.dtype != SPILL_DT_Q5_K) return 0.0;
+  const size_t bb = spill_dtype_traits_of(w.dtype)->block_bytes;
   const uint8_t *b = (const uint8_t *)w.data + ((size_t)r * (w.cols / 256) + e / 256) * bb;
   const int j = (int)(e % 256) / 32;
   const uint8_t *q = b + 4;
@@ -90,7 +92,7 @@ struct Xq {
   }
   // dequantised activation seen by a matrix of dtype dt
   double At(int dt, uint32_t e) const {
-    if (spill_k_is_kquant(dt)) return (double)xq.q256[e] * xq.d256[e / 256];
+    if (IsKQuant(dt)) return (double)xq.q256[e] * xq.d256[e / 256];
     return (double)xq.q32[e] * xq.d32[e / 32];
   }
 };
@@ -106,7 +108,7 @@ std::vector<float> RandomX(uint32_t n, uint32_t seed) {
 
 // The derived per-element bound of |x - xq| for the form dtype dt reads.
 double Bound(const std::vector<float> &x, const Xq &q, int dt, uint32_t e) {
-  if (spill_k_is_kquant(dt)) return 0.5 * std::fabs((double)q.xq.d256[e / 256]) * (1 + 1e-6);
+  if (IsKQuant(dt)) return 0.5 * std::fabs((double)q.xq.d256[e / 256]) * (1 + 1e-6);
   double amax = 0;
   for (uint32_t i = e / 32 * 32; i < e / 32 * 32 + 32; i++) amax = std::fmax(amax, std::fabs((double)x[i]));
   return amax / 127.0 * (0.5 + 127.0 / 2048.0 + 1e-5);
@@ -230,17 +232,17 @@ TEST(XqOk, WhichWeightsHaveAnIntegerPath) {
   spill_qmat w = {};
   w.cols = 512;
   w.group = 32;
-  for (int dt : {(int)SPILL_K_DT_Q4_K, (int)SPILL_K_DT_Q5_K, (int)SPILL_K_DT_Q6_K, (int)SPILL_K_DT_Q8,
-                 (int)SPILL_K_DT_Q4}) {
+  for (int dt : {(int)SPILL_DT_Q4_K, (int)SPILL_DT_Q5_K, (int)SPILL_DT_Q6_K, (int)SPILL_DT_Q8,
+                 (int)SPILL_DT_Q4}) {
     w.dtype = dt;
     EXPECT_TRUE(spill_k_matvec_xq_ok(&w)) << dt;
   }
-  for (int dt : {(int)SPILL_K_DT_F32, (int)SPILL_K_DT_F16, (int)SPILL_K_DT_BF16,
-                 (int)SPILL_K_DT_RVQ3}) {
+  for (int dt : {(int)SPILL_DT_F32, (int)SPILL_DT_F16, (int)SPILL_DT_BF16,
+                 (int)SPILL_DT_RVQ3}) {
     w.dtype = dt;
     EXPECT_FALSE(spill_k_matvec_xq_ok(&w)) << dt;
   }
-  w.dtype = SPILL_K_DT_Q8;
+  w.dtype = SPILL_DT_Q8;
   w.group = 16;
   EXPECT_FALSE(spill_k_matvec_xq_ok(&w));
   w.group = 48;
@@ -248,9 +250,9 @@ TEST(XqOk, WhichWeightsHaveAnIntegerPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, XqTest,
-                         ::testing::Values(Case{SPILL_K_DT_Q4_K, 0}, Case{SPILL_K_DT_Q5_K, 0},
-                                           Case{SPILL_K_DT_Q6_K, 0},
-                                           Case{SPILL_K_DT_Q8, 32}, Case{SPILL_K_DT_Q4, 32},
-                                           Case{SPILL_K_DT_Q8, 64}, Case{SPILL_K_DT_Q4, 128}));
+                         ::testing::Values(Case{SPILL_DT_Q4_K, 0}, Case{SPILL_DT_Q5_K, 0},
+                                           Case{SPILL_DT_Q6_K, 0},
+                                           Case{SPILL_DT_Q8, 32}, Case{SPILL_DT_Q4, 32},
+                                           Case{SPILL_DT_Q8, 64}, Case{SPILL_DT_Q4, 128}));
 
 }  // namespace
