@@ -21,7 +21,10 @@ import numpy as np
 
 # ---------------------------------------------------------------- safetensors
 
-ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16", "F8_E4M3": "f8"}
+ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16", "F8_E4M3": "f8", "U8": np.uint8,
+             "F8_E8M0": np.uint8}
+# raw byte dtypes read back as uint8 (packed codes, e8m0 scales), not dequantised
+ST_RAW = ("U8", "F8_E8M0")
 
 
 def f32_to_bf16_bits(a):
@@ -47,7 +50,8 @@ def fp8_e4m3_to_f32(u):
 
 def write_safetensors(path, tensors, metadata=None):
     """tensors: list of (name, dtype, numpy array); dtype in ST_DTYPES. For
-    BF16 the array is float32 (rounded here); for F8_E4M3 it is uint8 bits."""
+    BF16 the array is float32 (rounded here); for F8_E4M3, U8 and F8_E8M0 it
+    is uint8 bits."""
     header = {}
     if metadata:
         header["__metadata__"] = metadata
@@ -56,8 +60,8 @@ def write_safetensors(path, tensors, metadata=None):
     for name, dt, a in tensors:
         if dt == "BF16":
             raw = f32_to_bf16_bits(a).tobytes()
-        elif dt == "F8_E4M3":
-            raw = np.asarray(a, dtype=np.uint8).tobytes()
+        elif dt == "F8_E4M3" or dt in ST_RAW:
+            raw = np.ascontiguousarray(a, dtype=np.uint8).tobytes()
         else:
             raw = np.ascontiguousarray(a, dtype=ST_DTYPES[dt]).tobytes()
         header[name] = {"dtype": dt, "shape": list(np.shape(a)), "data_offsets": [off, off + len(raw)]}
@@ -73,7 +77,8 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 def read_safetensors(path):
-    """-> {name: float32 array} (dequantised; F8 stays as raw values)."""
+    """-> {name: float32 array} (dequantised; F8 stays as raw values; U8 and
+    F8_E8M0 as uint8 bytes)."""
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack_from("<Q", data, 0)
@@ -97,6 +102,8 @@ def read_safetensors(path):
             a = bf16_bits_to_f32(np.frombuffer(raw, dtype=np.uint16))
         elif dt == "F8_E4M3":
             a = fp8_e4m3_to_f32(np.frombuffer(raw, dtype=np.uint8))
+        elif dt in ST_RAW:
+            a = np.frombuffer(raw, dtype=np.uint8)
         else:
             raise ValueError("%s: dtype %s" % (name, dt))
         out[name] = a.reshape(shape)
@@ -119,8 +126,12 @@ def read_checkpoint_dir(d):
 
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
 GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 12, 13, 14
+GGML_MXFP4 = 39
 GGML_BLOCK = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q4_0: (32, 18), GGML_Q8_0: (32, 34),
-              GGML_BF16: (1, 2), GGML_Q4_K: (256, 144), GGML_Q5_K: (256, 176), GGML_Q6_K: (256, 210)}
+              GGML_BF16: (1, 2), GGML_Q4_K: (256, 144), GGML_Q5_K: (256, 176), GGML_Q6_K: (256, 210),
+              GGML_MXFP4: (32, 17)}
+# ggml's kvalues_mxfp4: the e2m1 values doubled (the e8m0 scale is halved to match)
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
 GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY, GGUF_U64, GGUF_F64 = 4, 5, 6, 7, 8, 9, 10, 12
 
 
@@ -208,6 +219,14 @@ def dequant_ggml(ty, raw, n):
         lo = ((b[:, 2:] & 0xF).astype(np.int32) - 8).astype(np.float32)
         hi = ((b[:, 2:] >> 4).astype(np.int32) - 8).astype(np.float32)
         return (np.concatenate([lo, hi], axis=1) * d[:, None]).reshape(-1)
+    if ty == GGML_MXFP4:  # 1 e8m0 byte + 16 code bytes: byte j holds element j (low) and j + 16 (high)
+        b = b.reshape(-1, 17)
+        e = b[:, 0].astype(np.int32)
+        if (e == 255).any():
+            raise ValueError("MXFP4 block with e8m0 exponent 255 (NaN)")
+        d = np.ldexp(np.float32(1), e - 128).astype(np.float32)  # ggml_e8m0_to_fp32_half: 2^(e-128), e < 2 too
+        q = np.concatenate([b[:, 1:] & 0xF, b[:, 1:] >> 4], axis=1)
+        return (MXFP4_VALUES[q] * d[:, None]).reshape(-1)[:n]
     f32 = np.float32
     if ty == GGML_Q4_K or ty == GGML_Q5_K:  # vectorised over blocks, ggml's operation order
         bs = 144 if ty == GGML_Q4_K else 176
