@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -164,6 +165,19 @@ TEST(ExpMachineTest, RowsRecordTheProfileAndNothingIsLeftBehind) {
     wired[i] = Num(rows[i], "machine", "profile", "ballast_locked");
     cJSON_Delete(rows[i]);
   }
+  {  // env.json names the controller, the kernel's swap settings and the swap at start
+    std::ifstream f(std::string(dir) + "/env.json");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    cJSON *env = cJSON_Parse(text.c_str());
+    ASSERT_NE(env, nullptr);
+    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(env, "machine_profile");
+    ASSERT_NE(mp, nullptr) << text;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(mp, "cgroup_version");
+    EXPECT_TRUE(cJSON_IsNumber(v) && (v->valueint == 1 || v->valueint == 2)) << text;
+    EXPECT_TRUE(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(mp, "vm_swappiness"))) << text;
+    EXPECT_TRUE(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(mp, "swap_active_at_start"))) << text;
+    cJSON_Delete(env);
+  }
   EXPECT_EQ(wired[0], 16.0 * (1 << 20));  // wired swept upward, one machine each
   EXPECT_EQ(wired[1], 48.0 * (1 << 20));
   EXPECT_EQ(CountEntries(state, "machine-"), 0) << "state file left in " << state;
@@ -177,10 +191,14 @@ TEST(ExpMachineTest, KilledRunnerIsCleanedUpByTheNextRunWhichSaysSo) {
   std::string state = Tmp("kill-state");
   setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
   std::string model = MakeNano(root);
-  // swap far above what is active, so the runner makes a swap file
+  // 64 MiB more swap than the active areas have free, so the runner makes a
+  // (64 MiB) swap file
+  uint64_t total, used;
+  spill_machine_swaps(&total, &used, nullptr, 0);
+  std::string swap = std::to_string(total - used + (64ull << 20));
   std::string text = R"({"name": "kill", "model": ")" + model + R"(",
     "workload": {"prompt": "kill the runner", "decode_tokens": 2},
-    "machine": {"ram": "768M", "wired": "16M", "swap": "40G"},
+    "machine": {"ram": "768M", "wired": "16M", "swap": )" + swap + R"(},
     "sweep": {"lookahead": [0, 2, 4]}, "repeats": 4,
     "outputs": {"tables": ["md"], "plots": []}})";
   spill_exp_config cfg;

@@ -76,6 +76,7 @@ typedef struct runner {
   uint64_t lock_emulate; /* the emulated RAM the running lock serves (0 = none) */
   spill_machine mach;    /* the machine profile, when the config has one */
   spill_machine_counters mach_at_run; /* its counters when the current run started */
+  char mach_reaped[4096]; /* what this start cleaned up after killed runners ("" = nothing) */
   char peer_exe[1024];   /* llama_peer, when the config has peer arms */
   int dir_lock_fd;   /* flock'ed ROWS.lock (one writer per rows file), -1 = none */
   int created_dir;   /* setup_dir made R->dir (not a resume) */
@@ -1175,6 +1176,46 @@ static int check_publish(spill_err *e) {
 }
 
 /* env.json (or o->env_file) once per results directory. */
+/* env.json's "machine_profile": the controller, the kernel's swap settings
+ * and the swap active when the experiment started, what was cleaned up after
+ * killed runners; each row's machine.profile has the cell's limits as taken. */
+static int env_machine_profile(runner *R, char **env) {
+  cJSON *root = cJSON_Parse(*env);
+  if (!root) return spill_err_set(R->e, SPILL_E_NOMEM, "env.json: no memory");
+  cJSON *mp = cJSON_AddObjectToObject(root, "machine_profile");
+  int ver = 0;
+  char home[PATH_MAX] = "", names[512], buf[64];
+  spill_err pe = {0};
+  if (spill_machine_probe(&ver, home, sizeof home, &pe) == SPILL_OK) {
+    cJSON_AddNumberToObject(mp, "cgroup_version", ver);
+    cJSON_AddStringToObject(mp, "cgroup_parent", home);
+  } else {
+    cJSON_AddStringToObject(mp, "cgroup_error", pe.msg);
+  }
+  static const char *const knobs[][2] = {{"vm_swappiness", "/proc/sys/vm/swappiness"},
+                                         {"vm_page_cluster", "/proc/sys/vm/page-cluster"},
+                                         {"vm_overcommit_memory", "/proc/sys/vm/overcommit_memory"}};
+  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+    FILE *f = fopen(knobs[i][1], "r");
+    if (f && fgets(buf, sizeof buf, f)) cJSON_AddNumberToObject(mp, knobs[i][0], atof(buf));
+    if (f) fclose(f);
+  }
+  uint64_t total, used;
+  spill_machine_swaps(&total, &used, names, sizeof names);
+  cJSON_AddNumberToObject(mp, "swap_active_bytes_at_start", (double)total);
+  cJSON_AddStringToObject(mp, "swap_active_at_start", names);
+  cJSON_AddStringToObject(mp, "cleaned_up_at_start", R->mach_reaped);
+  cJSON_AddStringToObject(mp, "note",
+                          "per cell: rows' machine.profile (limits as the kernel took them, "
+                          "ballast, swap devices, counters per run)");
+  char *out = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!out) return spill_err_set(R->e, SPILL_E_NOMEM, "env.json: no memory");
+  free(*env);
+  *env = out;
+  return SPILL_OK;
+}
+
 static int ensure_env(runner *R) {
   char envf[1100];
   if (R->o->env_file) snprintf(envf, sizeof envf, "%s", R->o->env_file);
@@ -1182,6 +1223,7 @@ static int ensure_env(runner *R) {
   if (exists(envf)) return SPILL_OK;
   char *env = NULL;
   int rc = spill_exp_env_json(R->model, R->o->quick_env, &env, R->e);
+  if (rc == SPILL_OK && R->cfg->machine_ram) rc = env_machine_profile(R, &env);
   if (rc == SPILL_OK) rc = spill_exp_write_atomic(envf, env, strlen(env), R->e);
   free(env);
   return rc;
@@ -1200,8 +1242,8 @@ static int prepare(runner *R, const char *resolved, spill_exp_run **runs, int *n
    * killed runner's machine profile left (and say so) before making ours. */
   if (rc == SPILL_OK) rc = check_emulation(cfg, R->e);
   if (rc == SPILL_OK && cfg->machine_ram) {
-    char what[4096];
-    int n = spill_machine_reap_stale(what, sizeof what, R->e);
+    char *what = R->mach_reaped;
+    int n = spill_machine_reap_stale(what, sizeof R->mach_reaped, R->e);
     if (n < 0) rc = n;
     else if (n > 0 && R->o->progress) {
       spill_exp_progress p = {"machine", what, n, n, now_s() - R->t0, 0, 0};

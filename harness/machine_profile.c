@@ -433,6 +433,14 @@ static int usable_cgroup(int *version, char *home, size_t n, spill_err *e) {
   return SPILL_OK;
 }
 
+int spill_machine_probe(int *version, char *home, size_t home_n, spill_err *e) {
+  return usable_cgroup(version, home, home_n, e);
+}
+
+void spill_machine_swaps(uint64_t *total, uint64_t *used, char *names, size_t names_n) {
+  swaps_read(total, used, names, names_n);
+}
+
 int spill_machine_check(const spill_machine_spec *spec, spill_err *e) {
   SPILL_TRY(check_spec(spec, e));
   int v;

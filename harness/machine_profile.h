@@ -82,6 +82,12 @@ void spill_machine_close(spill_machine *m);
  * state files name a dead process). what gets one line per cleaned runner
  * ("" when there was nothing). Returns the number cleaned, or an error. */
 int spill_machine_reap_stale(char *what, size_t what_n, spill_err *e);
+/* The memory controller this process would use: cgroup version and the
+ * directory of its own cgroup (checked usable: root, mounted, writable, swap
+ * accounting on v1). For env.json. */
+int spill_machine_probe(int *version, char *home, size_t home_n, spill_err *e);
+/* Active swap (/proc/swaps): total and used bytes, area names joined by ','. */
+void spill_machine_swaps(uint64_t *total, uint64_t *used, char *names, size_t names_n);
 /* Where state files live (tests may point it elsewhere: SPILL_MACHINE_STATE_DIR). */
 const char *spill_machine_state_dir(void);
 
