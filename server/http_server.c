@@ -11,6 +11,14 @@
  * to spill_generate: the generation stops at the next token.
  * The queue holds jobs not yet started; past max_queue waiting jobs a new
  * one is refused with 429 before it is queued.
+ * Connections: the gate (http_gate.h) owns the listening socket and every
+ * connection until its request head is whole and well framed; it answers
+ * /health, a missing or wrong API key and framing errors itself, so idle or
+ * slow sockets never hold a libmicrohttpd slot. Every reply carries
+ * "Connection: close": one request per connection, each through the gate.
+ * A peer is gone when its socket reports a hang-up or an error (a reset,
+ * e.g. after a write to a closed client), not when it has only shut down
+ * its sending side: a half-closed client still gets its reply.
  */
 #define _GNU_SOURCE
 #include "server/http_server.h"
@@ -27,9 +35,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/chat_prompt.h"
 #include "server/completion_text.h"
+#include "server/http_gate.h"
 #include "server/request_parse.h"
 #include "server/server_metrics.h"
 
@@ -46,6 +56,7 @@ struct job {
   int state;
   volatile int cancel;
   int fd; /* the client's socket, to notice it going away */
+  struct MHD_Connection *c; /* its connection (the reply's; outlives it) */
   uint64_t t_arrival, t_last_tok;
   char id[64];
   uint64_t seq; /* this job's number (set under srv->mu, fixed after) */
@@ -76,9 +87,19 @@ struct spill_server {
   const spill_tok *tok;      /* the engine's tokenizer (borrowed), NULL = bytes */
   const char *chat_template; /* its chat template (borrowed), or NULL */
   spill_srv_metrics m;
+  spill_srv_gate *gate;
+  int n_conns;   /* libmicrohttpd connections open (under mu) */
+  int max_conns; /* admitted past the gate at most */
+};
+
+/* Per connection (idle, body and reply times), docs/SERVER.md "Connections". */
+enum {
+  IDLE_TIMEOUT_S = 15,  /* libmicrohttpd: no byte read or written for this long */
+  BODY_DEADLINE_MS = 30000, /* the whole body, from the end of the head */
 };
 
 typedef struct conn {
+  uint64_t t0;
   spill_srv_endpoint ep;
   char *body;
   size_t len, cap;
@@ -201,26 +222,70 @@ static cJSON *chunk_obj(const job *j, const char *content, size_t n, const char 
   return o;
 }
 
+/* src as valid UTF-8 into dst (n >= 1 bytes, NUL-terminated): a byte
+ * that does not begin a valid sequence (spill_utf8_check: RFC 3629) becomes
+ * U+FFFD; the text is cut on a character boundary to fit n - 1 bytes. So
+ * an error body stays valid UTF-8 whatever a client sent or a cut left. */
+static void utf8_clean(char *dst, size_t n, const char *src) {
+  static const char repl[] = "\xEF\xBF\xBD";
+  size_t o = 0, len = strlen(src), i = 0;
+  while (i < len) {
+    size_t ok = spill_utf8_check(src + i, len - i);
+    size_t take = ok;
+    if (o + take > n - 1) { /* cut: back to the start of a character */
+      take = n - 1 - o;
+      while (take > 0 && ((unsigned char)src[i + take] & 0xC0) == 0x80) take--;
+    }
+    memcpy(dst + o, src + i, take);
+    o += take;
+    if (take < ok || ok == len - i) break;
+    if (o + 3 > n - 1) break;
+    memcpy(dst + o, repl, 3);
+    o += 3;
+    i += ok + 1;
+  }
+  dst[o] = 0;
+}
+
 static cJSON *error_obj(const spill_srv_error *e) {
+  char t[3 * sizeof e->message + 1];
   cJSON *o = cJSON_CreateObject();
   cJSON *er = cJSON_AddObjectToObject(o, "error");
-  cJSON_AddStringToObject(er, "message", e->message);
-  cJSON_AddStringToObject(er, "type", e->type);
-  if (e->param[0]) cJSON_AddStringToObject(er, "param", e->param);
+  utf8_clean(t, sizeof t, e->message);
+  cJSON_AddStringToObject(er, "message", t);
+  utf8_clean(t, sizeof t, e->type);
+  cJSON_AddStringToObject(er, "type", t);
+  utf8_clean(t, sizeof t, e->param);
+  if (t[0]) cJSON_AddStringToObject(er, "param", t);
   else cJSON_AddNullToObject(er, "param");
-  if (e->code[0]) cJSON_AddStringToObject(er, "code", e->code);
+  utf8_clean(t, sizeof t, e->code);
+  if (t[0]) cJSON_AddStringToObject(er, "code", t);
   else cJSON_AddNullToObject(er, "code");
   return o;
 }
 
 /* --------------------------------------------------------------- engine side */
 
-/* The client closed or reset its connection. */
+/* The client's connection is reset or hung up. A client that only shut
+ * down its sending side (POLLRDHUP alone: a half-close after the request)
+ * is still there; one that closed is seen at the next write, whose reset
+ * raises POLLERR/POLLHUP (a stream writes every token). */
 static int peer_gone(int fd) {
   if (fd < 0) return 0;
-  struct pollfd p = {fd, POLLRDHUP, 0};
+  struct pollfd p = {fd, 0, 0};
   if (poll(&p, 1, 0) <= 0) return 0;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  return (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* libmicrohttpd checks its idle timeout right after a handler or a content
+ * reader returns, counting the time spent inside it: a wait for the engine
+ * longer than the timeout would close the connection before the reply is
+ * sent. Setting the timeout from 0 restarts its clock (libmicrohttpd 0.9.75
+ * connection.c, MHD_set_connection_option). Called on c's own thread. */
+static void idle_clock_restart(struct MHD_Connection *c) {
+  if (!c) return;
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
 }
 
 
@@ -366,8 +431,13 @@ static void finish_job(spill_server *s, job *j, int rc, const spill_run_stats *s
   }
   if (rc && rc != SPILL_E_INTERRUPTED) {
     fin = SPILL_FIN_ERROR;
-    spill_srv_error_set(&j->err, 500, "server_error", NULL, NULL, "generation failed: %s (%s)",
-                        e->msg, spill_status_name(rc));
+    /* the engine's message names files of the server: its log gets it,
+     * the client the status and the request id */
+    fprintf(stderr, "spill serve: %s: generation failed: %s (%s)\n", j->id, e->msg,
+            spill_status_name(rc));
+    spill_srv_error_set(&j->err, 500, "server_error", NULL, NULL,
+                        "generation failed (%s); the server's log has the details of %s",
+                        spill_status_name(rc), j->id);
   } else if (j->cancel || (s->stop && *s->stop && !j->text.stopped)) {
     fin = SPILL_FIN_CANCELLED;
     j->finish = "length"; /* only seen if the server is shutting down */
@@ -519,6 +589,7 @@ static enum MHD_Result reply(spill_server *s, struct MHD_Connection *c, spill_sr
     return MHD_NO;
   }
   MHD_add_response_header(r, "Content-Type", ctype);
+  MHD_add_response_header(r, "Connection", "close");
   if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
   if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
   if (tmpl_hdr) MHD_add_response_header(r, "X-Spill-Chat-Template", tmpl_hdr);
@@ -569,6 +640,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
       memcpy(buf, j->out + j->out_off, n);
       j->out_off += n;
       pthread_mutex_unlock(&s->mu);
+      idle_clock_restart(j->c);
       return (ssize_t)n;
     }
     if (j->state == JOB_DONE) {
@@ -613,9 +685,11 @@ static enum MHD_Result do_generate(spill_server *s, struct MHD_Connection *c, co
   }
   if (strcmp(j->req.model, s->model_id) != 0) {
     spill_srv_error e;
+    char asked[81], served[81]; /* at most 80 bytes each, whole characters */
+    utf8_clean(asked, sizeof asked, j->req.model);
+    utf8_clean(served, sizeof served, s->model_id);
     spill_srv_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
-                        "The model '%.80s' does not exist: this server serves '%.80s'",
-                        j->req.model, s->model_id);
+                        "The model '%s' does not exist: this server serves '%s'", asked, served);
     spill_srv_request_free(&j->req);
     free(j);
     return reply_error(s, c, cn->ep, &e);
@@ -627,6 +701,7 @@ static enum MHD_Result do_generate(spill_server *s, struct MHD_Connection *c, co
   j->last_token = -1;
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   j->fd = ci ? ci->connect_fd : -1;
+  j->c = c;
   spill_srv_text_init(&j->text, (const char *const *)j->req.stop, j->req.n_stop);
 
   pthread_mutex_lock(&s->mu);
@@ -658,6 +733,7 @@ static enum MHD_Result do_generate(spill_server *s, struct MHD_Connection *c, co
   pthread_cond_signal(&s->qcv);
   int gone = wait_for(s, j, j->req.stream ? JOB_RUNNING : JOB_DONE);
   pthread_mutex_unlock(&s->mu);
+  idle_clock_restart(c); /* the wait was not idleness */
   if (gone) {
     job_release(s, j);
     return MHD_NO;
@@ -680,6 +756,7 @@ static enum MHD_Result do_generate(spill_server *s, struct MHD_Connection *c, co
       return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Connection", "close");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     if (kind == SPILL_SRV_CHAT) MHD_add_response_header(r, "X-Spill-Chat-Template", tmpl);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
@@ -728,11 +805,11 @@ static cJSON *model_obj(spill_server *s) {
 
 /* Constant-time comparison of the Authorization header with "Bearer KEY":
  * the time depends only on the expected length, never on where they differ. */
-static int auth_ok(const spill_server *s, struct MHD_Connection *c) {
+static int auth_ok(const spill_server *s, const char *h, size_t hn) {
   if (!s->api_key) return 1;
-  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
   static const char pre[] = "Bearer ";
-  size_t kn = strlen(s->api_key), hn = h ? strlen(h) : 0;
+  size_t kn = strlen(s->api_key);
+  if (!h) hn = 0;
   unsigned diff = (hn != kn + 7);
   for (size_t i = 0; i < kn + 7; i++) {
     unsigned char want = i < 7 ? (unsigned char)pre[i] : (unsigned char)s->api_key[i - 7];
@@ -761,6 +838,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     cn = calloc(1, sizeof *cn);
     if (!cn) return MHD_NO;
     *con_cls = cn;
+    cn->t0 = now_ns();
     cn->ep = endpoint_of(url);
     int post = !strcmp(method, "POST");
     if (cn->ep == SPILL_EP_OTHER)
@@ -770,7 +848,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (want_post ? !post : strcmp(method, "GET") != 0)
       return simple_error(s, c, cn->ep, 405, "invalid_request_error", "method_not_allowed",
                           want_post ? "use POST" : "use GET");
-    if (cn->ep != SPILL_EP_HEALTH && !auth_ok(s, c))
+    const char *ah = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (cn->ep != SPILL_EP_HEALTH && !auth_ok(s, ah, ah ? strlen(ah) : 0))
       return simple_error(s, c, cn->ep, 401, "invalid_request_error", "invalid_api_key",
                           "missing or wrong API key (Authorization: Bearer KEY)");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -784,6 +863,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (*upload_size) {
     size_t n = *upload_size;
     *upload_size = 0;
+    if (now_ns() - cn->t0 > (uint64_t)BODY_DEADLINE_MS * 1000000u) {
+      char msg[96];
+      snprintf(msg, sizeof msg, "the request body did not arrive within %d s",
+               BODY_DEADLINE_MS / 1000);
+      return simple_error(s, c, cn->ep, 408, "invalid_request_error", "request_timeout", msg);
+    }
     if (cn->too_large) return MHD_YES;
     if (cn->len + n > s->o.max_body) {
       cn->too_large = 1;
@@ -843,6 +928,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
     return ret;
@@ -863,6 +949,72 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     free(cn);
   }
   *con_cls = NULL;
+}
+
+/* libmicrohttpd's connections, counted for the gate's admission. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  (void)c;
+  (void)socket_context;
+  spill_server *s = cls;
+  pthread_mutex_lock(&s->mu);
+  s->n_conns += code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* A whole, well-framed request head (on the gate's thread; must not block):
+ * /health and a refused API key are answered here, without a libmicrohttpd
+ * slot; the rest goes to libmicrohttpd while it has room. */
+static spill_srv_gate_verdict gate_admit(void *user, int fd, const struct sockaddr *addr,
+                                         socklen_t addr_len, const spill_srv_head *h, int *status,
+                                         char **body) {
+  spill_server *s = user;
+  char path[64];
+  size_t pl = h->path_len;
+  const char *q = memchr(h->path, '?', pl);
+  if (q) pl = (size_t)(q - h->path);
+  snprintf(path, sizeof path, "%.*s", (int)(pl < sizeof path ? pl : sizeof path - 1), h->path);
+  spill_srv_endpoint ep = pl < sizeof path ? endpoint_of(path) : SPILL_EP_OTHER;
+  int get = h->method_len == 3 && !memcmp(h->method, "GET", 3);
+  spill_srv_error err;
+  err.http_status = 0;
+  pthread_mutex_lock(&s->mu);
+  int stopping = s->stopping, full = s->n_conns >= s->max_conns;
+  pthread_mutex_unlock(&s->mu);
+  if (stopping) {
+    spill_srv_error_set(&err, 503, "server_error", NULL, NULL, "%s", "the server is shutting down");
+  } else if (ep == SPILL_EP_HEALTH && get) {
+    *status = 200;
+    *body = dup_s("{\"status\":\"ok\"}\n");
+    return SPILL_GATE_ANSWER;
+  } else if (ep != SPILL_EP_HEALTH && !auth_ok(s, h->auth, h->auth_len)) {
+    spill_srv_error_set(&err, 401, "invalid_request_error", NULL, "invalid_api_key", "%s",
+                        "missing or wrong API key (Authorization: Bearer KEY)");
+  } else if (full) {
+    spill_srv_error_set(&err, 503, "server_error", NULL, "too_many_connections",
+                        "%d requests are being served; retry later", s->max_conns);
+  }
+  if (err.http_status) {
+    *status = err.http_status;
+    cJSON *o = error_obj(&err);
+    *body = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return SPILL_GATE_ANSWER;
+  }
+  /* on failure libmicrohttpd has closed fd: nothing left to answer */
+  MHD_add_connection(s->d, fd, addr, addr_len);
+  return SPILL_GATE_ADMIT;
+}
+
+static void gate_answered(void *user, const char *path, size_t path_len, int status) {
+  spill_server *s = user;
+  char p[64] = "";
+  if (path && path_len < sizeof p) {
+    memcpy(p, path, path_len);
+    p[path_len] = 0;
+    p[strcspn(p, "?")] = 0;
+  }
+  spill_srv_metrics_http(&s->m, p[0] ? endpoint_of(p) : SPILL_EP_OTHER, status);
 }
 
 int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_server **out,
@@ -901,35 +1053,58 @@ int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_serve
   if (s->tok && spill_tok_chat_template(s->tok)) s->chat_template = spill_tok_chat_template(s->tok);
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+  socklen_t ss_len;
   struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
   struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
   if (inet_pton(AF_INET, s->host, &a4->sin_addr) == 1) {
     a4->sin_family = AF_INET;
     a4->sin_port = htons((uint16_t)o->port);
+    ss_len = sizeof *a4;
   } else if (inet_pton(AF_INET6, s->host, &a6->sin6_addr) == 1) {
     a6->sin6_family = AF_INET6;
     a6->sin6_port = htons((uint16_t)o->port);
-    flags |= MHD_USE_IPv6;
+    ss_len = sizeof *a6;
   } else {
     int rc = spill_err_set(e, SPILL_E_CONFIG, "--host %s: not an IPv4 or IPv6 address", s->host);
     spill_server_close(s);
     return rc;
   }
-  errno = 0;
-  s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
-                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->o.max_queue + 64),
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
-  if (!s->d) {
+  /* our own listening socket: the gate accepts, libmicrohttpd gets only
+   * connections whose head is whole (MHD_add_connection) */
+  int lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (lfd >= 0) setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&ss, ss_len) != 0 || listen(lfd, 256) != 0) {
     int rc = spill_err_set(e, SPILL_E_IO, "cannot listen on %s:%d: %s", s->host, o->port,
-                           errno ? strerror(errno) : "libmicrohttpd failed to start");
+                           strerror(errno));
+    if (lfd >= 0) close(lfd);
     spill_server_close(s);
     return rc;
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-  s->port = di ? di->port : o->port;
+  struct sockaddr_storage bound;
+  socklen_t bl = sizeof bound;
+  getsockname(lfd, (struct sockaddr *)&bound, &bl);
+  s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                              : ((struct sockaddr_in *)&bound)->sin_port);
+  s->max_conns = s->o.max_queue + 64;
+  errno = 0;
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                   MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET;
+  s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                          /* slack over max_conns: the gate counts a connection
+                           * when libmicrohttpd's thread reports it */
+                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->max_conns + 16),
+                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_END);
+  spill_srv_gate_opts go = {lfd, 64, 10000, 8192, s->o.max_body, gate_admit, gate_answered, s};
+  if (!s->d || spill_srv_gate_open(&go, &s->gate) != 0) {
+    int rc = spill_err_set(e, SPILL_E_IO, "cannot serve on %s:%d: %s", s->host, o->port,
+                           errno ? strerror(errno) : "libmicrohttpd failed to start");
+    close(lfd);
+    spill_server_close(s);
+    return rc;
+  }
   *out = s;
   return SPILL_OK;
 }
@@ -941,6 +1116,18 @@ void spill_server_close(spill_server *s) {
   pthread_mutex_lock(&s->mu);
   s->stopping = 1;
   pthread_mutex_unlock(&s->mu);
+  /* no new connections (waiting heads get 503); then the replies already
+   * decided (a queued job's 503, a stopped generation's end) are sent
+   * before the connections are torn down: up to 10 s */
+  spill_srv_gate_close(s->gate);
+  for (int i = 0; s->d && i < 200; i++) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_conns;
+    pthread_mutex_unlock(&s->mu);
+    if (n == 0) break;
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
   if (s->d) MHD_stop_daemon(s->d);
   /* jobs still queued (spill_server_run never ran or returned early) */
   job *j = s->head;

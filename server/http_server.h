@@ -1,7 +1,9 @@
 /* server/http_server.h: the OpenAI-compatible HTTP server around one engine
  * (docs/SERVER.md).
  *
- * Role: libmicrohttpd runs one thread per connection; those threads parse
+ * Role: a front door (http_gate.h) accepts connections and hands those
+ * whose request head is whole and well framed to libmicrohttpd, which runs
+ * one thread per connection; those threads parse
  * and check requests and put generation jobs on a bounded FIFO queue. One
  * thread -- the caller of spill_server_run, which owns the engine -- takes
  * jobs one at a time and drives spill_generate; tokens flow back to the
@@ -46,7 +48,9 @@ int spill_server_port(const spill_server *s);
  * (a signal handler may set it); then fails the queued jobs with 503 and
  * cancels the running one. */
 void spill_server_run(spill_server *s, volatile sig_atomic_t *stop);
-/* Stops listening (waits for connection threads) and frees. NULL fine. */
+/* Stops listening, lets the replies already decided go out (up to 10 s:
+ * queued jobs' 503s, a stopped generation's end), then closes every
+ * connection (waits for their threads) and frees. NULL fine. */
 void spill_server_close(spill_server *s);
 
 #ifdef __cplusplus

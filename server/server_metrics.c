@@ -19,7 +19,8 @@
 static const double k_bounds[SPILL_SRV_HIST_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60};
 /* the last slot counts any other status */
-static const int k_codes[SPILL_SRV_CODES - 1] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+static const int k_codes[SPILL_SRV_CODES - 1] = {200, 400, 401, 404, 405, 408, 411,
+                                                  413, 429, 431, 500, 503, 505};
 static const char *const k_eps[SPILL_EP_COUNT] = {"/v1/chat/completions", "/v1/completions",
                                                   "/v1/models", "/health", "/metrics", "other"};
 static const char *const k_fin[SPILL_FIN_COUNT] = {"stop", "length", "cancelled", "error"};

@@ -33,7 +33,7 @@ typedef enum spill_srv_endpoint {
 } spill_srv_endpoint;
 
 #define SPILL_SRV_HIST_BUCKETS 14
-#define SPILL_SRV_CODES 10
+#define SPILL_SRV_CODES 14
 
 typedef struct spill_srv_hist {
   uint64_t counts[SPILL_SRV_HIST_BUCKETS + 1]; /* last: +Inf */
