@@ -112,35 +112,14 @@ int cli_fail(const char *cmd, int code, const char *msg) {
   return 1;
 }
 
-/* argv[*i] ("--io-threads") as a table row of one of `targets`, or NULL. */
-static const spill_knob *knob_of_flag(const char *a, unsigned targets) {
-  if (strncmp(a, "--", 2) != 0) return NULL;
-  char key[64];
-  if (snprintf(key, sizeof key, "%s", a + 2) >= (int)sizeof key) return NULL;
-  for (char *p = key; *p; p++) {
-    if (*p == '_') return NULL; /* flags are kebab-case only */
-    if (*p == '-') *p = '_';
-  }
-  const spill_knob *k = spill_knob_find(key);
-  return k && (targets & (1u << k->target)) ? k : NULL;
-}
-
+/* The engine's knob-flag layer (spill_knob_flag*, engine/spill.h), limited
+ * to `targets`, with errors as usage errors. */
 int cli_knob_flag(int argc, char **argv, int *i, unsigned targets,
                   spill_config *cfg, spill_sampling *s) {
-  const spill_knob *k = knob_of_flag(argv[*i], targets);
-  if (!k) return 0;
-  const char *v;
-  if (k->type == SPILL_KNOB_BOOL) {
-    v = *i + 1 < argc && spill_knob_is_bool_word(argv[*i + 1]) ? argv[++*i] : "true";
-  } else if (*i + 1 >= argc) {
-    cli_usage_error("%s needs a value", argv[*i]);
-    return -1;
-  } else {
-    v = argv[++*i];
-  }
+  const spill_knob *k = spill_knob_flag(argv[*i]);
+  if (!k || !(targets & (1u << k->target))) return 0;
   spill_err e = {0};
-  int rc = k->target == SPILL_KNOB_CONFIG ? spill_config_set(cfg, k->name, v, &e)
-                                          : spill_sampling_set(s, k->name, v, &e);
+  int rc = spill_knob_flag_set(k, argc, argv, i, cfg, s, &e);
   if (rc) {
     cli_usage_error("%s (%s)", e.msg, spill_status_name(rc));
     return -1;
@@ -149,24 +128,12 @@ int cli_knob_flag(int argc, char **argv, int *i, unsigned targets,
 }
 
 void cli_knob_help(FILE *f, unsigned targets) {
-  spill_config dc;
-  spill_sampling ds;
-  spill_config_default(&dc);
-  spill_sampling_default(&ds);
   for (int i = 0; i < spill_knob_count(); i++) {
     const spill_knob *k = spill_knob_at(i);
+    char line[512];
     if (!(targets & (1u << k->target))) continue;
-    char flag[64], arg[160], def[64] = "", head[240];
-    snprintf(flag, sizeof flag, "--%s", k->name);
-    for (char *p = flag + 2; *p; p++)
-      if (*p == '_') *p = '-';
-    if (k->type == SPILL_KNOB_BOOL) snprintf(arg, sizeof arg, "[true|false]");
-    else if (k->type == SPILL_KNOB_CHOICE) spill_knob_choices(k, arg, sizeof arg);
-    else snprintf(arg, sizeof arg, "%s", k->arg ? k->arg : "X");
-    snprintf(head, sizeof head, "%s %s", flag, arg);
-    if (k->target == SPILL_KNOB_CONFIG) spill_config_get(&dc, k->name, def, sizeof def, NULL);
-    else spill_sampling_get(&ds, k->name, def, sizeof def, NULL);
-    fprintf(f, "  %-34s %s%s%s%s\n", head, k->help, def[0] ? " [" : "", def, def[0] ? "]" : "");
+    spill_knob_flag_help(k, line, sizeof line);
+    fprintf(f, "%s\n", line);
   }
 }
 

@@ -30,13 +30,13 @@ const char *cli_value(int argc, char **argv, int *i);
 int cli_int(const char *flag, const char *v, long lo, long hi, long *out);
 int cli_size(const char *flag, const char *v, uint64_t *out);
 
-/* Knob flags, from the engine's knob table (spill_knob_at): argv[*i] is
- * --kebab-case of a knob name whose target is in `targets` (a bit mask of
- * 1 << SPILL_KNOB_CONFIG / SPILL_KNOB_SAMPLING). Valued knobs take the next
- * argument; a BOOL knob alone means true and takes the next argument only if
- * it is a boolean word (--overlap false). cfg / s may be NULL when their bit
- * is not set. Returns 1 if consumed (set), 0 if argv[*i] is no knob flag, -1
- * on a bad or missing value (reported as a usage error). */
+/* Knob flags through the engine's one knob-flag layer (spill_knob_flag,
+ * spill_knob_flag_set, spill_knob_flag_help in engine/spill.h; `spill
+ * serve` uses the same): argv[*i] is --kebab-case of a knob name whose
+ * target is in `targets` (a bit mask of 1 << SPILL_KNOB_CONFIG /
+ * SPILL_KNOB_SAMPLING). cfg / s may be NULL when their bit is not set.
+ * Returns 1 if consumed (set), 0 if argv[*i] is no knob flag, -1 on a bad
+ * or missing value (reported as a usage error). */
 #define CLI_KNOBS_CONFIG (1 << 0)
 #define CLI_KNOBS_SAMPLING (1 << 1)
 struct spill_config;

@@ -35,12 +35,7 @@ static void values_of(const spill_knob *k, int md, char *buf, size_t n) {
 }
 
 static void default_of(const spill_knob *k, char *buf, size_t n) {
-  spill_config c;
-  spill_sampling s;
-  spill_config_default(&c);
-  spill_sampling_default(&s);
-  if (k->target == SPILL_KNOB_CONFIG) spill_config_get(&c, k->name, buf, n, NULL);
-  else spill_sampling_get(&s, k->name, buf, n, NULL);
+  snprintf(buf, n, "%s", k->def ? k->def : "");
 }
 
 static void flag_of(const spill_knob *k, char *buf, size_t n) {

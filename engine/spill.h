@@ -141,6 +141,8 @@ typedef struct spill_knob {
   const char *choices;     /* CHOICE: "a|b|c"; NULL = a registry (spill_knob_choices) */
   const char *arg;         /* metavariable for help texts ("N", "SIZE"); NULL for BOOL, CHOICE */
   const char *help;        /* one line */
+  const char *def;         /* the default, as text spill_config_set / spill_sampling_set
+                            * read (spill_config_default applies these) */
 } spill_knob;
 
 /* Table rows 0 .. spill_knob_count()-1 (static storage; NULL out of range). */
@@ -153,6 +155,25 @@ const spill_knob *spill_knob_find(const char *name);
 int spill_knob_choices(const spill_knob *k, char *buf, size_t n);
 /* 1 if v is one of the boolean words a BOOL knob accepts. */
 int spill_knob_is_bool_word(const char *v);
+
+/* Knob flags, the one command-line layer of the table (the CLI's commands
+ * and `spill serve` use it, so they accept and refuse the same flags).
+ * spill_knob_flag: the row whose flag arg is, "--" + the name in kebab-case
+ * ("--io-threads"; "--io_threads" is no flag), or NULL.
+ * spill_knob_flag_set: applies row k's flag at argv[*i] and its value to
+ * cfg (CONFIG rows) or s (SAMPLING rows; either may be NULL when no row of
+ * its target is passed): a BOOL flag alone means true and takes the next
+ * argument only if it is a boolean word (--overlap false); other flags take
+ * the next argument. *i is left on the last argument used. SPILL_E_CONFIG
+ * with the reason on a missing or bad value. PATH values are kept by
+ * pointer (argv must outlive cfg).
+ * spill_knob_flag_help: the flag's help line into buf (n bytes):
+ * "  --budget SIZE   RAM budget ... [default]"; returns its length. */
+const spill_knob *spill_knob_flag(const char *arg);
+struct spill_sampling;
+int spill_knob_flag_set(const spill_knob *k, int argc, char **argv, int *i, spill_config *cfg,
+                        struct spill_sampling *s, spill_err *e);
+int spill_knob_flag_help(const spill_knob *k, char *buf, size_t n);
 
 /* Bytes from "512M", "8G", "1.5GiB", "123456" (K/M/G/T are powers of 1024);
  * 0 if s is not a positive size. */

@@ -2,8 +2,11 @@
  *
  * k_knobs below is the one list of engine knobs (spill_config) and sampling
  * knobs (spill_sampling): name, type, range, live or fixed at open, help
- * line, and the field it sets. spill_config_set / spill_sampling_set parse
- * through it, spill_config_get prints through it, spill_knob_at exposes it to
+ * line, default, the field it sets and what a live change does (the apply
+ * column, read by spill_engine_set_knob). spill_config_set /
+ * spill_sampling_set parse through it, spill_config_default applies its
+ * defaults, spill_knob_flag* are the command-line flags of every command
+ * and of `spill serve`, spill_config_get prints through it, spill_knob_at exposes it to
  * the CLI (flags and --help), the experiment runner (schema keys, live/open
  * split) and the docs check (README's knob table is compared with
  * `spill knobs --markdown` by //cli:knobs_doc_test). Adding a knob is one row
@@ -19,6 +22,7 @@
 #include "engine/plan/ram_plan.h"
 #include "engine/base/json_util.h"
 #include "engine/spill.h"
+#include "engine/spill_knob_apply.h"
 
 /* How a row's value is stored in its struct. */
 typedef enum store { ST_INT, ST_I64, ST_U64, ST_FLOAT, ST_CHARS, ST_PTR } store;
@@ -27,101 +31,110 @@ typedef struct knob_row {
   spill_knob k;
   store st;
   size_t off, width;
+  spill_knob_apply apply;
 } knob_row;
 
 #define CFG(field, st) st, offsetof(spill_config, field), sizeof(((spill_config *)0)->field)
 #define SMP(field, st) st, offsetof(spill_sampling, field), sizeof(((spill_sampling *)0)->field)
+#define KA_NONE SPILL_KNOB_APPLY_NONE
+#define KA_FIELD SPILL_KNOB_APPLY_FIELD
+#define KA_VERIFY SPILL_KNOB_APPLY_VERIFY
+#define KA_BUDGET SPILL_KNOB_APPLY_BUDGET
+#define KA_CACHE_SLOTS SPILL_KNOB_APPLY_CACHE_SLOTS
+#define KA_PROFILE SPILL_KNOB_APPLY_PROFILE
+#define KA_TRACE SPILL_KNOB_APPLY_TRACE
 #define C SPILL_KNOB_CONFIG
 #define S SPILL_KNOB_SAMPLING
 #define LIVE 1
 #define OPEN 0
 
-/* name, target, type, live, lo, hi, special word, its value, choices, arg, help; field. */
+/* name, target, type, live, lo, hi, special word, its value, choices, arg, help, default;
+ * field; what a change on an open engine does (live rows: spill_engine_set_knob). */
 static const knob_row k_knobs[] = {
     {{"budget", C, SPILL_KNOB_SIZE, LIVE, 0, 0, "default", 0, NULL, "SIZE",
-      "RAM budget (default: the planner's rule, docs/PLAN.md)"},
-     CFG(budget_bytes, ST_U64)},
+      "RAM budget (default: the planner's rule, docs/PLAN.md)", "default"},
+     CFG(budget_bytes, ST_U64), KA_BUDGET},
     {{"usable_ram", C, SPILL_KNOB_SIZE, OPEN, 0, 0, "auto", 0, NULL, "SIZE",
-      "RAM the default budget rule plans for (auto: this machine)"},
-     CFG(usable_ram, ST_U64)},
+      "RAM the default budget rule plans for (auto: this machine)", "auto"},
+     CFG(usable_ram, ST_U64), KA_NONE},
     {{"force_budget", C, SPILL_KNOB_BOOL, OPEN, 0, 0, NULL, 0, NULL, NULL,
-      "accept a budget above 7/8 of usable RAM"},
-     CFG(force_budget, ST_INT)},
+      "accept a budget above 7/8 of usable RAM", "false"},
+     CFG(force_budget, ST_INT), KA_NONE},
     {{"cache_slots", C, SPILL_KNOB_INT, LIVE, 0, 1 << 30, "auto", -1, NULL, "N",
-      "expert cache slots (auto: from the budget; 0: none)"},
-     CFG(cache_slots, ST_I64)},
-    {{"ctx", C, SPILL_KNOB_INT, OPEN, 1, 1 << 24, NULL, 0, NULL, "N", "max context in tokens"},
-     CFG(ctx, ST_INT)},
-    {{"threads", C, SPILL_KNOB_INT, OPEN, 1, 256, NULL, 0, NULL, "N", "compute threads"},
-     CFG(threads, ST_INT)},
+      "expert cache slots (auto: from the budget; 0: none)", "auto"},
+     CFG(cache_slots, ST_I64), KA_CACHE_SLOTS},
+    {{"ctx", C, SPILL_KNOB_INT, OPEN, 1, 1 << 24, NULL, 0, NULL, "N", "max context in tokens", "4096"},
+     CFG(ctx, ST_INT), KA_NONE},
+    {{"threads", C, SPILL_KNOB_INT, OPEN, 1, 256, NULL, 0, NULL, "N", "compute threads", "2"},
+     CFG(threads, ST_INT), KA_NONE},
     {{"prefill_chunk", C, SPILL_KNOB_INT, OPEN, 1, 4096, NULL, 0, NULL, "N",
-      "prompt tokens per prefill chunk (1: sequential)"},
-     CFG(prefill_chunk, ST_INT)},
-    {{"io_threads", C, SPILL_KNOB_INT, OPEN, 1, 256, NULL, 0, NULL, "N", "pread workers"},
-     CFG(io_threads, ST_INT)},
-    {{"io_depth", C, SPILL_KNOB_INT, OPEN, 1, 4096, NULL, 0, NULL, "N", "expert reads in flight"},
-     CFG(io_depth, ST_INT)},
+      "prompt tokens per prefill chunk (1: sequential)", "16"},
+     CFG(prefill_chunk, ST_INT), KA_NONE},
+    {{"io_threads", C, SPILL_KNOB_INT, OPEN, 1, 256, NULL, 0, NULL, "N", "pread workers", "4"},
+     CFG(io_threads, ST_INT), KA_NONE},
+    {{"io_depth", C, SPILL_KNOB_INT, OPEN, 1, 4096, NULL, 0, NULL, "N", "expert reads in flight", "32"},
+     CFG(io_depth, ST_INT), KA_NONE},
     {{"io_backend", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "pread|uring", NULL,
-      "expert read backend"},
-     CFG(io_backend, ST_INT)},
+      "expert read backend", "pread"},
+     CFG(io_backend, ST_INT), KA_NONE},
     {{"storage", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "direct|pagecache|mmap", NULL,
-      "expert reads: O_DIRECT, buffered, or mapped views"},
-     CFG(storage, ST_INT)},
+      "expert reads: O_DIRECT, buffered, or mapped views", "direct"},
+     CFG(storage, ST_INT), KA_NONE},
     {{"trunk", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "read|mmap|mlock", NULL,
-      "trunk read into memory, mapped, or read and mlocked"},
-     CFG(trunk, ST_INT)},
+      "trunk read into memory, mapped, or read and mlocked", "read"},
+     CFG(trunk, ST_INT), KA_NONE},
     {{"act_quant", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "f32|q8", NULL,
-      "matvec inputs: f32, or 8-bit for q4/q8/q4_k/q5_k/q6_k weights"},
-     CFG(act_quant, ST_INT)},
+      "matvec inputs: f32, or 8-bit for q4/q8/q4_k/q5_k/q6_k weights", "f32"},
+     CFG(act_quant, ST_INT), KA_NONE},
     {{"preload", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "none|all", NULL,
-      "all: read every expert record into the cache at open"},
-     CFG(preload, ST_INT)},
+      "all: read every expert record into the cache at open", "none"},
+     CFG(preload, ST_INT), KA_NONE},
     {{"policy", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, NULL /* the cache's registry */, NULL,
-      "expert cache eviction policy (docs/CACHE.md)"},
-     CFG(policy, ST_CHARS)},
+      "expert cache eviction policy (docs/CACHE.md)", "lfru"},
+     CFG(policy, ST_CHARS), KA_NONE},
     {{"lookahead", C, SPILL_KNOB_INT, LIVE, 0, 64, NULL, 0, NULL, "N",
-      "experts prefetched per predicted layer (0: off)"},
-     CFG(lookahead, ST_INT)},
+      "experts prefetched per predicted layer (0: off)", "0"},
+     CFG(lookahead, ST_INT), KA_FIELD},
     {{"lookahead_depth", C, SPILL_KNOB_INT, LIVE, 1, 2, NULL, 0, NULL, "N",
-      "layers ahead the lookahead predicts"},
-     CFG(lookahead_depth, ST_INT)},
+      "layers ahead the lookahead predicts", "1"},
+     CFG(lookahead_depth, ST_INT), KA_FIELD},
     {{"lookahead_prefill", C, SPILL_KNOB_BOOL, LIVE, 0, 0, NULL, 0, NULL, NULL,
-      "also prefetch during chunked prefill"},
-     CFG(lookahead_prefill, ST_INT)},
+      "also prefetch during chunked prefill", "false"},
+     CFG(lookahead_prefill, ST_INT), KA_FIELD},
     {{"verify", C, SPILL_KNOB_BOOL, LIVE, 0, 0, NULL, 0, NULL, NULL,
-      "crc32-check every expert record read"},
-     CFG(verify, ST_INT)},
+      "crc32-check every expert record read", "false"},
+     CFG(verify, ST_INT), KA_VERIFY},
     {{"overlap", C, SPILL_KNOB_BOOL, OPEN, 0, 0, NULL, 0, NULL, NULL,
-      "issue a layer's reads at once (false: one at a time)"},
-     CFG(overlap, ST_INT)},
+      "issue a layer's reads at once (false: one at a time)", "true"},
+     CFG(overlap, ST_INT), KA_NONE},
     {{"io_throttle", C, SPILL_KNOB_SIZE, OPEN, 0, 0, "off", 0, NULL, "RATE",
-      "emulated device bandwidth in bytes/s (off: none)"},
-     CFG(io_throttle, ST_U64)},
-    {{"seed", C, SPILL_KNOB_INT, OPEN, 0, 0x7fffffff, NULL, 0, NULL, "N", "cache policy seed"},
-     CFG(seed, ST_U64)},
+      "emulated device bandwidth in bytes/s (off: none)", "off"},
+     CFG(io_throttle, ST_U64), KA_NONE},
+    {{"seed", C, SPILL_KNOB_INT, OPEN, 0, 0x7fffffff, NULL, 0, NULL, "N", "cache policy seed", "1"},
+     CFG(seed, ST_U64), KA_NONE},
     {{"profile", C, SPILL_KNOB_PATH, LIVE, 0, 0, NULL, 0, NULL, "FILE",
-      "per-token JSONL profile (\"\": none)"},
-     CFG(profile_path, ST_PTR)},
+      "per-token JSONL profile (\"\": none)", ""},
+     CFG(profile_path, ST_PTR), KA_PROFILE},
     {{"trace", C, SPILL_KNOB_PATH, LIVE, 0, 0, NULL, 0, NULL, "FILE",
-      "router trace JSONL (docs/TRACE.md; \"\": none)"},
-     CFG(trace_path, ST_PTR)},
+      "router trace JSONL (docs/TRACE.md; \"\": none)", ""},
+     CFG(trace_path, ST_PTR), KA_TRACE},
     {{"trace_max_bytes", C, SPILL_KNOB_SIZE, OPEN, 0, 0, "off", 0, NULL, "SIZE",
-      "stop writing the trace past this size (off: no cap)"},
-     CFG(trace_max_bytes, ST_U64)},
+      "stop writing the trace past this size (off: no cap)", "off"},
+     CFG(trace_max_bytes, ST_U64), KA_NONE},
     {{"routing_trace", C, SPILL_KNOB_PATH, OPEN, 0, 0, NULL, 0, NULL, "FILE",
-      "replay a router trace's expert ids (docs/MODEL.md)"},
-     CFG(routing_trace, ST_PTR)},
+      "replay a router trace's expert ids (docs/MODEL.md)", ""},
+     CFG(routing_trace, ST_PTR), KA_NONE},
     {{"temp", S, SPILL_KNOB_FLOAT, LIVE, 0, 1000, NULL, 0, NULL, "T",
-      "sampling temperature (0: greedy)"},
-     SMP(temperature, ST_FLOAT)},
+      "sampling temperature (0: greedy)", "0"},
+     SMP(temperature, ST_FLOAT), KA_NONE},
     {{"top_k", S, SPILL_KNOB_INT, LIVE, 0, 1 << 24, NULL, 0, NULL, "K",
-      "sample from the K most likely tokens (0: off)"},
-     SMP(top_k, ST_INT)},
+      "sample from the K most likely tokens (0: off)", "0"},
+     SMP(top_k, ST_INT), KA_NONE},
     {{"top_p", S, SPILL_KNOB_FLOAT, LIVE, 0, 1, NULL, 0, NULL, "P",
-      "nucleus sampling mass (1: off)"},
-     SMP(top_p, ST_FLOAT)},
-    {{"sample_seed", S, SPILL_KNOB_INT, LIVE, 0, 0x7fffffff, NULL, 0, NULL, "N", "sampling seed"},
-     SMP(seed, ST_U64)},
+      "nucleus sampling mass (1: off)", "1"},
+     SMP(top_p, ST_FLOAT), KA_NONE},
+    {{"sample_seed", S, SPILL_KNOB_INT, LIVE, 0, 0x7fffffff, NULL, 0, NULL, "N", "sampling seed", "1"},
+     SMP(seed, ST_U64), KA_NONE},
 };
 
 #undef C
@@ -186,30 +199,23 @@ static int choice_index(const char *choices, const char *v) {
   return -1;
 }
 
-void spill_config_default(spill_config *cfg) {
-  memset(cfg, 0, sizeof *cfg);
-  cfg->cache_slots = -1;
-  cfg->ctx = 4096;
-  cfg->threads = 2;
-  cfg->prefill_chunk = 16;
-  cfg->io_threads = 4;
-  cfg->io_depth = 32;
-  cfg->io_backend = SPILL_IO_PREAD;
-  cfg->storage = SPILL_STORAGE_DIRECT;
-  cfg->trunk = SPILL_TRUNK_READ;
-  snprintf(cfg->policy, sizeof cfg->policy, "lfru");
-  cfg->lookahead = 0;
-  cfg->lookahead_depth = 1;
-  cfg->seed = 1;
-  cfg->overlap = 1;
+static int set_row(const knob_row *r, void *base, const char *v, spill_err *e);
+
+/* Each row's default (its def text, parsed as a user's value would be):
+ * zeroed first, so a field no row names could only be 0. */
+static void defaults(spill_knob_target t, void *base, size_t size) {
+  memset(base, 0, size);
+  for (int i = 0; i < N_KNOBS; i++)
+    if (k_knobs[i].k.target == t) set_row(&k_knobs[i], base, k_knobs[i].k.def, NULL);
 }
 
-void spill_sampling_default(spill_sampling *s) {
-  memset(s, 0, sizeof *s);
-  s->temperature = 0.0f;
-  s->top_k = 0;
-  s->top_p = 1.0f;
-  s->seed = 1;
+void spill_config_default(spill_config *cfg) { defaults(SPILL_KNOB_CONFIG, cfg, sizeof *cfg); }
+
+void spill_sampling_default(spill_sampling *s) { defaults(SPILL_KNOB_SAMPLING, s, sizeof *s); }
+
+spill_knob_apply spill_knob_apply_of(const char *name) {
+  const knob_row *r = row_of(name);
+  return r ? r->apply : SPILL_KNOB_APPLY_NONE;
 }
 
 const char *spill_storage_name(spill_storage s) {
@@ -414,6 +420,48 @@ int spill_config_get(const spill_config *c, const char *key, char *buf, size_t n
 int spill_sampling_get(const spill_sampling *s, const char *key, char *buf, size_t n,
                        spill_err *e) {
   return get_in(SPILL_KNOB_SAMPLING, s, key, buf, n, e);
+}
+
+/* ------------------------------------------------------------ knob flags */
+
+const spill_knob *spill_knob_flag(const char *a) {
+  if (!a || strncmp(a, "--", 2) != 0) return NULL;
+  char key[64];
+  if (snprintf(key, sizeof key, "%s", a + 2) >= (int)sizeof key) return NULL;
+  for (char *p = key; *p; p++) {
+    if (*p == '_') return NULL; /* flags are kebab-case only */
+    if (*p == '-') *p = '_';
+  }
+  return spill_knob_find(key);
+}
+
+int spill_knob_flag_set(const spill_knob *k, int argc, char **argv, int *i, spill_config *cfg,
+                        spill_sampling *s, spill_err *e) {
+  SPILL_FAIL_IF(e, !k || !argv || !i || *i < 0 || *i >= argc, SPILL_E_CONFIG,
+                "knob flag: bad arguments");
+  const char *v;
+  if (k->type == SPILL_KNOB_BOOL) {
+    v = *i + 1 < argc && spill_knob_is_bool_word(argv[*i + 1]) ? argv[++*i] : "true";
+  } else {
+    SPILL_FAIL_IF(e, *i + 1 >= argc, SPILL_E_CONFIG, "%s needs a value", argv[*i]);
+    v = argv[++*i];
+  }
+  return k->target == SPILL_KNOB_CONFIG ? spill_config_set(cfg, k->name, v, e)
+                                        : spill_sampling_set(s, k->name, v, e);
+}
+
+int spill_knob_flag_help(const spill_knob *k, char *buf, size_t n) {
+  if (!n) return 0;
+  char flag[64], arg[160], head[240];
+  snprintf(flag, sizeof flag, "--%s", k->name);
+  for (char *p = flag + 2; *p; p++)
+    if (*p == '_') *p = '-';
+  if (k->type == SPILL_KNOB_BOOL) snprintf(arg, sizeof arg, "[true|false]");
+  else if (k->type == SPILL_KNOB_CHOICE) spill_knob_choices(k, arg, sizeof arg);
+  else snprintf(arg, sizeof arg, "%s", k->arg ? k->arg : "X");
+  snprintf(head, sizeof head, "%s %s", flag, arg);
+  const char *d = k->def ? k->def : "";
+  return snprintf(buf, n, "  %-34s %s%s%s%s", head, k->help, d[0] ? " [" : "", d, d[0] ? "]" : "");
 }
 
 uint64_t spill_parse_size(const char *s) { return spill_plan_parse_size(s); }

@@ -158,6 +158,70 @@ TEST(KnobTableTest, SpecialWordsAndZero) {
 }
 
 // The table's live flag is exactly what an open engine accepts.
+// Issue 32 item 5: each default is written once, in its row; the defaults
+// spill_config_default fills are the rows' texts read back, and these are
+// what the table printed as defaults before (frozen here).
+TEST(KnobTableTest, EachDefaultIsItsRowsText) {
+  spill_config c;
+  spill_sampling s;
+  spill_config_default(&c);
+  spill_sampling_default(&s);
+  for (int i = 0; i < spill_knob_count(); i++) {
+    const spill_knob *k = spill_knob_at(i);
+    ASSERT_NE(k->def, nullptr) << k->name;
+    EXPECT_EQ(Get(k, &c, &s), k->def) << k->name;
+  }
+  EXPECT_EQ(c.ctx, 4096);
+  EXPECT_EQ(c.threads, 2);
+  EXPECT_EQ(c.prefill_chunk, 16);
+  EXPECT_EQ(c.io_threads, 4);
+  EXPECT_EQ(c.io_depth, 32);
+  EXPECT_EQ(c.cache_slots, -1);
+  EXPECT_EQ(c.overlap, 1);
+  EXPECT_EQ(c.lookahead_depth, 1);
+  EXPECT_EQ(c.seed, 1u);
+  EXPECT_STREQ(c.policy, "lfru");
+  EXPECT_EQ(c.profile_path, nullptr);
+  EXPECT_EQ(s.top_p, 1.0f);
+  EXPECT_EQ(s.seed, 1u);
+}
+
+// The one knob-flag layer (spill_knob_flag*): kebab-case only, BOOL alone
+// means true, a value is required otherwise, errors named.
+TEST(KnobTableTest, FlagLayer) {
+  EXPECT_EQ(spill_knob_flag("--io-threads"), spill_knob_find("io_threads"));
+  EXPECT_EQ(spill_knob_flag("--io_threads"), nullptr);
+  EXPECT_EQ(spill_knob_flag("--nothing"), nullptr);
+  EXPECT_EQ(spill_knob_flag("ctx"), nullptr);
+  EXPECT_EQ(spill_knob_flag("--temp"), spill_knob_find("temp"));
+  spill_config c;
+  spill_sampling s;
+  spill_config_default(&c);
+  spill_sampling_default(&s);
+  spill_err e = {};
+  const char *a1[] = {"--verify", "--ctx", "512"};
+  int i = 0;
+  ASSERT_EQ(spill_knob_flag_set(spill_knob_flag(a1[0]), 3, (char **)a1, &i, &c, &s, &e), SPILL_OK);
+  EXPECT_EQ(i, 0);
+  EXPECT_EQ(c.verify, 1);
+  i = 1;
+  ASSERT_EQ(spill_knob_flag_set(spill_knob_flag(a1[1]), 3, (char **)a1, &i, &c, &s, &e), SPILL_OK);
+  EXPECT_EQ(i, 2);
+  EXPECT_EQ(c.ctx, 512);
+  const char *a2[] = {"--overlap", "false", "--ctx"};
+  i = 0;
+  ASSERT_EQ(spill_knob_flag_set(spill_knob_flag(a2[0]), 3, (char **)a2, &i, &c, &s, &e), SPILL_OK);
+  EXPECT_EQ(i, 1);
+  EXPECT_EQ(c.overlap, 0);
+  i = 2;
+  EXPECT_EQ(spill_knob_flag_set(spill_knob_flag(a2[2]), 3, (char **)a2, &i, &c, &s, &e), SPILL_E_CONFIG);
+  EXPECT_NE(std::string(e.msg).find("--ctx needs a value"), std::string::npos) << e.msg;
+  char line[512];
+  spill_knob_flag_help(spill_knob_find("io_threads"), line, sizeof line);
+  EXPECT_NE(std::string(line).find("--io-threads N"), std::string::npos) << line;
+  EXPECT_NE(std::string(line).find("[4]"), std::string::npos) << line;
+}
+
 TEST(KnobTableTest, LiveKnobsAreExactlyThoseAnOpenEngineChanges) {
   const char *t = std::getenv("TEST_TMPDIR");
   std::string d = std::string(t ? t : "/tmp") + "/knob-nano";

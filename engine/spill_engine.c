@@ -35,6 +35,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
+#include "engine/spill_knob_apply.h"
 #include "engine/spill_routing_internal.h"
 #include "engine/stream/expert_stream.h"
 
@@ -878,51 +879,51 @@ int spill_engine_evict_page_cache(spill_engine *g, spill_err *e) {
 int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, spill_err *e) {
   spill_config c = g->cfg;
   SPILL_TRY(spill_config_set(&c, key, value, e));
-  /* the knob table says which knobs are live; below is what each one does */
+  /* the knob table says which knobs are live and what a change does
+   * (its apply column, engine/spill_knob_apply.h) */
   if (!spill_knob_find(key)->live)
     return spill_err_set(e, SPILL_E_CONFIG,
                          "knob '%s' cannot change on an open engine (reopen it)", key);
-  if (!strcmp(key, "lookahead") || !strcmp(key, "lookahead_depth") ||
-      !strcmp(key, "lookahead_prefill")) {
-    g->cfg = c;
-    return SPILL_OK;
-  }
-  if (!strcmp(key, "verify")) {
-    g->cfg = c;
-    spill_stream_set_verify(g->st, c.verify);
-    return SPILL_OK;
-  }
-  if (!strcmp(key, "budget")) return spill_engine_set_budget(g, c.budget_bytes, e);
-  if (!strcmp(key, "cache_slots")) {
-    /* explicit slots (or "auto": the plan's) without reopening; drops every
-     * cached expert, like a budget change */
-    if (g->cfg.storage != SPILL_STORAGE_MMAP) {
-      const uint64_t want = c.cache_slots >= 0 ? (uint64_t)c.cache_slots : g->plan.cache_slots;
-      SPILL_FAIL_IF(e, want > 0x7fffffffull, SPILL_E_CONFIG, "cache_slots %llu: too many",
-                    (unsigned long long)want);
-      spill_plan p = g->plan;
-      SPILL_TRY(plan_preload(g, &p, g->cfg.budget_bytes, (int64_t)want, e));
-      if (spill_stream_cache_slots(g->st) == (uint32_t)want)
-        SPILL_TRY(spill_stream_clear(g->st, 0, e)); /* same size: no reallocation */
-      else
-        SPILL_TRY(spill_stream_resize(g->st, (uint32_t)want, e));
-    }
-    g->cfg.cache_slots = c.cache_slots;
-    return g->cfg.storage != SPILL_STORAGE_MMAP ? run_preload(g, e) : SPILL_OK;
-  }
-  if (!strcmp(key, "profile") || !strcmp(key, "trace")) {
-    if (!strcmp(key, "trace")) {
+  switch (spill_knob_apply_of(key)) {
+    case SPILL_KNOB_APPLY_FIELD:
+      g->cfg = c;
+      return SPILL_OK;
+    case SPILL_KNOB_APPLY_VERIFY:
+      g->cfg = c;
+      spill_stream_set_verify(g->st, c.verify);
+      return SPILL_OK;
+    case SPILL_KNOB_APPLY_BUDGET:
+      return spill_engine_set_budget(g, c.budget_bytes, e);
+    case SPILL_KNOB_APPLY_CACHE_SLOTS:
+      /* explicit slots (or "auto": the plan's) without reopening; drops every
+       * cached expert, like a budget change */
+      if (g->cfg.storage != SPILL_STORAGE_MMAP) {
+        const uint64_t want = c.cache_slots >= 0 ? (uint64_t)c.cache_slots : g->plan.cache_slots;
+        SPILL_FAIL_IF(e, want > 0x7fffffffull, SPILL_E_CONFIG, "cache_slots %llu: too many",
+                      (unsigned long long)want);
+        spill_plan p = g->plan;
+        SPILL_TRY(plan_preload(g, &p, g->cfg.budget_bytes, (int64_t)want, e));
+        if (spill_stream_cache_slots(g->st) == (uint32_t)want)
+          SPILL_TRY(spill_stream_clear(g->st, 0, e)); /* same size: no reallocation */
+        else
+          SPILL_TRY(spill_stream_resize(g->st, (uint32_t)want, e));
+      }
+      g->cfg.cache_slots = c.cache_slots;
+      return g->cfg.storage != SPILL_STORAGE_MMAP ? run_preload(g, e) : SPILL_OK;
+    case SPILL_KNOB_APPLY_TRACE:
       spill_trace_writer_close(&g->trace);
       return *value ? spill_trace_writer_open(&g->trace, value, g->cfg.trace_max_bytes, e)
                     : SPILL_OK;
-    }
-    if (g->profile) fclose(g->profile);
-    g->profile = NULL;
-    if (!*value) return SPILL_OK;
-    g->profile = fopen(value, "w");
-    SPILL_FAIL_IF(e, !g->profile, SPILL_E_IO, "%s %s: %s", key, value, strerror(errno));
-    return SPILL_OK;
+    case SPILL_KNOB_APPLY_PROFILE:
+      if (g->profile) fclose(g->profile);
+      g->profile = NULL;
+      if (!*value) return SPILL_OK;
+      g->profile = fopen(value, "w");
+      SPILL_FAIL_IF(e, !g->profile, SPILL_E_IO, "%s %s: %s", key, value, strerror(errno));
+      return SPILL_OK;
+    case SPILL_KNOB_APPLY_NONE:
+      break;
   }
-  /* a row marked live in the table without a case above: our bug */
+  /* a row marked live without an apply kind: our bug */
   return spill_err_set(e, SPILL_E_INTERNAL, "knob '%s' is marked live but has no handler", key);
 }

@@ -49,34 +49,18 @@ static int per_request_knob(const char *name) {
   return !strcmp(name, "profile") || !strcmp(name, "trace");
 }
 
-/* The engine knobs of the knob table (spill_knob_at, target CONFIG) as
- * --kebab-case flags, parsed as `spill run` does: a BOOL knob alone means
- * true and takes the next argument only if it is a boolean word. Returns 1
+/* The engine knobs of the knob table (target CONFIG) through the engine's
+ * knob-flag layer (spill_knob_flag*), as `spill run` takes them. Returns 1
  * consumed, 0 not a knob flag, -1 error (printed). */
 static int engine_flag(int argc, char **argv, int *i, spill_config *cfg) {
-  const char *a = argv[*i];
-  if (strncmp(a, "--", 2) != 0 || strlen(a) >= 64) return 0;
-  char key[64];
-  snprintf(key, sizeof key, "%s", a + 2);
-  for (char *p = key; *p; p++)
-    if (*p == '-') *p = '_';
-  const spill_knob *k = spill_knob_find(key);
+  const spill_knob *k = spill_knob_flag(argv[*i]);
   if (!k || k->target != SPILL_KNOB_CONFIG) return 0;
   if (per_request_knob(k->name)) {
-    fprintf(stderr, "spill serve: %s is per request here: use --trace-dir DIR\n", a);
+    fprintf(stderr, "spill serve: %s is per request here: use --trace-dir DIR\n", argv[*i]);
     return -1;
-  }
-  const char *v;
-  if (k->type == SPILL_KNOB_BOOL) {
-    v = *i + 1 < argc && spill_knob_is_bool_word(argv[*i + 1]) ? argv[++*i] : "true";
-  } else if (*i + 1 >= argc) {
-    fprintf(stderr, "spill serve: %s needs a value\n", a);
-    return -1;
-  } else {
-    v = argv[++*i];
   }
   spill_err e = {0};
-  int rc = spill_config_set(cfg, k->name, v, &e);
+  int rc = spill_knob_flag_set(k, argc, argv, i, cfg, NULL, &e);
   if (rc) {
     fprintf(stderr, "spill serve: %s (%s)\n", e.msg, spill_status_name(rc));
     return -1;
@@ -88,21 +72,12 @@ static int engine_flag(int argc, char **argv, int *i, spill_config *cfg) {
 static void usage(FILE *f) {
   fputs(spill_serve_cmd_usage, f);
   fprintf(f, "engine knobs (experiment-config keys in snake_case; `spill knobs`):\n");
-  spill_config dc;
-  spill_config_default(&dc);
   for (int i = 0; i < spill_knob_count(); i++) {
     const spill_knob *k = spill_knob_at(i);
+    char line[512];
     if (k->target != SPILL_KNOB_CONFIG || per_request_knob(k->name)) continue;
-    char flag[64], arg[160], def[64] = "", head[240];
-    snprintf(flag, sizeof flag, "--%s", k->name);
-    for (char *p = flag + 2; *p; p++)
-      if (*p == '_') *p = '-';
-    if (k->type == SPILL_KNOB_BOOL) snprintf(arg, sizeof arg, "[true|false]");
-    else if (k->type == SPILL_KNOB_CHOICE) spill_knob_choices(k, arg, sizeof arg);
-    else snprintf(arg, sizeof arg, "%s", k->arg ? k->arg : "X");
-    snprintf(head, sizeof head, "%s %s", flag, arg);
-    spill_config_get(&dc, k->name, def, sizeof def, NULL);
-    fprintf(f, "  %-34s %s%s%s%s\n", head, k->help, def[0] ? " [" : "", def, def[0] ? "]" : "");
+    spill_knob_flag_help(k, line, sizeof line);
+    fprintf(f, "%s\n", line);
   }
 }
 
