@@ -1,45 +1,79 @@
-/* cli/cmd_bench.c: `spill bench`: a fixed decode workload (a prompt, N
- * greedy tokens, cold expert cache) reported as tok/s, hits, misses and bytes
- * read, as text or --json. The roofline is its own command (cmd_roofline.c). */
+/* cli/cmd_bench.c: `spill bench`: the workload that peers report
+ * (llama-bench's pp512 and tg128) on the embedded prompt set
+ * (bench/prompts), each prompt cold and then warm, medians over the prompts,
+ * printed as llama-bench prints (markdown, CSV, JSON); and the single fixed
+ * request of before (--json / --prompt: a prompt, N greedy tokens, cold
+ * expert cache), which scripts and docs/SERVER.md rely on. The roofline is
+ * its own command (cmd_roofline.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cli/bench_prompts.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/spill.h"
 
 const char cmd_bench_usage[] =
-    "usage: spill bench [--json] [-n N] [--prompt TEXT] MODEL [engine knobs]\n"
-    "Fixed workload: prompt \"The quick brown fox\" (or TEXT), N greedy decode\n"
-    "tokens (16), cold expert cache.\n";
+    "usage: spill bench [--pp N] [--tg N] [--output md|csv|json] MODEL [engine knobs]\n"
+    "       spill bench [--json] [--prompt TEXT] [-n N] MODEL [engine knobs]\n"
+    "The workload peers report (docs/PERFORMANCE.md): for each prompt of the\n"
+    "embedded set (bench/prompts: prose, code, chat, table), one request that\n"
+    "prefills N prompt tokens (--pp, -p; 512) and generates N greedy tokens (--tg,\n"
+    "-n; 128), run cold (expert cache emptied, container evicted from the page\n"
+    "cache) and then warm (the same request again). The prompt's tokens (BOS\n"
+    "first) are cut, or repeated from its start, to exactly the pp count;\n"
+    "synthetic models have no tokenizer: one token per byte of the text.\n"
+    "One row per phase, medians over the prompts: pp t/s, tg t/s, TTFT (time to\n"
+    "first token: the prefill), GB read per generated token, decode hit rate, peak\n"
+    "RSS (VmHWM), and the request's read bandwidth as a share of the drive's\n"
+    "O_DIRECT bandwidth probed in the same run (sequential, as env.json's probe).\n"
+    "  --output, -o F  md (llama-bench's markdown table, the default), csv, json\n"
+    "                  (llama-bench's shapes; json adds every prompt's sample)\n"
+    "With --json or --prompt: one request instead (prompt \"The quick brown fox\"\n"
+    "or TEXT, -n N greedy decode tokens (16), cold expert cache), summarised on\n"
+    "stderr, or as one JSON object with --json.\n";
 
-int cmd_bench(int argc, char **argv) {
-  spill_config cfg;
-  spill_config_default(&cfg);
-  int json = 0;
-  long n_new = 16;
-  const char *model = NULL, *v, *prompt = "The quick brown fox";
-  for (int i = 1; i < argc; i++) {
-    int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG, &cfg, NULL);
-    if (k < 0) return 2;
-    if (k) continue;
-    const char *a = argv[i];
-    if (!strcmp(a, "--json")) json = 1;
-    else if (!strcmp(a, "-n")) {
-      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1 << 20, &n_new)) return 2;
-    } else if (!strcmp(a, "--prompt")) {
-      if (!(prompt = cli_value(argc, argv, &i))) return 2;
-    } else if (!strcmp(a, "--roofline")) {
-      return cli_usage_error("--roofline is now its own command: spill roofline");
-    } else if (a[0] == '-') {
-      return cli_usage_error("unknown option %s", a);
-    } else if (model) {
-      return cli_usage_error("unexpected argument %s", a);
-    } else model = a;
-  }
-  if (!model) return cli_usage_error("no model");
+/* ------------------------------------------------------------ the single request */
+
+static void print_single_json(const char *model, spill_engine *eng, const spill_run_stats *st) {
+  const spill_config *c = spill_engine_config(eng);
+  uint64_t acc = st->demand_hits + st->demand_misses;
+  printf("{\"model\": \"%s\", \"prompt_tokens\": %d, \"tokens\": %d, \"tok_per_s\": %.4f, \"decode_s\": %.4f, "
+         "\"prefill_s\": %.4f, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, "
+         "\"decode_hits\": %llu, \"decode_misses\": %llu, "
+         "\"bytes_read\": %llu, \"reads\": %llu, \"io_wait_s\": %.4f, \"major_faults\": %llu, "
+         "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
+         "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
+         "\"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
+         "\"routing_trace\": %s%s%s, \"lookahead_precision_by_rank\": [",
+         model, st->tokens_prefill, st->tokens_decode, st->decode_tok_per_s, st->decode_s,
+         st->prefill_s, (unsigned long long)st->demand_hits,
+         (unsigned long long)st->demand_misses, acc ? (double)st->demand_hits / acc : 0.0,
+         (unsigned long long)st->decode_hits, (unsigned long long)st->decode_misses,
+         (unsigned long long)st->bytes_read, (unsigned long long)st->reads, st->io_wait_s,
+         (unsigned long long)st->major_faults, spill_storage_name(c->storage),
+         spill_io_backend_kind_name(c->io_backend), c->policy, c->lookahead,
+         (unsigned long long)(c->storage == SPILL_STORAGE_MMAP ? 0
+                              : c->cache_slots >= 0         ? (uint64_t)c->cache_slots
+                                                            : spill_engine_plan(eng)->cache_slots),
+         (unsigned long long)spill_engine_plan(eng)->budget, c->threads,
+         (unsigned long long)st->max_reads_in_flight, (unsigned long long)c->io_throttle,
+         c->io_throttle ? "true" : "false", c->routing_trace ? "\"" : "",
+         c->routing_trace ? c->routing_trace : "null", c->routing_trace ? "\"" : "");
+  int nr = c->lookahead < SPILL_LA_RANKS ? c->lookahead : SPILL_LA_RANKS;
+  for (int r = 0; r < nr; r++)
+    printf("%s%.4f", r ? ", " : "",
+           st->lookahead_rank_made[r]
+               ? (double)st->lookahead_rank_correct[r] / st->lookahead_rank_made[r]
+               : 0.0);
+  printf("]}\n");
+}
+
+static int bench_single(const char *model, const spill_config *cfg, const char *prompt,
+                        long n_new, int json) {
   spill_engine *eng;
-  if (cli_open_engine("bench", model, &cfg, &eng)) return 1;
+  if (cli_open_engine("bench", model, cfg, &eng)) return 1;
   int toks[4096], n = 0;
   spill_err e = {0};
   int rc = spill_tokenize(eng, prompt, 1, toks, 4096, &n, &e);
@@ -52,41 +86,386 @@ int cmd_bench(int argc, char **argv) {
     spill_engine_close(eng);
     return cli_fail("bench", rc, e.msg);
   }
-  const spill_config *c = spill_engine_config(eng);
-  uint64_t acc = st.demand_hits + st.demand_misses;
-  if (json) {
-    printf("{\"model\": \"%s\", \"prompt_tokens\": %d, \"tokens\": %d, \"tok_per_s\": %.4f, \"decode_s\": %.4f, "
-           "\"prefill_s\": %.4f, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, "
-           "\"decode_hits\": %llu, \"decode_misses\": %llu, "
-           "\"bytes_read\": %llu, \"reads\": %llu, \"io_wait_s\": %.4f, \"major_faults\": %llu, "
-           "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
-           "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
-           "\"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
-           "\"routing_trace\": %s%s%s, \"lookahead_precision_by_rank\": [",
-           model, st.tokens_prefill, st.tokens_decode, st.decode_tok_per_s, st.decode_s, st.prefill_s,
-           (unsigned long long)st.demand_hits, (unsigned long long)st.demand_misses,
-           acc ? (double)st.demand_hits / acc : 0.0, (unsigned long long)st.decode_hits,
-           (unsigned long long)st.decode_misses, (unsigned long long)st.bytes_read,
-           (unsigned long long)st.reads, st.io_wait_s, (unsigned long long)st.major_faults,
-           spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
-           c->lookahead,
-           (unsigned long long)(c->storage == SPILL_STORAGE_MMAP ? 0
-                                : c->cache_slots >= 0         ? (uint64_t)c->cache_slots
-                                                              : spill_engine_plan(eng)->cache_slots),
-           (unsigned long long)spill_engine_plan(eng)->budget, c->threads,
-           (unsigned long long)st.max_reads_in_flight, (unsigned long long)c->io_throttle,
-           c->io_throttle ? "true" : "false", c->routing_trace ? "\"" : "",
-           c->routing_trace ? c->routing_trace : "null", c->routing_trace ? "\"" : "");
-    int nr = c->lookahead < SPILL_LA_RANKS ? c->lookahead : SPILL_LA_RANKS;
-    for (int r = 0; r < nr; r++)
-      printf("%s%.4f", r ? ", " : "",
-             st.lookahead_rank_made[r]
-                 ? (double)st.lookahead_rank_correct[r] / st.lookahead_rank_made[r]
-                 : 0.0);
-    printf("]}\n");
-  } else {
-    cli_print_run_summary(eng, &st);
-  }
+  if (json) print_single_json(model, eng, &st);
+  else cli_print_run_summary(eng, &st);
   spill_engine_close(eng);
   return 0;
+}
+
+/* ------------------------------------------------------------ the workload */
+
+enum { PHASE_COLD, PHASE_WARM, N_PHASES };
+static const char *const phase_names[N_PHASES] = {"cold", "warm"};
+typedef enum { OUT_MD, OUT_CSV, OUT_JSON } out_format;
+
+/* One request: one prompt in one phase, every figure measured. */
+typedef struct bench_sample {
+  int n_prompt, n_gen;              /* tokens prefilled / generated */
+  double pp_ts, tg_ts, ttft_ms;     /* prefill and decode rates; the prefill's wall time */
+  uint64_t bytes_read;              /* the whole request (prefill, decode, prefetches) */
+  uint64_t bytes_read_decode;       /* the generated tokens' own reads */
+  uint64_t hits, misses, decode_hits, decode_misses; /* expert cache, whole request / decode */
+  uint64_t peak_rss;                /* VmHWM after the request */
+  double read_bps;                  /* bytes_read / (prefill_s + decode_s) */
+} bench_sample;
+
+typedef struct bench_run {
+  const char *model;
+  long pp, tg;
+  double drive_bps; /* O_DIRECT probe; 0 = unavailable */
+  char drive_file[1400];
+  spill_info info;
+  const spill_config *cfg;
+  uint64_t budget;
+  bench_sample s[64][N_PHASES];
+  int n;
+} bench_run;
+
+/* The prompt's tokens (BOS first) cut to n, or followed by its text's tokens
+ * (without BOS) again and again until there are n. */
+static int bench_tokens(spill_engine *eng, const char *text, int *out, int n, spill_err *e) {
+  int cap = (int)strlen(text) + 64, nh = 0, nb = 0;
+  int *head = malloc(sizeof(int) * cap), *body = malloc(sizeof(int) * cap);
+  int rc = head && body ? SPILL_OK : spill_err_set(e, SPILL_E_NOMEM, "bench: out of memory");
+  if (!rc) rc = spill_tokenize(eng, text, 1, head, cap, &nh, e);
+  if (!rc) rc = spill_tokenize(eng, text, 0, body, cap, &nb, e);
+  if (!rc && nb < 1) rc = spill_err_set(e, SPILL_E_INVALID_ARG, "bench: a prompt has no tokens");
+  for (int i = 0; !rc && i < n; i++) out[i] = i < nh ? head[i] : body[(i - nh) % nb];
+  free(head);
+  free(body);
+  return rc;
+}
+
+typedef struct decode_acc {
+  uint64_t bytes;
+} decode_acc;
+
+static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
+  (void)token;
+  (void)text;
+  ((decode_acc *)user)->bytes += ts->bytes_read;
+  return 0;
+}
+
+static int bench_request(spill_engine *eng, const int *toks, int pp, int tg, bench_sample *o,
+                         spill_err *e) {
+  spill_sampling s;
+  spill_sampling_default(&s);
+  spill_run_stats st;
+  decode_acc acc = {0};
+  SPILL_TRY(spill_generate(eng, toks, pp, tg, &s, on_token, &acc, NULL, &st, e));
+  memset(o, 0, sizeof *o);
+  o->n_prompt = st.tokens_prefill;
+  o->n_gen = st.tokens_decode;
+  o->pp_ts = st.prefill_s > 0 ? st.tokens_prefill / st.prefill_s : 0;
+  o->tg_ts = st.decode_s > 0 ? st.tokens_decode / st.decode_s : 0;
+  o->ttft_ms = st.prefill_s * 1e3;
+  o->bytes_read = st.bytes_read;
+  o->bytes_read_decode = acc.bytes;
+  o->hits = st.demand_hits;
+  o->misses = st.demand_misses;
+  o->decode_hits = st.decode_hits;
+  o->decode_misses = st.decode_misses;
+  o->peak_rss = st.peak_rss_bytes;
+  double t = st.prefill_s + st.decode_s;
+  o->read_bps = t > 0 ? st.bytes_read / t : 0;
+  return SPILL_OK;
+}
+
+/* Every prompt, cold then warm. */
+static int bench_measure(spill_engine *eng, bench_run *R, spill_err *e) {
+  int *toks = malloc(sizeof(int) * (size_t)R->pp);
+  if (!toks) return spill_err_set(e, SPILL_E_NOMEM, "bench: out of memory");
+  int rc = SPILL_OK;
+  R->n = cli_bench_n_prompts < 64 ? cli_bench_n_prompts : 64;
+  for (int p = 0; p < R->n && !rc; p++) {
+    rc = bench_tokens(eng, cli_bench_prompts[p].text, toks, (int)R->pp, e);
+    if (!rc) rc = spill_engine_clear_cache(eng, 1, e);
+    if (!rc) rc = spill_engine_evict_page_cache(eng, e);
+    for (int ph = 0; ph < N_PHASES && !rc; ph++) {
+      bench_sample *o = &R->s[p][ph];
+      rc = bench_request(eng, toks, (int)R->pp, (int)R->tg, o, e);
+      if (rc) break;
+      fprintf(stderr, "spill bench: %-6s %s: pp%d %.2f t/s, tg%d %.2f t/s, decode hits %llu misses %llu\n",
+              cli_bench_prompts[p].name, phase_names[ph], o->n_prompt, o->pp_ts, o->n_gen,
+              o->tg_ts, (unsigned long long)o->decode_hits,
+              (unsigned long long)o->decode_misses);
+      if (o->n_gen < R->tg)
+        fprintf(stderr, "spill bench: warning: %s %s stopped at EOS after %d of %ld tokens\n",
+                cli_bench_prompts[p].name, phase_names[ph], o->n_gen, R->tg);
+    }
+  }
+  free(toks);
+  return rc;
+}
+
+/* ------------------------------------------------------------ one row per phase */
+
+typedef struct bench_row {
+  double pp_ts, tg_ts, ttft_ms, gb_per_tok, hit_rate, peak_rss, read_bps, misses;
+  double bytes_per_tok, decode_misses, hit_rate_all;
+} bench_row;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double sample_hit_rate(const bench_sample *s) {
+  uint64_t a = s->decode_hits + s->decode_misses;
+  return a ? (double)s->decode_hits / a : 0;
+}
+
+static double sample_hit_rate_all(const bench_sample *s) {
+  uint64_t a = s->hits + s->misses;
+  return a ? (double)s->hits / a : 0;
+}
+
+static double sample_bytes_per_tok(const bench_sample *s) {
+  return s->n_gen ? (double)s->bytes_read_decode / s->n_gen : 0;
+}
+
+static bench_row bench_row_of(const bench_run *R, int ph) {
+  double v[11][64];
+  for (int p = 0; p < R->n; p++) {
+    const bench_sample *s = &R->s[p][ph];
+    v[0][p] = s->pp_ts;
+    v[1][p] = s->tg_ts;
+    v[2][p] = s->ttft_ms;
+    v[3][p] = sample_bytes_per_tok(s) / 1e9;
+    v[4][p] = sample_hit_rate(s);
+    v[5][p] = (double)s->peak_rss;
+    v[6][p] = s->read_bps;
+    v[7][p] = (double)s->misses;
+    v[8][p] = sample_bytes_per_tok(s);
+    v[9][p] = (double)s->decode_misses;
+    v[10][p] = sample_hit_rate_all(s);
+  }
+  bench_row r = {median(v[0], R->n), median(v[1], R->n), median(v[2], R->n),
+                 median(v[3], R->n), median(v[4], R->n), median(v[5], R->n),
+                 median(v[6], R->n), median(v[7], R->n), median(v[8], R->n),
+                 median(v[9], R->n), median(v[10], R->n)};
+  return r;
+}
+
+static void size_text(uint64_t b, char *buf, size_t n) {
+  if (b < (1ull << 30)) snprintf(buf, n, "%.2f MiB", b / 1048576.0);
+  else snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+}
+
+static void print_md(const bench_run *R) {
+  char size[32], test[48];
+  size_text(R->info.container_bytes, size, sizeof size);
+  snprintf(test, sizeof test, "pp%ld+tg%ld", R->pp, R->tg);
+  printf("| model | size | test | phase | pp t/s | tg t/s | TTFT ms | GB/tok | hit %% | "
+         "peak RSS | drive %% |\n");
+  printf("| ----- | ---: | ---- | ----- | -----: | -----: | ------: | -----: | ----: | "
+         "-------: | ------: |\n");
+  for (int ph = 0; ph < N_PHASES; ph++) {
+    bench_row r = bench_row_of(R, ph);
+    char rss[32], drive[32];
+    size_text((uint64_t)r.peak_rss, rss, sizeof rss);
+    if (R->drive_bps > 0) snprintf(drive, sizeof drive, "%.1f", 100 * r.read_bps / R->drive_bps);
+    else snprintf(drive, sizeof drive, "n/a");
+    printf("| %s | %s | %s | %s | %.2f | %.2f | %.1f | %.3g | %.1f | %s | %s |\n", R->info.name,
+           size, test, phase_names[ph], r.pp_ts, r.tg_ts, r.ttft_ms, r.gb_per_tok,
+           100 * r.hit_rate, rss, drive);
+  }
+  printf("\nmedians over %d prompts (", R->n);
+  for (int p = 0; p < R->n; p++) printf("%s%s", p ? ", " : "", cli_bench_prompts[p].name);
+  printf("); storage %s, threads %d, budget %.2f GiB; drive: ",
+         spill_storage_name(R->cfg->storage), R->cfg->threads, R->budget / 1073741824.0);
+  if (R->drive_bps > 0) printf("O_DIRECT %.1f MB/s (%s)\n", R->drive_bps / 1e6, R->drive_file);
+  else printf("O_DIRECT probe failed (n/a)\n");
+}
+
+/* The fields of CSV and JSON rows, in order (llama-bench's names where it has one). */
+static const char *const row_fields[] = {
+    "model_filename", "model_type", "model_size", "n_threads", "storage", "budget",
+    "n_prompt", "n_gen", "test", "phase", "n_prompts", "pp_ts", "tg_ts", "ttft_ms",
+    "gb_per_token", "bytes_read_per_token", "decode_hit_rate", "decode_misses", "hit_rate", "misses",
+    "peak_rss_bytes", "read_bytes_per_s", "drive_bytes_per_s", "drive_share"};
+enum { N_ROW_FIELDS = sizeof row_fields / sizeof row_fields[0] };
+
+/* s in double quotes, escaped for JSON (json) or CSV (a quote doubled). */
+static void quoted(const char *s, int json, char *b, size_t n) {
+  size_t k = 0;
+  if (n < 3) return;
+  b[k++] = '"';
+  for (; *s && k + 4 < n; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c < 0x20) continue; /* control bytes dropped */
+    if (c == '"') b[k++] = json ? '\\' : '"';
+    else if (c == '\\' && json) b[k++] = '\\';
+    b[k++] = (char)c;
+  }
+  b[k++] = '"';
+  b[k] = 0;
+}
+
+/* Field i of phase ph's row as text (CSV quoting or JSON types by `json`). */
+static void row_value(const bench_run *R, int ph, const bench_row *r, int i, int json,
+                      char *b, size_t n) {
+  const char *q = json ? "\"" : "";
+  switch (i) {
+  case 0: quoted(R->model, json, b, n); break;
+  case 1: quoted(R->info.name, json, b, n); break;
+  case 2: snprintf(b, n, "%llu", (unsigned long long)R->info.container_bytes); break;
+  case 3: snprintf(b, n, "%d", R->cfg->threads); break;
+  case 4: snprintf(b, n, "%s%s%s", q, spill_storage_name(R->cfg->storage), q); break;
+  case 5: snprintf(b, n, "%llu", (unsigned long long)R->budget); break;
+  case 6: snprintf(b, n, "%ld", R->pp); break;
+  case 7: snprintf(b, n, "%ld", R->tg); break;
+  case 8: snprintf(b, n, "%spp%ld+tg%ld%s", q, R->pp, R->tg, q); break;
+  case 9: snprintf(b, n, "%s%s%s", q, phase_names[ph], q); break;
+  case 10: snprintf(b, n, "%d", R->n); break;
+  case 11: snprintf(b, n, "%.6g", r->pp_ts); break;
+  case 12: snprintf(b, n, "%.6g", r->tg_ts); break;
+  case 13: snprintf(b, n, "%.6g", r->ttft_ms); break;
+  case 14: snprintf(b, n, "%.6g", r->gb_per_tok); break;
+  case 15: snprintf(b, n, "%.1f", r->bytes_per_tok); break;
+  case 16: snprintf(b, n, "%.6g", r->hit_rate); break;
+  case 17: snprintf(b, n, "%.1f", r->decode_misses); break;
+  case 18: snprintf(b, n, "%.6g", r->hit_rate_all); break;
+  case 19: snprintf(b, n, "%.1f", r->misses); break;
+  case 20: snprintf(b, n, "%.0f", r->peak_rss); break;
+  case 21: snprintf(b, n, "%.6g", r->read_bps); break;
+  case 22: snprintf(b, n, "%.6g", R->drive_bps); break;
+  default:
+    if (R->drive_bps > 0) snprintf(b, n, "%.6g", r->read_bps / R->drive_bps);
+    else snprintf(b, n, "%s", json ? "null" : "");
+  }
+}
+
+static void print_csv(const bench_run *R) {
+  for (int i = 0; i < N_ROW_FIELDS; i++) printf("%s%s", i ? "," : "", row_fields[i]);
+  printf("\n");
+  for (int ph = 0; ph < N_PHASES; ph++) {
+    bench_row r = bench_row_of(R, ph);
+    char b[1500];
+    for (int i = 0; i < N_ROW_FIELDS; i++) {
+      row_value(R, ph, &r, i, 0, b, sizeof b);
+      printf("%s%s", i ? "," : "", b);
+    }
+    printf("\n");
+  }
+}
+
+static void print_json_samples(const bench_run *R, int ph) {
+  printf("    \"samples\": [\n");
+  for (int p = 0; p < R->n; p++) {
+    const bench_sample *s = &R->s[p][ph];
+    printf("      {\"prompt\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"pp_ts\": %.6g, "
+           "\"tg_ts\": %.6g, \"ttft_ms\": %.6g, \"bytes_read\": %llu, \"bytes_read_decode\": %llu, "
+           "\"hits\": %llu, \"misses\": %llu, \"decode_hits\": %llu, \"decode_misses\": %llu, "
+           "\"decode_hit_rate\": %.6g, \"peak_rss_bytes\": %llu, \"read_bytes_per_s\": %.6g}%s\n",
+           cli_bench_prompts[p].name, s->n_prompt, s->n_gen, s->pp_ts, s->tg_ts, s->ttft_ms,
+           (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_read_decode,
+           (unsigned long long)s->hits, (unsigned long long)s->misses,
+           (unsigned long long)s->decode_hits,
+           (unsigned long long)s->decode_misses, sample_hit_rate(s),
+           (unsigned long long)s->peak_rss, s->read_bps, p + 1 < R->n ? "," : "");
+  }
+  printf("    ]\n");
+}
+
+static void print_json(const bench_run *R) {
+  printf("[\n");
+  for (int ph = 0; ph < N_PHASES; ph++) {
+    bench_row r = bench_row_of(R, ph);
+    char b[1500];
+    printf("  {\n");
+    for (int i = 0; i < N_ROW_FIELDS; i++) {
+      row_value(R, ph, &r, i, 1, b, sizeof b);
+      printf("    \"%s\": %s,\n", row_fields[i], b);
+    }
+    print_json_samples(R, ph);
+    printf("  }%s\n", ph + 1 < N_PHASES ? "," : "");
+  }
+  printf("]\n");
+}
+
+static int bench_workload(const char *model, const spill_config *cfg, long pp, long tg,
+                          out_format fmt) {
+  bench_run *R = calloc(1, sizeof *R);
+  if (!R) return cli_fail("bench", SPILL_E_NOMEM, "out of memory");
+  R->model = model;
+  R->pp = pp;
+  R->tg = tg;
+  spill_engine *eng;
+  if (cli_open_engine("bench", model, cfg, &eng)) {
+    free(R);
+    return 1;
+  }
+  R->info = *spill_engine_info(eng);
+  R->cfg = spill_engine_config(eng);
+  R->budget = spill_engine_plan(eng)->budget;
+  /* the drive's own ceiling, in this run: one sequential O_DIRECT pass */
+  spill_disk_probe_opts po = {.mode = SPILL_PROBE_SEQUENTIAL};
+  spill_disk_probe_result pr;
+  memset(&pr, 0, sizeof pr);
+  spill_err e = {0};
+  if (spill_disk_probe(model, &po, &pr, &e) == SPILL_OK) {
+    R->drive_bps = pr.bytes_per_s;
+    snprintf(R->drive_file, sizeof R->drive_file, "%s", pr.file);
+  } else {
+    fprintf(stderr, "spill bench: warning: no drive ceiling (drive %% is n/a): %s\n", e.msg);
+  }
+  memset(&e, 0, sizeof e);
+  int rc = bench_measure(eng, R, &e);
+  if (!rc) {
+    if (fmt == OUT_CSV) print_csv(R);
+    else if (fmt == OUT_JSON) print_json(R);
+    else print_md(R);
+  }
+  spill_engine_close(eng);
+  free(R);
+  return rc ? cli_fail("bench", rc, e.msg) : 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+  spill_config cfg;
+  spill_config_default(&cfg);
+  int json = 0, fmt = -1;
+  long n_new = -1, pp = -1;
+  const char *model = NULL, *v, *prompt = NULL;
+  for (int i = 1; i < argc; i++) {
+    int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG, &cfg, NULL);
+    if (k < 0) return 2;
+    if (k) continue;
+    const char *a = argv[i];
+    if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "-n") || !strcmp(a, "--tg")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1 << 20, &n_new)) return 2;
+    } else if (!strcmp(a, "-p") || !strcmp(a, "--pp")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1 << 20, &pp)) return 2;
+    } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (!strcmp(v, "md")) fmt = OUT_MD;
+      else if (!strcmp(v, "csv")) fmt = OUT_CSV;
+      else if (!strcmp(v, "json")) fmt = OUT_JSON;
+      else return cli_usage_error("%s: '%s' is not md, csv or json", a, v);
+    } else if (!strcmp(a, "--prompt")) {
+      if (!(prompt = cli_value(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--roofline")) {
+      return cli_usage_error("--roofline is now its own command: spill roofline");
+    } else if (a[0] == '-') {
+      return cli_usage_error("unknown option %s", a);
+    } else if (model) {
+      return cli_usage_error("unexpected argument %s", a);
+    } else model = a;
+  }
+  if (!model) return cli_usage_error("no model");
+  if ((json || prompt) && (pp > 0 || fmt >= 0))
+    return cli_usage_error("--json/--prompt run one request; --pp and --output are the workload's");
+  if (json || prompt)
+    return bench_single(model, &cfg, prompt ? prompt : "The quick brown fox",
+                        n_new > 0 ? n_new : 16, json);
+  return bench_workload(model, &cfg, pp > 0 ? pp : 512, n_new > 0 ? n_new : 128,
+                        fmt >= 0 ? (out_format)fmt : OUT_MD);
 }
