@@ -278,8 +278,10 @@ static void print_md(const bench_run *R) {
   }
   printf("\nmedians over %d prompts (", R->n);
   for (int p = 0; p < R->n; p++) printf("%s%s", p ? ", " : "", cli_bench_prompts[p].name);
-  printf("); storage %s, threads %d, budget %.2f GiB; drive: ",
-         spill_storage_name(R->cfg->storage), R->cfg->threads, R->budget / 1073741824.0);
+  char budget[32];
+  size_text(R->budget, budget, sizeof budget);
+  printf("); storage %s, threads %d, budget %s; drive: ", spill_storage_name(R->cfg->storage),
+         R->cfg->threads, budget);
   if (R->drive_bps > 0) printf("O_DIRECT %.1f MB/s (%s)\n", R->drive_bps / 1e6, R->drive_file);
   else printf("O_DIRECT probe failed (n/a)\n");
 }
