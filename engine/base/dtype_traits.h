@@ -31,6 +31,7 @@ typedef enum spill_dtype {
   SPILL_DT_Q4_K = 6, /* ggml Q4_K super-blocks of 256, verbatim (144 bytes each) */
   SPILL_DT_Q5_K = 7, /* ggml Q5_K (176 bytes per 256) */
   SPILL_DT_Q6_K = 8, /* ggml Q6_K (210 bytes per 256) */
+  SPILL_DT_MXFP4 = 9, /* ggml MXFP4: e8m0 exponent + 16 bytes of e2m1 codes per 32 (17 bytes) */
   SPILL_DT_COUNT
 } spill_dtype;
 
@@ -49,6 +50,8 @@ typedef struct spill_dtype_traits {
   uint32_t block_bytes;      /* bytes of one block (values, and in-block scales) */
   spill_dtype_scales scales;
   int codebook;              /* 1: values are codebook indices (rvq3; LUT kernels, no matvec) */
+  int e8m0_scale;            /* 1: byte 0 of every block is an e8m0 exponent; 255 (NaN) is
+                              * refused by engine/format (spill_dtype_check_values) */
 } spill_dtype_traits;
 
 /* The row of dt, or NULL for a code outside the table. */

@@ -42,7 +42,7 @@ TEST(DtypeTraitsTest, RowLayoutsAreFormatsFormulas) {
       {SPILL_DT_F32, 4 * c, 0},        {SPILL_DT_F16, 2 * c, 0},        {SPILL_DT_BF16, 2 * c, 0},
       {SPILL_DT_Q8, c, c / g},         {SPILL_DT_Q4, c / 2, c / g},     {SPILL_DT_RVQ3, 3 * (c / 8), 1},
       {SPILL_DT_Q4_K, 144 * (c / 256), 0}, {SPILL_DT_Q5_K, 176 * (c / 256), 0},
-      {SPILL_DT_Q6_K, 210 * (c / 256), 0},
+      {SPILL_DT_Q6_K, 210 * (c / 256), 0}, {SPILL_DT_MXFP4, 17 * (c / 32), 0},
   };
   for (const Row &r : rows) {
     uint64_t b = 0, s = 0;

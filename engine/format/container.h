@@ -59,6 +59,15 @@ extern "C" {
 int spill_dtype_matrix_bytes(spill_dtype dt, uint64_t rows, uint64_t cols, uint32_t group,
                              uint64_t *out, spill_err *e);
 
+/* Checks the values of a (rows, cols) matrix of dtype dt whose
+ * spill_dtype_matrix_bytes bytes are at data: in a dtype with e8m0 block
+ * scales (mxfp4) an exponent of 255 (NaN in e8m0) is refused with
+ * SPILL_E_FORMAT naming the row and block. Other dtypes have no invalid
+ * values. The writer (every record), the trunk loader (engine/model) and
+ * spill_record_check with verify (spill verify, reads with verify on) call it. */
+int spill_dtype_check_values(spill_dtype dt, const void *data, uint64_t rows, uint64_t cols,
+                             spill_err *e);
+
 /* rvq3 constants: 3 stages, 256-entry codebooks of 8-dim f32 vectors. The
  * codebooks of layer L and matrix M are the trunk tensor
  * "blk.L.ffn_M_exps.codebook", f32, shape (3, 256, 8) = rows 768, cols 8. */
@@ -281,7 +290,8 @@ void spill_record_header_decode(const uint8_t in[64], spill_record_header *h);
  * magic, version (the manifest's), header crc, container id (v2), dtype,
  * layer and expert ids, payload bounds and section offsets against the
  * manifest; with verify != 0 also the payload
- * crc32. Errors name file, layer and expert. */
+ * crc32 and the values no kernel may see (spill_dtype_check_values: an
+ * mxfp4 exponent of 255). Errors name file, layer and expert. */
 int spill_record_check(const spill_manifest *m, const char *file, int layer, uint32_t expert,
                        const void *rec, size_t len, int verify, spill_err *e);
 

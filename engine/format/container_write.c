@@ -454,6 +454,16 @@ int spill_writer_record(spill_writer *w, int layer, uint32_t expert, const void 
                   "bytes of %s", layer, expert, s, used,
                   spill_dtype_name(spill_manifest_sect_dtype(m, layer, s)));
   }
+  for (int s = 0; s < SPILL_SEC_COUNT; s++) { /* values no reader accepts (mxfp4 e = 255) */
+    const spill_section_info *si = &m->sect[s];
+    int rc = spill_dtype_check_values(spill_manifest_sect_dtype(m, layer, s),
+                                      pl + (si->offset - SPILL_RECORD_HEADER_BYTES), si->rows,
+                                      si->cols, e);
+    if (rc < 0) {
+      spill_err_prefix(e, "writer: layer %d expert %u: section %d", layer, expert, s);
+      return rc;
+    }
+  }
   struct iovec iov[2 + 2 * SPILL_SEC_COUNT];
   uint8_t hdr[SPILL_RECORD_HEADER_BYTES];
   int n = 0;

@@ -48,6 +48,20 @@ int spill_dtype_matrix_bytes(spill_dtype dt, uint64_t rows, uint64_t cols, uint3
   return SPILL_OK;
 }
 
+int spill_dtype_check_values(spill_dtype dt, const void *data, uint64_t rows, uint64_t cols,
+                             spill_err *e) {
+  const spill_dtype_traits *t = spill_dtype_traits_of((int)dt);
+  if (!t || !t->e8m0_scale || cols % t->block_elems != 0) return SPILL_OK;
+  const uint8_t *p = data;
+  const uint64_t nb = cols / t->block_elems;
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t b = 0; b < nb; b++, p += t->block_bytes)
+      SPILL_FAIL_IF(e, *p == 0xFF, SPILL_E_FORMAT,
+                    "%s: row %llu block %llu: scale exponent 255 (NaN in e8m0) refused", t->name,
+                    (unsigned long long)r, (unsigned long long)b);
+  return SPILL_OK;
+}
+
 int spill_arch_n_moe(const spill_arch *a) {
   if (!a || a->n_layers <= a->n_dense_layers) return 0;
   return a->n_layers - a->n_dense_layers;

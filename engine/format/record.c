@@ -159,6 +159,15 @@ int spill_record_check(const spill_manifest *m, const char *file, int layer, uin
     SPILL_FAIL_IF(e, pcrc != h.payload_crc32, SPILL_E_CHECKSUM,
                   "%s: layer %d expert %u: payload checksum mismatch (stored 0x%08x, computed "
                   "0x%08x)", file, layer, expert, h.payload_crc32, pcrc);
+    for (int i = 0; i < SPILL_SEC_COUNT; i++) { /* values no kernel may see (mxfp4 e = 255) */
+      const spill_section_info *s = &m->sect[i];
+      int rc = spill_dtype_check_values(spill_manifest_sect_dtype(m, layer, i), b + s->offset,
+                                        s->rows, s->cols, e);
+      if (rc < 0) {
+        spill_err_prefix(e, "%s: layer %d expert %u: section %d", file, layer, expert, i);
+        return rc;
+      }
+    }
   }
   return SPILL_OK;
 }

@@ -56,6 +56,92 @@ TEST(DtypeTest, MatrixBytesRejectsBadShapesAndOverflow) {
   EXPECT_EQ(spill_dtype_matrix_bytes(SPILL_DT_F32, 0, 4, 0, &n, &e), SPILL_E_FORMAT);
 }
 
+TEST(DtypeTest, Mxfp4SizesAndTheK3RecordAsShipped) {
+  spill_err e = {};
+  uint64_t n = 0;
+  ASSERT_EQ(spill_dtype_matrix_bytes(SPILL_DT_MXFP4, 3072, 3584, 0, &n, &e), SPILL_OK);
+  EXPECT_EQ(n, 3072u * 112 * 17);
+  EXPECT_EQ(spill_dtype_matrix_bytes(SPILL_DT_MXFP4, 4, 48, 0, &n, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(spill_test::Contains(e.msg, "multiple of 32")) << e.msg;
+  // the released K3's expert: gate/up (3072, 3584), down (3584, 3072): 17,547,264
+  // payload bytes (docs/REPRODUCTIONS.md's figure), one page more with the header
+  spill_arch a;
+  memset(&a, 0, sizeof a);
+  a.d_model = 7168;
+  a.moe.d_expert = 3072;
+  a.moe.d_latent = 3584;
+  spill_section_info s[SPILL_SEC_COUNT];
+  uint32_t payload = 0;
+  uint64_t rec = 0;
+  ASSERT_EQ(spill_record_layout(&a, SPILL_DT_MXFP4, 0, s, &payload, &rec, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(payload, 17547264u);
+  EXPECT_EQ(rec, 17551360u);
+}
+
+// Every exponent but 255 is a value; 255 (NaN in e8m0) is refused by name,
+// by the value check, by the writer, and by spill_record_check with verify
+// (a record whose payload was changed on disk, CRC recomputed).
+TEST(DtypeTest, Mxfp4Exponent255IsRefused) {
+  std::vector<uint8_t> m(3 * 2 * 17, 0xFF);  // (3, 64): codes 0xFF are fine
+  for (size_t b = 0; b < 6; b++) m[b * 17] = (uint8_t)(b * 50);  // exponents 0..250
+  spill_err e = {};
+  EXPECT_EQ(spill_dtype_check_values(SPILL_DT_MXFP4, m.data(), 3, 64, &e), SPILL_OK) << e.msg;
+  m[3 * 17] = 254;
+  EXPECT_EQ(spill_dtype_check_values(SPILL_DT_MXFP4, m.data(), 3, 64, &e), SPILL_OK) << e.msg;
+  m[3 * 17] = 255;  // row 1, block 1
+  EXPECT_EQ(spill_dtype_check_values(SPILL_DT_MXFP4, m.data(), 3, 64, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(spill_test::Contains(e.msg, "row 1 block 1: scale exponent 255")) << e.msg;
+  EXPECT_EQ(spill_dtype_check_values(SPILL_DT_Q8, m.data(), 3, 32, &e), SPILL_OK);  // no e8m0
+
+  spill_test::TinyModel tm(SPILL_DT_MXFP4);
+  tm.m.arch.moe.d_expert = 32;
+  tm.m.arch.moe.d_latent = 32;  // every section (32, 32): one block per row
+  const std::string dir = spill_test::TmpDir("mxfp4_255");
+  spill_writer *w = nullptr;
+  ASSERT_EQ(spill_writer_open(dir.c_str(), &tm.m, &w, &e), SPILL_OK) << e.msg;
+  const spill_manifest *lm = spill_writer_manifest(w);
+  spill_section_info sect[SPILL_SEC_COUNT];
+  memcpy(sect, lm->sect, sizeof sect);
+  std::vector<uint8_t> p(lm->payload_bytes, 0x21);
+  for (int i = 0; i < SPILL_SEC_COUNT; i++)
+    for (uint32_t r = 0; r < 32; r++) p[lm->sect[i].offset - SPILL_RECORD_HEADER_BYTES + r * 17] = 127;
+  ASSERT_EQ(spill_writer_record(w, 1, 0, p.data(), &e), SPILL_OK) << e.msg;
+  p[lm->sect[SPILL_SEC_DOWN].offset - SPILL_RECORD_HEADER_BYTES + 5 * 17] = 255;
+  EXPECT_EQ(spill_writer_record(w, 1, 1, p.data(), &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(spill_test::Contains(e.msg, "layer 1 expert 1: section 2: mxfp4: row 5 block 0: scale "
+                                          "exponent 255")) << e.msg;
+  spill_writer_abort(w);
+
+  // the check with verify: a valid record, then one exponent set to 255
+  spill_manifest &mm = tm.m;
+  mm.version = 2;
+  memcpy(mm.sect, sect, sizeof mm.sect);
+  mm.payload_bytes = (uint32_t)p.size();
+  mm.record_bytes = SPILL_PAGE;
+  p[sect[SPILL_SEC_DOWN].offset - SPILL_RECORD_HEADER_BYTES + 5 * 17] = 127;
+  std::vector<uint8_t> rec(SPILL_PAGE, 0);
+  memcpy(rec.data() + SPILL_RECORD_HEADER_BYTES, p.data(), p.size());
+  spill_record_header h = {};
+  h.magic = SPILL_RECORD_MAGIC;
+  h.version = 2;
+  h.dtype = SPILL_DT_MXFP4;
+  h.layer = 1;
+  h.expert = 0;
+  h.payload_offset = SPILL_RECORD_HEADER_BYTES;
+  h.payload_bytes = mm.payload_bytes;
+  h.n_sections = SPILL_SEC_COUNT;
+  for (int i = 0; i < SPILL_SEC_COUNT; i++) h.sect_offset[i] = mm.sect[i].offset;
+  h.payload_crc32 = spill_crc32(0, p.data(), p.size());
+  spill_record_header_encode(&h, rec.data());
+  ASSERT_EQ(spill_record_check(&mm, "b", 1, 0, rec.data(), rec.size(), 1, &e), SPILL_OK) << e.msg;
+  rec[mm.sect[SPILL_SEC_UP].offset + 3 * 17] = 255;
+  h.payload_crc32 = spill_crc32(0, rec.data() + SPILL_RECORD_HEADER_BYTES, p.size());
+  spill_record_header_encode(&h, rec.data());
+  EXPECT_EQ(spill_record_check(&mm, "b", 1, 0, rec.data(), rec.size(), 0, &e), SPILL_OK);  // no verify
+  EXPECT_EQ(spill_record_check(&mm, "b", 1, 0, rec.data(), rec.size(), 1, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(spill_test::Contains(e.msg, "b: layer 1 expert 0: section 1: mxfp4: row 3 block 0")) << e.msg;
+}
+
 TEST(RecordLayoutTest, K3Rvq3RecordIsExactly3029Pages) {
   spill_arch a;
   memset(&a, 0, sizeof a);

@@ -106,6 +106,10 @@ static int get_mat(loader *ld, int layer, const char *suffix, uint64_t rows, uin
                          ld->name, spill_dtype_name(t->dtype));
   if (t->offset > ld->m->trunk_bytes || t->bytes > ld->m->trunk_bytes - t->offset)
     return spill_err_set(e, SPILL_E_FORMAT, "tensor %s: outside trunk.bin", ld->name);
+  if (spill_dtype_check_values(t->dtype, ld->m->trunk + t->offset, rows, cols, e) < 0) {
+    spill_err_prefix(e, "tensor %s", ld->name);
+    return SPILL_E_FORMAT;
+  }
   make_qmat(t->dtype, (uint32_t)rows, (uint32_t)cols, t->group, NULL, ld->m->trunk + t->offset, w);
   return SPILL_OK;
 }

@@ -23,6 +23,7 @@
 
 #include "engine/quant/kernels.h"
 #include "engine/quant/kernels_isa.h"
+#include "engine/quant/kernels_mxfp4.h"
 #include "engine/quant/kernels_xq.h"
 
 /* ------------------------------------------------- the dtype x ISA table */
@@ -85,6 +86,10 @@ static const k_dtype_kernels k_dtypes[SPILL_DT_COUNT] = {
                        {{spill_k_matvec_kquant_f32__ref, NULL, spill_k_matvec_q6_k_xq__ref},
                         {X86(spill_k_matvec_kquant_f32__avx2), NULL, X86(spill_k_matvec_q6_k_xq__avx2)},
                         {NULL, NULL, NULL}}},
+    [SPILL_DT_MXFP4] = {spill_k_dequant_row_mxfp4__ref, spill_k_fits_mxfp4_xq,
+                        {{spill_k_matvec_mxfp4_f32__ref, NULL, spill_k_matvec_mxfp4_xq__ref},
+                         {X86(spill_k_matvec_mxfp4_f32__avx2), NULL, X86(spill_k_matvec_mxfp4_xq__avx2)},
+                         {NULL, NULL, NULL}}},
 };
 
 static const k_dtype_kernels *k_dtype(int dt) {
