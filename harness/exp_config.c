@@ -759,6 +759,62 @@ static int parse_peers(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   return SPILL_OK;
 }
 
+/* "machine": emulate_ram, or a machine profile (ram, wired, swap,
+ * swappiness) with its sweep axes; after parse_sweep. */
+static int parse_machine(ctx *c, const cJSON *m, spill_exp_config *cfg) {
+  if (m) {
+    if (!cJSON_IsObject(m)) return fail(c, "machine", "expected an object, got %s", type_name(m));
+    static const char *const mk[] = {"emulate_ram", "ram", "wired", "swap", "swappiness", NULL};
+    SPILL_TRY(only_keys(c, m, "machine", mk));
+    const cJSON *er = cJSON_GetObjectItemCaseSensitive(m, "emulate_ram");
+    if (er) {
+      SPILL_TRY(check_emulate_ram(c, er, "machine.emulate_ram"));
+      SPILL_TRY(get_size(c, er, "machine.emulate_ram", &cfg->emulate_ram));
+      if (cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM))
+        return fail(c, "machine.emulate_ram", "also swept in sweep.emulate_ram");
+    }
+    const cJSON *mr = cJSON_GetObjectItemCaseSensitive(m, "ram");
+    cfg->machine_swappiness = -1;
+    if (mr) {
+      SPILL_TRY(check_emulate_ram(c, mr, "machine.ram"));
+      SPILL_TRY(get_size(c, mr, "machine.ram", &cfg->machine_ram));
+      if (cfg->emulate_ram || (cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM)))
+        return fail(c, "machine.ram", "a machine profile (ram, wired, swap) and emulate_ram are two "
+                                      "emulations: use one");
+      const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, "wired");
+      if (w) SPILL_TRY(check_machine_size(c, w, "machine.wired", &cfg->machine_wired));
+      const cJSON *sw = cJSON_GetObjectItemCaseSensitive(m, "swap");
+      if (sw) SPILL_TRY(check_machine_size(c, sw, "machine.swap", &cfg->machine_swap));
+      long v2;
+      SPILL_TRY(get_int(c, m, "machine", "swappiness", 0, 200, -1, &v2));
+      cfg->machine_swappiness = (int)v2;
+    } else {
+      static const char *const need[] = {"wired", "swap", "swappiness"};
+      for (int i = 0; i < 3; i++)
+        if (cJSON_GetObjectItemCaseSensitive(m, need[i]))
+          return fail(c, "machine", "\"%s\" needs \"ram\" (a machine profile)", need[i]);
+    }
+  }
+  for (int a = 0; a < cfg->n_axes; a++) {
+    const char *k = cfg->axes[a].key;
+    if ((!strcmp(k, SPILL_EXP_AXIS_WIRED) || !strcmp(k, SPILL_EXP_AXIS_SWAP)) && !cfg->machine_ram)
+      return fail(c, "sweep", "\"%s\" is an axis of a machine profile: set machine.ram", k);
+    if (cfg->machine_ram && ((!strcmp(k, SPILL_EXP_AXIS_WIRED) && cJSON_GetObjectItemCaseSensitive(m, "wired")) ||
+                             (!strcmp(k, SPILL_EXP_AXIS_SWAP) && cJSON_GetObjectItemCaseSensitive(m, "swap"))))
+      return fail(c, "sweep", "\"%s\" is both set in machine and swept", k);
+  }
+  if (cfg->machine_ram)
+    for (int cell = 0; cell < spill_exp_config_n_cells(cfg); cell++) {
+      uint64_t r, w, sw;
+      int sp;
+      spill_exp_config_machine(cfg, cell, &r, &w, &sw, &sp);
+      if (w >= r)
+        return fail(c, "machine.wired", "%.3g GiB is not below machine.ram %.3g GiB", w / 1073741824.0,
+                    r / 1073741824.0);
+    }
+  return SPILL_OK;
+}
+
 static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   if (!cJSON_IsObject(root)) return fail(c, "(top)", "expected a JSON object, got %s", type_name(root));
   static const char *const keys[] = {"name", "description", "model", "workload", "base",
@@ -816,57 +872,7 @@ static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
     return fail(c, "order_seed", "only meaningful with \"order\": \"random\"");
   SPILL_TRY(get_bool(c, root, "", "cold", 0, &cfg->cold));
   SPILL_TRY(get_str(c, root, "", "storage_path", 0, cfg->storage_path, sizeof cfg->storage_path));
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "machine");
-  if (m) {
-    if (!cJSON_IsObject(m)) return fail(c, "machine", "expected an object, got %s", type_name(m));
-    static const char *const mk[] = {"emulate_ram", "ram", "wired", "swap", "swappiness", NULL};
-    SPILL_TRY(only_keys(c, m, "machine", mk));
-    const cJSON *er = cJSON_GetObjectItemCaseSensitive(m, "emulate_ram");
-    if (er) {
-      SPILL_TRY(check_emulate_ram(c, er, "machine.emulate_ram"));
-      SPILL_TRY(get_size(c, er, "machine.emulate_ram", &cfg->emulate_ram));
-      if (cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM))
-        return fail(c, "machine.emulate_ram", "also swept in sweep.emulate_ram");
-    }
-    const cJSON *mr = cJSON_GetObjectItemCaseSensitive(m, "ram");
-    cfg->machine_swappiness = -1;
-    if (mr) {
-      SPILL_TRY(check_emulate_ram(c, mr, "machine.ram"));
-      SPILL_TRY(get_size(c, mr, "machine.ram", &cfg->machine_ram));
-      if (cfg->emulate_ram || (cfg->n_axes && !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM)))
-        return fail(c, "machine.ram", "a machine profile (ram, wired, swap) and emulate_ram are two "
-                                      "emulations: use one");
-      const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, "wired");
-      if (w) SPILL_TRY(check_machine_size(c, w, "machine.wired", &cfg->machine_wired));
-      const cJSON *sw = cJSON_GetObjectItemCaseSensitive(m, "swap");
-      if (sw) SPILL_TRY(check_machine_size(c, sw, "machine.swap", &cfg->machine_swap));
-      long v2;
-      SPILL_TRY(get_int(c, m, "machine", "swappiness", 0, 200, -1, &v2));
-      cfg->machine_swappiness = (int)v2;
-    } else {
-      static const char *const need[] = {"wired", "swap", "swappiness"};
-      for (int i = 0; i < 3; i++)
-        if (cJSON_GetObjectItemCaseSensitive(m, need[i]))
-          return fail(c, "machine", "\"%s\" needs \"ram\" (a machine profile)", need[i]);
-    }
-  }
-  for (int a = 0; a < cfg->n_axes; a++) {
-    const char *k = cfg->axes[a].key;
-    if ((!strcmp(k, SPILL_EXP_AXIS_WIRED) || !strcmp(k, SPILL_EXP_AXIS_SWAP)) && !cfg->machine_ram)
-      return fail(c, "sweep", "\"%s\" is an axis of a machine profile: set machine.ram", k);
-    if (cfg->machine_ram && ((!strcmp(k, SPILL_EXP_AXIS_WIRED) && cJSON_GetObjectItemCaseSensitive(m, "wired")) ||
-                             (!strcmp(k, SPILL_EXP_AXIS_SWAP) && cJSON_GetObjectItemCaseSensitive(m, "swap"))))
-      return fail(c, "sweep", "\"%s\" is both set in machine and swept", k);
-  }
-  if (cfg->machine_ram)
-    for (int cell = 0; cell < spill_exp_config_n_cells(cfg); cell++) {
-      uint64_t r, w, sw;
-      int sp;
-      spill_exp_config_machine(cfg, cell, &r, &w, &sw, &sp);
-      if (w >= r)
-        return fail(c, "machine.wired", "%.3g GiB is not below machine.ram %.3g GiB", w / 1073741824.0,
-                    r / 1073741824.0);
-    }
+  SPILL_TRY(parse_machine(c, cJSON_GetObjectItemCaseSensitive(root, "machine"), cfg));
   SPILL_TRY(parse_peers(c, root, cfg));
   SPILL_TRY(parse_hypothesis(c, cJSON_GetObjectItemCaseSensitive(root, "hypothesis"), cfg));
   SPILL_TRY(parse_outputs(c, cJSON_GetObjectItemCaseSensitive(root, "outputs"), cfg));
