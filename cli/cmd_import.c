@@ -19,6 +19,7 @@
 const char cmd_import_usage[] =
     "usage: spill import SRC DST [--experts keep|q8|q4|rvq3] [--trunk keep|q8|q4] [--group N] "
     "[--threads N] [--json]\n"
+    "       spill import --architectures\n"
     "\n"
     "  SRC  a checkpoint directory (config.json + *.safetensors [+ index]) or a .gguf file\n"
     "       (split GGUF: name the -00001-of-0000N.gguf file)\n"
@@ -34,7 +35,8 @@ const char cmd_import_usage[] =
     "  --threads N  rvq3 encoder threads (default 0: every CPU); the output is the same\n"
     "  --json       print the summary as JSON on stdout\n"
     "\n"
-    "architectures: qwen3_moe / qwen3moe, olmoe, mixtral (GGUF: llama with experts)\n";
+    "spill import --architectures: the architectures it reads (the importer's table, as a\n"
+    "Markdown table: name, Hugging Face model_type, GGUF general.architecture)\n";
 
 typedef struct prog {
   int kill_after; /* test hook SPILL_IMPORT_TEST_KILL_AFTER=N: SIGKILL after N units (resume tests) */
@@ -73,6 +75,22 @@ static int parse_target(const char *v, int trunk, spill_import_target *out) {
   return 0;
 }
 
+/* The importer's architecture table (spill_import_arch_at), as docs/MODEL.md
+ * shows it (cli/import_archs_doc_test.sh compares the two). */
+static int print_architectures(void) {
+  printf("| architecture | Hugging Face `model_type` | GGUF `general.architecture` |\n|---|---|---|\n");
+  for (int i = 0; i < spill_import_n_archs(); i++) {
+    const spill_import_arch *a = spill_import_arch_at(i);
+    printf("| %s |", a->name);
+    for (int k = 0; k < 4 && a->hf_model_type[k]; k++) printf("%s`%s`", k ? ", " : " ", a->hf_model_type[k]);
+    if (a->gguf_arch)
+      printf(" | `%s`%s%s |\n", a->gguf_arch, a->gguf_note ? " " : "", a->gguf_note ? a->gguf_note : "");
+    else
+      printf(" | - |\n");
+  }
+  return 0;
+}
+
 int cmd_import(int argc, char **argv) {
   spill_import_request r;
   memset(&r, 0, sizeof r);
@@ -81,7 +99,9 @@ int cmd_import(int argc, char **argv) {
   int npos = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--json")) {
+    if (!strcmp(a, "--architectures")) {
+      return print_architectures();
+    } else if (!strcmp(a, "--json")) {
       json = 1;
     } else if ((!strcmp(a, "--experts") || !strcmp(a, "--trunk")) && i + 1 < argc) {
       int tr = !strcmp(a, "--trunk");

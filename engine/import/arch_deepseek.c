@@ -11,8 +11,9 @@
  * applies them. DeepSeek rotates interleaved pairs of the rope dims; spill
  * rotates halves, so the rope rows of q and kv_a are de-interleaved at
  * import (same dot products). GGUF attn_k_b / attn_v_b are joined back
- * into attn_kv_b. As in import_plan.c, every config key is used, harmless
- * or checked, and every source tensor is consumed (MTP layers excepted).
+ * into attn_kv_b. As everywhere (import_plan.c), every config key is used,
+ * harmless or checked, and every source tensor is consumed (MTP layers
+ * excepted). A row of arch_registry.c.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -35,27 +36,9 @@ typedef struct ds_cfg {
   int yarn_orig, tied, bos, eos, n_mtp, split_kvb;
 } ds_cfg;
 
-static int is_ds_model_type(const char *mt) {
-  return !strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3") || !strcmp(mt, "kimi_k2");
-}
-
 static double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
 
 /* ---- config.json ---- */
-
-static int jint(const cJSON *r, const char *k, int64_t lo, int64_t hi, int dflt, int req, int *out,
-                spill_err *e) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, k);
-  if (!v || cJSON_IsNull(v)) {
-    SPILL_FAIL_IF(e, req, SPILL_E_FORMAT, "config.json: %s is missing", k);
-    *out = dflt;
-    return SPILL_OK;
-  }
-  int64_t x;
-  SPILL_TRY(spill_json_int(r, k, "config.json", lo, hi, &x, SPILL_E_FORMAT, e));
-  *out = (int)x;
-  return SPILL_OK;
-}
 
 static const char *jstr(const cJSON *r, const char *k, const char *dflt) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, k);
@@ -108,8 +91,8 @@ static int hf_routing(const cJSON *root, const char *mt, ds_cfg *c, spill_err *e
   SPILL_TRY(spill_json_num_opt(root, "routed_scaling_factor", "config.json", 0, 1e6, 1.0, &rsf,
                                SPILL_E_FORMAT, e));
   int ng, tg;
-  SPILL_TRY(jint(root, "n_group", 1, SPILL_MAX_EXPERTS, 1, 0, &ng, e));
-  SPILL_TRY(jint(root, "topk_group", 1, SPILL_MAX_EXPERTS, ng, 0, &tg, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "n_group", 1, SPILL_MAX_EXPERTS, 1, 0, &ng, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "topk_group", 1, SPILL_MAX_EXPERTS, ng, 0, &tg, e));
   SPILL_FAIL_IF(e, c->E % ng, SPILL_E_FORMAT, "config.json: n_group %d does not divide n_routed_experts %d",
                 ng, c->E);
   SPILL_FAIL_IF(e, tg > ng, SPILL_E_FORMAT, "config.json: topk_group %d > n_group %d", tg, ng);
@@ -155,30 +138,30 @@ static int hf_values(const cJSON *root, ds_cfg *c, spill_err *e) {
   if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v)) return unsupported("attention_bias", "attention biases", e);
   if (strcmp(jstr(root, "hidden_act", "silu"), "silu")) return unsupported("hidden_act", "only silu", e);
   int tp, freq;
-  SPILL_TRY(jint(root, "pretraining_tp", 1, 1024, 1, 0, &tp, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "pretraining_tp", 1, 1024, 1, 0, &tp, e));
   if (tp != 1) return unsupported("pretraining_tp", "only 1", e);
-  SPILL_TRY(jint(root, "moe_layer_freq", 1, 1024, 1, 0, &freq, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "moe_layer_freq", 1, 1024, 1, 0, &freq, e));
   if (freq != 1) return unsupported("moe_layer_freq", "dense layers between MoE layers; only 1", e);
-  SPILL_TRY(jint(root, "num_nextn_predict_layers", 0, 64, 0, 0, &c->n_mtp, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "num_nextn_predict_layers", 0, 64, 0, 0, &c->n_mtp, e));
   return spill_json_bool_opt(root, "tie_word_embeddings", "config.json", 0, &c->tied, SPILL_E_FORMAT, e);
 }
 
 static int hf_dims(const cJSON *root, ds_cfg *c, spill_err *e) {
-  SPILL_TRY(jint(root, "vocab_size", 1, 16777216, 0, 1, &c->V, e));
-  SPILL_TRY(jint(root, "hidden_size", 1, 1048576, 0, 1, &c->D, e));
-  SPILL_TRY(jint(root, "num_hidden_layers", 1, SPILL_MAX_LAYERS, 0, 1, &c->L, e));
-  SPILL_TRY(jint(root, "num_attention_heads", 1, 4096, 0, 1, &c->H, e));
-  SPILL_TRY(jint(root, "q_lora_rank", 0, 1048576, 0, 0, &c->ql, e));
-  SPILL_TRY(jint(root, "kv_lora_rank", 1, 1048576, 0, 1, &c->dc, e));
-  SPILL_TRY(jint(root, "qk_nope_head_dim", 1, 4096, 0, 1, &c->dn, e));
-  SPILL_TRY(jint(root, "qk_rope_head_dim", 0, 4096, 0, 1, &c->dr, e));
-  SPILL_TRY(jint(root, "v_head_dim", 1, 4096, 0, 1, &c->dv, e));
-  SPILL_TRY(jint(root, "n_routed_experts", 1, SPILL_MAX_EXPERTS, 0, 1, &c->E, e));
-  SPILL_TRY(jint(root, "num_experts_per_tok", 1, SPILL_MAX_TOPK, 0, 1, &c->k, e));
-  SPILL_TRY(jint(root, "moe_intermediate_size", 1, 1048576, 0, 1, &c->F, e));
-  SPILL_TRY(jint(root, "intermediate_size", 1, 1048576, 0, 1, &c->Fd, e));
-  SPILL_TRY(jint(root, "n_shared_experts", 0, 64, 0, 0, &c->n_shared, e));
-  SPILL_TRY(jint(root, "first_k_dense_replace", 0, c->L, 0, 0, &c->n_dense, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "vocab_size", 1, 16777216, 0, 1, &c->V, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "hidden_size", 1, 1048576, 0, 1, &c->D, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "num_hidden_layers", 1, SPILL_MAX_LAYERS, 0, 1, &c->L, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "num_attention_heads", 1, 4096, 0, 1, &c->H, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "q_lora_rank", 0, 1048576, 0, 0, &c->ql, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "kv_lora_rank", 1, 1048576, 0, 1, &c->dc, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "qk_nope_head_dim", 1, 4096, 0, 1, &c->dn, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "qk_rope_head_dim", 0, 4096, 0, 1, &c->dr, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "v_head_dim", 1, 4096, 0, 1, &c->dv, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "n_routed_experts", 1, SPILL_MAX_EXPERTS, 0, 1, &c->E, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "num_experts_per_tok", 1, SPILL_MAX_TOPK, 0, 1, &c->k, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "moe_intermediate_size", 1, 1048576, 0, 1, &c->F, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "intermediate_size", 1, 1048576, 0, 1, &c->Fd, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "n_shared_experts", 0, 64, 0, 0, &c->n_shared, e));
+  SPILL_TRY(imp_cfg_int(root, "config.json", "first_k_dense_replace", 0, c->L, 0, 0, &c->n_dense, e));
   SPILL_TRY(spill_json_num(root, "rms_norm_eps", "config.json", 1e-30, 1, &c->eps, SPILL_E_FORMAT, e));
   /* The modelling code builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default eps 1e-6
    * whatever rms_norm_eps says; the container gives them the layer norms' eps, so only 1e-6 (the
@@ -202,12 +185,7 @@ static int hf_config(imp_src *s, const char *dir, const cJSON *root, ds_cfg *c, 
       "routed_scaling_factor", "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
       "attention_bias", "hidden_act", "pretraining_tp", "quantization_config",
       "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size", NULL};
-  for (const cJSON *it = root->child; it; it = it->next)
-    if (!imp_cfg_harmless(it->string) && !imp_in_list(keys, it->string))
-      return spill_err_set(e, SPILL_E_UNSUPPORTED,
-                           "config.json: key \"%.80s\" is not understood for %s (it may change the "
-                           "maths; refusing rather than importing a different model)",
-                           it->string, s->arch_name);
+  SPILL_TRY(imp_cfg_only_keys(root, s->arch_name, keys, e));
   SPILL_TRY(hf_dims(root, c, e));
   SPILL_TRY(hf_values(root, c, e));
   SPILL_TRY(hf_routing(root, s->arch_name, c, e));
@@ -357,18 +335,10 @@ static int gguf_config(imp_src *s, ds_cfg *c, spill_err *e) {
 
 /* ---- tensors ---- */
 
-typedef struct ds_names {
-  int G;
-  char pre[64];
-} ds_names;
-
 /* Adds container tensor blk.l.dst from the GGUF name g or the HF name h. */
-static int T(imp_src *s, imp_plan *p, const ds_names *n, int l, const char *dst, const char *g,
-             const char *h, int nd, uint64_t r, uint64_t co, spill_err *e) {
-  char a[160], b[200];
-  snprintf(a, sizeof a, "blk.%d.%s", l, dst);
-  snprintf(b, sizeof b, "%s%s", n->pre, n->G ? g : h);
-  return imp_add_trunk(s, p, a, b, nd, r, co, 0, e);
+static int T(imp_src *s, imp_plan *p, int l, const char *dst, const char *g, const char *h, int nd, uint64_t r,
+             uint64_t co, spill_err *e) {
+  return imp_add_layer(s, p, l, dst, g, h, nd, r, co, 0, e);
 }
 
 static void rope_rows(imp_plan *p, uint32_t block, uint32_t off, uint32_t dim) {
@@ -379,81 +349,47 @@ static void rope_rows(imp_plan *p, uint32_t block, uint32_t off, uint32_t dim) {
   t->rope_dim = dim;
 }
 
-static int plan_attn(imp_src *s, const ds_cfg *c, imp_plan *p, const ds_names *n, int l, spill_err *e) {
+static int plan_attn(imp_src *s, const ds_cfg *c, imp_plan *p, int l, spill_err *e) {
   const uint64_t D = c->D, H = c->H, dn = c->dn, dr = c->dr, dv = c->dv, dc = c->dc, ql = c->ql;
-  SPILL_TRY(T(s, p, n, l, "attn_norm", "attn_norm.weight", "input_layernorm.weight", 1, D, 0, e));
+  SPILL_TRY(T(s, p, l, "attn_norm", "attn_norm.weight", "input_layernorm.weight", 1, D, 0, e));
   if (ql > 0) {
-    SPILL_TRY(T(s, p, n, l, "attn_q_a", "attn_q_a.weight", "self_attn.q_a_proj.weight", 2, ql, D, e));
-    SPILL_TRY(T(s, p, n, l, "attn_q_a_norm", "attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", 1, ql, 0, e));
-    SPILL_TRY(T(s, p, n, l, "attn_q_b", "attn_q_b.weight", "self_attn.q_b_proj.weight", 2, H * (dn + dr), ql, e));
+    SPILL_TRY(T(s, p, l, "attn_q_a", "attn_q_a.weight", "self_attn.q_a_proj.weight", 2, ql, D, e));
+    SPILL_TRY(T(s, p, l, "attn_q_a_norm", "attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", 1, ql, 0, e));
+    SPILL_TRY(T(s, p, l, "attn_q_b", "attn_q_b.weight", "self_attn.q_b_proj.weight", 2, H * (dn + dr), ql, e));
   } else {
-    SPILL_TRY(T(s, p, n, l, "attn_q", "attn_q.weight", "self_attn.q_proj.weight", 2, H * (dn + dr), D, e));
+    SPILL_TRY(T(s, p, l, "attn_q", "attn_q.weight", "self_attn.q_proj.weight", 2, H * (dn + dr), D, e));
   }
   rope_rows(p, (uint32_t)(dn + dr), (uint32_t)dn, (uint32_t)dr);
-  SPILL_TRY(T(s, p, n, l, "attn_kv_a", "attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", 2, dc + dr, D, e));
+  SPILL_TRY(T(s, p, l, "attn_kv_a", "attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", 2, dc + dr, D, e));
   rope_rows(p, (uint32_t)(dc + dr), (uint32_t)dc, (uint32_t)dr);
-  SPILL_TRY(T(s, p, n, l, "attn_kv_a_norm", "attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", 1, dc, 0, e));
-  if (n->G && c->split_kvb) {
-    SPILL_TRY(imp_add_kv_b_split(s, p, n->pre, l, H, dc, dn, dv, e));
+  SPILL_TRY(T(s, p, l, "attn_kv_a_norm", "attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", 1, dc, 0, e));
+  if (s->is_gguf && c->split_kvb) {
+    char pre[32];
+    snprintf(pre, sizeof pre, "blk.%d.", l);
+    SPILL_TRY(imp_add_kv_b_split(s, p, pre, l, H, dc, dn, dv, e));
   } else {
-    SPILL_TRY(T(s, p, n, l, "attn_kv_b", "attn_kv_b.weight", "self_attn.kv_b_proj.weight", 2, H * (dn + dv), dc, e));
+    SPILL_TRY(T(s, p, l, "attn_kv_b", "attn_kv_b.weight", "self_attn.kv_b_proj.weight", 2, H * (dn + dv), dc, e));
   }
-  return T(s, p, n, l, "attn_output", "attn_output.weight", "self_attn.o_proj.weight", 2, D, H * dv, e);
+  return T(s, p, l, "attn_output", "attn_output.weight", "self_attn.o_proj.weight", 2, D, H * dv, e);
 }
 
-static int plan_experts(imp_src *s, const ds_cfg *c, imp_plan *p, const ds_names *n, int l, spill_err *e) {
-  static const char *const hf[3] = {"gate_proj", "up_proj", "down_proj"};
-  static const char *const gg[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-  const uint64_t D = c->D, F = c->F, E = c->E;
-  imp_moe_layer *m = &p->moe[l - c->n_dense];
-  char b[200];
-  for (int k = 0; k < SPILL_SEC_COUNT; k++) {
-    const uint64_t rows = k == 2 ? D : F, cols = k == 2 ? F : D;
-    if (n->G) {
-      snprintf(b, sizeof b, "%s%s.weight", n->pre, gg[k]);
-      SPILL_TRY(imp_gguf_experts(s, m, k, b, E, rows, cols, e));
-      continue;
-    }
-    SPILL_TRY(imp_hf_experts(s, m, k, n->pre, "mlp.experts", hf[k], E, rows, cols, e));
-  }
-  return SPILL_OK;
-}
-
-static int plan_ffn(imp_src *s, const ds_cfg *c, imp_plan *p, const ds_names *n, int l, spill_err *e) {
+static int plan_ffn(imp_src *s, const ds_cfg *c, imp_plan *p, int l, spill_err *e) {
+  static const char *const hf[SPILL_SEC_COUNT] = {"gate_proj", "up_proj", "down_proj"};
   const uint64_t D = c->D, E = c->E, Fd = c->Fd, S = (uint64_t)c->n_shared * c->F;
-  SPILL_TRY(T(s, p, n, l, "ffn_norm", "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, 0, e));
-  if (l < c->n_dense) {
-    SPILL_TRY(T(s, p, n, l, "ffn_gate", "ffn_gate.weight", "mlp.gate_proj.weight", 2, Fd, D, e));
-    SPILL_TRY(T(s, p, n, l, "ffn_up", "ffn_up.weight", "mlp.up_proj.weight", 2, Fd, D, e));
-    return T(s, p, n, l, "ffn_down", "ffn_down.weight", "mlp.down_proj.weight", 2, D, Fd, e);
-  }
-  SPILL_TRY(T(s, p, n, l, "ffn_gate_inp", "ffn_gate_inp.weight", "mlp.gate.weight", 2, E, D, e));
+  SPILL_TRY(T(s, p, l, "ffn_norm", "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, 0, e));
+  if (l < c->n_dense) return imp_plan_dense_ffn(s, p, l, D, Fd, e);
+  SPILL_TRY(T(s, p, l, "ffn_gate_inp", "ffn_gate_inp.weight", "mlp.gate.weight", 2, E, D, e));
   if (c->has_bias)
-    SPILL_TRY(T(s, p, n, l, "exp_probs_b", "exp_probs_b.bias", "mlp.gate.e_score_correction_bias", 1, E, 0, e));
-  if (S > 0) {
-    SPILL_TRY(T(s, p, n, l, "ffn_gate_shexp", "ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", 2, S, D, e));
-    SPILL_TRY(T(s, p, n, l, "ffn_up_shexp", "ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", 2, S, D, e));
-    SPILL_TRY(T(s, p, n, l, "ffn_down_shexp", "ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", 2, D, S, e));
-  }
-  return plan_experts(s, c, p, n, l, e);
+    SPILL_TRY(T(s, p, l, "exp_probs_b", "exp_probs_b.bias", "mlp.gate.e_score_correction_bias", 1, E, 0, e));
+  if (S > 0) SPILL_TRY(imp_plan_shared_experts(s, p, l, D, S, "mlp.shared_experts", e));
+  return imp_plan_experts(s, &p->moe[l - c->n_dense], l, E, D, (uint64_t)c->F, "mlp.experts", hf, e);
 }
 
 static int plan_tensors(imp_src *s, const ds_cfg *c, imp_plan *p, spill_err *e) {
-  const int G = s->is_gguf;
-  const uint64_t D = c->D, V = c->V;
-  p->trunk = calloc((size_t)(3 + 20 * c->L), sizeof *p->trunk);
-  p->moe = calloc((size_t)(c->L - c->n_dense + 1), sizeof *p->moe);
-  SPILL_FAIL_IF(e, !p->trunk || !p->moe, SPILL_E_NOMEM, "out of memory");
-  SPILL_TRY(imp_add_trunk(s, p, "tok_embd", G ? "token_embd.weight" : "model.embed_tokens.weight", 2, V, D, 0, e));
-  SPILL_TRY(imp_add_trunk(s, p, "output_norm", G ? "output_norm.weight" : "model.norm.weight", 1, D, 0, 0, e));
-  const char *out = G ? (c->tied ? "token_embd.weight" : "output.weight")
-                      : (c->tied ? "model.embed_tokens.weight" : "lm_head.weight");
-  SPILL_TRY(imp_add_trunk(s, p, "output", out, 2, V, D, 0, e));
+  SPILL_TRY(imp_plan_init(s, p, 3 + 20 * c->L, c->L - c->n_dense + 1, (uint64_t)c->V, (uint64_t)c->D, c->tied, e));
   for (int l = 0; l < c->L; l++) {
-    ds_names n = {G, ""};
-    snprintf(n.pre, sizeof n.pre, G ? "blk.%d." : "model.layers.%d.", l);
-    SPILL_TRY(plan_attn(s, c, p, &n, l, e));
-    SPILL_TRY(plan_ffn(s, c, p, &n, l, e));
+    SPILL_TRY(plan_attn(s, c, p, l, e));
+    SPILL_TRY(plan_ffn(s, c, p, l, e));
   }
   /* MTP (next-token prediction) layers after the last one are not part of the forward pass */
   return imp_check_consumed(s, p, c->n_mtp > 0 ? c->L : -1, e);
@@ -501,31 +437,20 @@ static void fill_arch(const ds_cfg *c, const char *family, spill_arch *a) {
   o->group_mask_zero = c->n_group > 1 ? c->mask_zero : 0;
 }
 
-int imp_deepseek_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e) {
-  *handled = 0;
+int imp_deepseek_plan_hf(imp_src *s, const char *dir, const cJSON *root, int variant, imp_plan *p, spill_err *e) {
+  (void)variant; /* the model_type (s->arch_name) tells V2 from V3 / K2 */
   ds_cfg c;
   memset(&c, 0, sizeof c);
-  if (s->is_gguf) {
-    const char *an;
-    if (spill_gguf_get_str(&s->gg, "general.architecture", &an, NULL, NULL) != SPILL_OK ||
-        strcmp(an, "deepseek2"))
-      return SPILL_OK;
-    *handled = 1;
-    snprintf(s->arch_name, sizeof s->arch_name, "deepseek2");
-    SPILL_TRY(gguf_config(s, &c, e));
-  } else {
-    const char *mt;
-    cJSON *root = imp_hf_config(dir, &mt);
-    if (!mt || !is_ds_model_type(mt)) {
-      cJSON_Delete(root);
-      return SPILL_OK;
-    }
-    *handled = 1;
-    snprintf(s->arch_name, sizeof s->arch_name, "%s", mt);
-    int rc = hf_config(s, dir, root, &c, e);
-    cJSON_Delete(root);
-    SPILL_TRY(rc);
-  }
+  SPILL_TRY(hf_config(s, dir, root, &c, e));
+  fill_arch(&c, s->arch_name, &p->arch);
+  return plan_tensors(s, &c, p, e);
+}
+
+int imp_deepseek_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e) {
+  (void)variant;
+  ds_cfg c;
+  memset(&c, 0, sizeof c);
+  SPILL_TRY(gguf_config(s, &c, e));
   fill_arch(&c, s->arch_name, &p->arch);
   return plan_tensors(s, &c, p, e);
 }

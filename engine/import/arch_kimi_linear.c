@@ -13,7 +13,7 @@
  * latent RMSNorm uses eps 1e-6 and dropped groups score 0; GGUF (llama.cpp):
  * rms_norm_eps and -inf, weights always renormalised, kv_b joined from
  * attn_k_b / attn_v_b, the KDA q/k l2norm eps rms_norm_eps (not 1e-6). Every config key is used, harmless or checked; every
- * tensor is consumed.
+ * tensor is consumed. A row of arch_registry.c.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -36,20 +36,6 @@ typedef struct kl_cfg {
   int G;         /* GGUF kimi-linear source (llama.cpp's names and semantics) */
   uint8_t is_kda[SPILL_MAX_LAYERS];
 } kl_cfg;
-
-static int kint(const cJSON *r, const char *path, const char *k, int64_t lo, int64_t hi, int dflt,
-                int req, int *out, spill_err *e) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, k);
-  if (!v || cJSON_IsNull(v)) {
-    SPILL_FAIL_IF(e, req, SPILL_E_FORMAT, "%s: %s is missing", path, k);
-    *out = dflt;
-    return SPILL_OK;
-  }
-  int64_t x;
-  SPILL_TRY(spill_json_int(r, k, path, lo, hi, &x, SPILL_E_FORMAT, e));
-  *out = (int)x;
-  return SPILL_OK;
-}
 
 static int refuse(const char *key, const char *why, spill_err *e) {
   return spill_err_set(e, SPILL_E_UNSUPPORTED,
@@ -103,9 +89,9 @@ static int hf_linear_attn(const cJSON *root, kl_cfg *c, spill_err *e) {
   int any = 0;
   for (int l = 0; l < c->L; l++) any |= c->is_kda[l] = m[l] & 1;
   if (!any) return SPILL_OK;
-  SPILL_TRY(kint(la, p, "num_heads", 1, 4096, 0, 1, &c->kH, e));
-  SPILL_TRY(kint(la, p, "head_dim", 1, 4096, 0, 1, &c->kd, e));
-  return kint(la, p, "short_conv_kernel_size", 1, 64, 0, 1, &c->kK, e);
+  SPILL_TRY(imp_cfg_int(la, p, "num_heads", 1, 4096, 0, 1, &c->kH, e));
+  SPILL_TRY(imp_cfg_int(la, p, "head_dim", 1, 4096, 0, 1, &c->kd, e));
+  return imp_cfg_int(la, p, "short_conv_kernel_size", 1, 64, 0, 1, &c->kK, e);
 }
 
 /* The routing of KimiMoEGate: sigmoid + bias selection, top-two group scores. */
@@ -116,8 +102,8 @@ static int hf_routing(const cJSON *root, kl_cfg *c, spill_err *e) {
   if (strcmp(act, "sigmoid"))
     return refuse("moe_router_activation_func",
                   "only sigmoid; the modelling code adds e_score_correction_bias to softmax scores too", e);
-  SPILL_TRY(kint(root, KL, "num_expert_group", 1, SPILL_MAX_EXPERTS, 1, 0, &c->n_group, e));
-  SPILL_TRY(kint(root, KL, "topk_group", 1, SPILL_MAX_EXPERTS, 1, 0, &c->topk_group, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "num_expert_group", 1, SPILL_MAX_EXPERTS, 1, 0, &c->n_group, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "topk_group", 1, SPILL_MAX_EXPERTS, 1, 0, &c->topk_group, e));
   SPILL_FAIL_IF(e, c->E % c->n_group, SPILL_E_FORMAT, KL ": num_expert_group %d does not divide num_experts %d",
                 c->n_group, c->E);
   SPILL_FAIL_IF(e, c->topk_group > c->n_group, SPILL_E_FORMAT, KL ": topk_group %d > num_expert_group %d",
@@ -146,28 +132,28 @@ static int hf_values(const cJSON *root, kl_cfg *c, spill_err *e) {
   SPILL_TRY(spill_json_str_opt(root, "hidden_act", KL, 32, "silu", &act, SPILL_E_FORMAT, e));
   if (strcmp(act, "silu")) return refuse("hidden_act", "only silu", e);
   int freq, mtp;
-  SPILL_TRY(kint(root, KL, "moe_layer_freq", 1, 1024, 1, 0, &freq, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "moe_layer_freq", 1, 1024, 1, 0, &freq, e));
   if (freq != 1) return refuse("moe_layer_freq", "dense layers between MoE layers; only 1", e);
-  SPILL_TRY(kint(root, KL, "num_nextn_predict_layers", 0, 64, 0, 0, &mtp, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "num_nextn_predict_layers", 0, 64, 0, 0, &mtp, e));
   if (mtp != 0) return refuse("num_nextn_predict_layers", "the modelling code has no MTP layers", e);
   return spill_json_bool_opt(root, "tie_word_embeddings", KL, 0, &c->tied, SPILL_E_FORMAT, e);
 }
 
 static int hf_dims(const cJSON *root, kl_cfg *c, spill_err *e) {
-  SPILL_TRY(kint(root, KL, "vocab_size", 1, 16777216, 0, 1, &c->V, e));
-  SPILL_TRY(kint(root, KL, "hidden_size", 1, 1048576, 0, 1, &c->D, e));
-  SPILL_TRY(kint(root, KL, "num_hidden_layers", 1, SPILL_MAX_LAYERS, 0, 1, &c->L, e));
-  SPILL_TRY(kint(root, KL, "num_attention_heads", 1, 4096, 0, 1, &c->H, e));
-  SPILL_TRY(kint(root, KL, "kv_lora_rank", 1, 1048576, 0, 1, &c->dc, e));
-  SPILL_TRY(kint(root, KL, "qk_nope_head_dim", 1, 4096, 0, 1, &c->dn, e));
-  SPILL_TRY(kint(root, KL, "qk_rope_head_dim", 0, 4096, 0, 1, &c->dr, e));
-  SPILL_TRY(kint(root, KL, "v_head_dim", 1, 4096, 0, 1, &c->dv, e));
-  SPILL_TRY(kint(root, KL, "num_experts", 1, SPILL_MAX_EXPERTS, 0, 1, &c->E, e));
-  SPILL_TRY(kint(root, KL, "num_experts_per_token", 1, SPILL_MAX_TOPK, 0, 1, &c->k, e));
-  SPILL_TRY(kint(root, KL, "moe_intermediate_size", 1, 1048576, 0, 1, &c->F, e));
-  SPILL_TRY(kint(root, KL, "intermediate_size", 1, 1048576, 0, 1, &c->Fd, e));
-  SPILL_TRY(kint(root, KL, "num_shared_experts", 0, 64, 0, 0, &c->n_shared, e));
-  SPILL_TRY(kint(root, KL, "first_k_dense_replace", 0, c->L, 0, 0, &c->n_dense, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "vocab_size", 1, 16777216, 0, 1, &c->V, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "hidden_size", 1, 1048576, 0, 1, &c->D, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "num_hidden_layers", 1, SPILL_MAX_LAYERS, 0, 1, &c->L, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "num_attention_heads", 1, 4096, 0, 1, &c->H, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "kv_lora_rank", 1, 1048576, 0, 1, &c->dc, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "qk_nope_head_dim", 1, 4096, 0, 1, &c->dn, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "qk_rope_head_dim", 0, 4096, 0, 1, &c->dr, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "v_head_dim", 1, 4096, 0, 1, &c->dv, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "num_experts", 1, SPILL_MAX_EXPERTS, 0, 1, &c->E, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "num_experts_per_token", 1, SPILL_MAX_TOPK, 0, 1, &c->k, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "moe_intermediate_size", 1, 1048576, 0, 1, &c->F, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "intermediate_size", 1, 1048576, 0, 1, &c->Fd, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "num_shared_experts", 0, 64, 0, 0, &c->n_shared, e));
+  SPILL_TRY(imp_cfg_int(root, KL, "first_k_dense_replace", 0, c->L, 0, 0, &c->n_dense, e));
   SPILL_TRY(spill_json_num(root, "rms_norm_eps", KL, 1e-30, 1, &c->eps, SPILL_E_FORMAT, e));
   SPILL_FAIL_IF(e, c->dr % 2, SPILL_E_FORMAT, KL ": qk_rope_head_dim %d is odd", c->dr);
   SPILL_FAIL_IF(e, c->k > c->E, SPILL_E_FORMAT, KL ": num_experts_per_token %d > %d experts", c->k, c->E);
@@ -187,12 +173,7 @@ static int hf_config(imp_src *s, const char *dir, const cJSON *root, kl_cfg *c, 
       "use_grouped_topk", "moe_router_activation_func", "moe_renormalize", "routed_scaling_factor",
       "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings", "hidden_act", "mla_use_nope",
       "linear_attn_config", "num_nextn_predict_layers", "model_max_length", "quantization_config", NULL};
-  for (const cJSON *it = root->child; it; it = it->next)
-    if (!imp_cfg_harmless(it->string) && !imp_in_list(keys, it->string))
-      return spill_err_set(e, SPILL_E_UNSUPPORTED,
-                           KL ": key \"%.80s\" is not understood for kimi_linear (it may change the "
-                           "maths; refusing rather than importing a different model)",
-                           it->string);
+  SPILL_TRY(imp_cfg_only_keys(root, "kimi_linear", keys, e));
   SPILL_TRY(hf_dims(root, c, e));
   SPILL_TRY(hf_values(root, c, e));
   SPILL_TRY(hf_routing(root, c, e));
@@ -328,14 +309,12 @@ static int gguf_config(imp_src *s, kl_cfg *c, spill_err *e) {
 
 /* ---- tensors ---- */
 
-/* Adds container tensor blk.l.dst from the GGUF name g (c->G) or the HF
- * name h, both below the layer's prefix. */
+/* Adds container tensor blk.l.dst from the GGUF name g or the HF name h,
+ * both below the layer's prefix. */
 static int T(imp_src *s, const kl_cfg *c, imp_plan *p, int l, const char *dst, const char *g, const char *h,
              int nd, uint64_t r, uint64_t co, spill_err *e) {
-  char a[160], b[200];
-  snprintf(a, sizeof a, "blk.%d.%s", l, dst);
-  snprintf(b, sizeof b, c->G ? "blk.%d.%s" : "model.layers.%d.%s", l, c->G ? g : h);
-  return imp_add_trunk(s, p, a, b, nd, r, co, 0, e);
+  (void)c;
+  return imp_add_layer(s, p, l, dst, g, h, nd, r, co, 0, e);
 }
 
 /* Like T for a source whose shape is [rows, cols] (cols 0: [rows]) with
@@ -432,58 +411,22 @@ static int plan_mla(imp_src *s, const kl_cfg *c, imp_plan *p, int l, spill_err *
   return T(s, c, p, l, "attn_output", "attn_output.weight", "self_attn.o_proj.weight", 2, D, H * dv, e);
 }
 
-static int plan_experts(imp_src *s, const kl_cfg *c, imp_plan *p, int l, spill_err *e) {
-  /* HF experts: w1 gate, w3 up, w2 down (KimiBlockSparseMLP); GGUF stacked */
-  static const char *const w[SPILL_SEC_COUNT] = {"w1", "w3", "w2"};
-  static const char *const gg[SPILL_SEC_COUNT] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-  const uint64_t D = c->D, E = c->E, F = c->F;
-  imp_moe_layer *m = &p->moe[l - c->n_dense];
-  char pre[48];
-  snprintf(pre, sizeof pre, c->G ? "blk.%d." : "model.layers.%d.", l);
-  for (int k = 0; k < SPILL_SEC_COUNT; k++) {
-    const uint64_t rows = k == 2 ? D : F, cols = k == 2 ? F : D;
-    if (c->G) {
-      char b[96];
-      snprintf(b, sizeof b, "%s%s.weight", pre, gg[k]);
-      SPILL_TRY(imp_gguf_experts(s, m, k, b, E, rows, cols, e));
-    } else {
-      SPILL_TRY(imp_hf_experts(s, m, k, pre, "block_sparse_moe.experts", w[k], E, rows, cols, e));
-    }
-  }
-  return SPILL_OK;
-}
-
 static int plan_ffn(imp_src *s, const kl_cfg *c, imp_plan *p, int l, spill_err *e) {
   const uint64_t D = c->D, E = c->E, Fd = c->Fd, S = (uint64_t)c->n_shared * c->F;
-  if (l < c->n_dense) {
-    SPILL_TRY(T(s, c, p, l, "ffn_gate", "ffn_gate.weight", "mlp.gate_proj.weight", 2, Fd, D, e));
-    SPILL_TRY(T(s, c, p, l, "ffn_up", "ffn_up.weight", "mlp.up_proj.weight", 2, Fd, D, e));
-    return T(s, c, p, l, "ffn_down", "ffn_down.weight", "mlp.down_proj.weight", 2, D, Fd, e);
-  }
+  /* HF experts: w1 gate, w3 up, w2 down (KimiBlockSparseMLP); GGUF stacked */
+  static const char *const w[SPILL_SEC_COUNT] = {"w1", "w3", "w2"};
+  if (l < c->n_dense) return imp_plan_dense_ffn(s, p, l, D, Fd, e);
   SPILL_TRY(T(s, c, p, l, "ffn_gate_inp", "ffn_gate_inp.weight", "block_sparse_moe.gate.weight", 2, E, D, e));
   SPILL_TRY(T(s, c, p, l, "exp_probs_b", "exp_probs_b.bias", "block_sparse_moe.gate.e_score_correction_bias", 1,
               E, 0, e));
-  if (S > 0) {
-    SPILL_TRY(T(s, c, p, l, "ffn_gate_shexp", "ffn_gate_shexp.weight",
-                "block_sparse_moe.shared_experts.gate_proj.weight", 2, S, D, e));
-    SPILL_TRY(T(s, c, p, l, "ffn_up_shexp", "ffn_up_shexp.weight", "block_sparse_moe.shared_experts.up_proj.weight",
-                2, S, D, e));
-    SPILL_TRY(T(s, c, p, l, "ffn_down_shexp", "ffn_down_shexp.weight",
-                "block_sparse_moe.shared_experts.down_proj.weight", 2, D, S, e));
-  }
-  return plan_experts(s, c, p, l, e);
+  if (S > 0) SPILL_TRY(imp_plan_shared_experts(s, p, l, D, S, "block_sparse_moe.shared_experts", e));
+  return imp_plan_experts(s, &p->moe[l - c->n_dense], l, E, D, (uint64_t)c->F, "block_sparse_moe.experts", w, e);
 }
 
 static int plan_tensors(imp_src *s, const kl_cfg *c, imp_plan *p, spill_err *e) {
-  const uint64_t D = c->D, V = c->V;
-  const int G = c->G;
-  p->trunk = calloc((size_t)(3 + 24 * c->L), sizeof *p->trunk);
-  p->moe = calloc((size_t)(c->L - c->n_dense + 1), sizeof *p->moe);
-  SPILL_FAIL_IF(e, !p->trunk || !p->moe, SPILL_E_NOMEM, "out of memory");
-  SPILL_TRY(imp_add_trunk(s, p, "tok_embd", G ? "token_embd.weight" : "model.embed_tokens.weight", 2, V, D, 0, e));
-  SPILL_TRY(imp_add_trunk(s, p, "output_norm", G ? "output_norm.weight" : "model.norm.weight", 1, D, 0, 0, e));
-  const char *out = G ? "output.weight" : c->tied ? "model.embed_tokens.weight" : "lm_head.weight";
-  SPILL_TRY(imp_add_trunk(s, p, "output", out, 2, V, D, 0, e));
+  const uint64_t D = c->D;
+  /* GGUF kimi-linear is never tied (c->tied 0: output.weight required) */
+  SPILL_TRY(imp_plan_init(s, p, 3 + 24 * c->L, c->L - c->n_dense + 1, (uint64_t)c->V, D, c->tied, e));
   for (int l = 0; l < c->L; l++) {
     SPILL_TRY(T(s, c, p, l, "attn_norm", "attn_norm.weight", "input_layernorm.weight", 1, D, 0, e));
     SPILL_TRY(c->is_kda[l] ? plan_kda(s, c, p, l, e) : plan_mla(s, c, p, l, e));
@@ -550,31 +493,23 @@ static void fill_arch(const kl_cfg *c, spill_arch *a) {
   o->group_mask_zero = c->n_group > 1 && !c->G;
 }
 
-int imp_kimi_linear_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e) {
-  *handled = 0;
-  kl_cfg *c = NULL;
-  int rc;
-  if (s->is_gguf) {
-    const char *an;
-    if (spill_gguf_get_str(&s->gg, "general.architecture", &an, NULL, NULL) != SPILL_OK || strcmp(an, GA))
-      return SPILL_OK;
-    *handled = 1;
-    snprintf(s->arch_name, sizeof s->arch_name, GA);
-    c = calloc(1, sizeof *c);
-    rc = c ? gguf_config(s, c, e) : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
-  } else {
-    const char *mt;
-    cJSON *root = imp_hf_config(dir, &mt);
-    if (!mt || strcmp(mt, "kimi_linear")) {
-      cJSON_Delete(root);
-      return SPILL_OK;
-    }
-    *handled = 1;
-    snprintf(s->arch_name, sizeof s->arch_name, "kimi_linear");
-    c = calloc(1, sizeof *c);
-    rc = c ? hf_config(s, dir, root, c, e) : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
-    cJSON_Delete(root);
+int imp_kimi_linear_plan_hf(imp_src *s, const char *dir, const cJSON *root, int variant, imp_plan *p,
+                            spill_err *e) {
+  (void)variant;
+  kl_cfg *c = calloc(1, sizeof *c);
+  int rc = c ? hf_config(s, dir, root, c, e) : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
+  if (rc == SPILL_OK) {
+    fill_arch(c, &p->arch);
+    rc = plan_tensors(s, c, p, e);
   }
+  free(c);
+  return rc;
+}
+
+int imp_kimi_linear_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e) {
+  (void)variant;
+  kl_cfg *c = calloc(1, sizeof *c);
+  int rc = c ? gguf_config(s, c, e) : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
   if (rc == SPILL_OK) {
     fill_arch(c, &p->arch);
     rc = plan_tensors(s, c, p, e);

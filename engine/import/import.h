@@ -69,6 +69,20 @@ typedef struct spill_import_summary {
   double max_rel_err;
 } spill_import_summary;
 
+/* The architectures `spill import` reads: one row each of the importer's
+ * table (engine/import/arch_registry.c); docs/MODEL.md lists the same. */
+typedef struct spill_import_arch {
+  const char *name;             /* "Qwen3-MoE", ... */
+  const char *hf_model_type[4]; /* config.json model_type values, NULL-terminated */
+  const char *gguf_arch;        /* GGUF general.architecture, or NULL */
+  const char *gguf_note;        /* a condition on the GGUF ("with experts"), or NULL */
+} spill_import_arch;
+
+/* The number of rows, and row i (static, never freed; NULL outside
+ * [0, n)). Thread-safe. */
+int spill_import_n_archs(void);
+const spill_import_arch *spill_import_arch_at(int i);
+
 /* Runs the import. On failure DST holds no manifest (nothing `spill verify`
  * accepts) but keeps the journal and finished units for a re-run. */
 int spill_import_run(const spill_import_request *r, spill_import_summary *s, spill_err *e);

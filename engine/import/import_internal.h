@@ -1,6 +1,9 @@
 /* engine/import/import_internal.h: the importer's private structures, shared
- * by import_plan.c (config / GGUF metadata -> architecture + tensor plan) and
- * import_run.c (conversion, journal, writing). Not a public API.
+ * by the planning layers (import_plan.c: source access and plan helpers;
+ * arch_*.c: one architecture family each; arch_registry.c: the table of
+ * architectures that picks one) and import_run.c (conversion, journal,
+ * writing). Calls go registry -> arch_*.c -> import_plan.c, never back.
+ * Not a public API.
  */
 #ifndef SPILL_IMPORT_INTERNAL_H
 #define SPILL_IMPORT_INTERNAL_H
@@ -74,12 +77,31 @@ const spill_src_tensor *imp_src_tensor(const imp_src *s, int i);
  * (import_tok.c); no-op for other sources. */
 int imp_gguf_tokenizer(const imp_src *s, const char *dst, spill_err *e);
 
-/* Plan helpers (import_plan.c) for the architecture files. */
+/* ---- Plan helpers (import_plan.c), below the architecture files ---- */
 int imp_need(imp_src *s, const char *name, const spill_src_tensor **out, spill_err *e);
 int imp_check_shape(const spill_src_tensor *t, int ndim, uint64_t a, uint64_t b, spill_err *e);
 /* Adds trunk tensor dst from source src (shape-checked, FP8 scale found). */
 int imp_add_trunk(imp_src *s, imp_plan *p, const char *dst, const char *src, int ndim,
                   uint64_t rows, uint64_t cols, int unpermute, spill_err *e);
+/* Adds trunk tensor "blk.<l>.<dst>" from the layer's GGUF tensor
+ * "blk.<l>.<gguf>" or Hugging Face tensor "model.layers.<l>.<hf>". */
+int imp_add_layer(imp_src *s, imp_plan *p, int l, const char *dst, const char *gguf, const char *hf, int ndim,
+                  uint64_t rows, uint64_t cols, int unpermute, spill_err *e);
+/* Allocates the plan (max_trunk trunk entries, n_moe MoE layers) and adds
+ * the trunk's ends: tok_embd (V, D), output_norm (D), output (V, D) from
+ * the embedding when tied. */
+int imp_plan_init(imp_src *s, imp_plan *p, int max_trunk, int n_moe, uint64_t V, uint64_t D, int tied,
+                  spill_err *e);
+/* The routed experts of layer l into m: GGUF blk.l.ffn_{gate,up,down}_exps
+ * stacked (E, rows, cols); HF "model.layers.l.<hf_mid>.<x>.<hf_leaf[k]>.weight"
+ * per expert. Gate / up (F, D), down (D, F). */
+int imp_plan_experts(imp_src *s, imp_moe_layer *m, int l, uint64_t E, uint64_t D, uint64_t F, const char *hf_mid,
+                     const char *const hf_leaf[SPILL_SEC_COUNT], spill_err *e);
+/* A dense SwiGLU FFN of width Fd (blk.l.ffn_{gate,up,down}; HF mlp.*_proj). */
+int imp_plan_dense_ffn(imp_src *s, imp_plan *p, int l, uint64_t D, uint64_t Fd, spill_err *e);
+/* Shared experts merged to width S (blk.l.ffn_*_shexp; HF <hf_mid>.*_proj). */
+int imp_plan_shared_experts(imp_src *s, imp_plan *p, int l, uint64_t D, uint64_t S, const char *hf_mid,
+                            spill_err *e);
 /* HF per-expert sources of section k (0 gate, 1 up, 2 down) of one MoE
  * layer: "<pre><mid>.<x>.<leaf>.weight" for x < E, each (rows, cols), with
  * its FP8 weight_scale_inv when the tensor is FP8. */
@@ -105,29 +127,54 @@ int imp_add_kv_b_split(imp_src *s, imp_plan *p, const char *pre, int l, uint64_t
  * and FP8 trunk tensors need the block size. */
 int imp_check_consumed(imp_src *s, const imp_plan *p, int skip_layer_from, spill_err *e);
 struct cJSON;
+/* config.json integer `key` of object r (path names it in errors) in
+ * [lo, hi]; absent or null: an error when required, else dflt. */
+int imp_cfg_int(const struct cJSON *r, const char *path, const char *key, int64_t lo, int64_t hi, int dflt,
+                int required, int *out, spill_err *e);
+/* Refuses a config.json key that is neither harmless (shared list) nor in
+ * keys (NULL-terminated), naming it and the architecture. */
+int imp_cfg_only_keys(const struct cJSON *root, const char *arch, const char *const *keys, spill_err *e);
 /* config.json quantization_config (block FP8 only) and bos/eos ids. */
 int imp_cfg_quant(const struct cJSON *root, imp_src *s, spill_err *e);
 int imp_cfg_bos_eos(const struct cJSON *root, const char *dir, int *bos, int *eos, spill_err *e);
-/* dir/config.json parsed (NULL: no such file or not JSON; cJSON_Delete it)
- * and *model_type its model_type string (or NULL). */
-struct cJSON *imp_hf_config(const char *dir, const char **model_type);
-/* Harmless config.json keys shared by all architectures. */
-int imp_cfg_harmless(const char *key);
 int imp_in_list(const char *const *list, const char *key); /* NULL-terminated list */
 
-/* DeepSeek-V2/V3, Kimi-K2 (config.json model_type deepseek_v2, deepseek_v3,
- * kimi_k2; GGUF deepseek2): arch_deepseek.c. *handled = 0 when the source is
- * another architecture (nothing done). */
-int imp_deepseek_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e);
+/* ---- The architectures (arch_*.c), one family per file ----
+ * Each family file plans from a parsed config.json (root; dir holds it) or
+ * from the GGUF metadata; s->arch_name is the model_type or the GGUF
+ * general.architecture; variant is the registry row's (a family's member). */
+typedef int (*imp_plan_hf_fn)(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
+                              spill_err *e);
+typedef int (*imp_plan_gguf_fn)(imp_src *s, int variant, imp_plan *p, spill_err *e);
 
-/* Kimi-Linear (config.json model_type kimi_linear; GGUF kimi-linear):
- * arch_kimi_linear.c.
- * *handled = 0 when the source is another architecture (nothing done). */
-int imp_kimi_linear_plan(imp_src *s, const char *dir, imp_plan *p, int *handled, spill_err *e);
+/* arch_gqa_moe.c: Qwen3-MoE, OLMoE, Mixtral. */
+enum { IMP_GQA_QWEN3MOE = 0, IMP_GQA_OLMOE = 1, IMP_GQA_MIXTRAL = 2 };
+int imp_gqa_moe_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
+                        spill_err *e);
+int imp_gqa_moe_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
+/* arch_deepseek.c: DeepSeek-V2/V3, Kimi-K2 (V2 vs V3 code by s->arch_name). */
+int imp_deepseek_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
+                         spill_err *e);
+int imp_deepseek_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
+/* arch_kimi_linear.c: Kimi-Linear (KDA + NoPE MLA). */
+int imp_kimi_linear_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
+                            spill_err *e);
+int imp_kimi_linear_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
+
+/* ---- The registry (arch_registry.c): one row per architecture ---- */
+typedef struct imp_arch_row {
+  spill_import_arch info;  /* names, as spill_import_arch_at() lists them */
+  imp_plan_hf_fn plan_hf;  /* NULL: no Hugging Face form */
+  imp_plan_gguf_fn plan_gguf; /* NULL: no GGUF form */
+  int variant;
+} imp_arch_row;
+extern const imp_arch_row imp_arch_rows[];
+extern const int imp_n_arch_rows;
 
 /* --experts rvq3: engine/import/import_rvq.h. */
 
-/* Builds the plan from the source's config / metadata. */
+/* Builds the plan from the source's config / metadata: the registry row of
+ * its model_type / general.architecture (arch_registry.c). */
 int imp_plan_build(imp_src *s, imp_plan *p, spill_err *e);
 void imp_plan_free(imp_plan *p);
 

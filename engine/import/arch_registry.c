@@ -1,0 +1,124 @@
+/* engine/import/arch_registry.c: the table of the architectures `spill
+ * import` reads, one row each: its name, its Hugging Face model_type(s), its
+ * GGUF general.architecture and the plan functions of its family file
+ * (arch_*.c). imp_plan_build picks the row of the source's model_type or
+ * general.architecture; the refusals of another one list the table's
+ * names, and spill_import_arch_at() hands the rows to `spill import
+ * --architectures` (docs/MODEL.md's list is checked against it).
+ *
+ * A new architecture is a row here plus its family file (arch_<family>.c:
+ * config / metadata reading and the tensor plan, with import_plan.c's
+ * helpers), and its model file only if it brings a new block. Calls go from
+ * here to the family files and import_plan.c, never back.
+ */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/base/json_util.h"
+#include "engine/import/import_internal.h"
+
+const imp_arch_row imp_arch_rows[] = {
+    {{"Qwen3-MoE", {"qwen3_moe"}, "qwen3moe", NULL}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf, IMP_GQA_QWEN3MOE},
+    {{"OLMoE", {"olmoe"}, "olmoe", NULL}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf, IMP_GQA_OLMOE},
+    {{"Mixtral", {"mixtral"}, "llama", "with experts"}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf,
+     IMP_GQA_MIXTRAL},
+    {{"DeepSeek-V2/V3, Kimi-K2", {"deepseek_v2", "deepseek_v3", "kimi_k2"}, "deepseek2", NULL},
+     imp_deepseek_plan_hf, imp_deepseek_plan_gguf, 0},
+    {{"Kimi-Linear", {"kimi_linear"}, "kimi-linear", NULL}, imp_kimi_linear_plan_hf, imp_kimi_linear_plan_gguf,
+     0},
+};
+const int imp_n_arch_rows = (int)(sizeof imp_arch_rows / sizeof imp_arch_rows[0]);
+
+int spill_import_n_archs(void) { return imp_n_arch_rows; }
+
+const spill_import_arch *spill_import_arch_at(int i) {
+  return i >= 0 && i < imp_n_arch_rows ? &imp_arch_rows[i].info : NULL;
+}
+
+/* "a, b, c" of the table's HF model_types (gguf = 0) or GGUF names with
+ * their notes (gguf = 1), into buf. */
+static const char *supported(int gguf, char *buf, size_t n) {
+  buf[0] = 0;
+  for (int i = 0; i < imp_n_arch_rows; i++) {
+    const spill_import_arch *a = &imp_arch_rows[i].info;
+    if (gguf && a->gguf_arch && imp_arch_rows[i].plan_gguf) {
+      snprintf(buf + strlen(buf), n - strlen(buf), "%s%s%s%s", buf[0] ? ", " : "", a->gguf_arch,
+               a->gguf_note ? " " : "", a->gguf_note ? a->gguf_note : "");
+    } else if (!gguf && imp_arch_rows[i].plan_hf) {
+      for (int k = 0; k < 4 && a->hf_model_type[k]; k++)
+        snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? ", " : "", a->hf_model_type[k]);
+    }
+  }
+  return buf;
+}
+
+static const imp_arch_row *find_hf(const char *model_type) {
+  for (int i = 0; i < imp_n_arch_rows; i++)
+    for (int k = 0; k < 4 && imp_arch_rows[i].info.hf_model_type[k]; k++)
+      if (imp_arch_rows[i].plan_hf && !strcmp(imp_arch_rows[i].info.hf_model_type[k], model_type))
+        return &imp_arch_rows[i];
+  return NULL;
+}
+
+static const imp_arch_row *find_gguf(const char *arch) {
+  for (int i = 0; i < imp_n_arch_rows; i++)
+    if (imp_arch_rows[i].plan_gguf && imp_arch_rows[i].info.gguf_arch &&
+        !strcmp(imp_arch_rows[i].info.gguf_arch, arch))
+      return &imp_arch_rows[i];
+  return NULL;
+}
+
+/* config.json of dir: its model_type picks the row. */
+static int plan_hf(imp_src *s, const char *dir, imp_plan *p, spill_err *e) {
+  char path[4200], *json = NULL, list[512];
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  SPILL_TRY(spill_read_file(path, 16u << 20, &json, &len, e));
+  cJSON *root = cJSON_ParseWithLength(json, len);
+  free(json);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return spill_err_set(e, SPILL_E_FORMAT, "%s: not a JSON object", path);
+  }
+  const char *mt = NULL;
+  const imp_arch_row *row = NULL;
+  int rc = spill_json_str(root, "model_type", "config.json", 31, &mt, SPILL_E_FORMAT, e);
+  if (rc == SPILL_OK) {
+    snprintf(s->arch_name, sizeof s->arch_name, "%s", mt);
+    row = find_hf(mt);
+    if (!row)
+      rc = spill_err_set(e, SPILL_E_UNSUPPORTED, "config.json: model_type \"%s\" is not supported (%s)", mt,
+                         supported(0, list, sizeof list));
+  }
+  if (rc == SPILL_OK) rc = row->plan_hf(s, dir, root, row->variant, p, e);
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* GGUF: general.architecture picks the row. */
+static int plan_gguf(imp_src *s, imp_plan *p, spill_err *e) {
+  const char *an;
+  char list[512];
+  SPILL_TRY(spill_gguf_get_str(&s->gg, "general.architecture", &an, NULL, e));
+  snprintf(s->arch_name, sizeof s->arch_name, "%s", an);
+  const imp_arch_row *row = find_gguf(an);
+  if (!row)
+    return spill_err_set(e, SPILL_E_UNSUPPORTED, "GGUF general.architecture \"%.40s\" is not supported (%s)", an,
+                         supported(1, list, sizeof list));
+  return row->plan_gguf(s, row->variant, p, e);
+}
+
+int imp_plan_build(imp_src *s, imp_plan *p, spill_err *e) {
+  memset(p, 0, sizeof *p);
+  /* the directory of the checkpoint */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", !s->is_gguf && s->st.n_files ? s->st.paths[0] : ".");
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
+  const int rc = s->is_gguf ? plan_gguf(s, p, e) : plan_hf(s, dir, p, e);
+  if (rc != SPILL_OK) imp_plan_free(p);
+  return rc;
+}
