@@ -33,6 +33,7 @@ typedef struct turn {
   char *text; /* the reply so far */
   size_t n, cap;
   int oom;
+  volatile int *stop; /* Ctrl-C */
 } turn;
 
 static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
@@ -52,29 +53,42 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
   t->text[t->n] = 0;
   fputs(text, stdout);
   fflush(stdout);
-  return g_stop;
+  return *t->stop;
 }
 
-/* Renders msgs with the model's template and generates the reply; *reply
- * gets it (malloc'ed). Shared with `spill run --chat`. */
+/* Renders msgs with the model's template (under the default render budget;
+ * *stop, set by Ctrl-C, stops the rendering within a poll of the budget and
+ * the generation at the next token) and generates the reply; *reply gets it
+ * (malloc'ed). Shared with `spill run --chat`. */
 int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
-                  const spill_sampling *s, char **reply, spill_run_stats *st, spill_err *e);
+                  const spill_sampling *s, volatile int *stop, char **reply, spill_run_stats *st,
+                  spill_err *e);
 int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
-                  const spill_sampling *s, char **reply, spill_run_stats *st, spill_err *e) {
+                  const spill_sampling *s, volatile int *stop, char **reply, spill_run_stats *st,
+                  spill_err *e) {
   const spill_tok *tok = spill_engine_tokenizer(eng);
   *reply = NULL;
   SPILL_FAIL_IF(e, !tok, SPILL_E_UNSUPPORTED,
                 "chat: this model has no tokenizer (a synthetic model speaks bytes; import a "
                 "checkpoint)");
   char *prompt = NULL;
-  SPILL_TRY(spill_tok_chat_render(tok, msgs, n_msgs, 1, &prompt, e));
+  spill_chat_budget b;
+  spill_chat_budget_default(&b);
+  b.stop_flag = stop;
+  int rc = spill_tok_chat_render_budget(tok, msgs, n_msgs, 1, &b, &prompt, e);
+  if (rc == SPILL_E_INTERRUPTED) { /* Ctrl-C while rendering: an empty turn */
+    memset(st, 0, sizeof *st);
+    *reply = calloc(1, 1);
+    return rc;
+  }
+  SPILL_TRY(rc);
   int cap = (int)strlen(prompt) * 3 + 8, n = 0;
   int *toks = malloc((size_t)cap * sizeof(int));
-  int rc = toks ? spill_tokenize(eng, prompt, 0, toks, cap, &n, e)
+  rc = toks ? spill_tokenize(eng, prompt, 0, toks, cap, &n, e)
                 : spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
   free(prompt);
-  turn t = {tok, NULL, 0, 0, 0};
-  if (rc == SPILL_OK) rc = spill_generate(eng, toks, n, n_new, s, on_token, &t, &g_stop, st, e);
+  turn t = {tok, NULL, 0, 0, 0, stop};
+  if (rc == SPILL_OK) rc = spill_generate(eng, toks, n, n_new, s, on_token, &t, stop, st, e);
   free(toks);
   if (rc == SPILL_OK && t.oom) rc = spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
   if (rc != SPILL_OK && rc != SPILL_E_INTERRUPTED) {
@@ -158,7 +172,7 @@ int cmd_chat(int argc, char **argv) {
     spill_run_stats st;
     spill_err e = {0};
     g_stop = 0;
-    int rc = cli_chat_turn(eng, msgs, n, (int)n_new, &s, &reply, &st, &e);
+    int rc = cli_chat_turn(eng, msgs, n, (int)n_new, &s, &g_stop, &reply, &st, &e);
     fputs("\n", stdout);
     fflush(stdout);
     if (rc && rc != SPILL_E_INTERRUPTED) {

@@ -20,7 +20,8 @@ const char cmd_run_usage[] = "usage: spill run MODEL PROMPT [-n N] [--chat] [sam
 
 /* cli/cmd_chat.c */
 int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
-                  const spill_sampling *s, char **reply, spill_run_stats *st, spill_err *e);
+                  const spill_sampling *s, volatile int *stop, char **reply, spill_run_stats *st,
+                  spill_err *e);
 
 static volatile int g_stop;
 static void on_sigint(int sig) {
@@ -73,7 +74,7 @@ int cmd_run(int argc, char **argv) {
     char *reply = NULL;
     spill_run_stats st;
     spill_err e = {0};
-    int rc = cli_chat_turn(eng, &msg, 1, (int)n_new, &s, &reply, &st, &e);
+    int rc = cli_chat_turn(eng, &msg, 1, (int)n_new, &s, &g_stop, &reply, &st, &e);
     fputs("\n", stdout);
     fflush(stdout);
     if (rc == SPILL_OK || rc == SPILL_E_INTERRUPTED) cli_print_run_summary(eng, &st);

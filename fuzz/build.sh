@@ -2,7 +2,7 @@
 # fuzz/build.sh: builds the libFuzzer targets with clang-14 outside Bazel
 # (Bazel's autodetected toolchain here is gcc, which has no libFuzzer).
 #
-#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request,tok}
+#   fuzz/build.sh OUT_DIR      -> OUT_DIR/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request,tok,jinja}
 #
 # The library sources the targets need are compiled once with
 # -fsanitize=fuzzer-no-link,address,undefined into a static archive; each
@@ -67,8 +67,8 @@ for s in "${SRCS[@]}"; do
 done
 rm -f "$OUT/libspill_fuzz.a"
 ar rcs "$OUT/libspill_fuzz.a" "${objs[@]}"
-for t in manifest record exp_config trace trace_convert runs safetensors gguf server_request tok; do
+for t in manifest record exp_config trace trace_convert runs safetensors gguf server_request tok jinja; do
   $CC $CFLAGS -fsanitize=fuzzer "$ROOT/fuzz/fuzz_$t.c" "$OUT/libspill_fuzz.a" \
     -lcjson -lpcre2-8 -lutf8proc -lm -lpthread -o "$OUT/fuzz_$t"
 done
-echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request,tok}" >&2
+echo "fuzz/build.sh: built $OUT/fuzz_{manifest,record,exp_config,trace,trace_convert,runs,safetensors,gguf,server_request,tok,jinja}" >&2

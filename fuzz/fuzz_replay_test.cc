@@ -26,6 +26,7 @@ int spill_fuzz_gguf_one(const uint8_t *data, size_t size);
 int spill_fuzz_trace_convert_one(const uint8_t *data, size_t size);
 int spill_fuzz_server_request_one(const uint8_t *data, size_t size);
 int spill_fuzz_tok_one(const uint8_t *data, size_t size);
+int spill_fuzz_jinja_one(const uint8_t *data, size_t size);
 }
 
 namespace {
@@ -104,6 +105,12 @@ TEST(FuzzReplayTest, ServerRequestBodiesParseOrFailCleanly) {
 
 TEST(FuzzReplayTest, TokenizerAndTemplateInputsRoundTripOrFailCleanly) {
   EXPECT_GE(Replay("tok", spill_fuzz_tok_one), 4u);
+}
+
+// The real templates render, the issue-26 crashers (deep nesting, runaway
+// loops) fail with their budget's status instead of a crash.
+TEST(FuzzReplayTest, JinjaTemplatesRenderOrFailWithANamedStatus) {
+  EXPECT_GE(Replay("jinja", spill_fuzz_jinja_one), 16u);
 }
 
 }  // namespace

@@ -335,10 +335,23 @@ static void trace_knobs(spill_server *s, const job *j, int on) {
   }
 }
 
+/* The render budget's cancellation (polled every SPILL_CHAT_POLL_STEPS
+ * steps): the client went away or the server is stopping. */
+static int render_cancelled(void *user) {
+  job *j = user;
+  spill_server *s = j->srv;
+  pthread_mutex_lock(&s->mu);
+  if (!j->cancel && peer_gone(j->fd)) j->cancel = 1;
+  int stop = j->cancel || (s->stop && *s->stop);
+  pthread_mutex_unlock(&s->mu);
+  return stop;
+}
+
 /* The prompt's text: a completion's text with BOS; a chat through the
- * model's template (which writes its own BOS text, so none is added) or the
- * documented fallback rendering (with BOS, like a completion). */
-static int render_prompt(spill_server *s, const job *j, char **text, int *add_bos, spill_err *e) {
+ * model's template (which writes its own BOS text, so none is added) under
+ * the default render budget (docs/SERVER.md), or the documented fallback
+ * rendering (with BOS, like a completion). */
+static int render_prompt(spill_server *s, job *j, char **text, int *add_bos, spill_err *e) {
   int rc = SPILL_OK;
   *add_bos = 1;
   *text = NULL;
@@ -349,7 +362,11 @@ static int render_prompt(spill_server *s, const job *j, char **text, int *add_bo
       msgs[i].role = j->req.messages[i].role;
       msgs[i].content = j->req.messages[i].content;
     }
-    if (msgs) rc = spill_tok_chat_render(s->tok, msgs, (size_t)j->req.n_messages, 1, text, e);
+    spill_chat_budget b;
+    spill_chat_budget_default(&b);
+    b.cancel = render_cancelled;
+    b.cancel_user = j;
+    if (msgs) rc = spill_tok_chat_render_budget(s->tok, msgs, (size_t)j->req.n_messages, 1, &b, text, e);
     free(msgs);
     *add_bos = 0;
   } else {
@@ -379,11 +396,17 @@ static int start_job(spill_server *s, job *j, int **toks_out, int *n_out) {
   free(text);
   pthread_mutex_lock(&s->mu);
   if (render_rc) {
-    /* the template raised an exception (e.g. roles must alternate): the
-     * client's messages; anything else is ours */
-    int client = render_rc == SPILL_E_CONFIG;
-    fail_locked(j, client ? 400 : 500, client ? "invalid_request_error" : "server_error", NULL,
-                "chat template: %s", render_rc == SPILL_E_NOMEM ? "out of memory" : e.msg);
+    /* the template raised an exception (e.g. roles must alternate) or
+     * these messages exceed the render budget: the client's messages (400);
+     * the client went away or the server stops (499); anything else is ours */
+    int client = render_rc == SPILL_E_CONFIG || (render_rc <= SPILL_E_TMPL_PARSE_DEPTH &&
+                                                 render_rc >= SPILL_E_TMPL_MEMORY);
+    if (render_rc == SPILL_E_INTERRUPTED)
+      fail_locked(j, 499, "cancelled", NULL, "%s", "the chat template's rendering was cancelled (the client went away or the server is "
+                  "stopping)");
+    else
+      fail_locked(j, client ? 400 : 500, client ? "invalid_request_error" : "server_error", NULL,
+                  "chat template: %s", render_rc == SPILL_E_NOMEM ? "out of memory" : e.msg);
     if (client) snprintf(j->err.param, sizeof j->err.param, "messages");
   } else if (rc) {
     fail_locked(j, rc == SPILL_E_NOMEM ? 500 : 400,

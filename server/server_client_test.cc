@@ -606,6 +606,34 @@ TEST_F(ServerClientTest, ChatUsesTheModelsOwnTemplateWhenItHasOne) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// Issue 26: a model's chat template is untrusted; a runaway one (nested
+// loops of 100000) used to hold the engine until something outside killed
+// the server. It renders under the budget now: the request fails 400 naming
+// the step budget, and the server answers the next request.
+TEST_F(ServerClientTest, RunawayChatTemplateFailsWithTheBudgetAndFreesTheEngine) {
+  std::string dir = tmpdir() + "/nano-runaway";
+  if (!exists(dir + "/manifest.json")) {
+    ASSERT_EQ(run({spill_, "gen", "--preset", "nano", dir}, "/dev/null", "/dev/null"), 0);
+  }
+  {
+    std::ofstream(dir + "/tokenizer.json") << byte_tokenizer_json();
+    std::ofstream(dir + "/tokenizer_config.json")
+        << R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template": )"
+        << R"("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x"})";
+  }
+  Server s(spill_, dir, {});
+  ASSERT_GT(s.port(), 0) << s.log();
+  Http h = http(s.port(), "POST", "/v1/chat/completions",
+                "{\"model\":\"" + model_id_ +
+                    "\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":2}");
+  EXPECT_EQ(h.status, 400) << h.body << s.log();
+  EXPECT_NE(h.body.find("evaluation steps"), std::string::npos) << h.body;
+  h = http(s.port(), "POST", "/v1/completions",
+           "{\"model\":\"" + model_id_ + "\",\"prompt\":\"x\",\"max_tokens\":2}");
+  EXPECT_EQ(h.status, 200) << h.body << s.log();
+  EXPECT_EQ(s.stop(), 0);
+}
+
 }  // namespace
 
 namespace {

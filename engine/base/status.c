@@ -25,6 +25,11 @@ static const struct {
     {SPILL_E_INTERRUPTED, "SPILL_E_INTERRUPTED", "interrupted"},
     {SPILL_E_SHORT_READ, "SPILL_E_SHORT_READ", "short read"},
     {SPILL_E_INTERNAL, "SPILL_E_INTERNAL", "internal error"},
+    {SPILL_E_TMPL_PARSE_DEPTH, "SPILL_E_TMPL_PARSE_DEPTH", "chat template nested too deep"},
+    {SPILL_E_TMPL_EVAL_DEPTH, "SPILL_E_TMPL_EVAL_DEPTH", "chat template evaluation nested too deep"},
+    {SPILL_E_TMPL_STEPS, "SPILL_E_TMPL_STEPS", "chat template step budget exceeded"},
+    {SPILL_E_TMPL_OUTPUT, "SPILL_E_TMPL_OUTPUT", "chat template output budget exceeded"},
+    {SPILL_E_TMPL_MEMORY, "SPILL_E_TMPL_MEMORY", "chat template memory budget exceeded"},
 };
 
 const char *spill_status_name(int status) {

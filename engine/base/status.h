@@ -33,6 +33,11 @@ typedef enum spill_status {
   SPILL_E_INTERRUPTED = -12, /* stopped by the caller (callback, signal) */
   SPILL_E_SHORT_READ = -13, /* a read returned fewer bytes than the record */
   SPILL_E_INTERNAL = -14,   /* a bug of ours that was caught, not asserted */
+  SPILL_E_TMPL_PARSE_DEPTH = -15, /* a chat template nests deeper than its budget */
+  SPILL_E_TMPL_EVAL_DEPTH = -16,  /* evaluating a template (or a value) nests too deep */
+  SPILL_E_TMPL_STEPS = -17,       /* a template rendering ran out of steps */
+  SPILL_E_TMPL_OUTPUT = -18,      /* a template rendered more bytes than its budget */
+  SPILL_E_TMPL_MEMORY = -19,      /* a template rendering allocated past its budget */
 } spill_status;
 
 /* Static, never-NULL name of a status ("SPILL_E_FORMAT"); unknown codes give

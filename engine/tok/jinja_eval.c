@@ -8,7 +8,7 @@
  * the list). Anything outside the list fails with SPILL_E_UNSUPPORTED
  * naming it, never silently.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -20,94 +20,6 @@
 #include <utf8proc.h>
 
 #include "engine/tok/jinja_internal.h"
-
-/* ---- values --------------------------------------------------------------------- */
-
-jv jv_int(int64_t i) { jv v = {0}; v.t = JV_INT; v.u.i = i; return v; }
-jv jv_bool(int b) { jv v = {0}; v.t = JV_BOOL; v.u.b = b != 0; return v; }
-jv jv_none(void) { jv v = {0}; v.t = JV_NONE; return v; }
-static jv jv_float(double f) { jv v = {0}; v.t = JV_FLOAT; v.u.f = f; return v; }
-static jv jv_undef(const char *name) { jv v = {0}; v.t = JV_UNDEF; v.undef_name = name; return v; }
-
-jv jv_str(jctx *c, const char *s, size_t n) {
-  jv v = {0};
-  v.t = JV_STR;
-  v.u.s = ja_alloc(&c->arena, sizeof(jstr) + n + 1);
-  if (!v.u.s) { v.t = JV_NONE; return v; }
-  if (n) memcpy(v.u.s->s, s, n);
-  v.u.s->len = n;
-  return v;
-}
-
-jlist *jl_new(jctx *c) { return ja_alloc(&c->arena, sizeof(jlist)); }
-int jl_push(jctx *c, jlist *l, jv v) {
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 4;
-    jv *nv = ja_alloc(&c->arena, cap * sizeof(jv));
-    if (!nv) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
-    if (l->n) memcpy(nv, l->v, l->n * sizeof(jv));
-    l->v = nv;
-    l->cap = cap;
-  }
-  l->v[l->n++] = v;
-  return SPILL_OK;
-}
-
-jdict *jd_new(jctx *c) { return ja_alloc(&c->arena, sizeof(jdict)); }
-
-static int str_eq(const jstr *a, const char *b, size_t bl) {
-  return a->len == bl && memcmp(a->s, b, bl) == 0;
-}
-
-static jv *jd_find(jdict *d, const char *k, size_t kl) {
-  for (size_t i = 0; i < d->n; i++)
-    if (d->k[i].t == JV_STR && str_eq(d->k[i].u.s, k, kl)) return &d->v[i];
-  return NULL;
-}
-
-static int jv_equal(jv a, jv b);
-
-static jv *jd_find_v(jdict *d, jv key) {
-  if (key.t == JV_STR) return jd_find(d, key.u.s->s, key.u.s->len);
-  for (size_t i = 0; i < d->n; i++)
-    if (jv_equal(d->k[i], key)) return &d->v[i];
-  return NULL;
-}
-
-int jd_set(jctx *c, jdict *d, jv key, jv val) {
-  jv *p = jd_find_v(d, key);
-  if (p) { *p = val; return SPILL_OK; }
-  if (d->n == d->cap) {
-    size_t cap = d->cap ? d->cap * 2 : 4;
-    jv *k = ja_alloc(&c->arena, cap * sizeof(jv)), *v = ja_alloc(&c->arena, cap * sizeof(jv));
-    if (!k || !v) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
-    if (d->n) { memcpy(k, d->k, d->n * sizeof(jv)); memcpy(v, d->v, d->n * sizeof(jv)); }
-    d->k = k; d->v = v; d->cap = cap;
-  }
-  d->k[d->n] = key;
-  d->v[d->n] = val;
-  d->n++;
-  return SPILL_OK;
-}
-
-/* ---- output buffer --------------------------------------------------------------- */
-
-typedef struct sbuf { char *s; size_t n, cap; int oom; } sbuf;
-static void sb_put(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *p = realloc(b->s, cap);
-    if (!p) { b->oom = 1; return; }
-    b->s = p;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->s + b->n, s, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
 /* ---- evaluation state ------------------------------------------------------------- */
 
@@ -164,38 +76,6 @@ static int truthy(jv v) {
   }
 }
 
-static int jv_equal(jv a, jv b) {
-  if ((a.t == JV_INT || a.t == JV_FLOAT || a.t == JV_BOOL) &&
-      (b.t == JV_INT || b.t == JV_FLOAT || b.t == JV_BOOL)) {
-    double x = a.t == JV_FLOAT ? a.u.f : a.t == JV_INT ? (double)a.u.i : a.u.b;
-    double y = b.t == JV_FLOAT ? b.u.f : b.t == JV_INT ? (double)b.u.i : b.u.b;
-    if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
-      int64_t p = a.t == JV_INT ? a.u.i : a.u.b, q = b.t == JV_INT ? b.u.i : b.u.b;
-      return p == q;
-    }
-    return x == y;
-  }
-  if (a.t != b.t) return 0;
-  switch (a.t) {
-    case JV_UNDEF: case JV_NONE: return 1;
-    case JV_STR: return a.u.s->len == b.u.s->len && !memcmp(a.u.s->s, b.u.s->s, a.u.s->len);
-    case JV_LIST:
-      if (a.u.l->n != b.u.l->n) return 0;
-      for (size_t i = 0; i < a.u.l->n; i++)
-        if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return 0;
-      return 1;
-    case JV_DICT:
-      if (a.u.d == b.u.d) return 1;
-      if (a.u.d->ns || b.u.d->ns || a.u.d->n != b.u.d->n) return 0;
-      for (size_t i = 0; i < a.u.d->n; i++) {
-        jv *o = jd_find_v(b.u.d, a.u.d->k[i]);
-        if (!o || !jv_equal(a.u.d->v[i], *o)) return 0;
-      }
-      return 1;
-    default: return 0;
-  }
-}
-
 /* Python float repr. */
 static void float_repr(double f, char *buf, size_t cap) {
   if (isnan(f)) { snprintf(buf, cap, "nan"); return; }
@@ -241,6 +121,8 @@ static void py_repr_str(sbuf *b, const jstr *s) {
   sb_put(b, &q, 1);
 }
 
+/* str() (repr for items inside lists and dicts); nested values count
+ * against the evaluation depth (b->c->err set past it). */
 static void to_str(sbuf *b, jv v, int repr) {
   char buf[64];
   switch (v.t) {
@@ -251,23 +133,27 @@ static void to_str(sbuf *b, jv v, int repr) {
     case JV_FLOAT: float_repr(v.u.f, buf, sizeof buf); sb_puts(b, buf); break;
     case JV_STR: if (repr) py_repr_str(b, v.u.s); else sb_put(b, v.u.s->s, v.u.s->len); break;
     case JV_LIST:
+      if (jc_enter(b->c) < 0) { b->failed = 1; break; }
       sb_puts(b, "[");
-      for (size_t i = 0; i < v.u.l->n; i++) {
+      for (size_t i = 0; i < v.u.l->n && !b->failed; i++) {
         if (i) sb_puts(b, ", ");
         to_str(b, v.u.l->v[i], 1);
       }
       sb_puts(b, "]");
+      jc_leave(b->c);
       break;
     case JV_DICT:
       if (v.u.d->ns) { sb_puts(b, "<Namespace>"); break; }
+      if (jc_enter(b->c) < 0) { b->failed = 1; break; }
       sb_puts(b, "{");
-      for (size_t i = 0; i < v.u.d->n; i++) {
+      for (size_t i = 0; i < v.u.d->n && !b->failed; i++) {
         if (i) sb_puts(b, ", ");
         to_str(b, v.u.d->k[i], 1);
         sb_puts(b, ": ");
         to_str(b, v.u.d->v[i], 1);
       }
       sb_puts(b, "}");
+      jc_leave(b->c);
       break;
     default: sb_puts(b, "<function>"); break;
   }
@@ -275,18 +161,35 @@ static void to_str(sbuf *b, jv v, int repr) {
 
 static int jv_tostr(ev *E, jv v, jv *out) {
   if (v.t == JV_STR) { *out = v; return SPILL_OK; }
-  sbuf b = {0};
+  sbuf b = sb_temp(E->c);
   to_str(&b, v, 0);
-  if (b.oom) { free(b.s); return fail(E, SPILL_E_NOMEM, "no memory"); }
-  *out = jv_str(E->c, b.s ? b.s : "", b.n);
-  free(b.s);
-  return SPILL_OK;
+  return sb_take(&b, out);
 }
 
 /* JSON as Python's json.dumps(ensure_ascii=False[, indent][, sort_keys]). */
+static int to_json_at(ev *E, sbuf *b, jv v, int indent, int depth, int sort_keys);
+/* Nested values count against the evaluation depth. */
 static int to_json(ev *E, sbuf *b, jv v, int indent, int depth, int sort_keys) {
+  ETRY(jc_enter(E->c));
+  int rc = to_json_at(E, b, v, indent, depth, sort_keys);
+  jc_leave(E->c);
+  return rc < 0 ? rc : E->c->err;
+}
+
+/* n spaces (an indent), charged as string work */
+static void pad(sbuf *b, size_t n) {
+  static const char sp[64] = "                                                                ";
+  if (n > b->max) n = b->max + 1; /* fails in sb_put */
+  while (n > 0 && !b->failed) {
+    size_t k = n < sizeof sp ? n : sizeof sp;
+    sb_put(b, sp, k);
+    n -= k;
+    if ((n & 4095) < k && jc_bytes(b->c, 4096) < 0) b->failed = 1;
+  }
+}
+
+static int to_json_at(ev *E, sbuf *b, jv v, int indent, int depth, int sort_keys) {
   char buf[64];
-  if (depth > 200) return fail(E, SPILL_E_CONFIG, "tojson: nesting too deep");
   switch (v.t) {
     case JV_NONE: sb_puts(b, "null"); return SPILL_OK;
     case JV_BOOL: sb_puts(b, v.u.b ? "true" : "false"); return SPILL_OK;
@@ -321,12 +224,17 @@ static int to_json(ev *E, sbuf *b, jv v, int indent, int depth, int sort_keys) {
       if (!is_list && v.u.d->ns) return fail(E, SPILL_E_CONFIG, "tojson: a namespace is not JSON");
       sb_puts(b, is_list ? "[" : "{");
       if (n == 0) { sb_puts(b, is_list ? "]" : "}"); return SPILL_OK; }
-      size_t *order = malloc(n * sizeof *order);
-      if (!order) return fail(E, SPILL_E_NOMEM, "no memory");
+      size_t *order = jc_alloc(E->c, n * sizeof *order);
+      if (!order) return jc_oom(E->c);
       for (size_t i = 0; i < n; i++) order[i] = i;
-      if (!is_list && sort_keys) /* insertion sort by key bytes (str keys) */
+      if (!is_list && sort_keys) { /* insertion sort by key bytes (str keys) */
+        for (size_t i = 0; i < n; i++)
+          if (v.u.d->k[i].t != JV_STR)
+            return fail(E, SPILL_E_UNSUPPORTED, "tojson(sort_keys=true) of a dict with a %s key",
+                        type_name(v.u.d->k[i]));
         for (size_t i = 1; i < n; i++)
           for (size_t j = i; j > 0; j--) {
+            ETRY(jc_step(E->c, 1));
             const jstr *x = v.u.d->k[order[j - 1]].u.s, *y = v.u.d->k[order[j]].u.s;
             size_t m = x->len < y->len ? x->len : y->len;
             int c = memcmp(x->s, y->s, m);
@@ -334,38 +242,36 @@ static int to_json(ev *E, sbuf *b, jv v, int indent, int depth, int sort_keys) {
               size_t t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
             } else break;
           }
+      }
       for (size_t k = 0; k < n; k++) {
         size_t i = order[k];
         if (k) sb_puts(b, indent >= 0 ? "," : ", ");
         if (indent >= 0) {
           sb_puts(b, "\n");
-          for (int s = 0; s < indent * (depth + 1); s++) sb_puts(b, " ");
+          pad(b, (size_t)indent * (size_t)(depth + 1));
         }
         int rc;
         if (is_list) {
           rc = to_json(E, b, v.u.l->v[i], indent, depth + 1, sort_keys);
         } else {
           jv key = v.u.d->k[i];
+          rc = SPILL_OK;
           if (key.t != JV_STR) { /* Python converts int/float/bool/None keys */
-            jv ks;
-            sbuf kb = {0};
+            sbuf kb = sb_temp(E->c);
             if (key.t == JV_BOOL) sb_puts(&kb, key.u.b ? "true" : "false");
             else if (key.t == JV_NONE) sb_puts(&kb, "null");
             else to_str(&kb, key, 0);
-            ks = jv_str(E->c, kb.s ? kb.s : "", kb.n);
-            free(kb.s);
-            key = ks;
+            rc = sb_take(&kb, &key);
           }
-          rc = to_json(E, b, key, indent, depth + 1, sort_keys);
+          if (rc == SPILL_OK) rc = to_json(E, b, key, indent, depth + 1, sort_keys);
           sb_puts(b, ": ");
           if (rc == SPILL_OK) rc = to_json(E, b, v.u.d->v[i], indent, depth + 1, sort_keys);
         }
-        if (rc < 0) { free(order); return rc; }
+        if (rc < 0) return rc;
       }
-      free(order);
       if (indent >= 0) {
         sb_puts(b, "\n");
-        for (int s = 0; s < indent * depth; s++) sb_puts(b, " ");
+        pad(b, (size_t)indent * (size_t)depth);
       }
       sb_puts(b, is_list ? "]" : "}");
       return SPILL_OK;
@@ -377,20 +283,23 @@ static int to_json(ev *E, sbuf *b, jv v, int indent, int depth, int sort_keys) {
 
 /* ---- strings as code points --------------------------------------------------------- */
 
-static size_t cp_count(const jstr *s) {
+/* Both scan the string, so both are charged as string work. */
+static size_t cp_count(jctx *c, const jstr *s) {
+  jc_bytes(c, s->len);
   size_t n = 0;
   for (size_t i = 0; i < s->len; i++) n += ((unsigned char)s->s[i] & 0xC0) != 0x80;
   return n;
 }
 
 /* byte offset of code point k (k <= count) */
-static size_t cp_offset(const jstr *s, size_t k) {
+static size_t cp_offset(jctx *c, const jstr *s, size_t k) {
   size_t i = 0;
   while (i < s->len && k > 0) {
     i++;
     while (i < s->len && ((unsigned char)s->s[i] & 0xC0) == 0x80) i++;
     k--;
   }
+  jc_bytes(c, i);
   return i;
 }
 
@@ -439,8 +348,9 @@ static jv str_strip(ev *E, const jstr *s, const jstr *chars, int left, int right
 }
 
 static jv str_case(ev *E, const jstr *s, int mode /* 0 lower 1 upper 2 title 3 capitalize */) {
-  char *o = malloc(s->len * 4 + 4);
-  if (!o) return jv_none();
+  jstr *js = js_new(E->c, s->len * 4 + 4);
+  if (!js) return jv_none(); /* E->c->err is set */
+  char *o = js->s;
   size_t i = 0, n = 0;
   int prev_cased = 0, first = 1;
   while (i < s->len) {
@@ -457,16 +367,22 @@ static jv str_case(ev *E, const jstr *s, int mode /* 0 lower 1 upper 2 title 3 c
     first = 0;
     n += (size_t)utf8proc_encode_char(r, (utf8proc_uint8_t *)o + n);
   }
-  jv v = jv_str(E->c, o, n);
-  free(o);
+  js->len = n;
+  o[n] = 0;
+  jv v = {0};
+  v.t = JV_STR;
+  v.u.s = js;
   return v;
 }
 
-static int str_find(const jstr *s, const jstr *sub, size_t from) {
-  if (sub->len == 0) return (int)from;
-  for (size_t i = from; i + sub->len <= s->len; i++)
-    if (!memcmp(s->s + i, sub->s, sub->len)) return (int)i;
-  return -1;
+/* Byte offset of sub in s at or after from, or -1 (glibc's memmem is
+ * linear; charged as string work). */
+static int64_t str_find(jctx *c, const jstr *s, const jstr *sub, size_t from) {
+  if (sub->len == 0) return (int64_t)from;
+  if (from > s->len) return -1;
+  jc_bytes(c, s->len - from);
+  const char *p = memmem(s->s + from, s->len - from, sub->s, sub->len);
+  return p ? (int64_t)(p - s->s) : -1;
 }
 
 /* ---- evaluation -------------------------------------------------------------------- */
@@ -476,6 +392,7 @@ static int exec_body(ev *E, const jnode *n);
 
 static jv lookup(ev *E, const char *name) {
   for (frame *f = E->top; f; f = f->up) {
+    jc_step(E->c, f->vars->n >> 4); /* a scan of the scope (a caller's dict can be big) */
     jv *v = jd_find(f->vars, name, strlen(name));
     if (v) return *v;
   }
@@ -498,6 +415,7 @@ static int getattr_v(ev *E, jv obj, const char *name, jv *out) {
     if (!obj.u.d->ns)
       for (int k = 0; methods[k]; k++)
         if (!strcmp(name, methods[k])) goto method;
+    ETRY(jc_step(E->c, obj.u.d->n >> 4));
     jv *v = jd_find(obj.u.d, name, strlen(name));
     *out = v ? *v : jv_undef(name);
     return SPILL_OK;
@@ -506,8 +424,8 @@ static int getattr_v(ev *E, jv obj, const char *name, jv *out) {
   *out = jv_undef(name);
   return SPILL_OK;
 method:;
-  jmethod *m = ja_alloc(&E->c->arena, sizeof *m);
-  if (!m) return fail(E, SPILL_E_NOMEM, "no memory");
+  jmethod *m = jc_alloc(E->c, sizeof *m);
+  if (!m) return jc_oom(E->c);
   m->self = obj;
   m->name = name;
   jv v = {0};
@@ -520,10 +438,10 @@ method:;
 static int getitem_v(ev *E, jv obj, jv key, jv *out) {
   ETRY(need_defined(E, obj, NULL));
   if (obj.t == JV_DICT) {
-    jv *v = jd_find_v(obj.u.d, key);
+    jv *v = jd_find_v(E->c, obj.u.d, key);
     if (v) { *out = *v; return SPILL_OK; }
     if (key.t == JV_STR) {
-      char *nm = ja_alloc(&E->c->arena, key.u.s->len + 1);
+      char *nm = jc_alloc(E->c, key.u.s->len + 1);
       if (nm) memcpy(nm, key.u.s->s, key.u.s->len);
       *out = jv_undef(nm);
       return SPILL_OK;
@@ -533,19 +451,21 @@ static int getitem_v(ev *E, jv obj, jv key, jv *out) {
   }
   if ((obj.t == JV_LIST || obj.t == JV_STR) && (key.t == JV_INT || key.t == JV_BOOL)) {
     int64_t i = key.t == JV_INT ? key.u.i : key.u.b;
-    int64_t n = obj.t == JV_LIST ? (int64_t)obj.u.l->n : (int64_t)cp_count(obj.u.s);
+    int64_t n = obj.t == JV_LIST ? (int64_t)obj.u.l->n : (int64_t)cp_count(E->c, obj.u.s);
     if (i < 0) i += n;
     if (i < 0 || i >= n) { *out = jv_undef("index"); return SPILL_OK; }
     if (obj.t == JV_LIST) *out = obj.u.l->v[i];
     else {
-      size_t a = cp_offset(obj.u.s, (size_t)i), b = cp_offset(obj.u.s, (size_t)i + 1);
+      size_t a = cp_offset(E->c, obj.u.s, (size_t)i), b = a;
+      if (b < obj.u.s->len) b++;
+      while (b < obj.u.s->len && ((unsigned char)obj.u.s->s[b] & 0xC0) == 0x80) b++;
       *out = jv_str(E->c, obj.u.s->s + a, b - a);
     }
     return SPILL_OK;
   }
   if (key.t == JV_STR) {
-    char *nm = ja_alloc(&E->c->arena, key.u.s->len + 1);
-    if (!nm) return fail(E, SPILL_E_NOMEM, "no memory");
+    char *nm = jc_alloc(E->c, key.u.s->len + 1);
+    if (!nm) return jc_oom(E->c);
     memcpy(nm, key.u.s->s, key.u.s->len);
     return getattr_v(E, obj, nm, out);
   }
@@ -556,7 +476,7 @@ static int getitem_v(ev *E, jv obj, jv key, jv *out) {
 static int slice_v(ev *E, jv obj, jv a, jv b, jv c, jv *out) {
   ETRY(need_defined(E, obj, "a slice"));
   if (obj.t != JV_LIST && obj.t != JV_STR) return fail(E, SPILL_E_CONFIG, "cannot slice a %s", type_name(obj));
-  int64_t n = obj.t == JV_LIST ? (int64_t)obj.u.l->n : (int64_t)cp_count(obj.u.s);
+  int64_t n = obj.t == JV_LIST ? (int64_t)obj.u.l->n : (int64_t)cp_count(E->c, obj.u.s);
   int64_t step = c.t == JV_INT ? c.u.i : 1;
   if (step == 0) return fail(E, SPILL_E_CONFIG, "slice step cannot be zero");
   int64_t lo, hi;
@@ -567,20 +487,30 @@ static int slice_v(ev *E, jv obj, jv a, jv b, jv c, jv *out) {
   else hi = step < 0 ? -1 : n;
   if (obj.t == JV_LIST) {
     jlist *l = jl_new(E->c);
-    if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+    if (!l) return jc_oom(E->c);
     for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) ETRY(jl_push(E->c, l, obj.u.l->v[i]));
     out->t = JV_LIST;
     out->u.l = l;
     return SPILL_OK;
   }
-  sbuf sb = {0};
-  for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
-    size_t x = cp_offset(obj.u.s, (size_t)i), y = cp_offset(obj.u.s, (size_t)i + 1);
-    sb_put(&sb, obj.u.s->s + x, y - x);
+  /* code point k starts at byte off[k] (identity for ASCII): one scan */
+  const jstr *str = obj.u.s;
+  size_t *off = NULL;
+  if ((size_t)n != str->len) {
+    off = jc_alloc(E->c, ((size_t)n + 1) * sizeof *off);
+    if (!off) return jc_oom(E->c);
+    size_t k = 0;
+    for (size_t i = 0; i < str->len; i++)
+      if (((unsigned char)str->s[i] & 0xC0) != 0x80) off[k++] = i;
+    off[k] = str->len;
   }
-  *out = jv_str(E->c, sb.s ? sb.s : "", sb.n);
-  free(sb.s);
-  return SPILL_OK;
+  sbuf sb = sb_temp(E->c);
+  for (int64_t i = lo; (step > 0 ? i < hi : i > hi) && !sb.failed; i += step) {
+    size_t x = off ? off[i] : (size_t)i, y = off ? off[i + 1] : (size_t)i + 1;
+    sb_put(&sb, str->s + x, y - x);
+    if (((i - lo) & 1023) == 0) ETRY(jc_step(E->c, 1));
+  }
+  return sb_take(&sb, out);
 }
 
 /* Arguments of a call / filter / test, evaluated. */
@@ -654,13 +584,13 @@ static int sm_split(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
   int64_t maxsplit = ms && ms->t == JV_INT ? ms->u.i : -1;
   if (nm[0] == 'r' && maxsplit >= 0) return fail(E, SPILL_E_UNSUPPORTED, "rsplit with maxsplit");
   jlist *l = jl_new(E->c);
-  if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+  if (!l) return jc_oom(E->c);
   if (sep) {
     if (sep->len == 0) return fail(E, SPILL_E_CONFIG, "empty separator");
     size_t from = 0;
     int64_t k = 0;
     for (;;) {
-      int at = (maxsplit < 0 || k < maxsplit) ? str_find(s, sep, from) : -1;
+      int64_t at = (maxsplit < 0 || k < maxsplit) ? str_find(E->c, s, sep, from) : -1;
       if (at < 0) { ETRY(jl_push(E->c, l, jv_str(E->c, s->s + from, s->len - from))); break; }
       ETRY(jl_push(E->c, l, jv_str(E->c, s->s + from, (size_t)at - from)));
       from = (size_t)at + sep->len;
@@ -708,20 +638,18 @@ static int sm_replace(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
   jv *cnt = arg(A, 2, "count");
   int64_t limit = cnt && cnt->t == JV_INT ? cnt->u.i : -1;
   if (a->len == 0) return fail(E, SPILL_E_UNSUPPORTED, "replace() of an empty string");
-  sbuf sb = {0};
+  sbuf sb = sb_temp(E->c);
   size_t from = 0;
   int64_t k = 0;
   for (;;) {
-    int at = (limit < 0 || k < limit) ? str_find(s, a, from) : -1;
+    int64_t at = (limit < 0 || k < limit) ? str_find(E->c, s, a, from) : -1;
     if (at < 0) { sb_put(&sb, s->s + from, s->len - from); break; }
     sb_put(&sb, s->s + from, (size_t)at - from);
     sb_put(&sb, b->s, b->len);
     from = (size_t)at + a->len;
     k++;
   }
-  *out = jv_str(E->c, sb.s ? sb.s : "", sb.n);
-  free(sb.s);
-  return SPILL_OK;
+  return sb_take(&sb, out);
 }
 
 /* str.find / count(sub), in code points */
@@ -730,15 +658,15 @@ static int sm_find_count(ev *E, const char *nm, const jstr *s, args *A, jv *out)
   ETRY(str_arg(E, arg(A, 0, NULL), nm, &a));
   if (!a) return fail(E, SPILL_E_CONFIG, "%s() needs a string", nm);
   if (nm[0] == 'f') {
-    int at = str_find(s, a, 0);
+    int64_t at = str_find(E->c, s, a, 0);
     size_t cps = 0;
     if (at >= 0) for (int i = 0; i < at; i++) cps += ((unsigned char)s->s[i] & 0xC0) != 0x80;
     *out = jv_int(at < 0 ? -1 : (int64_t)cps);
   } else {
     int64_t k = 0;
     size_t from = 0;
-    if (a->len == 0) k = (int64_t)cp_count(s) + 1;
-    else for (int at; (at = str_find(s, a, from)) >= 0; from = (size_t)at + a->len) k++;
+    if (a->len == 0) k = (int64_t)cp_count(E->c, s) + 1;
+    else for (int64_t at; (at = str_find(E->c, s, a, from)) >= 0; from = (size_t)at + a->len) k++;
     *out = jv_int(k);
   }
   return SPILL_OK;
@@ -749,15 +677,13 @@ static int sm_join(ev *E, const char *nm, const jstr *s, args *A, jv *out) {
   (void)nm;
   jv *it = arg(A, 0, NULL);
   if (!it || it->t != JV_LIST) return fail(E, SPILL_E_CONFIG, "join() needs a list");
-  sbuf sb = {0};
+  sbuf sb = sb_temp(E->c);
   for (size_t i = 0; i < it->u.l->n; i++) {
     if (i) sb_put(&sb, s->s, s->len);
     if (it->u.l->v[i].t != JV_STR) { free(sb.s); return fail(E, SPILL_E_CONFIG, "join(): item %zu is not a string", i); }
     sb_put(&sb, it->u.l->v[i].u.s->s, it->u.l->v[i].u.s->len);
   }
-  *out = jv_str(E->c, sb.s ? sb.s : "", sb.n);
-  free(sb.s);
-  return SPILL_OK;
+  return sb_take(&sb, out);
 }
 
 static const struct {
@@ -776,18 +702,18 @@ static int dict_method(ev *E, const char *nm, jdict *d, args *A, jv *out) {
   if (!strcmp(nm, "get")) {
     jv *k = arg(A, 0, NULL), *dflt = arg(A, 1, NULL);
     if (!k) return fail(E, SPILL_E_CONFIG, "get() needs a key");
-    jv *v = jd_find_v(d, *k);
+    jv *v = jd_find_v(E->c, d, *k);
     *out = v ? *v : dflt ? *dflt : jv_none();
     return SPILL_OK;
   }
   jlist *l = jl_new(E->c);
-  if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+  if (!l) return jc_oom(E->c);
   for (size_t i = 0; i < d->n; i++) {
     if (!strcmp(nm, "keys")) ETRY(jl_push(E->c, l, d->k[i]));
     else if (!strcmp(nm, "values")) ETRY(jl_push(E->c, l, d->v[i]));
     else {
       jlist *pair = jl_new(E->c);
-      if (!pair) return fail(E, SPILL_E_NOMEM, "no memory");
+      if (!pair) return jc_oom(E->c);
       ETRY(jl_push(E->c, pair, d->k[i]));
       ETRY(jl_push(E->c, pair, d->v[i]));
       jv pv = {0};
@@ -829,7 +755,7 @@ static int call_func(ev *E, int id, args *A, jv *out) {
     case F_NAMESPACE:
     case F_DICT: {
       jdict *d = jd_new(E->c);
-      if (!d) return fail(E, SPILL_E_NOMEM, "no memory");
+      if (!d) return jc_oom(E->c);
       d->ns = id == F_NAMESPACE;
       for (int i = 0; i < A->n; i++) {
         if (!A->kw[i]) {
@@ -855,11 +781,13 @@ static int call_func(ev *E, int id, args *A, jv *out) {
       else { v[0] = A->v[0].u.i; v[1] = A->v[1].u.i; if (A->n == 3) v[2] = A->v[2].u.i; }
       if (v[2] == 0) return fail(E, SPILL_E_CONFIG, "range() step is zero");
       jlist *l = jl_new(E->c);
-      if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+      if (!l) return jc_oom(E->c);
       int64_t count = 0;
-      for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) {
+      for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1];) {
         if (++count > 100000) return fail(E, SPILL_E_CONFIG, "range() is longer than 100000");
+        ETRY(jc_step(E->c, 1));
         ETRY(jl_push(E->c, l, jv_int(i)));
+        if (__builtin_add_overflow(i, v[2], &i)) break; /* past the end of 64 bits */
       }
       out->t = JV_LIST;
       out->u.l = l;
@@ -882,7 +810,7 @@ static int call_func(ev *E, int id, args *A, jv *out) {
 }
 
 static int length_of(ev *E, jv v, int64_t *n) {
-  if (v.t == JV_STR) *n = (int64_t)cp_count(v.u.s);
+  if (v.t == JV_STR) *n = (int64_t)cp_count(E->c, v.u.s);
   else if (v.t == JV_LIST) *n = (int64_t)v.u.l->n;
   else if (v.t == JV_DICT) *n = (int64_t)v.u.d->n;
   else if (v.t == JV_UNDEF) *n = 0;
@@ -894,14 +822,15 @@ static int length_of(ev *E, jv v, int64_t *n) {
 static int iter_list(ev *E, jv v, jlist **out) {
   if (v.t == JV_LIST) { *out = v.u.l; return SPILL_OK; }
   jlist *l = jl_new(E->c);
-  if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+  if (!l) return jc_oom(E->c);
   if (v.t == JV_DICT && !v.u.d->ns) {
     for (size_t i = 0; i < v.u.d->n; i++) ETRY(jl_push(E->c, l, v.u.d->k[i]));
   } else if (v.t == JV_STR) {
-    size_t n = cp_count(v.u.s);
-    for (size_t i = 0; i < n; i++) {
-      size_t a = cp_offset(v.u.s, i), b = cp_offset(v.u.s, i + 1);
-      ETRY(jl_push(E->c, l, jv_str(E->c, v.u.s->s + a, b - a)));
+    const jstr *str = v.u.s;
+    for (size_t a = 0, b; a < str->len; a = b) { /* one code point each */
+      b = a + 1;
+      while (b < str->len && ((unsigned char)str->s[b] & 0xC0) == 0x80) b++;
+      ETRY(jl_push(E->c, l, jv_str(E->c, str->s + a, b - a)));
     }
   } else if (v.t != JV_UNDEF) {
     return fail(E, SPILL_E_CONFIG, "'%s' object is not iterable", type_name(v));
@@ -934,11 +863,10 @@ static int f_tojson(ev *E, const char *nm, jv v, args *A, jv *out) {
   for (int i = 0; i < A->n; i++)
     if (A->kw[i] && strcmp(A->kw[i], "indent") && strcmp(A->kw[i], "sort_keys"))
       return fail(E, SPILL_E_UNSUPPORTED, "tojson(%s=...)", A->kw[i]);
-  sbuf b = {0};
+  sbuf b = sb_temp(E->c);
   int rc = to_json(E, &b, v, indent, 0, sk && truthy(*sk));
-  if (rc == SPILL_OK) *out = jv_str(E->c, b.s ? b.s : "", b.n);
-  free(b.s);
-  return rc;
+  if (rc < 0) { free(b.s); return rc; }
+  return sb_take(&b, out);
 }
 
 /* | trim */
@@ -1015,7 +943,7 @@ static int f_join(ev *E, const char *nm, jv v, args *A, jv *out) {
   ETRY(iter_list(E, v, &l));
   const jstr *sep = NULL;
   ETRY(str_arg(E, arg(A, 0, "d"), "join", &sep));
-  sbuf b = {0};
+  sbuf b = sb_temp(E->c);
   for (size_t i = 0; i < l->n; i++) {
     if (i && sep) sb_put(&b, sep->s, sep->len);
     jv s;
@@ -1023,9 +951,7 @@ static int f_join(ev *E, const char *nm, jv v, args *A, jv *out) {
     if (rc < 0) { free(b.s); return rc; }
     sb_put(&b, s.u.s->s, s.u.s->len);
   }
-  *out = jv_str(E->c, b.s ? b.s : "", b.n);
-  free(b.s);
-  return SPILL_OK;
+  return sb_take(&b, out);
 }
 
 /* | int */
@@ -1107,7 +1033,7 @@ static int f_selectattr(ev *E, const char *nm, jv v, args *A, jv *out) {
   jlist *l;
   ETRY(iter_list(E, v, &l));
   jlist *r = jl_new(E->c);
-  if (!r) return fail(E, SPILL_E_NOMEM, "no memory");
+  if (!r) return jc_oom(E->c);
   int is_attr = strstr(nm, "attr") != NULL, is_map = !strcmp(nm, "map");
   jv *attr = is_attr ? arg(A, 0, NULL) : is_map ? arg(A, 99, "attribute") : NULL;
   if ((is_attr || is_map) && (!attr || attr->t != JV_STR))
@@ -1209,10 +1135,10 @@ static int apply_test(ev *E, const char *nm, jv v, args *A, int *out) {
     *out = v.u.i % a0->u.i == 0;
   } else if (!strcmp(nm, "eq") || !strcmp(nm, "equalto") || !strcmp(nm, "==")) {
     if (!a0) return fail(E, SPILL_E_CONFIG, "%s needs an argument", nm);
-    *out = jv_equal(v, *a0);
+    *out = jv_equal(E->c, v, *a0);
   } else if (!strcmp(nm, "ne") || !strcmp(nm, "!=")) {
     if (!a0) return fail(E, SPILL_E_CONFIG, "%s needs an argument", nm);
-    *out = !jv_equal(v, *a0);
+    *out = !jv_equal(E->c, v, *a0);
   } else if (!strcmp(nm, "sameas")) {
     if (!a0) return fail(E, SPILL_E_CONFIG, "sameas needs an argument");
     *out = (v.t == a0->t) && (v.t == JV_NONE || v.t == JV_UNDEF ||
@@ -1221,16 +1147,16 @@ static int apply_test(ev *E, const char *nm, jv v, args *A, int *out) {
   } else if (!strcmp(nm, "in")) {
     if (!a0) return fail(E, SPILL_E_CONFIG, "in needs an argument");
     jlist *l;
-    if (a0->t == JV_STR && v.t == JV_STR) *out = str_find(a0->u.s, v.u.s, 0) >= 0;
+    if (a0->t == JV_STR && v.t == JV_STR) *out = str_find(E->c, a0->u.s, v.u.s, 0) >= 0;
     else {
       ETRY(iter_list(E, *a0, &l));
       *out = 0;
-      for (size_t i = 0; i < l->n; i++) if (jv_equal(l->v[i], v)) *out = 1;
+      for (size_t i = 0; i < l->n; i++) if (jv_equal(E->c, l->v[i], v)) *out = 1;
     }
   } else if (!strcmp(nm, "lower") || !strcmp(nm, "upper")) {
     if (v.t != JV_STR) return fail(E, SPILL_E_CONFIG, "%s test of a %s", nm, type_name(v));
     jv c = str_case(E, v.u.s, nm[0] == 'u');
-    *out = jv_equal(c, v);
+    *out = jv_equal(E->c, c, v);
   } else {
     return fail(E, SPILL_E_UNSUPPORTED, "test %s is not supported", nm);
   }
@@ -1309,19 +1235,24 @@ static int num_binop(ev *E, int op, double x, double y, int64_t xi, int64_t yi, 
   return SPILL_OK;
 }
 
+/* a + b of two strings, built in the arena at once */
+static int concat2(ev *E, const jstr *a, const jstr *b, jv *out) {
+  jstr *r = js_new(E->c, a->len + b->len);
+  if (!r) return jc_oom(E->c);
+  ETRY(jc_bytes(E->c, r->len));
+  memcpy(r->s, a->s, a->len);
+  memcpy(r->s + a->len, b->s, b->len);
+  out->t = JV_STR;
+  out->u.s = r;
+  return SPILL_OK;
+}
+
 /* + of two strings or two lists, string comparison, string * int;
  * *done 0 otherwise. */
 static int seq_binop(ev *E, int op, jv a, jv b, jv *out, int *done) {
   *done = 1;
   if (a.t == JV_STR && b.t == JV_STR) {
-    if (op == JOP_ADD) {
-      sbuf s = {0};
-      sb_put(&s, a.u.s->s, a.u.s->len);
-      sb_put(&s, b.u.s->s, b.u.s->len);
-      *out = jv_str(E->c, s.s ? s.s : "", s.n);
-      free(s.s);
-      return SPILL_OK;
-    }
+    if (op == JOP_ADD) return concat2(E, a.u.s, b.u.s, out);
     if (op >= JOP_LT && op <= JOP_GE) {
       size_t m = a.u.s->len < b.u.s->len ? a.u.s->len : b.u.s->len;
       int c = memcmp(a.u.s->s, b.u.s->s, m);
@@ -1332,9 +1263,15 @@ static int seq_binop(ev *E, int op, jv a, jv b, jv *out, int *done) {
   }
   if (a.t == JV_LIST && b.t == JV_LIST && op == JOP_ADD) {
     jlist *l = jl_new(E->c);
-    if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
-    for (size_t i = 0; i < a.u.l->n; i++) ETRY(jl_push(E->c, l, a.u.l->v[i]));
-    for (size_t i = 0; i < b.u.l->n; i++) ETRY(jl_push(E->c, l, b.u.l->v[i]));
+    if (!l) return jc_oom(E->c);
+    size_t n = a.u.l->n + b.u.l->n;
+    if (n > E->c->b.max_memory_bytes / sizeof(jv))
+      return jc_fail(E->c, SPILL_E_TMPL_MEMORY, "a list of %zu items exceeds the memory budget", n);
+    l->v = n ? jc_alloc(E->c, n * sizeof(jv)) : NULL;
+    if (n && !l->v) return jc_oom(E->c);
+    if (a.u.l->n) memcpy(l->v, a.u.l->v, a.u.l->n * sizeof(jv));
+    if (b.u.l->n) memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(jv));
+    l->n = l->cap = n;
     out->t = JV_LIST;
     out->u.l = l;
     return SPILL_OK;
@@ -1342,11 +1279,16 @@ static int seq_binop(ev *E, int op, jv a, jv b, jv *out, int *done) {
   if (op == JOP_MUL && ((a.t == JV_STR && b.t == JV_INT) || (a.t == JV_INT && b.t == JV_STR))) {
     jv s = a.t == JV_STR ? a : b;
     int64_t k = a.t == JV_INT ? a.u.i : b.u.i;
-    if (k * (int64_t)s.u.s->len > (1 << 24)) return fail(E, SPILL_E_CONFIG, "string repetition too long");
-    sbuf sb = {0};
-    for (int64_t i = 0; i < k; i++) sb_put(&sb, s.u.s->s, s.u.s->len);
-    *out = jv_str(E->c, sb.s ? sb.s : "", sb.n);
-    free(sb.s);
+    int64_t total;
+    if (__builtin_mul_overflow(k, (int64_t)s.u.s->len, &total) || total > (1 << 24))
+      return fail(E, SPILL_E_CONFIG, "string repetition too long");
+    if (k < 0) k = 0, total = 0;
+    jstr *r = js_new(E->c, (size_t)total);
+    if (!r) return jc_oom(E->c);
+    ETRY(jc_bytes(E->c, (size_t)total));
+    for (int64_t i = 0; i < k; i++) memcpy(r->s + (size_t)i * s.u.s->len, s.u.s->s, s.u.s->len);
+    out->t = JV_STR;
+    out->u.s = r;
     return SPILL_OK;
   }
   *done = 0;
@@ -1354,8 +1296,8 @@ static int seq_binop(ev *E, int op, jv a, jv b, jv *out, int *done) {
 }
 
 static int binop(ev *E, int op, jv a, jv b, jv *out) {
-  if (op == JOP_EQ) { *out = jv_bool(jv_equal(a, b)); return SPILL_OK; }
-  if (op == JOP_NE) { *out = jv_bool(!jv_equal(a, b)); return SPILL_OK; }
+  if (op == JOP_EQ) { *out = jv_bool(jv_equal(E->c, a, b)); return SPILL_OK; }
+  if (op == JOP_NE) { *out = jv_bool(!jv_equal(E->c, a, b)); return SPILL_OK; }
   if (op == JOP_IN || op == JOP_NOTIN) {
     args A = {1, {b}, {NULL}};
     int r;
@@ -1368,12 +1310,7 @@ static int binop(ev *E, int op, jv a, jv b, jv *out) {
     jv x, y;
     ETRY(jv_tostr(E, a, &x));
     ETRY(jv_tostr(E, b, &y));
-    sbuf s = {0};
-    sb_put(&s, x.u.s->s, x.u.s->len);
-    sb_put(&s, y.u.s->s, y.u.s->len);
-    *out = jv_str(E->c, s.s ? s.s : "", s.n);
-    free(s.s);
-    return SPILL_OK;
+    return concat2(E, x.u.s, y.u.s, out);
   }
   ETRY(need_defined(E, a, "an operation"));
   ETRY(need_defined(E, b, "an operation"));
@@ -1423,7 +1360,7 @@ static int eval_unary(ev *E, const jnode *n, jv *out) {
 /* A list or tuple literal. */
 static int eval_list(ev *E, const jnode *n, jv *out) {
   jlist *l = jl_new(E->c);
-  if (!l) return fail(E, SPILL_E_NOMEM, "no memory");
+  if (!l) return jc_oom(E->c);
   for (int i = 0; i < n->n; i++) {
     jv x;
     ETRY(eval(E, n->args[i], &x));
@@ -1437,7 +1374,7 @@ static int eval_list(ev *E, const jnode *n, jv *out) {
 /* A dict literal. */
 static int eval_dict(ev *E, const jnode *n, jv *out) {
   jdict *d = jd_new(E->c);
-  if (!d) return fail(E, SPILL_E_NOMEM, "no memory");
+  if (!d) return jc_oom(E->c);
   for (int i = 0; i < n->n; i++) {
     jv k, v;
     ETRY(eval(E, n->args[i], &k));
@@ -1449,7 +1386,19 @@ static int eval_dict(ev *E, const jnode *n, jv *out) {
   return SPILL_OK;
 }
 
+/* Every node evaluated is a step and a level of nesting; an error recorded
+ * anywhere inside (a budget, an allocation) is returned here at the latest,
+ * so a value that could not be built never travels on. */
+static int eval_at(ev *E, const jnode *n, jv *out);
 static int eval(ev *E, const jnode *n, jv *out) {
+  ETRY(jc_step(E->c, 1));
+  ETRY(jc_enter(E->c));
+  int rc = eval_at(E, n, out);
+  jc_leave(E->c);
+  return rc < 0 ? rc : E->c->err;
+}
+
+static int eval_at(ev *E, const jnode *n, jv *out) {
   E->line = n->line;
   switch (n->t) {
     case JN_LIT: *out = n->lit; return SPILL_OK;
@@ -1535,7 +1484,16 @@ static int set_var(ev *E, const char *name, jv v) {
   return jd_set(E->c, E->top->vars, jv_str(E->c, name, strlen(name)), v);
 }
 
+static int exec_at(ev *E, const jnode *n);
 static int exec_node(ev *E, const jnode *n) {
+  ETRY(jc_step(E->c, 1));
+  ETRY(jc_enter(E->c));
+  int rc = exec_at(E, n);
+  jc_leave(E->c);
+  return rc < 0 ? rc : E->c->err;
+}
+
+static int exec_at(ev *E, const jnode *n) {
   E->line = n->line;
   switch (n->t) {
     case JN_TEXT: sb_put(&E->out, n->lit.u.s->s, n->lit.u.s->len); return SPILL_OK;
@@ -1560,19 +1518,21 @@ static int exec_node(ev *E, const jnode *n) {
         jv ns = lookup(E, n->name);
         if (ns.t != JV_DICT || !ns.u.d->ns)
           return fail(E, SPILL_E_CONFIG, "cannot assign attribute on non-namespace object '%s'", n->name);
-        return jd_set(E->c, ns.u.d, jv_str(E->c, n->name2, strlen(n->name2)), v);
+        return jd_set(E->c, ns.u.d, n->lit, v);
       }
-      return set_var(E, n->name, v);
+      return jd_set(E->c, E->top->vars, n->lit, v);
     }
-    case JN_SETBLOCK: {
+    case JN_SETBLOCK: { /* the capture is output: the output budget bounds it */
       sbuf saved = E->out;
-      E->out = (sbuf){0};
+      E->out.s = NULL;
+      E->out.n = E->out.cap = 0;
       int rc = exec_body(E, n->a);
       sbuf got = E->out;
       E->out = saved;
-      if (rc == SPILL_OK) rc = set_var(E, n->name, jv_str(E->c, got.s ? got.s : "", got.n));
-      free(got.s);
-      return rc;
+      jv v;
+      if (rc < 0) { free(got.s); return rc; }
+      ETRY(sb_take(&got, &v));
+      return set_var(E, n->name, v);
     }
     case JN_BREAK: E->brk = 1; return SPILL_OK;
     case JN_CONTINUE: E->brk = 2; return SPILL_OK;
@@ -1583,16 +1543,18 @@ static int exec_node(ev *E, const jnode *n) {
       jlist *items;
       ETRY(iter_list(E, it, &items));
       frame f = {jd_new(E->c), E->top};
-      if (!f.vars) return fail(E, SPILL_E_NOMEM, "no memory");
+      if (!f.vars) return jc_oom(E->c);
       E->top = &f;
       int rc = SPILL_OK;
       /* the "if" filter runs first (loop.length counts what passes) */
       jlist *sel = items;
       if (n->d) {
         sel = jl_new(E->c);
-        if (!sel) rc = fail(E, SPILL_E_NOMEM, "no memory");
+        if (!sel) rc = jc_oom(E->c);
         for (size_t i = 0; rc == SPILL_OK && i < items->n; i++) {
           jv x = items->v[i], c;
+          rc = jc_step(E->c, 1);
+          if (rc < 0) break;
           if (n->name2) {
             if (x.t != JV_LIST || x.u.l->n != 2) { rc = fail(E, SPILL_E_CONFIG, "cannot unpack into 2 names"); break; }
             rc = set_var(E, n->name, x.u.l->v[0]);
@@ -1605,37 +1567,46 @@ static int exec_node(ev *E, const jnode *n) {
         }
       }
       size_t len = rc == SPILL_OK ? sel->n : 0;
+      /* One loop object per loop, updated in place (as jinja2's
+       * LoopContext is): its keys and the loop variables' names are made
+       * once, so an iteration allocates nothing of its own. */
+      static const char *const lk[] = {"index0", "index", "revindex0", "revindex", "first", "last",
+                                       "length", "previtem", "nextitem", "depth", "depth0"};
+      enum { NLK = sizeof lk / sizeof *lk };
+      jdict *loop = len ? jd_new(E->c) : NULL;
+      jv kname = {0}, kname2 = {0}, kloop = {0};
+      if (len) {
+        if (!loop) rc = jc_oom(E->c);
+        for (size_t k = 0; rc == SPILL_OK && k < NLK; k++)
+          rc = jd_set(E->c, loop, jv_str(E->c, lk[k], strlen(lk[k])), jv_none());
+        kname = jv_str(E->c, n->name, strlen(n->name));
+        if (n->name2) kname2 = jv_str(E->c, n->name2, strlen(n->name2));
+        kloop = jv_str(E->c, "loop", 4);
+        if (E->c->err) rc = E->c->err;
+      }
       for (size_t i = 0; rc == SPILL_OK && i < len; i++) {
+        rc = jc_step(E->c, 1); /* an iteration is a step even with an empty body */
+        if (rc < 0) break;
         f.vars->n = 0; /* fresh scope per iteration */
         jv x = sel->v[i];
         if (n->name2) {
           if (x.t != JV_LIST || x.u.l->n != 2) { rc = fail(E, SPILL_E_CONFIG, "cannot unpack into 2 names"); break; }
-          rc = set_var(E, n->name, x.u.l->v[0]);
-          if (rc == SPILL_OK) rc = set_var(E, n->name2, x.u.l->v[1]);
+          rc = jd_set(E->c, f.vars, kname, x.u.l->v[0]);
+          if (rc == SPILL_OK) rc = jd_set(E->c, f.vars, kname2, x.u.l->v[1]);
         } else {
-          rc = set_var(E, n->name, x);
+          rc = jd_set(E->c, f.vars, kname, x);
         }
-        jdict *loop = jd_new(E->c);
-        if (!loop) { rc = fail(E, SPILL_E_NOMEM, "no memory"); break; }
-        struct { const char *k; jv v; } lv[] = {
-            {"index0", jv_int((int64_t)i)},
-            {"index", jv_int((int64_t)i + 1)},
-            {"revindex0", jv_int((int64_t)(len - i - 1))},
-            {"revindex", jv_int((int64_t)(len - i))},
-            {"first", jv_bool(i == 0)},
-            {"last", jv_bool(i + 1 == len)},
-            {"length", jv_int((int64_t)len)},
-            {"previtem", i > 0 ? sel->v[i - 1] : jv_undef("previtem")},
-            {"nextitem", i + 1 < len ? sel->v[i + 1] : jv_undef("nextitem")},
-            {"depth", jv_int(1)},
-            {"depth0", jv_int(0)},
+        jv lv[NLK] = {
+            jv_int((int64_t)i), jv_int((int64_t)i + 1), jv_int((int64_t)(len - i - 1)),
+            jv_int((int64_t)(len - i)), jv_bool(i == 0), jv_bool(i + 1 == len), jv_int((int64_t)len),
+            i > 0 ? sel->v[i - 1] : jv_undef("previtem"),
+            i + 1 < len ? sel->v[i + 1] : jv_undef("nextitem"), jv_int(1), jv_int(0),
         };
-        for (size_t k = 0; rc == SPILL_OK && k < sizeof lv / sizeof *lv; k++)
-          rc = jd_set(E->c, loop, jv_str(E->c, lv[k].k, strlen(lv[k].k)), lv[k].v);
+        memcpy(loop->v, lv, sizeof lv);
         jv lvv = {0};
         lvv.t = JV_DICT;
         lvv.u.d = loop;
-        if (rc == SPILL_OK) rc = set_var(E, "loop", lvv);
+        if (rc == SPILL_OK) rc = jd_set(E->c, f.vars, kloop, lvv);
         if (rc == SPILL_OK) rc = exec_body(E, n->b);
         if (E->brk == 1) { E->brk = 0; break; }
         E->brk = 0;
@@ -1652,7 +1623,6 @@ static int exec_body(ev *E, const jnode *n) {
   if (n->t != JN_BODY) return exec_node(E, n);
   for (int i = 0; i < n->n; i++) {
     ETRY(exec_node(E, n->args[i]));
-    if (E->out.oom) return fail(E, SPILL_E_NOMEM, "no memory for the output");
     if (E->brk) return SPILL_OK;
   }
   return SPILL_OK;
@@ -1661,9 +1631,12 @@ static int exec_body(ev *E, const jnode *n) {
 int jinja_render(jctx *c, const jnode *root, jdict *globals, char **out, size_t *out_len) {
   ev E = {0};
   E.c = c;
+  E.out.c = c;
+  E.out.max = c->b.max_output_bytes;
+  E.out.code = SPILL_E_TMPL_OUTPUT;
   /* builtins below the caller's globals */
   jdict *builtins = jd_new(c);
-  if (!builtins) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+  if (!builtins) return jc_oom(c);
   static const struct { const char *name; int id; } fns[] = {
       {"raise_exception", F_RAISE}, {"namespace", F_NAMESPACE}, {"range", F_RANGE},
       {"strftime_now", F_STRFTIME}, {"dict", F_DICT}};
@@ -1675,16 +1648,16 @@ int jinja_render(jctx *c, const jnode *root, jdict *globals, char **out, size_t 
     if (rc < 0) return rc;
   }
   frame fb = {builtins, NULL}, fg = {globals, &fb}, ft = {jd_new(c), &fg};
-  if (!ft.vars) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+  if (!ft.vars) return jc_oom(c);
   E.top = &ft;
   int rc = exec_body(&E, root);
-  if (rc == SPILL_OK && c->arena.oom) rc = spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+  if (rc == SPILL_OK && !E.out.s) sb_put(&E.out, "", 0);
+  if (rc == SPILL_OK && E.out.failed) rc = jc_oom(c);
+  if (c->err) rc = c->err;
   if (rc < 0) {
     free(E.out.s);
     return rc;
   }
-  if (!E.out.s) sb_put(&E.out, "", 0);
-  if (E.out.oom) { free(E.out.s); return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory"); }
   *out = E.out.s;
   *out_len = E.out.n;
   return SPILL_OK;

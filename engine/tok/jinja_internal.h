@@ -1,11 +1,11 @@
 /* engine/tok/jinja_internal.h: the Jinja subset interpreter behind
- * spill_chat_render (docs/TOKENIZER.md lists the subset). Values, the AST,
- * the arena that owns both for one render, and the parser/evaluator entry
- * points. Semantics follow Python jinja2 as transformers configures it for
- * chat templates: trim_blocks, lstrip_blocks, loopcontrols, no autoescape,
- * tojson = json.dumps(ensure_ascii=False), raise_exception, strftime_now.
- * Everything is allocated from one arena and freed at once: values are
- * immutable except namespaces.
+ * spill_chat_render (docs/TOKENIZER.md lists the subset): the AST and the
+ * parser/evaluator entry points, above the value layer (jinja_value.h:
+ * context, budget, arena, values). Semantics follow Python jinja2 as
+ * transformers configures it for chat templates: trim_blocks,
+ * lstrip_blocks, loopcontrols, no autoescape, tojson =
+ * json.dumps(ensure_ascii=False), raise_exception, strftime_now.
+ * Layering: chat_template.c -> jinja_parse.c, jinja_eval.c -> jinja_value.c.
  */
 #ifndef SPILL_TOK_JINJA_INTERNAL_H
 #define SPILL_TOK_JINJA_INTERNAL_H
@@ -14,53 +14,7 @@
 #include <stdint.h>
 
 #include "engine/base/status.h"
-
-/* ---- arena ---- */
-typedef struct jarena_block {
-  struct jarena_block *next;
-  size_t used, cap;
-  char data[];
-} jarena_block;
-typedef struct jarena {
-  jarena_block *head;
-  int oom;
-} jarena;
-void *ja_alloc(jarena *a, size_t n); /* zeroed; NULL (and a->oom) on failure */
-void ja_free(jarena *a);
-
-/* ---- values ---- */
-typedef enum {
-  JV_UNDEF = 0,
-  JV_NONE,
-  JV_BOOL,
-  JV_INT,
-  JV_FLOAT,
-  JV_STR,
-  JV_LIST,
-  JV_DICT,
-  JV_FUNC, /* builtin function: i = id */
-  JV_METHOD, /* bound method: self + name */
-} jv_type;
-
-typedef struct jv jv;
-typedef struct jstr { size_t len; char s[]; } jstr;
-typedef struct jlist { size_t n, cap; jv *v; } jlist;
-typedef struct jdict { size_t n, cap; jv *k; jv *v; int ns; } jdict; /* ns: a namespace() */
-
-struct jv {
-  jv_type t;
-  union {
-    int b;
-    int64_t i;
-    double f;
-    jstr *s;
-    jlist *l;
-    jdict *d;
-    struct jmethod *m;
-  } u;
-  const char *undef_name; /* JV_UNDEF: what was undefined (for errors) */
-};
-typedef struct jmethod { jv self; const char *name; } jmethod;
+#include "engine/tok/jinja_value.h"
 
 /* ---- AST ---- */
 typedef enum {
@@ -89,26 +43,11 @@ struct jnode {
 enum { JOP_ADD = 1, JOP_SUB, JOP_MUL, JOP_DIV, JOP_FDIV, JOP_MOD, JOP_POW, JOP_CAT, JOP_EQ,
        JOP_NE, JOP_LT, JOP_LE, JOP_GT, JOP_GE, JOP_IN, JOP_NOTIN, JOP_NEG, JOP_POS };
 
-typedef struct jctx {
-  jarena arena;
-  spill_err *e;
-  int err; /* first error status */
-} jctx;
-
-/* Parses tmpl into a JN_BODY tree (allocated in c->arena). */
+/* Parses tmpl into a JN_BODY tree (allocated in c->arena); nesting past
+ * c->b.max_parse_depth is SPILL_E_TMPL_PARSE_DEPTH. Returns c->err. */
 int jinja_parse(jctx *c, const char *tmpl, size_t len, jnode **out);
-/* Renders root with the global variables in globals (a dict); appends to
- * *out (malloc'ed buffer) */
+/* Renders root with the global variables in globals (a dict) under c's
+ * budget; *out is malloc'ed (caller frees). Returns c->err. */
 int jinja_render(jctx *c, const jnode *root, jdict *globals, char **out, size_t *out_len);
-
-/* value helpers shared by the parser and the API glue */
-jv jv_str(jctx *c, const char *s, size_t n);
-jv jv_int(int64_t i);
-jv jv_bool(int b);
-jv jv_none(void);
-jdict *jd_new(jctx *c);
-int jd_set(jctx *c, jdict *d, jv key, jv val);
-jlist *jl_new(jctx *c);
-int jl_push(jctx *c, jlist *l, jv v);
 
 #endif

@@ -18,35 +18,6 @@
 
 #include "engine/tok/jinja_internal.h"
 
-/* ---- arena ---------------------------------------------------------------- */
-
-void *ja_alloc(jarena *a, size_t n) {
-  n = (n + 15) & ~(size_t)15;
-  if (!a->head || a->head->used + n > a->head->cap) {
-    size_t cap = n > 65536 ? n : 65536;
-    jarena_block *b = malloc(sizeof *b + cap);
-    if (!b) { a->oom = 1; return NULL; }
-    b->next = a->head;
-    b->used = 0;
-    b->cap = cap;
-    a->head = b;
-  }
-  void *p = a->head->data + a->head->used;
-  a->head->used += n;
-  memset(p, 0, n);
-  return p;
-}
-
-void ja_free(jarena *a) {
-  jarena_block *b = a->head;
-  while (b) {
-    jarena_block *n = b->next;
-    free(b);
-    b = n;
-  }
-  a->head = NULL;
-}
-
 /* ---- segments ---------------------------------------------------------------- */
 
 enum { SEG_TEXT, SEG_VAR, SEG_BLOCK, SEG_COMMENT };
@@ -69,6 +40,7 @@ typedef struct parser {
   size_t tl;
   jv tv; /* literal value */
   char op[3];
+  int depth; /* nesting of expressions and blocks being parsed now */
 } parser;
 
 static int perr(parser *P, int code, const char *fmt, const char *arg) {
@@ -76,7 +48,24 @@ static int perr(parser *P, int code, const char *fmt, const char *arg) {
     P->c->err = code;
     spill_err_set(P->c->e, code, "chat template line %d: %s%s", P->line, fmt, arg ? arg : "");
   }
-  return code;
+  return P->c->err;
+}
+
+/* One more level of nesting (a parenthesis, an operand, a block): the
+ * parser recurses, so the budget bounds its stack. */
+static int deeper(parser *P) {
+  if (P->depth >= P->c->b.max_parse_depth) {
+    if (P->c->err == 0) {
+      P->c->err = SPILL_E_TMPL_PARSE_DEPTH;
+      spill_err_set(P->c->e, SPILL_E_TMPL_PARSE_DEPTH,
+                    "chat template line %d: nested deeper than %d levels (the budget's "
+                    "max_parse_depth)",
+                    P->line, P->c->b.max_parse_depth);
+    }
+    return P->c->err;
+  }
+  P->depth++;
+  return SPILL_OK;
 }
 
 static int is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
@@ -103,8 +92,8 @@ static const char *find_close(const char *p, const char *end, char close0, int c
 static int segment(parser *P, const char *src, size_t len) {
   jctx *c = P->c;
   /* normalise newlines */
-  char *t = ja_alloc(&c->arena, len + 1);
-  if (!t) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+  char *t = jc_alloc(c, len + 1);
+  if (!t) return jc_oom(c);
   size_t n = 0;
   for (size_t i = 0; i < len; i++) {
     if (src[i] == '\r') {
@@ -116,8 +105,8 @@ static int segment(parser *P, const char *src, size_t len) {
   }
   if (n > 0 && t[n - 1] == '\n') n--; /* keep_trailing_newline=False */
   int cap = 64;
-  P->segs = ja_alloc(&c->arena, (size_t)cap * sizeof(seg));
-  if (!P->segs) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+  P->segs = jc_alloc(c, (size_t)cap * sizeof(seg));
+  if (!P->segs) return jc_oom(c);
   const char *p = t, *end = t + n;
   int line = 1, line_starting = 1;
   while (p < end) {
@@ -146,8 +135,8 @@ static int segment(parser *P, const char *src, size_t len) {
     }
     if (tlen > 0) {
       if (P->n_segs + 2 >= cap) {
-        seg *s2 = ja_alloc(&c->arena, (size_t)cap * 2 * sizeof(seg));
-        if (!s2) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+        seg *s2 = jc_alloc(c, (size_t)cap * 2 * sizeof(seg));
+        if (!s2) return jc_oom(c);
         memcpy(s2, P->segs, (size_t)P->n_segs * sizeof(seg));
         P->segs = s2;
         cap *= 2;
@@ -171,8 +160,8 @@ static int segment(parser *P, const char *src, size_t len) {
     }
     if (kind != SEG_COMMENT) {
       if (P->n_segs + 2 >= cap) {
-        seg *s2 = ja_alloc(&c->arena, (size_t)cap * 2 * sizeof(seg));
-        if (!s2) return spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
+        seg *s2 = jc_alloc(c, (size_t)cap * 2 * sizeof(seg));
+        if (!s2) return jc_oom(c);
         memcpy(s2, P->segs, (size_t)P->n_segs * sizeof(seg));
         P->segs = s2;
         cap *= 2;
@@ -270,8 +259,8 @@ static int next(parser *P) {
       cap++;
     }
     if (P->p >= P->end) return perr(P, SPILL_E_FORMAT, "unterminated string", NULL);
-    char *o = ja_alloc(&P->c->arena, sizeof(jstr) + (size_t)(P->p - s) * 2 + 8);
-    if (!o) return spill_err_set(P->c->e, SPILL_E_NOMEM, "chat template: no memory");
+    char *o = jc_alloc(P->c, sizeof(jstr) + (size_t)(P->p - s) * 2 + 8);
+    if (!o) return jc_oom(P->c);
     jstr *js = (jstr *)o;
     size_t n = 0;
     for (const char *k = s; k < P->p; k++) {
@@ -340,7 +329,7 @@ static int is_name(parser *P, const char *nm) {
   return P->tk == 'n' && P->tl == strlen(nm) && !memcmp(P->ts, nm, P->tl);
 }
 static const char *tok_name(parser *P) {
-  char *s = ja_alloc(&P->c->arena, P->tl + 1);
+  char *s = jc_alloc(P->c, P->tl + 1);
   if (s) memcpy(s, P->ts, P->tl);
   return s;
 }
@@ -350,9 +339,9 @@ static int expect_op(parser *P, const char *op) {
 }
 
 static jnode *mk(parser *P, jn_type t) {
-  jnode *n = ja_alloc(&P->c->arena, sizeof *n);
+  jnode *n = jc_alloc(P->c, sizeof *n);
   if (n) { n->t = t; n->line = P->line; }
-  else spill_err_set(P->c->e, SPILL_E_NOMEM, "chat template: no memory");
+  else jc_oom(P->c);
   return n;
 }
 
@@ -361,9 +350,9 @@ typedef struct nvec { jnode **v; const char **kw; int n, cap; } nvec;
 static int nv_push(parser *P, nvec *a, jnode *x, const char *kw) {
   if (a->n == a->cap) {
     int cap = a->cap ? a->cap * 2 : 4;
-    jnode **v = ja_alloc(&P->c->arena, (size_t)cap * sizeof *v);
-    const char **k = ja_alloc(&P->c->arena, (size_t)cap * sizeof *k);
-    if (!v || !k) return spill_err_set(P->c->e, SPILL_E_NOMEM, "chat template: no memory");
+    jnode **v = jc_alloc(P->c, (size_t)cap * sizeof *v);
+    const char **k = jc_alloc(P->c, (size_t)cap * sizeof *k);
+    if (!v || !k) return jc_oom(P->c);
     if (a->n) { memcpy(v, a->v, (size_t)a->n * sizeof *v); memcpy(k, a->kw, (size_t)a->n * sizeof *k); }
     a->v = v; a->kw = k; a->cap = cap;
   }
@@ -375,6 +364,7 @@ static int nv_push(parser *P, nvec *a, jnode *x, const char *kw) {
 
 static int expr(parser *P, jnode **out);
 static int unary(parser *P, int with_filter, jnode **out);
+static int not_expr(parser *P, jnode **out);
 
 #define PTRY(x) do { int rc_ = (x); if (rc_ < 0) return rc_; } while (0)
 
@@ -411,7 +401,7 @@ static int primary(parser *P, jnode **out) {
     /* adjacent string literals concatenate */
     while (n->lit.t == JV_STR && P->tk == 's') {
       jstr *a = n->lit.u.s, *b = P->tv.u.s;
-      jstr *c = ja_alloc(&P->c->arena, sizeof(jstr) + a->len + b->len + 1);
+      jstr *c = jc_alloc(P->c, sizeof(jstr) + a->len + b->len + 1);
       if (!c) return SPILL_E_NOMEM;
       memcpy(c->s, a->s, a->len);
       memcpy(c->s + a->len, b->s, b->len);
@@ -606,7 +596,10 @@ static int unary(parser *P, int with_filter, jnode **out) {
     int neg = is_op(P, "-");
     PTRY(next(P));
     jnode *x;
-    PTRY(unary(P, 0, &x));
+    PTRY(deeper(P)); /* "- - - x" recurses */
+    int rc = unary(P, 0, &x);
+    P->depth--;
+    PTRY(rc);
     n = mk(P, JN_UN);
     if (!n) return SPILL_E_NOMEM;
     n->op = neg ? JOP_NEG : JOP_POS;
@@ -619,6 +612,7 @@ static int unary(parser *P, int with_filter, jnode **out) {
   *out = n;
   return SPILL_OK;
 }
+
 
 static int binop(parser *P, int op, jnode *a, jnode *b, jnode **out) {
   jnode *n = mk(P, JN_BIN);
@@ -714,7 +708,10 @@ static int not_expr(parser *P, jnode **out) {
   if (is_name(P, "not")) {
     PTRY(next(P));
     jnode *x;
-    PTRY(not_expr(P, &x));
+    PTRY(deeper(P)); /* "not not x" recurses */
+    int rc = not_expr(P, &x);
+    P->depth--;
+    PTRY(rc);
     jnode *n = mk(P, JN_NOT);
     if (!n) return SPILL_E_NOMEM;
     n->a = x;
@@ -723,6 +720,7 @@ static int not_expr(parser *P, jnode **out) {
   }
   return compare(P, out);
 }
+
 
 static int and_expr(parser *P, jnode **out) {
   PTRY(not_expr(P, out));
@@ -752,7 +750,7 @@ static int or_expr(parser *P, jnode **out) {
   return SPILL_OK;
 }
 
-static int expr(parser *P, jnode **out) {
+static int expr_at(parser *P, jnode **out) {
   PTRY(or_expr(P, out));
   while (is_name(P, "if")) {
     PTRY(next(P));
@@ -768,6 +766,13 @@ static int expr(parser *P, jnode **out) {
     *out = n;
   }
   return SPILL_OK;
+}
+
+static int expr(parser *P, jnode **out) {
+  PTRY(deeper(P));
+  int rc = expr_at(P, out);
+  P->depth--;
+  return rc;
 }
 
 /* ---- statements ------------------------------------------------------------------ */
@@ -816,7 +821,7 @@ static int tag_if(parser *P, jnode **out) {
     PTRY(end_of_tag(P));
     jnode *wrap = mk(P, JN_BODY);
     if (!wrap) return SPILL_E_NOMEM;
-    wrap->args = ja_alloc(&P->c->arena, sizeof(jnode *));
+    wrap->args = jc_alloc(P->c, sizeof(jnode *));
     if (!wrap->args) return SPILL_E_NOMEM;
     wrap->args[0] = e2;
     wrap->n = 1;
@@ -881,6 +886,10 @@ static int tag_set(parser *P, jnode **out) {
     n->name2 = tok_name(P);
     PTRY(next(P));
   }
+  /* the name the set assigns, made once (a set in a loop runs many times) */
+  const char *key = n->name2 ? n->name2 : n->name;
+  n->lit = jv_str(P->c, key, strlen(key));
+  if (P->c->err) return P->c->err;
   if (is_op(P, "=")) {
     PTRY(next(P));
     PTRY(expr(P, &n->a));
@@ -935,7 +944,7 @@ static const struct {
 /* Parses segments into a body until a block tag whose first word is in
  * stops (NULL-terminated); *stop gets that word (or NULL at the end). The
  * parser is left positioned after the stop tag's first word. */
-static int body(parser *P, const char *const *stops, jnode **out, const char **stop) {
+static int body_at(parser *P, const char *const *stops, jnode **out, const char **stop) {
   nvec kids = {0};
   *stop = NULL;
   while (P->pos < P->n_segs) {
@@ -985,13 +994,43 @@ done:;
   return SPILL_OK;
 }
 
+static int body(parser *P, const char *const *stops, jnode **out, const char **stop) {
+  PTRY(deeper(P));
+  int rc = body_at(P, stops, out, stop);
+  P->depth--;
+  return rc;
+}
+
+/* The tree's depth (what the evaluator recurses through): chains of
+ * operators, attributes, subscripts and filters are parsed by loops but
+ * nest in the tree, so the recursion guard alone does not bound it. The
+ * walk stops at the budget, so it is itself bounded. */
+static int tree_depth_ok(parser *P, const jnode *n, int d) {
+  if (!n) return SPILL_OK;
+  if (d > P->c->b.max_parse_depth) {
+    P->line = n->line;
+    P->depth = P->c->b.max_parse_depth;
+    return deeper(P);
+  }
+  PTRY(tree_depth_ok(P, n->a, d + 1));
+  PTRY(tree_depth_ok(P, n->b, d + 1));
+  PTRY(tree_depth_ok(P, n->c, d + 1));
+  PTRY(tree_depth_ok(P, n->d, d + 1));
+  for (int i = 0; i < n->n; i++) {
+    if (n->args) PTRY(tree_depth_ok(P, n->args[i], d + 1));
+    if (n->vals) PTRY(tree_depth_ok(P, n->vals[i], d + 1));
+  }
+  return SPILL_OK;
+}
+
 int jinja_parse(jctx *c, const char *tmpl, size_t len, jnode **out) {
   parser P = {0};
   P.c = c;
-  PTRY(segment(&P, tmpl, len));
+  int rc = segment(&P, tmpl, len);
   const char *st;
-  int rc = body(&P, NULL, out, &st);
-  if (rc == SPILL_OK && c->arena.oom) rc = spill_err_set(c->e, SPILL_E_NOMEM, "chat template: no memory");
-  if (rc < 0 && c->err == 0) c->err = rc;
+  if (rc == SPILL_OK) rc = body(&P, NULL, out, &st);
+  if (rc == SPILL_OK) rc = tree_depth_ok(&P, *out, 1);
+  if (c->err) return c->err;
+  if (rc < 0) c->err = rc;
   return rc;
 }

@@ -133,12 +133,45 @@ typedef struct spill_chat_msg {
   const char *content; /* UTF-8 */
 } spill_chat_msg;
 
+/* The render budget: chat templates come with downloaded models, so they
+ * are untrusted programs. Every render runs under these limits, each failing
+ * with its own status and a detail message (docs/RELIABILITY.md):
+ *   max_parse_depth  nesting of the template's syntax tree (parentheses,
+ *                    blocks, chained operators): SPILL_E_TMPL_PARSE_DEPTH
+ *   max_eval_depth   nesting while evaluating (expressions, and nested lists
+ *                    and dicts printed, compared, searched with `in` or
+ *                    turned to JSON): SPILL_E_TMPL_EVAL_DEPTH
+ *   max_steps        evaluation steps (a node evaluated, a loop iteration, an
+ *                    allocation, or 1 KiB of string work): SPILL_E_TMPL_STEPS
+ *   max_output_bytes bytes of rendered text: SPILL_E_TMPL_OUTPUT
+ *   max_memory_bytes bytes the render allocates (its arena; each temporary
+ *                    string is bounded by the same figure): SPILL_E_TMPL_MEMORY
+ * A field left 0 takes its default (spill_chat_budget_default). A real
+ * allocation failure is SPILL_E_NOMEM. Cancellation is cooperative: every
+ * SPILL_CHAT_POLL_STEPS steps the render reads *stop_flag and calls
+ * cancel(cancel_user); either nonzero stops it with SPILL_E_INTERRUPTED.
+ * The callback runs on the rendering thread. */
+typedef struct spill_chat_budget {
+  int max_parse_depth;
+  int max_eval_depth;
+  unsigned long long max_steps;
+  size_t max_output_bytes;
+  size_t max_memory_bytes;
+  volatile int *stop_flag;   /* NULL = none; read, never written */
+  int (*cancel)(void *user); /* NULL = none */
+  void *cancel_user;
+} spill_chat_budget;
+#define SPILL_CHAT_POLL_STEPS 4096
+/* Fills b with the defaults (docs/RELIABILITY.md has the figures). */
+void spill_chat_budget_default(spill_chat_budget *b);
+
 /* Renders a Jinja chat template (the subset of docs/TOKENIZER.md, output
  * byte-identical to Python jinja2) over messages with add_generation_prompt,
  * bos_token and eos_token (NULL = ""). *out is malloc'ed, NUL-terminated;
  * caller frees. Errors: SPILL_E_FORMAT (template syntax, with line),
  * SPILL_E_CONFIG (the template raised an exception: message included),
- * SPILL_E_UNSUPPORTED (a Jinja feature outside the subset, named). */
+ * SPILL_E_UNSUPPORTED (a Jinja feature outside the subset, named), the
+ * budget's SPILL_E_TMPL_* and SPILL_E_INTERRUPTED, SPILL_E_NOMEM. */
 int spill_chat_render(const char *tmpl, const spill_chat_msg *msgs, size_t n_msgs,
                       int add_generation_prompt, const char *bos_token, const char *eos_token,
                       char **out, spill_err *e);
@@ -153,6 +186,17 @@ int spill_tok_chat_render(const spill_tok *t, const spill_chat_msg *msgs, size_t
  *  "bos_token": "<s>"}); any JSON value becomes a Jinja value. */
 int spill_chat_render_json(const char *tmpl, const char *context_json, char **out,
                            spill_err *e);
+/* The three calls above under an explicit budget (NULL = the defaults,
+ * which the calls above use). */
+int spill_chat_render_budget(const char *tmpl, const spill_chat_msg *msgs, size_t n_msgs,
+                             int add_generation_prompt, const char *bos_token,
+                             const char *eos_token, const spill_chat_budget *budget, char **out,
+                             spill_err *e);
+int spill_tok_chat_render_budget(const spill_tok *t, const spill_chat_msg *msgs, size_t n_msgs,
+                                 int add_generation_prompt, const spill_chat_budget *budget,
+                                 char **out, spill_err *e);
+int spill_chat_render_json_budget(const char *tmpl, const char *context_json,
+                                  const spill_chat_budget *budget, char **out, spill_err *e);
 
 #ifdef __cplusplus
 }
