@@ -289,8 +289,13 @@ static int make_swap_file(spill_machine *m, const char *dir, uint64_t bytes, spi
     return spill_err_set(e, SPILL_E_CONFIG, "machine.swap: %llu bytes is too small for a swap area",
                          (unsigned long long)bytes);
   static unsigned seq;
-  int w = snprintf(m->swap_file, sizeof m->swap_file, "%s/.spill-swap-%d-%u", dir && dir[0] ? dir : ".",
-                   (int)getpid(), seq++);
+  /* absolute: /proc/swaps names areas by absolute path, and close and the
+   * reaper find the area by that name (a relative name here left a results
+   * directory's swap file on after its runner closed) */
+  char abs[PATH_MAX];
+  if (!realpath(dir && dir[0] ? dir : ".", abs))
+    return spill_err_set(e, SPILL_E_IO, "machine.swap: swap directory %s: %s", dir, strerror(errno));
+  int w = snprintf(m->swap_file, sizeof m->swap_file, "%s/.spill-swap-%d-%u", abs, (int)getpid(), seq++);
   if (w <= 0 || (size_t)w >= sizeof m->swap_file) {
     m->swap_file[0] = 0;
     return spill_err_set(e, SPILL_E_IO, "machine.swap: swap file path too long under %s", dir);
@@ -317,9 +322,11 @@ static int make_swap_file(spill_machine *m, const char *dir, uint64_t bytes, spi
   return SPILL_OK;
 }
 
+/* Turns the area off (the kernel refuses to unlink an active swap file)
+ * and deletes it. */
 static void remove_swap_file(const char *path) {
   if (!path[0]) return;
-  if (swap_active(path)) swapoff(path);
+  if (swap_active(path) || path[0] != '/') swapoff(path);
   unlink(path);
 }
 
@@ -620,5 +627,29 @@ int spill_machine_reap_stale(char *what, size_t what_n, spill_err *e) {
     }
   }
   closedir(d);
+  /* cgroups of ours with no state file whose runner is gone (a state
+   * directory that was deleted, e.g. a killed test's): emptied and removed */
+  int v;
+  char home[PATH_MAX];
+  spill_err ignore = {0};
+  if (usable_cgroup(&v, home, sizeof home, &ignore) == SPILL_OK && (d = opendir(home))) {
+    while ((de = readdir(d))) {
+      int pid;
+      unsigned n;
+      if (sscanf(de->d_name, "spill-machine-%d-%u", &pid, &n) != 2 || pid <= 0) continue;
+      if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
+      char cg[PATH_MAX + 300], line[PATH_MAX + 400];
+      snprintf(cg, sizeof cg, "%s/%s", home, de->d_name);
+      int ok = cg_remove(cg) == 0;
+      snprintf(line, sizeof line, "machine profile: removed cgroup %s of runner pid %d (dead, no state file)%s",
+               cg, pid, ok ? "" : ": NOT removable");
+      cleaned++;
+      if (what && what_n) {
+        size_t wl = strlen(what);
+        snprintf(what + wl, what_n - wl, "%s%s", wl ? "\n" : "", line);
+      }
+    }
+    closedir(d);
+  }
   return cleaned;
 }

@@ -180,4 +180,57 @@ TEST(MachineProfileTest, KilledRunnerIsCleanedUpByTheNextReap) {
   EXPECT_EQ(spill_machine_reap_stale(what, sizeof what, &e), 0) << what;
 }
 
+// A swap directory given relative to the working directory (as the runner
+// gives its results directory): the area is still turned off and deleted at
+// close (a relative name once left a 16 GiB swap file on).
+TEST(MachineProfileTest, RelativeSwapDirectoryIsTurnedOffAndDeleted) {
+  std::string why = Unavailable();
+  if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
+  std::string state = TmpDir("state-rel");
+  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  std::string base = TmpDir("rel");
+  char old[4096];
+  ASSERT_NE(getcwd(old, sizeof old), nullptr);
+  ASSERT_EQ(chdir(base.c_str()), 0);
+  mkdir("swaprel", 0700);
+  uint64_t total, used;
+  spill_machine_swaps(&total, &used, nullptr, 0);
+  spill_machine m;
+  spill_err e = {};
+  spill_machine_spec s = {64ull << 20, 0, total - used + (32ull << 20), -1};
+  int rc = spill_machine_open(&s, "swaprel", &m, &e);
+  std::string sw = m.swap_file;
+  spill_machine_close(&m);
+  ASSERT_EQ(chdir(old), 0);
+  ASSERT_EQ(rc, SPILL_OK) << e.msg;
+  ASSERT_FALSE(sw.empty());
+  EXPECT_EQ(sw[0], '/') << sw;
+  EXPECT_FALSE(SwapActive(sw.c_str())) << sw << " still active";
+  struct stat st;
+  EXPECT_NE(stat(sw.c_str(), &st), 0) << sw << " left behind";
+}
+
+// A cgroup of ours whose runner died and whose state file is gone (a killed
+// test's temporary state directory) is found and removed by the next reap.
+TEST(MachineProfileTest, OrphanCgroupWithoutStateFileIsReaped) {
+  std::string why = Unavailable();
+  if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
+  std::string state = TmpDir("state-orphan");
+  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  int ver;
+  char home[4096];
+  spill_err e = {};
+  ASSERT_EQ(spill_machine_probe(&ver, home, sizeof home, &e), SPILL_OK) << e.msg;
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  std::string cg = std::string(home) + "/spill-machine-" + std::to_string(dead) + "-7";
+  ASSERT_EQ(mkdir(cg.c_str(), 0755), 0) << cg;
+  char what[2048];
+  EXPECT_GE(spill_machine_reap_stale(what, sizeof what, &e), 1) << e.msg;
+  EXPECT_NE(std::string(what).find(cg), std::string::npos) << what;
+  struct stat st;
+  EXPECT_NE(stat(cg.c_str(), &st), 0) << cg << " left behind";
+}
+
 }  // namespace
