@@ -17,24 +17,22 @@ mkdir -p "$OUT/obj"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 CFLAGS="-std=c11 -O1 -g -I$ROOT $SAN -DSPILL_FUZZ_MANIFEST=\"$ROOT/fuzz/data/nano_manifest.json\""
 SRCS=(
-  engine/base/alloc.c engine/base/clock.c engine/base/crc32.c engine/base/crc32_pclmul.c
-  engine/base/json_util.c engine/base/status.c
-  engine/format/container_read.c engine/format/container_verify.c
-  engine/format/container_write.c engine/format/dtype.c engine/format/manifest_json.c
-  engine/format/manifest_parse.c engine/format/record.c
   research/trace/trace_convert.c engine/trace/trace_read.c research/trace/trace_replay.c
   research/trace/trace_stats.c engine/trace/trace_write.c
   engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c engine/spill_routing.c
   engine/spill_info.c
   harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
-  harness/exp_files.c harness/exp_env.c harness/stats.c
+  harness/exp_files.c harness/exp_env.c harness/stats.c harness/gnuplot_text.c
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c
   engine/quant/kernels_kquant_ref.c
   server/request_parse.c server/completion_text.c server/chat_prompt.c
 )
-# engine/cache and engine/tok: every library source of the package (their
-# tests are C++), so a file added there cannot be left out of the archive.
-for s in "$ROOT"/engine/cache/*.c "$ROOT"/engine/tok/*.c; do
+# engine/base, engine/format, engine/cache and engine/tok: every library
+# source of the package (their tests are C++), so a file added there cannot
+# be left out of the archive (the dtype table's dtype_traits.c and the
+# manifest's field table once were, and every target failed to link).
+for s in "$ROOT"/engine/base/*.c "$ROOT"/engine/format/*.c "$ROOT"/engine/cache/*.c \
+         "$ROOT"/engine/tok/*.c; do
   case "$s" in *_test.c) continue ;; esac
   SRCS+=("${s#"$ROOT"/}")
 done
@@ -43,7 +41,6 @@ done
 declare -A ISA=(
   [engine/base/crc32_vpclmul.c]="-mavx512f -mvpclmulqdq -mpclmul"
 )
-SRCS+=(engine/base/crc32_vpclmul.c)
 # An object is rebuilt when it, its dependency list (clang -MMD) or any file
 # in that list (the source and every header it includes) is missing or newer:
 # a struct changed in a header must not leave objects built with the old layout.

@@ -187,7 +187,7 @@ void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **valu
  * machine.emulate_ram (0 = none). */
 uint64_t spill_exp_config_emulate_ram(const spill_exp_config *cfg, int c);
 /* The machine profile of cell c (machine.* with the cell's wired/swap axis
- * values): 1 and *ram/*wired/*swap/*swappiness filled when the config has
+ * values): 1 and the four outputs (ram, wired, swap, swappiness) filled when the config has
  * one, else 0. */
 int spill_exp_config_machine(const spill_exp_config *cfg, int c, uint64_t *ram, uint64_t *wired,
                              uint64_t *swap, int *swappiness);
