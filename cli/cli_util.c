@@ -190,6 +190,10 @@ void cli_print_run_summary(spill_engine *eng, const spill_run_stats *st) {
         fprintf(stderr, " %.0f%%", 100.0 * st->lookahead_rank_correct[r] / st->lookahead_rank_made[r]);
     fprintf(stderr, "\n");
   }
+  if (st->nonfinite_pos >= 0)
+    fprintf(stderr,
+            "spill: NOT FINITE: the logits at position %d held NaN/Inf; generation stopped there "
+            "(SPILL_E_NONFINITE)\n", st->nonfinite_pos);
   cli_warn_paging_after(stderr, st);
 }
 

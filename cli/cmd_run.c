@@ -77,7 +77,8 @@ int cmd_run(int argc, char **argv) {
     int rc = cli_chat_turn(eng, &msg, 1, (int)n_new, &s, &g_stop, &reply, &st, &e);
     fputs("\n", stdout);
     fflush(stdout);
-    if (rc == SPILL_OK || rc == SPILL_E_INTERRUPTED) cli_print_run_summary(eng, &st);
+    if (rc == SPILL_OK || rc == SPILL_E_INTERRUPTED || rc == SPILL_E_NONFINITE)
+      cli_print_run_summary(eng, &st);
     free(reply);
     spill_engine_close(eng);
     if (rc && rc != SPILL_E_INTERRUPTED) return cli_fail("run", rc, e.msg);
@@ -102,10 +103,11 @@ int cmd_run(int argc, char **argv) {
   fputs("\n", stdout);
   fflush(stdout);
   /* The summary of what was done, after an interruption too (exit 130 like
-   * a shell); an error is printed alone, not after a summary of nothing. */
+   * a shell) and after non-finite logits (the summary notes the position);
+   * another error is printed alone, not after a summary of nothing. */
   int interrupted = rc == SPILL_E_INTERRUPTED || (rc == SPILL_OK && g_stop);
   if (interrupted) fprintf(stderr, "spill run: interrupted: %s\n", rc ? e.msg : "stopped");
-  if (rc == SPILL_OK || interrupted) cli_print_run_summary(eng, &st);
+  if (rc == SPILL_OK || interrupted || rc == SPILL_E_NONFINITE) cli_print_run_summary(eng, &st);
   free(toks);
   spill_engine_close(eng);
   if (rc && !interrupted) return cli_fail("run", rc, e.msg);

@@ -438,6 +438,9 @@ typedef struct spill_run_stats {
    * bytes read. All 0 with preload none. */
   double preload_s;
   uint64_t preload_records, preload_bytes;
+  /* -1; else the position whose logits held a NaN or Inf: spill_generate
+   * refuses to sample from them (SPILL_E_NONFINITE) and stops there. */
+  int nonfinite_pos;
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop.

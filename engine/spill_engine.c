@@ -35,6 +35,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
+#include "engine/spill_internal.h"
 #include "engine/spill_knob_apply.h"
 #include "engine/spill_routing_internal.h"
 #include "engine/stream/expert_stream.h"
@@ -238,26 +239,17 @@ static int open_outputs(spill_engine *g, spill_err *e) {
 
 /* A model directory holding tokenizer.json or tiktoken.model (an imported
  * checkpoint) speaks through that tokenizer; synthetic models keep the byte
- * tokenizer (docs/MODEL.md). Its ids must fit the model's vocabulary. */
+ * tokenizer (docs/MODEL.md). Its ids must fit the model's vocabulary. The
+ * one loader (spill_import.c) is also what import and verify check with. */
 static int open_tokenizer(spill_engine *g, const char *model_dir, spill_err *e) {
-  /* The checkpoint's tokenizer copied beside the container (tokenizer.json /
-   * tiktoken.model from an HF checkpoint, tokenizer.gguf written by `spill
-   * import` from a GGUF), found as spill_tok_load finds it; never another
-   * *.gguf a user put here. */
-  char p[4096];
-  int found = spill_tok_locate(model_dir, 0, p, sizeof p, e);
-  if (found <= 0) return found;
-  SPILL_TRY(spill_tok_load(p, &g->tok, e));
-  SPILL_FAIL_IF(e, spill_tok_vocab_size(g->tok) > g->vocab, SPILL_E_FORMAT,
-                "%s: the tokenizer has %d tokens, the model's vocabulary %d", p,
-                spill_tok_vocab_size(g->tok), g->vocab);
-  return SPILL_OK;
+  return spill_model_tokenizer(model_dir, g->vocab, &g->tok, e);
 }
 
 /* The byte audit, then everything spill_engine_open checks beyond the
  * container: the model's tensors resolved and shape-checked against the
- * architecture (spill_model_open, ctx 1, one thread), so verify never calls
- * clean what run refuses. */
+ * architecture (spill_model_open, ctx 1, one thread) and the tokenizer it
+ * carries (spill_model_tokenizer), so verify never calls clean what run
+ * refuses. */
 int spill_verify(const char *model_dir, spill_progress_cb progress, void *user, spill_err *e) {
   SPILL_TRY(spill_container_verify(model_dir, progress, user, e));
   spill_info info;
@@ -269,6 +261,9 @@ int spill_verify(const char *model_dir, spill_progress_cb progress, void *user, 
   spill_model *m = NULL;
   SPILL_TRY(spill_model_open(model_dir, &mo, &m, e));
   spill_model_close(m);
+  spill_tok *t = NULL; /* the tokenizer, loaded as spill_engine_open loads it */
+  SPILL_TRY(spill_model_tokenizer(model_dir, info.vocab_size, &t, e));
+  spill_tok_free(t);
   return SPILL_OK;
 }
 
@@ -745,6 +740,22 @@ static void fold_token(spill_run_stats *st, spill_run_stats *tok_stats, int *pag
   st->decode_misses += tok_stats->demand_misses;
 }
 
+/* How many of the n logits are NaN or Inf (0 for all finite); *first is
+ * the lowest such id. A sampler handed them would pick by comparisons that
+ * are all false (argmax keeps id 0; softmax gives NaN probabilities). */
+static int logits_nonfinite(const float *x, int n, int *first) {
+  float acc = 0.0f;
+  for (int i = 0; i < n; i++) acc += x[i] * 0.0f;
+  if (acc == 0.0f) return 0;
+  int bad = 0;
+  *first = -1;
+  for (int i = 0; i < n; i++)
+    if (!isfinite(x[i])) {
+      if (!bad++) *first = i;
+    }
+  return bad;
+}
+
 /* Decodes up to n_new tokens after the prompt (sampling from g->logits,
  * which holds the last prompt position's), calling cb per token with its
  * text; stops at EOS, the stop flag or a non-zero cb. rc is the prefill's
@@ -763,6 +774,16 @@ static int run_decode(spill_engine *g, spill_sampler *smp, int pos, int n_new, s
   for (int i = 0; i < n_new && rc == SPILL_OK; i++) {
     if (stop_flag && *stop_flag) {
       rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d tokens", i);
+      break;
+    }
+    int first, bad = logits_nonfinite(g->logits, g->vocab, &first);
+    if (bad) {
+      st->nonfinite_pos = pos - 1;
+      rc = spill_err_set(e, SPILL_E_NONFINITE,
+                         "generate: the logits at position %d are not finite (%d of %d are NaN or "
+                         "Inf, the first at id %d): the model's weights or activations overflowed; "
+                         "refusing to sample from them",
+                         pos - 1, bad, g->vocab, first);
       break;
     }
     int tok = spill_sampler_sample(smp, g->logits);
@@ -806,6 +827,7 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
   spill_run_stats local;
   spill_run_stats *st = stats ? stats : &local;
   memset(st, 0, sizeof *st);
+  st->nonfinite_pos = -1;
   SPILL_FAIL_IF(e, n_prompt < 1, SPILL_E_INVALID_ARG, "generate: empty prompt");
   g->pre_fresh = 0;
   SPILL_FAIL_IF(e, n_prompt + n_new > g->cfg.ctx, SPILL_E_RANGE,

@@ -56,7 +56,9 @@ int spill_exp_peer_path(char *buf, size_t n, spill_err *e) {
   return SPILL_OK;
 }
 
-/* Line 1 of DST/import.journal: "spill-import 1 ... files=PATH:SIZE[,...]". */
+/* Line 1 of DST/import.journal: "spill-import 2 ... files=PATH:size=N:mtime=..[,...]"
+ * (engine/import/import_run.c, identity(): PATH is the real path with ','
+ * ':' '%' ' ' and bytes outside 0x21-0x7e as %XX). */
 static int journal_files(const char *container, char *files, size_t n, spill_err *e) {
   char p[PATH_MAX + 32];
   snprintf(p, sizeof p, "%s/import.journal", container);
@@ -97,14 +99,19 @@ static int manifest_is_gguf_import(const char *container, spill_err *e) {
 
 int spill_exp_peer_provenance(const char *container, const char *gguf, spill_err *e) {
   struct stat gs, ms;
-  char real[PATH_MAX], man[PATH_MAX + 32], files[8192], want[PATH_MAX + 32];
+  char real[PATH_MAX], man[PATH_MAX + 32], files[8192], want[3 * PATH_MAX + 32];
   if (stat(gguf, &gs) != 0 || !S_ISREG(gs.st_mode) || !realpath(gguf, real))
     return spill_err_set(e, SPILL_E_CONFIG, "model_gguf: %s: not a readable file (%s)", gguf,
                          strerror(errno ? errno : EINVAL));
   SPILL_TRY(manifest_is_gguf_import(container, e));
   SPILL_TRY(journal_files(container, files, sizeof files, e));
-  snprintf(want, sizeof want, "%s:%llu", real, (unsigned long long)gs.st_size);
-  if (strcmp(files, want))
+  size_t o = 0;
+  for (const unsigned char *c = (const unsigned char *)real; *c && o + 4 < sizeof want; c++) {
+    if (*c > 0x20 && *c < 0x7f && *c != ',' && *c != ':' && *c != '%') want[o++] = (char)*c;
+    else o += (size_t)snprintf(want + o, 4, "%%%02X", *c);
+  }
+  snprintf(want + o, sizeof want - o, ":size=%llu:", (unsigned long long)gs.st_size);
+  if (strncmp(files, want, strlen(want)) || strchr(files, ','))
     return spill_err_set(e, SPILL_E_CONFIG,
                          "model_gguf: %s does not hold the container's weights: %s was imported "
                          "from %s, not %s", gguf, container, files, want);

@@ -30,6 +30,7 @@ static const struct {
     {SPILL_E_TMPL_STEPS, "SPILL_E_TMPL_STEPS", "chat template step budget exceeded"},
     {SPILL_E_TMPL_OUTPUT, "SPILL_E_TMPL_OUTPUT", "chat template output budget exceeded"},
     {SPILL_E_TMPL_MEMORY, "SPILL_E_TMPL_MEMORY", "chat template memory budget exceeded"},
+    {SPILL_E_NONFINITE, "SPILL_E_NONFINITE", "not a finite number"},
 };
 
 const char *spill_status_name(int status) {

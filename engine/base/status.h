@@ -38,6 +38,7 @@ typedef enum spill_status {
   SPILL_E_TMPL_STEPS = -17,       /* a template rendering ran out of steps */
   SPILL_E_TMPL_OUTPUT = -18,      /* a template rendered more bytes than its budget */
   SPILL_E_TMPL_MEMORY = -19,      /* a template rendering allocated past its budget */
+  SPILL_E_NONFINITE = -20,       /* a NaN or Inf where numbers must be finite (weights, logits) */
 } spill_status;
 
 /* Static, never-NULL name of a status ("SPILL_E_FORMAT"); unknown codes give

@@ -18,7 +18,9 @@
  * GGUF llama q/k rows are un-permuted back to the rotate-half layout.
  *
  * Journal (DST/import.journal, text, append-only): line 1 is the import's
- * identity (source files and sizes, options); then "T i crc32" per finished
+ * identity (options; per source file its path, size, mtime, ctime, inode and
+ * a crc32 of sampled content, so that a source rewritten between a kill and
+ * the resume is refused by name, never mixed in); then "T i crc32" per finished
  * trunk tensor, "R layer expert" per finished record, "done". A re-run
  * with the same identity adopts every journaled unit whose bytes on disk
  * still check out (crc32 for tensors; header + payload crc32 + padding for
@@ -43,6 +45,7 @@
 #include "engine/base/crc32.h"
 #include "engine/base/half.h"
 #include "engine/base/json_util.h"
+#include "engine/import/import_checked.h"
 #include "engine/import/import_internal.h"
 
 #define JOURNAL "import.journal"
@@ -160,6 +163,38 @@ static int row_f32(const conv *cv, spill_src_dtype sd, const float *scale, const
   return SPILL_OK;
 }
 
+/* Non-finite source weights are refused, never converted: q8/q4 rounding
+ * would turn a NaN into an arbitrary int8 (fmaxf skips it in the scale), rvq3
+ * would encode it to the nearest entry, keep would copy it into a container
+ * verify calls clean, and the engine would generate from NaN logits. x is
+ * source row sr of tensor `what` in f32; the first bad value is named by row
+ * and column (for a GGUF stack of experts, within the expert). */
+static int check_finite(const float *x, uint64_t cols, uint64_t sr, const char *what, spill_err *e) {
+  float acc = 0.0f;
+  for (uint64_t c = 0; c < cols; c++) acc += x[c] * 0.0f; /* NaN iff some x is NaN or Inf */
+  if (acc == 0.0f) return SPILL_OK;
+  for (uint64_t c = 0; c < cols; c++)
+    if (!isfinite(x[c]))
+      return spill_err_set(e, SPILL_E_NONFINITE,
+                           "tensor %s: value %s at (row %llu, column %llu): the source holds a "
+                           "non-finite weight; refusing to import it",
+                           what, isnan(x[c]) ? "nan" : x[c] > 0 ? "inf" : "-inf",
+                           (unsigned long long)sr, (unsigned long long)c);
+  return SPILL_OK;
+}
+
+/* check_finite over every row of a matrix that is copied without being
+ * converted (keep): each source row dequantised into cv->row first. */
+static int check_src_rows(conv *cv, spill_src_dtype sd, uint64_t rows, uint64_t cols, uint64_t rb,
+                          const char *what, spill_err *e) {
+  SPILL_TRY(grow((void **)&cv->row, &cv->row_cap, (size_t)cols * sizeof(float), e));
+  for (uint64_t r = 0; r < rows; r++) {
+    SPILL_TRY(spill_src_dequant(sd, cv->src + r * rb, cols, cv->row, e));
+    SPILL_TRY(check_finite(cv->row, cols, r, what, e));
+  }
+  return SPILL_OK;
+}
+
 /* Converts a (rows, cols) matrix whose source bytes are cv->src (dtype sd,
  * rows of whole blocks) into dt/group at out. scale: FP8 grid (br x bc
  * blocks) or NULL. num/den accumulate the requantisation error. */
@@ -172,6 +207,7 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
   uint32_t kg;
   const int direct = scale == NULL && keep_dtype(sd, &kd, &kg) == 0 && kd == dt &&
                      (kg == 0 || kg == group);
+  if (direct) SPILL_TRY(check_src_rows(cv, sd, rows, cols, rb, what, e));
   if (direct && (dt == SPILL_DT_F32 || dt == SPILL_DT_F16 || dt == SPILL_DT_BF16 ||
                  dt == SPILL_DT_Q4_K || dt == SPILL_DT_Q5_K || dt == SPILL_DT_Q6_K)) {
     for (uint64_t r = 0; r < rows; r++)
@@ -208,12 +244,17 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
   SPILL_FAIL_IF(e, dt == SPILL_DT_RVQ3 && !cv->rvq_cb, SPILL_E_INTERNAL, "%s: no rvq3 codebook", what);
   if (dt == SPILL_DT_RVQ3) { /* the whole matrix in f32, then encoded on all threads */
     SPILL_TRY(grow((void **)&cv->mat, &cv->mat_cap, (size_t)(rows * cols) * sizeof(float), e));
-    for (uint64_t r = 0; r < rows; r++)
-      SPILL_TRY(row_f32(cv, sd, scale, fp8b, src_row(r, rows, heads), rb, cols, cv->mat + r * cols, e));
+    for (uint64_t r = 0; r < rows; r++) {
+      const uint64_t sr = src_row(r, rows, heads);
+      SPILL_TRY(row_f32(cv, sd, scale, fp8b, sr, rb, cols, cv->mat + r * cols, e));
+      SPILL_TRY(check_finite(cv->mat + r * cols, cols, sr, what, e));
+    }
     return imp_rvq_encode_rows(cv->rvq_cb, cv->mat, rows, cols, out, out + vbytes, num, den, cv->threads, e);
   }
   for (uint64_t r = 0; r < rows; r++) {
-    SPILL_TRY(row_f32(cv, sd, scale, fp8b, src_row(r, rows, heads), rb, cols, cv->row, e));
+    const uint64_t sr = src_row(r, rows, heads);
+    SPILL_TRY(row_f32(cv, sd, scale, fp8b, sr, rb, cols, cv->row, e));
+    SPILL_TRY(check_finite(cv->row, cols, sr, what, e));
     switch (dt) {
       case SPILL_DT_F32:
         memcpy(out + r * cols * 4, cv->row, (size_t)cols * 4);
@@ -276,47 +317,128 @@ static int jappend(journal *j, const char *line, spill_err *e) {
   return SPILL_OK;
 }
 
-/* The identity line: options and source files (names relative to SRC, sizes). */
+/* The identity of one source file: what a same-size rewrite between a kill
+ * and the resume cannot keep. Size, mtime and ctime (ns), inode and device,
+ * and a crc32 of sampled content: the whole file up to SAMPLE_WHOLE bytes,
+ * else its first MiB (the safetensors header / GGUF metadata), its last
+ * SAMPLE_CHUNK bytes and SAMPLE_N chunks spread evenly between (about
+ * 3 MiB read per file). ctime cannot be set from user space, so any write
+ * (even one that restores mtime) changes the identity; the sample also
+ * catches a copy that kept every time stamp. */
+#define SAMPLE_WHOLE (4u << 20)
+#define SAMPLE_HEAD (1u << 20)
+#define SAMPLE_CHUNK (64u << 10)
+#define SAMPLE_N 32
+
+static int sample_region(int fd, uint64_t off, uint64_t n, uint8_t *buf, uint32_t *crc,
+                         const char *p, spill_err *e) {
+  while (n > 0) {
+    size_t want = n > SAMPLE_CHUNK ? SAMPLE_CHUNK : (size_t)n;
+    ssize_t got = pread(fd, buf, want, (off_t)off);
+    SPILL_FAIL_IF(e, got <= 0, SPILL_E_IO, "%s: reading at %llu: %s", p, (unsigned long long)off,
+                  got < 0 ? strerror(errno) : "unexpected end of file");
+    *crc = spill_crc32(*crc, buf, (size_t)got);
+    off += (uint64_t)got;
+    n -= (uint64_t)got;
+  }
+  return SPILL_OK;
+}
+
+static int file_sample(const char *p, uint64_t size, uint32_t *out, spill_err *e) {
+  int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  SPILL_FAIL_IF(e, fd < 0, SPILL_E_IO, "%s: %s", p, strerror(errno));
+  uint8_t *buf = malloc(SAMPLE_CHUNK);
+  uint32_t crc = 0;
+  int rc = buf ? SPILL_OK : spill_err_set(e, SPILL_E_NOMEM, "out of memory");
+  if (rc == SPILL_OK && size <= SAMPLE_WHOLE) {
+    rc = sample_region(fd, 0, size, buf, &crc, p, e);
+  } else if (rc == SPILL_OK) {
+    rc = sample_region(fd, 0, SAMPLE_HEAD, buf, &crc, p, e);
+    const uint64_t span = size - SAMPLE_HEAD - SAMPLE_CHUNK; /* > 2 MiB */
+    for (int k = 0; rc == SPILL_OK && k < SAMPLE_N; k++)
+      rc = sample_region(fd, SAMPLE_HEAD + span / SAMPLE_N * (uint64_t)k, SAMPLE_CHUNK, buf, &crc, p, e);
+    if (rc == SPILL_OK) rc = sample_region(fd, size - SAMPLE_CHUNK, SAMPLE_CHUNK, buf, &crc, p, e);
+  }
+  free(buf);
+  close(fd);
+  *out = crc;
+  return rc;
+}
+
+/* Appends s to the growing line *b, resizing it. */
+static int put_text(char **b, size_t *len, size_t *cap, const char *s, spill_err *e) {
+  size_t n = strlen(s);
+  if (*len + n + 2 > *cap) {
+    size_t c = (*len + n + 2) * 2;
+    char *nb = realloc(*b, c);
+    SPILL_FAIL_IF(e, !nb, SPILL_E_NOMEM, "out of memory");
+    *b = nb;
+    *cap = c;
+  }
+  memcpy(*b + *len, s, n + 1);
+  *len += n;
+  return SPILL_OK;
+}
+
+/* The identity line: options, then per source file its real path (',' ':'
+ * '%' ' ' and bytes outside 0x21-0x7e as %XX, so the fields split
+ * unambiguously) and the fields of file_sample's comment. */
 static int identity(const spill_import_request *r, const imp_src *s, uint32_t group, char **out,
                     spill_err *e) {
-  size_t cap = 4096, len = 0;
-  char *b = malloc(cap);
-  SPILL_FAIL_IF(e, !b, SPILL_E_NOMEM, "out of memory");
-  len += (size_t)snprintf(b, cap, "spill-import 1 experts=%s trunk=%s group=%u files=",
-                          target_name(r->experts), target_name(r->trunk), group);
+  size_t cap = 0, len = 0;
+  char *b = NULL, tmp[PATH_MAX * 3 + 200];
+  snprintf(tmp, sizeof tmp, "spill-import 2 experts=%s trunk=%s group=%u files=",
+           target_name(r->experts), target_name(r->trunk), group);
+  int rc = put_text(&b, &len, &cap, tmp, e);
   const int nf = s->is_gguf ? s->gg.n_files : s->st.n_files;
-  for (int i = 0; i < nf; i++) {
+  for (int i = 0; rc == SPILL_OK && i < nf; i++) {
     const char *p = s->is_gguf ? s->gg.paths[i] : s->st.paths[i];
     struct stat st;
-    uint64_t sz = stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
     char rp[PATH_MAX];
+    if (stat(p, &st) != 0) { rc = spill_err_set(e, SPILL_E_IO, "%s: %s", p, strerror(errno)); break; }
     if (!realpath(p, rp)) snprintf(rp, sizeof rp, "%s", p);
-    size_t need = len + strlen(rp) + 48;
-    if (need > cap) {
-      char *nb = realloc(b, need * 2);
-      if (!nb) { free(b); return spill_err_set(e, SPILL_E_NOMEM, "out of memory"); }
-      b = nb;
-      cap = need * 2;
+    uint32_t crc = 0;
+    rc = file_sample(p, (uint64_t)st.st_size, &crc, e);
+    if (rc != SPILL_OK) break;
+    size_t o = 0;
+    if (i) tmp[o++] = ',';
+    for (const unsigned char *c = (const unsigned char *)rp; *c; c++) {
+      if (*c > 0x20 && *c < 0x7f && *c != ',' && *c != ':' && *c != '%') tmp[o++] = (char)*c;
+      else o += (size_t)snprintf(tmp + o, 4, "%%%02X", *c);
     }
-    len += (size_t)snprintf(b + len, cap - len, "%s%s:%llu", i ? "," : "", rp, (unsigned long long)sz);
+    snprintf(tmp + o, sizeof tmp - o, ":size=%llu:mtime=%lld:ctime=%lld:ino=%llu:dev=%llu:sample=%08x",
+             (unsigned long long)st.st_size,
+             (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+             (long long)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec,
+             (unsigned long long)st.st_ino, (unsigned long long)st.st_dev, crc);
+    rc = put_text(&b, &len, &cap, tmp, e);
   }
-  if (len + 2 > cap) {
-    char *nb = realloc(b, len + 2);
-    if (!nb) { free(b); return spill_err_set(e, SPILL_E_NOMEM, "out of memory"); }
-    b = nb;
+  if (rc == SPILL_OK) rc = put_text(&b, &len, &cap, "\n", e);
+  if (rc != SPILL_OK) {
+    free(b);
+    return rc;
   }
-  b[len++] = '\n';
-  b[len] = 0;
   *out = b;
   return SPILL_OK;
 }
 
-/* Names the first differing field of two identity lines. */
+/* The value of key (e.g. "files=") in an identity line, up to ' ' or '\n'. */
+static const char *id_field(const char *line, const char *key, size_t *n) {
+  const char *end = strchr(line, '\n'), *a = strstr(line, key);
+  if (!a || (end && a > end)) { *n = 0; return NULL; }
+  *n = strcspn(a, " \n");
+  return a;
+}
+
+/* Names the difference of two identity lines: a changed option, another set
+ * of source files, or (same paths) the first file that changed and how. */
 static int identity_diff(const char *old, const char *now, spill_err *e) {
   const char *keys[] = {"experts=", "trunk=", "group=", "files="};
-  for (int i = 0; i < 4; i++) {
-    const char *a = strstr(old, keys[i]), *b = strstr(now, keys[i]);
-    size_t la = a ? strcspn(a, " \n") : 0, lb = b ? strcspn(b, " \n") : 0;
+  SPILL_FAIL_IF(e, strncmp(old, "spill-import 2 ", 15), SPILL_E_INVALID_ARG,
+                "DST's %s is from another import version: remove DST to start again", JOURNAL);
+  size_t la, lb;
+  for (int i = 0; i < 3; i++) {
+    const char *a = id_field(old, keys[i], &la), *b = id_field(now, keys[i], &lb);
     if (!a || !b || la != lb || memcmp(a, b, la))
       return spill_err_set(e, SPILL_E_INVALID_ARG,
                            "DST holds an import made with %.*s; this run asks %.*s: refusing to "
@@ -324,7 +446,58 @@ static int identity_diff(const char *old, const char *now, spill_err *e) {
                            (int)(la > 300 ? 300 : la), a ? a : "(none)", (int)(lb > 300 ? 300 : lb),
                            b ? b : "(none)");
   }
-  return spill_err_set(e, SPILL_E_INVALID_ARG, "DST's %s is from another import version", JOURNAL);
+  const char *a = id_field(old, "files=", &la), *b = id_field(now, "files=", &lb);
+  SPILL_FAIL_IF(e, !a || !b, SPILL_E_INVALID_ARG, "%s: no files= in the identity line", JOURNAL);
+  const char *ae = a + la, *be = b + lb;
+  a += 6;
+  b += 6;
+  int same_paths = 1;
+  const char *bad = NULL, *bad_b = NULL;
+  while (a < ae && b < be) { /* entries: PATH:size=..:...:sample=.. separated by ',' */
+    size_t ea = strcspn(a, ", \n"), eb = strcspn(b, ", \n");
+    size_t pa = strcspn(a, ":"), pb = strcspn(b, ":");
+    if (pa > ea) pa = ea;
+    if (pb > eb) pb = eb;
+    if (pa != pb || memcmp(a, b, pa)) { same_paths = 0; break; }
+    if (!bad && (ea != eb || memcmp(a, b, ea))) { bad = a; bad_b = b; }
+    a += ea + (a[ea] == ',');
+    b += eb + (b[eb] == ',');
+  }
+  if (!same_paths || (a < ae) != (b < be))
+    return spill_err_set(e, SPILL_E_INVALID_ARG,
+                         "DST holds an import of other source files (%.*s; this run reads %.*s): "
+                         "refusing to mix them (remove DST or repeat the original command)",
+                         (int)(la > 300 ? 300 : la), ae - la, (int)(lb > 300 ? 300 : lb), be - lb);
+  if (!bad) return spill_err_set(e, SPILL_E_INVALID_ARG, "DST's %s differs from this run", JOURNAL);
+  /* the path (%XX decoded) and the first field that differs */
+  char path[PATH_MAX];
+  size_t o = 0, pl = strcspn(bad, ":");
+  for (size_t k = 0; k < pl && o + 1 < sizeof path; k++) {
+    unsigned v;
+    if (bad[k] == '%' && k + 2 < pl && sscanf(bad + k + 1, "%2x", &v) == 1) {
+      path[o++] = (char)v;
+      k += 2;
+    } else {
+      path[o++] = bad[k];
+    }
+  }
+  path[o] = 0;
+  const char *fa = bad + pl, *fb = bad_b + pl;
+  while (*fa == ':' && *fb == ':') {
+    size_t na = strcspn(fa + 1, ":, \n"), nb = strcspn(fb + 1, ":, \n");
+    if (na != nb || memcmp(fa, fb, na + 1)) {
+      return spill_err_set(e, SPILL_E_INVALID_ARG,
+                           "source file %s changed since the interrupted import (%s %.*s, now %.*s): "
+                           "refusing to mix two versions of the source; remove DST to start again",
+                           path, strncmp(fa + 1, "sample=", 7) ? "stat" : "content crc32",
+                           (int)na, fa + 1, (int)nb, fb + 1);
+    }
+    fa += na + 1;
+    fb += nb + 1;
+  }
+  return spill_err_set(e, SPILL_E_INVALID_ARG,
+                       "source file %s changed since the interrupted import: remove DST to start again",
+                       path);
 }
 
 static int journal_open(const char *dst, const char *id, const imp_plan *p, journal *j,
@@ -532,6 +705,7 @@ typedef struct run {
   spill_import_progress pr;
   spill_import_summary *sum;
   double *exp_num, *exp_den; /* (n_moe * 3) */
+  spill_import_check_fn check; /* the tokenizer DST carries, before the manifest; or NULL */
 } run;
 
 static void note_err(run *R, const char *name, double num, double den) {
@@ -566,6 +740,7 @@ static int read_f32(run *R, const spill_src_tensor *st, uint64_t nrows, uint64_t
   SPILL_FAIL_IF(e, !*out, SPILL_E_NOMEM, "out of memory");
   for (uint64_t r = 0; r < nrows; r++) {
     int rc = spill_src_dequant(st->dtype, R->cv.src + r * rb, cols, *out + r * cols, e);
+    if (rc == SPILL_OK) rc = check_finite(*out + r * cols, cols, r, st->name, e);
     if (rc != SPILL_OK) {
       free(*out);
       *out = NULL;
@@ -647,7 +822,7 @@ static int do_trunk(run *R, int i, spill_err *e) {
     SPILL_TRY(imp_src_read(&R->s, t->src, 0, R->cv.src, (size_t)t->src->bytes, e));
     if (t->scale) SPILL_TRY(read_scale(&R->s, t->scale, t->rows, t->cols, &R->cv, e));
     SPILL_TRY(convert(&R->cv, t->src->dtype, t->scale ? R->cv.scale : NULL, R->s.fp8_block, t->rows,
-                      t->cols, t, ti->dtype, ti->group, R->out, &num, &den, t->name, e));
+                      t->cols, t, ti->dtype, ti->group, R->out, &num, &den, t->src->name, e));
   }
   if (t->log_neg) SPILL_TRY(log_neg_f32(t, R->out, e));
   if (ti->dtype == SPILL_DT_Q8 || ti->dtype == SPILL_DT_Q4) {
@@ -667,7 +842,7 @@ static int do_trunk(run *R, int i, spill_err *e) {
 /* Reads expert x's section k of MoE layer bi into R->cv.src (and its FP8
  * scale grid into R->cv.scale); *sc is the scale tensor or NULL. */
 static int read_section(run *R, int bi, int k, int x, const spill_src_tensor **tp,
-                        const spill_src_tensor **sc, spill_err *e) {
+                        const spill_src_tensor **sc, char *what, size_t wn, spill_err *e) {
   const spill_manifest *wm = spill_writer_manifest(R->w);
   const imp_moe_layer *ml = &R->p.moe[bi];
   const spill_section_info *sec = &wm->sect[k];
@@ -683,6 +858,8 @@ static int read_section(run *R, int bi, int k, int x, const spill_src_tensor **t
     SPILL_TRY(read_scale(&R->s, *sc, sec->rows, sec->cols, &R->cv, e));
   }
   *tp = t;
+  if (R->s.is_gguf) snprintf(what, wn, "%s expert %d", t->name, x); /* rows within the expert */
+  else snprintf(what, wn, "%s", t->name);
   return SPILL_OK;
 }
 
@@ -704,9 +881,10 @@ static int rvq_layer(run *R, int bi, spill_err *e) {
     for (int x = 0; x < E; x++) {
       const spill_src_tensor *t, *sc;
       double ig0 = 0, ig1 = 0;
-      SPILL_TRY(read_section(R, bi, k, x, &t, &sc, e));
+      char what[SPILL_NAME_MAX + 32];
+      SPILL_TRY(read_section(R, bi, k, x, &t, &sc, what, sizeof what, e));
       SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows,
-                        sec->cols, 0, SPILL_DT_F32, 0, (uint8_t *)R->rvq_f32, &ig0, &ig1, t->name, e));
+                        sec->cols, 0, SPILL_DT_F32, 0, (uint8_t *)R->rvq_f32, &ig0, &ig1, what, e));
       for (uint32_t r = 0; r < sec->rows; r++)
         imp_rvq_sample_row(R->rvq, R->rvq_f32 + (size_t)r * sec->cols, sec->cols);
     }
@@ -740,12 +918,13 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
   for (int k = 0; k < SPILL_SEC_COUNT; k++) {
     const spill_section_info *sec = &wm->sect[k];
     const spill_src_tensor *t, *sc;
-    SPILL_TRY(read_section(R, bi, k, x, &t, &sc, e));
+    char what[SPILL_NAME_MAX + 32];
+    SPILL_TRY(read_section(R, bi, k, x, &t, &sc, what, sizeof what, e));
     R->cv.rvq_cb = wm->expert_dtype == SPILL_DT_RVQ3 ? R->rvq_cb[k] : NULL;
     SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows, sec->cols,
                       NULL, spill_manifest_sect_dtype(wm, layer, k), wm->expert_group,
                       R->out + (sec->offset - SPILL_RECORD_HEADER_BYTES),
-                      &R->exp_num[bi * 3 + k], &R->exp_den[bi * 3 + k], t->name, e));
+                      &R->exp_num[bi * 3 + k], &R->exp_den[bi * 3 + k], what, e));
   }
   SPILL_TRY(spill_writer_record(R->w, layer, (uint32_t)x, R->out, e));
   char line[64];
@@ -878,11 +1057,14 @@ static int run_impl(run *R, spill_err *e) {
   const spill_manifest *wm = spill_writer_manifest(R->w);
   sum->dst_bytes = 0;
   for (int i = 0; i < wm->n_files; i++) sum->dst_bytes += wm->files[i].bytes;
+  /* the tokenizer files first, checked as the engine will load them: an
+   * unusable tokenizer leaves no manifest (nothing verify calls clean) */
+  if (!R->s.is_gguf) SPILL_TRY(copy_tokenizer_files(r->src, r->dst, e));
+  else SPILL_TRY(imp_gguf_tokenizer(&R->s, r->dst, e));
+  if (R->check) SPILL_TRY(R->check(r->dst, R->p.arch.vocab_size, e));
   spill_writer *w = R->w;
   R->w = NULL;
   SPILL_TRY(spill_writer_finish(w, e));
-  if (!R->s.is_gguf) SPILL_TRY(copy_tokenizer_files(r->src, r->dst, e));
-  else SPILL_TRY(imp_gguf_tokenizer(&R->s, r->dst, e));
   SPILL_TRY(jappend(&R->j, "done\n", e));
   (void)fsync(R->j.fd);
   sum->n_tensors = R->p.n_trunk;
@@ -893,12 +1075,14 @@ static int run_impl(run *R, spill_err *e) {
   return SPILL_OK;
 }
 
-int spill_import_run(const spill_import_request *r, spill_import_summary *s, spill_err *e) {
+int spill_import_run_checked(const spill_import_request *r, spill_import_summary *s,
+                             spill_import_check_fn check, spill_err *e) {
   SPILL_FAIL_IF(e, !r || !s, SPILL_E_INVALID_ARG, "import: NULL argument");
   memset(s, 0, sizeof *s);
   run *R = calloc(1, sizeof *R);
   SPILL_FAIL_IF(e, !R, SPILL_E_NOMEM, "out of memory");
   R->r = r;
+  R->check = check;
   R->sum = s;
   R->j.fd = -1;
   int rc = run_impl(R, e);

@@ -236,7 +236,9 @@ static int load_specials(const spill_gguf *g, int bytelevel, spill_tok *t, spill
   SPILL_TRY(opt_int(g, "tokenizer.ggml.bos_token_id", -1, &bos, e));
   SPILL_TRY(opt_int(g, "tokenizer.ggml.eos_token_id", -1, &eos, e));
   SPILL_FAIL_IF(e, bos >= t->n_vocab || eos >= t->n_vocab, SPILL_E_FORMAT,
-                "gguf: bos/eos token id outside the vocabulary");
+                "gguf: tokenizer.ggml.%s_token_id %lld is outside the vocabulary of %d tokens",
+                bos >= t->n_vocab ? "bos" : "eos", (long long)(bos >= t->n_vocab ? bos : eos),
+                t->n_vocab);
   t->bos_id = (int32_t)bos;
   t->eos_id = (int32_t)eos;
   SPILL_TRY(opt_bool(g, "tokenizer.ggml.add_bos_token", !bytelevel, &add_bos, e));

@@ -8,11 +8,17 @@ size, so a patched source looks like a same-size rewrite.
   hostile_patch.py gguf FILE TENSOR BYTE_OFFSET HEX   the same in a GGUF tensor's data
   hostile_patch.py gguf-u32 FILE KEY VALUE           a u32/i32 GGUF metadata value
   hostile_patch.py gguf-str FILE KEY TEXT            a GGUF string value (same length)
+  hostile_patch.py st-pad FILE BYTES                 a safetensors header grown by an
+                                                     __metadata__ string of BYTES (size changes)
+  hostile_patch.py sample FILE                       the crc32 of the regions `spill import`'s
+                                                     journal identity samples (import_run.c)
 """
 
 import json
+import os
 import struct
 import sys
+import zlib
 
 import ckpt_io
 
@@ -68,6 +74,29 @@ def main(a):
         if len(t) != n:
             raise SystemExit("hostile_patch: %s is %d bytes, not %d" % (a[2], n, len(t)))
         put(a[1], at + 8, t)
+    elif a[0] == "st-pad":
+        data = open(a[1], "rb").read()
+        (n,) = struct.unpack_from("<Q", data, 0)
+        hdr = json.loads(data[8:8 + n])
+        hdr["__metadata__"] = {"pad": "x" * int(a[2])}
+        h = json.dumps(hdr, separators=(",", ":")).encode()
+        h += b" " * (-len(h) % 8)
+        open(a[1], "wb").write(struct.pack("<Q", len(h)) + h + data[8 + n:])
+    elif a[0] == "sample":
+        # import_run.c file_sample(): the whole file up to 4 MiB, else the first
+        # MiB, 32 chunks of 64 KiB at head + span / 32 * k, and the last 64 KiB
+        data = open(a[1], "rb").read()
+        whole, head, chunk, nchunks = 4 << 20, 1 << 20, 64 << 10, 32
+        if len(data) <= whole:
+            crc = zlib.crc32(data)
+        else:
+            crc = zlib.crc32(data[:head])
+            span = len(data) - head - chunk
+            for k in range(nchunks):
+                o = head + span // nchunks * k
+                crc = zlib.crc32(data[o:o + chunk], crc)
+            crc = zlib.crc32(data[len(data) - chunk:], crc)
+        print("%08x" % crc)
     else:
         raise SystemExit(__doc__)
 

@@ -64,6 +64,23 @@ fresh "$HF" "$TMP/j6"
 kill_import "$TMP/j6" "$TMP/j6.spill" 25
 sed -i '1s/sample=[0-9a-f]*/sample=00000000/' "$TMP/j6.spill/import.journal"
 expect_err "j6/model.safetensors changed since the interrupted import (content" "$SPILL" import "$TMP/j6" "$TMP/j6.spill"
+# a source over 4 MiB is sampled, not read whole: the journal's crc32 is
+# that of the regions import_run.c names (recomputed here)
+fresh "$HF" "$TMP/b6"
+$PY "$PATCH" st-pad "$TMP/b6/model.safetensors" 5000000
+kill_import "$TMP/b6" "$TMP/b6.spill" 25
+want=$($PY "$PATCH" sample "$TMP/b6/model.safetensors")
+got=$(head -1 "$TMP/b6.spill/import.journal" | grep -o 'sample=[0-9a-f]*' | cut -d= -f2)
+sz=$(stat -c %s "$TMP/b6/model.safetensors")
+[ "$sz" -gt 4194304 ] && [ "$want" = "$got" ] && ok "a $sz-byte source: sampled crc32 $got as specified" ||
+  bad "sampled crc32: journal $got, expected $want ($sz bytes)"
+# rewrite the last 4 bytes (always sampled), then give the journal the file's
+# new times (a rewrite that kept them): the content sample alone refuses it
+printf '\0\0\0\0' | dd of="$TMP/b6/model.safetensors" bs=1 seek=$((sz - 4)) conv=notrunc 2>/dev/null
+t=$($PY -c 'import os, sys; s = os.stat(sys.argv[1]); print("mtime=%d:ctime=%d" % (s.st_mtime_ns, s.st_ctime_ns))' "$TMP/b6/model.safetensors")
+sed -i "1s/mtime=[0-9]*:ctime=[0-9]*/$t/" "$TMP/b6.spill/import.journal"
+expect_err "b6/model.safetensors changed since the interrupted import (content crc32 sample=$got" \
+  "$SPILL" import "$TMP/b6" "$TMP/b6.spill"
 # an unchanged source resumes
 fresh "$HF" "$TMP/u6"
 kill_import "$TMP/u6" "$TMP/u6.spill" 25
@@ -110,13 +127,17 @@ nonfinite gg-q8-inf gguf "--type Q8_0" blk.0.ffn_gate_exps.weight 0 007c \
   "tensor blk.0.ffn_gate_exps.weight expert 0: value [-a-z]* at (row 0, column [0-9]*)" "" "--experts q8" "--experts q4"
 nonfinite gg-q4k-nan gguf "--type Q4_K" blk.1.ffn_down_exps.weight 0 007e \
   "tensor blk.1.ffn_down_exps.weight expert 0: value nan at (row 0, column" ""
-# finite weights that overflow (a final-norm weight of 3e38): the logits are
-# not finite and `spill run` refuses to sample from them, by name
+# finite weights that overflow (the final norm's weights and lm_head's row 5
+# all 3e38: every product overflows): the logits are not finite, and `spill
+# run` refuses to sample from them, by name
 src="$TMP/overflow"
-$PY "$REF" make-hf "$src" --arch qwen3_moe --seed 7 && $PY "$PATCH" st "$src/model.safetensors" model.norm.weight 0 e6b1617f &&
+big=$(printf 'e6b1617f%.0s' $(seq 64))
+$PY "$REF" make-hf "$src" --arch qwen3_moe --seed 7 && $PY "$PATCH" st "$src/model.safetensors" model.norm.weight 0 "$big" &&
+  $PY "$PATCH" st "$src/model.safetensors" lm_head.weight 1280 "$big" &&
   "$SPILL" import "$src" "$src.spill" >/dev/null 2>&1 || bad "overflow: import"
 expect_err "logits .*not finite" "$SPILL" run "$src.spill" "hi" -n 2 &&
-  grep -q "SPILL_E_NONFINITE" "$TMP/err" || bad "overflow: not SPILL_E_NONFINITE"
+  grep -q "SPILL_E_NONFINITE" "$TMP/err" && grep -q "NOT FINITE: the logits at position" "$TMP/err" ||
+  bad "overflow: not SPILL_E_NONFINITE with the summary's note: $(cat "$TMP/err")"
 
 # ---- 14: an unusable tokenizer is refused at import and reported by verify
 tok_bad() { # LABEL PATTERN PATCH_ARGS...
