@@ -66,9 +66,17 @@ static void table_free(void *p, size_t bytes) {
   else munmap(p, table_len(bytes));
 }
 
-int tok_alloc_vocab(spill_tok *t, int n_vocab, spill_err *e) {
+int tok_alloc_vocab(spill_tok *t, int n_vocab, size_t n_entries, spill_err *e) {
   SPILL_FAIL_IF(e, n_vocab <= 0 || n_vocab > (1 << 24), SPILL_E_FORMAT,
                 "tokenizer: vocabulary size %d out of range", n_vocab);
+  /* The per-id tables cost ~30 bytes an id: sized by the largest id alone,
+   * one id of 16777215 in a 4 KB file cost ~490 MB. Ids may leave holes,
+   * but no more than the file's own entries (tokens, added tokens, special
+   * tokens) plus TOK_ID_SLACK: memory stays proportional to the file. */
+  SPILL_FAIL_IF(e, (uint64_t)n_vocab > 2 * (uint64_t)n_entries + TOK_ID_SLACK, SPILL_E_FORMAT,
+                "tokenizer: id %d is beyond what %zu entries can number (ids < 2 x entries + %d): "
+                "refusing to size tables for %d ids",
+                n_vocab - 1, n_entries, TOK_ID_SLACK, n_vocab);
   t->n_vocab = n_vocab;
   t->tok_off = calloc((size_t)n_vocab, sizeof *t->tok_off);
   t->flags = malloc((size_t)n_vocab);

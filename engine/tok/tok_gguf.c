@@ -276,7 +276,7 @@ static int load(const spill_gguf *g, spill_tok *t, spill_err *e) {
   SPILL_FAIL_IF(e, scores && (scores->type != SPILL_GGUF_ARRAY || scores->n != tokens->n),
                 SPILL_E_FORMAT, "gguf: tokenizer.ggml.scores does not match the tokens");
   t->kind = bytelevel ? TOK_BYTELEVEL : TOK_SENTENCEPIECE;
-  SPILL_TRY(tok_alloc_vocab(t, (int)tokens->n, e));
+  SPILL_TRY(tok_alloc_vocab(t, (int)tokens->n, (size_t)tokens->n, e));
   SPILL_TRY(load_tokens(tokens, types, bytelevel, t, e));
   tok_set_byte_ids(t, bytelevel);
   if (bytelevel) {

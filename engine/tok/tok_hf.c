@@ -653,7 +653,7 @@ static int load_model(spill_tok *t, hf_doc *d, hf_state *st, spill_err *e) {
   SPILL_FAIL_IF(e, d->merges_bad, SPILL_E_FORMAT, "tokenizer.json: model.merges is not an array");
   double max_id = d->max_id;
   SPILL_TRY(check_added_ids(added, &max_id, e));
-  SPILL_TRY(tok_alloc_vocab(t, (int)max_id + 1, e));
+  SPILL_TRY(tok_alloc_vocab(t, (int)max_id + 1, d->n_ents + (size_t)cJSON_GetArraySize(added), e));
   SPILL_TRY(assign_vocab(t, d, st->bytelevel, e));
   SPILL_TRY(tok_strmap_build(t, e));
   tok_set_byte_ids(t, st->bytelevel);

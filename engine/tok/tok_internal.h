@@ -89,7 +89,11 @@ struct spill_tok {
 };
 
 /* Arena / tables (tok_bpe.c). */
-int tok_alloc_vocab(spill_tok *t, int n_vocab, spill_err *e);
+/* Sizes the per-id tables for ids [0, n_vocab); n_entries is how many
+ * tokens the file defines: n_vocab above 2 x n_entries + TOK_ID_SLACK is
+ * refused (SPILL_E_FORMAT naming the id), before anything is allocated. */
+#define TOK_ID_SLACK 1024
+int tok_alloc_vocab(spill_tok *t, int n_vocab, size_t n_entries, spill_err *e);
 int tok_set_token(spill_tok *t, int32_t id, const char *bytes, size_t len, spill_err *e);
 const char *tok_bytes(const spill_tok *t, int32_t id, size_t *len);
 int tok_strmap_build(spill_tok *t, spill_err *e);

@@ -104,7 +104,7 @@ int spill_tok_load_tiktoken(const char *ranks, size_t len, const char *pattern,
   SPILL_FAIL_IF(e, !t, SPILL_E_NOMEM, "tokenizer: no memory");
   t->kind = TOK_TIKTOKEN;
   t->ignore_merges = 1;
-  int rc = tok_alloc_vocab(t, (int)max_id + 1, e);
+  int rc = tok_alloc_vocab(t, (int)max_id + 1, lines + (size_t)n_specials, e);
   unsigned char buf[1024];
   size_t line = 0;
   for (size_t i = 0; rc == SPILL_OK && i < len;) {

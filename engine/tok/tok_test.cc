@@ -352,4 +352,43 @@ TEST(TokErrorsTest, BadInputsGetNamedErrors) {
   spill_tok_free(ok);
 }
 
+// An id is bounded by what the file holds (2 x its entries + 1024), checked
+// before the per-id tables are sized: one vocab entry or added token with id
+// 16777215 in a few KB made the loaders allocate tables for 16.8M ids
+// (issue 26 item 11).
+TEST(TokErrorsTest, IdsBoundedByTheFilesEntryCount) {
+  spill_tok *t = nullptr;
+  spill_err e{};
+  std::string j = tok_test::ByteLevelJson("null", false);
+  std::string far = j;
+  far.replace(far.find("\"lo\":261"), 8, "\"lo\":16777215");
+  EXPECT_EQ(spill_tok_load_hf(far.data(), far.size(), nullptr, 0, &t, &e), SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("id 16777215 is beyond what 264 entries can number"),
+            std::string::npos) << e.msg;
+  std::string added = j;
+  added.replace(added.find("{\"id\":263"), 9, "{\"id\":9000000");
+  EXPECT_EQ(spill_tok_load_hf(added.data(), added.size(), nullptr, 0, &t, &e), SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("id 9000000 is beyond"), std::string::npos) << e.msg;
+  // holes up to the bound load: 264 entries, largest id 2 x 264 + 1023
+  std::string holes = j;
+  holes.replace(holes.find("{\"id\":263"), 9, "{\"id\":1551");
+  spill_tok *ok = nullptr;
+  EXPECT_EQ(spill_tok_load_hf(holes.data(), holes.size(), nullptr, 0, &ok, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_tok_vocab_size(ok), 1552);
+  spill_tok_free(ok);
+  // tiktoken: a special token's id, and a rank
+  const char *sp[] = {"<s>"};
+  const int sid[] = {16777215};
+  std::string ranks = "IQ== 0\nIg== 1\n";
+  EXPECT_EQ(spill_tok_load_tiktoken(ranks.data(), ranks.size(), nullptr, sp, sid, 1, &t, &e),
+            SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("id 16777215 is beyond what 3 entries can number"),
+            std::string::npos) << e.msg;
+  std::string far_rank = "IQ== 0\nIg== 16000000\n";
+  EXPECT_EQ(spill_tok_load_tiktoken(far_rank.data(), far_rank.size(), nullptr, nullptr, nullptr, 0,
+                                    &t, &e),
+            SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("id 16000000 is beyond"), std::string::npos) << e.msg;
+}
+
 }  // namespace
