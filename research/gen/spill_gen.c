@@ -88,6 +88,7 @@ int spill_plan_recipe(const spill_gen_request *req, int ctx, int threads, uint64
   SPILL_FAIL_IF(e, !req || !plan, SPILL_E_INVALID_ARG, "gen: no request or plan");
   spill_gen_opts o;
   SPILL_TRY(gen_opts(req, &o, e));
+  o.shape_only = 1; /* sizes only: never the routers' calibration (issue 26 item 10) */
   spill_manifest m;
   SPILL_TRY(spill_gen_plan(&o, &m, e));
   uint64_t trunk = 0;

@@ -62,6 +62,11 @@ typedef struct spill_gen_opts {
                              attention mix pattern continues over them) */
   int top_k;              /* > 0: experts routed per token instead of the
                              preset's (nano, mini only; 1..SPILL_MAX_TOPK) */
+  int shape_only;         /* 1: shapes and sizes only (spill_plan_recipe, `spill
+                             exp --validate`): the routers are not calibrated,
+                             so planning costs O(tensors) whatever the expert
+                             count; the init constants are then 0 (write
+                             nothing from such a plan) */
   spill_progress_fn progress; /* may be NULL; (ctx, bytes done, bytes total) */
   void *progress_ctx;
   struct spill_gen_summary *summary_out; /* may be NULL; spill_gen_write's plan summary */
@@ -70,6 +75,11 @@ typedef struct spill_gen_opts {
 /* Fills the defaults: nano, 8 GiB, 40e9 B, seed 1, k3 mix, q4 trunk, rvq3
  * experts, default skew, 1 generator thread, no progress. */
 void spill_gen_opts_init(spill_gen_opts *o);
+
+/* How many router calibrations (bias, routing, reuse: the costly part of a
+ * plan, O(experts x tokens x layers) per solver step) this process has run;
+ * tests use it to show a shape-only plan runs none. Thread-safe. */
+uint64_t spill_gen_calibrations(void);
 
 /* Computes the architecture and the tensor list without writing anything.
  * On success *out owns heap memory (free with spill_manifest_free): name,

@@ -276,9 +276,16 @@ static int mf_open(mf *m, int E, int k, int sigmoid, float spread, uint64_t seed
   return mf_init(m, E, k, SPILL_GEN_LA_WIDTH, sigmoid, spread, seed, e);
 }
 
+static uint64_t g_calibrations; /* __atomic: plans may run on several threads */
+
+void spill_gen_count_calibration(void) { __atomic_fetch_add(&g_calibrations, 1, __ATOMIC_RELAXED); }
+
+uint64_t spill_gen_calibrations(void) { return __atomic_load_n(&g_calibrations, __ATOMIC_RELAXED); }
+
 int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t seed,
                                 float skew, float bias_spread, double precision, double coact,
                                 spill_gen_routing_cal *out, spill_err *e) {
+  spill_gen_count_calibration();
   mf m;
   int rc = mf_open(&m, n_experts, top_k, sigmoid, bias_spread, seed, e);
   if (rc != SPILL_OK) {
@@ -321,6 +328,7 @@ int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t 
 int spill_gen_calibrate_reuse(int n_experts, int top_k, int sigmoid, uint64_t seed,
                               float bias_spread, float chain, double reuse, double *rho,
                               double *got, spill_err *e) {
+  spill_gen_count_calibration();
   mf m;
   int rc = mf_open(&m, n_experts, top_k, sigmoid, bias_spread, seed, e);
   float *us = malloc((size_t)n_experts * CAL_LAYERS * sizeof *us);

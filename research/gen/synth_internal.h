@@ -268,6 +268,8 @@ void spill_gen_plan_full_free(spill_gen_plan_full *p);
  * coverage of an (E, top-k) sigmoid router match the OLMoE trace (sum of the
  * three points). Deterministic in (E, k). */
 int spill_gen_calibrate_bias(int n_experts, int top_k, float *scale, spill_err *e);
+/* Counts one calibration (spill_gen_calibrations). */
+void spill_gen_count_calibration(void);
 
 /* Fills t's values (f32) for tensor index i of the plan: n = rows*cols. */
 void spill_gen_tensor_f32(const spill_gen_plan_full *p, int i, float *out);

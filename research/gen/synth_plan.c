@@ -486,6 +486,28 @@ static int plan_twin(const spill_gen_opts *o, int mix, gen_shape *s, spill_gen_s
   const int n_moe = 92, top_k = 16;
   const double ws_target = TWIN_WS_FRAC * (double)ram;
   const double trunk_target = TWIN_TRUNK_FRAC * (double)ram;
+  /* 0. R must hold the smallest twin (d_latent 64, 1 head, top_k experts):
+   * its working set at 0.27 R and its trunk at 0.43 R. Below that the
+   * derivation has nothing to scale (1 KiB of RAM gave a 1 GB model over
+   * 65,536 experts, planned for minutes): refused with the minimum. */
+  {
+    gen_shape t;
+    shape_twin(&t, mix, 64, 1);
+    t.n_experts = top_k;
+    uint64_t rec;
+    sized z;
+    SPILL_TRY(record_bytes_for(&t, o->expert_dtype, &rec, e));
+    SPILL_TRY(measure(&t, o, &z, e));
+    const double ws = (double)rec * top_k * n_moe;
+    double need = ws / TWIN_WS_FRAC;
+    if ((double)z.trunk / TWIN_TRUNK_FRAC > need) need = (double)z.trunk / TWIN_TRUNK_FRAC;
+    const uint64_t min_ram = (uint64_t)need + 1;
+    SPILL_FAIL_IF(e, ram < min_ram, SPILL_E_CONFIG,
+                  "gen: RAM %" PRIu64 " B is below the smallest K3 twin: d_latent 64 and 1 head "
+                  "need a per-token expert set of %.0f B (0.27 R) and a trunk of %" PRIu64
+                  " B (0.43 R): RAM >= %" PRIu64 " B (%.1f MiB)",
+                  ram, ws, z.trunk, min_ram, (double)min_ram / 1048576.0);
+  }
   /* 1. d_latent from the working set */
   int best_lat = 0;
   uint64_t best_rec = 0;
@@ -639,7 +661,7 @@ static int plan_reuse(const spill_gen_opts *o, const gen_shape *s, spill_gen_pla
   p->want_reuse = want;
   p->reuse_base = 0.0f;
   const int kda0 = layer_kind(s->mix, 0, s->n_layers) == SPILL_ATTN_KDA;
-  if (want <= 0 || !kda0 || s->n_layers == s->n_dense) return SPILL_OK;
+  if (want <= 0 || !kda0 || s->n_layers == s->n_dense || o->shape_only) return SPILL_OK;
   SPILL_TRY(spill_gen_calibrate_reuse(s->n_experts, s->top_k, !s->softmax_router, o->seed,
                                       p->bias_spread, p->chain, want, &p->reuse_rho,
                                       &p->model_reuse, e));
@@ -674,7 +696,7 @@ static int plan_routing(const spill_gen_opts *o, const gen_shape *s, float skew,
   p->want_coact = co;
   memset(&p->cal, 0, sizeof p->cal);
   p->cal.bias_spread = spread;
-  if (s->n_layers > s->n_dense)
+  if (s->n_layers > s->n_dense && !o->shape_only)
     SPILL_TRY(spill_gen_calibrate_routing(s->n_experts, s->top_k, !s->softmax_router, o->seed, skew,
                                           spread, prec, co, &p->cal, e));
   p->write_rho = p->cal.eps / sqrtf(2.0f);
@@ -792,7 +814,7 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   memset(&s, 0, sizeof s);
   SPILL_TRY(plan_shape(o, mix, &s, &p->sum, e));
   float cal = 0.0f;
-  if (!s.softmax_router && s.n_layers > s.n_dense)
+  if (!s.softmax_router && s.n_layers > s.n_dense && !o->shape_only)
     SPILL_TRY(spill_gen_calibrate_bias(s.n_experts, s.top_k, &cal, e));
   SPILL_TRY(plan_routing(o, &s, skew, skew * cal, p, e));
   tlist tl = {0};

@@ -161,6 +161,7 @@ static double meanfield_coverage_sum(int E, int k, float a, uint64_t *counts, fl
 }
 
 int spill_gen_calibrate_bias(int n_experts, int top_k, float *scale, spill_err *e) {
+  spill_gen_count_calibration();
   SPILL_FAIL_IF(e, n_experts <= 0 || top_k <= 0 || top_k > n_experts || top_k > SPILL_MAX_TOPK,
                 SPILL_E_CONFIG, "gen: cannot calibrate %d experts top-%d", n_experts, top_k);
   const double target = SPILL_GEN_TARGET_AT50 + SPILL_GEN_TARGET_AT80 + SPILL_GEN_TARGET_AT95;

@@ -304,6 +304,71 @@ TEST(SynthPlanTest, TwinScalesWithRam) {
   EXPECT_GT(s16.record_bytes, s4.record_bytes);
 }
 
+// Issue 26 item 10: a twin's RAM must hold its smallest shape (1 KiB gave a
+// 1 GB model over 65,536 experts, planned for minutes), refused with the
+// minimum, which itself plans; and a shape-only plan (spill_plan_recipe,
+// `spill exp --validate`) runs no router calibration, whatever the expert
+// count, with the same tensors and sizes as the full plan.
+TEST(SynthPlanTest, TwinRefusesRamBelowItsSmallestShape) {
+  spill_gen_opts o;
+  spill_gen_opts_init(&o);
+  o.preset = "twin";
+  o.ram_bytes = 1024;
+  o.disk_bytes = 1000000000ull;
+  o.shape_only = 1; /* without the floor, a full plan here calibrates for minutes */
+  spill_manifest m;
+  spill_err e = {};
+  const uint64_t c0 = spill_gen_calibrations();
+  ASSERT_EQ(spill_gen_plan(&o, &m, &e), SPILL_E_CONFIG);
+  EXPECT_NE(strstr(e.msg, "below the smallest K3 twin"), nullptr) << e.msg;
+  const char *at = strstr(e.msg, "RAM >= ");
+  ASSERT_NE(at, nullptr) << e.msg;
+  unsigned long long min_ram = 0;
+  ASSERT_EQ(sscanf(at, "RAM >= %llu B", &min_ram), 1) << e.msg;
+  o.ram_bytes = min_ram - 1;
+  EXPECT_EQ(spill_gen_plan(&o, &m, &e), SPILL_E_CONFIG) << min_ram;
+  o.ram_bytes = min_ram;
+  ASSERT_EQ(spill_gen_plan(&o, &m, &e), SPILL_OK) << e.msg;
+  spill_manifest_free(&m);
+  // a full plan (spill gen) is refused before any calibration too
+  o.shape_only = 0;
+  o.ram_bytes = 1024;
+  EXPECT_EQ(spill_gen_plan(&o, &m, &e), SPILL_E_CONFIG);
+  EXPECT_EQ(spill_gen_calibrations(), c0);
+}
+
+TEST(SynthPlanTest, ShapeOnlyPlansCalibrateNothingAndMatchTheFullPlan) {
+  spill_gen_opts o;
+  spill_gen_opts_init(&o);
+  o.preset = "twin";
+  spill_manifest full, shape;
+  spill_err e = {};
+  uint64_t c0 = spill_gen_calibrations();
+  ASSERT_EQ(spill_gen_plan(&o, &full, &e), SPILL_OK) << e.msg;
+  EXPECT_GT(spill_gen_calibrations(), c0);
+  c0 = spill_gen_calibrations();
+  o.shape_only = 1;
+  ASSERT_EQ(spill_gen_plan(&o, &shape, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_gen_calibrations(), c0);
+  ASSERT_EQ(shape.n_tensors, full.n_tensors);
+  for (int i = 0; i < full.n_tensors; i++) {
+    EXPECT_STREQ(shape.tensors[i].name, full.tensors[i].name);
+    EXPECT_EQ(shape.tensors[i].bytes, full.tensors[i].bytes) << full.tensors[i].name;
+    EXPECT_EQ(shape.tensors[i].offset, full.tensors[i].offset) << full.tensors[i].name;
+  }
+  EXPECT_EQ(shape.record_bytes, full.record_bytes);
+  ASSERT_EQ(shape.n_banks, full.n_banks);
+  EXPECT_EQ(shape.banks[0].n_experts, full.banks[0].n_experts);
+  spill_manifest_free(&full);
+  spill_manifest_free(&shape);
+  // a disk cap that allows the most experts a layer may have: still no calibration
+  o.disk_bytes = 1000000000000000ull;
+  ASSERT_EQ(spill_gen_plan(&o, &shape, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(shape.banks[0].n_experts, (uint32_t)SPILL_MAX_EXPERTS);
+  EXPECT_EQ(spill_gen_calibrations(), c0);
+  spill_manifest_free(&shape);
+}
+
 TEST(SynthWriteTest, NanoContainerOpensVerifiesAndHoldsTheGeneratedBytes) {
   for (const char *mix : {"k3", "mla", "kda", "gqa"}) {
     SCOPED_TRACE(mix);
