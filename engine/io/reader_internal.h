@@ -1,7 +1,10 @@
-/* engine/io/reader_internal.h: the reader handle shared by reader.c (common
- * part: files, validation, completion ring, stats, latency, throttle),
- * reader_pread.c (worker pool and the synchronous read loop) and
- * reader_uring.c (io_uring backend). Not part of the public API.
+/* engine/io/reader_internal.h: the reader handle shared by reader.c (the
+ * front: options, files, validation, stats; dispatches through the backend
+ * ops table), reader_pread.c (worker pool and the synchronous read loop),
+ * reader_uring.c (io_uring backend) and reader_core.c (what both backends
+ * call: attempts, faults, throttle, completion ring, latency). Calls go one
+ * way: reader.c -> reader_pread.c, reader_uring.c -> reader_core.c. Not
+ * part of the public API.
  *
  * Invariants: a request occupies one slot from submit until its bytes are
  * done and its hold time (throttle, injected delay) has passed; then its
@@ -55,8 +58,11 @@ typedef struct spill_io_hist {
   _Atomic uint64_t count, sum, max;
 } spill_io_hist;
 
+typedef struct spill_io_backend_ops spill_io_backend_ops;
+
 struct spill_io {
   spill_io_opts opts; /* defaults resolved */
+  const spill_io_backend_ops *ops; /* opts.backend's row; NULL until started */
 
   spill_io_file *files; /* opts.max_files entries */
   _Atomic uint32_t n_files;
@@ -101,7 +107,22 @@ struct spill_io {
   spill_io_hist h_run; /* latency over the run window (reset separately) */
 };
 
-/* ---- reader.c ---- */
+/* ---- the backend ops table: one row per spill_io_backend ---- */
+struct spill_io_backend_ops {
+  const char *name;
+  /* Starts the backend's threads or ring; on failure nothing is left to stop. */
+  int (*start)(spill_io *io, spill_err *err);
+  /* Takes a validated request (proto: tag, file, offset, len, dst). */
+  int (*submit)(spill_io *io, const spill_io_req *proto);
+  /* Pops up to max completions, blocking until min_wait are there. */
+  int (*wait)(spill_io *io, spill_io_completion *out, int max, int min_wait);
+  /* Stops after the outstanding requests (before the files close). */
+  void (*stop)(spill_io *io);
+};
+extern const spill_io_backend_ops spill_io_pread_ops; /* reader_pread.c */
+extern const spill_io_backend_ops spill_io_uring_ops; /* reader_uring.c */
+
+/* ---- reader_core.c: what both backends call ---- */
 /* Starts the next attempt of r, the one place both backends apply the fault
  * hook: consults it, counts the attempt and applies the fault (DELAY moves
  * r->not_before, SHORT shortens the attempt). Returns the bytes to ask for,
@@ -119,23 +140,5 @@ void spill_io__deliver_locked(spill_io *io, int slot, uint64_t now);
 /* Pops up to max completions; caller holds io->mu. */
 int spill_io__pop_locked(spill_io *io, spill_io_completion *out, int max);
 void spill_io__sleep_until(uint64_t deadline_ns);
-
-/* ---- reader_pread.c ---- */
-/* Runs request r to completion synchronously: attempts, retries, faults,
- * mmap copies or page population; sleeps until r->not_before. Leaves
- * status/done/t_done set. Called without io->mu. */
-void spill_io__read_sync(spill_io *io, spill_io_req *r);
-int spill_io__pool_start(spill_io *io, spill_err *err);
-int spill_io__pool_submit(spill_io *io, const spill_io_req *proto);
-int spill_io__pool_wait(spill_io *io, spill_io_completion *out, int max,
-                        int min_wait);
-void spill_io__pool_stop(spill_io *io);
-
-/* ---- reader_uring.c ---- */
-int spill_io__uring_start(spill_io *io, spill_err *err);
-int spill_io__uring_submit(spill_io *io, const spill_io_req *proto);
-int spill_io__uring_wait(spill_io *io, spill_io_completion *out, int max,
-                         int min_wait);
-void spill_io__uring_stop(spill_io *io);
 
 #endif

@@ -64,7 +64,7 @@ static ssize_t attempt_once(spill_io *io, spill_io_req *r, size_t len) {
   return n < 0 ? -errno : n;
 }
 
-void spill_io__read_sync(spill_io *io, spill_io_req *r) {
+static void read_sync(spill_io *io, spill_io_req *r) {
   const spill_io_file *f = &io->files[r->file_id];
   r->status = SPILL_OK;
   while (r->done < r->len) {
@@ -112,7 +112,7 @@ static void *worker_main(void *arg) {
     spill_io_req *r = &io->reqs[slot];
     r->t_start = spill_clock_ns();
     spill_io__throttle_reserve(io, r);
-    spill_io__read_sync(io, r);
+    read_sync(io, r);
 
     pthread_mutex_lock(&io->mu);
     spill_io__deliver_locked(io, slot, spill_clock_ns());
@@ -121,13 +121,15 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-int spill_io__pool_start(spill_io *io, spill_err *err) {
+static void pool_stop(spill_io *io);
+
+static int pool_start(spill_io *io, spill_err *err) {
   io->workers = calloc((size_t)io->opts.threads, sizeof(pthread_t));
   SPILL_FAIL_IF(err, io->workers == NULL, SPILL_E_NOMEM, "io: out of memory");
   for (int i = 0; i < io->opts.threads; i++) {
     int rc = pthread_create(&io->workers[i], NULL, worker_main, io);
     if (rc != 0) {
-      spill_io__pool_stop(io);
+      pool_stop(io);
       return spill_err_set(err, SPILL_E_NOMEM,
                            "io: cannot start reader thread %d of %d: %s", i,
                            io->opts.threads, strerror(rc));
@@ -137,7 +139,7 @@ int spill_io__pool_start(spill_io *io, spill_err *err) {
   return SPILL_OK;
 }
 
-int spill_io__pool_submit(spill_io *io, const spill_io_req *proto) {
+static int pool_submit(spill_io *io, const spill_io_req *proto) {
   pthread_mutex_lock(&io->mu);
   if (io->outstanding >= io->opts.max_pending) {
     pthread_mutex_unlock(&io->mu);
@@ -158,7 +160,7 @@ int spill_io__pool_submit(spill_io *io, const spill_io_req *proto) {
   return SPILL_OK;
 }
 
-int spill_io__pool_wait(spill_io *io, spill_io_completion *out, int max,
+static int pool_wait(spill_io *io, spill_io_completion *out, int max,
                         int min_wait) {
   pthread_mutex_lock(&io->mu);
   /* Never wait for more than can arrive. */
@@ -169,7 +171,7 @@ int spill_io__pool_wait(spill_io *io, spill_io_completion *out, int max,
   return n;
 }
 
-void spill_io__pool_stop(spill_io *io) {
+static void pool_stop(spill_io *io) {
   if (io->workers == NULL) return;
   pthread_mutex_lock(&io->mu);
   /* Requests still queued are never started, so nothing writes their dst
@@ -182,3 +184,6 @@ void spill_io__pool_stop(spill_io *io) {
   io->workers = NULL;
   io->n_workers = 0;
 }
+
+const spill_io_backend_ops spill_io_pread_ops = {"pread", pool_start, pool_submit, pool_wait,
+                                                 pool_stop};

@@ -29,7 +29,7 @@ typedef struct uring_state {
   int n_held;
 } uring_state;
 
-int spill_io__uring_start(spill_io *io, spill_err *err) {
+static int uring_start(spill_io *io, spill_err *err) {
   uring_state *u = calloc(1, sizeof(*u));
   SPILL_FAIL_IF(err, u == NULL, SPILL_E_NOMEM, "io: out of memory");
   u->held = calloc((size_t)io->opts.depth, sizeof(int));
@@ -200,7 +200,7 @@ static void progress(spill_io *io, uring_state *u, int block) {
   }
 }
 
-int spill_io__uring_submit(spill_io *io, const spill_io_req *proto) {
+static int uring_submit(spill_io *io, const spill_io_req *proto) {
   uring_state *u = io->uring;
   if (io->outstanding >= io->opts.max_pending) return SPILL_E_RANGE;
   while (io->free_top == 0) progress(io, u, 1);
@@ -219,7 +219,7 @@ int spill_io__uring_submit(spill_io *io, const spill_io_req *proto) {
   return SPILL_OK;
 }
 
-int spill_io__uring_wait(spill_io *io, spill_io_completion *out, int max,
+static int uring_wait(spill_io *io, spill_io_completion *out, int max,
                          int min_wait) {
   uring_state *u = io->uring;
   progress(io, u, 0);
@@ -231,7 +231,7 @@ int spill_io__uring_wait(spill_io *io, spill_io_completion *out, int max,
   return n;
 }
 
-void spill_io__uring_stop(spill_io *io) {
+static void uring_stop(spill_io *io) {
   uring_state *u = io->uring;
   if (u == NULL) return;
   /* Drain the kernel so nothing writes a caller buffer after close. */
@@ -248,3 +248,6 @@ void spill_io__uring_stop(spill_io *io) {
   free(u);
   io->uring = NULL;
 }
+
+const spill_io_backend_ops spill_io_uring_ops = {"uring", uring_start, uring_submit, uring_wait,
+                                                 uring_stop};
