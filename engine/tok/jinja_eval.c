@@ -1493,6 +1493,30 @@ static int exec_node(ev *E, const jnode *n) {
   return rc < 0 ? rc : E->c->err;
 }
 
+/* A for loop's "if" filter: the items for which n->d is truthy, each bound
+ * to the loop's names in the loop's frame (E->top) while it is tested. */
+static int for_filter(ev *E, const jnode *n, jlist *items, jlist **out) {
+  jlist *sel = jl_new(E->c);
+  if (!sel) return jc_oom(E->c);
+  *out = sel;
+  int rc = SPILL_OK;
+  for (size_t i = 0; rc == SPILL_OK && i < items->n; i++) {
+    jv x = items->v[i], c;
+    rc = jc_step(E->c, 1);
+    if (rc < 0) break;
+    if (n->name2) {
+      if (x.t != JV_LIST || x.u.l->n != 2) return fail(E, SPILL_E_CONFIG, "cannot unpack into 2 names");
+      rc = set_var(E, n->name, x.u.l->v[0]);
+      if (rc == SPILL_OK) rc = set_var(E, n->name2, x.u.l->v[1]);
+    } else {
+      rc = set_var(E, n->name, x);
+    }
+    if (rc == SPILL_OK) rc = eval(E, n->d, &c);
+    if (rc == SPILL_OK && truthy(c)) rc = jl_push(E->c, sel, x);
+  }
+  return rc;
+}
+
 static int exec_at(ev *E, const jnode *n) {
   E->line = n->line;
   switch (n->t) {
@@ -1548,24 +1572,7 @@ static int exec_at(ev *E, const jnode *n) {
       int rc = SPILL_OK;
       /* the "if" filter runs first (loop.length counts what passes) */
       jlist *sel = items;
-      if (n->d) {
-        sel = jl_new(E->c);
-        if (!sel) rc = jc_oom(E->c);
-        for (size_t i = 0; rc == SPILL_OK && i < items->n; i++) {
-          jv x = items->v[i], c;
-          rc = jc_step(E->c, 1);
-          if (rc < 0) break;
-          if (n->name2) {
-            if (x.t != JV_LIST || x.u.l->n != 2) { rc = fail(E, SPILL_E_CONFIG, "cannot unpack into 2 names"); break; }
-            rc = set_var(E, n->name, x.u.l->v[0]);
-            if (rc == SPILL_OK) rc = set_var(E, n->name2, x.u.l->v[1]);
-          } else {
-            rc = set_var(E, n->name, x);
-          }
-          if (rc == SPILL_OK) rc = eval(E, n->d, &c);
-          if (rc == SPILL_OK && truthy(c)) rc = jl_push(E->c, sel, x);
-        }
-      }
+      if (n->d) rc = for_filter(E, n, items, &sel);
       size_t len = rc == SPILL_OK ? sel->n : 0;
       /* One loop object per loop, updated in place (as jinja2's
        * LoopContext is): its keys and the loop variables' names are made
