@@ -14,6 +14,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/trace/router_trace.h"
 #include "harness/gnuplot_text.h"
 #include "research/trace/trace_analysis.h"

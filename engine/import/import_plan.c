@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/import/import_internal.h"
 
 /* ---- source access ---- */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 
 typedef struct st_dt {
   const char *name;

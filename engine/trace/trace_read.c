@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/trace/router_trace.h"
 #include "engine/trace/trace_internal.h"
 

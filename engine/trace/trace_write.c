@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/trace/router_trace.h"
 
 typedef struct sbuf {
