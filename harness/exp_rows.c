@@ -140,7 +140,11 @@ int spill_exp_rows_parse(const spill_exp_config *cfg, const char *file, char **l
   }
   char cell_key[200];
   for (int i = 0; rc == SPILL_OK && i < n; i++) {
-    cJSON *j = cJSON_Parse(lines[i]);
+    cJSON *j = NULL;
+    char src[SPILL_PATH_MAX + 32];
+    snprintf(src, sizeof src, "%s: line %d", file, i + 1);
+    rc = spill_json_parse(lines[i], strlen(lines[i]), src, SPILL_E_FORMAT, &j, e);
+    if (rc < 0) break;
     const cJSON *k = j ? cJSON_GetObjectItemCaseSensitive(j, "key") : NULL;
     const cJSON *c = j ? cJSON_GetObjectItemCaseSensitive(j, "cell") : NULL;
     const cJSON *a = j ? cJSON_GetObjectItemCaseSensitive(j, "arm") : NULL;
