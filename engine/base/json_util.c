@@ -281,7 +281,9 @@ static int parse_checked(const char *text, size_t len, int code, cJSON **out, sp
     size_t off = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
     long line = 1;
     for (size_t i = 0; i < off; i++) line += text[i] == '\n';
-    return spill_err_set(e, code, "line %ld: not valid JSON (near byte %zu)", line, off);
+    if (!memchr(text, '\n', len)) /* one line (a request, a trace row) */
+      return spill_err_set(e, code, "not valid JSON (near byte %zu)", off);
+    return spill_err_set(e, code, "not valid JSON (line %ld, near byte %zu)", line, off);
   }
   while (end && end < text + len &&
          (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
@@ -353,16 +355,7 @@ size_t spill_json_escape(char *dst, size_t cap, const char *s, size_t n) {
     if (c == '"' || c == '\\') {
       PUT('\\');
       PUT((char)c);
-    } else if (c == '\n') {
-      PUT('\\');
-      PUT('n');
-    } else if (c == '\t') {
-      PUT('\\');
-      PUT('t');
-    } else if (c == '\r') {
-      PUT('\\');
-      PUT('r');
-    } else if (c < 0x20 || c == 0x7f) {
+    } else if (c < 0x20) { /* \u00XX for every control byte, as RFC 8259 allows */
       PUT('\\');
       PUT('u');
       PUT('0');

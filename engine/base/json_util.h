@@ -34,7 +34,7 @@ struct cJSON;
  * `code`, the message prefixed "SRC: " (src may be NULL):
  *   "byte N: invalid UTF-8", "byte N: NUL byte",
  *   "byte N: \u0000 (NUL) inside a string",
- *   "line L: not valid JSON (near byte N)",
+ *   "not valid JSON (line L, near byte N)" (no line in one-line text),
  *   "trailing bytes after the JSON value at byte N",
  *   "a.b[2].c: duplicate key" (the JSON path of the repeated key),
  *   "nested deeper than 1000 levels".

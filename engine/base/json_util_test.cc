@@ -150,7 +150,7 @@ TEST(JsonEscapeTest, EscapesControlsAndReplacesInvalidUtf8) {
                    std::string("\0", 1) + "\xf0\x9f\x98\x80";
   char buf[128];
   size_t n = spill_json_escape(buf, sizeof buf, in.data(), in.size());
-  std::string want = "a\\\"b\\\\c\\n\\u0001\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz\\u0000"
+  std::string want = "a\\\"b\\\\c\\u000a\\u0001\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz\\u0000"
                      "\xf0\x9f\x98\x80";
   EXPECT_EQ(std::string(buf), want);
   EXPECT_EQ(n, want.size());

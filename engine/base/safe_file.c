@@ -95,7 +95,12 @@ int spill_file_open_read(const char *path, int extra_flags, int *fd_out, spill_e
   SPILL_FAIL_IF(e, !fd_out, SPILL_E_INVALID_ARG, "spill_file_open_read: NULL argument");
   SPILL_TRY(check_path(path, e));
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | extra_flags);
-  SPILL_FAIL_IF(e, fd < 0, SPILL_E_IO, "%s: cannot open: %s", path, strerror(errno));
+  if (fd < 0) { /* errno kept for the caller (EINVAL: no O_DIRECT here) */
+    int err = errno;
+    spill_err_set(e, SPILL_E_IO, "%s: cannot open: %s", path, strerror(err));
+    errno = err;
+    return SPILL_E_IO;
+  }
   SPILL_TRY(keep_regular(fd, path, e));
   *fd_out = fd;
   return SPILL_OK;

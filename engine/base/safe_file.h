@@ -46,7 +46,7 @@ const char *spill_file_kind(unsigned mode);
  * without blocking, and only if it is a regular file: otherwise SPILL_E_IO
  * "PATH: is a FIFO, not a regular file" (nothing is left open). The fd
  * returned is blocking; the caller closes it. A path too long is
- * SPILL_E_INVALID_ARG. */
+ * SPILL_E_INVALID_ARG. When open(2) itself fails, errno is its errno. */
 int spill_file_open_read(const char *path, int extra_flags, int *fd_out, spill_err *e);
 
 /* Opens path for writing: flags are O_WRONLY or O_RDWR plus any of O_CREAT,
