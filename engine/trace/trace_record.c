@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/base/json_util.h"
 #include "engine/trace/router_trace.h"
 
 /* ------------------------------------------------------------ router rows */
@@ -123,9 +122,8 @@ int spill_profile_parse_row(const char *buf, size_t len, const char *name, spill
                             spill_err *e) {
   memset(p, 0, sizeof *p);
   if (!name) name = "profile";
-  cJSON *o = NULL;
-  int rc = spill_json_parse(buf, len, name, SPILL_E_TRACE, &o, e);
-  if (rc < 0) goto out;
+  cJSON *o = cJSON_ParseWithLength(buf, len);
+  int rc = SPILL_OK;
   if (!cJSON_IsObject(o)) {
     rc = spill_err_set(e, SPILL_E_TRACE, "%s: expected a JSON object", name);
     goto out;
