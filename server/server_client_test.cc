@@ -832,11 +832,29 @@ TEST_F(ServerClientTest, ShutdownAnswersQueuedRequests503AndHalfCloseIsNotGone) 
     EXPECT_EQ(status_of(got), 200) << got;
     EXPECT_EQ(json_int(got, "completion_tokens"), 3) << got;
   }
-  // one long generation running, three queued behind it
+  // one long generation running, three queued behind it. Greedy, with the
+  // prompt of ClientDisconnectCancelsTheGeneration (sampled, nano can draw
+  // its EOS after a few hundred tokens and let the queue run)
   int run_fd = connect_to(s.port());
   ASSERT_GE(run_fd, 0);
   send_all(run_fd, request_text("POST", "/v1/completions",
-                                "{\"model\":\"" + model_id_ + "\",\"prompt\":\"long\",\"max_tokens\":3000,\"stream\":true}", ""));
+                                "{\"model\":\"" + model_id_ +
+                                    "\",\"prompt\":\"tell me everything\",\"max_tokens\":3000,"
+                                    "\"temperature\":0,\"stream\":true}",
+                                ""));
+  {  // running before the others connect: the front door hands whole
+     // requests on in the order their heads complete, not the order sent,
+     // so a request sent first can still be queued behind the next one
+    std::string first;
+    char buf[4096];
+    while (first.find("\"text\"") == std::string::npos) {
+      pollfd p{run_fd, POLLIN, 0};
+      ASSERT_GT(poll(&p, 1, 30000), 0) << first;
+      ssize_t n = recv(run_fd, buf, sizeof buf, 0);
+      ASSERT_GT(n, 0) << first;
+      first.append(buf, (size_t)n);
+    }
+  }
   std::vector<int> q;
   for (int i = 0; i < 3; i++) {
     int fd = connect_to(s.port());
@@ -850,6 +868,13 @@ TEST_F(ServerClientTest, ShutdownAnswersQueuedRequests503AndHalfCloseIsNotGone) 
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_EQ(metric(http(s.port(), "GET", "/metrics").body, "spill_queue_depth"), 3);
+  {  // the long generation is still running: its stream has not ended
+    std::string so_far;
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(run_fd, buf, sizeof buf, MSG_DONTWAIT)) > 0) so_far.append(buf, (size_t)n);
+    ASSERT_EQ(so_far.find("[DONE]"), std::string::npos) << "the long generation ended by itself";
+  }
   kill(s.pid(), SIGTERM);
   for (int fd : q) {
     std::string got;
