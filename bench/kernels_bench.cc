@@ -18,8 +18,8 @@
 // (Arg 0|1|2) over one expert record of mini (256 KiB) and of the twin
 // (1.5 MiB), in cache, and over mini records cycling through 256 MiB (from
 // DRAM, like a record just read); BM_TopK_*: the
-// router's top-k (spill_k_topk; engine/model's spill_model_topk is the same
-// O(n k) insertion) at mini (256, 8), twin (250, 16) and K3 (384, 8);
+// router's top-k (spill_k_topk, the engine's one top-k: an O(n k)
+// insertion) at mini (256, 8), twin (250, 16) and K3 (384, 8);
 // BM_RmsNorm_* / BM_Softmax_*: the small vector helpers at d_model sizes.
 #include <benchmark/benchmark.h>
 

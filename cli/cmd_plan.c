@@ -97,10 +97,10 @@ int cmd_plan(int argc, char **argv) {
   row("state.kda_state", p.state.kda_state, "H d^2 f32 x KDA layers");
   row("state.kda_conv", p.state.kda_conv, "3 (K-1) H d f32 x KDA layers");
   row("state.gqa_kv", p.state.gqa_kv, "2 Hk d f32 x ctx x GQA layers");
-  row("scratch.activations", p.scratch.activations, "one token's vectors");
-  row("scratch.attn_scores", p.scratch.attn_scores, "heads x ctx f32");
-  row("scratch.moe_buffers", p.scratch.moe_buffers, "router, latent, expert outputs");
-  row("scratch.rvq_luts", p.scratch.rvq_luts, "rvq3 lookup tables");
+  row("scratch.activations", p.scratch.activations, "a prefill chunk's vectors (16 tokens)");
+  row("scratch.attn_scores", p.scratch.attn_scores, "threads x ctx f32 score rows");
+  row("scratch.moe_buffers", p.scratch.moe_buffers, "router, expert inputs and outputs of a chunk");
+  row("scratch.rvq_luts", p.scratch.rvq_luts, "rvq3 lookup tables of a chunk's inputs");
   row("scratch.logits", p.scratch.logits, "vocab f32");
   row("min_cache", p.min_cache, "2 x top_k records");
   row("floor", p.floor, "trunk + state + scratch + min cache");

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "engine/format/container.h"
+#include "engine/model/model_memory.h"
 #include "engine/spill.h"
 #include "research/gen/spill_gen.h"
 
@@ -65,6 +67,38 @@ TEST(BudgetBoundsTest, CacheNeverHoldsMoreSlotsThanTheModelHasExperts) {
   ASSERT_EQ(spill_engine_set_budget(eng, 8ull << 30, &e), SPILL_OK) << e.msg;
   EXPECT_EQ(spill_engine_plan(eng)->cache_slots, records);
   spill_engine_close(eng);
+}
+
+// The engine's plan counts the state and scratch of the knobs it runs with
+// (prefill_chunk, act_quant, threads): engine/model's memory formula, the
+// bytes its model allocates (engine/model/model_memory_test.cc), not the
+// defaults' (the plan used to count one token's activations while the
+// model allocated a prefill chunk's).
+TEST(BudgetBoundsTest, PlanCountsTheScratchOfTheEnginesKnobs) {
+  spill_err e = {};
+  spill_config c;
+  spill_config_default(&c);
+  ASSERT_EQ(spill_config_set(&c, "usable_ram", "64G", &e), SPILL_OK);
+  ASSERT_EQ(spill_config_set(&c, "prefill_chunk", "64", &e), SPILL_OK);
+  ASSERT_EQ(spill_config_set(&c, "act_quant", "q8", &e), SPILL_OK);
+  ASSERT_EQ(spill_config_set(&c, "threads", "2", &e), SPILL_OK);
+  c.storage = SPILL_STORAGE_PAGECACHE;
+  spill_engine *eng = nullptr;
+  ASSERT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_OK) << e.msg;
+  const spill_plan p = *spill_engine_plan(eng);
+  spill_engine_close(eng);
+  spill_container ct;
+  ASSERT_EQ(spill_container_open(Nano().c_str(), &ct, &e), SPILL_OK) << e.msg;
+  const spill_model_mem_opts mo = {c.ctx, 2, 64, 1, spill_model_rvq3_qlut(ct.m.expert_dtype)};
+  spill_model_mem mem;
+  spill_model_memory(&ct.m.arch, &mo, &mem);
+  spill_container_close(&ct);
+  EXPECT_EQ(p.scratch.total, mem.scratch_total);
+  EXPECT_EQ(p.state.total, mem.state_total);
+  spill_plan d;  // spill_plan_model: the knobs' defaults (chunk 16, f32, 1 thread)
+  ASSERT_EQ(spill_plan_model(Nano().c_str(), c.ctx, 1, 0, 64ull << 30, &d, &e), SPILL_OK) << e.msg;
+  EXPECT_GT(p.scratch.total, d.scratch.total);
+  EXPECT_EQ(p.floor - p.scratch.total, d.floor - d.scratch.total);
 }
 
 TEST(BudgetBoundsTest, BudgetAboveTheMachineIsRefusedUnlessForced) {

@@ -232,11 +232,13 @@ typedef struct spill_plan_state {
   uint64_t total;
 } spill_plan_state;
 
+/* The forward scratch the model allocates at open (engine/model's memory
+ * formula, model_memory.h), for a prefill chunk of prefill_chunk tokens. */
 typedef struct spill_plan_scratch {
-  uint64_t activations;  /* residual, norms, q/k/v/o projections of one token */
-  uint64_t attn_scores;  /* max heads x ctx floats */
-  uint64_t moe_buffers;  /* router scores, per-selection expert outputs, latent */
-  uint64_t rvq_luts;     /* rvq3 lookup tables: gate/up input LUTs + down LUT per thread */
+  uint64_t activations;  /* residual, norms and FFN of a chunk; one token's projections */
+  uint64_t attn_scores;  /* one score row of ctx floats per thread */
+  uint64_t moe_buffers;  /* router scores, expert inputs, per-selection outputs of a chunk */
+  uint64_t rvq_luts;     /* rvq3 LUTs: gate/up of every chunk token's input + one down LUT */
   uint64_t logits;       /* vocab floats */
   uint64_t total;
 } spill_plan_scratch;

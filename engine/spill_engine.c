@@ -34,6 +34,7 @@
 #include "engine/model/sampler.h"
 #include "engine/model/tokenizer.h"
 #include "engine/plan/ram_plan.h"
+#include "engine/spill_plan_internal.h"
 #include "engine/spill.h"
 #include "engine/spill_internal.h"
 #include "engine/spill_knob_apply.h"
@@ -327,8 +328,11 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
     return spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
   }
   if ((rc = spill_info_read(model_dir, &g->info, e)) < 0) goto fail;
-  rc = spill_plan_model(model_dir, g->cfg.ctx, g->cfg.threads, g->cfg.budget_bytes,
-                        g->cfg.usable_ram, &g->plan, e);
+  /* the plan counts the state and scratch the model will allocate with
+   * these knobs (model_memory.h) */
+  const spill_model_mem_opts mem = {g->cfg.ctx, g->cfg.threads, g->cfg.prefill_chunk,
+                                    g->cfg.act_quant == SPILL_ACT_Q8, 0};
+  rc = spill_plan_model_run(model_dir, &mem, g->cfg.budget_bytes, g->cfg.usable_ram, &g->plan, e);
   /* above the machine's cap: refused unless forced (the plan is filled) */
   if (rc == SPILL_E_RAM_BUDGET && g->cfg.force_budget && g->plan.budget >= g->plan.floor)
     rc = spill_plan_budget(&g->plan, g->plan.usable_ram, g->cfg.budget_bytes, 1, e);

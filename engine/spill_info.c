@@ -10,6 +10,7 @@
 #include "engine/format/container.h"
 #include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
+#include "engine/spill_plan_internal.h"
 
 /* Weights in a tensor (vectors count their length). */
 static uint64_t tensor_params(const spill_tensor_info *t) { return t->shape[0] * t->shape[1]; }
@@ -68,15 +69,24 @@ int spill_info_read(const char *model_dir, spill_info *info, spill_err *e) {
   return SPILL_OK;
 }
 
-int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
-                     uint64_t usable_ram, spill_plan *plan, spill_err *e) {
+int spill_plan_model_run(const char *model_dir, const spill_model_mem_opts *o,
+                         uint64_t budget_bytes, uint64_t usable_ram, spill_plan *plan,
+                         spill_err *e) {
   spill_container c;
   SPILL_TRY(spill_container_open(model_dir, &c, e));
-  int rc = spill_plan_compute(&c.m.arch, c.m.record_bytes, c.trunk_bytes, ctx, threads, plan, e);
+  spill_model_mem_opts mo = *o;
+  mo.rvq3_qlut = spill_model_rvq3_qlut(c.m.expert_dtype);
+  int rc = spill_plan_compute_run(&c.m.arch, c.m.record_bytes, c.trunk_bytes, &mo, plan, e);
   spill_container_close(&c);
   SPILL_TRY(rc);
   return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
                            0, e);
+}
+
+int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
+                     uint64_t usable_ram, spill_plan *plan, spill_err *e) {
+  const spill_model_mem_opts o = {ctx, threads, 16, 0, 0}; /* the knobs' defaults */
+  return spill_plan_model_run(model_dir, &o, budget_bytes, usable_ram, plan, e);
 }
 
 int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_bytes,

@@ -37,7 +37,7 @@ static void gqa_head(void *ctx, int j, int thread) {
   }
 }
 
-int spill_model_attn_gqa(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
+static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
   (void)e;
   const spill_gqa_cfg *c = &m->a.gqa;
   const spill_layer_weights *L = &m->L[l];
@@ -68,3 +68,58 @@ int spill_model_attn_gqa(spill_model *m, int l, const float *h, int pos, float *
   spill_model_matvec(m, &L->attn_output, o, out); /* (D) */
   return SPILL_OK;
 }
+
+/* ---- the GQA row of the attention table ---- */
+
+static int gqa_check(const spill_arch *a, spill_err *e) {
+  const spill_gqa_cfg *g = &a->gqa;
+  SPILL_FAIL_IF(e, g->n_heads <= 0 || g->n_kv_heads <= 0 || g->head_dim <= 0 ||
+                       (g->head_dim & 1) || g->n_heads % g->n_kv_heads,
+                SPILL_E_FORMAT, "arch.gqa: heads %d, kv heads %d, head_dim %d inconsistent",
+                g->n_heads, g->n_kv_heads, g->head_dim);
+  return SPILL_OK;
+}
+
+/* keys then values: (ctx, Hk*d) each */
+static void gqa_state_floats(const spill_arch *a, uint64_t ctx, uint64_t part[2]) {
+  part[0] = spill_sat_mul(ctx, 2 * (uint64_t)a->gqa.n_kv_heads * (uint64_t)a->gqa.head_dim);
+  part[1] = 0;
+}
+
+static void gqa_bind_state(const spill_arch *a, spill_layer_weights *L, uint64_t ctx) {
+  L->cache = L->state;
+  L->cache_v = L->state + ctx * (uint64_t)a->gqa.n_kv_heads * (uint64_t)a->gqa.head_dim;
+}
+
+static void gqa_scratch(const spill_arch *a, spill_attn_dims *d) {
+  const spill_gqa_cfg *g = &a->gqa;
+  const uint64_t H = (uint64_t)g->n_heads, hd = (uint64_t)g->head_dim;
+  if (d->q < H * hd) d->q = H * hd;
+  if (d->kv < (uint64_t)g->n_kv_heads * hd) d->kv = (uint64_t)g->n_kv_heads * hd;
+  if (d->heads < H) d->heads = H;
+  if (d->ohead < H * hd) d->ohead = H * hd;
+  if (d->rope < hd) d->rope = hd;
+}
+
+static int gqa_load(spill_model *m, int l, spill_err *e) {
+  const spill_arch *a = &m->a;
+  spill_layer_weights *L = &m->L[l];
+  const uint64_t D = (uint64_t)a->d_model;
+  const uint64_t H = a->gqa.n_heads, Hk = a->gqa.n_kv_heads, d = a->gqa.head_dim;
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_q", H * d, D, &L->attn_q, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_k", Hk * d, D, &L->attn_k, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_v", Hk * d, D, &L->attn_v, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_output", D, H * d, &L->attn_output, e));
+  if (a->gqa.qk_norm == SPILL_QK_NORM_HEAD) {
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_q_norm", d, 0, &L->attn_q_norm, e));
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_k_norm", d, 0, &L->attn_k_norm, e));
+  } else if (a->gqa.qk_norm == SPILL_QK_NORM_FULL) {
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_q_norm", H * d, 0, &L->attn_q_norm, e));
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_k_norm", Hk * d, 0, &L->attn_k_norm, e));
+  }
+  return SPILL_OK;
+}
+
+const spill_attn_ops spill_attn_gqa_ops = {
+    "gqa", gqa_check, gqa_state_floats, gqa_bind_state, 0, gqa_scratch, gqa_load, gqa_run,
+};

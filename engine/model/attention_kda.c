@@ -94,7 +94,7 @@ static void kda_head(void *ctx, int j, int thread) {
   for (int b = 0; b < d; b++) o[b] *= spill_model_sigmoid(g->gate[off + b]);
 }
 
-int spill_model_attn_kda(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
+static int kda_run(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
   (void)e;
   const spill_kda_cfg *c = &m->a.kda;
   const spill_layer_weights *L = &m->L[l];
@@ -143,3 +143,75 @@ int spill_model_attn_kda(spill_model *m, int l, const float *h, int pos, float *
   spill_model_matvec(m, &L->attn_output, s->o, out); /* (D) from (H*d) */
   return SPILL_OK;
 }
+
+/* ---- the KDA row of the attention table ---- */
+
+static int kda_check(const spill_arch *a, spill_err *e) {
+  const spill_kda_cfg *c = &a->kda;
+  SPILL_FAIL_IF(e, c->n_heads <= 0 || c->head_dim <= 0 || c->conv_kernel < 1 ||
+                       c->gate_rank <= 0 || c->out_gate_rank < 0,
+                SPILL_E_FORMAT, "arch.kda: dimensions out of range");
+  return SPILL_OK;
+}
+
+/* S (H, d, d), then the rings (3, K-1, H*d); independent of ctx */
+static void kda_state_floats(const spill_arch *a, uint64_t ctx, uint64_t part[2]) {
+  (void)ctx;
+  const uint64_t hd = (uint64_t)a->kda.n_heads * (uint64_t)a->kda.head_dim;
+  const uint64_t K1 = a->kda.conv_kernel > 1 ? (uint64_t)a->kda.conv_kernel - 1 : 0;
+  part[0] = spill_sat_mul(hd, (uint64_t)a->kda.head_dim);
+  part[1] = spill_sat_mul(3 * K1, hd);
+}
+
+static void kda_bind_state(const spill_arch *a, spill_layer_weights *L, uint64_t ctx) {
+  (void)ctx;
+  L->kda_s = L->state;
+  L->kda_ring = L->state + (size_t)a->kda.n_heads * a->kda.head_dim * a->kda.head_dim;
+}
+
+static void kda_scratch(const spill_arch *a, spill_attn_dims *d) {
+  const spill_kda_cfg *c = &a->kda;
+  const uint64_t hd = (uint64_t)c->n_heads * c->head_dim;
+#define RAISE(f, v) d->f = d->f > (uint64_t)(v) ? d->f : (uint64_t)(v)
+  RAISE(kda, hd);
+  RAISE(q, hd);
+  RAISE(kv, hd);
+  RAISE(heads, c->n_heads);
+  RAISE(ohead, hd);
+  RAISE(fa, c->gate_rank > c->out_gate_rank ? c->gate_rank : c->out_gate_rank);
+  RAISE(kd, c->head_dim);
+#undef RAISE
+}
+
+static int kda_load(spill_model *m, int l, spill_err *e) {
+  const spill_arch *a = &m->a;
+  spill_layer_weights *L = &m->L[l];
+  const uint64_t D = (uint64_t)a->d_model;
+  const spill_kda_cfg *c = &a->kda;
+  const uint64_t H = c->n_heads, d = c->head_dim, K = c->conv_kernel, r = c->gate_rank,
+                 og = c->out_gate_rank;
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_q", H * d, D, &L->attn_q, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_k", H * d, D, &L->attn_k, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_v", H * d, D, &L->attn_v, e));
+  SPILL_TRY(spill_model_get_f32(m, l, "attn_q_conv", H * d, K, &L->attn_q_conv, e));
+  SPILL_TRY(spill_model_get_f32(m, l, "attn_k_conv", H * d, K, &L->attn_k_conv, e));
+  SPILL_TRY(spill_model_get_f32(m, l, "attn_v_conv", H * d, K, &L->attn_v_conv, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_f_a", r, D, &L->attn_f_a, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_f_b", H * d, r, &L->attn_f_b, e));
+  SPILL_TRY(spill_model_get_f32(m, l, "attn_dt_bias", H * d, 0, &L->attn_dt_bias, e));
+  SPILL_TRY(spill_model_get_f32(m, l, "attn_a_log", H, 0, &L->attn_a_log, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_b", H, D, &L->attn_b, e));
+  if (og == 0) {
+    SPILL_TRY(spill_model_get_mat(m, l, "attn_g", H * d, D, &L->attn_g, e));
+  } else {
+    SPILL_TRY(spill_model_get_mat(m, l, "attn_g_a", og, D, &L->attn_g_a, e));
+    SPILL_TRY(spill_model_get_mat(m, l, "attn_g_b", H * d, og, &L->attn_g_b, e));
+  }
+  SPILL_TRY(spill_model_get_f32(m, l, "attn_o_norm", d, 0, &L->attn_o_norm, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_output", D, H * d, &L->attn_output, e));
+  return SPILL_OK;
+}
+
+const spill_attn_ops spill_attn_kda_ops = {
+    "kda", kda_check, kda_state_floats, kda_bind_state, 1, kda_scratch, kda_load, kda_run,
+};

@@ -126,7 +126,7 @@ static void mla_rope_table(float *cs, const spill_mla_cfg *c, int pos) {
   }
 }
 
-int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
+static int mla_run(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
   (void)e;
   const spill_mla_cfg *c = &m->a.mla;
   const spill_layer_weights *L = &m->L[l];
@@ -164,3 +164,69 @@ int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *
   spill_model_matvec(m, &L->attn_output, m->s.o, out); /* (D) from (H*dv) */
   return SPILL_OK;
 }
+
+/* ---- the MLA row of the attention table ---- */
+
+static int mla_check(const spill_arch *a, spill_err *e) {
+  const spill_mla_cfg *c = &a->mla;
+  SPILL_FAIL_IF(e, c->n_heads <= 0 || c->kv_lora_rank <= 0 || c->qk_nope_dim <= 0 ||
+                       c->qk_rope_dim < 0 || (c->qk_rope_dim & 1) || c->v_head_dim <= 0 ||
+                       c->q_lora_rank < 0,
+                SPILL_E_FORMAT, "arch.mla: dimensions out of range");
+  SPILL_FAIL_IF(e, c->yarn_factor != 0 && (!(c->yarn_factor >= 1.0) || c->yarn_orig_ctx < 1 ||
+                                           !(c->yarn_beta_fast > 0) || !(c->yarn_beta_slow > 0)),
+                SPILL_E_FORMAT, "arch.mla.yarn: factor %g, orig_ctx %d, betas %g/%g out of range",
+                c->yarn_factor, c->yarn_orig_ctx, c->yarn_beta_fast, c->yarn_beta_slow);
+  return SPILL_OK;
+}
+
+/* the latent cache: (ctx, dc + dr) */
+static void mla_state_floats(const spill_arch *a, uint64_t ctx, uint64_t part[2]) {
+  part[0] = spill_sat_mul(ctx, (uint64_t)a->mla.kv_lora_rank + (uint64_t)a->mla.qk_rope_dim);
+  part[1] = 0;
+}
+
+static void mla_bind_state(const spill_arch *a, spill_layer_weights *L, uint64_t ctx) {
+  (void)a;
+  (void)ctx;
+  L->cache = L->state;
+}
+
+static void mla_scratch(const spill_arch *a, spill_attn_dims *d) {
+  const spill_mla_cfg *c = &a->mla;
+  const uint64_t H = (uint64_t)c->n_heads;
+#define RAISE(f, v) d->f = d->f > (uint64_t)(v) ? d->f : (uint64_t)(v)
+  RAISE(q, H * (uint64_t)(c->qk_nope_dim + c->qk_rope_dim));
+  RAISE(kv, (uint64_t)c->kv_lora_rank + c->qk_rope_dim);
+  RAISE(heads, H);
+  RAISE(ohead, H * (uint64_t)c->v_head_dim);
+  RAISE(rope, c->qk_rope_dim);
+  RAISE(cq, c->q_lora_rank);
+  RAISE(dc, c->kv_lora_rank);
+#undef RAISE
+}
+
+static int mla_load(spill_model *m, int l, spill_err *e) {
+  const spill_arch *a = &m->a;
+  spill_layer_weights *L = &m->L[l];
+  const uint64_t D = (uint64_t)a->d_model;
+  const spill_mla_cfg *c = &a->mla;
+  const uint64_t H = c->n_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim, dv = c->v_head_dim,
+                 dc = c->kv_lora_rank, ql = c->q_lora_rank;
+  if (ql > 0) {
+    SPILL_TRY(spill_model_get_mat(m, l, "attn_q_a", ql, D, &L->attn_q_a, e));
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_q_a_norm", ql, 0, &L->attn_q_a_norm, e));
+    SPILL_TRY(spill_model_get_mat(m, l, "attn_q_b", H * (dn + dr), ql, &L->attn_q_b, e));
+  } else {
+    SPILL_TRY(spill_model_get_mat(m, l, "attn_q", H * (dn + dr), D, &L->attn_q, e));
+  }
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_kv_a", dc + dr, D, &L->attn_kv_a, e));
+  SPILL_TRY(spill_model_get_f32(m, l, "attn_kv_a_norm", dc, 0, &L->attn_kv_a_norm, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_kv_b", H * (dn + dv), dc, &L->attn_kv_b, e));
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_output", D, H * dv, &L->attn_output, e));
+  return SPILL_OK;
+}
+
+const spill_attn_ops spill_attn_mla_ops = {
+    "mla", mla_check, mla_state_floats, mla_bind_state, 0, mla_scratch, mla_load, mla_run,
+};

@@ -1,6 +1,12 @@
 /* engine/model/model_internal.h: the model's private structures, shared by
- * the files of engine/model (weights.c, model.c, forward.c, attention_*.c,
- * moe.c). Not part of any public API.
+ * the files of engine/model. Not part of any public API. The files call
+ * each other in one direction only (no circles), bottom to top:
+ *   thread_pool.c, weights.c (tensor views and lookups, trunk loading)
+ *   -> model_math.c (matvecs on the pool, LUTs, RoPE, softmax, SwiGLU)
+ *   -> attention_gqa.c, attention_mla.c, attention_kda.c (one row each of
+ *      the attention-kind table), moe.c (router, routed and shared experts)
+ *   -> attention_table.c (the table) -> model_memory.c (state and scratch:
+ *      the one memory formula) -> forward.c, model.c.
  *
  * Invariants: every spill_qmat points into the trunk allocation (or into an
  * expert record while pinned); every scratch buffer is allocated once in
@@ -13,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/base/alloc.h"
 #include "engine/format/container.h"
 #include "engine/model/expert_source.h"
 #include "engine/model/model.h"
@@ -24,9 +31,12 @@
 extern "C" {
 #endif
 
+typedef struct spill_attn_ops spill_attn_ops;
+
 /* Trunk tensors of one layer (only the ones its kind uses are set). */
 typedef struct spill_layer_weights {
   spill_attn_kind kind;
+  const spill_attn_ops *attn; /* the kind's row of the attention table */
   int is_moe;
   const float *attn_norm, *ffn_norm; /* (D), (D) */
   /* GQA: q (H*d, D), k/v (Hk*d, D), o (D, H*d); KDA: q/k/v (H*d, D) */
@@ -48,7 +58,9 @@ typedef struct spill_layer_weights {
   const float *moe_latent_norm;            /* (d_latent) */
   spill_qmat ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* (S, D) (S, D) (D, S) */
   const float *codebook[SPILL_SEC_COUNT];  /* rvq3: (3*256, 8) for gate, up, down */
-  /* state (sequence) */
+  /* state (sequence): state_floats floats at state, carved by the kind's bind_state */
+  float *state;
+  uint64_t state_floats;
   float *cache;  /* MLA: (ctx, dc+dr); GQA: (ctx, Hk*d) keys */
   float *cache_v; /* GQA: (ctx, Hk*d) values */
   float *kda_s;  /* KDA: (H, d, d) */
@@ -150,15 +162,40 @@ struct spill_model {
   spill_model_stats stats;
 };
 
-/* weights.c */
-int spill_model_load_weights(spill_model *m, spill_err *e);
+/* Saturating size arithmetic (UINT64_MAX on overflow) for memory terms. */
+static inline uint64_t spill_sat_mul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return spill_mul_u64(a, b, &r) ? r : UINT64_MAX;
+}
+static inline uint64_t spill_sat_add(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return spill_add_u64(a, b, &r) ? r : UINT64_MAX;
+}
+
+/* ---- weights.c: tensor views and lookups, trunk loading ---- */
+/* Reads (or maps) trunk.bin, checks the expert record layout and resolves
+ * the global tensors (tok_embd, output_norm, output). */
+int spill_model_load_trunk(spill_model *m, spill_err *e);
+/* Resolves layer l's norms and FFN (dense, or router, latent, shared
+ * experts and codebooks for a MoE layer). */
+int spill_model_load_norms(spill_model *m, int l, spill_err *e);
+int spill_model_load_ffn(spill_model *m, int l, spill_err *e);
+/* Tensor "blk.<layer>.<suffix>" (layer < 0: "<suffix>") of the trunk,
+ * checked against the arch's shape: a matrix of any dtype but rvq3 as a
+ * view, or f32 (a vector (rows) when cols == 0). SPILL_E_FORMAT naming the
+ * tensor when missing, misshaped or outside trunk.bin; SPILL_E_UNSUPPORTED
+ * for a wrong dtype. */
+int spill_model_get_mat(spill_model *m, int layer, const char *suffix, uint64_t rows,
+                        uint64_t cols, spill_qmat *w, spill_err *e);
+int spill_model_get_f32(spill_model *m, int layer, const char *suffix, uint64_t rows,
+                        uint64_t cols, const float **out, spill_err *e);
 /* A view of rows [r0, r0 + n) of a trunk matrix (any non-rvq3 dtype, or rvq3). */
 spill_qmat spill_model_qmat_rows(const spill_qmat *w, uint32_t r0, uint32_t n);
 /* Fills a view of section `sec` of an expert record. */
 void spill_model_expert_qmat(const spill_model *m, int layer, const uint8_t *rec, int sec,
                              spill_qmat *out);
 
-/* forward.c helpers used by attention_*.c and moe.c */
+/* ---- model_math.c: the maths shared by attention, MoE and forward ---- */
 /* y = W x over all rows, split by rows across the pool. */
 void spill_model_matvec(spill_model *m, const spill_qmat *w, const float *x, float *y);
 /* y0 = W0 x0 and y1 = W1 x1 in one pool dispatch (either may use a LUT). */
@@ -193,28 +230,68 @@ void spill_model_rope_apply(float *v, int d, const float *cs);
 void spill_model_softmax(float *x, int n);
 static inline float spill_model_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float spill_model_silu(float x) { return x / (1.0f + expf(-x)); }
+/* out (D) = down (silu(gate h) * (up h)), h (D); uses s.ff_g / s.ff_u. */
+void spill_model_swiglu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
+                        const spill_qmat *down, const float *h, float *out);
 
-/* forward.c: dense FFN out (D) = DENSE(l)(h); shared experts of layer l added to out (D). */
-int spill_model_dense_ffn(spill_model *m, int l, const float *h, float *out);
-void spill_model_shared_experts(spill_model *m, int l, const float *h, float *out);
+/* ---- the attention-kind table (attention_table.c) ---- */
+#define SPILL_ATTN_KINDS 3
+_Static_assert(SPILL_ATTN_GQA == 0 && SPILL_ATTN_MLA == 1 && SPILL_ATTN_KDA == SPILL_ATTN_KINDS - 1,
+               "spill_attn_kind values index the attention table");
 
-/* attention_*.c: out (D) = ATTN(l)(h (D), pos); updates the layer's state. */
-int spill_model_attn_gqa(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
+/* Scratch widths (floats) the attention kinds of a model need; each row
+ * raises the ones it uses (model_memory.c carves the buffers). */
+typedef struct spill_attn_dims {
+  uint64_t q, kv;   /* q projection; k / v (or latent + rope key) */
+  uint64_t heads;   /* query heads */
+  uint64_t ohead;   /* concatenated head outputs */
+  uint64_t rope;    /* cos/sin table */
+  uint64_t cq, dc;  /* MLA q_lora, kv_lora */
+  uint64_t kda, fa, kd; /* KDA H*d, max(gate ranks), head_dim */
+} spill_attn_dims;
+
+/* One row per spill_attn_kind: everything that differs between kinds.
+ * Adding an attention kind = a file with its row + one entry in
+ * attention_table.c. */
+struct spill_attn_ops {
+  const char *name;
+  /* Arch dimensions this kind relies on beyond the manifest's checks
+   * (SPILL_E_FORMAT naming the section). */
+  int (*check)(const spill_arch *a, spill_err *e);
+  /* Floats of state of one layer for ctx tokens (saturating at UINT64_MAX):
+   * part[0] the cache or recurrent state, part[1] the conv rings (or 0). */
+  void (*state_floats)(const spill_arch *a, uint64_t ctx, uint64_t part[2]);
+  /* Points the layer's state views into its L->state. */
+  void (*bind_state)(const spill_arch *a, spill_layer_weights *L, uint64_t ctx);
+  /* 1: the state must be zero at a reset (recurrent); 0: it is only read
+   * below n_past, so it is never cleared. */
+  int reset_zero;
+  /* Raises the scratch widths this kind needs. */
+  void (*scratch)(const spill_arch *a, spill_attn_dims *d);
+  /* Resolves and shape-checks layer l's attention tensors. */
+  int (*load)(spill_model *m, int l, spill_err *e);
+  /* out (D) = ATTN(l)(h (D), pos); updates the layer's state. */
+  int (*run)(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
+};
+extern const spill_attn_ops spill_attn_gqa_ops, spill_attn_mla_ops, spill_attn_kda_ops;
+/* The row of an attention kind; NULL for a value out of range. */
+const spill_attn_ops *spill_attn_kind_ops(int kind);
+
+/* ---- moe.c ---- */
+/* out (T, D) = MOE(l)(h (T, D)) for a chunk at pos0; x (T, D) is passed to the observer. */
+int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
+                    float *out, spill_err *e);
 /* Group-limited routing (DeepSeek): with n_group > 1, scores each group of
  * n_experts/n_group consecutive experts by its best (max) or two best (top2)
  * entries of sel, keeps the topk_group best groups (lower id on ties) and
  * sets every other group's entries of sel to -inf (or 0 with
  * group_mask_zero, as DeepSeek's modelling code). No-op otherwise. */
 void spill_model_group_mask(const spill_moe_cfg *c, float *sel);
-int spill_model_attn_mla(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
-int spill_model_attn_kda(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
 
-/* moe.c */
-/* out (T, D) = MOE(l)(h (T, D)) for a chunk at pos0; x (T, D) is passed to the observer. */
-int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
-                    float *out, spill_err *e);
-/* top-k of scores (n) into ids/vals in selection order; O(n k), no allocation. */
-void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *vals);
+/* ---- model_memory.c: carving state and scratch (the sizes are model_memory.h's) ---- */
+/* Carves the scratch for the model's options into base (NULL: measure
+ * only), filling m->s; returns the bytes. */
+uint64_t spill_model_carve_scratch(spill_model *m, void *base);
 
 #ifdef __cplusplus
 }

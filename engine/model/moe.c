@@ -22,26 +22,6 @@
 #include "engine/base/clock.h"
 #include "engine/model/model_internal.h"
 
-void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *vals) {
-  int m = 0;
-  for (int i = 0; i < n; i++) {
-    const float s = scores[i];
-    if (m == k) {
-      if (!(s > vals[k - 1])) continue; /* equal score: the lower id already in wins */
-      m--;
-    }
-    int j = m;
-    while (j > 0 && s > vals[j - 1]) {
-      vals[j] = vals[j - 1];
-      ids[j] = ids[j - 1];
-      j--;
-    }
-    vals[j] = s;
-    ids[j] = (uint32_t)i;
-    m++;
-  }
-}
-
 void spill_model_group_mask(const spill_moe_cfg *c, float *sel) {
   if (c->n_group <= 1) return;
   const int G = c->n_group, per = c->n_experts / G;
@@ -60,8 +40,7 @@ void spill_model_group_mask(const spill_moe_cfg *c, float *sel) {
     }
     gsc[g] = c->group_score == SPILL_GROUP_TOP2 ? b1 + b2 : b1;
   }
-  float gv[SPILL_MAX_EXPERTS];
-  spill_model_topk(gsc, G, c->topk_group, gid, gv);
+  spill_k_topk(gsc, (uint32_t)G, (uint32_t)c->topk_group, gid);
   uint8_t keep[SPILL_MAX_EXPERTS];
   memset(keep, 0, (size_t)G);
   for (int i = 0; i < c->topk_group; i++) keep[gid[i]] = 1;
@@ -70,45 +49,48 @@ void spill_model_group_mask(const spill_moe_cfg *c, float *sel) {
       for (int i = 0; i < per; i++) sel[(size_t)g * per + i] = c->group_mask_zero ? 0.0f : -INFINITY;
 }
 
+/* ---- the router: the one selection rule (docs/MODEL.md "MOE(l)") ---- */
+
+/* s (E): router logits in, routing scores out: sigmoid or softmax. */
+static void router_scores(const spill_moe_cfg *c, float *s) {
+  const int E = c->n_experts;
+  if (c->router == SPILL_ROUTER_SIGMOID)
+    for (int i = 0; i < E; i++) s[i] = spill_model_sigmoid(s[i]);
+  else
+    spill_model_softmax(s, E);
+}
+
+/* Selection from the scores s (E): sel (E) = s + bias (sigmoid routers;
+ * bias (E) is selection-only) or s, then the group limit
+ * (spill_model_group_mask), then the k best of sel into ids in selection
+ * order (spill_k_topk: descending, lower id on ties, NaN last). sel may be
+ * s itself when the scores are not needed afterwards (the lookahead). */
+static void router_select(const spill_moe_cfg *c, const float *bias, float *s, float *sel, int k,
+                          uint32_t *ids) {
+  const int E = c->n_experts;
+  if (c->router == SPILL_ROUTER_SIGMOID)
+    for (int i = 0; i < E; i++) sel[i] = s[i] + bias[i];
+  else if (sel != s)
+    memcpy(sel, s, (size_t)E * sizeof *sel);
+  spill_model_group_mask(c, sel);
+  spill_k_topk(sel, (uint32_t)E, (uint32_t)k, ids);
+}
+
 /* Router of one token: ids/w (K) from h (D). forced (K) != NULL replaces the
- * top-k selection (forced routing): the scores are computed as usual and the
- * forced ids take their own scores as weights, then the same renormalisation
- * and routed_scale. For softmax routers vals[i] == s[ids[i]], so both paths
- * give a selected id the very same weight. */
+ * top-k selection (forced routing): the forced ids take their own scores as
+ * weights, then the same renormalisation and routed_scale. A selected id's
+ * weight is its score s[id] (never the biased selection score). */
 static void route(spill_model *m, const spill_layer_weights *L, const float *h, float *s,
                   const uint32_t *forced, uint32_t *ids, float *w) {
   const spill_moe_cfg *c = &m->a.moe;
-  const int E = c->n_experts, K = c->top_k;
-  float vals[SPILL_MAX_TOPK];
+  const int K = c->top_k;
   spill_model_matvec(m, &L->ffn_gate_inp, h, s); /* (E) router logits */
-  if (forced) {
-    if (c->router == SPILL_ROUTER_SIGMOID)
-      for (int i = 0; i < E; i++) s[i] = spill_model_sigmoid(s[i]);
-    else
-      spill_model_softmax(s, E);
+  router_scores(c, s);                           /* (E) scores */
+  if (forced)
     memcpy(ids, forced, (size_t)K * sizeof *ids);
-    for (int i = 0; i < K; i++) w[i] = s[ids[i]];
-  } else if (c->router == SPILL_ROUTER_SIGMOID) {
-    float *sel = m->s.router_sel; /* (E) score + bias: selection only */
-    for (int i = 0; i < E; i++) {
-      s[i] = spill_model_sigmoid(s[i]);
-      sel[i] = s[i] + L->exp_probs_b[i];
-    }
-    spill_model_group_mask(c, sel);
-    spill_model_topk(sel, E, K, ids, vals);
-    for (int i = 0; i < K; i++) w[i] = s[ids[i]];
-  } else if (c->n_group > 1) {
-    float *sel = m->s.router_sel; /* (E) softmax scores, other groups masked */
-    spill_model_softmax(s, E);
-    memcpy(sel, s, (size_t)E * sizeof *sel);
-    spill_model_group_mask(c, sel);
-    spill_model_topk(sel, E, K, ids, vals);
-    for (int i = 0; i < K; i++) w[i] = s[ids[i]];
-  } else {
-    spill_model_softmax(s, E);
-    spill_model_topk(s, E, K, ids, vals);
-    for (int i = 0; i < K; i++) w[i] = vals[i];
-  }
+  else
+    router_select(c, L->exp_probs_b, s, m->s.router_sel, K, ids);
+  for (int i = 0; i < K; i++) w[i] = s[ids[i]];
   if (c->norm_topk) {
     float sum = 0.0f;
     for (int i = 0; i < K; i++) sum += w[i];
@@ -117,6 +99,26 @@ static void route(spill_model *m, const spill_layer_weights *L, const float *h, 
   }
   const float rs = (float)c->routed_scale;
   for (int i = 0; i < K; i++) w[i] *= rs;
+}
+
+int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int k,
+                            uint32_t *ids_out, float *scores_out, spill_err *e) {
+  SPILL_FAIL_IF(e, !m || !hidden || !ids_out, SPILL_E_INVALID_ARG, "router_topk: NULL argument");
+  SPILL_FAIL_IF(e, layer < 0 || layer >= m->a.n_layers || !m->L[layer].is_moe, SPILL_E_RANGE,
+                "router_topk: layer %d is not a MoE layer", layer);
+  const int E = m->a.moe.n_experts;
+  SPILL_FAIL_IF(e, k < 1 || k > E || k > SPILL_MAX_TOPK, SPILL_E_RANGE,
+                "router_topk: k %d out of range (1..%d)", k, E < SPILL_MAX_TOPK ? E : SPILL_MAX_TOPK);
+  const spill_layer_weights *L = &m->L[layer];
+  float *h = m->s.la_h; /* (D) */
+  float *s = m->s.la_s; /* (E) */
+  spill_k_rmsnorm(hidden, L->ffn_norm, h, (uint32_t)m->a.d_model, (float)m->a.norm_eps);
+  spill_k_matvec(&L->ffn_gate_inp, h, s, 0, (uint32_t)E); /* single-threaded: may run inside a forward */
+  router_scores(&m->a.moe, s);
+  router_select(&m->a.moe, L->exp_probs_b, s, s, k, ids_out); /* s becomes the selection scores */
+  if (scores_out)
+    for (int i = 0; i < k; i++) scores_out[i] = s[ids_out[i]];
+  return SPILL_OK;
 }
 
 /* After a failure, take and release whatever is still outstanding so the
@@ -220,10 +222,18 @@ static int group_uses(spill_model *m, const uint32_t *sel, int n) {
   return n_u;
 }
 
+/* Shared experts of MoE layer L for one token, added to out (D). */
+static void shared_experts(spill_model *m, const spill_layer_weights *L, const float *h,
+                           float *out) {
+  float *tmp = m->s.attn_out; /* (D), free during the FFN */
+  spill_model_swiglu(m, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, h, tmp);
+  for (int i = 0; i < m->a.d_model; i++) out[i] += tmp[i];
+}
+
 /* While the reads fly: the shared experts (they need no routed expert)
  * and, for rvq3 experts, the gate/up LUTs of every token's input; with
  * act_q8, every token's input quantised (once per layer, for all experts). */
-static void overlap_work(spill_model *m, int l, const spill_layer_weights *L, const float *h,
+static void overlap_work(spill_model *m, const spill_layer_weights *L, const float *h,
                          const float *u, int T) {
   const spill_moe_cfg *c = &m->a.moe;
   spill_model_scratch *s = &m->s;
@@ -238,7 +248,7 @@ static void overlap_work(spill_model *m, int l, const spill_layer_weights *L, co
     for (int t = 0; t < T; t++) {
       float *sh = s->shared_out + (size_t)t * D; /* (D) */
       memset(sh, 0, (size_t)D * sizeof(float));
-      spill_model_shared_experts(m, l, h + (size_t)t * D, sh);
+      shared_experts(m, L, h + (size_t)t * D, sh);
     }
     m->stats.ns_expert += spill_clock_ns() - t0;
   }
@@ -405,7 +415,7 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
       return spill_err_set(e, rc, "layer %d: stopped by the route observer", l);
     }
   }
-  overlap_work(m, l, L, h, u, T);
+  overlap_work(m, L, h, u, T);
   SPILL_TRY(consume_experts(m, l, L, u, slot, n_u, e));
   combine(m, L, slot, selw, T, out);
   return SPILL_OK;

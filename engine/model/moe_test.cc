@@ -10,6 +10,7 @@
 
 #include "engine/base/alloc.h"
 #include "engine/model/model_test_util.h"
+#include "engine/quant/kernels.h"
 
 using spill_test::Nano;
 using spill_test::Open;
@@ -227,23 +228,36 @@ TEST(MoeTest, RouterTopkRejectsDenseLayerAndBadK) {
 
 }  // namespace
 
-extern "C" void spill_model_topk(const float *scores, int n, int k, uint32_t *ids, float *vals);
 extern "C" void spill_model_group_mask(const spill_moe_cfg *c, float *sel);
 
 namespace {
 
+// The router selects with the one top-k (spill_k_topk, engine/quant).
 TEST(MoeTest, TopkOrdersByScoreThenLowerId) {
   const float s[8] = {0.5f, 0.9f, 0.1f, 0.9f, -1.0f, 0.5f, 0.7f, 0.5f};
   uint32_t ids[8];
-  float v[8];
-  spill_model_topk(s, 8, 5, ids, v);
+  spill_k_topk(s, 8, 5, ids);
   const uint32_t want[5] = {1, 3, 6, 0, 5};
   for (int i = 0; i < 5; i++) EXPECT_EQ(ids[i], want[i]) << i;
-  spill_model_topk(s, 8, 1, ids, v);
+  spill_k_topk(s, 8, 1, ids);
   EXPECT_EQ(ids[0], 1u);
-  spill_model_topk(s, 8, 8, ids, v);
+  spill_k_topk(s, 8, 8, ids);
   const uint32_t all[8] = {1, 3, 6, 0, 5, 7, 2, 4};
   for (int i = 0; i < 8; i++) EXPECT_EQ(ids[i], all[i]) << i;
+}
+
+// A NaN score (a broken router row) is never selected ahead of a number,
+// wherever it sits: the router's old top-k kept a NaN that arrived while
+// its list was filling at the top and selected expert 0 here.
+TEST(MoeTest, TopkRanksNanBelowEveryNumber) {
+  const float s[4] = {NAN, 0.1f, 0.2f, -INFINITY};
+  uint32_t ids[4];
+  spill_k_topk(s, 4, 2, ids);
+  EXPECT_EQ(ids[0], 2u);
+  EXPECT_EQ(ids[1], 1u);
+  spill_k_topk(s, 4, 4, ids);
+  EXPECT_EQ(ids[2], 3u);
+  EXPECT_EQ(ids[3], 0u);
 }
 
 // Group-limited selection: V2 scores a group by its best expert, V3 by the

@@ -7,7 +7,10 @@
  * for vectors, conv weights and codebooks, that it is f32). Missing or
  * misshaped tensors fail with SPILL_E_FORMAT naming the tensor. The hot path
  * never does a string lookup. Also: views of expert records (sections of
- * a pinned record) and row sub-views of matrices.
+ * a pinned record) and row sub-views of matrices. Each attention kind
+ * resolves its own tensors through spill_model_get_mat / spill_model_get_f32
+ * (its loader in attention_<kind>.c); this file calls no other file of
+ * engine/model.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -133,69 +136,21 @@ static int get_f32(loader *ld, int layer, const char *suffix, uint64_t rows, uin
   return SPILL_OK;
 }
 
-static int load_attn(loader *ld, int l, spill_err *e) {
-  const spill_arch *a = &ld->m->a;
-  spill_layer_weights *L = &ld->m->L[l];
-  const uint64_t D = (uint64_t)a->d_model;
-  if (L->kind == SPILL_ATTN_GQA) {
-    const uint64_t H = a->gqa.n_heads, Hk = a->gqa.n_kv_heads, d = a->gqa.head_dim;
-    SPILL_TRY(get_mat(ld, l, "attn_q", H * d, D, &L->attn_q, e));
-    SPILL_TRY(get_mat(ld, l, "attn_k", Hk * d, D, &L->attn_k, e));
-    SPILL_TRY(get_mat(ld, l, "attn_v", Hk * d, D, &L->attn_v, e));
-    SPILL_TRY(get_mat(ld, l, "attn_output", D, H * d, &L->attn_output, e));
-    if (a->gqa.qk_norm == SPILL_QK_NORM_HEAD) {
-      SPILL_TRY(get_f32(ld, l, "attn_q_norm", d, 0, &L->attn_q_norm, e));
-      SPILL_TRY(get_f32(ld, l, "attn_k_norm", d, 0, &L->attn_k_norm, e));
-    } else if (a->gqa.qk_norm == SPILL_QK_NORM_FULL) {
-      SPILL_TRY(get_f32(ld, l, "attn_q_norm", H * d, 0, &L->attn_q_norm, e));
-      SPILL_TRY(get_f32(ld, l, "attn_k_norm", Hk * d, 0, &L->attn_k_norm, e));
-    }
-  } else if (L->kind == SPILL_ATTN_MLA) {
-    const spill_mla_cfg *c = &a->mla;
-    const uint64_t H = c->n_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim,
-                   dv = c->v_head_dim, dc = c->kv_lora_rank, ql = c->q_lora_rank;
-    if (ql > 0) {
-      SPILL_TRY(get_mat(ld, l, "attn_q_a", ql, D, &L->attn_q_a, e));
-      SPILL_TRY(get_f32(ld, l, "attn_q_a_norm", ql, 0, &L->attn_q_a_norm, e));
-      SPILL_TRY(get_mat(ld, l, "attn_q_b", H * (dn + dr), ql, &L->attn_q_b, e));
-    } else {
-      SPILL_TRY(get_mat(ld, l, "attn_q", H * (dn + dr), D, &L->attn_q, e));
-    }
-    SPILL_TRY(get_mat(ld, l, "attn_kv_a", dc + dr, D, &L->attn_kv_a, e));
-    SPILL_TRY(get_f32(ld, l, "attn_kv_a_norm", dc, 0, &L->attn_kv_a_norm, e));
-    SPILL_TRY(get_mat(ld, l, "attn_kv_b", H * (dn + dv), dc, &L->attn_kv_b, e));
-    SPILL_TRY(get_mat(ld, l, "attn_output", D, H * dv, &L->attn_output, e));
-  } else if (L->kind == SPILL_ATTN_KDA) {
-    const spill_kda_cfg *c = &a->kda;
-    const uint64_t H = c->n_heads, d = c->head_dim, K = c->conv_kernel, r = c->gate_rank,
-                   og = c->out_gate_rank;
-    SPILL_TRY(get_mat(ld, l, "attn_q", H * d, D, &L->attn_q, e));
-    SPILL_TRY(get_mat(ld, l, "attn_k", H * d, D, &L->attn_k, e));
-    SPILL_TRY(get_mat(ld, l, "attn_v", H * d, D, &L->attn_v, e));
-    SPILL_TRY(get_f32(ld, l, "attn_q_conv", H * d, K, &L->attn_q_conv, e));
-    SPILL_TRY(get_f32(ld, l, "attn_k_conv", H * d, K, &L->attn_k_conv, e));
-    SPILL_TRY(get_f32(ld, l, "attn_v_conv", H * d, K, &L->attn_v_conv, e));
-    SPILL_TRY(get_mat(ld, l, "attn_f_a", r, D, &L->attn_f_a, e));
-    SPILL_TRY(get_mat(ld, l, "attn_f_b", H * d, r, &L->attn_f_b, e));
-    SPILL_TRY(get_f32(ld, l, "attn_dt_bias", H * d, 0, &L->attn_dt_bias, e));
-    SPILL_TRY(get_f32(ld, l, "attn_a_log", H, 0, &L->attn_a_log, e));
-    SPILL_TRY(get_mat(ld, l, "attn_b", H, D, &L->attn_b, e));
-    if (og == 0) {
-      SPILL_TRY(get_mat(ld, l, "attn_g", H * d, D, &L->attn_g, e));
-    } else {
-      SPILL_TRY(get_mat(ld, l, "attn_g_a", og, D, &L->attn_g_a, e));
-      SPILL_TRY(get_mat(ld, l, "attn_g_b", H * d, og, &L->attn_g_b, e));
-    }
-    SPILL_TRY(get_f32(ld, l, "attn_o_norm", d, 0, &L->attn_o_norm, e));
-    SPILL_TRY(get_mat(ld, l, "attn_output", D, H * d, &L->attn_output, e));
-  } else {
-    return spill_err_set(e, SPILL_E_FORMAT, "layer %d: unknown attention kind %d", l, (int)L->kind);
-  }
-  return SPILL_OK;
+int spill_model_get_mat(spill_model *m, int layer, const char *suffix, uint64_t rows,
+                        uint64_t cols, spill_qmat *w, spill_err *e) {
+  loader ld = {.m = m};
+  return get_mat(&ld, layer, suffix, rows, cols, w, e);
 }
 
-static int load_ffn(loader *ld, int l, spill_err *e) {
-  spill_model *m = ld->m;
+int spill_model_get_f32(spill_model *m, int layer, const char *suffix, uint64_t rows,
+                        uint64_t cols, const float **out, spill_err *e) {
+  loader ld = {.m = m};
+  return get_f32(&ld, layer, suffix, rows, cols, out, e);
+}
+
+int spill_model_load_ffn(spill_model *m, int l, spill_err *e) {
+  loader lo = {.m = m};
+  loader *ld = &lo;
   const spill_arch *a = &m->a;
   spill_layer_weights *L = &m->L[l];
   const uint64_t D = (uint64_t)a->d_model;
@@ -259,52 +214,8 @@ static int check_experts(spill_model *m, spill_err *e) {
   return SPILL_OK;
 }
 
-/* Arch limits the forward pass relies on beyond the manifest's own checks. */
-static int check_arch(const spill_arch *a, spill_err *e) {
-  SPILL_FAIL_IF(e, a->d_model <= 0 || a->vocab_size < 1 || a->n_layers < 1 ||
-                       a->n_layers > SPILL_MAX_LAYERS,
-                SPILL_E_FORMAT, "arch: bad d_model %d / vocab %d / n_layers %d", a->d_model,
-                a->vocab_size, a->n_layers);
-  int has[3] = {0, 0, 0};
-  for (int l = 0; l < a->n_layers; l++)
-    if ((int)a->layer_attn[l] >= 0 && (int)a->layer_attn[l] < 3) has[a->layer_attn[l]] = 1;
-  if (has[SPILL_ATTN_GQA]) {
-    const spill_gqa_cfg *g = &a->gqa;
-    SPILL_FAIL_IF(e, g->n_heads <= 0 || g->n_kv_heads <= 0 || g->head_dim <= 0 ||
-                         (g->head_dim & 1) || g->n_heads % g->n_kv_heads,
-                  SPILL_E_FORMAT, "arch.gqa: heads %d, kv heads %d, head_dim %d inconsistent",
-                  g->n_heads, g->n_kv_heads, g->head_dim);
-  }
-  if (has[SPILL_ATTN_MLA]) {
-    const spill_mla_cfg *c = &a->mla;
-    SPILL_FAIL_IF(e, c->n_heads <= 0 || c->kv_lora_rank <= 0 || c->qk_nope_dim <= 0 ||
-                         c->qk_rope_dim < 0 || (c->qk_rope_dim & 1) || c->v_head_dim <= 0 ||
-                         c->q_lora_rank < 0,
-                  SPILL_E_FORMAT, "arch.mla: dimensions out of range");
-    SPILL_FAIL_IF(e, c->yarn_factor != 0 && (!(c->yarn_factor >= 1.0) || c->yarn_orig_ctx < 1 ||
-                                             !(c->yarn_beta_fast > 0) || !(c->yarn_beta_slow > 0)),
-                  SPILL_E_FORMAT, "arch.mla.yarn: factor %g, orig_ctx %d, betas %g/%g out of range",
-                  c->yarn_factor, c->yarn_orig_ctx, c->yarn_beta_fast, c->yarn_beta_slow);
-  }
-  if (a->n_layers > a->n_dense_layers && a->moe.n_group > 1) {
-    const spill_moe_cfg *c = &a->moe;
-    SPILL_FAIL_IF(e, c->n_experts % c->n_group || c->topk_group < 1 || c->topk_group > c->n_group ||
-                         c->top_k > c->topk_group * (c->n_experts / c->n_group),
-                  SPILL_E_FORMAT, "arch.moe: n_group %d / topk_group %d inconsistent with %d experts, top-%d",
-                  c->n_group, c->topk_group, c->n_experts, c->top_k);
-  }
-  if (has[SPILL_ATTN_KDA]) {
-    const spill_kda_cfg *c = &a->kda;
-    SPILL_FAIL_IF(e, c->n_heads <= 0 || c->head_dim <= 0 || c->conv_kernel < 1 ||
-                         c->gate_rank <= 0 || c->out_gate_rank < 0,
-                  SPILL_E_FORMAT, "arch.kda: dimensions out of range");
-  }
-  return SPILL_OK;
-}
-
-int spill_model_load_weights(spill_model *m, spill_err *e) {
+int spill_model_load_trunk(spill_model *m, spill_err *e) {
   const spill_manifest *mf = &m->c.m;
-  SPILL_TRY(check_arch(&m->a, e));
   SPILL_FAIL_IF(e, m->c.trunk_bytes > (uint64_t)SIZE_MAX, SPILL_E_NOMEM, "trunk too large");
   m->trunk_bytes = (size_t)m->c.trunk_bytes;
   if (m->o.trunk_mode == 1 && m->trunk_bytes > 0) {
@@ -352,14 +263,14 @@ int spill_model_load_weights(spill_model *m, spill_err *e) {
   SPILL_TRY(get_mat(&ld, -1, "tok_embd", V, D, &m->tok_embd, e));
   SPILL_TRY(get_f32(&ld, -1, "output_norm", D, 0, &m->output_norm, e));
   SPILL_TRY(get_mat(&ld, -1, "output", V, D, &m->output, e));
-  for (int l = 0; l < m->a.n_layers; l++) {
-    spill_layer_weights *L = &m->L[l];
-    L->kind = m->a.layer_attn[l];
-    L->is_moe = spill_arch_is_moe(&m->a, l);
-    SPILL_TRY(get_f32(&ld, l, "attn_norm", D, 0, &L->attn_norm, e));
-    SPILL_TRY(get_f32(&ld, l, "ffn_norm", D, 0, &L->ffn_norm, e));
-    SPILL_TRY(load_attn(&ld, l, e));
-    SPILL_TRY(load_ffn(&ld, l, e));
-  }
+  return SPILL_OK;
+}
+
+int spill_model_load_norms(spill_model *m, int l, spill_err *e) {
+  loader ld = {.m = m};
+  spill_layer_weights *L = &m->L[l];
+  const uint64_t D = (uint64_t)m->a.d_model;
+  SPILL_TRY(get_f32(&ld, l, "attn_norm", D, 0, &L->attn_norm, e));
+  SPILL_TRY(get_f32(&ld, l, "ffn_norm", D, 0, &L->ffn_norm, e));
   return SPILL_OK;
 }

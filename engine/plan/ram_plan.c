@@ -2,9 +2,10 @@
  *
  * Every term is a product of architecture dimensions; all arithmetic is
  * overflow-checked because archs can come from untrusted manifests. The
- * scratch terms mirror the buffers engine/model allocates at open (one
- * token's activations, the attention score row, MoE buffers, rvq3 LUTs,
- * logits); see docs/PLAN.md for the K3 comparison. */
+ * state and scratch terms are engine/model's memory formula
+ * (engine/model/model_memory.h): the very bytes spill_model_open allocates,
+ * grouped as activations, the attention score rows, MoE buffers, rvq3 LUTs
+ * and logits; see docs/PLAN.md for the K3 comparison. */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/plan/ram_plan.h"
 
@@ -15,8 +16,6 @@
 #include <unistd.h>
 
 #include "engine/base/alloc.h"
-
-#define F32 4ull
 
 /* Saturating helpers: overflow is reported once at the end. */
 typedef struct acc {
@@ -44,102 +43,44 @@ static uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 int spill_plan_compute(const spill_arch *a, uint64_t record_bytes, uint64_t trunk_bytes,
                        int ctx, int n_threads, spill_plan *p, spill_err *e) {
-  SPILL_FAIL_IF(e, !a || !p, SPILL_E_INVALID_ARG, "plan: NULL argument");
+  /* the engine's defaults (prefill_chunk 16, act_quant f32); the int16 LUTs
+   * counted, as the expert dtype is not known here (an upper bound) */
+  const spill_model_mem_opts o = {ctx, n_threads, 16, 0, 1};
+  return spill_plan_compute_run(a, record_bytes, trunk_bytes, &o, p, e);
+}
+
+int spill_plan_compute_run(const spill_arch *a, uint64_t record_bytes, uint64_t trunk_bytes,
+                           const spill_model_mem_opts *o, spill_plan *p, spill_err *e) {
+  SPILL_FAIL_IF(e, !a || !p || !o, SPILL_E_INVALID_ARG, "plan: NULL argument");
+  const int ctx = o->ctx;
   SPILL_FAIL_IF(e, ctx < 1, SPILL_E_INVALID_ARG, "plan: ctx %d must be >= 1", ctx);
   SPILL_FAIL_IF(e, a->n_layers < 1 || a->n_layers > SPILL_MAX_LAYERS, SPILL_E_INVALID_ARG,
                 "plan: n_layers %d out of range", a->n_layers);
-  if (n_threads < 1) n_threads = 1;
   memset(p, 0, sizeof *p);
   acc ac = {0};
   p->ctx = ctx;
   p->trunk = trunk_bytes;
   p->record_bytes = record_bytes;
 
-  int n_mla = 0, n_kda = 0, n_gqa = 0;
-  for (int l = 0; l < a->n_layers; l++) {
-    if (a->layer_attn[l] == SPILL_ATTN_MLA) n_mla++;
-    else if (a->layer_attn[l] == SPILL_ATTN_KDA) n_kda++;
-    else n_gqa++;
-  }
-  const uint64_t D = (uint64_t)a->d_model;
-  /* ---- attention state ---- */
-  const spill_mla_cfg *mla = &a->mla;
-  const spill_kda_cfg *kda = &a->kda;
-  const spill_gqa_cfg *gqa = &a->gqa;
-  if (n_mla)
-    p->state.mla_latent = mul3(&ac, (uint64_t)(mla->kv_lora_rank + mla->qk_rope_dim) * F32,
-                               (uint64_t)ctx, (uint64_t)n_mla);
-  if (n_kda) {
-    uint64_t hd = mul(&ac, (uint64_t)kda->n_heads, (uint64_t)kda->head_dim);
-    p->state.kda_state = mul3(&ac, mul(&ac, hd, (uint64_t)kda->head_dim), F32, (uint64_t)n_kda);
-    uint64_t km1 = kda->conv_kernel > 1 ? (uint64_t)(kda->conv_kernel - 1) : 0;
-    p->state.kda_conv = mul3(&ac, mul3(&ac, 3, km1, hd), F32, (uint64_t)n_kda);
-  }
-  if (n_gqa)
-    p->state.gqa_kv = mul3(&ac, mul3(&ac, 2, (uint64_t)gqa->n_kv_heads, (uint64_t)gqa->head_dim),
-                           mul(&ac, (uint64_t)ctx, F32), (uint64_t)n_gqa);
-  p->state.total = add(&ac, add(&ac, p->state.mla_latent, p->state.kda_state),
-                       add(&ac, p->state.kda_conv, p->state.gqa_kv));
+  /* ---- state and scratch: engine/model's memory formula, the bytes
+   * spill_model_open allocates (model_memory.h) ---- */
+  spill_model_mem mem;
+  spill_model_memory(a, o, &mem);
+  if (mem.overflow) ac.overflow = 1;
+  p->state.gqa_kv = mem.state[SPILL_ATTN_GQA][0] + mem.state[SPILL_ATTN_GQA][1];
+  p->state.mla_latent = mem.state[SPILL_ATTN_MLA][0] + mem.state[SPILL_ATTN_MLA][1];
+  p->state.kda_state = mem.state[SPILL_ATTN_KDA][0];
+  p->state.kda_conv = mem.state[SPILL_ATTN_KDA][1];
+  p->state.total = mem.state_total;
+  p->scratch.activations = mem.scratch[SPILL_MEM_ACTIVATIONS];
+  p->scratch.attn_scores = mem.scratch[SPILL_MEM_ATTN_SCORES];
+  p->scratch.moe_buffers = mem.scratch[SPILL_MEM_MOE];
+  p->scratch.rvq_luts = mem.scratch[SPILL_MEM_RVQ_LUTS];
+  p->scratch.logits = mem.scratch[SPILL_MEM_LOGITS];
+  p->scratch.total = mem.scratch_total;
 
-  /* ---- scratch, term by term (what engine/model allocates once) ---- */
-  /* activations: x, h, attention out, ffn out (4 D) plus the widest projection
-   * outputs of one token: q, k, v, gate (each H*d) for KDA/GQA, q (H*(dn+dr))
-   * + kv_a + absorbed queries (H*dc) + latent outputs (H*dc) + values (H*dv)
-   * for MLA; dense FFN 2 d_ff; shared experts 2 S. */
-  uint64_t widest = 0;
-  if (n_kda) {
-    uint64_t hd = (uint64_t)kda->n_heads * (uint64_t)kda->head_dim;
-    uint64_t gr = (uint64_t)(kda->gate_rank > kda->out_gate_rank ? kda->gate_rank : kda->out_gate_rank);
-    widest = umax(widest, 4 * hd + gr + (uint64_t)kda->n_heads);
-  }
-  if (n_mla) {
-    uint64_t H = (uint64_t)mla->n_heads;
-    uint64_t w = (uint64_t)mla->q_lora_rank + H * (uint64_t)(mla->qk_nope_dim + mla->qk_rope_dim) +
-                 (uint64_t)(mla->kv_lora_rank + mla->qk_rope_dim) +
-                 2 * H * (uint64_t)mla->kv_lora_rank + H * (uint64_t)mla->v_head_dim;
-    widest = umax(widest, w);
-  }
-  if (n_gqa) {
-    uint64_t w = (uint64_t)gqa->head_dim * (uint64_t)(2 * gqa->n_heads + 2 * gqa->n_kv_heads);
-    widest = umax(widest, w);
-  }
-  int n_moe = spill_arch_n_moe(a);
+  const int n_moe = spill_arch_n_moe(a);
   const spill_moe_cfg *moe = &a->moe;
-  if (a->n_dense_layers > 0) widest = umax(widest, 2 * (uint64_t)a->d_ff);
-  if (n_moe && moe->n_shared > 0)
-    widest = umax(widest, 2 * (uint64_t)moe->n_shared * (uint64_t)moe->d_shared);
-  p->scratch.activations = mul(&ac, add(&ac, 4 * D, widest), F32);
-  /* attention score row: heads x ctx */
-  uint64_t max_heads = 0;
-  if (n_mla) max_heads = umax(max_heads, (uint64_t)mla->n_heads);
-  if (n_gqa) max_heads = umax(max_heads, (uint64_t)gqa->n_heads);
-  p->scratch.attn_scores = mul3(&ac, max_heads, (uint64_t)ctx, F32);
-  /* MoE: router scores (E), latent in/out (2 d_in), per-selection outputs
-   * (top_k x d_in), per-thread expert intermediates (2 d_expert). */
-  if (n_moe) {
-    uint64_t d_in = moe->d_latent > 0 ? (uint64_t)moe->d_latent : D;
-    uint64_t k = (uint64_t)moe->top_k;
-    uint64_t t = (uint64_t)moe->n_experts + 2 * d_in + mul(&ac, k, d_in) +
-                 mul(&ac, (uint64_t)n_threads, 2 * (uint64_t)moe->d_expert);
-    p->scratch.moe_buffers = mul(&ac, t, F32);
-    /* rvq3 LUTs: gate and up of the layer input (2 x 3 x d_in/8 x 256) and one
-     * down LUT per thread (3 x d_expert/8 x 256). Counted for every expert
-     * dtype: the f32/q8/q4 paths use no LUTs but the bound stays simple. */
-    uint64_t lut_in = mul(&ac, 3 * (d_in / 8), 256);
-    uint64_t lut_dn = mul(&ac, 3 * ((uint64_t)moe->d_expert / 8), 256);
-    p->scratch.rvq_luts = mul(&ac, add(&ac, 2 * lut_in, mul(&ac, (uint64_t)n_threads, lut_dn)), F32);
-    /* + their int16 copies on the VBMI path (engine/quant/kernels.h
-     * spill_k_qlut_rvq3_i16_bytes: per group of 8 columns, 3 stages x 256 entries
-     * x 2 bytes + one f32 scale): gate and up of the input, one down. */
-    uint64_t qlut_in = mul(&ac, d_in / 8, 3 * 256 * 2 + F32);
-    uint64_t qlut_dn = mul(&ac, (uint64_t)moe->d_expert / 8, 3 * 256 * 2 + F32);
-    p->scratch.rvq_luts = add(&ac, p->scratch.rvq_luts, add(&ac, 2 * qlut_in, qlut_dn));
-  }
-  p->scratch.logits = mul(&ac, (uint64_t)a->vocab_size, F32);
-  p->scratch.total = add(&ac, add(&ac, p->scratch.activations, p->scratch.attn_scores),
-                         add(&ac, add(&ac, p->scratch.moe_buffers, p->scratch.rvq_luts),
-                             p->scratch.logits));
-
   /* ---- floor, working set ---- */
   uint64_t k = n_moe ? (uint64_t)moe->top_k : 0;
   p->min_cache = mul3(&ac, 2, k, record_bytes);

@@ -14,9 +14,11 @@
  * above floor - min cache + every record is more than the model can use).
  * An explicit budget whose RAM use (so bounded) is above the cap is refused
  * unless forced: it would push the machine into swap or the OOM killer. The
- * model allocates exactly the scratch terms counted here
- * (engine/model checks it against this file in a test), so the engine stays
- * inside its budget. Depends on engine/base, engine/format (spill_arch) and
+ * state and scratch terms are engine/model's one memory formula
+ * (engine/model/model_memory.h), which spill_model_open allocates by
+ * (engine/spill_plan_test.cc opens models of every attention kind and
+ * family and compares), so the engine stays inside its budget. Depends on
+ * engine/base, engine/format (spill_arch), engine/model (model_memory.h) and
  * the public types of engine/spill.h (//engine:api).
  */
 #ifndef SPILL_PLAN_RAM_PLAN_H
@@ -26,6 +28,7 @@
 
 #include "engine/base/status.h"
 #include "engine/format/container.h"
+#include "engine/model/model_memory.h"
 #include "engine/spill.h"
 
 #ifdef __cplusplus
@@ -35,9 +38,15 @@ extern "C" {
 /* spill_plan, spill_plan_state, spill_plan_scratch: the public types of
  * engine/spill.h (the plan is part of the API); this module fills them. */
 
-/* Counts state, scratch, floor, ws and recommended for (arch, record, trunk,
- * ctx, threads). Fails with SPILL_E_INVALID_ARG on impossible inputs and
+/* Counts state, scratch, floor, ws and recommended for (arch, record, trunk)
+ * and what the model runs with (o: ctx, threads, prefill chunk, act_q8,
+ * int16 LUTs). Fails with SPILL_E_INVALID_ARG on impossible inputs and
  * SPILL_E_RANGE on overflow. */
+int spill_plan_compute_run(const spill_arch *a, uint64_t record_bytes, uint64_t trunk_bytes,
+                           const spill_model_mem_opts *o, spill_plan *p, spill_err *e);
+/* spill_plan_compute_run with the engine's defaults (prefill chunk 16,
+ * act_quant f32) and the int16 LUTs counted (no expert dtype here: an upper
+ * bound). */
 int spill_plan_compute(const spill_arch *a, uint64_t record_bytes, uint64_t trunk_bytes,
                        int ctx, int n_threads, spill_plan *p, spill_err *e);
 /* Applies a budget: explicit (> 0) or the default rule for usable_ram.

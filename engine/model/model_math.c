@@ -1,0 +1,228 @@
+/* engine/model/model_math.c: the maths every block of the forward pass
+ * shares, below attention_*.c, moe.c and forward.c (which call it; it calls
+ * none of them): matvecs split by rows across the pool (f32 input, rvq3
+ * LUT, int16 LUT or act_q8 quantised input), independent tasks (attention
+ * heads), rvq3 LUT builds, RoPE, softmax and the SwiGLU block.
+ *
+ * Parallelism: every matvec is split by rows into fixed chunks run on the
+ * pool; a row is always computed whole by one thread with the kernel's fixed
+ * summation order, so results are bit-identical for any thread count. Tiny
+ * matvecs run on the caller (same numbers, no dispatch cost). Depends on
+ * engine/quant (kernels) and thread_pool.c only.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/model/model_internal.h"
+
+#define ROWS_PER_TASK_MIN 16u
+
+/* ---- pool helpers ---- */
+
+typedef struct mv_job {
+  const spill_qmat *w[2];
+  const float *x[2];
+  const float *lut[2];
+  const void *qlut[2]; /* int16 LUT (spill_k_apply_rvq3_i16), else NULL */
+  const spill_k_xq *xq[2]; /* quantised input (act_q8, spill_k_matvec_xq), else NULL */
+  float *y[2];
+  uint32_t rows_per_task;
+  int tasks0; /* tasks of matrix 0 */
+} mv_job;
+
+static void mv_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const mv_job *j = ctx;
+  const int mi = task < j->tasks0 ? 0 : 1;
+  const int t = mi ? task - j->tasks0 : task;
+  const spill_qmat *w = j->w[mi];
+  const uint32_t r0 = (uint32_t)t * j->rows_per_task;
+  uint32_t r1 = r0 + j->rows_per_task;
+  if (r1 > w->rows) r1 = w->rows;
+  if (j->xq[mi]) spill_k_matvec_xq(w, j->xq[mi], j->y[mi], r0, r1);
+  else if (j->qlut[mi]) spill_k_apply_rvq3_i16(w, j->qlut[mi], j->y[mi], r0, r1);
+  else if (j->lut[mi]) spill_k_apply_rvq3_f32(w, j->lut[mi], j->y[mi], r0, r1);
+  else
+    spill_k_matvec(w, j->x[mi], j->y[mi], r0, r1);
+}
+
+/* Rows per task: 4 tasks per thread, but at most o.task_max_weights per
+ * task so a big matrix (the output matrix: 151936 x 2048, 330 MB as Q8_0)
+ * is cut into many small tasks and a thread that is slower or descheduled
+ * for a while leaves at most one small task behind (the tail wait of a
+ * dispatch). A multiple of 4 (the q8/q4 kernels run 4 rows per pass). Rows
+ * are computed whole by one thread, so the split never changes a bit. */
+static uint32_t rows_per_task(const spill_model *m, uint32_t rows, uint32_t cols) {
+  const uint32_t nt = (uint32_t)m->o.n_threads;
+  uint32_t r = (rows + 4 * nt - 1) / (4 * nt);
+  const uint32_t cap = cols ? (uint32_t)m->o.task_max_weights / cols : r;
+  if (r > cap) r = cap;
+  r = (r + 3) & ~3u;
+  if (r < ROWS_PER_TASK_MIN) r = ROWS_PER_TASK_MIN;
+  return r;
+}
+
+/* act_q8: the integer path for each matrix of the pair that has one. A
+ * caller's quantised input is kept; otherwise x is quantised here, once
+ * for both matrices when they share it, into xq (the caller's storage). */
+static void quantise_inputs(spill_model *m, mv_job *j, spill_k_xq xq[2]) {
+  uint8_t *buf[2] = {m->s.xq0, m->s.xq1};
+  for (int mi = 0; mi < 2; mi++) {
+    const spill_qmat *w = j->w[mi];
+    if (!w || !j->x[mi] || j->lut[mi] || j->qlut[mi] || !spill_k_matvec_xq_ok(w)) {
+      j->xq[mi] = NULL;
+      continue;
+    }
+    if (j->xq[mi] && j->xq[mi]->n == w->cols) continue;
+    j->xq[mi] = NULL;
+    if (!m->o.act_q8 || spill_k_xq_bytes(w->cols) > m->s.xq_cap) continue;
+    if (mi == 1 && j->xq[0] && j->x[0] == j->x[1] && j->w[0]->cols == w->cols) {
+      j->xq[1] = j->xq[0];
+      continue;
+    }
+    spill_k_xq_init(&xq[mi], buf[mi], w->cols);
+    spill_k_xq_quantize(j->x[mi], &xq[mi]);
+    j->xq[mi] = &xq[mi];
+  }
+}
+
+static void run_mv(spill_model *m, mv_job *jp) {
+  mv_job j = *jp;
+  spill_k_xq xq[2];
+  quantise_inputs(m, &j, xq);
+  const spill_qmat *w0 = j.w[0], *w1 = j.w[1];
+  const uint64_t work = (uint64_t)w0->rows * w0->cols + (w1 ? (uint64_t)w1->rows * w1->cols : 0);
+  if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
+    j.rows_per_task = w0->rows;
+    j.tasks0 = 1;
+    mv_task(&j, 0, 0);
+    if (w1) {
+      j.rows_per_task = w1->rows;
+      mv_task(&j, 1, 0);
+    }
+    return;
+  }
+  uint32_t rows = w0->rows > (w1 ? w1->rows : 0) ? w0->rows : w1->rows;
+  uint32_t cols = w0->cols > (w1 ? w1->cols : 0) ? w0->cols : w1->cols;
+  j.rows_per_task = rows_per_task(m, rows, cols);
+  j.tasks0 = (int)((w0->rows + j.rows_per_task - 1) / j.rows_per_task);
+  const int tasks1 = w1 ? (int)((w1->rows + j.rows_per_task - 1) / j.rows_per_task) : 0;
+  spill_pool_run(m->pool, mv_task, &j, j.tasks0 + tasks1);
+}
+
+void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, const float *lut0,
+                         float *y0, const spill_qmat *w1, const float *x1, const float *lut1,
+                         float *y1) {
+  mv_job j = {{w0, w1}, {x0, x1}, {lut0, lut1}, {NULL, NULL}, {NULL, NULL}, {y0, y1}, 0, 0};
+  run_mv(m, &j);
+}
+
+void spill_model_matvec2_xq(spill_model *m, const spill_qmat *w0, const float *x0,
+                            const spill_k_xq *xq0, float *y0, const spill_qmat *w1,
+                            const float *x1, const spill_k_xq *xq1, float *y1) {
+  mv_job j = {{w0, w1}, {x0, x1}, {NULL, NULL}, {NULL, NULL}, {xq0, xq1}, {y0, y1}, 0, 0};
+  run_mv(m, &j);
+}
+
+void spill_model_rvq3_apply2_q(spill_model *m, const spill_qmat *w0, const void *q0, float *y0,
+                               const spill_qmat *w1, const void *q1, float *y1) {
+  mv_job j = {{w0, w1}, {NULL, NULL}, {NULL, NULL}, {q0, q1}, {NULL, NULL}, {y0, y1}, 0, 0};
+  run_mv(m, &j);
+}
+
+void spill_model_run_tasks(spill_model *m, spill_pool_fn fn, void *ctx, int n_tasks,
+                           uint64_t work) {
+  if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
+    for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
+    return;
+  }
+  spill_pool_run(m->pool, fn, ctx, n_tasks);
+}
+
+void spill_model_matvec(spill_model *m, const spill_qmat *w, const float *x, float *y) {
+  spill_model_matvec2(m, w, x, NULL, y, NULL, NULL, NULL, NULL);
+}
+
+void spill_model_rvq3_apply(spill_model *m, const spill_qmat *w, const float *lut, float *y) {
+  spill_model_matvec2(m, w, NULL, lut, y, NULL, NULL, NULL, NULL);
+}
+
+typedef struct lut_job {
+  const float *cb, *x;
+  uint32_t cols, groups_per_task, n_groups;
+  float *lut;
+  void *qlut; /* also quantise each task's groups into it (int16 path), or NULL */
+} lut_job;
+
+static void lut_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const lut_job *j = ctx;
+  const uint32_t g0 = (uint32_t)task * j->groups_per_task;
+  uint32_t g1 = g0 + j->groups_per_task;
+  if (g1 > j->n_groups) g1 = j->n_groups;
+  spill_k_lut_rvq3_f32(j->cb, j->x, j->cols, j->lut, g0, g1);
+  /* scale_g depends on group g alone, so quantising right after building
+   * the same groups needs no barrier and is bit-exact for any split */
+  if (j->qlut) spill_k_qlut_rvq3_i16(j->lut, j->cols, j->qlut, g0, g1);
+}
+
+static void run_lut(spill_model *m, lut_job j);
+
+void spill_model_lut(spill_model *m, const float *codebook, const float *x, uint32_t cols,
+                     float *lut) {
+  lut_job j = {codebook, x, cols, 0, cols / SPILL_RVQ_DIM, lut, NULL};
+  run_lut(m, j);
+}
+
+void spill_model_lut_q(spill_model *m, const float *codebook, const float *x, uint32_t cols,
+                       float *lut, void *qlut) {
+  lut_job j = {codebook, x, cols, 0, cols / SPILL_RVQ_DIM, lut, qlut};
+  run_lut(m, j);
+}
+
+static void run_lut(spill_model *m, lut_job j) {
+  /* work per group: 3 stages x 256 entries x 8 = 6144 MACs */
+  if (m->o.n_threads == 1 || (uint64_t)j.n_groups * 6144u < (uint64_t)m->o.par_min_weights ||
+      j.n_groups < 2) {
+    j.groups_per_task = j.n_groups;
+    lut_task(&j, 0, 0);
+    return;
+  }
+  j.groups_per_task = (j.n_groups + 2 * (uint32_t)m->o.n_threads - 1) / (2 * (uint32_t)m->o.n_threads);
+  spill_pool_run(m->pool, lut_task, &j, (int)((j.n_groups + j.groups_per_task - 1) / j.groups_per_task));
+}
+
+/* ---- small math ---- */
+
+void spill_model_rope_table(float *cs, int d, int pos, double theta) {
+  const int half = d / 2;
+  for (int i = 0; i < half; i++) {
+    const double f = pow(theta, -2.0 * i / (double)d);
+    const double a = (double)pos * f;
+    cs[i] = (float)cos(a);
+    cs[half + i] = (float)sin(a);
+  }
+}
+
+void spill_model_rope_apply(float *v, int d, const float *cs) {
+  const int half = d / 2;
+  for (int i = 0; i < half; i++) {
+    const float c = cs[i], s = cs[half + i];
+    const float v0 = v[i], v1 = v[i + half];
+    v[i] = v0 * c - v1 * s;
+    v[i + half] = v0 * s + v1 * c;
+  }
+}
+
+void spill_model_softmax(float *x, int n) { spill_k_softmax(x, (uint32_t)n); }
+
+/* ---- blocks ---- */
+
+void spill_model_swiglu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
+                        const spill_qmat *down, const float *h, float *out) {
+  float *g = m->s.ff_g; /* (F) */
+  float *u = m->s.ff_u; /* (F) */
+  spill_model_matvec2(m, gate, h, NULL, g, up, h, NULL, u);
+  for (uint32_t i = 0; i < gate->rows; i++) g[i] = spill_model_silu(g[i]) * u[i];
+  spill_model_matvec(m, down, g, out);
+}
