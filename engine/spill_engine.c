@@ -34,7 +34,7 @@
 #include "engine/model/sampler.h"
 #include "engine/model/tokenizer.h"
 #include "engine/plan/ram_plan.h"
-#include "engine/spill_plan_internal.h"
+#include "engine/spill_internal.h"
 #include "engine/spill.h"
 #include "engine/spill_internal.h"
 #include "engine/spill_knob_apply.h"
@@ -48,8 +48,9 @@ typedef struct layer_rec {
   int n_tok;
   uint32_t *ids;
   float *w;
-  /* the distinct ids requested and their hit flags */
-  int n_req;
+  /* the distinct ids requested and their hit flags: n_req valid entries
+   * of cap_req allocated */
+  int n_req, cap_req;
   uint32_t *req;
   uint8_t *hit;
   /* lookahead predictions made for this layer (by the layer before) and,
@@ -99,20 +100,31 @@ struct spill_engine {
 
 /* ------------------------------------------------------------ wrappers */
 
+/* Test hook (spill_internal.h): the nth reallocation of the engine's
+ * per-layer tables from now fails. Tests only; not thread-safe. */
+static int g_realloc_fail_in;
+void spill_engine_test_fail_realloc(int nth) { g_realloc_fail_in = nth > 0 ? nth : 0; }
+static void *tables_realloc(void *p, size_t bytes) {
+  if (g_realloc_fail_in > 0 && --g_realloc_fail_in == 0) return NULL;
+  return realloc(p, bytes);
+}
+
 static int wrap_request(void *ctx, int layer, const uint32_t *ids, int n, spill_err *e) {
   spill_engine *g = ctx;
-  SPILL_TRY(g->inner.request(g->inner.ctx, layer, ids, n, e));
   layer_rec *r = &g->L[layer];
-  if (n > r->n_req) {
-    uint32_t *q = realloc(r->req, (size_t)n * sizeof *q);
-    uint8_t *h = realloc(r->hit, (size_t)n);
-    if (!q || !h) {
-      free(q ? q : NULL);
-      return spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
-    }
+  /* Grow the bookkeeping before the request, so a failure leaves nothing
+   * requested; each table is stored the moment realloc returns it (the old
+   * pointer may be gone), so close frees what is live, once. */
+  if (n > r->cap_req) {
+    uint32_t *q = tables_realloc(r->req, (size_t)n * sizeof *q);
+    SPILL_FAIL_IF(e, !q, SPILL_E_NOMEM, "engine: out of memory (layer %d request table)", layer);
     r->req = q;
+    uint8_t *h = tables_realloc(r->hit, (size_t)n);
+    SPILL_FAIL_IF(e, !h, SPILL_E_NOMEM, "engine: out of memory (layer %d hit table)", layer);
     r->hit = h;
+    r->cap_req = n;
   }
+  SPILL_TRY(g->inner.request(g->inner.ctx, layer, ids, n, e));
   memcpy(r->req, ids, (size_t)n * sizeof *ids);
   r->n_req = spill_stream_last_hits(g->st, r->hit, n);
   return SPILL_OK;

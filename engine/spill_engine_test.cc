@@ -23,6 +23,7 @@
 #include "engine/plan/ram_plan.h"
 #include "engine/stream/expert_stream.h"
 #include "engine/spill.h"
+#include "engine/spill_internal.h"
 #include "research/gen/spill_gen.h"
 
 namespace {
@@ -886,6 +887,39 @@ TEST(EnginePreloadTest, BudgetRuleAndRefusals) {
   EXPECT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_E_CONFIG);
   EXPECT_NE(std::string(e.msg).find("storage mmap"), std::string::npos) << e.msg;
   EXPECT_EQ(eng, nullptr);
+}
+
+// wrap_request grows its per-layer request and hit tables with two
+// reallocs; when the second failed, the first's new table was freed while
+// the layer still pointed at the old one (realloc may have freed it), and
+// spill_engine_close freed it again (glibc aborted: "double free"). Now the
+// tables grow before the request, each stored as soon as it is returned: the
+// forward fails with SPILL_E_NOMEM, the engine runs again and closes clean.
+TEST(EngineTest, FailedSecondTableAllocationLeavesNoDanglingPointer) {
+  spill_config c;
+  spill_config_default(&c);
+  c.storage = SPILL_STORAGE_PAGECACHE;
+  spill_err e = {};
+  spill_engine *eng = nullptr;
+  ASSERT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_OK) << e.msg;
+  const int V = spill_vocab_size(eng);
+  std::vector<float> lg(V), want(V);
+  const int toks[8] = {256, 'a', 'b', 'c', 'd', 'e', 'f', 'g'};
+  // one token: each MoE layer's tables get top_k entries
+  ASSERT_EQ(spill_eval(eng, toks, 1, 1, lg.data(), nullptr, &e), SPILL_OK) << e.msg;
+  // eight tokens in one chunk request more distinct experts: the first
+  // layer's tables grow, and its second realloc (the hit table) fails
+  spill_engine_test_fail_realloc(2);
+  EXPECT_EQ(spill_eval(eng, toks, 8, 1, lg.data(), nullptr, &e), SPILL_E_NOMEM);
+  EXPECT_NE(std::string(e.msg).find("hit table"), std::string::npos) << e.msg;
+  spill_engine_test_fail_realloc(0);
+  ASSERT_EQ(spill_eval(eng, toks, 8, 1, lg.data(), nullptr, &e), SPILL_OK) << e.msg;
+  spill_engine_close(eng);
+  // the same logits as an engine that never failed
+  ASSERT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_eval(eng, toks, 8, 1, want.data(), nullptr, &e), SPILL_OK) << e.msg;
+  spill_engine_close(eng);
+  EXPECT_EQ(0, memcmp(lg.data(), want.data(), (size_t)V * sizeof(float)));
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include "engine/format/container.h"
 #include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
-#include "engine/spill_plan_internal.h"
+#include "engine/spill_internal.h"
 
 /* Weights in a tensor (vectors count their length). */
 static uint64_t tensor_params(const spill_tensor_info *t) { return t->shape[0] * t->shape[1]; }
