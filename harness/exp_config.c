@@ -19,7 +19,6 @@
 
 #include "harness/exp_files.h"
 #include "harness/exp_metrics.h"
-#include "harness/exp_rows.h"
 #include "research/sim/routing_defaults.h"
 
 uint64_t spill_exp_fnv1a(const void *data, size_t n, uint64_t h) {
@@ -943,6 +942,19 @@ void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **valu
     values_out[a] = cfg->axes[a].values[c % cfg->axes[a].n];
     c /= cfg->axes[a].n;
   }
+}
+
+void spill_exp_cell_key(const spill_exp_config *cfg, int c, char *buf, size_t n) {
+  if (cfg->n_axes == 0) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  const char *v[SPILL_EXP_MAX_AXES];
+  spill_exp_config_cell(cfg, c, v);
+  size_t off = 0;
+  buf[0] = 0;
+  for (int a = 0; a < cfg->n_axes && off < n; a++)
+    off += (size_t)snprintf(buf + off, n - off, "%s%s=%s", a ? "," : "", cfg->axes[a].key, v[a]);
 }
 
 int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spill_config *out,

@@ -182,6 +182,8 @@ int spill_exp_config_n_cells(const spill_exp_config *cfg);
 /* The value of every axis in cell c (mixed radix, last axis fastest; cell
  * order runs the first axis slowest, so budget, placed first, runs upward). */
 void spill_exp_config_cell(const spill_exp_config *cfg, int c, const char **values_out);
+/* "budget=1G,lookahead=8" for cell c ("-" without a sweep). */
+void spill_exp_cell_key(const spill_exp_config *cfg, int c, char *buf, size_t n);
 
 /* The emulated RAM of cell c: its emulate_ram axis value, else
  * machine.emulate_ram (0 = none). */

@@ -4,8 +4,8 @@
  * Keys are looked up in an open-addressing hash of the plan's keys, and
  * duplicates found through a per-plan-entry "seen on line" array, so a file
  * of n rows costs O(n + plan) whatever its content (the fuzzer feeds it
- * arbitrary bytes). The run plan (spill_exp_plan_runs, spill_exp_cell_key,
- * declared in exp_runner.h) is defined here too, so this file and the report
+ * arbitrary bytes). The run plan (spill_exp_plan_runs, declared in
+ * exp_rows.h) is defined here too, so this file and the report
  * link without the engine.
  */
 #include "harness/exp_rows.h"
@@ -19,19 +19,6 @@
 
 /* The plan (exp_runner.h declares it): lives here so the rows reader links
  * without the runner's engine dependencies (fuzz/build.sh). */
-void spill_exp_cell_key(const spill_exp_config *cfg, int c, char *buf, size_t n) {
-  if (cfg->n_axes == 0) {
-    snprintf(buf, n, "-");
-    return;
-  }
-  const char *v[SPILL_EXP_MAX_AXES];
-  spill_exp_config_cell(cfg, c, v);
-  size_t off = 0;
-  buf[0] = 0;
-  for (int a = 0; a < cfg->n_axes && off < n; a++)
-    off += (size_t)snprintf(buf + off, n - off, "%s%s=%s", a ? "," : "", cfg->axes[a].key, v[a]);
-}
-
 int spill_exp_plan_runs(const spill_exp_config *cfg, spill_exp_run **runs_out, int *n_out,
                         spill_err *e) {
   int cells = spill_exp_config_n_cells(cfg), na = cfg->n_arms, nr = cfg->repeats;

@@ -32,8 +32,6 @@ typedef struct spill_exp_run {
 /* The ordered runs of cfg (warmups excluded). *runs_out is malloc'd. */
 int spill_exp_plan_runs(const spill_exp_config *cfg, spill_exp_run **runs_out, int *n_out,
                         spill_err *e);
-/* "budget=1G,lookahead=8" for cell c ("-" without a sweep). */
-void spill_exp_cell_key(const spill_exp_config *cfg, int c, char *buf, size_t n);
 
 typedef struct spill_exp_row {
   struct cJSON *j;       /* the parsed row (owned by the spill_exp_rows) */
