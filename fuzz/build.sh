@@ -27,12 +27,16 @@ SRCS=(
   engine/quant/kernels_kquant_ref.c
   server/request_parse.c server/completion_text.c server/chat_prompt.c
 )
-# engine/base, engine/format, engine/cache and engine/tok: every library
-# source of the package (their tests are C++), so a file added there cannot
-# be left out of the archive (the dtype table's dtype_traits.c and the
-# manifest's field table once were, and every target failed to link).
+# engine/base, engine/format, engine/cache, engine/tok, engine/model and
+# engine/quant: every library source of the package (their tests are C++),
+# so a file added there cannot be left out of the archive (the dtype table's
+# dtype_traits.c and the manifest's field table once were, and every target
+# failed to link). engine/model and engine/quant come with the planner: its
+# memory formula is the model's own (engine/model/model_memory.c, which
+# sizes attention state through the attention-kind table and the kernels'
+# scratch sizes).
 for s in "$ROOT"/engine/base/*.c "$ROOT"/engine/format/*.c "$ROOT"/engine/cache/*.c \
-         "$ROOT"/engine/tok/*.c; do
+         "$ROOT"/engine/tok/*.c "$ROOT"/engine/model/*.c "$ROOT"/engine/quant/*.c; do
   case "$s" in *_test.c) continue ;; esac
   SRCS+=("${s#"$ROOT"/}")
 done
@@ -41,6 +45,12 @@ done
 declare -A ISA=(
   [engine/base/crc32_vpclmul.c]="-mavx512f -mvpclmulqdq -mpclmul"
 )
+for s in "${SRCS[@]}"; do
+  case "$s" in
+    engine/quant/*_avx2.c) ISA[$s]="-mavx2 -mfma -mf16c" ;;
+    engine/quant/*_avx512.c) ISA[$s]="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c" ;;
+  esac
+done
 # An object is rebuilt when it, its dependency list (clang -MMD) or any file
 # in that list (the source and every header it includes) is missing or newer:
 # a struct changed in a header must not leave objects built with the old layout.

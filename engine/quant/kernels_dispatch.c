@@ -15,6 +15,9 @@
  * kernels_avx2.c, kernels_avx512.c, kernels_xq_*.c) never call back into
  * this file.
  */
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -193,6 +196,15 @@ static _Atomic(const k_table *) k_current;
 static _Atomic int k_current_isa;
 static pthread_once_t k_once = PTHREAD_ONCE_INIT;
 
+#if defined(__x86_64__)
+/* CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports has no
+ * "f16c", and the fuzz targets build this file with clang) */
+static int has_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 int spill_k_isa_supported(spill_isa isa) {
   switch (isa) {
     case SPILL_ISA_REF:
@@ -200,8 +212,7 @@ int spill_k_isa_supported(spill_isa isa) {
 #if defined(__x86_64__)
     case SPILL_ISA_AVX2:
       __builtin_cpu_init();
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case SPILL_ISA_AVX512:
       __builtin_cpu_init();
       return spill_k_isa_supported(SPILL_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
