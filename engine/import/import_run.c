@@ -936,7 +936,7 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
 
 /* The checkpoint's tokenizer files travel with the container (the engine
  * loads them from the model directory: engine/tok, docs/TOKENIZER.md):
- * tokenizer.json, tokenizer_config.json, tiktoken.model beside an HF
+ * tokenizer.json, tokenizer_config.json, tiktoken.model, chat_template.jinja beside an HF
  * checkpoint are copied (atomically) into dst. GGUF sources: their
  * tokenizer.* metadata becomes dst/tokenizer.gguf (import_tok.c). */
 static int copy_tokenizer_files(const char *src, const char *dst, spill_err *e) {
@@ -950,7 +950,8 @@ static int copy_tokenizer_files(const char *src, const char *dst, spill_err *e) 
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
   }
-  static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "tiktoken.model"};
+  static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "tiktoken.model",
+                                      "chat_template.jinja"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char from[PATH_MAX + 64], to[PATH_MAX + 64], tmp[PATH_MAX + 80];
     snprintf(from, sizeof from, "%s/%s", dir, names[i]);

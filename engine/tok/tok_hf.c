@@ -219,7 +219,7 @@ static const char *config_token(const cJSON *cfg, const char *key) {
   return jstr(v, "content");
 }
 
-static int load_config(spill_tok *t, const char *cj, size_t clen, spill_err *e) {
+int tok_apply_config(spill_tok *t, const char *cj, size_t clen, spill_err *e) {
   cJSON *cfg = cJSON_ParseWithLength(cj, clen);
   if (!cfg || !cJSON_IsObject(cfg)) {
     cJSON_Delete(cfg);
@@ -691,7 +691,7 @@ int spill_tok_load_hf(const char *json, size_t len, const char *config_json, siz
   if (rc == SPILL_OK) rc = load_model(t, &d, &st, e);
   if (rc == SPILL_OK) rc = load_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), e);
   if (rc == SPILL_OK && t->n_prefix > 0) t->bos_id = t->prefix_ids[0];
-  if (rc == SPILL_OK && config_json) rc = load_config(t, config_json, config_len, e);
+  if (rc == SPILL_OK && config_json) rc = tok_apply_config(t, config_json, config_len, e);
   if (rc == SPILL_OK) rc = tok_finish(t, e);
   free_doc(&d);
   if (rc < 0) {

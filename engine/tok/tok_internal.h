@@ -180,6 +180,11 @@ int tj_skip(tok_json *j); /* any value, validated */
  * 0 at the closing bracket (consumed), < 0 on a syntax error. *first starts 1. */
 int tj_next(tok_json *j, int *first, char close);
 
+/* tokenizer_config.json (tok_hf.c): bos_token / eos_token (a string or an
+ * AddedToken object) looked up in t, add_bos_token / add_eos_token, and
+ * chat_template (a string, or the list's "default" entry). */
+int tok_apply_config(spill_tok *t, const char *cj, size_t clen, spill_err *e);
+
 /* Ids list growth. */
 int tok_ids_push(spill_tok_ids *v, int32_t id, uint32_t off, spill_err *e);
 

@@ -20,6 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
+#include "engine/base/json_util.h"
 #include "engine/tok/tok_internal.h"
 
 const char SPILL_TOK_PAT_O200K[] =
@@ -204,19 +207,97 @@ static const char *const CL100K_SPECIAL[] = {"<|endoftext|>", "<|fim_prefix|>", 
                                              "<|fim_suffix|>", "<|endofprompt|>"};
 static const int CL100K_SPECIAL_ID[] = {100257, 100258, 100259, 100260, 100276};
 
-static int load_tiktoken_file(const char *path, const char *pattern, spill_tok **out,
-                              spill_err *e) {
-  char *b;
-  size_t n;
+/* Kimi's special tokens (tokenization_kimi.py, which llama.cpp's converter
+ * runs for kimi-k2 / kimi-linear / kimi-k3): the 256 ids right after the
+ * ranks (id = number of ranks + slot) are special, named by
+ * tokenizer_config.json's added_tokens_decoder ({"ID": {"content": ...}}),
+ * the others "<|reserved_token_ID|>". Entries outside the 256 slots are not
+ * tokens there either (ignored, as the reference ignores them). K3 names 16
+ * slots (from ID 163584: [BOS], [EOS], <|end_of_msg|>, <|open|>, <|close|>,
+ * <|sep|>, ...; docs/TOKENIZER.md). names[] and ids[] get KIMI_SLOTS
+ * entries; reserved[] holds the generated names. cfg may be NULL. */
+#define KIMI_SLOTS 256
+static int kimi_specials(const char *ranks, size_t len, const cJSON *cfg, const char **names,
+                         int *ids, char (*reserved)[32], spill_err *e) {
+  long n_base = 0; /* len(ranks): the non-empty lines (pass 1 of the loader checks them) */
+  for (size_t i = 0; i < len;) {
+    size_t j = i;
+    while (j < len && ranks[j] != '\n') j++;
+    if (j > i) n_base++;
+    i = j + 1;
+  }
+  SPILL_FAIL_IF(e, n_base > (1L << 24), SPILL_E_FORMAT, "tiktoken: %ld ranks", n_base);
+  for (int k = 0; k < KIMI_SLOTS; k++) {
+    ids[k] = (int)n_base + k;
+    snprintf(reserved[k], sizeof reserved[k], "<|reserved_token_%d|>", ids[k]);
+    names[k] = reserved[k];
+  }
+  const cJSON *dec = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder") : NULL;
+  if (!dec || cJSON_IsNull(dec)) return SPILL_OK;
+  SPILL_FAIL_IF(e, !cJSON_IsObject(dec), SPILL_E_FORMAT,
+                "tokenizer_config.json: added_tokens_decoder is not an object");
+  const cJSON *it;
+  cJSON_ArrayForEach(it, dec) {
+    const char *key = it->string;
+    char *end = NULL;
+    errno = 0;
+    long id = strtol(key, &end, 10);
+    SPILL_FAIL_IF(e, !*key || *end || errno || id < 0, SPILL_E_FORMAT,
+                  "tokenizer_config.json: added_tokens_decoder key \"%.40s\" is not a token id", key);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
+    SPILL_FAIL_IF(e, !cJSON_IsString(c) || !c->valuestring[0], SPILL_E_FORMAT,
+                  "tokenizer_config.json: added_tokens_decoder[\"%ld\"] has no content string", id);
+    if (id >= n_base && id < n_base + KIMI_SLOTS) names[id - n_base] = c->valuestring;
+  }
+  return SPILL_OK;
+}
+
+/* A tiktoken rank file; for Kimi's tiktoken.model (pattern KIMI) with
+ * tokenizer_config.json beside it when present (cfg_path; may be absent),
+ * whose specials, BOS/EOS and chat template it applies. */
+static int load_tiktoken_file(const char *path, const char *pattern, const char *cfg_path,
+                              spill_tok **out, spill_err *e) {
+  char *b, *cj = NULL;
+  size_t n, cn = 0;
   SPILL_TRY(read_file(path, &b, &n, e));
   const char *const *sp = NULL;
   const int *sid = NULL;
-  int nsp = 0;
+  int nsp = 0, rc = SPILL_OK;
   if (pattern == SPILL_TOK_PAT_O200K) { sp = O200K_SPECIAL; sid = O200K_SPECIAL_ID; nsp = 2; }
   if (pattern == SPILL_TOK_PAT_CL100K) { sp = CL100K_SPECIAL; sid = CL100K_SPECIAL_ID; nsp = 5; }
-  int rc = spill_tok_load_tiktoken(b, n, pattern, sp, sid, nsp, out, e);
+  cJSON *cfg = NULL;
+  const char *kn[KIMI_SLOTS];
+  int kid[KIMI_SLOTS];
+  char (*reserved)[32] = NULL;
+  if (pattern == SPILL_TOK_PAT_KIMI) {
+    if (cfg_path && is_file(cfg_path)) {
+      rc = read_file(cfg_path, &cj, &cn, e);
+      if (rc == SPILL_OK && (!(cfg = cJSON_ParseWithLength(cj, cn)) || !cJSON_IsObject(cfg)))
+        rc = spill_err_set(e, SPILL_E_FORMAT, "%s: not a JSON object", cfg_path);
+    }
+    reserved = rc == SPILL_OK ? malloc(KIMI_SLOTS * sizeof *reserved) : NULL;
+    if (rc == SPILL_OK && !reserved) rc = spill_err_set(e, SPILL_E_NOMEM, "tokenizer: no memory");
+    if (rc == SPILL_OK) rc = kimi_specials(b, n, cfg, kn, kid, reserved, e);
+    sp = kn;
+    sid = kid;
+    nsp = KIMI_SLOTS;
+  }
+  if (rc == SPILL_OK) {
+    rc = spill_tok_load_tiktoken(b, n, pattern, sp, sid, nsp, out, e);
+    if (rc < 0) spill_err_prefix(e, "%s", path);
+  }
+  if (rc == SPILL_OK && cj) {
+    rc = tok_apply_config(*out, cj, cn, e);
+    if (rc < 0) {
+      spill_err_prefix(e, "%s", cfg_path);
+      spill_tok_free(*out);
+      *out = NULL;
+    }
+  }
+  cJSON_Delete(cfg);
+  free(reserved);
+  free(cj);
   free(b);
-  if (rc < 0) spill_err_prefix(e, "%s", path);
   return rc;
 }
 
@@ -238,6 +319,32 @@ static int map_file(const char *path, const char **out, size_t *len, int *mapped
   *out = p;
   *len = (size_t)st.st_size;
   *mapped = 1;
+  return SPILL_OK;
+}
+
+/* dir-of(path)/name into buf (name alone when path has no directory). */
+static void beside(const char *path, const char *name, char *buf, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  int dl = slash ? (int)(slash - path) + 1 : 0;
+  if (snprintf(buf, cap, "%.*s%s", dl, path, name) >= (int)cap) buf[0] = '\0';
+}
+
+/* chat_template.jinja (the file transformers saves a chat template to since
+ * it left tokenizer_config.json) replaces the config's template, as
+ * transformers reads it. A template is text: NUL bytes or invalid UTF-8 are
+ * refused (SPILL_E_FORMAT). */
+static int load_template_file(spill_tok *t, const char *path, spill_err *e) {
+  char *b;
+  size_t n;
+  SPILL_TRY(read_file(path, &b, &n, e));
+  size_t bad = spill_json_utf8_check(b, n);
+  if (bad < n || memchr(b, 0, n)) {
+    free(b);
+    return spill_err_set(e, SPILL_E_FORMAT, "%s: not UTF-8 text (byte %zu)",
+                         path, bad < n ? bad : (size_t)((char *)memchr(b, 0, n) - b));
+  }
+  free(t->chat_template);
+  t->chat_template = b;
   return SPILL_OK;
 }
 
@@ -304,17 +411,25 @@ int spill_tok_load(const char *path, spill_tok **out, spill_err *e) {
   if ((n >= 4 && !memcmp(buf, "GGUF", 4)) || ends_with(path, ".gguf")) return tok_load_gguf(path, out, e);
   size_t i = 0;
   while (i < n && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t')) i++;
+  /* tokenizer_config.json and chat_template.jinja beside the file, if any */
+  char cfg[4096], tpl[4096];
+  beside(path, "tokenizer_config.json", cfg, sizeof cfg);
+  beside(path, "chat_template.jinja", tpl, sizeof tpl);
+  int rc;
   if ((i < n && buf[i] == '{') || ends_with(path, "tokenizer.json")) {
-    /* tokenizer_config.json beside it, if any */
-    char cfg[4096];
-    snprintf(cfg, sizeof cfg, "%s", path);
-    char *slash = strrchr(cfg, '/');
-    if (slash) snprintf(slash + 1, sizeof cfg - (size_t)(slash + 1 - cfg), "tokenizer_config.json");
-    else snprintf(cfg, sizeof cfg, "tokenizer_config.json");
-    return load_hf_files(path, cfg, out, e);
+    rc = load_hf_files(path, cfg, out, e);
+  } else {
+    const char *pat = ends_with(path, "tiktoken.model") ? SPILL_TOK_PAT_KIMI
+                      : strstr(path, "cl100k")            ? SPILL_TOK_PAT_CL100K
+                                                          : SPILL_TOK_PAT_O200K;
+    rc = load_tiktoken_file(path, pat, cfg, out, e);
   }
-  const char *pat = ends_with(path, "tiktoken.model") ? SPILL_TOK_PAT_KIMI
-                    : strstr(path, "cl100k")            ? SPILL_TOK_PAT_CL100K
-                                                        : SPILL_TOK_PAT_O200K;
-  return load_tiktoken_file(path, pat, out, e);
+  if (rc == SPILL_OK && is_file(tpl)) {
+    rc = load_template_file(*out, tpl, e);
+    if (rc < 0) {
+      spill_tok_free(*out);
+      *out = NULL;
+    }
+  }
+  return rc;
 }

@@ -326,6 +326,98 @@ TEST(TokLocateTest, OneSearchOrderForLoadAndEngine) {
   EXPECT_NE(std::string(e.msg).find("path too long"), std::string::npos) << e.msg;
 }
 
+// Kimi K3's tokenizer as the checkpoint ships it: tiktoken.model (ranks
+// only) + tokenizer_config.json (added_tokens_decoder names some of the 256
+// slots after the ranks; the rest are <|reserved_token_ID|>, as
+// tokenization_kimi.py and llama.cpp's converter make them) + the chat
+// template file. Here 256 byte ranks and 4 merges, the XTML specials at
+// K3's offsets (K3: [BOS] 163584 = the rank count, <|open|> = +3, ...).
+std::string KimiDir(const std::string &name, const std::string &config) {
+  const char *tmp = getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  EXPECT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  std::string ranks;
+  for (int b = 0; b < 256; b++) ranks += B64(std::string(1, (char)b)) + " " + std::to_string(b) + "\n";
+  ranks += B64("me") + " 256\n" + B64("ss") + " 257\n" + B64("mess") + " 258\n" + B64("message") + " 259\n";
+  PutFile(dir + "/tiktoken.model", ranks);
+  PutFile(dir + "/tokenizer_config.json", config);
+  return dir;
+}
+
+const char kK3Config[] =
+    "{\"added_tokens_decoder\": {"
+    "\"260\": {\"content\": \"[BOS]\", \"special\": true},"
+    "\"261\": {\"content\": \"[EOS]\", \"special\": true},"
+    "\"262\": {\"content\": \"<|end_of_msg|>\", \"special\": true},"
+    "\"263\": {\"content\": \"<|open|>\", \"special\": true},"
+    "\"264\": {\"content\": \"<|close|>\", \"special\": true},"
+    "\"265\": {\"content\": \"<|sep|>\", \"special\": true},"
+    "\"515\": {\"content\": \"[PAD]\", \"special\": true},"
+    "\"9999\": {\"content\": \"<|outside|>\", \"special\": true}},"
+    "\"bos_token\": \"[BOS]\", \"eos_token\": \"[EOS]\", \"pad_token\": \"[PAD]\","
+    "\"tokenizer_class\": \"TikTokenTokenizer\"}";
+
+TEST(TokTiktokenTest, KimiK3SpecialsFromTheConfigAndTheReservedSlots) {
+  std::string dir = KimiDir("k3tok", kK3Config);
+  PutFile(dir + "/chat_template.jinja", "{{ '<|open|>' }}{{ messages[0].content }}");
+  spill_tok *t = nullptr;
+  spill_err e{};
+  ASSERT_EQ(spill_tok_load(dir.c_str(), &t, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_tok_vocab_size(t), 260 + 256);
+  struct { const char *text; int32_t id; } named[] = {
+      {"[BOS]", 260}, {"[EOS]", 261}, {"<|end_of_msg|>", 262}, {"<|open|>", 263},
+      {"<|close|>", 264}, {"<|sep|>", 265}, {"<|reserved_token_266|>", 266}, {"[PAD]", 515}};
+  for (const auto &n : named) {
+    EXPECT_EQ(spill_tok_find(t, n.text, strlen(n.text)), n.id) << n.text;
+    EXPECT_TRUE(spill_tok_is_special(t, n.id)) << n.text;
+    EXPECT_EQ(Enc(t, n.text), (std::vector<int32_t>{n.id})) << n.text;
+  }
+  EXPECT_EQ(spill_tok_find(t, "<|outside|>", 11), -1);  // not one of the 256 slots
+  EXPECT_EQ(spill_tok_bos(t), 260);
+  EXPECT_EQ(spill_tok_eos(t), 261);
+  // an XTML message: the markers are single special tokens; "message" is text
+  std::string msg = "<|open|>message role=\"user\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>";
+  std::vector<int32_t> ids = Enc(t, msg);
+  ASSERT_GE(ids.size(), 6u);
+  EXPECT_EQ(ids[0], 263);
+  EXPECT_EQ(ids[1], 259);  // "message"
+  EXPECT_EQ(ids.back(), 262);
+  EXPECT_EQ(Dec(t, ids), msg);
+  EXPECT_EQ(Dec(t, ids, 1), "message role=\"user\"Himessage");
+  // without SPECIAL the markers are text (bytes), and round-trip
+  std::vector<int32_t> plain = Enc(t, msg, 0);
+  for (int32_t id : plain) EXPECT_LT(id, 260);
+  EXPECT_EQ(Dec(t, plain), msg);
+  // no BOS added (the config does not ask), the template from chat_template.jinja
+  EXPECT_EQ(Enc(t, "me", SPILL_TOK_ADD_BOS), (std::vector<int32_t>{256}));
+  ASSERT_NE(spill_tok_chat_template(t), nullptr);
+  EXPECT_STREQ(spill_tok_chat_template(t), "{{ '<|open|>' }}{{ messages[0].content }}");
+  spill_tok_free(t);
+}
+
+TEST(TokTiktokenTest, KimiConfigErrorsAreNamed) {
+  struct { const char *config, *needle; } cases[] = {
+      {"[1]", "not a JSON object"},
+      {"{\"added_tokens_decoder\": [1]}", "added_tokens_decoder is not an object"},
+      {"{\"added_tokens_decoder\": {\"x7\": {\"content\": \"a\"}}}", "\"x7\" is not a token id"},
+      {"{\"added_tokens_decoder\": {\"261\": {\"special\": true}}}", "[\"261\"] has no content"},
+  };
+  for (const auto &c : cases) {
+    std::string dir = KimiDir("k3tok_bad", c.config);
+    spill_tok *t = nullptr;
+    spill_err e{};
+    EXPECT_EQ(spill_tok_load(dir.c_str(), &t, &e), SPILL_E_FORMAT) << c.config;
+    EXPECT_NE(std::string(e.msg).find(c.needle), std::string::npos) << c.config << ": " << e.msg;
+    EXPECT_EQ(t, nullptr);
+  }
+  std::string dir = KimiDir("k3tok_tmpl", "{}");
+  PutFile(dir + "/chat_template.jinja", std::string("a\xff", 2));
+  spill_tok *t = nullptr;
+  spill_err e{};
+  EXPECT_EQ(spill_tok_load(dir.c_str(), &t, &e), SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("chat_template.jinja: not UTF-8"), std::string::npos) << e.msg;
+}
+
 TEST(TokErrorsTest, BadInputsGetNamedErrors) {
   spill_tok *t = nullptr;
   spill_err e{};
