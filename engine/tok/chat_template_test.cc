@@ -80,15 +80,11 @@ std::vector<std::string> List(const std::string &dir, const std::string &suffix)
   return v;
 }
 
-TEST(ChatTemplateTest, RealTemplatesMatchJinja2ByteForByte) {
-  if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
-    GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
-  std::string dir = Runfile("engine/tok/testdata/chat");
-  std::vector<std::string> tmpls = List(dir, ".jinja"), ctxs = List(dir, ".json");
-  ASSERT_GE(tmpls.size(), 6u);
-  ASSERT_GE(ctxs.size(), 5u);
+// Every template x context in dir rendered by us and by jinja2: identical
+// bytes, or both fail. Returns the number rendered identically.
+int CompareDirWithJinja2(const std::string &dir, size_t n_pairs) {
   std::vector<Rendered> want = OracleBatch(dir);
-  ASSERT_EQ(want.size(), tmpls.size() * ctxs.size()) << "the jinja2 oracle did not run";
+  EXPECT_EQ(want.size(), n_pairs) << "the jinja2 oracle did not run on " << dir;
   int rendered = 0, both_failed = 0;
   for (const auto &w : want) {
     std::string tmpl = Slurp(dir + "/" + w.tmpl);
@@ -100,14 +96,78 @@ TEST(ChatTemplateTest, RealTemplatesMatchJinja2ByteForByte) {
                               << ") but we rendered:\n" << got;
       both_failed++;
     } else {
-      ASSERT_EQ(rc, SPILL_OK) << w.tmpl << " x " << w.ctx << ": " << e.msg;
-      EXPECT_EQ(std::string(got), w.out) << w.tmpl << " x " << w.ctx;
-      rendered++;
+      EXPECT_EQ(rc, SPILL_OK) << w.tmpl << " x " << w.ctx << ": " << e.msg;
+      if (rc == SPILL_OK) EXPECT_EQ(std::string(got), w.out) << w.tmpl << " x " << w.ctx;
+      if (rc == SPILL_OK && std::string(got) == w.out) rendered++;
     }
     free(got);
   }
-  printf("%d renderings identical, %d failing in both\n", rendered, both_failed);
-  EXPECT_GT(rendered, 30);
+  printf("%s: %d renderings identical, %d failing in both\n", dir.c_str(), rendered, both_failed);
+  return rendered;
+}
+
+TEST(ChatTemplateTest, RealTemplatesMatchJinja2ByteForByte) {
+  if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
+  std::string dir = Runfile("engine/tok/testdata/chat");
+  std::vector<std::string> tmpls = List(dir, ".jinja"), ctxs = List(dir, ".json");
+  ASSERT_GE(tmpls.size(), 6u);
+  ASSERT_GE(ctxs.size(), 5u);
+  EXPECT_GT(CompareDirWithJinja2(dir, tmpls.size() * ctxs.size()), 30);
+}
+
+// The XTML constructs (Kimi K3's chat format) in a template of our own:
+// macros with defaults, keyword arguments and recursion, a namespace
+// carried through macro calls, dictsort, tojson(ensure_ascii=false).
+TEST(ChatTemplateTest, XtmlTemplateMatchesJinja2) {
+  if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
+  std::string dir = Runfile("engine/tok/testdata/chat_k3");
+  std::vector<std::string> ctxs = List(dir, ".json");
+  ASSERT_GE(ctxs.size(), 5u);
+  EXPECT_EQ(CompareDirWithJinja2(dir, ctxs.size()), 5);  // every context renders (xtml.jinja raises nothing)
+}
+
+// Kimi K3's own template (llama.cpp's models/templates/Kimi-K3.jinja, read
+// from the peer's source tree at test time: the released checkpoint ships
+// its chat format as Python, llama.cpp as this Jinja) over the same
+// conversations: system/user/assistant with the think channel, tool calls
+// (arguments as mapping and as JSON text), tool results matched by id,
+// tools declared, thinking off, response_format, an unresolvable tool name
+// (raises in both). Skips when the peer is not built.
+TEST(ChatTemplateTest, KimiK3TemplateMatchesJinja2) {
+  const char *peer = getenv("SPILL_LLAMA_PEER");
+  std::string src = peer ? std::string(peer) : "";
+  src = src.substr(0, src.rfind('/'));                       // .../bin
+  src = src.substr(0, src.rfind('/')) + "/src/models/templates/Kimi-K3.jinja";
+  if (!peer || Slurp(src).empty())
+    GTEST_SKIP() << "llama.cpp peer source not found (run ./lab peers; SPILL_LLAMA_PEER='"
+                 << (peer ? peer : "") << "', looked for " << src << ")";
+  if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/k3tmpl";
+  std::string ctxdir = Runfile("engine/tok/testdata/chat_k3");
+  ASSERT_EQ(system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && cp '" + src + "' '" + dir +
+                    "/Kimi-K3.jinja' && cp '" + ctxdir + "'/ctx_*.json '" + dir + "'/")
+                       .c_str()),
+            0);
+  std::vector<std::string> ctxs = List(dir, ".json");
+  ASSERT_GE(ctxs.size(), 5u);
+  EXPECT_EQ(CompareDirWithJinja2(dir, ctxs.size()), (int)ctxs.size() - 1);  // ctx_k3_bad raises
+  // the generation prompt opens the assistant's think channel
+  char *got = nullptr;
+  spill_err e{};
+  ASSERT_EQ(spill_chat_render_json(Slurp(src).c_str(), Slurp(ctxdir + "/ctx_k3_basic.json").c_str(), &got, &e),
+            SPILL_OK)
+      << e.msg;
+  std::string out = got;
+  free(got);
+  const std::string tail = "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>";
+  ASSERT_GE(out.size(), tail.size());
+  EXPECT_EQ(out.substr(out.size() - tail.size()), tail);
+  EXPECT_NE(out.find("<|open|>message role=\"user\"<|sep|>Hello \"there\" & <you><|close|>message<|sep|><|end_of_msg|>"),
+            std::string::npos)
+      << out;
 }
 
 TEST(ChatTemplateTest, MessagesApiEqualsTheJsonForm) {
@@ -148,6 +208,18 @@ TEST(ChatTemplateTest, WhitespaceControlAndScoping) {
       {"{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{% if i == 1 %}{% continue %}{% endif %}{{ i }}{% endfor %}",
        "02"},
       {"{{ x is defined }} {{ none is none }} {{ 'é' | length }} {{ 'ab' ~ 1 }}", "False True 1 ab1"},
+      // macros: late-bound template variables, no loop variables, defaults
+      // evaluated per call (after the parameters before them), keywords
+      {"{% set x = 1 %}{% macro m() %}{{ x }}{% endmacro %}{% set x = 2 %}{{ m() }}", "2"},
+      {"{% macro m() %}[{{ i }}]{% endmacro %}{% for i in [1] %}{{ m() }}{% endfor %}", "[]"},
+      {"{% macro m(a, b=a + 1) %}{{ a }}{{ b }}{% set a = 9 %}{{ a }}{% endmacro %}{{ m(1) }}{{ m(1, 5) }}"
+       "{{ m(b=3, a=2) }}",
+       "129159239"},
+      {"{% macro m(a) %}{{ a is defined }}{% endmacro %}{{ m() }}{{ m is callable }}", "FalseTrue"},
+      {"{% for k, v in {'b': 1, 'A': 2, 'a': 3} | dictsort %}{{ k }}{{ v }}{% endfor %}|"
+       "{% for k, v in {'b': 1, 'A': 2, 'a': 3} | dictsort(reverse=true) %}{{ k }}{% endfor %}|"
+       "{% for k, v in {'x': 2, 'y': 1} | dictsort(by='value') %}{{ k }}{% endfor %}",
+       "A2a3b1|bAa|yx"},
       // powers by squaring: exact up to 64 bits, odd exponents keep their sign
       {"{{ 3 ** 39 }} {{ (-1) ** 101 }} {{ 2 ** 62 }} {{ 7 // -2 }}", "4052555153018976267 -1 4611686018427387904 -4"},
   };
@@ -164,7 +236,15 @@ TEST(ChatTemplateTest, BadTemplatesGetNamedErrors) {
   struct Case { const char *tmpl; int code; const char *needle; } cases[] = {
       {"{% if x %}no end", SPILL_E_FORMAT, "endif"},
       {"{{ 'unterminated }}", SPILL_E_FORMAT, "line 1"},
-      {"{% macro m() %}{% endmacro %}", SPILL_E_UNSUPPORTED, "macro"},
+      {"{% call m() %}{% endcall %}", SPILL_E_UNSUPPORTED, "call"},
+      {"{% for i in [1] %}{% macro m() %}{% endmacro %}{% endfor %}", SPILL_E_UNSUPPORTED, "inside a loop"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", SPILL_E_CONFIG, "not more than 1"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", SPILL_E_CONFIG, "no keyword argument 'b'"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(1, a=2) }}", SPILL_E_CONFIG, "multiple values"},
+      {"{% macro m(a=1, b) %}{% endmacro %}", SPILL_E_FORMAT, "without a default"},
+      {"{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", SPILL_E_TMPL_EVAL_DEPTH, "depth"},
+      {"{{ {'a': 1, 2: 3} | dictsort }}", SPILL_E_CONFIG, "not supported between"},
+      {"{{ 'x' | tojson(ensure_ascii=true) }}", SPILL_E_UNSUPPORTED, "ensure_ascii"},
       {"{{ raise_exception('nope') }}", SPILL_E_CONFIG, "nope"},
       {"{{ x.y }}", SPILL_E_CONFIG, "undefined"},
       {"{{ [1] | sort }}", SPILL_E_UNSUPPORTED, "sort"},

@@ -25,6 +25,12 @@
 
 typedef struct frame { jdict *vars; struct frame *up; } frame;
 
+/* A macro value: its definition (JN_MACRO) and the frame it was defined in,
+ * whose variables it sees at call time (jinja2's closures bind late). The
+ * parser allows definitions only where that frame outlives every call: the
+ * template's top level. */
+typedef struct jmacro { const jnode *def; frame *scope; } jmacro;
+
 typedef struct ev {
   jctx *c;
   frame *top;
@@ -59,6 +65,7 @@ static const char *type_name(jv v) {
     case JV_STR: return "str";
     case JV_LIST: return "list";
     case JV_DICT: return v.u.d->ns ? "Namespace" : "dict";
+    case JV_MACRO: return "Macro";
     default: return "function";
   }
 }
@@ -389,6 +396,7 @@ static int64_t str_find(jctx *c, const jstr *s, const jstr *sub, size_t from) {
 
 static int eval(ev *E, const jnode *n, jv *out);
 static int exec_body(ev *E, const jnode *n);
+static int set_var(ev *E, const char *name, jv v);
 
 static jv lookup(ev *E, const char *name) {
   for (frame *f = E->top; f; f = f->up) {
@@ -861,8 +869,13 @@ static int f_tojson(ev *E, const char *nm, jv v, args *A, jv *out) {
   int indent = ind && ind->t == JV_INT ? (int)ind->u.i : -1;
   if (ind && ind->t != JV_INT && ind->t != JV_NONE) return fail(E, SPILL_E_UNSUPPORTED, "tojson indent must be an integer");
   for (int i = 0; i < A->n; i++)
-    if (A->kw[i] && strcmp(A->kw[i], "indent") && strcmp(A->kw[i], "sort_keys"))
+    if (A->kw[i] && strcmp(A->kw[i], "indent") && strcmp(A->kw[i], "sort_keys") &&
+        strcmp(A->kw[i], "ensure_ascii"))
       return fail(E, SPILL_E_UNSUPPORTED, "tojson(%s=...)", A->kw[i]);
+  /* transformers' tojson defaults to ensure_ascii=False, which is what
+   * to_json writes; True (\uXXXX escapes) is not implemented */
+  jv *ea = arg(A, 99, "ensure_ascii");
+  if (ea && truthy(*ea)) return fail(E, SPILL_E_UNSUPPORTED, "tojson(ensure_ascii=true)");
   sbuf b = sb_temp(E->c);
   int rc = to_json(E, &b, v, indent, 0, sk && truthy(*sk));
   if (rc < 0) { free(b.s); return rc; }
@@ -1011,6 +1024,84 @@ static int f_items(ev *E, const char *nm, jv v, args *A, jv *out) {
   return call_method(E, &m, &none, out);
 }
 
+/* | dictsort(case_sensitive=false, by='key', reverse=false): the (key,
+ * value) pairs sorted as jinja2 sorts them (Python's stable sort; strings
+ * compared by code point, lower-cased unless case_sensitive; numbers by
+ * value). Keys that Python could not compare (a string and a number) fail. */
+typedef struct ds_item { jv key; size_t idx; int num; double d; } ds_item;
+static int ds_key_cmp(const ds_item *a, const ds_item *b) {
+  int c = 0;
+  if (a->num) c = a->d < b->d ? -1 : a->d > b->d;
+  else {
+    size_t la = a->key.u.s->len, lb = b->key.u.s->len;
+    c = memcmp(a->key.u.s->s, b->key.u.s->s, la < lb ? la : lb);
+    if (c == 0) c = la < lb ? -1 : la > lb;
+  }
+  return c;
+}
+/* ties keep their order (a stable sort, reverse=True included) */
+static int ds_cmp(const void *pa, const void *pb) {
+  const ds_item *a = pa, *b = pb;
+  int c = ds_key_cmp(a, b);
+  return c ? c : a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+static int ds_cmp_rev(const void *pa, const void *pb) {
+  const ds_item *a = pa, *b = pb;
+  int c = -ds_key_cmp(a, b);
+  return c ? c : a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+static int f_dictsort(ev *E, const char *nm, jv v, args *A, jv *out) {
+  (void)nm;
+  if (v.t != JV_DICT || v.u.d->ns) return fail(E, SPILL_E_CONFIG, "dictsort of a %s", type_name(v));
+  jv *cs = arg(A, 0, "case_sensitive"), *by = arg(A, 1, "by"), *rev = arg(A, 2, "reverse");
+  for (int i = 0; i < A->n; i++)
+    if (A->kw[i] && strcmp(A->kw[i], "case_sensitive") && strcmp(A->kw[i], "by") && strcmp(A->kw[i], "reverse"))
+      return fail(E, SPILL_E_CONFIG, "dictsort() got an unexpected keyword argument '%s'", A->kw[i]);
+  int by_value = 0;
+  if (by) {
+    if (by->t != JV_STR || (strcmp(by->u.s->s, "key") && strcmp(by->u.s->s, "value")))
+      return fail(E, SPILL_E_CONFIG, "You can only sort by either \"key\" or \"value\"");
+    by_value = by->u.s->s[0] == 'v';
+  }
+  const jdict *d = v.u.d;
+  ETRY(jc_step(E->c, d->n));
+  ds_item *it = jc_alloc(E->c, (d->n + 1) * sizeof *it);
+  if (!it) return jc_oom(E->c);
+  int kinds = 0; /* 1 strings, 2 numbers */
+  for (size_t i = 0; i < d->n; i++) {
+    jv k = by_value ? d->v[i] : d->k[i];
+    it[i].idx = i;
+    if (k.t == JV_STR) {
+      kinds |= 1;
+      it[i].key = cs && truthy(*cs) ? k : str_case(E, k.u.s, 0);
+      if (E->c->err) return E->c->err;
+    } else if (k.t == JV_INT || k.t == JV_BOOL || k.t == JV_FLOAT) {
+      kinds |= 2;
+      it[i].num = 1;
+      it[i].d = k.t == JV_INT ? (double)k.u.i : k.t == JV_BOOL ? k.u.b : k.u.f;
+    } else {
+      return fail(E, SPILL_E_CONFIG, "dictsort of a %s %s", type_name(k), by_value ? "value" : "key");
+    }
+  }
+  if (kinds == 3) return fail(E, SPILL_E_CONFIG, "dictsort: '<' not supported between 'str' and a number");
+  qsort(it, d->n, sizeof *it, rev && truthy(*rev) ? ds_cmp_rev : ds_cmp);
+  jlist *l = jl_new(E->c);
+  if (!l) return jc_oom(E->c);
+  for (size_t i = 0; i < d->n; i++) {
+    jlist *pair = jl_new(E->c);
+    if (!pair) return jc_oom(E->c);
+    ETRY(jl_push(E->c, pair, d->k[it[i].idx]));
+    ETRY(jl_push(E->c, pair, d->v[it[i].idx]));
+    jv pv = {0};
+    pv.t = JV_LIST;
+    pv.u.l = pair;
+    ETRY(jl_push(E->c, l, pv));
+  }
+  out->t = JV_LIST;
+  out->u.l = l;
+  return SPILL_OK;
+}
+
 /* | safe e escape */
 static int f_safe(ev *E, const char *nm, jv v, args *A, jv *out) {
   (void)A;
@@ -1094,6 +1185,7 @@ static const struct {
     {"float", f_float},
     {"abs", f_abs},
     {"items", f_items},
+    {"dictsort", f_dictsort},
     {"safe", f_safe},
     {"e", f_safe},
     {"escape", f_safe},
@@ -1126,7 +1218,7 @@ static int apply_test(ev *E, const char *nm, jv v, args *A, int *out) {
   else if (!strcmp(nm, "mapping")) *out = v.t == JV_DICT && !v.u.d->ns;
   else if (!strcmp(nm, "iterable")) *out = v.t == JV_LIST || v.t == JV_STR || (v.t == JV_DICT && !v.u.d->ns);
   else if (!strcmp(nm, "sequence")) *out = v.t == JV_LIST || v.t == JV_STR || (v.t == JV_DICT && !v.u.d->ns);
-  else if (!strcmp(nm, "callable")) *out = v.t == JV_FUNC || v.t == JV_METHOD;
+  else if (!strcmp(nm, "callable")) *out = v.t == JV_FUNC || v.t == JV_METHOD || v.t == JV_MACRO;
   else if (!strcmp(nm, "odd") || !strcmp(nm, "even")) {
     if (v.t != JV_INT) return fail(E, SPILL_E_CONFIG, "%s test of a %s", nm, type_name(v));
     *out = (int)((v.u.i % 2 + 2) % 2) == (nm[0] == 'o');
@@ -1332,6 +1424,70 @@ static int binop(ev *E, int op, jv a, jv b, jv *out) {
 }
 
 /* A call: a global function (range, namespace, ...) or a method. */
+/* Runs body with the output captured into *out (a string), scope as the
+ * innermost frame. The capture is output: the output budget bounds it. */
+static int capture(ev *E, const jnode *body, frame *scope, jv *out) {
+  sbuf saved = E->out;
+  frame *top = E->top;
+  int brk = E->brk;
+  E->out.s = NULL;
+  E->out.n = E->out.cap = 0;
+  E->out.failed = 0;
+  E->top = scope;
+  E->brk = 0;
+  int rc = exec_body(E, body);
+  sbuf got = E->out;
+  E->out = saved;
+  E->top = top;
+  E->brk = brk;
+  if (rc < 0) { free(got.s); return rc; }
+  if (got.failed) { free(got.s); return jc_oom(E->c); }
+  return sb_take(&got, out);
+}
+
+/* A macro call (jinja2's Macro.__call__): positional arguments fill the
+ * parameters in order, keywords by name; a parameter left over takes its
+ * default (evaluated now, in the call's frame, so it may use the
+ * parameters before it) or is undefined. Too many arguments, an unknown
+ * keyword or a parameter given twice are errors, as in jinja2 (which has
+ * varargs/kwargs/caller: not supported here). Returns the rendered body. */
+static int call_macro(ev *E, const jmacro *m, args *A, jv *out) {
+  const jnode *d = m->def;
+  jv *bound = jc_alloc(E->c, (size_t)(d->n + 1) * (sizeof *bound + 1));
+  if (!bound) return jc_oom(E->c);
+  char *given = (char *)(bound + d->n + 1); /* zeroed by jc_alloc */
+  int pos = 0;
+  for (int i = 0; i < A->n; i++) {
+    int k = -1;
+    if (!A->kw[i]) {
+      if (pos >= d->n)
+        return fail(E, SPILL_E_CONFIG, "macro '%s' takes not more than %d argument(s)", d->name, d->n);
+      k = pos++;
+    } else {
+      for (int j = 0; j < d->n; j++)
+        if (!strcmp(d->kw[j], A->kw[i])) k = j;
+      if (k < 0) return fail(E, SPILL_E_CONFIG, "macro '%s' takes no keyword argument '%s'", d->name, A->kw[i]);
+    }
+    if (given[k])
+      return fail(E, SPILL_E_CONFIG, "macro '%s' got multiple values for argument '%s'", d->name, d->kw[k]);
+    given[k] = 1;
+    bound[k] = A->v[i];
+  }
+  frame f = {jd_new(E->c), m->scope};
+  if (!f.vars) return jc_oom(E->c);
+  frame *top = E->top;
+  E->top = &f;
+  int rc = SPILL_OK;
+  for (int k = 0; rc == SPILL_OK && k < d->n; k++) {
+    jv v = given[k] ? bound[k] : jv_undef(d->kw[k]);
+    if (!given[k] && d->args[k]) rc = eval(E, d->args[k], &v);
+    if (rc == SPILL_OK) rc = set_var(E, d->kw[k], v);
+  }
+  E->top = top;
+  if (rc < 0) return rc;
+  return capture(E, d->a, &f, out);
+}
+
 static int eval_call(ev *E, const jnode *n, jv *out) {
   jv f;
   ETRY(eval(E, n->a, &f));
@@ -1340,6 +1496,7 @@ static int eval_call(ev *E, const jnode *n, jv *out) {
   E->line = n->line;
   if (f.t == JV_FUNC) return call_func(E, (int)f.u.i, &A, out);
   if (f.t == JV_METHOD) return call_method(E, f.u.m, &A, out);
+  if (f.t == JV_MACRO) return call_macro(E, f.u.mac, &A, out);
   if (f.t == JV_UNDEF) return fail(E, SPILL_E_CONFIG, "'%s' is undefined", f.undef_name ? f.undef_name : "function");
   return fail(E, SPILL_E_CONFIG, "'%s' object is not callable", type_name(f));
 }
@@ -1556,6 +1713,16 @@ static int exec_at(ev *E, const jnode *n) {
       jv v;
       if (rc < 0) { free(got.s); return rc; }
       ETRY(sb_take(&got, &v));
+      return set_var(E, n->name, v);
+    }
+    case JN_MACRO: {
+      jmacro *m = jc_alloc(E->c, sizeof *m);
+      if (!m) return jc_oom(E->c);
+      m->def = n;
+      m->scope = E->top;
+      jv v = {0};
+      v.t = JV_MACRO;
+      v.u.mac = m;
       return set_var(E, n->name, v);
     }
     case JN_BREAK: E->brk = 1; return SPILL_OK;

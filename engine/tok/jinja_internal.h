@@ -22,6 +22,7 @@ typedef enum {
   JN_AND, JN_OR, JN_NOT, JN_COND, JN_LIST, JN_DICT,
   /* statements */
   JN_TEXT, JN_OUT, JN_IF, JN_FOR, JN_SET, JN_SETBLOCK, JN_BREAK, JN_CONTINUE, JN_BODY,
+  JN_MACRO, /* name; kw = parameter names, args = their defaults (NULL: none), n; a = body */
 } jn_type;
 
 typedef struct jnode jnode;

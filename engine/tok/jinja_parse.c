@@ -8,8 +8,11 @@
  * precedence (parser.py): cond-expr > or > and > not > compare > + - > ~ >
  * * / // % > ** > unary - + > primary, postfix (. [] ()), filters (|) and
  * tests (is). Statements: if/elif/else, for (targets, "if" filter, else),
- * set (name, ns.attr, block set), break/continue, generation (transparent).
- * Anything else (macro, call, include, extends, ...) is SPILL_E_UNSUPPORTED
+ * set (name, ns.attr, block set), break/continue, generation (transparent),
+ * macro (parameters with defaults; at the template's top level or inside
+ * an if, never inside a loop or another macro, whose scopes end before a
+ * macro stored away could be called). Anything else (call, include,
+ * extends, ...) is SPILL_E_UNSUPPORTED
  * naming the tag; syntax errors are SPILL_E_FORMAT with the line.
  */
 #include <errno.h>
@@ -41,6 +44,7 @@ typedef struct parser {
   jv tv; /* literal value */
   char op[3];
   int depth; /* nesting of expressions and blocks being parsed now */
+  int in_scope; /* inside a for loop or a macro body (no macro definitions there) */
 } parser;
 
 static int perr(parser *P, int code, const char *fmt, const char *arg) {
@@ -859,7 +863,10 @@ static int tag_for(parser *P, jnode **out) {
   PTRY(end_of_tag(P));
   static const char *const forstops[] = {"else", "endfor", NULL};
   const char *st;
-  PTRY(body(P, forstops, &n->b, &st));
+  P->in_scope++;
+  int brc = body(P, forstops, &n->b, &st);
+  P->in_scope--;
+  PTRY(brc);
   if (!st) return perr(P, SPILL_E_FORMAT, "for without endfor", NULL);
   PTRY(end_of_tag(P));
   if (!strcmp(st, "else")) {
@@ -908,6 +915,52 @@ static int tag_set(parser *P, jnode **out) {
 return SPILL_OK;
 }
 
+/* {% macro name(p, q=default, ...) %} ... {% endmacro %} */
+static int tag_macro(parser *P, jnode **out) {
+  if (P->in_scope) return perr(P, SPILL_E_UNSUPPORTED, "a macro defined inside a loop or a macro", NULL);
+  PTRY(next(P));
+  if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected a macro name", NULL);
+  jnode *n = mk(P, JN_MACRO);
+  if (!n) return SPILL_E_NOMEM;
+  n->name = tok_name(P);
+  PTRY(next(P));
+  PTRY(expect_op(P, "("));
+  nvec a = {0};
+  while (!is_op(P, ")")) {
+    if (P->tk != 'n') return perr(P, SPILL_E_FORMAT, "expected a macro parameter name", NULL);
+    const char *pn = tok_name(P);
+    for (int k = 0; k < a.n; k++)
+      if (!strcmp(a.kw[k], pn)) return perr(P, SPILL_E_FORMAT, "macro parameter repeated: ", pn);
+    PTRY(next(P));
+    jnode *dflt = NULL;
+    if (is_op(P, "=")) {
+      PTRY(next(P));
+      PTRY(expr(P, &dflt));
+    } else if (a.n > 0 && a.v[a.n - 1]) {
+      return perr(P, SPILL_E_FORMAT, "a macro parameter without a default after one with: ", pn);
+    }
+    PTRY(nv_push(P, &a, dflt, pn));
+    if (is_op(P, ",")) PTRY(next(P));
+    else if (!is_op(P, ")")) return perr(P, SPILL_E_FORMAT, "expected , or ) in a macro's parameters", NULL);
+  }
+  PTRY(next(P));
+  PTRY(end_of_tag(P));
+  n->args = a.v;
+  n->kw = a.kw;
+  n->n = a.n;
+  static const char *const endmacro[] = {"endmacro", NULL};
+  const char *st;
+  P->in_scope++;
+  int brc = body(P, endmacro, &n->a, &st);
+  P->in_scope--;
+  PTRY(brc);
+  if (!st) return perr(P, SPILL_E_FORMAT, "macro without endmacro", NULL);
+  if (is_name(P, n->name)) PTRY(next(P)); /* {% endmacro name %} */
+  PTRY(end_of_tag(P));
+  *out = n;
+  return SPILL_OK;
+}
+
 /* {% break %} / {% continue %} */
 static int tag_loopctl(parser *P, jnode **out) {
   jnode *n = mk(P, is_name(P, "break") ? JN_BREAK : JN_CONTINUE);
@@ -939,6 +992,7 @@ static const struct {
 } TAGS[] = {
     {"if", tag_if},       {"for", tag_for},           {"set", tag_set},
     {"break", tag_loopctl}, {"continue", tag_loopctl}, {"generation", tag_generation},
+    {"macro", tag_macro},
 };
 
 /* Parses segments into a body until a block tag whose first word is in

@@ -76,6 +76,7 @@ typedef enum {
   JV_DICT,
   JV_FUNC, /* builtin function: i = id */
   JV_METHOD, /* bound method: self + name */
+  JV_MACRO,  /* a {% macro %}: its definition and the scope it was defined in */
 } jv_type;
 
 typedef struct jv jv;
@@ -93,6 +94,7 @@ struct jv {
     jlist *l;
     jdict *d;
     struct jmethod *m;
+    struct jmacro *mac;
   } u;
   const char *undef_name; /* JV_UNDEF: what was undefined (for errors) */
 };

@@ -338,10 +338,11 @@ static int load_template_file(spill_tok *t, const char *path, spill_err *e) {
   size_t n;
   SPILL_TRY(read_file(path, &b, &n, e));
   size_t bad = spill_json_utf8_check(b, n);
-  if (bad < n || memchr(b, 0, n)) {
+  const char *nul = memchr(b, 0, n);
+  if (nul && (size_t)(nul - b) < bad) bad = (size_t)(nul - b);
+  if (bad < n) {
     free(b);
-    return spill_err_set(e, SPILL_E_FORMAT, "%s: not UTF-8 text (byte %zu)",
-                         path, bad < n ? bad : (size_t)((char *)memchr(b, 0, n) - b));
+    return spill_err_set(e, SPILL_E_FORMAT, "%s: not UTF-8 text (byte %zu)", path, bad);
   }
   free(t->chat_template);
   t->chat_template = b;
