@@ -76,7 +76,7 @@ static int parse_target(const char *v, int trunk, spill_import_target *out) {
 }
 
 /* The importer's architecture table (spill_import_arch_at), as docs/MODEL.md
- * shows it (cli/import_archs_doc_test.sh compares the two). */
+ * shows it (//cli:import_archs_doc_test, cli/doc_block_test.sh, compares the two). */
 static int print_architectures(void) {
   printf("| architecture | Hugging Face `model_type` | GGUF `general.architecture` |\n|---|---|---|\n");
   for (int i = 0; i < spill_import_n_archs(); i++) {

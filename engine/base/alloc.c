@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-static _Atomic uint64_t g_live, g_peak;
+static _Atomic uint64_t g_live;
 
 /* Buffers of at least this size are mapped directly (and unmapped on free)
  * rather than left to malloc: glibc raises its mmap threshold dynamically
@@ -46,12 +46,7 @@ static void *alloc_impl(size_t bytes, size_t align, int zero) {
     if (posix_memalign(&p, align, bytes) != 0) return NULL;
     if (zero) memset(p, 0, bytes);
   }
-  uint64_t live = atomic_fetch_add_explicit(&g_live, bytes, memory_order_relaxed) + bytes;
-  uint64_t peak = atomic_load_explicit(&g_peak, memory_order_relaxed);
-  while (live > peak &&
-         !atomic_compare_exchange_weak_explicit(&g_peak, &peak, live, memory_order_relaxed,
-                                                memory_order_relaxed)) {
-  }
+  atomic_fetch_add_explicit(&g_live, bytes, memory_order_relaxed);
   return p;
 }
 
@@ -67,7 +62,6 @@ void spill_free(void *ptr, size_t bytes) {
 }
 
 uint64_t spill_alloc_live_bytes(void) { return atomic_load(&g_live); }
-uint64_t spill_alloc_peak_bytes(void) { return atomic_load(&g_peak); }
 
 int spill_mul_size(size_t a, size_t b, size_t *out) {
   size_t r;

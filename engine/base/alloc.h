@@ -21,9 +21,8 @@ void *spill_alloc(size_t bytes, size_t align);
 void *spill_alloc_nozero(size_t bytes, size_t align);
 /* Frees what spill_alloc returned; NULL is accepted. */
 void spill_free(void *ptr, size_t bytes);
-/* Bytes currently live through spill_alloc, and the high-water mark. */
+/* Bytes currently live through spill_alloc. */
 uint64_t spill_alloc_live_bytes(void);
-uint64_t spill_alloc_peak_bytes(void);
 
 /* Overflow-checked size arithmetic: return 0 and leave *out unchanged on
  * overflow, 1 on success. */

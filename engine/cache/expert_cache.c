@@ -569,8 +569,6 @@ int spill_cache_resize(spill_cache *c, uint32_t n_slots, void *memory, unsigned 
 }
 
 uint32_t spill_cache_n_slots(const spill_cache *c) { return c->st.n_slots; }
-size_t spill_cache_slot_bytes(const spill_cache *c) { return c->slot_bytes; }
-const char *spill_cache_policy_name(const spill_cache *c) { return c->pol->name; }
 
 uint32_t spill_cache_n_resident(spill_cache *c) {
   cache_lock(c);

@@ -204,9 +204,7 @@ int spill_cache_resize(spill_cache *c, uint32_t n_slots, void *memory, unsigned 
 
 /* Introspection. */
 uint32_t spill_cache_n_slots(const spill_cache *c);
-size_t spill_cache_slot_bytes(const spill_cache *c);
 uint32_t spill_cache_n_resident(spill_cache *c); /* entries in the map */
-const char *spill_cache_policy_name(const spill_cache *c);
 
 #ifdef __cplusplus
 }

@@ -100,10 +100,6 @@ static const uint32_t k_vsize[SPILL_GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 
 static const char *const k_vname[SPILL_GGUF_TYPE_COUNT] = {
     "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
 
-const char *spill_gguf_type_name(spill_gguf_type t) {
-  return (unsigned)t < SPILL_GGUF_TYPE_COUNT ? k_vname[t] : "?";
-}
-
 static void kv_free(spill_gguf_kv *kv) {
   if (kv->str)
     for (uint64_t i = 0; i < kv->n; i++) free(kv->str[i]);

@@ -83,7 +83,6 @@ void spill_gguf_close(spill_gguf *g); /* NULL/zeroed fine */
 int spill_gguf_n_kv(const spill_gguf *g);
 const spill_gguf_kv *spill_gguf_kv_at(const spill_gguf *g, int i); /* NULL if out of range */
 const spill_gguf_kv *spill_gguf_find_kv(const spill_gguf *g, const char *key); /* or NULL */
-const char *spill_gguf_type_name(spill_gguf_type t); /* "u32", "string", "array", ... */
 /* Typed getters of scalar keys: SPILL_E_FORMAT naming the key when absent
  * (use find_kv to test), of the wrong type, or out of range. get_u64 takes
  * any integer type (non-negative); get_f64 any integer or float type. */

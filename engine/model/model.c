@@ -209,7 +209,6 @@ const spill_arch *spill_model_arch(const spill_model *m) { return &m->a; }
 const spill_container *spill_model_container(const spill_model *m) { return &m->c; }
 const spill_model_stats *spill_model_last_stats(const spill_model *m) { return &m->stats; }
 int spill_model_n_past(const spill_model *m) { return m->n_past; }
-int spill_model_ctx(const spill_model *m) { return m->o.ctx; }
 uint64_t spill_model_trunk_bytes(const spill_model *m) { return m->trunk_bytes; }
 
 int spill_model_trunk_residency(const spill_model *m) {

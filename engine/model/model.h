@@ -153,7 +153,6 @@ const spill_arch *spill_model_arch(const spill_model *m);
 const spill_container *spill_model_container(const spill_model *m);
 const spill_model_stats *spill_model_last_stats(const spill_model *m);
 int spill_model_n_past(const spill_model *m); /* tokens run since reset */
-int spill_model_ctx(const spill_model *m);
 
 /* Bytes of sequence state for `ctx` tokens: per MLA layer ctx*(kv_lora_rank
  * + qk_rope_dim) floats, per GQA layer ctx*2*n_kv_heads*head_dim floats, per

@@ -86,9 +86,9 @@ void spill_k_apply_rvq3_f32__ref(const spill_qmat *w, const float *lut, float *y
 
 /* rvq3 without a LUT: y[r] = s[r] * sum_g sum_j (cb0[i0][j] + cb1[i1][j] +
  * cb2[i2][j]) * x[8g + j] for r in [r0, r1); x has cols floats; w->codebook
- * must be set. About 2x the f32-LUT __ref apply at K3 shapes, 1.2x at the
- * twin's, and it needs no LUT build (worth it where a LUT serves one matrix
- * only, e.g. the down projection); within 1e-6 of sum |w x| of the LUT path. */
+ * must be set. The engine does not call it (every rvq3 matvec goes through a
+ * LUT); it is kept as the LUT path's independent check (kernels_test: within
+ * 1e-6 of sum |w x| of the LUT path) and its AVX2 twin is tested with it. */
 void spill_k_matvec_rvq3_f32(const spill_qmat *w, const float *x, float *y, uint32_t r0,
                              uint32_t r1);
 void spill_k_matvec_rvq3_f32__ref(const spill_qmat *w, const float *x, float *y, uint32_t r0,
@@ -135,8 +135,6 @@ void spill_k_rmsnorm(const float *x, const float *w, float *y, uint32_t n, float
 float spill_k_dot(const float *a, const float *b, uint32_t n);
 /* g[i] = silu(g[i]) * u[i] (the SwiGLU gate), in place on g. */
 void spill_k_silu_mul(float *g, const float *u, uint32_t n);
-/* y[i] += a * x[i] (expert outputs summed in selection order). */
-void spill_k_axpy(float *y, float a, const float *x, uint32_t n);
 /* In-place softmax, max-subtracted; n >= 1. */
 void spill_k_softmax(float *x, uint32_t n);
 /* Indices of the k largest of score[0..n), by descending score, ties broken

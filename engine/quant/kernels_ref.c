@@ -256,10 +256,6 @@ void spill_k_silu_mul(float *g, const float *u, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-void spill_k_axpy(float *y, float a, const float *x, uint32_t n) {
-  for (uint32_t i = 0; i < n; i++) y[i] += a * x[i];
-}
-
 void spill_k_softmax(float *x, uint32_t n) {
   float m = x[0];
   for (uint32_t i = 1; i < n; i++)

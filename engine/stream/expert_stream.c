@@ -825,9 +825,6 @@ int spill_stream_evict_page_cache(spill_stream *s, spill_err *e) {
 
 void spill_stream_set_verify(spill_stream *s, int verify) { s->o.verify = verify; }
 int spill_stream_direct_fallback(const spill_stream *s) { return s->direct_fallback; }
-const char *spill_stream_policy(const spill_stream *s) {
-  return s->cache ? spill_cache_policy_name(s->cache) : "none";
-}
 
 /* ---------------------------------------------------------------- preload */
 

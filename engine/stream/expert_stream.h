@@ -143,7 +143,6 @@ int spill_stream_evict_page_cache(spill_stream *s, spill_err *e);
 void spill_stream_set_verify(spill_stream *s, int verify);
 /* 1 if a direct-mode bank fell back to buffered reads (filesystem refused O_DIRECT). */
 int spill_stream_direct_fallback(const spill_stream *s);
-const char *spill_stream_policy(const spill_stream *s);
 
 /* Test only (fault injection through a whole engine, engine/stream/
  * fault_test.cc): every stream opened after this call installs fn(ctx) as its
