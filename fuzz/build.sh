@@ -25,7 +25,7 @@ SRCS=(
   harness/exp_files.c harness/exp_env.c harness/stats.c harness/gnuplot_text.c
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c
   engine/quant/kernels_kquant_ref.c
-  server/request_parse.c server/completion_text.c server/chat_prompt.c
+  server/request_parse.c server/completion_text.c server/chat_prompt.c server/reply_channels.c
 )
 # engine/base, engine/format, engine/cache, engine/tok, engine/model and
 # engine/quant: every library source of the package (their tests are C++),

@@ -1,6 +1,6 @@
 /* fuzz/fuzz_server_request.c: libFuzzer target for the HTTP server's
  * request parser (server/request_parse.c) and the generated-text pipeline
- * (server/completion_text.c).
+ * (server/completion_text.c) and the XTML reply splitter (server/reply_channels.c).
  *
  * Input: byte 0 picks the endpoint (even: chat, odd: completions), the rest
  * is the request body, as untrusted as any HTTP body. Any bytes must give a
@@ -10,7 +10,9 @@
  * present, stop sequences non-empty and at most 4); its chat rendering is
  * built, and its prompt bytes are fed through the text pipeline as if they
  * were generated tokens: the output must be valid UTF-8 and contain none of
- * the stop sequences. Violations abort().
+ * the stop sequences; that text split into think channel and response
+ * (both starting states) gives the same two strings fed whole and in 3-byte
+ * pieces, both valid UTF-8. Violations abort().
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -19,7 +21,29 @@
 
 #include "server/chat_prompt.h"
 #include "server/completion_text.h"
+#include "server/reply_channels.h"
 #include "server/request_parse.h"
+
+static int valid_utf8(const unsigned char *p, size_t n);
+
+/* The splitter over s[0..n) whole and in 3-byte pieces: the same output. */
+static void check_channels(const char *s, size_t n) {
+  for (int start = SPILL_SRV_CH_REASONING; start <= SPILL_SRV_CH_CONTENT; start++) {
+    spill_srv_channels a, b;
+    spill_srv_channels_init(&a, start);
+    spill_srv_channels_init(&b, start);
+    if (spill_srv_channels_push(&a, s, n) || spill_srv_channels_finish(&a)) abort();
+    for (size_t i = 0; i < n; i += 3)
+      if (spill_srv_channels_push(&b, s + i, n - i < 3 ? n - i : 3)) abort();
+    if (spill_srv_channels_finish(&b)) abort();
+    for (int ch = 0; ch < 2; ch++) {
+      if (a.len[ch] != b.len[ch] || (a.len[ch] && memcmp(a.out[ch], b.out[ch], a.len[ch]))) abort();
+      if (a.len[ch] && !valid_utf8((const unsigned char *)a.out[ch], a.len[ch])) abort();
+    }
+    spill_srv_channels_free(&a);
+    spill_srv_channels_free(&b);
+  }
+}
 
 static int valid_utf8(const unsigned char *p, size_t n) {
   size_t i = 0;
@@ -85,6 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       out[got] = 0;
       for (int i = 0; i < r.n_stop; i++)
         if (strstr(out, r.stop[i])) abort();
+      check_channels(out, got);
     }
     free(out);
     spill_srv_text_free(&t);

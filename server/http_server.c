@@ -40,6 +40,7 @@
 #include "server/chat_prompt.h"
 #include "server/completion_text.h"
 #include "server/http_gate.h"
+#include "server/reply_channels.h"
 #include "server/request_parse.h"
 #include "server/server_metrics.h"
 
@@ -69,6 +70,10 @@ struct job {
   int last_token;
   const char *finish;         /* "stop" | "length" | NULL */
   int oom;
+  /* an XTML chat (Kimi K3's format): the reply split into reasoning_content
+   * and content (server/reply_channels.h); split 0 = the whole reply is content */
+  int split;
+  spill_srv_channels ch;
 };
 
 struct spill_server {
@@ -86,6 +91,7 @@ struct spill_server {
   uint64_t next_id, id_salt;
   const spill_tok *tok;      /* the engine's tokenizer (borrowed), NULL = bytes */
   const char *chat_template; /* its chat template (borrowed), or NULL */
+  int32_t xtml[4];           /* ids of <|open|> <|close|> <|sep|> <|end_of_msg|>, or -1 */
   spill_srv_metrics m;
   spill_srv_gate *gate;
   int n_conns;   /* libmicrohttpd connections open (under mu) */
@@ -132,6 +138,7 @@ static void job_free(job *j) {
   pthread_cond_destroy(&j->cv);
   spill_srv_request_free(&j->req);
   spill_srv_text_free(&j->text);
+  spill_srv_channels_free(&j->ch);
   free(j->out);
   free(j);
 }
@@ -187,8 +194,15 @@ static cJSON *usage_obj(const job *j) {
 
 /* One streamed chunk: content (may be NULL), finish (may be NULL), role on
  * the first chat chunk, usage on the last. */
+static cJSON *chunk_field(const job *j, const char *field, const char *content, size_t n,
+                          const char *finish, int role, int with_usage);
 static cJSON *chunk_obj(const job *j, const char *content, size_t n, const char *finish,
                         int role, int with_usage) {
+  return chunk_field(j, "content", content, n, finish, role, with_usage);
+}
+/* field: "content", or "reasoning_content" for an XTML think channel's text */
+static cJSON *chunk_field(const job *j, const char *field, const char *content, size_t n,
+                          const char *finish, int role, int with_usage) {
   int chat = j->req.kind == SPILL_SRV_CHAT;
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "id", j->id);
@@ -210,7 +224,7 @@ static cJSON *chunk_obj(const job *j, const char *content, size_t n, const char 
   if (chat) {
     cJSON *d = cJSON_AddObjectToObject(c, "delta");
     if (role) cJSON_AddStringToObject(d, "role", "assistant");
-    if (content) cJSON_AddStringToObject(d, "content", tmp ? tmp : "");
+    if (content) cJSON_AddStringToObject(d, field, tmp ? tmp : "");
   } else {
     cJSON_AddStringToObject(c, "text", content && tmp ? tmp : "");
   }
@@ -289,6 +303,7 @@ static void idle_clock_restart(struct MHD_Connection *c) {
 }
 
 
+static void stream_text(job *j, int final);
 static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
   (void)ts;
   job *j = user;
@@ -300,19 +315,43 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
   pthread_mutex_lock(&s->mu);
   j->completion_tokens++;
   j->last_token = token;
-  int stopped = spill_srv_text_push(&j->text, text, strlen(text));
+  /* an XTML reply's markers are special tokens (they print nothing): the
+   * splitter reads them as their text */
+  size_t tlen = strlen(text);
+  if (j->split)
+    for (int k = 0; k < 4; k++)
+      if (token == s->xtml[k]) {
+        const char *piece = spill_tok_piece(s->tok, token, &tlen);
+        if (piece) text = piece;
+        else tlen = 0;
+      }
+  int stopped = spill_srv_text_push(&j->text, text, tlen);
   if (stopped < 0) j->oom = 1;
-  if (j->req.stream) {
-    const char *p;
-    size_t n = spill_srv_text_take(&j->text, &p);
-    if (n) out_event(j, chunk_obj(j, p, n, NULL, 0, 0));
-  }
+  if (j->req.stream) stream_text(j, 0);
   /* a client that went away stops the generation here, at this token */
   if (!j->cancel && peer_gone(j->fd)) j->cancel = 1;
   int stop = stopped != 0 || j->cancel || j->oom || (s->stop && *s->stop);
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&s->mu);
   return stop;
+}
+
+/* Sends the text decided since the last call as delta chunks (under
+ * s->mu): content, or for an XTML reply its reasoning_content and content;
+ * final: the generation ended (held text is released). */
+static void stream_text(job *j, int final) {
+  const char *p;
+  size_t n = spill_srv_text_take(&j->text, &p);
+  if (!j->split) {
+    if (n) out_event(j, chunk_obj(j, p, n, NULL, 0, 0));
+    return;
+  }
+  if (spill_srv_channels_push(&j->ch, p, n)) j->oom = 1;
+  if (final && spill_srv_channels_finish(&j->ch)) j->oom = 1;
+  n = spill_srv_channels_take(&j->ch, 0, &p);
+  if (n) out_event(j, chunk_field(j, "reasoning_content", p, n, NULL, 0, 0));
+  n = spill_srv_channels_take(&j->ch, 1, &p);
+  if (n) out_event(j, chunk_obj(j, p, n, NULL, 0, 0));
 }
 
 /* Fails a job that has not started streaming (under s->mu). */
@@ -368,6 +407,11 @@ static int render_prompt(spill_server *s, job *j, char **text, int *add_bos, spi
     b.cancel_user = j;
     if (msgs) rc = spill_tok_chat_render_budget(s->tok, msgs, (size_t)j->req.n_messages, 1, &b, text, e);
     free(msgs);
+    /* Kimi K3's XTML: the generation prompt opens a channel */
+    if (rc == SPILL_OK && s->xtml[0] >= 0) {
+      j->split = spill_srv_channels_detect(*text, strlen(*text));
+      if (j->split) spill_srv_channels_init(&j->ch, j->split);
+    }
     *add_bos = 0;
   } else {
     *text = j->req.kind == SPILL_SRV_CHAT
@@ -473,12 +517,10 @@ static void finish_job(spill_server *s, job *j, int rc, const spill_run_stats *s
     j->finish = "length";
   }
   if (j->req.stream) {
-    const char *p;
-    size_t k = spill_srv_text_take(&j->text, &p);
     if (j->err.http_status) {
       out_event(j, error_obj(&j->err));
     } else {
-      if (k) out_event(j, chunk_obj(j, p, k, NULL, 0, 0));
+      stream_text(j, 1);
       out_event(j, chunk_obj(j, NULL, 0, j->finish, 0, 1));
       if (j->req.include_usage) {
         cJSON *u = chunk_obj(j, NULL, 0, NULL, 0, 1);
@@ -695,6 +737,27 @@ static void sse_free(void *cls) {
   job_release(s, j);
 }
 
+/* A plain reply's choice text: a completion's text; a chat's message with
+ * its content, or for an XTML reply (j->split) the same split the stream
+ * makes, over the whole text. -1 out of memory. */
+static int add_message(job *j, cJSON *ch, const char *text) {
+  if (j->req.kind != SPILL_SRV_CHAT) {
+    cJSON_AddStringToObject(ch, "text", text);
+    return 0;
+  }
+  cJSON *m = cJSON_AddObjectToObject(ch, "message");
+  cJSON_AddStringToObject(m, "role", "assistant");
+  if (!j->split) {
+    cJSON_AddStringToObject(m, "content", text);
+    return 0;
+  }
+  if (spill_srv_channels_push(&j->ch, text, strlen(text)) || spill_srv_channels_finish(&j->ch))
+    return -1;
+  cJSON_AddStringToObject(m, "content", j->ch.out[1] ? j->ch.out[1] : "");
+  if (j->ch.len[0]) cJSON_AddStringToObject(m, "reasoning_content", j->ch.out[0]);
+  return 0;
+}
+
 static enum MHD_Result do_generate(spill_server *s, struct MHD_Connection *c, conn *cn) {
   spill_srv_kind kind = cn->ep == SPILL_EP_CHAT ? SPILL_SRV_CHAT : SPILL_SRV_COMPLETION;
   job *j = calloc(1, sizeof *j);
@@ -797,13 +860,10 @@ static enum MHD_Result do_generate(spill_server *s, struct MHD_Connection *c, co
   cJSON *ch = cJSON_CreateObject();
   cJSON_AddItemToArray(choices, ch);
   cJSON_AddNumberToObject(ch, "index", 0);
-  const char *text = j->text.buf ? j->text.buf : "";
-  if (kind == SPILL_SRV_CHAT) {
-    cJSON *m = cJSON_AddObjectToObject(ch, "message");
-    cJSON_AddStringToObject(m, "role", "assistant");
-    cJSON_AddStringToObject(m, "content", text);
-  } else {
-    cJSON_AddStringToObject(ch, "text", text);
+  if (add_message(j, ch, j->text.buf ? j->text.buf : "")) {
+    cJSON_Delete(o);
+    job_release(s, j);
+    return MHD_NO;
   }
   cJSON_AddNullToObject(ch, "logprobs");
   cJSON_AddStringToObject(ch, "finish_reason", j->finish ? j->finish : "length");
@@ -1074,6 +1134,12 @@ int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_serve
    * through its own template when it has one */
   s->tok = spill_engine_tokenizer(eng);
   if (s->tok && spill_tok_chat_template(s->tok)) s->chat_template = spill_tok_chat_template(s->tok);
+  /* Kimi K3's XTML markers, when the tokenizer has all four as special tokens */
+  static const char *const xtml[4] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
+  for (int k = 0; k < 4; k++) {
+    s->xtml[k] = s->chat_template ? spill_tok_find(s->tok, xtml[k], strlen(xtml[k])) : -1;
+    if (s->xtml[k] < 0 || !spill_tok_is_special(s->tok, s->xtml[k])) s->xtml[0] = -1;
+  }
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
   socklen_t ss_len;

@@ -23,6 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include <chrono>
 #include <fstream>
 #include <regex>
@@ -585,6 +587,7 @@ TEST_F(ServerClientTest, ChatUsesTheModelsOwnTemplateWhenItHasOne) {
                     "\"temperature\":0}");
   ASSERT_EQ(h.status, 200) << h.body << s.log();
   EXPECT_NE(h.headers.find("X-Spill-Chat-Template: model"), std::string::npos) << h.headers;
+  EXPECT_EQ(h.body.find("reasoning_content"), std::string::npos) << h.body;  // not XTML: no split
   // the rendered prompt, tokenized without an extra BOS (the template writes
   // "<s>") by the model directory's own tokenizer (the engine uses it,
   // engine/tok): every byte is a token (no merges) except the special "<s>"
@@ -603,6 +606,93 @@ TEST_F(ServerClientTest, ChatUsesTheModelsOwnTemplateWhenItHasOne) {
                "\"content\":\"b\"}]}");
   EXPECT_EQ(h.status, 400) << h.body;
   EXPECT_NE(h.body.find("a system message must come first"), std::string::npos) << h.body;
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// A string member at path (e.g. {"choices", "0", "message", "content"}) of a
+// JSON text; absent -> `absent`.
+std::string json_path_str(const std::string &json, std::vector<std::string> path,
+                          const std::string &absent = "<absent>") {
+  cJSON *root = cJSON_Parse(json.c_str());
+  const cJSON *v = root;
+  for (const auto &k : path) {
+    if (!v) break;
+    v = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, atoi(k.c_str())) : cJSON_GetObjectItemCaseSensitive(v, k.c_str());
+  }
+  std::string r = cJSON_IsString(v) ? v->valuestring : absent;
+  cJSON_Delete(root);
+  return r;
+}
+
+// Kimi K3's chat format (XTML, issue 27): the template's generation prompt
+// opens the assistant's think channel, so the reply is reasoning until the
+// model closes it; OpenAI-compatible servers (llama.cpp's) return it as
+// reasoning_content. A nano container with K3's four markers as special
+// tokens and an XTML template in chat_template.jinja: nano never writes
+// `<|close|>think<|sep|>`, so its whole reply is reasoning_content and
+// content is "", streamed and not, the same text.
+TEST_F(ServerClientTest, XtmlChatRepliesCarryTheThinkChannelAsReasoningContent) {
+  std::string dir = tmpdir() + "/nano-xtml";
+  if (!exists(dir + "/manifest.json")) {
+    ASSERT_EQ(run({spill_, "gen", "--preset", "nano", dir}, "/dev/null", "/dev/null"), 0);
+  }
+  {
+    std::string tj = byte_tokenizer_json();
+    const std::string last = "{\"id\":257,\"content\":\"</s>\",\"special\":true}";
+    size_t at = tj.find(last);
+    ASSERT_NE(at, std::string::npos);
+    tj.insert(at + last.size(),
+              ",{\"id\":258,\"content\":\"<|open|>\",\"special\":true},"
+              "{\"id\":259,\"content\":\"<|close|>\",\"special\":true},"
+              "{\"id\":260,\"content\":\"<|sep|>\",\"special\":true},"
+              "{\"id\":261,\"content\":\"<|end_of_msg|>\",\"special\":true}");
+    std::ofstream(dir + "/tokenizer.json") << tj;
+    std::ofstream(dir + "/tokenizer_config.json") << R"({"bos_token": "<s>", "eos_token": "</s>"})";
+    std::ofstream(dir + "/chat_template.jinja")
+        << "{%- for m in messages -%}<|open|>message role=\"{{ m.role }}\"<|sep|>{{ m.content }}"
+           "<|close|>message<|sep|><|end_of_msg|>{%- endfor -%}"
+           "{%- if add_generation_prompt -%}<|open|>message role=\"assistant\"<|sep|>"
+           "<|open|>think<|sep|>{%- endif -%}";
+  }
+  Server s(spill_, dir, {});
+  ASSERT_GT(s.port(), 0) << s.log();
+  const std::string req = "{\"model\":\"" + model_id_ +
+                          "\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],"
+                          "\"max_tokens\":12,\"temperature\":0";
+  Http h = http(s.port(), "POST", "/v1/chat/completions", req + "}");
+  ASSERT_EQ(h.status, 200) << h.body << s.log();
+  EXPECT_NE(h.headers.find("X-Spill-Chat-Template: model"), std::string::npos) << h.headers;
+  // the prompt: the markers are one token each, the rest one token a byte
+  const std::string rendered =
+      "<|open|>message role=\"user\"<|sep|>Hello<|close|>message<|sep|><|end_of_msg|>"
+      "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>";
+  long long want = (long long)rendered.size();
+  for (const char *m : {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"})
+    for (size_t i = rendered.find(m); i != std::string::npos; i = rendered.find(m, i + 1))
+      want -= (long long)strlen(m) - 1;
+  EXPECT_EQ(json_int(h.body, "prompt_tokens"), want) << h.body;
+  EXPECT_GT(json_int(h.body, "completion_tokens"), 0) << h.body;
+  std::string reasoning = json_path_str(h.body, {"choices", "0", "message", "reasoning_content"});
+  EXPECT_EQ(json_path_str(h.body, {"choices", "0", "message", "content"}), "") << h.body;
+  EXPECT_NE(reasoning, "<absent>") << h.body;
+  EXPECT_FALSE(reasoning.empty()) << h.body;
+  // streamed: delta.reasoning_content pieces, no content, the same text
+  h = http(s.port(), "POST", "/v1/chat/completions", req + ",\"stream\":true}");
+  ASSERT_EQ(h.status, 200) << h.body;
+  std::string r2, c2, line;
+  std::istringstream in(h.body);
+  int n_reasoning = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    std::string ev = line.substr(6);
+    std::string r = json_path_str(ev, {"choices", "0", "delta", "reasoning_content"}, "");
+    n_reasoning += !r.empty();
+    r2 += r;
+    c2 += json_path_str(ev, {"choices", "0", "delta", "content"}, "");
+  }
+  EXPECT_EQ(r2, reasoning) << h.body;
+  EXPECT_EQ(c2, "") << h.body;
+  EXPECT_GE(n_reasoning, 1) << h.body;
   EXPECT_EQ(s.stop(), 0);
 }
 

@@ -1,0 +1,148 @@
+/* server/reply_channels.c: the XTML reply splitter (reply_channels.h).
+ *
+ * A small state machine over the text not yet decided (pend): optional
+ * literals (the message and channel openers a model may repeat) are taken
+ * when pend starts with them, skipped when it cannot; inside a channel,
+ * the earliest of the channel's closing markers ends it, and a tail of pend
+ * that is a proper prefix of one of them is held back. So pend never holds
+ * more than the longest marker, and any split of the input into pushes
+ * gives the same output (reply_channels_test).
+ */
+#define _GNU_SOURCE /* memmem */
+#include "server/reply_channels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char MSG_START[] = "<|open|>message role=\"assistant\"<|sep|>";
+static const char THINK_START[] = "<|open|>think<|sep|>";
+static const char THINK_END[] = "<|close|>think<|sep|>";
+static const char RESP_START[] = "<|open|>response<|sep|>";
+static const char RESP_END[] = "<|close|>response<|sep|>";
+static const char TOOLS_START[] = "<|open|>tools<|sep|>";
+static const char MSG_END[] = "<|close|>message<|sep|>";
+
+enum { S_MSG_START, S_THINK_START, S_REASON, S_RESP_START, S_CONTENT, S_TRAILER };
+
+static int ends_with(const char *s, size_t n, const char *suf) {
+  size_t k = strlen(suf);
+  return n >= k && !memcmp(s + n - k, suf, k);
+}
+
+int spill_srv_channels_detect(const char *prompt, size_t len) {
+  if (!prompt) return SPILL_SRV_CH_OFF;
+  if (ends_with(prompt, len, THINK_START)) return SPILL_SRV_CH_REASONING;
+  if (ends_with(prompt, len, RESP_START)) return SPILL_SRV_CH_CONTENT;
+  return SPILL_SRV_CH_OFF;
+}
+
+void spill_srv_channels_init(spill_srv_channels *c, int start) {
+  memset(c, 0, sizeof *c);
+  c->state = start == SPILL_SRV_CH_CONTENT ? S_RESP_START : S_MSG_START;
+}
+
+void spill_srv_channels_free(spill_srv_channels *c) {
+  if (!c) return;
+  free(c->pend);
+  free(c->out[0]);
+  free(c->out[1]);
+  memset(c, 0, sizeof *c);
+}
+
+static int grow(char **b, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 64;
+  while (nc < need) nc *= 2;
+  char *p = realloc(*b, nc);
+  if (!p) return -1;
+  *b = p;
+  *cap = nc;
+  return 0;
+}
+
+static int emit(spill_srv_channels *c, int ch, const char *p, size_t n) {
+  if (grow(&c->out[ch], &c->cap[ch], c->len[ch] + n + 1)) return c->oom = -1;
+  memcpy(c->out[ch] + c->len[ch], p, n);
+  c->len[ch] += n;
+  c->out[ch][c->len[ch]] = 0;
+  return 0;
+}
+
+static void consume(spill_srv_channels *c, size_t n) {
+  memmove(c->pend, c->pend + n, c->n_pend - n);
+  c->n_pend -= n;
+}
+
+/* An optional literal: 1 = decided (taken or not), 0 = wait for more text. */
+static int optional_literal(spill_srv_channels *c, const char *lit, int next, int final) {
+  size_t k = strlen(lit), m = c->n_pend < k ? c->n_pend : k;
+  if (memcmp(c->pend, lit, m) != 0) { c->state = next; return 1; }
+  if (m == k) { consume(c, k); c->state = next; return 1; }
+  if (final) { c->state = next; return 1; }
+  return 0;
+}
+
+/* Inside channel ch until one of ends[] (next state nexts[]): 1 = a marker
+ * ended the channel, 0 = all that can be decided is emitted. */
+static int in_channel(spill_srv_channels *c, int ch, const char *const *ends, const int *nexts,
+                      int n_ends, int final) {
+  size_t best = c->n_pend;
+  int which = -1;
+  for (int i = 0; i < n_ends; i++) {
+    const char *at = memmem(c->pend, c->n_pend, ends[i], strlen(ends[i]));
+    if (at && (size_t)(at - c->pend) < best) { best = (size_t)(at - c->pend); which = i; }
+  }
+  if (which >= 0) {
+    if (emit(c, ch, c->pend, best)) return 0;
+    consume(c, best + strlen(ends[which]));
+    c->state = nexts[which];
+    return 1;
+  }
+  size_t keep = 0; /* the longest tail of pend that begins some marker */
+  for (int i = 0; i < n_ends && !final; i++) {
+    size_t k = strlen(ends[i]);
+    for (size_t t = k - 1 < c->n_pend ? k - 1 : c->n_pend; t > keep; t--)
+      if (!memcmp(c->pend + c->n_pend - t, ends[i], t)) { keep = t; break; }
+  }
+  if (emit(c, ch, c->pend, c->n_pend - keep)) return 0;
+  consume(c, c->n_pend - keep);
+  return 0;
+}
+
+static void run(spill_srv_channels *c, int final) {
+  static const char *const reason_ends[] = {THINK_END, RESP_START};
+  static const int reason_next[] = {S_RESP_START, S_CONTENT};
+  static const char *const content_ends[] = {RESP_END, TOOLS_START, MSG_END};
+  static const int content_next[] = {S_TRAILER, S_TRAILER, S_TRAILER};
+  for (int more = 1; more && !c->oom;) {
+    switch (c->state) {
+      case S_MSG_START: more = optional_literal(c, MSG_START, S_THINK_START, final); break;
+      case S_THINK_START: more = optional_literal(c, THINK_START, S_REASON, final); break;
+      case S_RESP_START: more = optional_literal(c, RESP_START, S_CONTENT, final); break;
+      case S_REASON: more = in_channel(c, 0, reason_ends, reason_next, 2, final); break;
+      case S_CONTENT: more = in_channel(c, 1, content_ends, content_next, 3, final); break;
+      default: c->n_pend = 0; more = 0; break; /* the trailer is not returned */
+    }
+  }
+}
+
+int spill_srv_channels_push(spill_srv_channels *c, const char *p, size_t n) {
+  if (c->oom) return -1;
+  if (grow(&c->pend, &c->cap_pend, c->n_pend + n + 1)) return c->oom = -1;
+  memcpy(c->pend + c->n_pend, p, n);
+  c->n_pend += n;
+  run(c, 0);
+  return c->oom;
+}
+
+int spill_srv_channels_finish(spill_srv_channels *c) {
+  if (!c->oom) run(c, 1);
+  return c->oom;
+}
+
+size_t spill_srv_channels_take(spill_srv_channels *c, int ch, const char **p) {
+  size_t n = c->len[ch] - c->sent[ch];
+  *p = c->out[ch] ? c->out[ch] + c->sent[ch] : "";
+  c->sent[ch] = c->len[ch];
+  return n;
+}

@@ -1,0 +1,97 @@
+// server/reply_channels_test.cc: the XTML reply splitter (Kimi K3's think
+// channel -> reasoning_content) on replies shaped like the ones
+// llama.cpp's kimi-k3 parser reads (common/parsers/kimi-k3.cpp): every
+// reply fed whole, byte by byte and in pieces of 3 gives the same two
+// strings, and the streamed takes concatenate to them.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/reply_channels.h"
+
+namespace {
+
+struct Split {
+  std::string reasoning, content;
+};
+
+// Feeds text in pieces of `step` bytes (0 = whole), taking after each push.
+Split Run(const std::string &text, int start, size_t step) {
+  spill_srv_channels c;
+  spill_srv_channels_init(&c, start);
+  Split s, taken;
+  size_t i = 0;
+  do {
+    size_t n = step ? std::min(step, text.size() - i) : text.size();
+    EXPECT_EQ(spill_srv_channels_push(&c, text.data() + i, n), 0);
+    i += n;
+    const char *p;
+    size_t k = spill_srv_channels_take(&c, 0, &p);
+    taken.reasoning.append(p, k);
+    k = spill_srv_channels_take(&c, 1, &p);
+    taken.content.append(p, k);
+  } while (i < text.size());
+  EXPECT_EQ(spill_srv_channels_finish(&c), 0);
+  const char *p;
+  size_t k = spill_srv_channels_take(&c, 0, &p);
+  taken.reasoning.append(p, k);
+  k = spill_srv_channels_take(&c, 1, &p);
+  taken.content.append(p, k);
+  s.reasoning.assign(c.out[0] ? c.out[0] : "", c.len[0]);
+  s.content.assign(c.out[1] ? c.out[1] : "", c.len[1]);
+  EXPECT_EQ(taken.reasoning, s.reasoning) << text;
+  EXPECT_EQ(taken.content, s.content) << text;
+  spill_srv_channels_free(&c);
+  return s;
+}
+
+void Expect(const std::string &text, int start, const std::string &reasoning,
+            const std::string &content) {
+  for (size_t step : {0, 1, 3, 7}) {
+    Split s = Run(text, start, step);
+    EXPECT_EQ(s.reasoning, reasoning) << "step " << step << ": " << text;
+    EXPECT_EQ(s.content, content) << "step " << step << ": " << text;
+  }
+}
+
+TEST(ReplyChannelsTest, DetectsTheChannelTheGenerationPromptOpens) {
+  std::string p = "<|open|>message role=\"user\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+                  "<|open|>message role=\"assistant\"<|sep|>";
+  EXPECT_EQ(spill_srv_channels_detect((p + "<|open|>think<|sep|>").c_str(), p.size() + 20),
+            SPILL_SRV_CH_REASONING);
+  EXPECT_EQ(spill_srv_channels_detect((p + "<|open|>response<|sep|>").c_str(), p.size() + 23),
+            SPILL_SRV_CH_CONTENT);
+  EXPECT_EQ(spill_srv_channels_detect(p.c_str(), p.size()), SPILL_SRV_CH_OFF);
+  EXPECT_EQ(spill_srv_channels_detect("<|im_start|>assistant\n", 22), SPILL_SRV_CH_OFF);
+}
+
+TEST(ReplyChannelsTest, ThinkThenResponseThenTheTrailerIsDropped) {
+  const int R = SPILL_SRV_CH_REASONING, C = SPILL_SRV_CH_CONTENT;
+  // the whole turn as K3's template writes an assistant message
+  Expect("7 times 6 <is> 42.<|close|>think<|sep|><|open|>response<|sep|>It is 42."
+         "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>",
+         R, "7 times 6 <is> 42.", "It is 42.");
+  // the response opener alone ends the think channel (a skipped closer)
+  Expect("hmm<|open|>response<|sep|>ok<|close|>message<|sep|>", R, "hmm", "ok");
+  // a closer without the opener: the rest is the response
+  Expect("a<|close|>think<|sep|>b", R, "a", "b");
+  // openers repeated by the model are taken, not returned
+  Expect("<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>x<|close|>think<|sep|>y", R,
+         "x", "y");
+  // cut off inside the think channel (max_tokens): all of it is reasoning,
+  // a marker's prefix at the end included
+  Expect("still thinking <|clo", R, "still thinking <|clo", "");
+  Expect("", R, "", "");
+  // a tool-call section ends the response and is not returned
+  Expect("r<|close|>think<|sep|><|open|>response<|sep|>c<|open|>tools<|sep|><|open|>call tool=\"f\""
+         "<|sep|><|close|>call<|sep|><|close|>tools<|sep|>",
+         R, "r", "c");
+  // thinking off: the reply starts in the response
+  Expect("plain answer<|close|>response<|sep|><|end_of_msg|>", C, "", "plain answer");
+  Expect("<|open|>response<|sep|>again", C, "", "again");
+  // UTF-8 and marker-like text that is not a marker pass through
+  Expect("é <|open|> <|close|>thin <|sep|><|close|>think<|sep|>ü <|close|>respons",
+         R, "é <|open|> <|close|>thin <|sep|>", "ü <|close|>respons");
+}
+
+}  // namespace
