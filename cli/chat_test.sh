@@ -31,4 +31,13 @@ grep -q "no tokenizer" <<<"$out" || fail "no message for a model without tokeniz
 ids=$("$SPILL" tokenize "$T/nano" "hello<|end|>" --json)
 [ "$ids" = '{"ids": [260, 262], "offsets": [0, 5], "pieces": ["hello", "<|end|>"], "count": 2}' ] ||
   fail "tokenize via the model dir: $ids"
+# Kimi K3's XTML format: the reply starts in the think channel, which goes
+# to stderr after "[think] "; nano never closes it, so stdout (the
+# response) is empty and the conversation keeps an empty reply
+cp -r "$T/bytes" "$T/xtml"
+/usr/bin/python3 "$TINY" "$T/xtml" --xtml || { echo "FAIL: tiny tokenizer --xtml"; exit 1; }
+out=$("$SPILL" run "$T/xtml" "hello" --chat -n 8 --temp 0 2>"$T/xtml.err")
+[ $? -eq 0 ] || fail "run --chat (xtml): $(cat "$T/xtml.err")"
+[ "$out" = "" ] || fail "run --chat (xtml): the think channel reached stdout: '$out'"
+grep -q '^\[think\] ' "$T/xtml.err" || fail "run --chat (xtml): no [think] line: $(cat "$T/xtml.err")"
 [ $fails -eq 0 ] && echo "PASS" || exit 1

@@ -5,7 +5,10 @@
  * (spill_generate resets the sequence; there is no KV reuse across turns).
  * Lines: text = a user message; /reset clears the conversation; /exit or
  * end of input quits. Needs a model with a tokenizer and a chat template
- * (an imported checkpoint). Client of spill.h only.
+ * (an imported checkpoint). A Kimi K3 (XTML) reply is split as the server
+ * splits it (server/reply_channels.h): the think channel goes to stderr
+ * after "[think] ", the response to stdout, and only the response is kept
+ * in the conversation. Client of spill.h (and the server's pure splitter).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
@@ -16,6 +19,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/spill.h"
+#include "server/reply_channels.h"
 
 const char cmd_chat_usage[] =
     "usage: spill chat MODEL [--system TEXT] [-n N] [sampling knobs] [engine knobs]\n"
@@ -30,30 +34,67 @@ static void on_sigint(int sig) {
 
 typedef struct turn {
   const spill_tok *tok;
-  char *text; /* the reply so far */
+  char *text; /* the reply so far (the response of an XTML reply) */
   size_t n, cap;
   int oom;
   volatile int *stop; /* Ctrl-C */
+  int split;          /* an XTML reply: ch splits it */
+  spill_srv_channels ch;
+  int32_t xtml[4];    /* the marker tokens' ids */
+  int thinking;       /* "[think] " printed, its line not ended */
 } turn;
 
-static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
-  (void)ts;
-  turn *t = user;
-  if (token == spill_tok_eos(t->tok)) return 1; /* end of the reply */
-  size_t k = strlen(text);
+static void keep(turn *t, const char *text, size_t k) {
   if (t->n + k + 1 > t->cap) {
     size_t cap = (t->cap ? t->cap * 2 : 256) + k;
     char *p = realloc(t->text, cap);
-    if (!p) { t->oom = 1; return 1; }
+    if (!p) { t->oom = 1; return; }
     t->text = p;
     t->cap = cap;
   }
   memcpy(t->text + t->n, text, k);
   t->n += k;
   t->text[t->n] = 0;
-  fputs(text, stdout);
+  fwrite(text, 1, k, stdout);
   fflush(stdout);
-  return *t->stop;
+}
+
+/* An XTML reply's decided text: the think channel to stderr, the response
+ * kept and printed; final: the reply ended. */
+static void split_out(turn *t, int final) {
+  const char *p;
+  if (final && spill_srv_channels_finish(&t->ch)) t->oom = 1;
+  size_t k = spill_srv_channels_take(&t->ch, 0, &p);
+  if (k) {
+    fputs(t->thinking ? "" : "[think] ", stderr);
+    fwrite(p, 1, k, stderr);
+    t->thinking = 1;
+  }
+  k = spill_srv_channels_take(&t->ch, 1, &p);
+  if ((k || final) && t->thinking) {
+    fputs("\n", stderr);
+    t->thinking = 0;
+  }
+  if (k) keep(t, p, k);
+}
+
+static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
+  (void)ts;
+  turn *t = user;
+  if (token == spill_tok_eos(t->tok)) return 1; /* end of the reply */
+  size_t k = strlen(text);
+  if (!t->split) {
+    keep(t, text, k);
+    return *t->stop || t->oom;
+  }
+  for (int m = 0; m < 4; m++) /* the markers print nothing: the splitter reads their text */
+    if (token == t->xtml[m]) {
+      text = spill_tok_piece(t->tok, token, &k);
+      if (!text) k = 0;
+    }
+  if (k && spill_srv_channels_push(&t->ch, text, k)) t->oom = 1;
+  split_out(t, 0);
+  return *t->stop || t->oom;
 }
 
 /* Renders msgs with the model's template (under the default render budget;
@@ -86,9 +127,21 @@ int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, 
   int *toks = malloc((size_t)cap * sizeof(int));
   rc = toks ? spill_tokenize(eng, prompt, 0, toks, cap, &n, e)
                 : spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
+  turn t = {tok, NULL, 0, 0, 0, stop, 0, {0}, {-1, -1, -1, -1}, 0};
+  static const char *const xtml[4] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
+  int markers = 1;
+  for (int m = 0; m < 4; m++) {
+    t.xtml[m] = spill_tok_find(tok, xtml[m], strlen(xtml[m]));
+    markers &= t.xtml[m] >= 0 && spill_tok_is_special(tok, t.xtml[m]);
+  }
+  t.split = markers ? spill_srv_channels_detect(prompt, strlen(prompt)) : SPILL_SRV_CH_OFF;
+  if (t.split) spill_srv_channels_init(&t.ch, t.split);
   free(prompt);
-  turn t = {tok, NULL, 0, 0, 0, stop};
   if (rc == SPILL_OK) rc = spill_generate(eng, toks, n, n_new, s, on_token, &t, stop, st, e);
+  if (t.split) {
+    split_out(&t, 1);
+    spill_srv_channels_free(&t.ch);
+  }
   free(toks);
   if (rc == SPILL_OK && t.oom) rc = spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
   if (rc != SPILL_OK && rc != SPILL_E_INTERRUPTED) {
