@@ -4,10 +4,8 @@
  * tiktoken: one "base64(token bytes) rank" per line; the rank is the id.
  * Merging follows tiktoken exactly (lowest rank of the concatenation, whole
  * piece looked up first), through the merge table derived from the ranks.
- * The split regex is not in the file: SPILL_TOK_PAT_* give the ones of
- * o200k, cl100k and Kimi K2 (whose Python pattern uses the class
- * intersection [X&&[^\p{Han}]], written here as (?:(?!\p{Han})[X]) since
- * PCRE2 has no intersection).
+ * The split regex is not in the file: SPILL_TOK_PAT_* (tok_patterns.c) give
+ * the ones of o200k, cl100k and Kimi K2.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
@@ -24,25 +22,6 @@
 
 #include "engine/base/json_util.h"
 #include "engine/tok/tok_internal.h"
-
-const char SPILL_TOK_PAT_O200K[] =
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-const char SPILL_TOK_PAT_CL100K[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-#define KIMI_UP "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
-#define KIMI_LO "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
-const char SPILL_TOK_PAT_KIMI[] =
-    "[\\p{Han}]+"
-    "|[^\\r\\n\\p{L}\\p{N}]?" KIMI_UP "*" KIMI_LO "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    "|[^\\r\\n\\p{L}\\p{N}]?" KIMI_UP "+" KIMI_LO "*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static int b64val(unsigned char c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
