@@ -15,6 +15,11 @@
  *       stdout: load, prefill and decode seconds and tok/s, per phase (load,
  *       prefill, decode) the major page faults and bytes read from the disk
  *       (/proc/self/io), the generated ids.
+ *   llama_peer tokenize MODEL.gguf --docs FILE [--special]
+ *       llama.cpp's tokenizer (the vocabulary only): FILE holds documents as
+ *       "LEN\n" + LEN bytes each; one line of comma-separated ids per
+ *       document on stdout. --special parses special tokens in the text
+ *       (llama_tokenize's parse_special); no BOS/EOS is added.
  *
  * Depends only on llama.h. Prints errors on stderr, exit 1; usage errors
  * exit 2; -h/--help prints the usage on stdout.
@@ -34,6 +39,7 @@ static const char *USAGE =
     "usage: llama_peer logits MODEL.gguf --tokens IDS --out PREFIX [--threads N] [--batch N]\n"
     "       llama_peer bench  MODEL.gguf --tokens IDS -n N [--load mmap|none|mlock]\n"
     "                         [--threads N] [--batch N]\n"
+    "       llama_peer tokenize MODEL.gguf --docs FILE [--special]\n"
     "IDS is a comma-separated list of token ids (or @FILE holding one).\n"
     "--no-repack keeps ggml from repacking weights into its CPU layouts (use_extra_bufts).\n";
 
@@ -311,7 +317,48 @@ static int run_bench(struct llama_context *ctx, const opts *o, const int32_t *id
   return rc;
 }
 
+/* tokenize: the vocabulary's tokenization of each document of --docs. */
+static int run_tokenize(int argc, char **argv) {
+  const char *model = argc > 2 ? argv[2] : NULL, *docs = NULL;
+  int special = 0;
+  for (int i = 3; i < argc; i++) {
+    if (!strcmp(argv[i], "--special")) special = 1;
+    else if (!strcmp(argv[i], "--docs") && i + 1 < argc) docs = argv[++i];
+    else { fprintf(stderr, "llama_peer: tokenize: unknown option %s\n%s", argv[i], USAGE); return 2; }
+  }
+  if (!model || !docs) { fputs(USAGE, stderr); return 2; }
+  FILE *f = fopen(docs, "rb");
+  if (!f) { fprintf(stderr, "llama_peer: %s: %s\n", docs, strerror(errno)); return 1; }
+  llama_log_set(log_cb, NULL);
+  llama_backend_init();
+  struct llama_model_params mp = llama_model_default_params();
+  mp.vocab_only = 1;
+  struct llama_model *m = llama_model_load_from_file(model, mp);
+  if (!m) { fprintf(stderr, "llama_peer: %s: llama.cpp could not load the vocabulary\n", model); fclose(f); return 1; }
+  const struct llama_vocab *vocab = llama_model_get_vocab(m);
+  int rc = 0;
+  long len;
+  while (!rc && fscanf(f, "%ld", &len) == 1 && fgetc(f) == '\n') {
+    char *text = len >= 0 && len < (1L << 30) ? malloc((size_t)len + 1) : NULL;
+    int32_t cap = (int32_t)len + 16, n = 0;
+    llama_token *ids = text ? malloc(sizeof *ids * (size_t)cap) : NULL;
+    if (!ids || fread(text, 1, (size_t)len, f) != (size_t)len) rc = 1;
+    if (!rc) n = llama_tokenize(vocab, text, (int32_t)len, ids, cap, 0, special != 0);
+    if (!rc && n < 0) rc = 1;
+    for (int i = 0; !rc && i < n; i++) printf(i ? ",%d" : "%d", ids[i]);
+    if (!rc) putchar('\n');
+    free(text);
+    free(ids);
+  }
+  if (rc) fprintf(stderr, "llama_peer: %s: cannot read or tokenize a document\n", docs);
+  fclose(f);
+  llama_model_free(m);
+  llama_backend_free();
+  return rc;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "tokenize")) return run_tokenize(argc, argv);
   opts o;
   int pr = parse_opts(argc, argv, &o);
   if (pr) return pr == 1 ? 0 : 2;
