@@ -82,7 +82,19 @@ typedef enum spill_group_score {
   SPILL_GROUP_MAX = 0, /* its best selection score (DeepSeek-V2 group_limited_greedy) */
   SPILL_GROUP_TOP2 = 1 /* the sum of its two best (DeepSeek-V3 noaux_tc) */
 } spill_group_score;
-typedef enum spill_act_kind { SPILL_ACT_SWIGLU = 0 } spill_act_kind;
+/* The gated activation of every FFN (dense, shared, routed), docs/MODEL.md:
+ * SwiGLU silu(g) u, or Kimi K3's SiTU beta tanh(g/beta) sigmoid(g) *
+ * (lambda > 0 ? lambda tanh(u/lambda) : u) with arch.situ_beta/situ_linear_beta. */
+typedef enum spill_act_kind { SPILL_ACT_SWIGLU = 0, SPILL_ACT_SITU = 1 } spill_act_kind;
+/* Where a latent MoE (d_latent > 0) applies its RMSNorm moe_latent_norm:
+ * on the expert input after moe_down_proj (the K3 family as reconstructed),
+ * on the weighted sum of the routed experts before moe_up_proj (Kimi K3 as
+ * released), or nowhere (no tensor). */
+typedef enum spill_latent_norm {
+  SPILL_LATENT_NORM_INPUT = 0,
+  SPILL_LATENT_NORM_OUTPUT = 1,
+  SPILL_LATENT_NORM_NONE = 2
+} spill_latent_norm;
 
 typedef struct spill_mla_cfg {
   int n_heads;
@@ -102,6 +114,7 @@ typedef struct spill_mla_cfg {
   double rope_mscale;   /* cos/sin multiplier; 0 = 1 */
   double softmax_scale; /* attention score scale; 0 = 1/sqrt(qk_nope_dim + qk_rope_dim) */
   double kv_norm_eps;   /* eps of the attn_kv_a_norm RMSNorm; 0 = arch norm_eps (Kimi-Linear: 1e-6) */
+  int out_gate;         /* 1: o = o * sigmoid(attn_gate h) before attn_output (Kimi K3) */
 } spill_mla_cfg;
 
 typedef struct spill_kda_cfg {
@@ -112,6 +125,9 @@ typedef struct spill_kda_cfg {
   int out_gate_rank;  /* 0 = full-rank output gate g_proj (H*dv, D) */
   double decay_floor; /* log-decay g is clamped to >= this (K3: -5.0); 0 = none */
   double l2norm_eps;  /* q/k l2norm x / sqrt(|x|^2 + eps); 0 = 1e-6 (fla, HF; GGUF: rms eps) */
+  /* < 0: Kimi K3's decay g = lb * sigmoid(exp(A_log) * f) (no softplus, no
+   * floor; decay_floor must be 0); 0 = the softplus decay above */
+  double gate_lower_bound;
 } spill_kda_cfg;
 
 /* RMSNorm of q and k before RoPE (docs/MODEL.md "ATTN GQA"). */
@@ -146,6 +162,10 @@ typedef struct spill_moe_cfg {
   spill_group_score group_score;
   int group_mask_zero; /* 1: experts of dropped groups compete with score 0 (the DeepSeek
                         * modelling code's masked_fill(0.0)); 0: they are out (-inf, llama.cpp) */
+  spill_latent_norm latent_norm; /* with d_latent > 0 */
+  /* > 0: norm_topk divides by max(sum, norm_min) (llama.cpp's clamp,
+   * 2^-14); 0: by the sum when it is > 0 */
+  double norm_min;
 } spill_moe_cfg;
 
 typedef struct spill_arch {
@@ -158,6 +178,10 @@ typedef struct spill_arch {
   double norm_eps;
   spill_act_kind activation;
   int bos_id, eos_id; /* -1 = none */
+  double situ_beta, situ_lambda; /* SiTU's beta (> 0) and linear beta (<= 0: linear up branch) */
+  /* Attention residuals (Kimi K3, docs/MODEL.md): every attn_res_block
+   * layers the layer input is banked; 0 = plain residual adds */
+  int attn_res_block;
   spill_attn_kind layer_attn[SPILL_MAX_LAYERS];
   spill_mla_cfg mla;  /* meaningful when some layer is MLA */
   spill_kda_cfg kda;

@@ -23,7 +23,8 @@
 #define A(member) offsetof(spill_arch, member)
 #define NONE ((size_t)-1)
 
-static const char *const k_activation[] = {"swiglu", NULL};
+static const char *const k_activation[] = {"swiglu", "situ", NULL}; /* spill_act_kind order */
+static const char *const k_latent_norm[] = {"input", "output", "none", NULL}; /* spill_latent_norm order */
 static const char *const k_qk_norm[] = {"none", "head", "full", NULL}; /* spill_qk_norm order */
 static const char *const k_router[] = {"sigmoid", "softmax", NULL};    /* spill_router_kind order */
 
@@ -56,6 +57,12 @@ const spill_mf_field spill_mf_fields[] = {
     {SPILL_MF_ARCH, "activation", SPILL_MF_ENUM, A(activation), 0, 0, NONE, 0, 0, 0, k_activation, 16, 1},
     {SPILL_MF_ARCH, "bos_id", SPILL_MF_INT, A(bos_id), -1, 1 << 24, A(vocab_size), -1, 0, 0, NULL, 0, 1},
     {SPILL_MF_ARCH, "eos_id", SPILL_MF_INT, A(eos_id), -1, 1 << 24, A(vocab_size), -1, 0, 0, NULL, 0, 1},
+    /* Kimi K3 as released; optional (absent in containers written before them), 0 = omitted */
+    {SPILL_MF_ARCH, "situ_beta", SPILL_MF_NUM, A(situ_beta), 0, 1e6, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
+    {SPILL_MF_ARCH, "situ_linear_beta", SPILL_MF_NUM, A(situ_lambda), -1e6, 1e6, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL,
+     0, 1},
+    {SPILL_MF_ARCH, "attn_res_block", SPILL_MF_INT, A(attn_res_block), 0, SPILL_MAX_LAYERS, A(n_layers), 0,
+     SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     ROW_CUSTOM(SPILL_MF_ARCH, "layer_attn"),
     ROW_CUSTOM(SPILL_MF_ARCH, "gqa"),
     ROW_CUSTOM(SPILL_MF_ARCH, "mla"),
@@ -84,6 +91,7 @@ const spill_mf_field spill_mf_fields[] = {
      0, 1},
     {SPILL_MF_MLA, "kv_norm_eps", SPILL_MF_NUM, A(mla.kv_norm_eps), 0, 1.0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0,
      1},
+    {SPILL_MF_MLA, "out_gate", SPILL_MF_BOOL, A(mla.out_gate), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     ROW_CUSTOM(SPILL_MF_MLA, "yarn"), /* present iff yarn_factor != 0 */
     /* arch.mla.yarn */
     {SPILL_MF_YARN, "factor", SPILL_MF_NUM, A(mla.yarn_factor), 1.0, 1e6, NONE, 0, 0, 0, NULL, 0, 1},
@@ -99,6 +107,8 @@ const spill_mf_field spill_mf_fields[] = {
     {SPILL_MF_KDA, "decay_floor", SPILL_MF_NUM, A(kda.decay_floor), -1e6, 0.0, NONE, 0, 0, 0, NULL, 0, 1},
     {SPILL_MF_KDA, "l2norm_eps", SPILL_MF_NUM, A(kda.l2norm_eps), 0, 1.0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0,
      1},
+    {SPILL_MF_KDA, "gate_lower_bound", SPILL_MF_NUM, A(kda.gate_lower_bound), -1e6, 0.0, NONE, 0, SPILL_MF_OPTIONAL,
+     0, NULL, 0, 1},
     /* arch.moe */
     ROW_I(SPILL_MF_MOE, "n_experts", moe.n_experts, 1, SPILL_MAX_EXPERTS),
     {SPILL_MF_MOE, "top_k", SPILL_MF_INT, A(moe.top_k), 1, SPILL_MAX_TOPK, A(moe.n_experts), 0, 0, 0, NULL, 0, 1},
@@ -109,6 +119,9 @@ const spill_mf_field spill_mf_fields[] = {
     {SPILL_MF_MOE, "router", SPILL_MF_ENUM, A(moe.router), 0, 0, NONE, 0, 0, 0, k_router, 16, 1},
     {SPILL_MF_MOE, "norm_topk", SPILL_MF_BOOL, A(moe.norm_topk), 0, 0, NONE, 0, 0, 0, NULL, 0, 1},
     {SPILL_MF_MOE, "routed_scale", SPILL_MF_POS, A(moe.routed_scale), 0, 1e6, NONE, 0, 0, 0, NULL, 0, 1},
+    {SPILL_MF_MOE, "latent_norm", SPILL_MF_ENUM, A(moe.latent_norm), 0, 0, NONE, 0, SPILL_MF_OPTIONAL,
+     SPILL_LATENT_NORM_INPUT, k_latent_norm, 8, 1},
+    {SPILL_MF_MOE, "norm_min", SPILL_MF_NUM, A(moe.norm_min), 0, 1.0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     /* group-limited selection: all four present iff n_group (written when > 1) */
     ROW_CUSTOM(SPILL_MF_MOE, "n_group"),
     ROW_CUSTOM(SPILL_MF_MOE, "topk_group"),

@@ -127,6 +127,11 @@ static int parse_arch(const cJSON *root, spill_arch *a, spill_err *e) {
   SPILL_TRY(spill_mf_read(o, p, SPILL_MF_ARCH, a, e));
   SPILL_FAIL_IF(e, a->n_dense_layers > 0 && a->d_ff < 1, F,
                 "arch.d_ff: must be >= 1 when n_dense_layers is %d", a->n_dense_layers);
+  SPILL_FAIL_IF(e, (a->activation == SPILL_ACT_SITU) != (a->situ_beta > 0), F,
+                "arch.situ_beta: %g with activation \"%s\" (situ needs a beta > 0, swiglu none)",
+                a->situ_beta, a->activation == SPILL_ACT_SITU ? "situ" : "swiglu");
+  SPILL_FAIL_IF(e, a->activation != SPILL_ACT_SITU && a->situ_lambda != 0, F,
+                "arch.situ_linear_beta: set without activation \"situ\"");
   SPILL_TRY(spill_json_arr(o, "layer_attn", p, &la, &n, F, e));
   SPILL_FAIL_IF(e, n != a->n_layers, F, "arch.layer_attn: %d entries, n_layers is %d", n,
                 a->n_layers);
@@ -151,7 +156,12 @@ static int parse_arch(const cJSON *root, spill_arch *a, spill_err *e) {
     SPILL_TRY(spill_json_obj(o, kinds[j], p, &sub, F, e));
     if (j == SPILL_ATTN_GQA) SPILL_TRY(parse_gqa(sub, a, e));
     if (j == SPILL_ATTN_MLA) SPILL_TRY(parse_mla(sub, a, e));
-    if (j == SPILL_ATTN_KDA) SPILL_TRY(spill_mf_read(sub, "arch.kda", kind_obj[j], a, e));
+    if (j == SPILL_ATTN_KDA) {
+      SPILL_TRY(spill_mf_read(sub, "arch.kda", kind_obj[j], a, e));
+      SPILL_FAIL_IF(e, a->kda.gate_lower_bound < 0 && a->kda.decay_floor != 0, F,
+                    "arch.kda.decay_floor: %g with gate_lower_bound %g (the bounded decay has no floor)",
+                    a->kda.decay_floor, a->kda.gate_lower_bound);
+    }
   }
   if (has(o, "moe") || a->n_layers > a->n_dense_layers) {
     SPILL_FAIL_IF(e, !has(o, "moe"), F, "arch.moe: missing key (layers %d..%d are MoE)",

@@ -262,6 +262,17 @@ TEST(ManifestTest, EveryTableFieldIsWrittenReadAndChecked) {
     cJSON_AddNumberToObject(y, "beta_slow", 1);
     cJSON_AddStringToObject(At(r, "arch", "gqa"), "qk_norm", "head");
     cJSON_AddNumberToObject(At(r, "arch", "kda"), "l2norm_eps", 1e-5);
+    // Kimi K3 as released: SiTU, AttnRes, the MLA output gate, the bounded KDA decay
+    // (no floor), the latent norm's place and the renormalisation clamp
+    cJSON_ReplaceItemInObjectCaseSensitive(At(r, "arch"), "activation", cJSON_CreateString("situ"));
+    cJSON_AddNumberToObject(At(r, "arch"), "situ_beta", 1.5);
+    cJSON_AddNumberToObject(At(r, "arch"), "situ_linear_beta", 2.0);
+    cJSON_AddNumberToObject(At(r, "arch"), "attn_res_block", 2);
+    cJSON_AddBoolToObject(mla, "out_gate", 1);
+    SetNum(At(r, "arch", "kda"), "decay_floor", 0);
+    cJSON_AddNumberToObject(At(r, "arch", "kda"), "gate_lower_bound", -5.0);
+    cJSON_AddStringToObject(At(r, "arch", "moe"), "latent_norm", "output");
+    cJSON_AddNumberToObject(At(r, "arch", "moe"), "norm_min", 6.103515625e-5);
   });
   spill_manifest m;
   spill_err e = {};
@@ -383,6 +394,19 @@ TEST(ManifestTest, EachArchRuleHasItsOwnError) {
        "arch.norm_eps: must be > 0"},
       {"bos out of vocab", [](cJSON *r) { SetNum(At(r, "arch"), "bos_id", 256); }, SPILL_E_FORMAT,
        "arch.bos_id: 256 out of range [-1, 255]"},
+      {"situ without beta", [](cJSON *r) {
+         cJSON_ReplaceItemInObjectCaseSensitive(At(r, "arch"), "activation", cJSON_CreateString("situ"));
+       }, SPILL_E_FORMAT, "arch.situ_beta: 0 with activation \"situ\""},
+      {"swiglu with a situ beta", [](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch"), "situ_beta", 2.0); },
+       SPILL_E_FORMAT, "arch.situ_beta: 2 with activation \"swiglu\""},
+      {"linear beta without situ", [](cJSON *r) {
+         cJSON_AddNumberToObject(At(r, "arch"), "situ_linear_beta", 2.0);
+       }, SPILL_E_FORMAT, "arch.situ_linear_beta: set without activation \"situ\""},
+      {"attn_res_block past n_layers", [](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch"), "attn_res_block", 4); },
+       SPILL_E_FORMAT, "arch.attn_res_block: 4 out of range [0, 3]"},
+      {"bounded decay with a floor", [](cJSON *r) {
+         cJSON_AddNumberToObject(At(r, "arch", "kda"), "gate_lower_bound", -5.0);
+       }, SPILL_E_FORMAT, "arch.kda.decay_floor: -5 with gate_lower_bound -5"},
   };
   ExpectEachError(ValidJson(SPILL_DT_RVQ3), cases, sizeof cases / sizeof cases[0]);
 }

@@ -29,6 +29,7 @@ const imp_arch_row imp_arch_rows[] = {
      imp_deepseek_plan_hf, imp_deepseek_plan_gguf, 0},
     {{"Kimi-Linear", {"kimi_linear"}, "kimi-linear", NULL}, imp_kimi_linear_plan_hf, imp_kimi_linear_plan_gguf,
      0},
+    {{"Kimi K3", {NULL}, "kimi-k3", NULL}, NULL, imp_kimi_k3_plan_gguf, 0},
 };
 const int imp_n_arch_rows = (int)(sizeof imp_arch_rows / sizeof imp_arch_rows[0]);
 

@@ -178,6 +178,7 @@ static const ggml_tt k_ggml[] = {
     [24] = {"I8", 1, 1, SPILL_SRC_OTHER},     [25] = {"I16", 1, 2, SPILL_SRC_OTHER},
     [26] = {"I32", 1, 4, SPILL_SRC_OTHER},    [27] = {"I64", 1, 8, SPILL_SRC_OTHER},
     [28] = {"F64", 1, 8, SPILL_SRC_OTHER},    [30] = {"BF16", 1, 2, SPILL_SRC_BF16},
+    [39] = {"MXFP4", 32, 17, SPILL_SRC_MXFP4},
 };
 #define N_GGML ((uint32_t)(sizeof k_ggml / sizeof k_ggml[0]))
 

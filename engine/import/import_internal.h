@@ -160,6 +160,8 @@ int imp_deepseek_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
 int imp_kimi_linear_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
                             spill_err *e);
 int imp_kimi_linear_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
+/* arch_kimi_k3.c: Kimi K3 as released (GGUF kimi-k3). */
+int imp_kimi_k3_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
 
 /* ---- The registry (arch_registry.c): one row per architecture ---- */
 typedef struct imp_arch_row {

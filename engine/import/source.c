@@ -15,13 +15,15 @@
 #include <unistd.h>
 
 #include "engine/base/half.h"
+#include "engine/quant/kernels_mxfp4.h"
 
 static const spill_src_traits k_traits[SPILL_SRC_COUNT] = {
     [SPILL_SRC_F32] = {"F32", 1, 4},        [SPILL_SRC_F16] = {"F16", 1, 2},
     [SPILL_SRC_BF16] = {"BF16", 1, 2},      [SPILL_SRC_F8_E4M3] = {"F8_E4M3", 1, 1},
     [SPILL_SRC_Q8_0] = {"Q8_0", 32, 34},    [SPILL_SRC_Q4_0] = {"Q4_0", 32, 18},
     [SPILL_SRC_Q4_K] = {"Q4_K", 256, 144},  [SPILL_SRC_Q5_K] = {"Q5_K", 256, 176},
-    [SPILL_SRC_Q6_K] = {"Q6_K", 256, 210},  [SPILL_SRC_OTHER] = {"other", 1, 1},
+    [SPILL_SRC_Q6_K] = {"Q6_K", 256, 210},  [SPILL_SRC_MXFP4] = {"MXFP4", 32, 17},
+    [SPILL_SRC_OTHER] = {"other", 1, 1},
 };
 
 const spill_src_traits *spill_src_dtype_traits(spill_src_dtype dt) {
@@ -103,6 +105,9 @@ int spill_src_dequant(spill_src_dtype dt, const void *src, uint64_t n, float *ds
       return SPILL_OK;
     case SPILL_SRC_Q6_K:
       spill_k_kquant_dequant_blocks(SPILL_DT_Q6_K, s, n / 256, dst);
+      return SPILL_OK;
+    case SPILL_SRC_MXFP4: /* the quant module's dequantiser (ggml's values) */
+      for (uint64_t b = 0; b < n / 32; b++) spill_k_mxfp4_dequant_block(s + b * 17, dst + b * 32);
       return SPILL_OK;
     default:
       return spill_err_set(e, SPILL_E_UNSUPPORTED, "source dtype not readable");

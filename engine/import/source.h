@@ -33,6 +33,7 @@ typedef enum spill_src_dtype {
   SPILL_SRC_Q4_K,    /* ggml super-blocks of 256 */
   SPILL_SRC_Q5_K,
   SPILL_SRC_Q6_K,
+  SPILL_SRC_MXFP4,   /* ggml block_mxfp4: blocks of 32: e8m0 e, 16 bytes (j low, j+16 high) */
   /* formats whose size is known (so a file holding them can be validated)
    * but whose values spill does not read: importing them is
    * SPILL_E_UNSUPPORTED naming the tensor */

@@ -3,7 +3,9 @@
  * a (d, d) matrix S (rows = key channels) plus rings with the K-1 previous
  * pre-conv q, k, v inputs for the short causal convolution. Nothing grows
  * with context. Per token: projections, causal conv + SiLU, per-channel decay
- * alpha = exp(max(-exp(A_log) softplus(f_b f_a h + dt_bias), floor)), then
+ * alpha = exp(max(-exp(A_log) softplus(f_b f_a h + dt_bias), floor)) (Kimi K3,
+ * kda.gate_lower_bound lb < 0: alpha = exp(lb sigmoid(exp(A_log) (f_b f_a h +
+ * dt_bias)))), then
  * per head the gated delta rule
  *   S = diag(alpha) S;  S += kh (beta (vh - S^T kh))^T;  o = S^T qh
  * and an rmsnorm'd, sigmoid-gated output. Heads run in parallel on the pool,
@@ -117,7 +119,17 @@ static int kda_run(spill_model *m, int l, const float *h, int pos, float *out, s
   /* decay: alpha = exp(max(-exp(A_log_j) * softplus(f_b f_a h + dt_bias), floor)) */
   spill_model_matvec(m, &L->attn_f_a, h, fa);
   spill_model_matvec(m, &L->attn_f_b, fa, alpha);
-  for (int j = 0; j < H; j++) {
+  if (c->gate_lower_bound < 0) { /* Kimi K3: g = lb * sigmoid(exp(A_log) f), no softplus, no floor */
+    const float lb = (float)c->gate_lower_bound;
+    for (int j = 0; j < H; j++) {
+      const float nA = expf(L->attn_a_log[j]); /* -A */
+      for (int i = 0; i < d; i++) {
+        const int ch = j * d + i;
+        alpha[ch] = expf(lb * spill_model_sigmoid(nA * (alpha[ch] + L->attn_dt_bias[ch])));
+      }
+    }
+  }
+  for (int j = 0; j < H && c->gate_lower_bound >= 0; j++) {
     const float A = -expf(L->attn_a_log[j]);
     for (int i = 0; i < d; i++) {
       const int ch = j * d + i;

@@ -11,7 +11,9 @@
  * thread in a fixed order, so results do not depend on the thread count.
  * RoPE on the dr dims is rotate-half with optional YaRN frequencies and
  * mscale (mla_rope_table); interleaved-pair sources are de-interleaved at
- * import (engine/import), which gives the same dot products.
+ * import (engine/import), which gives the same dot products. With
+ * mla.out_gate (Kimi K3) the concatenated head outputs are multiplied by
+ * sigmoid(attn_gate h) before attn_output.
  */
 #include <math.h>
 #include <string.h>
@@ -161,6 +163,11 @@ static int mla_run(spill_model *m, int l, const float *h, int pos, float *out, s
                c->softmax_scale != 0 ? (float)c->softmax_scale : 1.0f / sqrtf((float)(dn + dr))};
   const uint64_t per_head = (uint64_t)dn * dc + (uint64_t)(pos + 1) * (2u * dc + dr) + (uint64_t)dv * dc;
   spill_model_run_tasks(m, mla_head, &g, H, (uint64_t)H * per_head);
+  if (c->out_gate) { /* Kimi K3: o = o * sigmoid(attn_gate h); q is free after the heads */
+    float *gt = m->s.q; /* (H*dv) */
+    spill_model_matvec(m, &L->attn_gate, h, gt);
+    for (int i = 0; i < H * dv; i++) m->s.o[i] *= spill_model_sigmoid(gt[i]);
+  }
   spill_model_matvec(m, &L->attn_output, m->s.o, out); /* (D) from (H*dv) */
   return SPILL_OK;
 }
@@ -197,6 +204,7 @@ static void mla_scratch(const spill_arch *a, spill_attn_dims *d) {
   const uint64_t H = (uint64_t)c->n_heads;
 #define RAISE(f, v) d->f = d->f > (uint64_t)(v) ? d->f : (uint64_t)(v)
   RAISE(q, H * (uint64_t)(c->qk_nope_dim + c->qk_rope_dim));
+  if (c->out_gate) RAISE(q, H * (uint64_t)c->v_head_dim); /* the output gate's pre-activations */
   RAISE(kv, (uint64_t)c->kv_lora_rank + c->qk_rope_dim);
   RAISE(heads, H);
   RAISE(ohead, H * (uint64_t)c->v_head_dim);
@@ -224,6 +232,7 @@ static int mla_load(spill_model *m, int l, spill_err *e) {
   SPILL_TRY(spill_model_get_f32(m, l, "attn_kv_a_norm", dc, 0, &L->attn_kv_a_norm, e));
   SPILL_TRY(spill_model_get_mat(m, l, "attn_kv_b", H * (dn + dv), dc, &L->attn_kv_b, e));
   SPILL_TRY(spill_model_get_mat(m, l, "attn_output", D, H * dv, &L->attn_output, e));
+  if (c->out_gate) SPILL_TRY(spill_model_get_mat(m, l, "attn_gate", H * dv, D, &L->attn_gate, e));
   return SPILL_OK;
 }
 

@@ -7,7 +7,10 @@
  * token, MoE through moe.c so each distinct expert is fetched once per layer
  * and chunk). Only the last token's logits are computed. The maths shared
  * with attention and MoE (matvecs on the pool, RoPE, softmax, SwiGLU) is in
- * model_math.c, below all three.
+ * model_math.c, below all three. With attention residuals (Kimi K3,
+ * attn_res_block > 0) each sub-block and the output norm read a softmax mix
+ * of the chunk's banked layer inputs and the stream (spill_model_res_mix)
+ * instead of the stream itself.
  */
 #include <string.h>
 
@@ -17,7 +20,7 @@
 /* out (D) = DENSE(l)(h (D)) */
 static void dense_ffn(spill_model *m, int l, const float *h, float *out) {
   const spill_layer_weights *L = &m->L[l];
-  spill_model_swiglu(m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, h, out);
+  spill_model_glu(m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, h, out);
 }
 
 /* ---- forward ---- */
@@ -33,6 +36,11 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
   float *ffn_out = s->ffn_out;   /* (T, D) */
 
   for (int t = 0; t < T; t++) spill_k_dequant_row(&m->tok_embd, (uint32_t)tokens[t], x + (size_t)t * D);
+  /* AttnRes (attn_res_block bs > 0): the bank of each token's raw layer
+   * inputs at layers 0, bs, 2 bs, ... (entry i of token t at bank + (i T + t) D) */
+  const int bs = a->attn_res_block;
+  const size_t bstride = (size_t)T * D;
+  int nb = 0;
 
   for (int l = 0; l < a->n_layers; l++) {
     /* a long prefill chunk on a big model takes seconds: stop between
@@ -41,19 +49,37 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
       return spill_err_set(e, SPILL_E_INTERRUPTED, "forward: stopped before layer %d", l);
     const spill_layer_weights *L = &m->L[l];
     /* attention, token by token in order */
+    const int banked = bs > 0 && l % bs == 0;
     uint64_t t0 = spill_clock_ns();
     for (int t = 0; t < T; t++) {
       float *xt = x + (size_t)t * D;
-      spill_k_rmsnorm(xt, L->attn_norm, h, (uint32_t)D, eps);
+      if (bs > 0) { /* c = MIX(bank, x); the raw x is banked; h = rmsnorm(c) */
+        spill_model_res_mix(m, s->bank + (size_t)t * D, bstride, nb, xt, L->attn_res_score, h);
+        if (banked) memcpy(s->bank + (size_t)nb * bstride + (size_t)t * D, xt, (size_t)D * sizeof(float));
+        spill_k_rmsnorm(h, L->attn_norm, h, (uint32_t)D, eps);
+      } else {
+        spill_k_rmsnorm(xt, L->attn_norm, h, (uint32_t)D, eps);
+      }
       const int rc = L->attn->run(m, l, h, pos0 + t, attn_out, e); /* (D) */
       if (rc < 0) return rc;
-      for (int i = 0; i < D; i++) xt[i] += attn_out[i];
+      if (banked) /* a checkpoint layer restarts the stream from its attention output */
+        memcpy(xt, attn_out, (size_t)D * sizeof(float));
+      else
+        for (int i = 0; i < D; i++) xt[i] += attn_out[i];
     }
+    nb += banked;
     m->stats.ns_attn += spill_clock_ns() - t0;
 
     /* FFN of the whole chunk */
-    for (int t = 0; t < T; t++)
-      spill_k_rmsnorm(x + (size_t)t * D, L->ffn_norm, h + (size_t)t * D, (uint32_t)D, eps);
+    for (int t = 0; t < T; t++) {
+      float *ht = h + (size_t)t * D; /* (D) */
+      if (bs > 0) {
+        spill_model_res_mix(m, s->bank + (size_t)t * D, bstride, nb, x + (size_t)t * D, L->ffn_res_score, ht);
+        spill_k_rmsnorm(ht, L->ffn_norm, ht, (uint32_t)D, eps);
+      } else {
+        spill_k_rmsnorm(x + (size_t)t * D, L->ffn_norm, ht, (uint32_t)D, eps);
+      }
+    }
     if (!L->is_moe) {
       t0 = spill_clock_ns();
       for (int t = 0; t < T; t++)
@@ -64,6 +90,7 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
     }
     for (size_t i = 0; i < (size_t)T * D; i++) x[i] += ffn_out[i];
   }
+  m->bank_n = nb;
   return SPILL_OK;
 }
 
@@ -103,7 +130,13 @@ int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float
     const uint64_t t0 = spill_clock_ns();
     float *xl = m->s.x + (size_t)(T - 1) * D; /* (D) last token of the last chunk */
     float *h = m->s.h;                        /* (D) */
-    spill_k_rmsnorm(xl, m->output_norm, h, (uint32_t)D, (float)m->a.norm_eps);
+    if (m->a.attn_res_block > 0) { /* the output mix over the last token's bank */
+      spill_model_res_mix(m, m->s.bank + (size_t)(T - 1) * D, (size_t)T * D, m->bank_n, xl,
+                          m->output_res_score, h);
+      spill_k_rmsnorm(h, m->output_norm, h, (uint32_t)D, (float)m->a.norm_eps);
+    } else {
+      spill_k_rmsnorm(xl, m->output_norm, h, (uint32_t)D, (float)m->a.norm_eps);
+    }
     spill_model_matvec(m, &m->output, h, logits_last); /* (vocab) */
     m->stats.ns_lm_head += spill_clock_ns() - t0;
   }

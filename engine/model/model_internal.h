@@ -39,12 +39,14 @@ typedef struct spill_layer_weights {
   const spill_attn_ops *attn; /* the kind's row of the attention table */
   int is_moe;
   const float *attn_norm, *ffn_norm; /* (D), (D) */
+  const float *attn_res_score, *ffn_res_score; /* (D), (D): AttnRes scores (attn_res_block > 0) */
   /* GQA: q (H*d, D), k/v (Hk*d, D), o (D, H*d); KDA: q/k/v (H*d, D) */
   spill_qmat attn_q, attn_k, attn_v, attn_output;
   const float *attn_q_norm, *attn_k_norm; /* GQA qk_norm: (d) each (head) or (H*d), (Hk*d) (full) */
   /* MLA */
   spill_qmat attn_q_a, attn_q_b, attn_kv_a, attn_kv_b; /* (q_lora, D) (H*(dn+dr), q_lora) (dc+dr, D) (H*(dn+dv), dc) */
   const float *attn_q_a_norm, *attn_kv_a_norm;         /* (q_lora), (dc) */
+  spill_qmat attn_gate;                                /* (H*dv, D) output gate (mla.out_gate) */
   /* KDA */
   const float *attn_q_conv, *attn_k_conv, *attn_v_conv; /* (H*d, K) each */
   spill_qmat attn_f_a, attn_f_b, attn_b, attn_g, attn_g_a, attn_g_b; /* (r, D) (H*d, r) (H, D) (H*d, D) (og, D) (H*d, og) */
@@ -74,6 +76,7 @@ typedef struct spill_model_scratch {
   float *attn_out; /* (D) */
   float *ffn_out;  /* (T, D) */
   float *shared_out; /* (T, D) shared-expert outputs, computed while reads fly */
+  float *bank;     /* (n_bank, T, D) AttnRes: banked layer inputs of the chunk (attn_res_block > 0) */
   /* attention, one token at a time */
   float *q;        /* (max(H*(dn+dr), H*d, Hq*d)) */
   float *k, *v;    /* (max(H*d, Hk*d, dc+dr)) */
@@ -136,6 +139,8 @@ struct spill_model {
   spill_layer_weights *L; /* (n_layers) */
   spill_qmat tok_embd, output; /* (vocab, D) each */
   const float *output_norm;    /* (D) */
+  const float *output_res_score; /* (D) AttnRes score of the output mix (attn_res_block > 0) */
+  int bank_n;                  /* AttnRes entries banked by the last chunk */
   /* expert record layout */
   spill_dtype expert_dtype;
   int d_in;           /* d_latent or D */
@@ -230,9 +235,18 @@ void spill_model_rope_apply(float *v, int d, const float *cs);
 void spill_model_softmax(float *x, int n);
 static inline float spill_model_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float spill_model_silu(float x) { return x / (1.0f + expf(-x)); }
-/* out (D) = down (silu(gate h) * (up h)), h (D); uses s.ff_g / s.ff_u. */
-void spill_model_swiglu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
-                        const spill_qmat *down, const float *h, float *out);
+/* out (D) = down (act(gate h, up h)), h (D), act the arch's (SwiGLU or
+ * SiTU); uses s.ff_g / s.ff_u. */
+void spill_model_glu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
+                     const spill_qmat *down, const float *h, float *out);
+/* g (n) = act(g, u): the arch's gated activation of the routed experts
+ * (SwiGLU through spill_k_silu_mul, or SiTU). */
+void spill_model_act_mul(const spill_model *m, float *g, const float *u, uint32_t n);
+/* AttnRes mix (docs/MODEL.md "Kimi K3 as released", MIX): out (D) = the
+ * softmax-weighted sum of the n entries (stride apart) and v, each scored
+ * by sum(rmsnorm(e) * score); n = 0 copies v. */
+void spill_model_res_mix(const spill_model *m, const float *entries, size_t stride, int n,
+                         const float *v, const float *score, float *out);
 
 /* ---- the attention-kind table (attention_table.c) ---- */
 #define SPILL_ATTN_KINDS 3

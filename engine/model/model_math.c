@@ -218,11 +218,55 @@ void spill_model_softmax(float *x, int n) { spill_k_softmax(x, (uint32_t)n); }
 
 /* ---- blocks ---- */
 
-void spill_model_swiglu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
-                        const spill_qmat *down, const float *h, float *out) {
+/* SiTU (Kimi K3): beta tanh(g/beta) sigmoid(g) * (lambda > 0 ? lambda tanh(u/lambda) : u) */
+static void situ_mul(float beta, float lambda, float *g, const float *u, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    const float a = beta * tanhf(g[i] / beta) * spill_model_sigmoid(g[i]);
+    g[i] = a * (lambda > 0 ? lambda * tanhf(u[i] / lambda) : u[i]);
+  }
+}
+
+void spill_model_glu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
+                     const spill_qmat *down, const float *h, float *out) {
   float *g = m->s.ff_g; /* (F) */
   float *u = m->s.ff_u; /* (F) */
   spill_model_matvec2(m, gate, h, NULL, g, up, h, NULL, u);
-  for (uint32_t i = 0; i < gate->rows; i++) g[i] = spill_model_silu(g[i]) * u[i];
+  if (m->a.activation == SPILL_ACT_SITU)
+    situ_mul((float)m->a.situ_beta, (float)m->a.situ_lambda, g, u, gate->rows);
+  else
+    for (uint32_t i = 0; i < gate->rows; i++) g[i] = spill_model_silu(g[i]) * u[i];
   spill_model_matvec(m, down, g, out);
+}
+
+void spill_model_act_mul(const spill_model *m, float *g, const float *u, uint32_t n) {
+  if (m->a.activation == SPILL_ACT_SITU)
+    situ_mul((float)m->a.situ_beta, (float)m->a.situ_lambda, g, u, n);
+  else
+    spill_k_silu_mul(g, u, n);
+}
+
+void spill_model_res_mix(const spill_model *m, const float *entries, size_t stride, int n,
+                         const float *v, const float *score, float *out) {
+  const int D = m->a.d_model;
+  const float eps = (float)m->a.norm_eps;
+  if (n == 0) {
+    if (out != v) memcpy(out, v, (size_t)D * sizeof(float));
+    return;
+  }
+  float p[SPILL_MAX_LAYERS + 1]; /* (n + 1) scores, then weights */
+  for (int i = 0; i <= n; i++) {
+    const float *x = i < n ? entries + (size_t)i * stride : v; /* (D) */
+    float ss = 0.0f, dot = 0.0f;
+    for (int j = 0; j < D; j++) {
+      ss += x[j] * x[j];
+      dot += x[j] * score[j];
+    }
+    p[i] = dot / sqrtf(ss / (float)D + eps); /* sum(rmsnorm(x) * score) */
+  }
+  spill_model_softmax(p, n + 1);
+  for (int j = 0; j < D; j++) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) acc += p[i] * entries[(size_t)i * stride + j];
+    out[j] = acc + p[n] * v[j];
+  }
 }

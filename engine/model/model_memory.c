@@ -73,6 +73,12 @@ static void plan_scratch(const spill_arch *a, const spill_model_mem_opts *o, car
   s->attn_out = carve(cv, ACT, D, 4);        /* (D) */
   s->ffn_out = carve(cv, ACT, Tn * D, 4);    /* (T, D) */
   s->shared_out = carve(cv, ACT, Tn * D, 4); /* (T, D) */
+  if (a->attn_res_block > 0) { /* (n_bank, T, D): layers 0, bs, 2 bs, ... */
+    const uint64_t nbank = ((uint64_t)a->n_layers + (uint64_t)a->attn_res_block - 1) / (uint64_t)a->attn_res_block;
+    s->bank = carve(cv, ACT, sat_mul(nbank, Tn * D), 4);
+  } else {
+    s->bank = NULL;
+  }
   /* attention, one token at a time */
   s->q = carve(cv, ACT, q, 4);
   s->k = carve(cv, ACT, kv, 4);

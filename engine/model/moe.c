@@ -6,13 +6,15 @@
  *    ties), optional renormalisation, routed_scale. With forced routing
  *    (spill_model_set_forced_routing) the table's ids replace the top-k and
  *    take their own scores as weights; the rest is unchanged.
- * 2. Expert input u: the latent projection rmsnorm(down_proj h) or h; for
+ * 2. Expert input u: the latent projection rmsnorm(down_proj h) (or
+ *    down_proj h when the latent norm is on the output: Kimi K3) or h; for
  *    rvq3 experts the LUTs of u for the gate and up codebooks are built once
  *    per token and layer and shared by all selected experts.
  * 3. The distinct experts of the chunk (first-use order) are requested from
  *    the expert source at once; each arriving expert is applied to every
  *    (token, slot) that chose it, its output kept in that slot's own buffer.
- * 4. Per token the slots are summed in selection order, so arrival order,
+ * 4. Per token the slots are summed in selection order (then, for Kimi K3,
+ *    RMS-normalised before up_proj), so arrival order,
  *    placement and thread count never change a bit of the result.
  * No allocation: all buffers are scratch sized at open for max_chunk tokens.
  */
@@ -94,6 +96,10 @@ static void route(spill_model *m, const spill_layer_weights *L, const float *h, 
   if (c->norm_topk) {
     float sum = 0.0f;
     for (int i = 0; i < K; i++) sum += w[i];
+    if (c->norm_min > 0) { /* llama.cpp: w / max(sum, norm_min) */
+      const float nm = (float)c->norm_min;
+      if (sum < nm) sum = nm;
+    }
     if (sum > 0.0f)
       for (int i = 0; i < K; i++) w[i] /= sum;
   }
@@ -149,7 +155,7 @@ static void expert_apply(spill_model *m, const spill_layer_weights *L, const spi
       spill_model_rvq3_apply2_q(m, G, q_g, eg, U, q_u, eu);
     else
       spill_model_matvec2(m, G, NULL, lut_g, eg, U, NULL, lut_u, eu);
-    spill_k_silu_mul(eg, eu, (uint32_t)de);
+    spill_model_act_mul(m, eg, eu, (uint32_t)de);
     uint64_t t1 = spill_clock_ns();
     if (q_g)
       spill_model_lut_q(m, L->codebook[SPILL_SEC_DOWN], eg, (uint32_t)de, m->s.lut_d, m->s.qlut_d);
@@ -166,7 +172,7 @@ static void expert_apply(spill_model *m, const spill_layer_weights *L, const spi
     spill_k_xq xq; /* act_q8: u as quantised once per layer (overlap_work) */
     if (xq_u) spill_k_xq_init(&xq, (void *)(uintptr_t)xq_u, (uint32_t)m->d_in);
     spill_model_matvec2_xq(m, G, u, xq_u ? &xq : NULL, eg, U, u, xq_u ? &xq : NULL, eu);
-    spill_k_silu_mul(eg, eu, (uint32_t)de);
+    spill_model_act_mul(m, eg, eu, (uint32_t)de);
     spill_model_matvec(m, Dn, eg, slot);
     m->stats.ns_expert += spill_clock_ns() - t0;
   }
@@ -226,7 +232,7 @@ static int group_uses(spill_model *m, const uint32_t *sel, int n) {
 static void shared_experts(spill_model *m, const spill_layer_weights *L, const float *h,
                            float *out) {
   float *tmp = m->s.attn_out; /* (D), free during the FFN */
-  spill_model_swiglu(m, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, h, tmp);
+  spill_model_glu(m, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, h, tmp);
   for (int i = 0; i < m->a.d_model; i++) out[i] += tmp[i];
 }
 
@@ -355,6 +361,8 @@ static void combine(spill_model *m, const spill_layer_weights *L, const float *s
       for (int j = 0; j < din; j++) y[j] += wi * st[j];
     }
     float *ot = out + (size_t)t * D; /* (D) */
+    if (c->d_latent > 0 && c->latent_norm == SPILL_LATENT_NORM_OUTPUT) /* Kimi K3: the sum is normed */
+      spill_k_rmsnorm(y, L->moe_latent_norm, y, (uint32_t)din, (float)m->a.norm_eps);
     if (c->d_latent > 0)
       spill_model_matvec(m, &L->moe_up_proj, y, ot);
     else
@@ -391,7 +399,8 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
     float *ut = u + (size_t)t * din;
     if (c->d_latent > 0) {
       spill_model_matvec(m, &L->moe_down_proj, ht, ut);
-      spill_k_rmsnorm(ut, L->moe_latent_norm, ut, (uint32_t)din, (float)m->a.norm_eps);
+      if (c->latent_norm == SPILL_LATENT_NORM_INPUT)
+        spill_k_rmsnorm(ut, L->moe_latent_norm, ut, (uint32_t)din, (float)m->a.norm_eps);
     } else {
       memcpy(ut, ht, (size_t)D * sizeof(float));
     }

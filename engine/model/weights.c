@@ -166,10 +166,13 @@ int spill_model_load_ffn(spill_model *m, int l, spill_err *e) {
   SPILL_TRY(get_mat(ld, l, "ffn_gate_inp", E, D, &L->ffn_gate_inp, e));
   if (c->router == SPILL_ROUTER_SIGMOID)
     SPILL_TRY(get_f32(ld, l, "exp_probs_b", E, 0, &L->exp_probs_b, e));
+  if (c->d_latent == 0 && c->latent_norm != SPILL_LATENT_NORM_INPUT)
+    return spill_err_set(e, SPILL_E_FORMAT, "arch.moe.latent_norm: set without a latent (d_latent 0)");
   if (c->d_latent > 0) {
     const uint64_t dl = (uint64_t)c->d_latent;
     SPILL_TRY(get_mat(ld, l, "moe_down_proj", dl, D, &L->moe_down_proj, e));
-    SPILL_TRY(get_f32(ld, l, "moe_latent_norm", dl, 0, &L->moe_latent_norm, e));
+    if (c->latent_norm != SPILL_LATENT_NORM_NONE)
+      SPILL_TRY(get_f32(ld, l, "moe_latent_norm", dl, 0, &L->moe_latent_norm, e));
     SPILL_TRY(get_mat(ld, l, "moe_up_proj", D, dl, &L->moe_up_proj, e));
   }
   if (c->n_shared > 0) {
@@ -263,6 +266,8 @@ int spill_model_load_trunk(spill_model *m, spill_err *e) {
   SPILL_TRY(get_mat(&ld, -1, "tok_embd", V, D, &m->tok_embd, e));
   SPILL_TRY(get_f32(&ld, -1, "output_norm", D, 0, &m->output_norm, e));
   SPILL_TRY(get_mat(&ld, -1, "output", V, D, &m->output, e));
+  if (m->a.attn_res_block > 0)
+    SPILL_TRY(get_f32(&ld, -1, "output_res_score", D, 0, &m->output_res_score, e));
   return SPILL_OK;
 }
 
@@ -272,5 +277,9 @@ int spill_model_load_norms(spill_model *m, int l, spill_err *e) {
   const uint64_t D = (uint64_t)m->a.d_model;
   SPILL_TRY(get_f32(&ld, l, "attn_norm", D, 0, &L->attn_norm, e));
   SPILL_TRY(get_f32(&ld, l, "ffn_norm", D, 0, &L->ffn_norm, e));
+  if (m->a.attn_res_block > 0) { /* AttnRes score vectors (docs/MODEL.md MIX) */
+    SPILL_TRY(get_f32(&ld, l, "attn_res_score", D, 0, &L->attn_res_score, e));
+    SPILL_TRY(get_f32(&ld, l, "ffn_res_score", D, 0, &L->ffn_res_score, e));
+  }
   return SPILL_OK;
 }

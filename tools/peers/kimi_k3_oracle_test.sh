@@ -26,11 +26,22 @@
 #   (6-32 positions over, up to 3.2e-2; one argmax flip). The cases below
 #   use a seed measured clean for them (106: 8.8e-7, 9.6e-7).
 #
+# spill's engine on the same GGUFs (`spill import`, then `spill eval`):
+#   F32 experts (every case above read from the GGUF): spill against
+#   llama.cpp, max |diff| <= 3e-5 of the largest |logit|, argmax equal at
+#   every position (spill against the float64 reference itself:
+#   tools/reference:kimi_k3_import_test, 2e-5).
+#   MXFP4 experts kept as MXFP4, spill with act_quant q8 (the experts' inputs
+#   rounded to Q8_0 blocks, integer dots as ggml's CPU path) against
+#   llama.cpp run with --no-repack (ggml's repacked MXFP4 layout sums in
+#   another order), under the KQ_EMUL rule as above.
+#
 # Needs the peer: SPILL_LLAMA_PEER=path/to/llama_peer (./lab test passes it
 # when `./lab peers` has built it). Without it: SKIP, exit 0.
 set -uo pipefail
 REF="$1"
 CMP="$2"
+SPILL="$3"
 PEER="${SPILL_LLAMA_PEER:-}"
 if [ -z "$PEER" ] || [ ! -x "$PEER" ]; then
   echo "SKIP: llama.cpp peer not built (run ./lab peers; SPILL_LLAMA_PEER='$PEER')"
@@ -45,9 +56,20 @@ n_ok=0
 ok() { echo "ok   $*"; n_ok=$((n_ok + 1)); }
 bad() { echo "FAIL $*"; fail=1; }
 toks() { $PY -c "import random; r=random.Random($1); print(','.join(str(r.randrange(300)) for _ in range(40)))"; }
-peer() { # $1 = gguf, $2 = tokens
-  "$PEER" logits "$1" --tokens "$2" --out "$TMP/l" --threads 2 2>"$TMP/err" ||
-    { bad "llama_peer $1: $(tail -1 "$TMP/err")"; return 1; }
+peer() { # $1 = gguf, $2 = tokens, rest = llama_peer flags
+  local g="$1" t="$2"
+  shift 2
+  "$PEER" logits "$g" --tokens "$t" --out "$TMP/l" --threads 2 "$@" 2>"$TMP/err" ||
+    { bad "llama_peer $g: $(tail -1 "$TMP/err")"; return 1; }
+}
+# spill's logits of a GGUF (imported once) into $TMP/s.f32; rest = eval flags
+spill_logits() { # $1 = gguf, $2 = tokens
+  local g="$1" t="$2"
+  shift 2
+  [ -d "$g.spill" ] || "$SPILL" import "$g" "$g.spill" >/dev/null 2>"$TMP/err" ||
+    { bad "spill import $g: $(tail -1 "$TMP/err")"; rm -rf "$g.spill"; return 1; }
+  "$SPILL" eval "$g.spill" --tokens "$t" --all-positions --logits-out "$TMP/s.f32" "$@" >/dev/null 2>"$TMP/err" ||
+    { bad "spill eval $g: $(tail -1 "$TMP/err")"; return 1; }
 }
 VARIANTS="${K3_ORACLE_VARIANTS:-full nolora plain released}"
 # F32 experts: every variant read from the GGUF (seed 101); two read from
@@ -72,6 +94,10 @@ for c in $cases; do
     $PY "$REF" logits "$src" --tokens "$TOK" --out "$TMP/r.f32" >/dev/null 2>"$TMP/err" ||
       { bad "$LBL: reference: $(tail -1 "$TMP/err")"; continue; }
     r=$($PY "$CMP" "$TMP/r.f32" "$TMP/l.bin" --vocab 300 --type F32 --tol 3e-5 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
+    [ "$form" = gguf ] || continue
+    spill_logits "$g" "$TOK" || continue
+    r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 --tol 3e-5 2>&1) &&
+      ok "kimi-k3 $v F32 seed $seed: spill vs llama.cpp: $r" || bad "kimi-k3 $v F32 seed $seed: spill vs llama.cpp: $r"
   done
 done
 # MXFP4 experts (latent MoE with its norm; experts at full width): seed 106,
@@ -88,6 +114,10 @@ for v in ${K3_ORACLE_MX_VARIANTS:-full plain}; do
   r=$($PY "$CMP" "$TMP/e.f32" "$TMP/l.bin" --vocab 300 --type KQ_EMUL 2>&1) &&
     ok "$LBL: llama.cpp vs reference with ggml's Q8_0 rounding: $r" ||
     bad "$LBL: $r (a Q8_0 code that f32 and f64 round differently is carried by the KDA state: see the header)"
+  peer "$g" "$TOK" --no-repack || continue
+  spill_logits "$g" "$TOK" --act-quant q8 || continue
+  r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type KQ_EMUL 2>&1) &&
+    ok "$LBL: spill (MXFP4 kept, act_quant q8) vs llama.cpp --no-repack: $r" || bad "$LBL: spill q8 vs llama.cpp: $r"
 done
 echo "$n_ok agreements"
 exit $fail
