@@ -75,7 +75,8 @@ int cmd_plan(int argc, char **argv) {
            "\"rvq_luts\": %llu, \"logits\": %llu, \"total\": %llu}, "
            "\"record_bytes\": %llu, \"min_cache\": %llu, \"floor\": %llu, \"ws\": %llu, "
            "\"recommended\": %llu, \"usable_ram\": %llu, \"cap\": %llu, \"budget\": %llu, "
-           "\"budget_explicit\": %s, \"budget_ws\": %d, \"expert_cache\": %llu, "
+           "\"budget_explicit\": %s, \"budget_ws\": %d, \"budget_all\": %s, "
+           "\"model_max\": %llu, \"expert_cache\": %llu, "
            "\"cache_slots\": %llu}\n",
            model ? model : shape, p.ctx, threads, (unsigned long long)p.trunk,
            (unsigned long long)p.state.mla_latent, (unsigned long long)p.state.kda_state,
@@ -88,6 +89,7 @@ int cmd_plan(int argc, char **argv) {
            (unsigned long long)p.ws, (unsigned long long)p.recommended,
            (unsigned long long)p.usable_ram, (unsigned long long)p.cap,
            (unsigned long long)p.budget, p.budget_explicit ? "true" : "false", p.budget_ws,
+           p.budget_all ? "true" : "false", (unsigned long long)p.model_max,
            (unsigned long long)p.expert_cache, (unsigned long long)p.cache_slots);
     return 0;
   }
@@ -110,6 +112,7 @@ int cmd_plan(int argc, char **argv) {
   row("cap", p.cap, "7/8 of usable");
   char note[64];
   if (p.budget_explicit) snprintf(note, sizeof note, "explicit");
+  else if (p.budget_all) snprintf(note, sizeof note, "default: the whole model (every record)");
   else if (p.budget_ws) snprintf(note, sizeof note, "default: floor + %d ws", p.budget_ws);
   else snprintf(note, sizeof note, "default: floor (WARNING: below floor + 1 ws)");
   row("budget", p.budget, note);

@@ -260,6 +260,7 @@ typedef struct spill_plan {
   uint64_t cap;        /* 7/8 usable */
   uint64_t budget;     /* explicit or default */
   int budget_ws;       /* default rule: how many ws above the floor (3,2,1; 0 = floor) */
+  int budget_all;      /* default rule: the whole model (model_max <= cap) */
   int budget_explicit;
   int below_recommended_warning; /* default fell back to the floor */
   int budget_above_model; /* budget > model_max: the cache holds every record */

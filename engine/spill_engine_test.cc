@@ -832,12 +832,14 @@ TEST(EnginePreloadTest, BudgetRuleAndRefusals) {
   spill_engine *eng = nullptr;
   spill_config c = Cfg();
   c.preload = SPILL_PRELOAD_ALL;
-  // a machine where the default rule alone gives fewer slots than records
-  // (floor + 1 ws is the most that fits 7/8), but every record fits the cap
+  // a machine where every record just fits the cap: the default rule takes
+  // the whole model (issue 28), preload or not
   c.usable_ram = (p.model_max / 7 + 1) * 8;
   spill_plan dflt;
   ASSERT_EQ(spill_plan_model(Nano().c_str(), 256, 2, 0, c.usable_ram, &dflt, &e), SPILL_OK);
-  EXPECT_LT(dflt.cache_slots, p.model_records);
+  EXPECT_EQ(dflt.budget_all, 1);
+  EXPECT_EQ(dflt.budget, p.model_max);
+  EXPECT_EQ(dflt.cache_slots, p.model_records);
   ASSERT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_OK) << e.msg;
   EXPECT_GE(spill_engine_plan(eng)->cache_slots, p.model_records);
   EXPECT_EQ(spill_engine_plan(eng)->budget, p.model_max);

@@ -115,6 +115,7 @@ int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budg
   p->budget_above_model = 0;
   p->budget_forced = 0;
   p->budget_ws = 0;
+  p->budget_all = 0;
   char s1[32], s2[32], s3[32], s4[32], s5[32], s6[32];
   if (explicit_budget > 0) {
     p->budget = explicit_budget;
@@ -129,6 +130,11 @@ int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budg
                            fmt_size(s5, sizeof s5, p->scratch.total),
                            fmt_size(s6, sizeof s6, p->min_cache));
     }
+  } else if (p->model_max && p->model_max <= p->cap) {
+    /* every expert record fits under the cap: the whole model (the cache
+     * fills on first use; preload all reads it up front) */
+    p->budget = p->model_max;
+    p->budget_all = 1;
   } else {
     p->budget = p->floor;
     p->below_recommended_warning = 1;

@@ -94,13 +94,27 @@ TEST(RamPlanTest, DefaultRuleStepsDownInWholeWorkingSets) {
   EXPECT_EQ(p.ws, rec * 2 * 2);
   EXPECT_EQ(p.min_cache, 2 * 2 * rec);
   EXPECT_EQ(p.recommended, p.floor + 3 * p.ws);
-  // Plenty of RAM: floor + 3 ws.
+  // Plenty of RAM: every record fits under the cap, the whole model.
   ASSERT_EQ(spill_plan_budget(&p, 8ull << 30, 0, 0, &e), SPILL_OK);
-  EXPECT_EQ(p.budget_ws, 3);
+  EXPECT_EQ(p.budget_all, 1);
+  EXPECT_EQ(p.budget_ws, 0);
+  EXPECT_EQ(p.budget, p.model_max);
+  EXPECT_EQ(p.cache_slots, p.model_records);
+  EXPECT_EQ(p.budget_above_model, 0);
+  // The cap exactly at the whole model still takes it; one byte less does not.
+  uint64_t cap_ram = p.model_max / 7 * 8 + 8;
+  while (cap_ram / 8 * 7 + (cap_ram % 8) * 7 / 8 > p.model_max) cap_ram--;
+  ASSERT_EQ(spill_plan_budget(&p, cap_ram, 0, 0, &e), SPILL_OK);
+  EXPECT_EQ(p.budget_all, 1);
+  ASSERT_EQ(spill_plan_budget(&p, cap_ram - 2, 0, 0, &e), SPILL_OK);
+  EXPECT_EQ(p.budget_all, 0);
+  // 16 records of 1 MiB, min cache 4: the whole model is floor + 12 records
+  // = floor + 3 ws, so below it the rule takes whole working sets.
   // Cap just below floor + 3ws but above floor + 2ws.
   uint64_t ram = (p.floor + 3 * p.ws - 1) * 8 / 7;
   ASSERT_EQ(spill_plan_budget(&p, ram, 0, 0, &e), SPILL_OK);
   EXPECT_EQ(p.budget_ws, 2);
+  EXPECT_EQ(p.budget_all, 0);
   // Cap below floor + 1 ws: the floor with a warning.
   ram = (p.floor + p.ws / 2) * 8 / 7;
   ASSERT_EQ(spill_plan_budget(&p, ram, 0, 0, &e), SPILL_OK);
