@@ -11,7 +11,8 @@
 
 const char cmd_plan_usage[] =
     "usage: spill plan [--json] [--budget SIZE] [--ctx N] [--threads N] [--usable-ram SIZE] MODEL\n"
-    "       spill plan --shape k3 [same options]   (published shape, no container)\n"
+    "       spill plan --shape k3|k3-mxfp4 [same options]   (Kimi K3 as released, no container:\n"
+    "                                  rvq3 experts as published, or MXFP4 as shipped)\n"
     "--usable-ram: the machine's usable RAM for the default rule (default: this machine;\n"
     "--ram is an alias, kept for published commands)\n";
 

@@ -282,8 +282,9 @@ uint64_t spill_usable_ram(void);
  * the force_budget knob. */
 int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e);
-/* The same for a published shape without a container ("k3"); usable_ram 0 =
- * this machine. */
+/* The same for a published shape without a container: "k3" (Kimi K3 as
+ * released, rvq3 experts as in the published container) or "k3-mxfp4" (its
+ * MXFP4 experts as shipped); usable_ram 0 = this machine. */
 int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e);
 

@@ -91,11 +91,12 @@ int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budge
 
 int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e) {
-  SPILL_FAIL_IF(e, !shape || strcmp(shape, "k3") != 0, SPILL_E_INVALID_ARG,
-                "unknown shape '%s' (known: k3)", shape ? shape : "");
+  const int mx = shape && !strcmp(shape, "k3-mxfp4");
+  SPILL_FAIL_IF(e, !shape || (strcmp(shape, "k3") != 0 && !mx), SPILL_E_INVALID_ARG,
+                "unknown shape '%s' (known: k3, k3-mxfp4)", shape ? shape : "");
   spill_arch a;
   uint64_t rec, trunk;
-  SPILL_TRY(spill_plan_k3_shape(&a, &rec, &trunk, e));
+  SPILL_TRY(spill_plan_k3_shape_dtype(mx ? SPILL_DT_MXFP4 : SPILL_DT_RVQ3, &a, &rec, &trunk, e));
   SPILL_TRY(spill_plan_compute(&a, rec, trunk, ctx, threads, plan, e));
   return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
                            0, e);

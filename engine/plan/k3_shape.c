@@ -16,8 +16,10 @@ static uint64_t f32(uint64_t n) { return n * 4; }
 uint64_t spill_plan_trunk_estimate(const spill_arch *a) {
   const uint64_t D = (uint64_t)a->d_model, V = (uint64_t)a->vocab_size;
   uint64_t t = q8(V, D) * 2 + f32(D); /* tok_embd, output, output_norm */
+  if (a->attn_res_block > 0) t += f32(D); /* output_res_score */
   for (int l = 0; l < a->n_layers && l < SPILL_MAX_LAYERS; l++) {
     t += f32(2 * D); /* attn_norm, ffn_norm */
+    if (a->attn_res_block > 0) t += f32(2 * D); /* attn_res_score, ffn_res_score */
     if (a->layer_attn[l] == SPILL_ATTN_KDA) {
       const spill_kda_cfg *k = &a->kda;
       uint64_t hd = (uint64_t)k->n_heads * (uint64_t)k->head_dim;
@@ -39,6 +41,7 @@ uint64_t spill_plan_trunk_estimate(const spill_arch *a) {
       t += q4((uint64_t)(m->kv_lora_rank + m->qk_rope_dim), D) + f32((uint64_t)m->kv_lora_rank);
       t += q4(H * (uint64_t)(m->qk_nope_dim + m->v_head_dim), (uint64_t)m->kv_lora_rank);
       t += q4(D, H * (uint64_t)m->v_head_dim);
+      if (m->out_gate) t += q4(H * (uint64_t)m->v_head_dim, D); /* attn_gate */
     } else {
       const spill_gqa_cfg *g = &a->gqa;
       uint64_t hq = (uint64_t)g->n_heads * (uint64_t)g->head_dim;
@@ -61,6 +64,11 @@ uint64_t spill_plan_trunk_estimate(const spill_arch *a) {
 
 int spill_plan_k3_shape(spill_arch *a, uint64_t *record_bytes, uint64_t *trunk_bytes,
                         spill_err *e) {
+  return spill_plan_k3_shape_dtype(SPILL_DT_RVQ3, a, record_bytes, trunk_bytes, e);
+}
+
+int spill_plan_k3_shape_dtype(int expert_dtype, spill_arch *a, uint64_t *record_bytes,
+                              uint64_t *trunk_bytes, spill_err *e) {
   memset(a, 0, sizeof *a);
   strcpy(a->family, "k3");
   a->vocab_size = 163840;
@@ -71,20 +79,33 @@ int spill_plan_k3_shape(spill_arch *a, uint64_t *record_bytes, uint64_t *trunk_b
   a->norm_eps = 1e-6;
   a->activation = SPILL_ACT_SWIGLU;
   a->bos_id = a->eos_id = -1;
-  /* 69 KDA + 24 MLA: every fourth layer starting at 0 is MLA (24 of 93). */
-  for (int l = 0; l < 93; l++) a->layer_attn[l] = (l % 4 == 0) ? SPILL_ATTN_MLA : SPILL_ATTN_KDA;
+  /* 69 KDA + 24 MLA as released: every fourth layer (3, 7, ..., 91) and the
+   * last (92) are MLA, the rest KDA (layer 0, the dense one, is KDA) */
+  for (int l = 0; l < 93; l++)
+    a->layer_attn[l] = (l % 4 == 3 || l == 92) ? SPILL_ATTN_MLA : SPILL_ATTN_KDA;
+  /* the released graph's parts (docs/MODEL.md "Kimi K3 as released"):
+   * SiTU 4 / 25, attention residuals every 12 layers, the MLA output gate,
+   * the bounded KDA decay (lb -5, no floor), the latent norm on the routed
+   * sum, llama.cpp's 2^-14 renormalisation clamp */
+  a->activation = SPILL_ACT_SITU;
+  a->situ_beta = 4.0;
+  a->situ_lambda = 25.0;
+  a->attn_res_block = 12;
   a->mla = (spill_mla_cfg){.n_heads = 96, .q_lora_rank = 1536, .kv_lora_rank = 512,
                            .qk_nope_dim = 128, .qk_rope_dim = 64, .v_head_dim = 128,
-                           .use_rope = 0, .rope_theta = 10000.0};
+                           .use_rope = 0, .rope_theta = 10000.0, .out_gate = 1};
   a->kda = (spill_kda_cfg){.n_heads = 96, .head_dim = 128, .conv_kernel = 4,
                            .gate_rank = 128, /* assumption: Kimi-Linear's low-rank width */
-                           .out_gate_rank = 0, .decay_floor = -5.0};
+                           .out_gate_rank = 0, .decay_floor = 0.0, .gate_lower_bound = -5.0};
   a->moe = (spill_moe_cfg){.n_experts = 896, .top_k = 16, .d_expert = 3072, .n_shared = 2,
                            .d_shared = 3072, .d_latent = 3584, .router = SPILL_ROUTER_SIGMOID,
-                           .norm_topk = 1, .routed_scale = 1.0};
+                           .norm_topk = 1, .routed_scale = 1.0,
+                           .latent_norm = SPILL_LATENT_NORM_OUTPUT, .norm_min = 1.0 / 16384};
   spill_section_info sect[SPILL_SEC_COUNT];
   uint32_t payload;
-  SPILL_TRY(spill_record_layout(a, SPILL_DT_RVQ3, 0, sect, &payload, record_bytes, e));
+  SPILL_FAIL_IF(e, expert_dtype != SPILL_DT_RVQ3 && expert_dtype != SPILL_DT_MXFP4,
+                SPILL_E_INVALID_ARG, "k3 shape: experts are rvq3 or mxfp4");
+  SPILL_TRY(spill_record_layout(a, expert_dtype, 0, sect, &payload, record_bytes, e));
   *trunk_bytes = spill_plan_trunk_estimate(a);
   return SPILL_OK;
 }

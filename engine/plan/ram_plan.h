@@ -69,6 +69,11 @@ void spill_plan_test_cgroup_paths(const char *proc_cgroup, const char *cgroup_ro
  * trunk bytes we compute for it with our own tensor formats. */
 int spill_plan_k3_shape(spill_arch *a, uint64_t *record_bytes, uint64_t *trunk_bytes,
                         spill_err *e);
+/* The same shape with its experts as expert_dtype: SPILL_DT_RVQ3 (the
+ * published container) or SPILL_DT_MXFP4 (the checkpoint's experts as
+ * shipped); other dtypes are refused. */
+int spill_plan_k3_shape_dtype(int expert_dtype, spill_arch *a, uint64_t *record_bytes,
+                              uint64_t *trunk_bytes, spill_err *e);
 /* Trunk bytes of an arch with our quantisation choices (q4 groups of 128 for
  * the bulk, q8 groups of 32 for embeddings and lm_head, f32 norms, routers
  * and small vectors). Used for --shape k3 where there is no container. */

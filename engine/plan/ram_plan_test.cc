@@ -32,6 +32,38 @@ TEST_F(K3PlanTest, RecordMatchesPublishedExactly) {
   EXPECT_EQ(record_, 12406784u);
 }
 
+// The released graph (../shared/reference/k3-released.md): 69 KDA + 24 MLA
+// with every fourth layer and the last MLA, SiTU 4/25, attention residuals
+// every 12 layers, the MLA output gate, the bounded KDA decay.
+TEST_F(K3PlanTest, ShapeIsTheReleasedGraph) {
+  int mla = 0;
+  for (int l = 0; l < arch_.n_layers; l++) mla += arch_.layer_attn[l] == SPILL_ATTN_MLA;
+  EXPECT_EQ(arch_.n_layers, 93);
+  EXPECT_EQ(mla, 24);
+  EXPECT_EQ(arch_.layer_attn[0], SPILL_ATTN_KDA);
+  EXPECT_EQ(arch_.layer_attn[3], SPILL_ATTN_MLA);
+  EXPECT_EQ(arch_.layer_attn[91], SPILL_ATTN_MLA);
+  EXPECT_EQ(arch_.layer_attn[92], SPILL_ATTN_MLA);
+  EXPECT_EQ(arch_.activation, SPILL_ACT_SITU);
+  EXPECT_EQ(arch_.attn_res_block, 12);
+  EXPECT_EQ(arch_.mla.out_gate, 1);
+  EXPECT_EQ(arch_.kda.gate_lower_bound, -5.0);
+  EXPECT_EQ(arch_.moe.latent_norm, SPILL_LATENT_NORM_OUTPUT);
+}
+
+// MXFP4 experts as shipped: 3 x 3072 x 3584 / 32 x 17 = 17,547,264 B of
+// payload (4284 pages exactly), plus our 64-byte record header: one page more.
+TEST(K3ShapeTest, Mxfp4RecordIsTheShippedBytesPlusOurHeaderPage) {
+  spill_arch a;
+  uint64_t rec = 0, trunk = 0, trunk_rvq = 0, rec_rvq = 0;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_k3_shape_dtype(SPILL_DT_MXFP4, &a, &rec, &trunk, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(rec, 17547264u + 4096u);
+  ASSERT_EQ(spill_plan_k3_shape(&a, &rec_rvq, &trunk_rvq, &e), SPILL_OK);
+  EXPECT_EQ(trunk, trunk_rvq);  // the trunk does not depend on the experts' dtype
+  EXPECT_EQ(spill_plan_k3_shape_dtype(SPILL_DT_Q8, &a, &rec, &trunk, &e), SPILL_E_INVALID_ARG);
+}
+
 TEST_F(K3PlanTest, WorkingSetWithinOnePercentOfPublished) {
   // Published true per-token set over 92 MoE layers: 17.0 GiB.
   spill_plan p = Plan(4096);
