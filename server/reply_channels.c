@@ -21,6 +21,7 @@ static const char RESP_START[] = "<|open|>response<|sep|>";
 static const char RESP_END[] = "<|close|>response<|sep|>";
 static const char TOOLS_START[] = "<|open|>tools<|sep|>";
 static const char MSG_END[] = "<|close|>message<|sep|>";
+static const char EOM[] = "<|end_of_msg|>";
 
 enum { S_MSG_START, S_THINK_START, S_REASON, S_RESP_START, S_CONTENT, S_TRAILER };
 
@@ -110,17 +111,19 @@ static int in_channel(spill_srv_channels *c, int ch, const char *const *ends, co
 }
 
 static void run(spill_srv_channels *c, int final) {
-  static const char *const reason_ends[] = {THINK_END, RESP_START};
-  static const int reason_next[] = {S_RESP_START, S_CONTENT};
-  static const char *const content_ends[] = {RESP_END, TOOLS_START, MSG_END};
-  static const int content_next[] = {S_TRAILER, S_TRAILER, S_TRAILER};
+  /* the end-of-message token ends the reply wherever it comes (it is the
+   * model's end of turn, never text) */
+  static const char *const reason_ends[] = {THINK_END, RESP_START, MSG_END, EOM};
+  static const int reason_next[] = {S_RESP_START, S_CONTENT, S_TRAILER, S_TRAILER};
+  static const char *const content_ends[] = {RESP_END, TOOLS_START, MSG_END, EOM};
+  static const int content_next[] = {S_TRAILER, S_TRAILER, S_TRAILER, S_TRAILER};
   for (int more = 1; more && !c->oom;) {
     switch (c->state) {
       case S_MSG_START: more = optional_literal(c, MSG_START, S_THINK_START, final); break;
       case S_THINK_START: more = optional_literal(c, THINK_START, S_REASON, final); break;
       case S_RESP_START: more = optional_literal(c, RESP_START, S_CONTENT, final); break;
-      case S_REASON: more = in_channel(c, 0, reason_ends, reason_next, 2, final); break;
-      case S_CONTENT: more = in_channel(c, 1, content_ends, content_next, 3, final); break;
+      case S_REASON: more = in_channel(c, 0, reason_ends, reason_next, 4, final); break;
+      case S_CONTENT: more = in_channel(c, 1, content_ends, content_next, 4, final); break;
       default: c->n_pend = 0; more = 0; break; /* the trailer is not returned */
     }
   }

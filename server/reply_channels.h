@@ -14,7 +14,9 @@
  *   REASONING up to <|close|>think<|sep|> or <|open|>response<|sep|>
  *   [<|open|>response<|sep|>] CONTENT up to <|close|>response<|sep|>,
  *   <|open|>tools<|sep|> or <|close|>message<|sep|>; the rest (closing
- *   tags, <|end_of_msg|>, a tool-call section) is not returned.
+ *   tags, <|end_of_msg|>, a tool-call section) is not returned. The
+ *   message closer or <|end_of_msg|> (the model's end of turn) inside the
+ *   think channel ends the reply too: it is never text.
  *
  * Text that may be the start of a marker is held until it is decided, so
  * feeding the text in any pieces gives the same two strings, and the

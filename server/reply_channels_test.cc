@@ -86,6 +86,10 @@ TEST(ReplyChannelsTest, ThinkThenResponseThenTheTrailerIsDropped) {
   Expect("r<|close|>think<|sep|><|open|>response<|sep|>c<|open|>tools<|sep|><|open|>call tool=\"f\""
          "<|sep|><|close|>call<|sep|><|close|>tools<|sep|>",
          R, "r", "c");
+  // the end of turn inside the think channel ends the reply (not text)
+  Expect("only thoughts<|end_of_msg|>", R, "only thoughts", "");
+  Expect("t<|close|>message<|sep|><|end_of_msg|>", R, "t", "");
+  Expect("t<|close|>think<|sep|>c<|end_of_msg|>", R, "t", "c");
   // thinking off: the reply starts in the response
   Expect("plain answer<|close|>response<|sep|><|end_of_msg|>", C, "", "plain answer");
   Expect("<|open|>response<|sep|>again", C, "", "again");
