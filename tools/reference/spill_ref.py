@@ -337,6 +337,18 @@ class Container:
             raise FormatError(f"manifest: arch.activation {a['activation']!r} not supported")
         if not 0 <= a["n_dense_layers"] <= a["n_layers"]:
             raise FormatError("manifest: arch.n_dense_layers out of range")
+        # Kimi K3's parts (docs/MODEL.md "Kimi K3 as released") are computed by
+        # tools/reference/kimi_k3_ref.py from the checkpoint, not here: a
+        # container that sets any of them is refused, never computed as if
+        # they were absent
+        k3_parts = [("arch.", a, "attn_res_block", 0), ("arch.mla.", a.get("mla") or {}, "out_gate", False),
+                    ("arch.kda.", a.get("kda") or {}, "gate_lower_bound", 0),
+                    ("arch.moe.", a.get("moe") or {}, "latent_norm", "input"),
+                    ("arch.moe.", a.get("moe") or {}, "norm_min", 0)]
+        for where, obj, key, absent in k3_parts:
+            if isinstance(obj, dict) and key in obj and obj[key] != absent:
+                raise FormatError(f"manifest: {where}{key} {obj[key]!r} (Kimi K3 as released) "
+                                  "not supported by this reference (kimi_k3_ref.py computes it)")
         kinds = _get(a, "layer_attn", list, "arch.")
         if len(kinds) != a["n_layers"]:
             raise FormatError("manifest: arch.layer_attn length != n_layers")

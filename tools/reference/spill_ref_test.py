@@ -476,6 +476,34 @@ class ContainerTest(unittest.TestCase):
         with self.assertRaisesRegex(R.FormatError, "computed"):
             R.Container(d)
 
+    def test_kimi_k3_parts_are_refused_not_ignored(self):
+        # a container naming a part of Kimi K3 as released (attention
+        # residuals, MLA output gate, bounded KDA decay, latent norm on the
+        # routed sum, the renormalisation clamp) is refused: this reference
+        # does not compute them, and must not compute the model without them
+        import json
+        d = tmpdir("k3parts")
+        build_model(d, self.a, seed=5, expert_dtype="f32")
+        mp = os.path.join(d, "manifest.json")
+        with open(mp) as f:
+            base = json.load(f)
+        R.Container(d)  # as written: accepted
+        cases = [(("arch",), "attn_res_block", 2), (("arch", "mla"), "out_gate", True),
+                 (("arch", "kda"), "gate_lower_bound", -5.0),
+                 (("arch", "moe"), "latent_norm", "output"), (("arch", "moe"), "norm_min", 6.1e-05)]
+        for path, key, value in cases:
+            m = json.loads(json.dumps(base))
+            obj = m
+            for p in path:
+                obj = obj.setdefault(p, {})
+            obj[key] = value
+            with open(mp, "w") as f:
+                json.dump(m, f)
+            with self.assertRaisesRegex(R.FormatError, key + ".*Kimi K3"):
+                R.Container(d)
+        with open(mp, "w") as f:
+            json.dump(base, f)
+
     def test_same_weights_in_other_dtypes_give_identical_logits(self):
         # Write the dequantised values of the mixed-dtype container as f32 (all
         # are exactly representable) and compare full forward passes.
