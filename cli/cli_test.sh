@@ -94,6 +94,26 @@ for bad in "--temp abc" "--temp nan" "--temp -1" "--top-p -1" "--top-p 1.5" "--t
 done
 run run "$tmp/nano" hello -n 2 --temp 0.8 --top-p 0.9 --sample-seed 3
 [ "$rc" = 0 ] || fail "spill run with valid sampling knobs: exit $rc: $err"
+# spill run --session (issue 31): the first run saves, the second loads,
+# reuses every saved token and prefills only its own; another ctx is refused
+# by name and leaves the file as it was; --session with --chat is a usage error
+ses="$tmp/run.session"
+run run "$tmp/nano" hello -n 4 --ctx 512 --session "$ses" --json
+[ "$rc" = 0 ] && [ -s "$ses" ] || fail "run --session: exit $rc, no session file: $err"
+saved1=$(sed -n 's/.*"session_saved_tokens": \([0-9-]*\).*/\1/p' <<<"$err")
+[ "${saved1:-0}" -ge 6 ] || fail "run --session: saved '$saved1' tokens: $err"
+[[ "$err" == *'"tokens_cached": 0,'* ]] || fail "run --session (new): cached tokens: $err"
+run run "$tmp/nano" " again" -n 3 --ctx 512 --session "$ses" --json
+[ "$rc" = 0 ] || fail "run --session (resume): exit $rc: $err"
+[[ "$err" == *"\"session_loaded_tokens\": $saved1,"* ]] || fail "run --session: not loaded: $err"
+[[ "$err" == *"\"tokens_cached\": $saved1,"* ]] || fail "run --session: not reused: $err"
+[[ "$err" == *'"tokens_prefill": 6,'* ]] || fail "run --session: prefilled other than ' again': $err"
+cp "$ses" "$ses.before"
+run run "$tmp/nano" more -n 2 --ctx 256 --session "$ses"
+[ "$rc" = 1 ] && [[ "$err" == *SPILL_E_SESSION* ]] && [[ "$err" == *"saved at ctx 512"* ]] ||
+  fail "run --session, another ctx: exit $rc: $err"
+cmp -s "$ses" "$ses.before" || fail "run --session: a refused load changed the file"
+expect_usage_error "run --session --chat" run "$tmp/nano" hi --chat --session "$ses"
 expect_usage_error "item 14: --results without value" exp "$tmp/x.json" --results
 [[ "$err" == *"--results needs a value"* ]] || fail "item 14: --results: ${err:0:120}"
 [[ "$err" != *"unknown option"* ]] || fail "item 14: --results called an unknown option"

@@ -9,14 +9,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/spill.h"
 
-const char cmd_run_usage[] = "usage: spill run MODEL PROMPT [-n N] [--chat] [sampling knobs] [engine knobs]\n"
-                             "-n N: tokens to generate (64)\n"
-                             "--chat: PROMPT is a user message, rendered with the model's chat template\n";
+const char cmd_run_usage[] =
+    "usage: spill run MODEL PROMPT [-n N] [--chat] [--session FILE] [--json] [sampling knobs]\n"
+    "                 [engine knobs]\n"
+    "-n N: tokens to generate (64)\n"
+    "--chat: PROMPT is a user message, rendered with the model's chat template\n"
+    "--session FILE: continue the conversation saved in FILE (if it exists: PROMPT's tokens\n"
+    "  are appended to it and only they are prefilled) and save it there at the end\n"
+    "  (docs/FORMAT.md \"Session files\"; not with --chat)\n"
+    "--json: the closing summary as one JSON object on stderr\n";
 
 /* cli/cmd_chat.c */
 int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
@@ -39,14 +47,69 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
   return g_stop;
 }
 
+/* With a session FILE that exists, loads it into eng (*n_loaded: its
+ * tokens); then *toks (malloc'ed, *n of them) = the engine's tokens and
+ * PROMPT's (BOS only when nothing is held). A real tokenizer may turn an
+ * invalid byte into U+FFFD (3 bytes). */
+static int run_prompt(spill_engine *eng, const char *session, const char *prompt, int **toks,
+                      int *n, int *n_loaded, double *load_s, spill_err *e) {
+  struct stat sb;
+  if (session && stat(session, &sb) == 0) { /* load if present */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    SPILL_TRY(spill_session_load(eng, session, e));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *load_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    *n_loaded = spill_engine_tokens(eng, NULL);
+  }
+  const int *held = NULL;
+  const int n_held = spill_engine_tokens(eng, &held);
+  const int cap = n_held + (int)strlen(prompt) * 3 + 8;
+  *toks = malloc((size_t)cap * sizeof(int));
+  SPILL_FAIL_IF(e, !*toks, SPILL_E_NOMEM, "out of memory");
+  memcpy(*toks, held, (size_t)n_held * sizeof(int));
+  SPILL_TRY(spill_tokenize(eng, prompt, n_held == 0, *toks + n_held, cap - n_held, n, e));
+  *n += n_held;
+  return SPILL_OK;
+}
+
+typedef struct run_report {
+  const char *session;
+  int n_prompt, n_loaded, n_saved; /* n_saved -1: not saved */
+  int rc, interrupted;
+  double load_s; /* the session's load */
+} run_report;
+
+static void print_json(const run_report *r, const spill_run_stats *st) {
+  fprintf(stderr,
+          "{\"tokens_prompt\": %d, \"tokens_cached\": %d, \"tokens_prefill\": %d, "
+          "\"tokens_decode\": %d, \"prefill_s\": %.6f, \"decode_s\": %.6f, "
+          "\"decode_tok_per_s\": %.4f, \"reads\": %llu, \"bytes_read\": %llu, "
+          "\"session_loaded_tokens\": %d, \"session_load_s\": %.6f, \"session_saved_tokens\": %d, "
+          "\"status\": \"%s\"}\n",
+          r->n_prompt, st->tokens_cached, st->tokens_prefill, st->tokens_decode, st->prefill_s,
+          st->decode_s, st->decode_tok_per_s, (unsigned long long)st->reads,
+          (unsigned long long)st->bytes_read, r->n_loaded, r->load_s, r->n_saved,
+          spill_status_name(r->rc));
+}
+
+static void print_text(spill_engine *eng, const run_report *r, const spill_run_stats *st) {
+  if (r->rc == SPILL_OK || r->interrupted || r->rc == SPILL_E_NONFINITE)
+    cli_print_run_summary(eng, st);
+  if (r->session)
+    fprintf(stderr, "spill: session %s: %d tokens loaded, %d of the prompt's %d reused, %s\n",
+            r->session, r->n_loaded, st->tokens_cached, r->n_prompt,
+            r->n_saved >= 0 ? "saved" : "NOT saved (the run did not finish)");
+}
+
 int cmd_run(int argc, char **argv) {
   spill_config cfg;
   spill_config_default(&cfg);
   spill_sampling s;
   spill_sampling_default(&s);
   long n_new = 64;
-  int chat = 0;
-  const char *model = NULL, *prompt = NULL, *v;
+  int chat = 0, json = 0;
+  const char *model = NULL, *prompt = NULL, *session = NULL, *v;
   for (int i = 1; i < argc; i++) {
     int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG | CLI_KNOBS_SAMPLING, &cfg, &s);
     if (k < 0) return 2;
@@ -56,6 +119,11 @@ int cmd_run(int argc, char **argv) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 0, 1L << 24, &n_new)) return 2;
     } else if (!strcmp(a, "--chat")) {
       chat = 1;
+    } else if (!strcmp(a, "--session")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      session = v;
+    } else if (!strcmp(a, "--json")) {
+      json = 1;
     } else if (a[0] == '-') {
       return cli_usage_error("unknown option %s", a);
     } else if (!model) model = a;
@@ -63,6 +131,9 @@ int cmd_run(int argc, char **argv) {
     else return cli_usage_error("unexpected argument %s", a);
   }
   if (!model || !prompt) return cli_usage_error(model ? "no prompt" : "no model");
+  if (chat && session)
+    return cli_usage_error("--session continues a token conversation; use it without --chat");
+  if (chat && json) return cli_usage_error("--json is for plain runs; use it without --chat");
   spill_engine *eng;
   if (cli_open_engine("run", model, &cfg, &eng)) return 1;
   if (chat) {
@@ -84,11 +155,10 @@ int cmd_run(int argc, char **argv) {
     if (rc && rc != SPILL_E_INTERRUPTED) return cli_fail("run", rc, e.msg);
     return 0;
   }
-  /* a real tokenizer may turn an invalid byte into U+FFFD (3 bytes) */
-  int cap = (int)strlen(prompt) * 3 + 8, n = 0;
-  int *toks = malloc((size_t)cap * sizeof(int));
   spill_err e = {0};
-  int rc = toks ? spill_tokenize(eng, prompt, 1, toks, cap, &n, &e) : SPILL_E_NOMEM;
+  int n_loaded = 0, n = 0, *toks = NULL;
+  double load_s = 0;
+  int rc = run_prompt(eng, session, prompt, &toks, &n, &n_loaded, &load_s, &e);
   if (rc) {
     free(toks);
     spill_engine_close(eng);
@@ -99,17 +169,32 @@ int cmd_run(int argc, char **argv) {
   sa.sa_handler = on_sigint;
   sigaction(SIGINT, &sa, NULL);
   spill_run_stats st;
-  rc = spill_generate(eng, toks, n, (int)n_new, &s, on_token, NULL, &g_stop, &st, &e);
+  rc = spill_generate_next(eng, toks, n, (int)n_new, &s,
+                           session ? SPILL_GEN_REUSE | SPILL_GEN_CONTINUE_RNG : 0, on_token, NULL,
+                           &g_stop, &st, &e);
   fputs("\n", stdout);
   fflush(stdout);
+  /* a session is saved only after a whole run: an interrupted prefill
+   * leaves a partial state, never written over the old file */
+  int saved = 0;
+  spill_err se = {0};
+  int src = SPILL_OK;
+  if (session && rc == SPILL_OK) {
+    src = spill_session_save(eng, session, &se);
+    saved = src == SPILL_OK;
+  }
   /* The summary of what was done, after an interruption too (exit 130 like
    * a shell) and after non-finite logits (the summary notes the position);
    * another error is printed alone, not after a summary of nothing. */
   int interrupted = rc == SPILL_E_INTERRUPTED || (rc == SPILL_OK && g_stop);
   if (interrupted) fprintf(stderr, "spill run: interrupted: %s\n", rc ? e.msg : "stopped");
-  if (rc == SPILL_OK || interrupted || rc == SPILL_E_NONFINITE) cli_print_run_summary(eng, &st);
+  const run_report r = {session, n,  n_loaded, saved ? spill_engine_tokens(eng, NULL) : -1,
+                        rc,      interrupted, load_s};
+  if (json) print_json(&r, &st);
+  else print_text(eng, &r, &st);
   free(toks);
   spill_engine_close(eng);
   if (rc && !interrupted) return cli_fail("run", rc, e.msg);
+  if (src) return cli_fail("run", src, se.msg);
   return interrupted ? 130 : 0;
 }

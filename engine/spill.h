@@ -445,6 +445,10 @@ typedef struct spill_run_stats {
   /* -1; else the position whose logits held a NaN or Inf: spill_generate
    * refuses to sample from them (SPILL_E_NONFINITE) and stops there. */
   int nonfinite_pos;
+  /* prompt tokens whose state was kept from the engine's conversation
+   * (spill_generate_next with SPILL_GEN_REUSE), not run again; tokens_prefill
+   * counts the prompt tokens that were run */
+  int tokens_cached;
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop.
@@ -460,6 +464,56 @@ typedef int (*spill_token_cb)(void *user, int token, const char *text,
 int spill_generate(spill_engine *eng, const int *prompt, int n_prompt, int n_new,
                    const spill_sampling *s, spill_token_cb cb, void *user,
                    volatile int *stop_flag, spill_run_stats *stats, spill_err *e);
+
+/* ------------------------------------------------------------------------ */
+/* Conversations (docs/MODEL.md "Conversations and sessions"). An engine
+ * holds the tokens whose attention state its model holds: after a
+ * generation, the prompt and every generated token but a final EOS; after
+ * spill_eval, its tokens. spill_generate starts from nothing every time;
+ * spill_generate_next can keep what the engine holds. */
+
+/* SPILL_GEN_REUSE: keep the state of the longest common prefix of the
+ * engine's tokens and the prompt and run only the rest (at least the last
+ * prompt token, unless the prompt equals the engine's tokens and their last
+ * logits are held). Positional caches (GQA, MLA) are cut back to the
+ * common prefix; a model with a recurrent state (KDA) keeps it only when
+ * the engine's tokens are all a prefix of the prompt, else it runs the
+ * whole prompt. stats->tokens_cached = the tokens kept. The logits are
+ * bit-identical to running the whole prompt.
+ * SPILL_GEN_CONTINUE_RNG: when every engine token is kept and the sampling
+ * seed equals the one the engine's last generation drew with, the sampler
+ * goes on with that generator (so turns of a conversation draw as one
+ * sampler would); otherwise it starts from the seed. */
+#define SPILL_GEN_REUSE 1
+#define SPILL_GEN_CONTINUE_RNG 2
+
+/* spill_generate with flags (SPILL_GEN_*; 0 = spill_generate). */
+int spill_generate_next(spill_engine *eng, const int *prompt, int n_prompt, int n_new,
+                        const spill_sampling *s, int flags, spill_token_cb cb, void *user,
+                        volatile int *stop_flag, spill_run_stats *stats, spill_err *e);
+/* The engine's tokens (borrowed into *tokens, may be NULL; valid until the
+ * next call on the engine); returns their count. */
+int spill_engine_tokens(const spill_engine *eng, const int **tokens);
+
+/* Session files (docs/FORMAT.md "Session files"): the engine's tokens, the
+ * attention state they left in every layer (GQA keys and values, MLA
+ * latents, KDA recurrent states and conv rings), the last logits and the
+ * sampler's generator, bound to the container (its id, name and an
+ * attention-layout checksum) and to the engine's ctx.
+ * spill_session_save writes FILE atomically (a temp file beside it, fsync,
+ * rename, fsync of the directory): SPILL_E_IO naming the file; the old file
+ * is intact on failure.
+ * spill_session_load replaces the engine's conversation with FILE's, so
+ * that spill_generate_next(SPILL_GEN_REUSE | SPILL_GEN_CONTINUE_RNG) goes
+ * on bit-identically to an engine that never stopped. Errors:
+ * SPILL_E_SESSION naming both sides for another model or ctx, SPILL_E_VERSION,
+ * SPILL_E_CHECKSUM (header or body crc32), SPILL_E_FORMAT (not a session
+ * file, truncated, trailing bytes, a count or token out of range),
+ * SPILL_E_IO. On failure the engine's conversation is empty (nothing is
+ * kept: the next generation starts from the beginning). Neither call may
+ * run during a generation on the same engine. */
+int spill_session_save(spill_engine *eng, const char *file, spill_err *e);
+int spill_session_load(spill_engine *eng, const char *file, spill_err *e);
 
 /* Experiment support: drop every cached expert (and reset the counters when
  * reset_counters), change the budget (re-plans the cache: slots grow or

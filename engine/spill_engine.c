@@ -96,6 +96,9 @@ struct spill_engine {
   /* the last expert preload (cfg.preload all): engine/stream's stats */
   spill_stream_preload_stats pre;
   int pre_fresh; /* the cache is as the last preload left it (no forward call since) */
+  /* the conversation (spill_generate_next, spill_session_*): the tokens
+   * whose state the model holds, the last logits, the sampler's generator */
+  spill_engine_conv conv;
 };
 
 /* ------------------------------------------------------------ wrappers */
@@ -379,7 +382,10 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   g->cap_tok = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 16;
   g->L = calloc((size_t)g->a->n_layers, sizeof *g->L);
   g->logits = malloc((size_t)g->vocab * sizeof(float));
-  if (!g->L || !g->logits) {
+  g->conv.tokens = malloc((size_t)g->cfg.ctx * sizeof(int));
+  g->conv.logits = g->logits;
+  g->conv.logits_pos = -1;
+  if (!g->L || !g->logits || !g->conv.tokens) {
     rc = spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
     goto fail;
   }
@@ -439,6 +445,7 @@ void spill_engine_close(spill_engine *g) {
   spill_trace_free(&g->route_trace); /* after the model: it borrowed the ids */
   free(g->route_trace_path);
   free(g->logits);
+  free(g->conv.tokens);
   if (g->profile) fclose(g->profile);
   spill_trace_writer_close(&g->trace);
   free(g->dir);
@@ -641,7 +648,11 @@ static int step(spill_engine *g, const int *toks, int n, int pos, int prefill, f
   int rc = spill_model_forward(g->m, toks, n, pos, logits, e);
   g->in_prefill = 0;
   take(g, &b);
+  g->conv.logits_pos = -1;
   if (rc < 0) return rc;
+  /* the conversation: tokens [0, n_past) are the model's state */
+  memcpy(g->conv.tokens + pos, toks, (size_t)n * sizeof(int));
+  if (logits == g->logits) g->conv.logits_pos = pos + n;
   if (st) accumulate(st, &a, &b);
   write_profile(g, pos, n, prefill, &a, &b);
   write_trace(g, pos, prefill);
@@ -677,6 +688,7 @@ int spill_eval(spill_engine *g, const int *tokens, int n, int chunked, float *lo
   SPILL_FAIL_IF(e, n < 1, SPILL_E_INVALID_ARG, "eval: no tokens");
   SPILL_TRY(check_routing_positions(g, "eval", n, e));
   g->pre_fresh = 0;
+  g->conv.rng_valid = 0;
   spill_model_reset(g->m);
   g->tok_counter = 0;
   if (logits_all || !chunked) {
@@ -692,10 +704,10 @@ int spill_eval(spill_engine *g, const int *tokens, int n, int chunked, float *lo
   return step(g, tokens, n, 0, 1, logits_last ? logits_last : g->logits, NULL, e);
 }
 
-/* Zeroes the per-run state: the model's position, latency window, token
- * counter and lookahead scores. */
-static void reset_run(spill_engine *g) {
-  spill_model_reset(g->m);
+/* Zeroes the per-run state: the latency window, token counter and
+ * lookahead scores (and the model's position unless keep_seq). */
+static void reset_run(spill_engine *g, int keep_seq) {
+  if (!keep_seq) spill_model_reset(g->m);
   spill_stream_run_latency_reset(g->st);
   g->tok_counter = 0;
   g->la_predicted = g->la_correct = 0;
@@ -708,13 +720,13 @@ static void reset_run(spill_engine *g) {
 /* The prompt: one forward call (and one profile row) per prefill chunk; the
  * stop flag is checked between chunks and, inside a forward, between
  * layers. Fills st's prefill time and tokens. */
-static int run_prefill(spill_engine *g, const int *prompt, int n_prompt, volatile int *stop_flag,
-                       spill_run_stats *st, spill_err *e) {
+static int run_prefill(spill_engine *g, const int *prompt, int start, int n_prompt,
+                       volatile int *stop_flag, spill_run_stats *st, spill_err *e) {
   int rc = SPILL_OK;
   uint64_t t0 = spill_clock_ns();
   int chunk = g->cfg.prefill_chunk > 0 ? g->cfg.prefill_chunk : 1;
-  int prefilled = 0;
-  for (int i = 0; i < n_prompt && rc == SPILL_OK; i += chunk) {
+  int prefilled = start;
+  for (int i = start; i < n_prompt && rc == SPILL_OK; i += chunk) {
     if (stop_flag && *stop_flag) {
       rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d of %d prompt tokens",
                          i, n_prompt);
@@ -728,7 +740,7 @@ static int run_prefill(spill_engine *g, const int *prompt, int n_prompt, volatil
                     prefilled, n_prompt);
   }
   st->prefill_s = (double)(spill_clock_ns() - t0) / 1e9;
-  st->tokens_prefill = prefilled;
+  st->tokens_prefill = prefilled - start;
   return rc;
 }
 
@@ -837,9 +849,32 @@ static int run_decode(spill_engine *g, spill_sampler *smp, int pos, int n_new, s
   return rc;
 }
 
+/* How many leading prompt tokens the model's state can keep
+ * (SPILL_GEN_REUSE): the common prefix of the conversation and the prompt,
+ * at most n_prompt - 1 so the last prompt token is run for its logits,
+ * unless the prompt is the whole conversation and its last logits are
+ * still held (then n_prompt: nothing to run). Positional caches (GQA, MLA)
+ * are cut back to any shorter prefix; a recurrent state (KDA) cannot be, so
+ * a model with one keeps the prefix only when it is the whole conversation. */
+static int reusable_prefix(const spill_engine *g, const int *prompt, int n_prompt) {
+  const int n_cur = spill_model_n_past(g->m);
+  int k = 0;
+  while (k < n_cur && k < n_prompt && g->conv.tokens[k] == prompt[k]) k++;
+  if (k == n_cur && k == n_prompt && g->conv.logits_pos == n_cur) return k;
+  if (k >= n_prompt) k = n_prompt - 1;
+  if (k < n_cur && spill_model_recurrent(g->m)) return 0;
+  return k;
+}
+
 int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
                    const spill_sampling *s, spill_token_cb cb, void *user,
                    volatile int *stop_flag, spill_run_stats *stats, spill_err *e) {
+  return spill_generate_next(g, prompt, n_prompt, n_new, s, 0, cb, user, stop_flag, stats, e);
+}
+
+int spill_generate_next(spill_engine *g, const int *prompt, int n_prompt, int n_new,
+                        const spill_sampling *s, int flags, spill_token_cb cb, void *user,
+                        volatile int *stop_flag, spill_run_stats *stats, spill_err *e) {
   spill_run_stats local;
   spill_run_stats *st = stats ? stats : &local;
   memset(st, 0, sizeof *st);
@@ -860,13 +895,28 @@ int spill_generate(spill_engine *g, const int *prompt, int n_prompt, int n_new,
     so.top_p = s->top_p;
     so.seed = s->seed;
   }
+  for (int i = 0; i < n_prompt; i++)
+    SPILL_FAIL_IF(e, prompt[i] < 0 || prompt[i] >= g->vocab, SPILL_E_RANGE,
+                  "generate: token %d at index %d out of range (vocab %d)", prompt[i], i, g->vocab);
   spill_sampler smp;
   SPILL_TRY(spill_sampler_init(&smp, &so, g->vocab, e));
-  reset_run(g);
+  const int n_cur = spill_model_n_past(g->m);
+  const int keep = flags & SPILL_GEN_REUSE ? reusable_prefix(g, prompt, n_prompt) : 0;
+  /* the sampler goes on with the conversation's generator when the whole
+   * conversation is kept and the seed is the one it was drawn with */
+  if (flags & SPILL_GEN_CONTINUE_RNG && keep > 0 && keep == n_cur && g->conv.rng_valid &&
+      g->conv.seed == so.seed)
+    smp.rng = g->conv.rng;
+  reset_run(g, keep > 0);
+  int rc = keep > 0 ? spill_model_state_restore(g->m, keep, e) : SPILL_OK;
+  st->tokens_cached = keep;
   st->paging_token = -1;
   spill_model_set_stop(g->m, stop_flag);
-  int rc = run_prefill(g, prompt, n_prompt, stop_flag, st, e);
+  if (rc == SPILL_OK) rc = run_prefill(g, prompt, keep, n_prompt, stop_flag, st, e);
   rc = run_decode(g, &smp, n_prompt, n_new, cb, user, stop_flag, st, rc, e);
+  g->conv.seed = so.seed;
+  g->conv.rng = smp.rng;
+  g->conv.rng_valid = 1;
   /* prefetches still in flight belong to this run: wait for them so the
    * counters are exact (reads == misses + prefetches issued) */
   snap qa, qb;
@@ -965,3 +1015,14 @@ int spill_engine_set_knob(spill_engine *g, const char *key, const char *value, s
   /* a row marked live without an apply kind: our bug */
   return spill_err_set(e, SPILL_E_INTERNAL, "knob '%s' is marked live but has no handler", key);
 }
+
+/* ------------------------------------------------------------ conversation */
+
+int spill_engine_tokens(const spill_engine *g, const int **tokens) {
+  if (tokens) *tokens = g->conv.tokens;
+  return spill_model_n_past(g->m);
+}
+
+spill_engine_conv *spill_engine_conv_of(spill_engine *g) { return &g->conv; }
+spill_model *spill_engine_model_of(spill_engine *g) { return g->m; }
+const char *spill_engine_dir_of(const spill_engine *g) { return g->dir; }

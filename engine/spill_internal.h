@@ -29,6 +29,24 @@ int spill_plan_model_run(const char *model_dir, const spill_model_mem_opts *o,
                          uint64_t budget_bytes, uint64_t usable_ram, spill_plan *plan,
                          spill_err *e);
 
+/* The conversation an engine holds (spill_engine.c keeps it; spill_session.c
+ * saves and restores it): tokens[0, n_past) are the tokens whose state the
+ * model holds (n_past = spill_model_n_past); logits (vocab floats) are
+ * position logits_pos - 1's when logits_pos == n_past; the sampler's
+ * generator state rng, drawn from seed, when rng_valid. */
+typedef struct spill_engine_conv {
+  int *tokens;   /* (ctx) */
+  float *logits; /* (vocab) */
+  int logits_pos;
+  uint64_t seed, rng;
+  int rng_valid;
+} spill_engine_conv;
+struct spill_model;
+/* Borrowed views of an open engine's parts. */
+spill_engine_conv *spill_engine_conv_of(spill_engine *g);
+struct spill_model *spill_engine_model_of(spill_engine *g);
+const char *spill_engine_dir_of(const spill_engine *g);
+
 /* Test hook: the nth reallocation of an engine's per-layer tables from now
  * fails (as out of memory); 0 disarms it. Process-wide, not thread-safe:
  * tests only. */

@@ -31,6 +31,7 @@ static const struct {
     {SPILL_E_TMPL_OUTPUT, "SPILL_E_TMPL_OUTPUT", "chat template output budget exceeded"},
     {SPILL_E_TMPL_MEMORY, "SPILL_E_TMPL_MEMORY", "chat template memory budget exceeded"},
     {SPILL_E_NONFINITE, "SPILL_E_NONFINITE", "not a finite number"},
+    {SPILL_E_SESSION, "SPILL_E_SESSION", "session state of another model or context size"},
 };
 
 const char *spill_status_name(int status) {

@@ -39,6 +39,7 @@ typedef enum spill_status {
   SPILL_E_TMPL_OUTPUT = -18,      /* a template rendered more bytes than its budget */
   SPILL_E_TMPL_MEMORY = -19,      /* a template rendering allocated past its budget */
   SPILL_E_NONFINITE = -20,       /* a NaN or Inf where numbers must be finite (weights, logits) */
+  SPILL_E_SESSION = -21,         /* a session file belongs to another model or context size */
 } spill_status;
 
 /* Static, never-NULL name of a status ("SPILL_E_FORMAT"); unknown codes give

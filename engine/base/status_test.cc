@@ -19,7 +19,7 @@ int propagates(spill_err *e) {
 }
 
 TEST(StatusTest, EveryCodeHasANameAndMessage) {
-  for (int c = 0; c >= SPILL_E_NONFINITE; c--) {
+  for (int c = 0; c >= SPILL_E_SESSION; c--) {
     EXPECT_STRNE(spill_status_name(c), "SPILL_E_UNKNOWN") << c;
     EXPECT_STRNE(spill_status_str(c), "unknown status") << c;
   }

@@ -120,6 +120,18 @@ static int gqa_load(spill_model *m, int l, spill_err *e) {
   return SPILL_OK;
 }
 
+/* Keys and values of positions [0, n_past): the head of each half. */
+static int gqa_live_state(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
+                          uint64_t n[2]) {
+  const uint64_t row = (uint64_t)a->gqa.n_kv_heads * (uint64_t)a->gqa.head_dim;
+  off[0] = 0;
+  n[0] = n_past * row;
+  off[1] = ctx * row;
+  n[1] = n_past * row;
+  return 2;
+}
+
 const spill_attn_ops spill_attn_gqa_ops = {
     "gqa", gqa_check, gqa_state_floats, gqa_bind_state, 0, gqa_scratch, gqa_load, gqa_run,
+    gqa_live_state,
 };

@@ -224,6 +224,19 @@ static int kda_load(spill_model *m, int l, spill_err *e) {
   return SPILL_OK;
 }
 
+/* All of it (S and the rings, indexed by position modulo K-1), whatever n_past. */
+static int kda_live_state(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
+                          uint64_t n[2]) {
+  (void)n_past;
+  uint64_t part[2];
+  kda_state_floats(a, ctx, part);
+  off[0] = 0;
+  n[0] = part[0] + part[1];
+  off[1] = n[1] = 0;
+  return 1;
+}
+
 const spill_attn_ops spill_attn_kda_ops = {
     "kda", kda_check, kda_state_floats, kda_bind_state, 1, kda_scratch, kda_load, kda_run,
+    kda_live_state,
 };

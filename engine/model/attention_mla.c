@@ -236,6 +236,17 @@ static int mla_load(spill_model *m, int l, spill_err *e) {
   return SPILL_OK;
 }
 
+/* Latent and rope key of positions [0, n_past). */
+static int mla_live_state(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
+                          uint64_t n[2]) {
+  (void)ctx;
+  off[0] = 0;
+  n[0] = n_past * ((uint64_t)a->mla.kv_lora_rank + (uint64_t)a->mla.qk_rope_dim);
+  off[1] = n[1] = 0;
+  return 1;
+}
+
 const spill_attn_ops spill_attn_mla_ops = {
     "mla", mla_check, mla_state_floats, mla_bind_state, 0, mla_scratch, mla_load, mla_run,
+    mla_live_state,
 };

@@ -41,6 +41,29 @@ static int alloc_state(spill_model *m, spill_err *e) {
   return SPILL_OK;
 }
 
+int spill_model_state_spans(spill_model *m, int l, int n_past, float *ptr[2], uint64_t n[2]) {
+  if (!m || l < 0 || l >= m->a.n_layers || n_past < 0 || n_past > m->o.ctx || !m->state) return 0;
+  const spill_layer_weights *L = &m->L[l];
+  uint64_t off[2] = {0, 0};
+  n[0] = n[1] = 0;
+  const int k = L->attn->live_state(&m->a, (uint64_t)m->o.ctx, (uint64_t)n_past, off, n);
+  for (int i = 0; i < k; i++) ptr[i] = L->state + off[i];
+  return k;
+}
+
+int spill_model_recurrent(const spill_model *m) {
+  for (int l = 0; l < m->a.n_layers; l++)
+    if (m->L[l].attn->reset_zero) return 1;
+  return 0;
+}
+
+int spill_model_state_restore(spill_model *m, int n_past, spill_err *e) {
+  SPILL_FAIL_IF(e, !m || n_past < 0 || n_past > m->o.ctx, SPILL_E_RANGE,
+                "state restore: %d tokens outside ctx %d", n_past, m ? m->o.ctx : 0);
+  m->n_past = n_past;
+  return SPILL_OK;
+}
+
 void spill_model_reset(spill_model *m) {
   if (!m) return;
   /* Caches read only below n_past (MLA, GQA) are never cleared (their pages

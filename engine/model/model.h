@@ -148,6 +148,20 @@ void spill_model_set_stop(spill_model *m, volatile int *stop);
 void spill_model_set_expert_source(spill_model *m, const spill_expert_source *src);
 void spill_model_set_observer(spill_model *m, const spill_model_observer *obs);
 
+/* Sequence state for saving and restoring a conversation (engine's
+ * spill_session_save / load). spill_model_state_spans: the floats of layer
+ * l's state that a continuation after n_past tokens reads (n_past <= ctx),
+ * as up to 2 writable spans ptr[i][0..n[i]) in a fixed order; returns the
+ * span count (0 for a bad layer or n_past). spill_model_state_restore:
+ * after the caller has filled the spans for n_past (starting from a reset
+ * model), makes n_past the position the next forward continues from
+ * (SPILL_E_RANGE past ctx). */
+int spill_model_state_spans(spill_model *m, int l, int n_past, float *ptr[2], uint64_t n[2]);
+int spill_model_state_restore(spill_model *m, int n_past, spill_err *e);
+/* 1 when some layer's state is recurrent (KDA): it cannot be cut back to
+ * a shorter prefix by lowering n_past, as positional caches (GQA, MLA) can. */
+int spill_model_recurrent(const spill_model *m);
+
 /* Borrowed views, valid until close. */
 const spill_arch *spill_model_arch(const spill_model *m);
 const spill_container *spill_model_container(const spill_model *m);

@@ -286,6 +286,11 @@ struct spill_attn_ops {
   int (*load)(spill_model *m, int l, spill_err *e);
   /* out (D) = ATTN(l)(h (D), pos); updates the layer's state. */
   int (*run)(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
+  /* The part of a layer's state (ctx tokens) a continuation after n_past
+   * tokens reads: up to 2 spans [off, off + n) of floats into L->state, in
+   * order; returns how many. What a saved session holds (spill_session.c). */
+  int (*live_state)(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
+                    uint64_t n[2]);
 };
 extern const spill_attn_ops spill_attn_gqa_ops, spill_attn_mla_ops, spill_attn_kda_ops;
 /* The row of an attention kind; NULL for a value out of range. */
