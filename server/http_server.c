@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,6 +68,7 @@ struct job {
   size_t out_len, out_off, out_cap;
   spill_srv_text text;
   int prompt_tokens, completion_tokens;
+  int cached_tokens; /* prompt tokens whose state the engine kept (prefix reuse) */
   int last_token;
   const char *finish;         /* "stop" | "length" | NULL */
   int oom;
@@ -80,6 +82,7 @@ struct spill_server {
   spill_engine *eng;
   spill_server_opts o;
   char *host, *api_key, *trace_dir, *model_id;
+  char *session_file; /* session_dir/conversation.session, or NULL */
   struct MHD_Daemon *d;
   int port, ctx, eos_id;
   long long started;
@@ -189,6 +192,8 @@ static cJSON *usage_obj(const job *j) {
   cJSON_AddNumberToObject(u, "prompt_tokens", j->prompt_tokens);
   cJSON_AddNumberToObject(u, "completion_tokens", j->completion_tokens);
   cJSON_AddNumberToObject(u, "total_tokens", j->prompt_tokens + j->completion_tokens);
+  cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+  cJSON_AddNumberToObject(d, "cached_tokens", j->cached_tokens);
   return u;
 }
 
@@ -491,6 +496,7 @@ static void finish_job(spill_server *s, job *j, int rc, const spill_run_stats *s
   pthread_mutex_lock(&s->mu);
   spill_srv_finish fin;
   j->completion_tokens = st->tokens_decode;
+  j->cached_tokens = st->tokens_cached;
   if (spill_srv_text_finish(&j->text)) j->oom = 1;
   if (j->oom) {
     rc = SPILL_E_NOMEM;
@@ -537,11 +543,14 @@ static void finish_job(spill_server *s, job *j, int rc, const spill_run_stats *s
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&s->mu);
   if (!s->o.quiet)
-    fprintf(stderr, "spill serve: %s %s %d prompt + %d generated tokens, %s, hits %llu misses %llu\n",
+    fprintf(stderr,
+            "spill serve: %s %s %d prompt + %d generated tokens, %s, hits %llu misses %llu, "
+            "%d prompt tokens cached\n",
             j->id, j->req.kind == SPILL_SRV_CHAT ? "chat" : "completion", j->prompt_tokens,
             j->completion_tokens,
             fin == SPILL_FIN_CANCELLED ? "cancelled" : fin == SPILL_FIN_ERROR ? "error" : j->finish,
-            (unsigned long long)st->demand_hits, (unsigned long long)st->demand_misses);
+            (unsigned long long)st->demand_hits, (unsigned long long)st->demand_misses,
+            j->cached_tokens);
 }
 
 static void run_job(spill_server *s, job *j) {
@@ -565,10 +574,21 @@ static void run_job(spill_server *s, job *j) {
   spill_run_stats st;
   memset(&st, 0, sizeof st);
   spill_err e = {0};
-  int rc = spill_generate(s->eng, toks, n, n_new, &smp, on_token, j, NULL, &st, &e);
+  /* the next turn of the conversation the engine holds prefills only its
+   * new tokens; the sampler starts from the request's seed either way, so
+   * the reply is the one a full prefill gives (docs/SERVER.md) */
+  int rc = spill_generate_next(s->eng, toks, n, n_new, &smp,
+                               s->o.no_prefix_reuse ? 0 : SPILL_GEN_REUSE, on_token, j, NULL, &st,
+                               &e);
   free(toks);
   trace_knobs(s, j, 0);
   finish_job(s, j, rc, &st, &e);
+  if (s->session_file) { /* what the engine now holds, for a restart */
+    spill_err se = {0};
+    int src = spill_session_save(s->eng, s->session_file, &se);
+    if (src)
+      fprintf(stderr, "spill serve: session not saved: %s (%s)\n", se.msg, spill_status_name(src));
+  }
 }
 
 void spill_server_run(spill_server *s, volatile sig_atomic_t *stop) {
@@ -1113,6 +1133,11 @@ int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_serve
   s->api_key = o->api_key && *o->api_key ? dup_s(o->api_key) : NULL;
   s->trace_dir = o->trace_dir && *o->trace_dir ? dup_s(o->trace_dir) : NULL;
   s->model_id = dup_s(o->model_id ? o->model_id : spill_engine_info(eng)->name);
+  if (o->session_dir && *o->session_dir) {
+    size_t n = strlen(o->session_dir) + 32;
+    s->session_file = malloc(n);
+    if (s->session_file) snprintf(s->session_file, n, "%s/conversation.session", o->session_dir);
+  }
   s->ctx = spill_engine_config(eng)->ctx;
   s->eos_id = spill_engine_info(eng)->eos_id;
   s->started = (long long)time(NULL);
@@ -1126,9 +1151,23 @@ int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_serve
   s->m.cache_slots = cfg->storage == SPILL_STORAGE_MMAP ? 0
                      : cfg->cache_slots >= 0           ? (uint64_t)cfg->cache_slots
                                                        : spill_engine_plan(eng)->cache_slots;
-  if (!s->host || !s->model_id || (o->api_key && *o->api_key && !s->api_key)) {
+  if (!s->host || !s->model_id || (o->api_key && *o->api_key && !s->api_key) ||
+      (o->session_dir && *o->session_dir && !s->session_file)) {
     spill_server_close(s);
     return spill_err_set(e, SPILL_E_NOMEM, "out of memory");
+  }
+  struct stat sst;
+  if (s->session_file && stat(s->session_file, &sst) == 0) {
+    /* the conversation of the last run; another model's or ctx's, or a
+     * damaged file, is refused rather than overwritten */
+    int rc = spill_session_load(eng, s->session_file, e);
+    if (rc) {
+      spill_server_close(s);
+      return rc;
+    }
+    if (!s->o.quiet)
+      fprintf(stderr, "spill serve: session %s: %d tokens loaded\n", s->session_file,
+                      spill_engine_tokens(eng, NULL));
   }
   /* a model directory with a tokenizer (spill_engine_tokenizer): chat goes
    * through its own template when it has one */
@@ -1232,5 +1271,6 @@ void spill_server_close(spill_server *s) {
   free(s->api_key);
   free(s->trace_dir);
   free(s->model_id);
+  free(s->session_file);
   free(s);
 }

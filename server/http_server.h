@@ -32,6 +32,12 @@ typedef struct spill_server_opts {
   const char *model_id;  /* the id served in /v1/models and required in requests */
   size_t max_body;       /* request body cap in bytes (413 past it); 0 = 1 MiB */
   int quiet;             /* no access log on stderr */
+  /* The engine's conversation across restarts: loaded at open from
+   * DIR/conversation.session when it exists (a session of another model or
+   * ctx, or a damaged one, fails the open with its error), saved there
+   * after every generation. NULL = none. */
+  const char *session_dir;
+  int no_prefix_reuse; /* 1: every request prefills its whole prompt (the reference) */
 } spill_server_opts;
 
 typedef struct spill_server spill_server;
@@ -39,7 +45,8 @@ typedef struct spill_server spill_server;
 /* Starts listening. eng is borrowed (must outlive the server) and must only
  * be driven by spill_server_run's thread from now on. On success *out is
  * owned by the caller: spill_server_close. Errors: SPILL_E_IO (bind, with
- * the reason), SPILL_E_CONFIG (bad host), SPILL_E_NOMEM. */
+ * the reason), SPILL_E_CONFIG (bad host), SPILL_E_NOMEM, and
+ * spill_session_load's for a session_dir's file. */
 int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_server **out,
                       spill_err *e);
 /* The port actually bound. */

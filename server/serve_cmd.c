@@ -28,7 +28,7 @@ static void on_signal(int sig) {
 const char spill_serve_cmd_usage[] =
     "usage: spill serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
     "                   [--max-queue N] [--trace-dir DIR] [--model-id ID] [--quiet]\n"
-    "                   [engine knobs]\n"
+    "                   [--session-dir DIR] [--no-prefix-reuse] [engine knobs]\n"
     "An OpenAI-compatible HTTP server for one model (docs/SERVER.md):\n"
     "  POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
     "  GET /health, GET /metrics (Prometheus).\n"
@@ -40,6 +40,11 @@ const char spill_serve_cmd_usage[] =
     "                  to DIR/ID.trace.jsonl and DIR/ID.profile.jsonl\n"
     "  --port 0        any free port (printed on stderr)\n"
     "  --model-id ID   the model name clients use (default: the manifest's name)\n"
+    "  --session-dir DIR  keep the engine's conversation across restarts:\n"
+    "                  DIR/conversation.session is loaded at start (refused if it is\n"
+    "                  another model's or ctx's, or damaged) and saved after each request\n"
+    "  --no-prefix-reuse  prefill every prompt whole (by default a prompt that\n"
+    "                  extends the held conversation prefills only its new tokens)\n"
     "Sampling is per request (temperature, top_p, top_k, seed in the body).\n"
     "Engine knobs: the flags of `spill knobs`, as for spill run, except --profile\n"
     "and --trace (per request here: --trace-dir).\n";
@@ -123,6 +128,8 @@ int spill_serve_cmd(int argc, char **argv) {
     } else if (!strcmp(a, "--api-key") && v) o.api_key = argv[++i];
     else if (!strcmp(a, "--trace-dir") && v) o.trace_dir = argv[++i];
     else if (!strcmp(a, "--model-id") && v) o.model_id = argv[++i];
+    else if (!strcmp(a, "--session-dir") && v) o.session_dir = argv[++i];
+    else if (!strcmp(a, "--no-prefix-reuse")) o.no_prefix_reuse = 1;
     else if (!strcmp(a, "--quiet")) o.quiet = 1;
     else if (a[0] == '-') {
       fprintf(stderr, "spill serve: unknown option or missing value: %s\n", a);
@@ -147,6 +154,17 @@ int spill_serve_cmd(int argc, char **argv) {
     }
     if (stat(o.trace_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
       fprintf(stderr, "spill serve: --trace-dir %s: not a directory\n", o.trace_dir);
+      return 1;
+    }
+  }
+  if (o.session_dir) {
+    struct stat sb;
+    if (mkdir(o.session_dir, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "spill serve: --session-dir %s: %s\n", o.session_dir, strerror(errno));
+      return 1;
+    }
+    if (stat(o.session_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+      fprintf(stderr, "spill serve: --session-dir %s: not a directory\n", o.session_dir);
       return 1;
     }
   }

@@ -400,6 +400,90 @@ TEST_F(ServerClientTest, MetricsEqualTheRunSummaryCounters) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// A completion's text (JSON-escaped, as served).
+std::string completion_text(const std::string &body) {
+  std::smatch m;
+  if (!std::regex_search(body, m, std::regex("\"text\": ?\"((?:[^\"\\\\]|\\\\.)*)\""))) return "<none>";
+  return m[1];
+}
+
+Http complete(const Server &s, const std::string &model_id, const std::string &prompt, int n,
+              const std::string &sampling = "\"temperature\":0") {
+  return http(s.port(), "POST", "/v1/completions",
+              "{\"model\":\"" + model_id + "\",\"prompt\":\"" + prompt + "\",\"max_tokens\":" +
+                  std::to_string(n) + "," + sampling + "}");
+}
+
+// Issue 31 item 2: the next turn of the conversation the engine holds
+// prefills only its new tokens, reported as usage.prompt_tokens_details.
+// cached_tokens and in /metrics; --session-dir keeps it across a restart;
+// the replies (greedy and sampled) equal a server that prefills every
+// prompt whole (--no-prefix-reuse). The nano model mixes KDA and MLA
+// layers: its recurrent state is kept only for a true extension, so the
+// conversation is steered through a greedy first token that is a printable
+// byte (the byte tokenizer reads it back as the same token).
+TEST_F(ServerClientTest, PrefixReuseAndSessionDirGiveTheRepliesOfAFullPrefill) {
+  Server f(spill_, model_, {"--ctx", "256", "--no-prefix-reuse"});
+  ASSERT_GT(f.port(), 0) << f.log();
+  std::string a, c;
+  for (const char *cand : {"The", "Hello", "Once", "In", "Why", "It", "We", "A", "On", "My",
+                           "Zebra", "Tell", "So", "If", "42", "Rain", "Code", "Map", "Sun", "Go"}) {
+    Http h = complete(f, model_id_, cand, 1);
+    ASSERT_EQ(h.status, 200) << h.body;
+    const std::string t = completion_text(h.body);
+    if (t.size() == 1 && t[0] > ' ' && t[0] <= '~' && t[0] != '"' && t[0] != '\\') {
+      a = cand;
+      c = t;
+      break;
+    }
+  }
+  ASSERT_FALSE(a.empty()) << "no candidate prompt's greedy token is a printable byte";
+  const std::string dir = tmpdir() + "/sessions-" + std::to_string(getpid());
+  {
+    Server r1(spill_, model_, {"--ctx", "256", "--session-dir", dir});
+    ASSERT_GT(r1.port(), 0) << r1.log();
+    Http h = complete(r1, model_id_, a, 1);
+    ASSERT_EQ(h.status, 200) << h.body;
+    EXPECT_EQ(completion_text(h.body), c);
+    EXPECT_EQ(json_int(h.body, "cached_tokens"), 0) << h.body;
+    EXPECT_EQ(r1.stop(), 0);
+  }
+  ASSERT_TRUE(exists(dir + "/conversation.session"));
+  Server r2(spill_, model_, {"--ctx", "256", "--session-dir", dir});
+  ASSERT_GT(r2.port(), 0) << r2.log();
+  EXPECT_NE(r2.log().find("tokens loaded"), std::string::npos) << r2.log();
+  // the next turn: BOS, a, c held; " and more" is new. Sampled: the reply
+  // draws from the request's seed whatever was kept
+  const std::string p2 = a + c + " and more";
+  const std::string sampled = "\"temperature\":0.8,\"top_k\":40,\"seed\":9";
+  Http h2 = complete(r2, model_id_, p2, 12, sampled);
+  Http f2 = complete(f, model_id_, p2, 12, sampled);
+  ASSERT_EQ(h2.status, 200) << h2.body;
+  ASSERT_EQ(f2.status, 200) << f2.body;
+  EXPECT_EQ(completion_text(h2.body), completion_text(f2.body));
+  EXPECT_EQ(json_int(h2.body, "completion_tokens"), json_int(f2.body, "completion_tokens"));
+  const long long cached = 1 + (long long)a.size() + 1;
+  EXPECT_EQ(json_int(h2.body, "cached_tokens"), cached) << h2.body;
+  EXPECT_EQ(json_int(f2.body, "cached_tokens"), 0) << f2.body;
+  const long long prompt = json_int(h2.body, "prompt_tokens");
+  EXPECT_EQ(prompt, cached + 9);
+  // a prompt that leaves the conversation: a recurrent state starts over
+  Http h3 = complete(r2, model_id_, "Something else", 8);
+  Http f3 = complete(f, model_id_, "Something else", 8);
+  EXPECT_EQ(completion_text(h3.body), completion_text(f3.body));
+  EXPECT_EQ(json_int(h3.body, "cached_tokens"), 0) << h3.body;
+  Http m = http(r2.port(), "GET", "/metrics");
+  EXPECT_EQ(metric(m.body, "spill_prompt_tokens_cached_total"), cached) << m.body;
+  EXPECT_EQ(metric(m.body, "spill_prompt_tokens_total"), (prompt - cached) + 15) << m.body;
+  EXPECT_EQ(r2.stop(), 0);
+  // the saved conversation is this model's at ctx 256: another ctx refuses it
+  Server r3(spill_, model_, {"--ctx", "128", "--session-dir", dir});
+  EXPECT_EQ(r3.port(), 0);
+  EXPECT_NE(r3.log().find("SPILL_E_SESSION"), std::string::npos) << r3.log();
+  EXPECT_NE(r3.log().find("saved at ctx 256, this engine runs ctx 128"), std::string::npos);
+  EXPECT_EQ(f.stop(), 0);
+}
+
 TEST_F(ServerClientTest, LoadEightClientsTwentyRequestsEachRssFlat) {
   if (!need_client()) GTEST_SKIP() << "node is not installed";
   Server s(spill_, model_, {"--max-queue", "16", "--quiet"});

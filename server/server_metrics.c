@@ -57,6 +57,7 @@ void spill_srv_metrics_run(spill_srv_metrics *m, const spill_run_stats *st, spil
   if ((unsigned)f < SPILL_FIN_COUNT) m->finished[f]++;
   if (st) {
     m->prompt_tokens += (uint64_t)st->tokens_prefill;
+    m->prompt_tokens_cached += (uint64_t)st->tokens_cached;
     m->generated_tokens += (uint64_t)st->tokens_decode;
     m->hits += st->demand_hits;
     m->misses += st->demand_misses;
@@ -179,6 +180,10 @@ char *spill_srv_metrics_render(spill_srv_metrics *m) {
        (unsigned long long)m->finished[f]);
   counter(&b, "spill_prompt_tokens_total", "Prompt tokens prefilled (with BOS).",
           (double)m->prompt_tokens);
+  counter(&b, "spill_prompt_tokens_cached_total",
+          "Prompt tokens not prefilled: their state was kept from the conversation the engine "
+          "held (prefix reuse).",
+          (double)m->prompt_tokens_cached);
   counter(&b, "spill_generated_tokens_total", "Tokens generated (decode steps, EOS included).",
           (double)m->generated_tokens);
   counter(&b, "spill_expert_cache_hits_total", "Expert demand hits (prefill + decode).",

@@ -53,7 +53,7 @@ typedef struct spill_srv_metrics {
   pthread_mutex_t mu;
   uint64_t http[SPILL_EP_COUNT][SPILL_SRV_CODES];
   uint64_t finished[SPILL_FIN_COUNT];
-  uint64_t prompt_tokens, generated_tokens;
+  uint64_t prompt_tokens, prompt_tokens_cached, generated_tokens;
   uint64_t hits, misses, decode_hits, decode_misses, reads, bytes_read, evictions;
   uint64_t spec_issued, spec_used;
   double io_wait_s, prefill_s, decode_s;
