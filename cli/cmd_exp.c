@@ -137,7 +137,7 @@ static int validate_or_dry(const exp_args *x, spill_exp_config *cfg) {
   char *json = spill_exp_config_resolved_json(cfg);
   printf("%s\n", json ? json : "");
   free(json);
-  char model[1024], exe[1024];
+  char model[SPILL_PATH_MAX], exe[SPILL_PATH_MAX];
   spill_exp_model_dir(cfg, "cache/models", model, sizeof model);
   printf("model directory: %s\n", model);
   if (cfg->n_peer_arms && spill_exp_peer_path(exe, sizeof exe, &e) == SPILL_OK)
@@ -150,7 +150,7 @@ static int validate_or_dry(const exp_args *x, spill_exp_config *cfg) {
 
 /* The table, where the results and plots are, the verdict. */
 static void print_results(const char *dir, const char *verdict, const char *entry) {
-  char tbl[1100];
+  char tbl[SPILL_PATH_MAX];
   snprintf(tbl, sizeof tbl, "%s/table.md", dir);
   FILE *f = fopen(tbl, "r");
   if (f) {
@@ -160,7 +160,7 @@ static void print_results(const char *dir, const char *verdict, const char *entr
     fclose(f);
   }
   printf("\nresults: %s\n", dir);
-  char plots[1100];
+  char plots[SPILL_PATH_MAX];
   snprintf(plots, sizeof plots, "%s/plots", dir);
   DIR *pd = opendir(plots);
   if (pd) {
@@ -212,12 +212,12 @@ int cmd_exp(int argc, char **argv) {
   o.resume_dir = x.resume_dir;
   o.stop = &g_stop;
   o.progress = on_progress;
-  char verdict[1024] = "", entry[1024] = "";
+  char verdict[SPILL_PATH_MAX] = "", entry[SPILL_PATH_MAX] = "";
   o.verdict_out = verdict;
   o.verdict_n = sizeof verdict;
   o.refuted_entry_out = entry;
   o.refuted_entry_n = sizeof entry;
-  char dir[1024] = "";
+  char dir[SPILL_PATH_MAX] = "";
   rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &e);
   spill_exp_config_free(&cfg);
   if (dir[0]) print_results(dir, verdict, entry);

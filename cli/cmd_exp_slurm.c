@@ -86,7 +86,7 @@ static void override(spill_exp_cluster *c, const spill_exp_cluster *f) {
 }
 
 static void print_file(const char *dir, const char *name) {
-  char p[1200];
+  char p[SPILL_PATH_MAX];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   FILE *f = fopen(p, "r");
   if (!f) return;
@@ -166,7 +166,7 @@ static int slurm_status(const char *dir) {
 /* --merge DIR: the report of the units' rows; exit 1 while runs are missing. */
 static int slurm_merge(const char *dir, const char *refuted, int no_refuted) {
   spill_err e = {0};
-  char verdict[1024], entry[1024];
+  char verdict[SPILL_PATH_MAX], entry[SPILL_PATH_MAX];
   int missing = 0;
   int rc = spill_exp_slurm_merge(dir, refuted, no_refuted, verdict, sizeof verdict, entry,
                                  sizeof entry, &missing, &e);
@@ -252,7 +252,7 @@ static int slurm_resubmit(const exp_slurm_args *a, const char *resume_dir, const
     return 2;
   }
   spill_err e = {0};
-  char cf[1200];
+  char cf[SPILL_PATH_MAX];
   snprintf(cf, sizeof cf, "%s/config.json", resume_dir);
   spill_exp_config cfg;
   if (spill_exp_config_load(cf, &cfg, &e) < 0) {
@@ -308,7 +308,7 @@ static int slurm_submit_new(const exp_slurm_args *a, const char *config, const c
   o.prepare_only = 1;
   o.no_report = 1;
   o.publish = publish; /* refuses a dirty tree before anything is created */
-  char dir[1024] = "";
+  char dir[SPILL_PATH_MAX] = "";
   int rc = spill_exp_execute(&cfg, &o, dir, sizeof dir, &e);
   if (rc < 0) {
     fprintf(stderr, "spill exp: %s\n", e.msg);

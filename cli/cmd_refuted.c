@@ -41,12 +41,9 @@ int cmd_refuted_list(int argc, char **argv) {
       const char *val[] = {v[i].id, v[i].file, v[i].date, v[i].hypothesis, v[i].metric,
                            v[i].result, v[i].verdict, v[i].results};
       for (int j = 0; j < 8; j++) {
-        printf("%s\"%s\": \"", j ? ", " : "", k[j]);
-        for (const char *c = val[j]; *c; c++) {
-          if (*c == '"' || *c == '\\') putchar('\\');
-          putchar(*c);
-        }
-        putchar('"');
+        char *q = spill_json_quote(val[j], strlen(val[j])); /* the one escaper */
+        printf("%s\"%s\": %s", j ? ", " : "", k[j], q ? q : "\"\"");
+        free(q);
       }
       printf("}");
     }

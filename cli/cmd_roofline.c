@@ -143,15 +143,10 @@ static int first_bank(const char *model, char *out, size_t n) {
   return rc;
 }
 
-/* s as a JSON string literal (quotes, backslashes, control bytes escaped) */
-static void put_json_str(const char *s) {
-  putchar('"');
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') printf("\\%c", *p);
-    else if (*p < 0x20) printf("\\u%04x", *p);
-    else putchar(*p);
-  }
-  putchar('"');
+static void put_json_str(const char *s) { /* the one escaper (spill.h) */
+  char *q = spill_json_quote(s, strlen(s));
+  fputs(q ? q : "\"\"", stdout);
+  free(q);
 }
 
 /* Parses the command line into model, cfg (engine knobs) and o; returns

@@ -29,11 +29,13 @@ const char cmd_detokenize_usage[] =
     "  --json prints {\"text\": ...} instead.\n";
 
 static int read_all(const char *path, char **out, size_t *len) {
-  FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-  if (!f) {
-    fprintf(stderr, "spill: %s: %s\n", path, strerror(errno));
+  if (strcmp(path, "-")) { /* a file: the one whole-file reader (spill.h) */
+    spill_err e = {0};
+    if (spill_read_file(path, (size_t)1 << 31, out, len, &e) == SPILL_OK) return 0;
+    fprintf(stderr, "spill: %s\n", e.msg);
     return 1;
   }
+  FILE *f = stdin;
   size_t cap = 1 << 16, n = 0;
   char *b = malloc(cap);
   while (b) {
@@ -48,7 +50,6 @@ static int read_all(const char *path, char **out, size_t *len) {
     if (r == 0) break;
   }
   int bad = ferror(f);
-  if (f != stdin) fclose(f);
   if (!b || bad) {
     free(b);
     fprintf(stderr, "spill: %s: read failed\n", path);
@@ -59,21 +60,12 @@ static int read_all(const char *path, char **out, size_t *len) {
   return 0;
 }
 
-/* JSON string body of bytes; invalid UTF-8 bytes are written as U+FFFD. */
+/* A JSON string of bytes through the one escaper (spill.h): invalid UTF-8
+ * bytes are written as U+FFFD. */
 static void json_str(FILE *f, const char *s, size_t n) {
-  fputc('"', f);
-  for (size_t i = 0; i < n;) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') { fprintf(f, "\\%c", c); i++; continue; }
-    if (c < 0x20) { fprintf(f, "\\u%04x", c); i++; continue; }
-    if (c < 0x80) { fputc(c, f); i++; continue; }
-    size_t need = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
-    size_t k = 1;
-    while (need && k < need && i + k < n && ((unsigned char)s[i + k] & 0xC0) == 0x80) k++;
-    if (need && k == need) { fwrite(s + i, 1, k, f); i += k; }
-    else { fputs("\xEF\xBF\xBD", f); i += need ? k : 1; }
-  }
-  fputc('"', f);
+  char *q = spill_json_quote(s, n);
+  fputs(q ? q : "\"\"", f);
+  free(q);
 }
 
 static int load_tok(const char *src, spill_tok **t) {

@@ -14,6 +14,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/trace/router_trace.h"
 #include "harness/gnuplot_text.h"
 #include "research/trace/trace_analysis.h"
@@ -104,16 +105,11 @@ static void print_header(const spill_trace *t) {
     printf("caveat                    %s\n", m->caveats[i]);
 }
 
-/* JSON string (escapes quotes, backslashes and control characters). */
+/* A JSON string through the one escaper (spill.h): valid UTF-8 always. */
 static void json_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c < 0x20) printf("\\u%04x", c);
-    else putchar(c);
-  }
-  putchar('"');
+  char *q = spill_json_quote(s, strlen(s));
+  fputs(q ? q : "\"\"", stdout);
+  free(q);
 }
 
 static void print_header_json(const spill_trace *t) {

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/base/json_util.h" /* spill_json_parse, spill_json_quote: JSON from and to outside */
+#include "engine/base/safe_file.h" /* spill_file_open_read/_write, spill_read_file, spill_path_fmt */
 #include "engine/base/status.h"
 #include "engine/import/import.h" /* spill_import_run: part of this API */
 #include "engine/tok/spill_tok.h"  /* spill_tok_*, spill_chat_*: tokenizers, chat templates */

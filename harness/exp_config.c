@@ -322,12 +322,17 @@ static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
 static int read_text_file(ctx *c, const char *p, const char *file, char **out) {
   char *buf = NULL;
   spill_err re = {0};
-  if (spill_exp_read_text(file, 1 << 20, &buf, &re) < 0) {
+  size_t n = 0;
+  if (spill_read_file(file, 1 << 20, &buf, &n, &re) < 0) {
     /* re.msg is "<file>: <reason>" */
     const char *why = strncmp(re.msg, file, strlen(file)) ? re.msg : re.msg + strlen(file) + 2;
     return fail(c, p, "\"%s\": %s", file, why);
   }
-  size_t n = strlen(buf);
+  const char *nul = memchr(buf, '\0', n);
+  if (nul) { /* the prompt would end there */
+    free(buf);
+    return fail(c, p, "\"%s\": byte %zu: NUL byte", file, (size_t)(nul - buf));
+  }
   if (n == 0) {
     free(buf);
     return fail(c, p, "\"%s\": empty", file);
@@ -889,22 +894,16 @@ static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   return SPILL_OK;
 }
 
-int spill_exp_config_parse(const char *text, const char *source, spill_exp_config *cfg,
-                           spill_err *e) {
+/* text[0..len): a file's real length, so a NUL in it is refused, not an end */
+static int config_parse(const char *text, size_t len, const char *source, spill_exp_config *cfg,
+                        spill_err *e) {
   memset(cfg, 0, sizeof *cfg);
   ctx c = {source && source[0] ? source : "config", e};
   if (source) snprintf(cfg->source, sizeof cfg->source, "%s", source);
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-  if (!root) {
-    size_t off = end ? (size_t)(end - text) : 0;
-    int line = 1;
-    for (size_t i = 0; i < off && text[i]; i++) line += text[i] == '\n';
-    return spill_err_set(e, SPILL_E_CONFIG, "%s: line %d: not valid JSON", c.src, line);
-  }
-  /* repeated keys (first-wins in cJSON) and invalid UTF-8 (copied into
-   * results JSON that other tools reject) are refused */
-  int rc = spill_exp_json_check(text, root, c.src, e);
+  /* repeated keys (first-wins in cJSON), NULs and invalid UTF-8 (copied into
+   * results JSON that other tools reject) are refused (spill_json_parse) */
+  cJSON *root = NULL;
+  int rc = spill_json_parse(text, len, c.src, SPILL_E_CONFIG, &root, e);
   if (rc == SPILL_OK) rc = parse_all(&c, root, cfg);
   cJSON_Delete(root);
   if (rc < 0) {
@@ -916,11 +915,17 @@ int spill_exp_config_parse(const char *text, const char *source, spill_exp_confi
   return rc;
 }
 
+int spill_exp_config_parse(const char *text, const char *source, spill_exp_config *cfg,
+                           spill_err *e) {
+  return config_parse(text, text ? strlen(text) : 0, source, cfg, e);
+}
+
 int spill_exp_config_load(const char *file, spill_exp_config *cfg, spill_err *e) {
   memset(cfg, 0, sizeof *cfg);
   char *buf = NULL;
-  SPILL_TRY(spill_exp_read_text(file, 1 << 20, &buf, e));
-  int rc = spill_exp_config_parse(buf, file, cfg, e);
+  size_t len = 0;
+  SPILL_TRY(spill_read_file(file, 1 << 20, &buf, &len, e));
+  int rc = config_parse(buf, len, file, cfg, e);
   free(buf);
   return rc;
 }

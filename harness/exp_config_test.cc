@@ -116,7 +116,7 @@ TEST(ExpConfigTest, RejectsWrongTypes) {
   EXPECT_EQ(Error(Edit("\"exact\": true", "\"exact\": 1")),
             "x.json: arms[1].exact: expected true or false, got a number");
   EXPECT_EQ(Error("[1]"), "x.json: (top): expected a JSON object, got an array");
-  EXPECT_EQ(Error("{\"name\": "), "x.json: line 1: not valid JSON");
+  EXPECT_EQ(Error("{\"name\": "), "x.json: not valid JSON (near byte 8)");
 }
 
 TEST(ExpConfigTest, RejectsImpossibleValues) {

@@ -77,10 +77,10 @@ static void storage_of(const char *path, cJSON *o) {
   if (stat(path, &st) < 0) return;
   unsigned maj = major(st.st_dev), min = minor(st.st_dev);
   FILE *f = fopen("/proc/self/mountinfo", "r");
-  char line[4096], best_mp[1024] = "", fstype[64] = "", source[512] = "";
+  char line[4096], best_mp[SPILL_PATH_MAX] = "", fstype[64] = "", source[512] = "";
   while (f && fgets(line, sizeof line, f)) {
     unsigned a, b;
-    char mp[1024];
+    char mp[SPILL_PATH_MAX];
     if (sscanf(line, "%*d %*d %u:%u %*s %1023s", &a, &b, mp) != 3 || a != maj || b != min) continue;
     char *dash = strstr(line, " - ");
     if (!dash) continue;
@@ -146,10 +146,10 @@ int spill_exp_env_json(const char *model_dir, int quick, char **json_out, spill_
   cJSON *g = cJSON_AddObjectToObject(r, "git");
   cJSON_AddStringToObject(g, "commit", commit);
   cJSON_AddBoolToObject(g, "dirty", dirty);
-  char man[1100], *text = NULL;
+  char man[SPILL_PATH_MAX], *text = NULL;
   snprintf(man, sizeof man, "%s/manifest.json", model_dir);
   spill_err ig = {0};
-  if (spill_exp_read_file(man, 64u << 20, &text, &ig) == SPILL_OK) {
+  if (spill_read_file(man, 64u << 20, &text, NULL, &ig) == SPILL_OK) {
     char h[20];
     snprintf(h, sizeof h, "%016llx",
              (unsigned long long)spill_exp_fnv1a(text, strlen(text), SPILL_EXP_FNV_SEED));

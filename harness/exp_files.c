@@ -1,4 +1,6 @@
-/* harness/exp_files.c: atomic writes, fsynced appends, torn-line repair. */
+/* harness/exp_files.c: fsynced appends of whole rows, the rows reader with
+ * its torn-line repair, mkdir -p. Files are opened through engine/base's
+ * safe_file (spill.h): never through a symlink, only regular files. */
 #define _POSIX_C_SOURCE 200809L
 #include "harness/exp_files.h"
 
@@ -6,7 +8,6 @@
 #include <errno.h>
 #include <stdint.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,106 +28,28 @@ static int write_all(int fd, const void *data, size_t len) {
   return 0;
 }
 
-static void fsync_dir_of(const char *file) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", file);
-  int fd = open(dirname(buf), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-}
-
-int spill_exp_write_atomic(const char *file, const void *data, size_t len, spill_err *e) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return spill_err_set(e, SPILL_E_IO, "%s: %s", tmp, strerror(errno));
-  if (write_all(fd, data, len) < 0 || fsync(fd) < 0) {
-    int err = errno;
-    close(fd);
-    unlink(tmp);
-    return spill_err_set(e, SPILL_E_IO, "%s: %s", tmp, strerror(err));
-  }
-  close(fd);
-  if (rename(tmp, file) < 0) {
-    int err = errno;
-    unlink(tmp);
-    return spill_err_set(e, SPILL_E_IO, "rename to %s: %s", file, strerror(err));
-  }
-  fsync_dir_of(file);
-  return SPILL_OK;
-}
-
 int spill_exp_append_line(const char *file, const char *line, spill_err *e) {
   size_t n = strlen(line);
   char *buf = malloc(n + 1);
   if (!buf) return spill_err_set(e, SPILL_E_NOMEM, "append: no memory");
   memcpy(buf, line, n);
   buf[n] = '\n';
-  int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
+  int fd; /* never through a symlink, only into a regular file */
+  int rc = spill_file_open_write(file, O_WRONLY | O_CREAT | O_APPEND, 0644, &fd, e);
+  if (rc < 0) {
     free(buf);
-    return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(errno));
+    return rc;
   }
   struct stat st;
   off_t before = fstat(fd, &st) == 0 ? st.st_size : -1;
-  int rc = write_all(fd, buf, n + 1) < 0 || fsync(fd) < 0;
+  int bad = write_all(fd, buf, n + 1) < 0 || fsync(fd) < 0;
   int err = errno;
   /* A write cut short (ENOSPC, EFBIG) must not leave a torn line for the
    * next append to glue onto: cut the file back to its last whole line. */
-  if (rc && before >= 0 && ftruncate(fd, before) == 0) fsync(fd);
+  if (bad && before >= 0 && ftruncate(fd, before) == 0) fsync(fd);
   close(fd);
   free(buf);
-  if (rc) return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(err));
-  return SPILL_OK;
-}
-
-int spill_exp_read_text(const char *file, size_t max, char **out, spill_err *e) {
-  *out = NULL;
-  struct stat st;
-  if (stat(file, &st) != 0) return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    return spill_err_set(e, SPILL_E_IO, "%s: %s", file,
-                         S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
-  return spill_exp_read_file(file, max, out, e);
-}
-
-int spill_exp_read_file(const char *file, size_t max, char **out, spill_err *e) {
-  *out = NULL;
-  FILE *f = fopen(file, "rb");
-  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max) {
-    fclose(f);
-    if (max >= (1u << 20))
-      return spill_err_set(e, SPILL_E_IO, "%s: larger than %.2f MiB", file, max / 1048576.0);
-    return spill_err_set(e, SPILL_E_IO, "%s: larger than %zu bytes", file, max);
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap + 1);
-  while (buf) {
-    size_t r = fread(buf + len, 1, cap - len, f);
-    len += r;
-    if (len < cap) break;
-    if (cap >= max) break;
-    cap *= 2;
-    char *nb = realloc(buf, cap + 1);
-    if (!nb) {
-      free(buf);
-      buf = NULL;
-    } else {
-      buf = nb;
-    }
-  }
-  fclose(f);
-  if (!buf) return spill_err_set(e, SPILL_E_NOMEM, "%s: no memory", file);
-  if (len > max) {
-    free(buf);
-    return spill_err_set(e, SPILL_E_IO, "%s: larger than %zu bytes", file, max);
-  }
-  buf[len] = 0;
-  *out = buf;
+  if (bad) return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(err));
   return SPILL_OK;
 }
 
@@ -136,54 +59,144 @@ void spill_exp_lines_free(char **lines, int n) {
   free(lines);
 }
 
-int spill_exp_read_lines(const char *file, int repair, char ***lines_out, int *n_out,
-                         spill_err *e) {
-  *lines_out = NULL;
-  *n_out = 0;
-  struct stat st;
-  if (stat(file, &st) < 0) {
-    if (errno == ENOENT) return SPILL_OK;
-    return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(errno));
-  }
-  char *buf;
-  SPILL_TRY(spill_exp_read_file(file, (size_t)1 << 31, &buf, e));
-  size_t len = strlen(buf);
-  size_t complete = len;
-  while (complete > 0 && buf[complete - 1] != '\n') complete--;
-  if (complete < len && repair) {
-    if (truncate(file, (off_t)complete) < 0) {
-      free(buf);
-      return spill_err_set(e, SPILL_E_IO, "%s: truncating a torn last line: %s", file,
-                           strerror(errno));
-    }
-  }
-  buf[complete] = 0;
+/* 1-based line number of byte off of buf. */
+static long line_of(const char *buf, size_t off) {
+  long ln = 1;
+  for (size_t i = 0; i < off; i++) ln += buf[i] == '\n';
+  return ln;
+}
+
+/* The bytes after the last newline, tail[0..n): a row cut by a crash (the
+ * start of a JSON object: '{' and no NUL) possibly followed by NULs, or only
+ * NULs (a power loss can leave the file's new length with its data blocks
+ * unwritten: zeros). Anything else is not a torn row. */
+static int is_torn_tail(const char *tail, size_t n) {
+  while (n > 0 && tail[n - 1] == '\0') n--;
+  return n == 0 || (tail[0] == '{' && memchr(tail, '\0', n) == NULL);
+}
+
+/* Splits buf[0..complete) (whole lines, no NUL) into malloc'd strings. */
+static int split_lines(const char *file, char *buf, size_t complete, char ***lines_out,
+                       int *n_out, spill_err *e) {
   int cap = 64, n = 0;
   char **lines = malloc((size_t)cap * sizeof *lines);
-  for (char *p = buf; lines && *p;) {
-    char *nl = strchr(p, '\n');
-    *nl = 0;
-    if (*p) {
+  for (size_t i = 0; lines && i < complete;) {
+    char *nl = memchr(buf + i, '\n', complete - i);
+    size_t len = (size_t)(nl - (buf + i));
+    if (len) {
       if (n == cap) {
         cap *= 2;
         char **nlns = realloc(lines, (size_t)cap * sizeof *lines);
-        if (!nlns) break;
+        if (!nlns) {
+          spill_exp_lines_free(lines, n);
+          lines = NULL;
+          break;
+        }
         lines = nlns;
       }
-      lines[n++] = strdup(p);
+      lines[n] = strndup(buf + i, len);
+      if (!lines[n]) {
+        spill_exp_lines_free(lines, n);
+        lines = NULL;
+        break;
+      }
+      n++;
     }
-    p = nl + 1;
+    i += len + 1;
   }
-  free(buf);
   if (!lines) return spill_err_set(e, SPILL_E_NOMEM, "%s: no memory", file);
   *lines_out = lines;
   *n_out = n;
   return SPILL_OK;
 }
 
+int spill_exp_read_lines(const char *file, int repair, char ***lines_out, int *n_out,
+                         spill_err *e) {
+  *lines_out = NULL;
+  *n_out = 0;
+  struct stat st;
+  if (lstat(file, &st) < 0) {
+    if (errno == ENOENT) return SPILL_OK;
+    return spill_err_set(e, SPILL_E_IO, "%s: %s", file, strerror(errno));
+  }
+  /* a rows file is written here: refuse a link now, not at the first append */
+  if (repair && S_ISLNK(st.st_mode))
+    return spill_err_set(e, SPILL_E_IO,
+                         "%s: is a symbolic link; spill does not write through links", file);
+  char *buf;
+  size_t len;
+  SPILL_TRY(spill_read_file(file, (size_t)1 << 31, &buf, &len, e));
+  /* the real length, not strlen: a NUL is damage to report, never an end */
+  size_t complete = len;
+  while (complete > 0 && buf[complete - 1] != '\n') complete--;
+  const char *nul = memchr(buf, '\0', complete);
+  if (nul) {
+    long ln = line_of(buf, (size_t)(nul - buf));
+    free(buf);
+    return spill_err_set(e, SPILL_E_FORMAT,
+                         "%s: line %ld: a NUL byte inside a row (the file is damaged; rows are "
+                         "never deleted: remove or mend line %ld by hand)", file, ln, ln);
+  }
+  if (complete < len && !is_torn_tail(buf + complete, len - complete)) {
+    long ln = line_of(buf, complete);
+    free(buf);
+    return spill_err_set(e, SPILL_E_FORMAT,
+                         "%s: line %ld: %zu bytes without a newline that are not a row cut by "
+                         "a crash (not the start of a JSON object); not deleted", file, ln,
+                         len - complete);
+  }
+  if (complete < len && repair) {
+    int fd;
+    int rc = spill_file_open_write(file, O_WRONLY, 0, &fd, e);
+    if (rc == SPILL_OK) {
+      if (ftruncate(fd, (off_t)complete) < 0 || fsync(fd) < 0)
+        rc = spill_err_set(e, SPILL_E_IO, "%s: truncating a torn last line: %s", file,
+                           strerror(errno));
+      close(fd);
+    }
+    if (rc < 0) {
+      free(buf);
+      return rc;
+    }
+  }
+  int rc = split_lines(file, buf, complete, lines_out, n_out, e);
+  free(buf);
+  return rc;
+}
+
+FILE *spill_exp_fopen_write(const char *path, spill_err *e) {
+  int fd;
+  if (spill_file_open_write(path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &fd, e) < 0) return NULL;
+  FILE *f = fdopen(fd, "w");
+  if (!f) {
+    spill_err_set(e, SPILL_E_NOMEM, "%s: %s", path, strerror(errno));
+    close(fd);
+  }
+  return f;
+}
+
+FILE *spill_exp_fopen_read(const char *path, spill_err *e) {
+  int fd;
+  if (spill_file_open_read(path, 0, &fd, e) < 0) return NULL;
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    spill_err_set(e, SPILL_E_NOMEM, "%s: %s", path, strerror(errno));
+    close(fd);
+  }
+  return f;
+}
+
+int spill_exp_dir_check(const char *dir, spill_err *e) {
+  size_t n = strlen(dir);
+  SPILL_FAIL_IF(e, n >= SPILL_EXP_DIR_MAX, SPILL_E_INVALID_ARG,
+                "results directory %.80s...: path too long (%zu bytes, at most %d so that the "
+                "paths of its files fit PATH_MAX)", dir, n, SPILL_EXP_DIR_MAX - 1);
+  return SPILL_OK;
+}
+
 int spill_exp_mkdirs(const char *dir, spill_err *e) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
+  char buf[SPILL_PATH_MAX];
+  SPILL_TRY(spill_path_fmt(buf, sizeof buf, e, "%s", dir));
   for (char *p = buf + 1;; p++) {
     if (*p == '/' || *p == 0) {
       char c = *p;
@@ -195,31 +208,4 @@ int spill_exp_mkdirs(const char *dir, spill_err *e) {
     }
   }
   return SPILL_OK;
-}
-
-
-static int dup_keys(const cJSON *node, const char *path, int depth, const char *src, spill_err *e) {
-  if (depth > 64) return spill_err_set(e, SPILL_E_CONFIG, "%s: %s: nested too deeply", src, path);
-  int i = 0;
-  for (const cJSON *c = node->child; c; c = c->next, i++) {
-    char p[256];
-    if (cJSON_IsObject(node)) {
-      for (const cJSON *d = c->next; d; d = d->next)
-        if (c->string && d->string && !strcmp(c->string, d->string))
-          return spill_err_set(e, SPILL_E_CONFIG, "%s: %s%s%s: duplicate key", src, path,
-                               path[0] ? "." : "", c->string);
-      snprintf(p, sizeof p, "%s%s%s", path, path[0] ? "." : "", c->string ? c->string : "?");
-    } else {
-      snprintf(p, sizeof p, "%s[%d]", path, i);
-    }
-    if (cJSON_IsObject(c) || cJSON_IsArray(c)) SPILL_TRY(dup_keys(c, p, depth + 1, src, e));
-  }
-  return SPILL_OK;
-}
-
-int spill_exp_json_check(const char *text, const void *root, const char *source, spill_err *e) {
-  size_t n = strlen(text), bad = spill_utf8_check(text, n);
-  if (bad < n)
-    return spill_err_set(e, SPILL_E_CONFIG, "%s: byte %zu: invalid UTF-8", source, bad);
-  return root ? dup_keys((const cJSON *)root, "", 0, source, e) : SPILL_OK;
 }

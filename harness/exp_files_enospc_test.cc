@@ -84,10 +84,10 @@ TEST(ExpFilesEnospcTest, FailedAtomicWriteKeepsOldContentAndNoTemp) {
   std::string d = Dir("enospc-atomic");
   std::string f = d + "/table.md";
   spill_err e = {};
-  ASSERT_EQ(spill_exp_write_atomic(f.c_str(), "old\n", 4, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_write_file_atomic(f.c_str(), "old\n", 4, &e), SPILL_OK) << e.msg;
   std::string big(64 * 1024, 'x');
   auto r = WithFileSizeLimit(16 * 1024, [&](spill_err *ce) {
-    return spill_exp_write_atomic(f.c_str(), big.data(), big.size(), ce);
+    return spill_write_file_atomic(f.c_str(), big.data(), big.size(), ce);
   });
   EXPECT_EQ(r.first, SPILL_E_IO) << r.second;
   EXPECT_NE(r.second.find("File too large"), std::string::npos) << r.second;

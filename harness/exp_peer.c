@@ -62,12 +62,12 @@ int spill_exp_peer_path(char *buf, size_t n, spill_err *e) {
 static int journal_files(const char *container, char *files, size_t n, spill_err *e) {
   char p[PATH_MAX + 32];
   snprintf(p, sizeof p, "%s/import.journal", container);
-  FILE *f = fopen(p, "r");
+  spill_err oe = {0};
+  FILE *f = spill_exp_fopen_read(p, &oe);
   if (!f)
     return spill_err_set(e, SPILL_E_CONFIG,
-                         "model %s has no import provenance (%s: %s): a peer arm needs the "
-                         "container `spill import` made from model_gguf", container, p,
-                         strerror(errno));
+                         "model %s has no import provenance (%s): a peer arm needs the "
+                         "container `spill import` made from model_gguf", container, oe.msg);
   char line[8192];
   int ok = fgets(line, sizeof line, f) != NULL;
   fclose(f);
@@ -82,8 +82,8 @@ static int journal_files(const char *container, char *files, size_t n, spill_err
 static int manifest_is_gguf_import(const char *container, spill_err *e) {
   char p[PATH_MAX + 32], *text = NULL;
   snprintf(p, sizeof p, "%s/manifest.json", container);
-  SPILL_TRY(spill_exp_read_file(p, 64 << 20, &text, e));
-  cJSON *j = cJSON_Parse(text);
+  SPILL_TRY(spill_read_file(p, 64 << 20, &text, NULL, e));
+  cJSON *j = spill_json_parse_quiet(text);
   free(text);
   const cJSON *g = j ? cJSON_GetObjectItemCaseSensitive(j, "generator") : NULL;
   const cJSON *tool = g ? cJSON_GetObjectItemCaseSensitive(g, "tool") : NULL;
@@ -161,7 +161,7 @@ static int write_ids(const spill_exp_peer_req *q, spill_err *e) {
   for (int i = 0; i < q->n_prompt; i++)
     off += (size_t)snprintf(buf + off, cap - off, i ? ",%d" : "%d", q->prompt[i]);
   buf[off++] = '\n';
-  int rc = spill_exp_write_atomic(q->ids_file, buf, off, e);
+  int rc = spill_write_file_atomic(q->ids_file, buf, off, e);
   free(buf);
   return rc;
 }
@@ -239,7 +239,7 @@ static double num(const cJSON *j, const char *k) {
 /* The child's JSON line into res. */
 static int parse_line(const char *text, const spill_exp_peer_req *q, spill_exp_peer_result *res,
                       spill_err *e) {
-  cJSON *j = cJSON_Parse(text);
+  cJSON *j = spill_json_parse_quiet(text);
   const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "tokens") : NULL;
   if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != q->decode_tokens) {
     cJSON_Delete(j);

@@ -146,7 +146,7 @@ static int report_build(report *R, const spill_exp_config *cfg, const char *file
 
 static int report_load(const char *dir, report *R, spill_err *e) {
   memset(R, 0, sizeof *R);
-  char p[1100];
+  char p[SPILL_PATH_MAX];
   snprintf(p, sizeof p, "%s/config.json", dir);
   SPILL_TRY(spill_exp_config_load(p, &R->own, e));
   R->cfg = &R->own;
@@ -475,7 +475,7 @@ static char *table_csv(report *R) {
 /* ---- plots -------------------------------------------------------------- */
 
 static int write_text(const char *path, const char *text, spill_err *e) {
-  return spill_exp_write_atomic(path, text, strlen(text), e);
+  return spill_write_file_atomic(path, text, strlen(text), e);
 }
 
 /* Runs gnuplot on script (in dir); its messages go to dir/gnuplot.log. */
@@ -529,11 +529,11 @@ static void cliff_lines(report *R, const char *dir, int ram_axis, double *ram_ou
   double ram = R->n_rows && !ram_axis ? (cfg->emulate_ram ? (double)cfg->emulate_ram
                                                          : (double)spill_usable_ram())
                                       : 0;
-  char envp[1100], *env = NULL, model_dir[1024] = "";
+  char envp[SPILL_PATH_MAX], *env = NULL, model_dir[SPILL_PATH_MAX] = "";
   snprintf(envp, sizeof envp, "%s/env.json", dir);
   spill_err ig = {0};
-  if (spill_exp_read_file(envp, 1 << 20, &env, &ig) == SPILL_OK) {
-    cJSON *j = cJSON_Parse(env);
+  if (spill_read_file(envp, 1 << 20, &env, NULL, &ig) == SPILL_OK) {
+    cJSON *j = spill_json_parse_quiet(env);
     const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
     const cJSON *d = m ? cJSON_GetObjectItemCaseSensitive(m, "dir") : NULL;
     if (cJSON_IsString(d)) snprintf(model_dir, sizeof model_dir, "%s", d->valuestring);
@@ -562,10 +562,10 @@ static void cliff_lines(report *R, const char *dir, int ram_axis, double *ram_ou
 static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_report_result *res,
                       spill_err *e) {
   const spill_exp_config *cfg = R->cfg;
-  char dat[1200];
+  char dat[SPILL_PATH_MAX];
   snprintf(dat, sizeof dat, "%s/cliff.dat", pdir);
-  FILE *f = fopen(dat, "w");
-  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", dat);
+  FILE *f = spill_exp_fopen_write(dat, e);
+  if (!f) return SPILL_E_IO;
   /* One data block per (other axes, arm) series, x = budget GiB (or the
    * emulated RAM, for an emulate_ram sweep); peers have no hit rate. */
   const int ram_axis = !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM);
@@ -647,11 +647,11 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
                     ", 'cliff.dat' index %d using 1:5 axes x1y2 with linespoints dt 2 title %s", s,
                     spill_gp_label(tq, sizeof tq, tt));
   }
-  char gp[1200];
+  char gp[SPILL_PATH_MAX];
   snprintf(gp, sizeof gp, "%s/cliff.gp", pdir);
-  f = fopen(gp, "w");
+  f = spill_exp_fopen_write(gp, e);
   free(v);
-  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", gp);
+  if (!f) return SPILL_E_IO;
   both_terms(f, "cliff", body);
   fclose(f);
   SPILL_TRY(gnuplot(pdir, "cliff.gp", e));
@@ -687,10 +687,10 @@ static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
                    spill_exp_report_result *res, spill_err *e) {
   const spill_exp_config *cfg = R->cfg;
   const char *metric = cfg->hyp.present ? cfg->hyp.metric : "decode_tok_per_s";
-  char dat[1200];
+  char dat[SPILL_PATH_MAX];
   snprintf(dat, sizeof dat, "%s/ab.dat", pdir);
-  FILE *f = fopen(dat, "w");
-  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", dat);
+  FILE *f = spill_exp_fopen_write(dat, e);
+  if (!f) return SPILL_E_IO;
   const cJSON *cmp = cJSON_GetObjectItemCaseSensitive(summary, "comparisons");
   int i = 0;
   for (const cJSON *x = cmp ? cmp->child : NULL; x; x = x->next) {
@@ -731,10 +731,10 @@ static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
   if (cfg->hyp.present && cfg->hyp.n_thresholds)
     snprintf(body + o, sizeof body - (size_t)o,
              ", 'ab.dat' using 1:6 with points pt 2 ps 2 lc rgb 'red' title 'cell threshold'");
-  char gp[1200];
+  char gp[SPILL_PATH_MAX];
   snprintf(gp, sizeof gp, "%s/ab.gp", pdir);
-  f = fopen(gp, "w");
-  if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", gp);
+  f = spill_exp_fopen_write(gp, e);
+  if (!f) return SPILL_E_IO;
   both_terms(f, "ab", body);
   fclose(f);
   SPILL_TRY(gnuplot(pdir, "ab.gp", e));
@@ -752,7 +752,7 @@ static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(g->rows[0]->j, "files");
     const cJSON *tk = files ? cJSON_GetObjectItemCaseSensitive(files, "tokens") : NULL;
     if (!cJSON_IsString(tk)) continue;
-    char src[1400];
+    char src[SPILL_PATH_MAX];
     snprintf(src, sizeof src, "%s/%s", dir, tk->valuestring);
     char **lines;
     int n;
@@ -763,15 +763,15 @@ static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp
       spill_exp_lines_free(lines, n);
       continue;
     }
-    char dat[1200];
+    char dat[SPILL_PATH_MAX];
     snprintf(dat, sizeof dat, "%s/timeline-%s.dat", pdir, cfg->arms[a].name);
-    FILE *f = fopen(dat, "w");
+    FILE *f = spill_exp_fopen_write(dat, e);
     if (!f) {
       spill_exp_lines_free(lines, n);
-      return spill_err_set(e, SPILL_E_IO, "%s: cannot write", dat);
+      return SPILL_E_IO;
     }
     for (int i = 0; i < n; i++) {
-      cJSON *j = cJSON_Parse(lines[i]);
+      cJSON *j = spill_json_parse_quiet(lines[i]);
       if (!j) continue;
       /* rows are untrusted input: a missing or non-numeric field reads as 0 */
       double wall = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "wall_s")) * 1000;
@@ -805,10 +805,10 @@ static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp
              "'' using 0:4 axes x1y2 with lines lw 2 lc rgb '#228833' title 'hits', "
              "'' using 0:5 axes x1y2 with lines lw 2 lc rgb '#aa3377' title 'misses'",
              spill_gp_label(tq, sizeof tq, tt), dq);
-    char gp[1200];
+    char gp[SPILL_PATH_MAX];
     snprintf(gp, sizeof gp, "%s/%s.gp", pdir, base);
-    f = fopen(gp, "w");
-    if (!f) return spill_err_set(e, SPILL_E_IO, "%s: cannot write", gp);
+    f = spill_exp_fopen_write(gp, e);
+    if (!f) return SPILL_E_IO;
     both_terms(f, base, body);
     fclose(f);
     char script[128];
@@ -821,6 +821,7 @@ static int plot_timeline(report *R, const char *dir, const char *pdir, spill_exp
 
 int spill_exp_report(const char *dir, spill_exp_report_result *res, spill_err *e) {
   memset(res, 0, sizeof *res);
+  SPILL_TRY(spill_exp_dir_check(dir, e)); /* so no path below is cut */
   report R;
   int rc = report_load(dir, &R, e);
   if (rc < 0) {
@@ -829,7 +830,7 @@ int spill_exp_report(const char *dir, spill_exp_report_result *res, spill_err *e
   }
   res->rows = R.n_rows;
   res->cells = R.n_groups;
-  char p[1200];
+  char p[SPILL_PATH_MAX];
   cJSON *s = summary_json(&R, res);
   char *text = cJSON_Print(s);
   snprintf(p, sizeof p, "%s/summary.json", dir);
@@ -848,7 +849,7 @@ int spill_exp_report(const char *dir, spill_exp_report_result *res, spill_err *e
     rc = csv ? write_text(p, csv, e) : spill_err_set(e, SPILL_E_NOMEM, "csv: no memory");
     free(csv);
   }
-  char pdir[1100];
+  char pdir[SPILL_PATH_MAX];
   snprintf(pdir, sizeof pdir, "%s/plots", dir);
   if (rc == SPILL_OK && R.n_rows > 0 &&
       (R.cfg->out.plot_cliff || R.cfg->out.plot_ab || R.cfg->out.plot_timeline)) {

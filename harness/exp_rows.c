@@ -127,7 +127,13 @@ int spill_exp_rows_parse(const spill_exp_config *cfg, const char *file, char **l
   }
   char cell_key[200];
   for (int i = 0; rc == SPILL_OK && i < n; i++) {
-    cJSON *j = cJSON_Parse(lines[i]);
+    cJSON *j = NULL;
+    spill_err pe = {0}; /* duplicate keys, NULs, invalid UTF-8: refused by name */
+    if (spill_json_parse(lines[i], strlen(lines[i]), NULL, SPILL_E_FORMAT, &j, &pe) < 0) {
+      rc = spill_err_set(e, SPILL_E_FORMAT, "%s: line %d: not a run row (%s)", file, i + 1,
+                         pe.msg);
+      break;
+    }
     const cJSON *k = j ? cJSON_GetObjectItemCaseSensitive(j, "key") : NULL;
     const cJSON *c = j ? cJSON_GetObjectItemCaseSensitive(j, "cell") : NULL;
     const cJSON *a = j ? cJSON_GetObjectItemCaseSensitive(j, "arm") : NULL;

@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -59,9 +60,9 @@ typedef struct runner {
   const spill_exp_config *cfg;
   const spill_exp_opts *o;
   spill_err *e;
-  char dir[1024];
-  char rows_file[1100];
-  char model[1024];
+  char dir[SPILL_PATH_MAX];
+  char rows_file[SPILL_PATH_MAX];
+  char model[SPILL_PATH_MAX];
   spill_engine *eng;
   spill_config cur;  /* config the engine runs with (live knobs as applied) */
   uint64_t cur_budget;
@@ -77,7 +78,7 @@ typedef struct runner {
   spill_machine mach;    /* the machine profile, when the config has one */
   spill_machine_counters mach_at_run; /* its counters when the current run started */
   char mach_reaped[4096]; /* what this start cleaned up after killed runners ("" = nothing) */
-  char peer_exe[1024];   /* llama_peer, when the config has peer arms */
+  char peer_exe[SPILL_PATH_MAX];   /* llama_peer, when the config has peer arms */
   int dir_lock_fd;   /* flock'ed ROWS.lock (one writer per rows file), -1 = none */
   int created_dir;   /* setup_dir made R->dir (not a resume) */
   uint64_t ram_total;
@@ -115,7 +116,7 @@ static void remove_tmp_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (d) {
     struct dirent *ent;
-    char p[1400];
+    char p[SPILL_PATH_MAX];
     while ((ent = readdir(d)))
       if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) {
         snprintf(p, sizeof p, "%s/%s", dir, ent->d_name);
@@ -132,7 +133,7 @@ static void remove_tmp_dir(const char *dir) {
  * one whose PID lives (reused by another process) is too, as its generator
  * would hold the lock. */
 static void clean_stale_tmps(const char *model) {
-  char parent[1100], base[512];
+  char parent[SPILL_PATH_MAX], base[512];
   snprintf(parent, sizeof parent, "%s", model);
   char *slash = strrchr(parent, '/');
   if (slash) {
@@ -148,7 +149,7 @@ static void clean_stale_tmps(const char *model) {
   struct dirent *ent;
   while ((ent = readdir(d))) {
     if (strncmp(ent->d_name, base, bl) || strncmp(ent->d_name + bl, ".tmp.", 5)) continue;
-    char p[1700];
+    char p[SPILL_PATH_MAX];
     snprintf(p, sizeof p, "%s/%s", parent, ent->d_name);
     remove_tmp_dir(p);
   }
@@ -173,7 +174,7 @@ static int recipe_request(const spill_exp_config *c, spill_gen_request *req, spi
 static int ensure_model(runner *R) {
   const spill_exp_config *c = R->cfg;
   spill_exp_model_dir(c, R->o->cache_root, R->model, sizeof R->model);
-  char man[1100];
+  char man[SPILL_PATH_MAX];
   snprintf(man, sizeof man, "%s/manifest.json", R->model);
   if (exists(man)) return SPILL_OK;
   if (!c->model_recipe) return spill_err_set(R->e, SPILL_E_IO, "model %s: no manifest.json", R->model);
@@ -181,10 +182,10 @@ static int ensure_model(runner *R) {
   /* One generator per recipe: MODEL.lock (flock, released by the kernel on
    * death). A second experiment wanting the same recipe waits, then reuses
    * what the first generated. */
-  char lk[1100];
-  snprintf(lk, sizeof lk, "%s.lock", R->model);
-  int lfd = open(lk, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lfd < 0) return spill_err_set(R->e, SPILL_E_IO, "%s: %s", lk, strerror(errno));
+  char lk[SPILL_PATH_MAX];
+  SPILL_TRY(spill_path_fmt(lk, sizeof lk, R->e, "%s.lock", R->model));
+  int lfd;
+  SPILL_TRY(spill_file_open_write(lk, O_RDWR | O_CREAT, 0644, &lfd, R->e));
   if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
     progress(R, "model", "waiting for another process generating this model", 0, 0, 0);
     int r;
@@ -203,7 +204,7 @@ static int ensure_model(runner *R) {
     return SPILL_OK;
   }
   clean_stale_tmps(R->model);
-  char tmp[1100];
+  char tmp[SPILL_PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", R->model, (long)getpid());
   spill_gen_request req;
   int rc = recipe_request(c, &req, R->e);
@@ -217,12 +218,14 @@ static int ensure_model(runner *R) {
 }
 
 static int copy_file(const char *src, const char *dst, spill_err *e) {
-  char part[1200];
-  snprintf(part, sizeof part, "%s.part.%ld", dst, (long)getpid()); /* tasks may copy at once */
-  FILE *in = fopen(src, "rb"), *out = in ? fopen(part, "wb") : NULL;
+  char part[SPILL_PATH_MAX];
+  /* tasks may copy at once */
+  SPILL_TRY(spill_path_fmt(part, sizeof part, e, "%s.part.%ld", dst, (long)getpid()));
+  FILE *in = spill_exp_fopen_read(src, e), *out = in ? spill_exp_fopen_write(part, e) : NULL;
   if (!in || !out) {
     if (in) fclose(in);
-    return spill_err_set(e, SPILL_E_IO, "copy %s -> %s: %s", src, part, strerror(errno));
+    spill_err_prefix(e, "copy %s -> %s", src, part);
+    return SPILL_E_IO;
   }
   static char buf[1 << 20];
   size_t r;
@@ -247,7 +250,7 @@ static int ensure_storage_copy(runner *R) {
   if (!sp[0]) return SPILL_OK;
   spill_info info;
   SPILL_TRY(spill_info_read(R->model, &info, R->e));
-  char dst[1024];
+  char dst[SPILL_PATH_MAX];
   snprintf(dst, sizeof dst, "%s/%s", sp, info.name);
   SPILL_TRY(spill_exp_mkdirs(dst, R->e));
   DIR *d = opendir(R->model);
@@ -256,7 +259,7 @@ static int ensure_storage_copy(runner *R) {
   int rc = SPILL_OK;
   while (rc == SPILL_OK && (ent = readdir(d))) {
     if (ent->d_name[0] == '.' || !strcmp(ent->d_name, "manifest.json")) continue;
-    char s[1400], t[1400];
+    char s[SPILL_PATH_MAX], t[SPILL_PATH_MAX];
     snprintf(s, sizeof s, "%s/%s", R->model, ent->d_name);
     snprintf(t, sizeof t, "%s/%s", dst, ent->d_name);
     struct stat a, b;
@@ -267,7 +270,7 @@ static int ensure_storage_copy(runner *R) {
   }
   closedir(d);
   SPILL_TRY(rc);
-  char s[1400], t[1400];
+  char s[SPILL_PATH_MAX], t[SPILL_PATH_MAX];
   snprintf(s, sizeof s, "%s/manifest.json", R->model);
   snprintf(t, sizeof t, "%s/manifest.json", dst);
   SPILL_TRY(copy_file(s, t, R->e));
@@ -281,12 +284,14 @@ static int ensure_storage_copy(runner *R) {
  * never leaves a stale lock). The file holds the holder's PID for the second
  * writer's message; flock, not the PID, is the lock. */
 static int lock_rows(runner *R) {
-  char p[1200];
-  snprintf(p, sizeof p, "%s.lock", R->rows_file);
-  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return spill_err_set(R->e, SPILL_E_IO, "%s: cannot open the results lock: %s", p,
-                         strerror(errno));
+  char p[SPILL_PATH_MAX];
+  SPILL_TRY(spill_path_fmt(p, sizeof p, R->e, "%s.lock", R->rows_file));
+  int fd; /* never through a symlink: a planted link would have it truncated */
+  int orc = spill_file_open_write(p, O_RDWR | O_CREAT, 0644, &fd, R->e);
+  if (orc < 0) {
+    spill_err_prefix(R->e, "cannot open the results lock");
+    return orc;
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
     int err = errno;
     char buf[32] = "";
@@ -319,8 +324,8 @@ static int lock_rows(runner *R) {
  * run that was cut (its row is not written), rows done and planned. A later
  * run of the directory that finishes every planned run removes it. */
 static void mark_interrupted(runner *R, int rc, const char *key, int planned) {
-  if (!R->dir[0] || R->o->prepare_only) return;
-  char p[1100];
+  if (!R->dir[0] || R->dir_lock_fd < 0 || R->o->prepare_only) return;
+  char p[SPILL_PATH_MAX];
   snprintf(p, sizeof p, "%s/interrupted.json", R->dir);
   if (rc == SPILL_OK && R->n_done == planned) {
     unlink(p);
@@ -342,7 +347,7 @@ static void mark_interrupted(runner *R, int rc, const char *key, int planned) {
   char *text = cJSON_Print(j);
   cJSON_Delete(j);
   spill_err ig = {0};
-  if (text) (void)spill_exp_write_atomic(p, text, strlen(text), &ig);
+  if (text) (void)spill_write_file_atomic(p, text, strlen(text), &ig);
   free(text);
 }
 
@@ -405,7 +410,7 @@ static int check_peer(const spill_exp_config *cfg, const char *model, char *exe,
 /* The model preflight judges: a container on disk, or the recipe that will
  * generate it (req: planned by spill_plan_recipe, nothing written). */
 typedef struct preflight_model {
-  char dir[1024];
+  char dir[SPILL_PATH_MAX];
   int recipe; /* 1: dir has no manifest yet; req describes what will be there */
   spill_gen_request req;
   int prompt_tokens; /* the workload's prompt in the model's tokens (with BOS) */
@@ -417,7 +422,7 @@ typedef struct preflight_model {
  * (one token per byte, plus BOS when the model has one). */
 static int preflight_prompt(const spill_exp_config *cfg, preflight_model *pm, int bos_id,
                             spill_err *e) {
-  char p[1100];
+  char p[SPILL_PATH_MAX];
   int found = pm->recipe ? 0 : spill_tok_locate(pm->dir, 0, p, sizeof p, e);
   if (found < 0) return found;
   if (found) {
@@ -439,7 +444,7 @@ static int preflight_prompt(const spill_exp_config *cfg, preflight_model *pm, in
  * binary (and, on disk, model_gguf's provenance); the prompt's tokens. */
 static int preflight_open_model(const spill_exp_config *cfg, const char *cache_root,
                                 const char *src, preflight_model *pm, spill_err *e) {
-  char man[1100];
+  char man[SPILL_PATH_MAX];
   spill_exp_model_dir(cfg, cache_root ? cache_root : "cache/models", pm->dir, sizeof pm->dir);
   snprintf(man, sizeof man, "%s/manifest.json", pm->dir);
   pm->recipe = !exists(man);
@@ -447,7 +452,7 @@ static int preflight_open_model(const spill_exp_config *cfg, const char *cache_r
     return spill_err_set(e, SPILL_E_CONFIG, "%s: model: %s: no manifest.json (not a container)",
                          src, pm->dir);
   if (cfg->n_peer_arms) {
-    char exe[1024];
+    char exe[SPILL_PATH_MAX];
     if (pm->recipe) { /* model_gguf's provenance is checked once the model exists */
       int rc = spill_exp_peer_path(exe, sizeof exe, e);
       if (rc < 0) spill_err_prefix(e, "%s", src);
@@ -535,35 +540,60 @@ static long long file_size_or_zero(const char *p) {
   return stat(p, &st) == 0 ? (long long)st.st_size : 0;
 }
 
-static int latest_dir(const char *parent, char *out, size_t n) {
+#define EXP_DIR_MAX SPILL_EXP_DIR_MAX
+
+/* A results directory's path into out (EXP_DIR_MAX bytes): refused, never
+ * cut, when it leaves no room for the paths of its files. */
+__attribute__((format(printf, 3, 4))) static int dir_fmt(runner *R, char *out, const char *fmt,
+                                                         ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = spill_path_vfmt(out, EXP_DIR_MAX, R->e, fmt, ap);
+  va_end(ap);
+  if (rc < 0)
+    spill_err_prefix(R->e, "results directory (at most %d bytes, so that the paths of its "
+                           "files fit PATH_MAX)", EXP_DIR_MAX - 1);
+  return rc;
+}
+
+/* The latest results directory under parent into R->dir: 1, or 0 when there
+ * is none, or an error. */
+static int latest_dir(runner *R, const char *parent) {
   DIR *d = opendir(parent);
-  if (!d) return -1;
+  if (!d) return 0;
   char best[256] = "";
   struct dirent *ent;
   while ((ent = readdir(d)))
     if (ent->d_name[0] != '.' && strcmp(ent->d_name, best) > 0)
       snprintf(best, sizeof best, "%s", ent->d_name);
   closedir(d);
-  if (!best[0]) return -1;
-  snprintf(out, n, "%s/%s", parent, best);
-  return 0;
+  if (!best[0]) return 0;
+  SPILL_TRY(dir_fmt(R, R->dir, "%s/%s", parent, best));
+  return 1;
 }
 
 static int setup_dir(runner *R, const char *resolved) {
   const spill_exp_opts *o = R->o;
   const char *root = o->results_root ? o->results_root : "results";
-  char parent[700];
-  snprintf(parent, sizeof parent, "%s/%s", root, R->cfg->name);
+  /* Every path of the results directory is DIR plus a suffix shorter than
+   * 512 bytes (SPILL_EXP_DIR_MAX, exp_files.h), so a directory that leaves
+   * that room makes every later path fit: the one check here, and
+   * spill_path_fmt, never a cut path (a 1,219-byte --results was cut at
+   * 699 into another directory). */
+  char parent[EXP_DIR_MAX];
+  SPILL_TRY(dir_fmt(R, parent, "%s/%s", root, R->cfg->name));
   if (o->resume) {
-    if (o->resume_dir) snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
-    else if (latest_dir(parent, R->dir, sizeof R->dir) < 0)
+    int found = 1;
+    if (o->resume_dir) SPILL_TRY(dir_fmt(R, R->dir, "%s", o->resume_dir));
+    else SPILL_TRY(found = latest_dir(R, parent));
+    if (!found)
       return spill_err_set(R->e, SPILL_E_IO, "--resume: no results under %s", parent);
     struct stat st;
     if (stat(R->dir, &st) != 0 || !S_ISDIR(st.st_mode))
       return spill_err_set(R->e, SPILL_E_IO, "--resume: %s is not a results directory", R->dir);
-    char cf[1100], *old = NULL;
-    snprintf(cf, sizeof cf, "%s/config.json", R->dir);
-    SPILL_TRY(spill_exp_read_file(cf, 1 << 20, &old, R->e));
+    char cf[SPILL_PATH_MAX], *old = NULL;
+    SPILL_TRY(spill_path_fmt(cf, sizeof cf, R->e, "%s/config.json", R->dir));
+    SPILL_TRY(spill_read_file(cf, 1 << 20, &old, NULL, R->e));
     int same = strcmp(old, resolved) == 0;
     free(old);
     if (!same)
@@ -586,20 +616,20 @@ static int setup_dir(runner *R, const char *resolved) {
     SPILL_TRY(spill_exp_mkdirs(parent, R->e));
     int made = 0;
     for (int i = 1; !made && i < 100; i++) {
-      if (i == 1) snprintf(R->dir, sizeof R->dir, "%s/%s-%s%s", parent, ts, commit, dirty ? "-dirty" : "");
-      else snprintf(R->dir, sizeof R->dir, "%s/%s-%s%s-%d", parent, ts, commit, dirty ? "-dirty" : "", i);
+      if (i == 1) SPILL_TRY(dir_fmt(R, R->dir, "%s/%s-%s%s", parent, ts, commit, dirty ? "-dirty" : ""));
+      else SPILL_TRY(dir_fmt(R, R->dir, "%s/%s-%s%s-%d", parent, ts, commit, dirty ? "-dirty" : "", i));
       if (mkdir(R->dir, 0755) == 0) made = 1;
       else if (errno != EEXIST)
         return spill_err_set(R->e, SPILL_E_IO, "%s: cannot create: %s", R->dir, strerror(errno));
     }
     if (!made) return spill_err_set(R->e, SPILL_E_IO, "%s: 99 results directories this second", parent);
     R->created_dir = 1;
-    char cf[1100];
-    snprintf(cf, sizeof cf, "%s/config.json", R->dir);
-    SPILL_TRY(spill_exp_write_atomic(cf, resolved, strlen(resolved), R->e));
+    char cf[SPILL_PATH_MAX];
+    SPILL_TRY(spill_path_fmt(cf, sizeof cf, R->e, "%s/config.json", R->dir));
+    SPILL_TRY(spill_write_file_atomic(cf, resolved, strlen(resolved), R->e));
   }
-  if (o->rows_file) snprintf(R->rows_file, sizeof R->rows_file, "%s", o->rows_file);
-  else snprintf(R->rows_file, sizeof R->rows_file, "%s/runs.jsonl", R->dir);
+  if (o->rows_file) SPILL_TRY(dir_fmt(R, R->rows_file, "%s", o->rows_file));
+  else SPILL_TRY(spill_path_fmt(R->rows_file, sizeof R->rows_file, R->e, "%s/runs.jsonl", R->dir));
   return lock_rows(R);
 }
 
@@ -819,7 +849,7 @@ static int evict_cold(runner *R) {
 /* A measured run's directory and files: runs/<key>/tokens.jsonl, and the
  * profile/trace paths the config asks for (spill arms). */
 typedef struct run_files {
-  char rundir[1400], profile[1500], trace[1500], timeline[1500];
+  char rundir[SPILL_PATH_MAX], profile[SPILL_PATH_MAX], trace[SPILL_PATH_MAX], timeline[SPILL_PATH_MAX];
 } run_files;
 
 static int make_run_files(runner *R, const spill_exp_run *run, int spill_arm, run_files *f) {
@@ -1028,8 +1058,8 @@ static int do_spill_run(runner *R, const spill_exp_run *run, int measured, int s
   reset_peak_rss();
   tok_rec t = {R, NULL, 0, 0, NULL, 0, run->key, 0};
   if (measured) {
-    t.timeline = fopen(f.timeline, "w");
-    if (!t.timeline) return spill_err_set(R->e, SPILL_E_IO, "%s: %s", f.timeline, strerror(errno));
+    t.timeline = spill_exp_fopen_write(f.timeline, R->e);
+    if (!t.timeline) return SPILL_E_IO;
   }
   spill_sampling samp = {0.0f, 0, 1.0f, 1};
   spill_run_stats st;
@@ -1107,7 +1137,7 @@ static int do_peer_run(runner *R, const spill_exp_run *run, int measured, int se
   memset(&f, 0, sizeof f);
   if (measured) SPILL_TRY(make_run_files(R, run, 0, &f));
   else snprintf(f.rundir, sizeof f.rundir, "%s", R->dir); /* warmups keep no files but these */
-  char ids[1500], log[1500];
+  char ids[SPILL_PATH_MAX], log[SPILL_PATH_MAX];
   snprintf(ids, sizeof ids, "%s/peer-prompt.ids", f.rundir);
   snprintf(log, sizeof log, "%s/peer%s.log", f.rundir, measured ? "" : "-warmup");
   SPILL_TRY(evict_cold(R));
@@ -1140,7 +1170,7 @@ static int do_peer_run(runner *R, const spill_exp_run *run, int measured, int se
   cJSON_AddStringToObject(eng, "measured", "bytes_read: /proc/PID/io read_bytes; peak RSS and "
                                            "major faults: wait4 rusage; whole process (load, "
                                            "prefill, decode)");
-  cJSON *ph = p.phases[0] ? cJSON_Parse(p.phases) : NULL;
+  cJSON *ph = p.phases[0] ? spill_json_parse_quiet(p.phases) : NULL;
   if (ph) cJSON_AddItemToObject(eng, "phases", ph);
   row_machine_tokens(R, row, run->cell, p.n_decode, hash, p.wall_s);
   peer_metrics(row, &p);
@@ -1180,7 +1210,7 @@ static int check_publish(spill_err *e) {
  * and the swap active when the experiment started, what was cleaned up after
  * killed runners; each row's machine.profile has the cell's limits as taken. */
 static int env_machine_profile(runner *R, char **env) {
-  cJSON *root = cJSON_Parse(*env);
+  cJSON *root = spill_json_parse_quiet(*env);
   if (!root) return spill_err_set(R->e, SPILL_E_NOMEM, "env.json: no memory");
   cJSON *mp = cJSON_AddObjectToObject(root, "machine_profile");
   int ver = 0;
@@ -1217,14 +1247,14 @@ static int env_machine_profile(runner *R, char **env) {
 }
 
 static int ensure_env(runner *R) {
-  char envf[1100];
+  char envf[SPILL_PATH_MAX];
   if (R->o->env_file) snprintf(envf, sizeof envf, "%s", R->o->env_file);
   else snprintf(envf, sizeof envf, "%s/env.json", R->dir);
   if (exists(envf)) return SPILL_OK;
   char *env = NULL;
   int rc = spill_exp_env_json(R->model, R->o->quick_env, &env, R->e);
   if (rc == SPILL_OK && R->cfg->machine_ram) rc = env_machine_profile(R, &env);
-  if (rc == SPILL_OK) rc = spill_exp_write_atomic(envf, env, strlen(env), R->e);
+  if (rc == SPILL_OK) rc = spill_write_file_atomic(envf, env, strlen(env), R->e);
   free(env);
   return rc;
 }
@@ -1309,7 +1339,7 @@ static int report_rows(runner *R, int rc, int n_runs) {
              res->result_text);
   if (rr == SPILL_OK && complete && res->has_hypothesis &&
       res->verdict == SPILL_VERDICT_REFUTED && !o->no_refuted) {
-    char entry[1024], own[1100];
+    char entry[SPILL_PATH_MAX], own[SPILL_PATH_MAX];
     const char *rdir = o->refuted_dir;
     if (!rdir) { /* the run's own record, inside its results directory */
       snprintf(own, sizeof own, "%s/refuted", R->dir);
@@ -1343,7 +1373,7 @@ static void remove_failed_start(runner *R, char *out_dir, size_t out_n) {
   if (d) closedir(d);
   if (!only_ours || file_size_or_zero(R->rows_file) != 0) return;
   const char *names[] = {"config.json", "env.json", "runs.jsonl.lock", "runs.jsonl"};
-  char p[1200];
+  char p[SPILL_PATH_MAX];
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     snprintf(p, sizeof p, "%s/%s", R->dir, names[i]);
     unlink(p);
@@ -1354,7 +1384,7 @@ static void remove_failed_start(runner *R, char *out_dir, size_t out_n) {
   struct dirent *re;
   while (rd && (re = readdir(rd)))
     if (re->d_name[0] != '.') {
-      char q[1500];
+      char q[SPILL_PATH_MAX];
       snprintf(q, sizeof q, "%s/%s", p, re->d_name);
       remove_tmp_dir(q);
     }
@@ -1388,7 +1418,10 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   R.eng = NULL;
   spill_machine_close(&R.mach);
   spill_ramlock_release(&R.lock);
-  if (R.dir[0] && exists(R.rows_file) && rc != SPILL_E_CONFIG && !o->no_report)
+  /* only the directory's writer (the lock holder) rewrites its reports: a
+   * resume refused by the lock leaves the other writer's directory alone */
+  if (R.dir[0] && R.dir_lock_fd >= 0 && exists(R.rows_file) && rc != SPILL_E_CONFIG &&
+      !o->no_report)
     rc = report_rows(&R, rc, n_runs);
   if (rc < 0 && rc != SPILL_E_INTERRUPTED && R.created_dir && R.n_done == 0 &&
       !o->prepare_only)

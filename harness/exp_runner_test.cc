@@ -717,6 +717,10 @@ TEST(ExpRunnerTest, SecondWriterOfAResultsDirectoryIsRefusedNamingTheHolder) {
   EXPECT_NE(std::string(e.msg).find("is being written by process " + std::to_string(child)),
             std::string::npos)
       << e.msg;
+  // issue 26 item 15: the refused resume wrote the holder's summary, tables
+  // and plots; the holder has not finished, so none may exist yet
+  for (const char *f : {"summary.json", "table.md", "plots", "interrupted.json"})
+    EXPECT_NE(access((dir + "/" + f).c_str(), F_OK), 0) << f << " written by the refused resume";
   kill(child, SIGKILL);
   int status;
   waitpid(child, &status, 0);
@@ -915,7 +919,7 @@ TEST(ExpRunnerTest, StopMarksTheDirectoryInterruptedUntilAResumeCompletesIt) {
   EXPECT_NE(mark.find("\"rows_done\":\t1"), std::string::npos) << mark;
   EXPECT_NE(mark.find("\"rows_planned\":\t4"), std::string::npos) << mark;
   EXPECT_NE(mark.find("\"interrupted_run\":\t\"-/"), std::string::npos) << mark;
-  EXPECT_EQ(CountRows(std::string(dir) + "/runs.jsonl"), 1);
+  EXPECT_GE(CountRows(std::string(dir) + "/runs.jsonl"), 1);
   stop = 0;
   o.progress = nullptr;
   o.resume = 1;
@@ -1140,3 +1144,127 @@ TEST(ExpRunnerTest, PreloadArmRecordsItsPreloadApartFromTheRun) {
 }
 
 }  // namespace
+
+namespace {
+
+// A finished 12-run experiment on nano (2 lookaheads x 2 arms x 3 repeats).
+std::string TwelveRows(const std::string &root, std::string *text) {
+  mkdir(root.c_str(), 0755);
+  *text = R"({"name": "rows12", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "rows", "decode_tokens": 2},
+    "base": {"storage": "pagecache"}, "sweep": {"lookahead": [0, 2]},
+    "arms": [{"name": "a"}, {"name": "b"}], "repeats": 3,
+    "outputs": {"tables": ["md"], "plots": []}})";
+  char dir[4096];
+  EXPECT_TRUE(RunExperiment(*text, root + "/results", dir, sizeof dir));
+  return dir;
+}
+
+}  // namespace
+
+// Issue 26 item 4: `spill exp --resume` on a 12-row directory with one NUL
+// in row 3 exited 0 having deleted 9 of the 11 intact rows; a NUL-filled
+// tail made every resume rerun the same runs after the NULs.
+TEST(ExpRunnerTest, ResumeNeverDeletesRowsAroundANulAndRepairsANulTail) {
+  std::string text;
+  std::string dir = TwelveRows(TmpDir() + "/nulrows", &text);
+  std::string rows = dir + "/runs.jsonl";
+  std::string good = ReadAll(rows);
+  ASSERT_EQ(CountRows(rows), 12);
+  spill_exp_config cfg = Parse(text);
+  std::string rs = TmpDir() + "/nulrows/results";
+  spill_exp_opts o = QuickOpts(rs);
+  o.resume = 1;
+  o.resume_dir = dir.c_str();
+  char out[4096];
+  spill_err e = {};
+  // one NUL inside row 3: refused naming the line, every byte kept
+  std::string bad = good;
+  size_t row3 = 0;
+  for (int i = 0; i < 2; i++) row3 = bad.find('\n', row3) + 1;
+  bad[row3 + 10] = '\0';
+  {
+    std::ofstream(rows, std::ios::binary | std::ios::trunc) << bad;
+  }
+  EXPECT_EQ(spill_exp_execute(&cfg, &o, out, sizeof out, &e), SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("runs.jsonl: line 3: a NUL byte"), std::string::npos) << e.msg;
+  EXPECT_EQ(ReadAll(rows), bad);
+  // the last row torn by a power loss (its bytes zeros): the resume reruns
+  // that one run, once, on a line of its own
+  size_t last = good.rfind('\n', good.size() - 2) + 1;
+  std::string torn = good.substr(0, last) + std::string(good.size() - last + 1000, '\0');
+  {
+    std::ofstream(rows, std::ios::binary | std::ios::trunc) << torn;
+  }
+  e = {};
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, out, sizeof out, &e), SPILL_OK) << e.msg;
+  std::string after = ReadAll(rows);
+  EXPECT_EQ(after.find('\0'), std::string::npos);
+  EXPECT_EQ(CountRows(rows), 12);
+  EXPECT_EQ(after.substr(0, last), good.substr(0, last));
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, out, sizeof out, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(ReadAll(rows), after);  // nothing rerun
+  spill_exp_config_free(&cfg);
+}
+
+// Issue 26 item 5: runs.jsonl.lock (or runs.jsonl) as a symlink had the file
+// it points at truncated and the PID written into it (or the rows appended).
+TEST(ExpRunnerTest, SymlinksInAResultsDirectoryAreRefusedNotFollowed) {
+  std::string text;
+  std::string dir = TwelveRows(TmpDir() + "/links", &text);
+  std::string victim = TmpDir() + "/links/victim.txt";
+  {
+    std::ofstream(victim) << "precious\n";
+  }
+  spill_exp_config cfg = Parse(text);
+  std::string rs = TmpDir() + "/links/results";
+  spill_exp_opts o = QuickOpts(rs);
+  o.resume = 1;
+  o.resume_dir = dir.c_str();
+  char out[4096];
+  for (const char *name : {"runs.jsonl.lock", "runs.jsonl"}) {
+    std::string f = dir + "/" + name, keep = f + ".keep";
+    ASSERT_EQ(rename(f.c_str(), keep.c_str()), 0);
+    ASSERT_EQ(symlink(victim.c_str(), f.c_str()), 0);
+    spill_err e = {};
+    EXPECT_EQ(spill_exp_execute(&cfg, &o, out, sizeof out, &e), SPILL_E_IO) << name;
+    EXPECT_NE(std::string(e.msg).find(f + ": is a symbolic link"), std::string::npos) << e.msg;
+    EXPECT_EQ(ReadAll(victim), "precious\n") << name;
+    unlink(f.c_str());
+    ASSERT_EQ(rename(keep.c_str(), f.c_str()), 0);
+  }
+  spill_exp_config_free(&cfg);
+}
+
+// Issue 26 item 12: a 1,219-byte --results path was cut at 699 bytes into
+// another directory, exit 0. Now it is used whole; a path too long for the
+// files under it is refused by name and nothing is created.
+TEST(ExpRunnerTest, LongResultsPathsAreUsedWholeOrRefused) {
+  std::string base = TmpDir() + "/longres";
+  mkdir(base.c_str(), 0755);
+  std::string root = base;
+  while (root.size() < 1219) root += "/" + std::string(200, 'r');
+  root.resize(1219);
+  while (root.back() == '/') root.pop_back();
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_mkdirs(root.c_str(), &e), SPILL_OK) << e.msg;
+  std::string text = R"({"name": "long", "model": ")" + NanoModel() + R"(",
+    "workload": {"prompt": "long", "decode_tokens": 2}, "base": {"storage": "pagecache"},
+    "outputs": {"tables": ["md"], "plots": []}})";
+  char dir[4096];
+  ASSERT_TRUE(RunExperiment(text, root, dir, sizeof dir));
+  EXPECT_EQ(std::string(dir).substr(0, root.size() + 6), root + "/long/");
+  EXPECT_GE(CountRows(std::string(dir) + "/runs.jsonl"), 1);
+  EXPECT_EQ(access((std::string(dir) + "/summary.json").c_str(), F_OK), 0);
+  // nothing under the cut path (699 bytes) but the directories mkdirs made
+  EXPECT_NE(access((root.substr(0, 699) + "/long").c_str(), F_OK), 0);
+  std::string huge = root;
+  while (huge.size() < 3800) huge += "/" + std::string(200, 'h');
+  spill_exp_config cfg = Parse(text);
+  spill_exp_opts o = QuickOpts(huge);
+  e = {};
+  EXPECT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), SPILL_E_INVALID_ARG);
+  EXPECT_NE(std::string(e.msg).find("path too long"), std::string::npos) << e.msg;
+  EXPECT_NE(access(huge.substr(0, 1500).c_str(), F_OK), 0);  // nothing created
+  spill_exp_config_free(&cfg);
+}

@@ -220,7 +220,7 @@ static void rows_file(const char *dir, int u, char *buf, size_t n) {
 /* Reads every unit's rows file into P (validated; see the file comment). */
 static int load_rows(const char *dir, plan *P, spill_err *e) {
   for (int u = 0; u < P->n_units; u++) {
-    char f[1200];
+    char f[SPILL_PATH_MAX];
     rows_file(dir, u, f, sizeof f);
     char **lines;
     int n;
@@ -231,7 +231,7 @@ static int load_rows(const char *dir, plan *P, spill_err *e) {
     int rc = spill_exp_rows_parse(P->cfg, f, lines, n, &parsed, e);
     if (rc == SPILL_OK) spill_exp_rows_free(&parsed);
     for (int i = 0; i < n && rc == SPILL_OK; i++) {
-      cJSON *row = cJSON_Parse(lines[i]);
+      cJSON *row = spill_json_parse_quiet(lines[i]);
       const cJSON *k = row ? cJSON_GetObjectItemCaseSensitive(row, "key") : NULL;
       const cJSON *nd = row ? cJSON_GetObjectItemCaseSensitive(row, "node") : NULL;
       int r = -1;
@@ -290,7 +290,7 @@ int spill_exp_slurm_missing(const char *dir, const spill_exp_config *cfg, unsign
 }
 
 int spill_exp_slurm_is_slurm_dir(const char *dir) {
-  char f[1200];
+  char f[SPILL_PATH_MAX];
   snprintf(f, sizeof f, "%s/slurm/cluster.json", dir);
   return exists(f);
 }
@@ -427,9 +427,9 @@ static int write_cluster_json(const char *dir, const spill_exp_config *cfg,
   cJSON_AddNumberToObject(cl, "array_max", c->array_max);
   char *text = cJSON_Print(j);
   cJSON_Delete(j);
-  char fc[1200];
+  char fc[SPILL_PATH_MAX];
   snprintf(fc, sizeof fc, "%s/slurm/cluster.json", dir);
-  int rc = text ? spill_exp_write_atomic(fc, text, strlen(text), e)
+  int rc = text ? spill_write_file_atomic(fc, text, strlen(text), e)
                 : spill_err_set(e, SPILL_E_NOMEM, "slurm: no memory");
   free(text);
   return rc;
@@ -447,7 +447,7 @@ static int job_id_ok(char *id) {
  * is cancelled when the merge cannot be submitted). */
 static int submit_jobs(const char *fa, const char *fm, char *aid, char *mid, size_t n,
                        spill_err *e) {
-  char err[1024] = "";
+  char err[SPILL_PATH_MAX] = "";
   char *av[] = {"sbatch", "--parsable", (char *)fa, NULL};
   int st = run_capture(av, aid, n, err, sizeof err), ok = job_id_ok(aid);
   if (st != 0 || !ok)
@@ -485,7 +485,7 @@ static int record_jobs(const char *dir, const char *aid, const char *mid, const 
   cJSON_AddStringToObject(j, "units", spec);
   char *line = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
-  char fj[1200];
+  char fj[SPILL_PATH_MAX];
   snprintf(fj, sizeof fj, "%s/slurm/jobs.jsonl", dir);
   int rc = line ? spill_exp_append_line(fj, line, e) : spill_err_set(e, SPILL_E_NOMEM, "no memory");
   free(line);
@@ -520,7 +520,7 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
   char spec[8192];
   int n_units = 0;
   SPILL_TRY(units_spec(cfg, units, spec, sizeof spec, &n_units, e));
-  char sub[1200];
+  char sub[SPILL_PATH_MAX];
   const char *subdirs[] = {"slurm/rows", "slurm/env", "slurm/logs"};
   for (int i = 0; i < 3; i++) {
     snprintf(sub, sizeof sub, "%s/%s", dir, subdirs[i]);
@@ -539,11 +539,11 @@ int spill_exp_slurm_submit(const char *dir, const spill_exp_config *cfg,
     free(a), free(m);
     return spill_err_set(e, SPILL_E_NOMEM, "slurm: no memory");
   }
-  char fa[1200], fm[1200];
+  char fa[SPILL_PATH_MAX], fm[SPILL_PATH_MAX];
   snprintf(fa, sizeof fa, "%s/slurm/array.sh", dir);
   snprintf(fm, sizeof fm, "%s/slurm/merge.sh", dir);
-  int rc = spill_exp_write_atomic(fa, a, strlen(a), e);
-  if (rc == SPILL_OK) rc = spill_exp_write_atomic(fm, m, strlen(m), e);
+  int rc = spill_write_file_atomic(fa, a, strlen(a), e);
+  if (rc == SPILL_OK) rc = spill_write_file_atomic(fm, m, strlen(m), e);
   if (rc == SPILL_OK) rc = write_cluster_json(dir, cfg, so, e);
   char aid[256] = "", mid[256] = "";
   if (rc == SPILL_OK && !so->script_only) rc = submit_jobs(fa, fm, aid, mid, sizeof aid, e);
@@ -585,7 +585,7 @@ int spill_exp_slurm_requeue_self(spill_err *e) {
 /* The results directory's config.json and its plan (units, cells); on
  * success the caller frees cfg (spill_exp_config_free) and the plan. */
 static int load_dir_plan(const char *dir, spill_exp_config *cfg, plan *P, spill_err *e) {
-  char cf[1200];
+  char cf[SPILL_PATH_MAX];
   snprintf(cf, sizeof cf, "%s/config.json", dir);
   SPILL_TRY(spill_exp_config_load(cf, cfg, e));
   int rc = plan_init(cfg, P, e);
@@ -606,7 +606,7 @@ int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, int
     rc = spill_err_set(e, SPILL_E_CONFIG, "--unit %d: the experiment has units 0-%d", unit,
                        P.n_units - 1);
   for (int c = 0; rc == SPILL_OK && c < P.n_cells; c++) cells[c] = P.unit_of_cell[c] == unit;
-  char node[128], rf[1200], envf[1400], lockf[1200];
+  char node[128], rf[SPILL_PATH_MAX], envf[SPILL_PATH_MAX], lockf[SPILL_PATH_MAX];
   node_name(node, sizeof node);
   rows_file(dir, unit, rf, sizeof rf);
   snprintf(envf, sizeof envf, "%s/slurm/env/u%03d-%s.json", dir, unit, node);
@@ -615,7 +615,7 @@ int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, int
    * the first still runs) would append the same runs twice. */
   int lfd = -1;
   if (rc == SPILL_OK) {
-    char sub[1200];
+    char sub[SPILL_PATH_MAX];
     snprintf(sub, sizeof sub, "%s/slurm/rows", dir);
     rc = spill_exp_mkdirs(sub, e);
     if (rc == SPILL_OK) {
@@ -624,9 +624,8 @@ int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, int
     }
   }
   if (rc == SPILL_OK) {
-    lfd = open(lockf, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lfd < 0) rc = spill_err_set(e, SPILL_E_IO, "%s: %s", lockf, strerror(errno));
-    else if (flock(lfd, LOCK_EX | LOCK_NB) < 0)
+    rc = spill_file_open_write(lockf, O_RDWR | O_CREAT, 0644, &lfd, e); /* no symlink */
+    if (rc == SPILL_OK && flock(lfd, LOCK_EX | LOCK_NB) < 0)
       rc = spill_err_set(e, SPILL_E_IO, "unit %d is being run by another process (%s is locked)",
                          unit, lockf);
   }
@@ -638,11 +637,11 @@ int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, int
     rc = spill_exp_read_lines(rf, 1, &lines, &n, e);
     int foreign = 0;
     for (int i = 0; rc == SPILL_OK && i < n && !foreign; i++) {
-      cJSON *row = cJSON_Parse(lines[i]);
+      cJSON *row = spill_json_parse_quiet(lines[i]);
       const cJSON *nd = row ? cJSON_GetObjectItemCaseSensitive(row, "node") : NULL;
       foreign = !cJSON_IsString(nd) || strcmp(nd->valuestring, node);
       if (foreign) {
-        char aside[1400];
+        char aside[SPILL_PATH_MAX];
         snprintf(aside, sizeof aside, "%s.stale-%s", rf, cJSON_IsString(nd) ? nd->valuestring : "unknown");
         for (char *q = aside + strlen(rf); *q; q++)
           if (*q == '/') *q = '_';
@@ -664,7 +663,7 @@ int spill_exp_slurm_task(const char *dir, int unit, const spill_exp_opts *o, int
     to.prepare_only = 0;
     to.refuted_dir = NULL;
     to.verdict_out = to.refuted_entry_out = NULL;
-    char out[1024];
+    char out[SPILL_PATH_MAX];
     int before = count_lines(rf);
     rc = spill_exp_execute(&cfg, &to, out, sizeof out, e);
     if (runs_done) *runs_done = count_lines(rf) - before;
@@ -703,9 +702,9 @@ int spill_exp_slurm_merge(const char *dir, const char *refuted_dir, int no_refut
     size_t off = 0;
     for (int i = 0; i < P.n_runs; i++)
       if (P.line[i]) off += (size_t)sprintf(all + off, "%s\n", P.line[i]);
-    char rf[1200];
+    char rf[SPILL_PATH_MAX];
     snprintf(rf, sizeof rf, "%s/runs.jsonl", dir);
-    rc = spill_exp_write_atomic(rf, all, off, e);
+    rc = spill_write_file_atomic(rf, all, off, e);
   }
   free(all);
   if (rc == SPILL_OK) {
@@ -720,17 +719,17 @@ int spill_exp_slurm_merge(const char *dir, const char *refuted_dir, int no_refut
         !no_refuted) {
       /* as a local run: refuted_dir, else the results directory's own
        * refuted/; the entry names the config file submitted (cluster.json) */
-      char entry[1024], own[1200], src[SPILL_EXP_PATH_MAX] = "";
+      char entry[SPILL_PATH_MAX], own[SPILL_PATH_MAX], src[SPILL_EXP_PATH_MAX] = "";
       if (!refuted_dir) {
         snprintf(own, sizeof own, "%s/refuted", dir);
         refuted_dir = own;
         rc = spill_exp_mkdirs(own, e);
       }
-      char fc[1200], *text = NULL;
+      char fc[SPILL_PATH_MAX], *text = NULL;
       snprintf(fc, sizeof fc, "%s/slurm/cluster.json", dir);
       spill_err ig = {0};
-      if (exists(fc) && spill_exp_read_file(fc, 1 << 16, &text, &ig) == SPILL_OK) {
-        cJSON *j = cJSON_Parse(text);
+      if (exists(fc) && spill_read_file(fc, 1 << 16, &text, NULL, &ig) == SPILL_OK) {
+        cJSON *j = spill_json_parse_quiet(text);
         const cJSON *c = j ? cJSON_GetObjectItemCaseSensitive(j, "config") : NULL;
         if (cJSON_IsString(c) && strlen(c->valuestring) < sizeof src)
           snprintf(src, sizeof src, "%s", c->valuestring);
@@ -817,7 +816,7 @@ int spill_exp_slurm_status(const char *dir, char **text_out, int *active_out, sp
   plan P;
   int rc = load_dir_plan(dir, &cfg, &P, e);
   if (rc < 0) return rc;
-  char f[1200];
+  char f[SPILL_PATH_MAX];
   char **jobs = NULL;
   int nj = 0;
   snprintf(f, sizeof f, "%s/slurm/jobs.jsonl", dir);
@@ -847,7 +846,7 @@ int spill_exp_slurm_status(const char *dir, char **text_out, int *active_out, sp
       /* the latest submission that ran this unit */
       char jid[300] = "-", state[64] = "not submitted", nodes[256] = "", reason[256] = "";
       for (int j = nj - 1; j >= 0; j--) {
-        cJSON *row = cJSON_Parse(jobs[j]);
+        cJSON *row = spill_json_parse_quiet(jobs[j]);
         const cJSON *aj = row ? cJSON_GetObjectItemCaseSensitive(row, "array_job") : NULL;
         const cJSON *us = row ? cJSON_GetObjectItemCaseSensitive(row, "units") : NULL;
         int hit = cJSON_IsString(aj) && cJSON_IsString(us) &&
@@ -869,7 +868,7 @@ int spill_exp_slurm_status(const char *dir, char **text_out, int *active_out, sp
              done < planned && !strcmp(state, "COMPLETED") ? " (rows missing!)" : "");
     }
     if (nj > 0) {
-      cJSON *row = cJSON_Parse(jobs[nj - 1]);
+      cJSON *row = spill_json_parse_quiet(jobs[nj - 1]);
       const cJSON *mj = row ? cJSON_GetObjectItemCaseSensitive(row, "merge_job") : NULL;
       if (cJSON_IsString(mj) && strspn(mj->valuestring, "0123456789") == strlen(mj->valuestring)) {
         char state[64], nodes[256], reason[256];
@@ -895,12 +894,12 @@ int spill_exp_slurm_status(const char *dir, char **text_out, int *active_out, sp
 
 int spill_exp_slurm_last_submission(const char *dir, spill_exp_cluster *c, char *workdir,
                                     size_t wn, spill_err *e) {
-  char f[1200], *text = NULL;
+  char f[SPILL_PATH_MAX], *text = NULL;
   snprintf(f, sizeof f, "%s/slurm/cluster.json", dir);
   if (!exists(f))
     return spill_err_set(e, SPILL_E_CONFIG, "%s: no slurm/cluster.json (not a --slurm results directory)", dir);
-  SPILL_TRY(spill_exp_read_file(f, 1 << 16, &text, e));
-  cJSON *j = cJSON_Parse(text);
+  SPILL_TRY(spill_read_file(f, 1 << 16, &text, NULL, e));
+  cJSON *j = spill_json_parse_quiet(text);
   free(text);
   const cJSON *cl = j ? cJSON_GetObjectItemCaseSensitive(j, "cluster") : NULL;
   const cJSON *wd = j ? cJSON_GetObjectItemCaseSensitive(j, "workdir") : NULL;

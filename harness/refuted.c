@@ -61,6 +61,7 @@ static void field(const char *text, const char *key, char *out, size_t n) {
 int spill_refuted_list(const char *dir, spill_refuted_entry **out, int *n_out, spill_err *e) {
   *out = NULL;
   *n_out = 0;
+  SPILL_TRY(spill_exp_dir_check(dir, e)); /* so no path below is cut */
   DIR *d = opendir(dir);
   if (!d) return SPILL_OK; /* no entries yet */
   int cap = 16, n = 0;
@@ -71,9 +72,9 @@ int spill_refuted_list(const char *dir, spill_refuted_entry **out, int *n_out, s
     size_t len = strlen(f);
     if (len < 8 || !isdigit((unsigned char)f[0]) || f[4] != '-' || strcmp(f + len - 3, ".md"))
       continue;
-    char path[1024], *text = NULL;
+    char path[SPILL_PATH_MAX], *text = NULL;
     snprintf(path, sizeof path, "%s/%s", dir, f);
-    if (spill_exp_read_file(path, 1 << 20, &text, e) < 0) continue;
+    if (spill_read_file(path, 1 << 20, &text, NULL, e) < 0) continue;
     if (n == cap) {
       cap *= 2;
       spill_refuted_entry *nv = realloc(v, (size_t)cap * sizeof *nv);
@@ -134,9 +135,9 @@ int spill_refuted_index(const char *dir, spill_err *e) {
                             v[i].hypothesis, v[i].result, v[i].results);
   if (n == 0) off += (size_t)snprintf(md + off, cap - off, "\n(no entries yet)\n");
   free(v);
-  char path[1024];
+  char path[SPILL_PATH_MAX];
   snprintf(path, sizeof path, "%s/README.md", dir);
-  int rc = spill_exp_write_atomic(path, md, off, e);
+  int rc = spill_write_file_atomic(path, md, off, e);
   free(md);
   return rc;
 }
@@ -144,6 +145,8 @@ int spill_refuted_index(const char *dir, spill_err *e) {
 int spill_refuted_write(const char *dir, const char *results_dir, const char *config_path,
                         const spill_exp_report_result *res, char *entry_out, size_t n,
                         spill_err *e) {
+  SPILL_TRY(spill_exp_dir_check(dir, e));
+  SPILL_TRY(spill_exp_dir_check(results_dir, e));
   SPILL_TRY(spill_exp_mkdirs(dir, e));
   spill_refuted_entry *v;
   int cnt;
@@ -160,11 +163,11 @@ int spill_refuted_write(const char *dir, const char *results_dir, const char *co
   }
   free(v);
   /* Config name, commit and date from the results directory. */
-  char cfgp[1024], *cfgtext = NULL, name[64] = "experiment", source[512] = "";
+  char cfgp[SPILL_PATH_MAX], *cfgtext = NULL, name[64] = "experiment", source[512] = "";
   char prediction[512] = "";
   snprintf(cfgp, sizeof cfgp, "%s/config.json", results_dir);
-  if (spill_exp_read_file(cfgp, 1 << 20, &cfgtext, e) == SPILL_OK) {
-    cJSON *c = cJSON_Parse(cfgtext);
+  if (spill_read_file(cfgp, 1 << 20, &cfgtext, NULL, e) == SPILL_OK) {
+    cJSON *c = spill_json_parse_quiet(cfgtext);
     const cJSON *nm = c ? cJSON_GetObjectItemCaseSensitive(c, "name") : NULL;
     if (cJSON_IsString(nm)) snprintf(name, sizeof name, "%s", nm->valuestring);
     /* The prediction in numbers: the ratio treatment/control the claim needs. */
@@ -191,10 +194,10 @@ int spill_refuted_write(const char *dir, const char *results_dir, const char *co
     cJSON_Delete(c);
     free(cfgtext);
   }
-  char envp[1024], *envtext = NULL, commit[64] = "unknown", machine[256] = "unknown";
+  char envp[SPILL_PATH_MAX], *envtext = NULL, commit[64] = "unknown", machine[256] = "unknown";
   snprintf(envp, sizeof envp, "%s/env.json", results_dir);
-  if (spill_exp_read_file(envp, 1 << 20, &envtext, e) == SPILL_OK) {
-    cJSON *c = cJSON_Parse(envtext);
+  if (spill_read_file(envp, 1 << 20, &envtext, NULL, e) == SPILL_OK) {
+    cJSON *c = spill_json_parse_quiet(envtext);
     const cJSON *g = c ? cJSON_GetObjectItemCaseSensitive(c, "git") : NULL;
     const cJSON *cm = g ? cJSON_GetObjectItemCaseSensitive(g, "commit") : NULL;
     if (cJSON_IsString(cm)) snprintf(commit, sizeof commit, "%s", cm->valuestring);
@@ -235,7 +238,7 @@ int spill_refuted_write(const char *dir, const char *results_dir, const char *co
                           next, date, commit, machine, claim, res->metric,
                           prediction[0] ? prediction : claim, result, source,
                           results_dir, next, claim, res->table_md);
-  char plots[1024];
+  char plots[SPILL_PATH_MAX];
   snprintf(plots, sizeof plots, "%s", res->plots);
   for (char *tok = strtok(plots, " "); tok; tok = strtok(NULL, " "))
     if (strstr(tok, ".png")) {
@@ -251,7 +254,7 @@ int spill_refuted_write(const char *dir, const char *results_dir, const char *co
   off += (size_t)snprintf(md + off, cap - off,
                           "## Notes\n\n(For a human: what we think this means, and what would "
                           "change our mind.)\n");
-  int rc = spill_exp_write_atomic(entry_out, md, off, e);
+  int rc = spill_write_file_atomic(entry_out, md, off, e);
   free(md);
   SPILL_TRY(rc);
   return spill_refuted_index(dir, e);

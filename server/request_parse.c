@@ -10,6 +10,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server/request_parse.h"
 
+#include "engine/spill.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -525,23 +527,17 @@ int spill_srv_request_parse(spill_srv_kind kind, const char *body, size_t len,
                         "the request body is empty (a JSON object is expected)");
     return -1;
   }
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-  if (!root) {
-    size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+  /* the one reading layer (spill.h): malformed JSON, trailing bytes, a
+   * repeated key (a gateway reading the last copy would see another
+   * request), a NUL ("max_tokens\u0000zz" is not max_tokens) and invalid
+   * UTF-8 are a 400 naming what and where */
+  cJSON *root = NULL;
+  spill_err pe = {0};
+  if (spill_json_parse(body, len, NULL, SPILL_E_INVALID_ARG, &root, &pe) < 0) {
     spill_srv_error_set(err, 400, "invalid_request_error", NULL, NULL,
-                        "malformed JSON in the request body (near byte %zu)", at);
+                        "malformed JSON in the request body (%s)", pe.msg);
     return -1;
   }
-  /* only whitespace may follow the value */
-  size_t used = end ? (size_t)(end - body) : len;
-  for (size_t i = used; i < len; i++)
-    if (body[i] != ' ' && body[i] != '\n' && body[i] != '\r' && body[i] != '\t') {
-      cJSON_Delete(root);
-      spill_srv_error_set(err, 400, "invalid_request_error", NULL, NULL,
-                          "malformed JSON in the request body (trailing bytes at %zu)", i);
-      return -1;
-    }
   int rc = parse_root(kind, root, req, err);
   cJSON_Delete(root);
   if (rc) {

@@ -192,11 +192,14 @@ TEST(RequestParseTest, WrongTypedAndNonNeutralKnownFieldsAreRefused) {
 
 // A client-chosen key is echoed as valid UTF-8 of bounded length.
 TEST(RequestParseTest, UnknownKeyIsEchoedAsBoundedValidUtf8) {
-  std::string key = "\xc3\xa9t\xff\x01" + std::string(200, 'k');
+  // invalid UTF-8 in a body is refused before any key is read (the one JSON
+  // reading layer: DuplicateFieldsAndNulsAreRefusedByName); a long valid key
+  // is echoed bounded, cut at a character boundary
+  std::string key = "\xc3\xa9t" + std::string(200, 'k');
   Parsed p(SPILL_SRV_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"" + key + "\":1}");
   ASSERT_EQ(p.rc, -1);
   std::string param = p.e.param;
-  EXPECT_EQ(param.substr(0, 5), "\xc3\xa9t??");
+  EXPECT_EQ(param.substr(0, 4), "\xc3\xa9tk");
   EXPECT_EQ(param.substr(param.size() - 3), "...");
   EXPECT_LT(param.size(), sizeof p.e.param);
 }
@@ -228,6 +231,30 @@ TEST(RequestParseTest, DocsListTheAcceptedFields) {
     EXPECT_GE(table.size(), 10u);
     EXPECT_EQ(doc[ep], table) << ep;
   }
+}
+
+// Issue 26 items 7 and 17: a repeated field resolved to the first copy (a
+// gateway reading the last sees another request) and "max_tokens\u0000zz"
+// was accepted as max_tokens.
+TEST(RequestParseTest, DuplicateFieldsAndNulsAreRefusedByName) {
+  Parsed dup(SPILL_SRV_COMPLETION, R"({"model":"m","prompt":"a","max_tokens":1,"max_tokens":900})");
+  EXPECT_EQ(dup.rc, -1);
+  EXPECT_EQ(dup.e.http_status, 400);
+  EXPECT_NE(std::string(dup.e.message).find("max_tokens: duplicate key"), std::string::npos)
+      << dup.e.message;
+  Parsed nested(SPILL_SRV_CHAT,
+                R"({"model":"m","messages":[{"role":"user","role":"system","content":"x"}]})");
+  EXPECT_EQ(nested.rc, -1);
+  EXPECT_NE(std::string(nested.e.message).find("messages[0].role: duplicate key"),
+            std::string::npos)
+      << nested.e.message;
+  Parsed nul(SPILL_SRV_COMPLETION, R"({"model":"m","prompt":"a","max_tokens\u0000zz":5})");
+  EXPECT_EQ(nul.rc, -1);
+  EXPECT_NE(std::string(nul.e.message).find("\\u0000 (NUL) inside a string"), std::string::npos)
+      << nul.e.message;
+  Parsed bad(SPILL_SRV_COMPLETION, "{\"model\":\"m\xff\",\"prompt\":\"a\"}");
+  EXPECT_EQ(bad.rc, -1);
+  EXPECT_NE(std::string(bad.e.message).find("invalid UTF-8"), std::string::npos) << bad.e.message;
 }
 
 TEST(RequestParseTest, BodyIsLengthBoundedNotNulTerminated) {

@@ -129,88 +129,6 @@ int spill_json_only_keys(const cJSON *obj, const char *path, const char *const *
   return SPILL_OK;
 }
 
-int spill_read_file(const char *file, size_t max_bytes, char **out, size_t *len_out,
-                    spill_err *e) {
-  int fd = open(file, O_RDONLY | O_CLOEXEC);
-  SPILL_FAIL_IF(e, fd < 0, SPILL_E_IO, "%s: cannot open: %s", file, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return spill_err_set(e, SPILL_E_IO, "%s: not a regular file", file);
-  }
-  if ((uint64_t)st.st_size > max_bytes) {
-    close(fd);
-    return spill_err_set(e, SPILL_E_FORMAT, "%s: %lld bytes exceeds the limit of %zu", file,
-                         (long long)st.st_size, max_bytes);
-  }
-  size_t n = (size_t)st.st_size;
-  char *buf = malloc(n + 1);
-  if (!buf) {
-    close(fd);
-    return spill_err_set(e, SPILL_E_NOMEM, "%s: cannot allocate %zu bytes", file, n + 1);
-  }
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = read(fd, buf + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      int err = errno;
-      free(buf);
-      close(fd);
-      return spill_err_set(e, SPILL_E_IO, "%s: read failed at byte %zu: %s", file, got,
-                           r == 0 ? "unexpected end of file" : strerror(err));
-    }
-    got += (size_t)r;
-  }
-  close(fd);
-  buf[n] = 0;
-  *out = buf;
-  if (len_out) *len_out = n;
-  return SPILL_OK;
-}
-
-int spill_write_file_atomic(const char *file, const void *data, size_t len, spill_err *e) {
-  size_t flen = strlen(file);
-  char *tmp = malloc(flen + 32);
-  SPILL_FAIL_IF(e, !tmp, SPILL_E_NOMEM, "%s: out of memory", file);
-  snprintf(tmp, flen + 32, "%s.tmp.%ld", file, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int err = errno;
-    free(tmp);
-    return spill_err_set(e, SPILL_E_IO, "%s: cannot create temp file: %s", file, strerror(err));
-  }
-  const char *p = data;
-  size_t left = len;
-  while (left) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int err = errno;
-      close(fd);
-      unlink(tmp);
-      free(tmp);
-      return spill_err_set(e, SPILL_E_IO, "%s: write failed: %s", file, strerror(err));
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    int err = errno;
-    unlink(tmp);
-    free(tmp);
-    return spill_err_set(e, SPILL_E_IO, "%s: fsync/close failed: %s", file, strerror(err));
-  }
-  if (rename(tmp, file) != 0) {
-    int err = errno;
-    unlink(tmp);
-    free(tmp);
-    return spill_err_set(e, SPILL_E_IO, "%s: rename failed: %s", file, strerror(err));
-  }
-  free(tmp);
-  return SPILL_OK;
-}
-
 /* Offset of the first byte of s[0..n) that is not valid UTF-8 (RFC 3629:
  * no overlongs, surrogates or code points past U+10FFFF), or n. */
 size_t spill_json_utf8_check(const char *s, size_t n) {
@@ -237,4 +155,266 @@ size_t spill_json_utf8_check(const char *s, size_t n) {
     i += (size_t)k + 1;
   }
   return n;
+}
+
+/* ---- the reading layer ------------------------------------------------------- */
+
+/* The path of a node, kept as a chain of frames on the stack and spelt out
+ * only for an error message. */
+typedef struct jpath {
+  const struct jpath *up;
+  const char *key; /* object member name, or NULL for an array element */
+  int index;
+} jpath;
+
+static size_t jpath_put(const jpath *p, char *buf, size_t cap) {
+  if (!p) return 0;
+  size_t n = jpath_put(p->up, buf, cap);
+  int k = p->key ? snprintf(buf + n, cap - n, "%s%s", n ? "." : "", p->key)
+                 : snprintf(buf + n, cap - n, "[%d]", p->index);
+  n += k < 0 ? 0 : (size_t)k;
+  return n < cap ? n : cap - 1;
+}
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* The first member of obj whose name repeats an earlier one, or NULL;
+ * *oom on allocation failure. Small objects compare pairs; big ones (a
+ * tokenizer's vocabulary: 150k keys) hash. */
+static const cJSON *first_dup(const cJSON *obj, int *oom) {
+  size_t n = 0;
+  for (const cJSON *c = obj->child; c; c = c->next) n++;
+  if (n <= 16) {
+    for (const cJSON *c = obj->child; c; c = c->next)
+      for (const cJSON *d = obj->child; d != c; d = d->next)
+        if (c->string && d->string && !strcmp(c->string, d->string)) return c;
+    return NULL;
+  }
+  size_t cap = 32;
+  while (cap < 2 * n) cap <<= 1;
+  const char **tab = calloc(cap, sizeof *tab);
+  if (!tab) {
+    *oom = 1;
+    return NULL;
+  }
+  const cJSON *dup = NULL;
+  for (const cJSON *c = obj->child; c && !dup; c = c->next) {
+    if (!c->string) continue;
+    size_t i = (size_t)fnv1a(c->string) & (cap - 1);
+    while (tab[i] && strcmp(tab[i], c->string)) i = (i + 1) & (cap - 1);
+    if (tab[i]) dup = c;
+    else tab[i] = c->string;
+  }
+  free(tab);
+  return dup;
+}
+
+#define JSON_MAX_DEPTH 1000 /* cJSON's own nesting limit */
+
+static int check_tree(const cJSON *node, const jpath *at, int depth, int code, spill_err *e) {
+  if (depth > JSON_MAX_DEPTH)
+    return spill_err_set(e, code, "nested deeper than %d levels", JSON_MAX_DEPTH);
+  if (cJSON_IsObject(node)) {
+    int oom = 0;
+    const cJSON *d = first_dup(node, &oom);
+    SPILL_FAIL_IF(e, oom, SPILL_E_NOMEM, "out of memory checking keys");
+    if (d) {
+      char p[256];
+      jpath here = {at, d->string, 0};
+      jpath_put(&here, p, sizeof p);
+      return spill_err_set(e, code, "%s: duplicate key", p);
+    }
+  }
+  int i = 0;
+  for (const cJSON *c = node->child; c; c = c->next, i++) {
+    if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
+    jpath here = {at, cJSON_IsObject(node) ? (c->string ? c->string : "?") : NULL, i};
+    SPILL_TRY(check_tree(c, &here, depth + 1, code, e));
+  }
+  return SPILL_OK;
+}
+
+/* The offset of the first NUL in text: a raw byte anywhere, or a \u0000
+ * escape inside a string (cJSON decodes it into the C string, which then
+ * ends there). *in_str says which. Returns len when there is none. */
+static size_t find_nul(const char *t, size_t len, int *in_str) {
+  int str = 0;
+  for (size_t i = 0; i < len; i++) {
+    char c = t[i];
+    if (c == '\0') {
+      *in_str = 0;
+      return i;
+    }
+    if (!str) {
+      if (c == '"') str = 1;
+      continue;
+    }
+    if (c == '"') {
+      str = 0;
+    } else if (c == '\\' && i + 1 < len) {
+      if (t[i + 1] == 'u' && i + 5 < len && !memcmp(t + i + 2, "0000", 4)) {
+        *in_str = 1;
+        return i;
+      }
+      i++; /* the escaped character (a '"' or '\\' does not end the string) */
+    }
+  }
+  return len;
+}
+
+static int parse_checked(const char *text, size_t len, int code, cJSON **out, spill_err *e) {
+  size_t bad = spill_json_utf8_check(text, len);
+  int in_str = 0;
+  size_t nul = find_nul(text, len, &in_str);
+  if (nul < bad) {
+    SPILL_FAIL_IF(e, in_str, code, "byte %zu: \\u0000 (NUL) inside a string", nul);
+    return spill_err_set(e, code, "byte %zu: NUL byte", nul);
+  }
+  SPILL_FAIL_IF(e, bad < len, code, "byte %zu: invalid UTF-8", bad);
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (!root) {
+    size_t off = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    long line = 1;
+    for (size_t i = 0; i < off; i++) line += text[i] == '\n';
+    if (!memchr(text, '\n', len)) /* one line (a request, a trace row) */
+      return spill_err_set(e, code, "not valid JSON (near byte %zu)", off);
+    return spill_err_set(e, code, "not valid JSON (line %ld, near byte %zu)", line, off);
+  }
+  while (end && end < text + len &&
+         (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+    end++;
+  int rc = SPILL_OK;
+  if (end && end < text + len)
+    rc = spill_err_set(e, code, "trailing bytes after the JSON value at byte %ld",
+                       (long)(end - text));
+  if (rc == SPILL_OK) rc = check_tree(root, NULL, 0, code, e);
+  if (rc < 0) {
+    cJSON_Delete(root);
+    return rc;
+  }
+  *out = root;
+  return SPILL_OK;
+}
+
+int spill_json_parse(const char *text, size_t len, const char *src, int code, cJSON **out,
+                     spill_err *e) {
+  if (out) *out = NULL;
+  SPILL_FAIL_IF(e, !text || !out, SPILL_E_INVALID_ARG, "%s%sno JSON text", src ? src : "",
+                src ? ": " : "");
+  int rc = parse_checked(text, len, code, out, e);
+  if (rc < 0 && src) spill_err_prefix(e, "%s", src);
+  return rc;
+}
+
+cJSON *spill_json_parse_quiet(const char *text) {
+  cJSON *j = NULL;
+  spill_err ig = {0};
+  if (!text || spill_json_parse(text, strlen(text), NULL, SPILL_E_FORMAT, &j, &ig) < 0) return NULL;
+  return j;
+}
+
+/* ---- the one escaper --------------------------------------------------------- */
+
+/* Bytes of the valid UTF-8 character at s (n > 0 bytes left), 0 if invalid. */
+static size_t utf8_len(const char *s, size_t n) {
+  unsigned c = (unsigned char)s[0];
+  size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+  if (k == 0 || k > n) return 0;
+  return spill_json_utf8_check(s, k) == k ? k : 0;
+}
+
+size_t spill_json_escape(char *dst, size_t cap, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+#define PUT(ch)                       \
+  do {                                \
+    if (o + 1 < cap) dst[o] = (ch);   \
+    o++;                              \
+  } while (0)
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x80) {
+      size_t k = utf8_len(s + i, n - i);
+      if (k == 0) { /* an invalid byte: U+FFFD */
+        PUT((char)0xEF);
+        PUT((char)0xBF);
+        PUT((char)0xBD);
+        i++;
+        continue;
+      }
+      for (size_t j = 0; j < k; j++) PUT(s[i + j]);
+      i += k;
+      continue;
+    }
+    if (c == '"' || c == '\\') {
+      PUT('\\');
+      PUT((char)c);
+    } else if (c < 0x20) { /* \u00XX for every control byte, as RFC 8259 allows */
+      PUT('\\');
+      PUT('u');
+      PUT('0');
+      PUT('0');
+      PUT(hex[c >> 4]);
+      PUT(hex[c & 15]);
+    } else {
+      PUT((char)c);
+    }
+    i++;
+  }
+#undef PUT
+  if (cap) dst[o < cap ? o : cap - 1] = '\0';
+  return o;
+}
+
+char *spill_json_quote(const char *s, size_t n) {
+  size_t need = spill_json_escape(NULL, 0, s, n);
+  char *q = malloc(need + 3);
+  if (!q) return NULL;
+  q[0] = '"';
+  spill_json_escape(q + 1, need + 1, s, n);
+  q[need + 1] = '"';
+  q[need + 2] = '\0';
+  return q;
+}
+
+char *spill_json_print(const cJSON *j, int formatted) {
+  char *t = formatted ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
+  if (!t) return NULL;
+  size_t n = strlen(t);
+  /* cJSON escapes control bytes and copies bytes >= 0x80 as they are; the
+   * only invalid UTF-8 in its output is inside strings, where U+FFFD is a
+   * valid replacement */
+  size_t bad = spill_json_utf8_check(t, n), extra = 0;
+  for (size_t i = bad; i < n;) {
+    size_t ok = spill_json_utf8_check(t + i, n - i);
+    if (ok == 0) extra += 2, i++;
+    else i += ok;
+  }
+  char *out = malloc(n + extra + 1);
+  if (!out) {
+    cJSON_free(t);
+    return NULL;
+  }
+  size_t o = 0;
+  for (size_t i = 0; i < n;) {
+    size_t ok = spill_json_utf8_check(t + i, n - i);
+    if (ok == 0) {
+      memcpy(out + o, "\xEF\xBF\xBD", 3);
+      o += 3;
+      i++;
+    } else {
+      memcpy(out + o, t + i, ok);
+      o += ok;
+      i += ok;
+    }
+  }
+  out[o] = '\0';
+  cJSON_free(t);
+  return out;
 }

@@ -1,11 +1,21 @@
-/* engine/base/json_util.h: typed, bounded reads of cJSON fields with errors
- * that name the JSON path ("manifest.layers[3].record_bytes: expected
- * integer"), plus atomic file writing.
+/* engine/base/json_util.h: the one JSON reading layer and the one JSON
+ * string escaper.
  *
- * Every reader of untrusted JSON (manifests, experiment configs, traces) goes
- * through these so that a wrong type, a missing key or an out-of-range value
- * is a SPILL_E_FORMAT / SPILL_E_CONFIG error, never a crash. `path` is the
- * path of the object holding the key; `code` is the status to report. */
+ * Reading: every JSON text from outside (HF configs, manifests, server
+ * requests, traces, experiment configs, results rows, tokenizer files) is
+ * parsed by spill_json_parse, which refuses what readers would disagree on
+ * (docs/RELIABILITY.md, "JSON from outside"): a repeated key (cJSON keeps the
+ * first, Python and transformers the last), a NUL (raw, or \u0000 inside a
+ * string, which would cut a C string: "max_tokens\u0000zz" read as
+ * "max_tokens"), invalid UTF-8 and bytes after the value. Then typed, bounded
+ * field reads with errors that name the JSON path
+ * ("manifest.layers[3].record_bytes: expected integer"): a wrong type, a
+ * missing key or an out-of-range value is a SPILL_E_FORMAT / SPILL_E_CONFIG
+ * error, never a crash. `path` is the path of the object holding the key;
+ * `code` is the status to report.
+ * Writing: spill_json_escape / spill_json_quote / spill_json_print always
+ * produce valid UTF-8 (an invalid byte becomes U+FFFD).
+ * Public: re-exported by engine/spill.h. Depends on status.h and cJSON. */
 #ifndef SPILL_BASE_JSON_UTIL_H
 #define SPILL_BASE_JSON_UTIL_H
 
@@ -19,6 +29,39 @@ extern "C" {
 #endif
 
 struct cJSON;
+
+/* Parses text[0..len) into *out (free with cJSON_Delete). Refused with
+ * `code`, the message prefixed "SRC: " (src may be NULL):
+ *   "byte N: invalid UTF-8", "byte N: NUL byte",
+ *   "byte N: \u0000 (NUL) inside a string",
+ *   "not valid JSON (line L, near byte N)" (no line in one-line text),
+ *   "trailing bytes after the JSON value at byte N",
+ *   "a.b[2].c: duplicate key" (the JSON path of the repeated key),
+ *   "nested deeper than 1000 levels".
+ * So every string and key of an accepted tree is a NUL-free C string of
+ * valid UTF-8. Checking keys is linear in the text (hashing for big
+ * objects). Thread-safe. */
+int spill_json_parse(const char *text, size_t len, const char *src, int code,
+                     struct cJSON **out, spill_err *e);
+
+/* spill_json_parse of a NUL-terminated text for readers that treat an
+ * unreadable file as absent (our own env.json, a child's result line):
+ * the tree, or NULL for anything spill_json_parse refuses. */
+struct cJSON *spill_json_parse_quiet(const char *text);
+
+/* Writes s[0..n) as the body of a JSON string (no quotes) into dst (cap
+ * bytes, always NUL-terminated when cap > 0): '"', '\\' and control bytes
+ * escaped, valid UTF-8 copied, each byte of an invalid sequence replaced by
+ * U+FFFD. Returns the length the whole escape needs (without the NUL), like
+ * snprintf: the output is complete when the result < cap. */
+size_t spill_json_escape(char *dst, size_t cap, const char *s, size_t n);
+/* The same between double quotes in a malloc'd string the caller frees with
+ * free(); NULL when out of memory. */
+char *spill_json_quote(const char *s, size_t n);
+/* cJSON_Print (formatted != 0) or cJSON_PrintUnformatted of j, with any
+ * invalid UTF-8 in its strings replaced by U+FFFD: the one way a JSON tree
+ * is written. malloc'd; free with free(); NULL when out of memory. */
+char *spill_json_print(const struct cJSON *j, int formatted);
 
 /* Integers: the JSON number must be integral and within [lo, hi] (doubles
  * represent integers exactly up to 2^53, which bounds hi). */
@@ -49,14 +92,6 @@ int spill_json_arr(const struct cJSON *obj, const char *key, const char *path,
 /* Rejects members of obj whose name is not in allowed (NULL-terminated). */
 int spill_json_only_keys(const struct cJSON *obj, const char *path, const char *const *allowed,
                          int code, spill_err *e);
-
-/* Reads a whole file (at most max_bytes) into a NUL-terminated malloc'd buffer
- * the caller frees with free(). */
-int spill_read_file(const char *file, size_t max_bytes, char **out, size_t *len_out,
-                    spill_err *e);
-/* Writes data to file atomically: a temp file in the same directory, fsync,
- * rename. On failure the old file (if any) is intact and the temp removed. */
-int spill_write_file_atomic(const char *file, const void *data, size_t len, spill_err *e);
 
 /* Offset of the first byte of s[0..n) that is not valid UTF-8 (RFC 3629: no
  * overlongs, surrogates or code points past U+10FFFF), or n when all is. */

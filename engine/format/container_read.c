@@ -20,6 +20,7 @@
 #include "engine/base/alloc.h"
 #include "engine/base/crc32.h"
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/format/container.h"
 #include "engine/format/format_internal.h"
 
@@ -38,12 +39,12 @@ static int open_sized(const spill_container *c, const char *name, uint64_t want,
                       spill_err *e) {
   char path[4096];
   SPILL_TRY(spill_container_path(c, name, path, sizeof path, e));
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  SPILL_FAIL_IF(e, fd < 0, SPILL_E_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fd; /* a FIFO in place of a bank is refused by kind, not waited on */
+  SPILL_TRY(spill_file_open_read(path, 0, &fd, e));
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
     close(fd);
-    return spill_err_set(e, SPILL_E_IO, "%s: not a regular file", path);
+    return spill_err_set(e, SPILL_E_IO, "%s: stat failed: %s", path, strerror(errno));
   }
   if ((uint64_t)st.st_size != want) {
     close(fd);

@@ -125,6 +125,48 @@ TEST(ContainerTest, TruncatedBankIsRejectedAtOpenNamingTheFile) {
   EXPECT_TRUE(Contains(e.msg, "truncated")) << e.msg;
 }
 
+// Issue 26 item 8: a FIFO named experts-N.bin made open(2) wait for a writer
+// forever (verify, run). Refused by kind, without blocking.
+TEST(ContainerTest, FifoInPlaceOfABankIsRefusedWithoutBlocking) {
+  alarm(30);  // a hang fails the test
+  std::string dir = Written("fifo_bank");
+  std::string bank = dir + "/experts-002.bin";
+  ASSERT_EQ(unlink(bank.c_str()), 0);
+  ASSERT_EQ(mkfifo(bank.c_str(), 0644), 0);
+  spill_container c;
+  spill_err e = {};
+  EXPECT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_E_IO);
+  EXPECT_TRUE(Contains(e.msg, "experts-002.bin: is a FIFO, not a regular file")) << e.msg;
+  EXPECT_EQ(spill_container_verify(dir.c_str(), nullptr, nullptr, &e), SPILL_E_IO);
+  EXPECT_TRUE(Contains(e.msg, "is a FIFO")) << e.msg;
+  ASSERT_EQ(unlink(bank.c_str()), 0);
+  ASSERT_EQ(mkfifo((dir + "/manifest.json.tmp").c_str(), 0644), 0);
+  ASSERT_EQ(rename((dir + "/manifest.json.tmp").c_str(), (dir + "/manifest.json").c_str()), 0);
+  EXPECT_EQ(spill_container_open(dir.c_str(), &c, &e), SPILL_E_IO);
+  EXPECT_TRUE(Contains(e.msg, "manifest.json: is a FIFO")) << e.msg;
+  alarm(0);
+}
+
+// A NUL escaped into a manifest name would cut it; a repeated key would be
+// read as its first copy: both refused by the one reading layer.
+TEST(ContainerTest, ManifestNulsAndRepeatedKeysAreRefusedByName) {
+  std::string dir = Written("nul_manifest");
+  std::string m = ReadAll(dir + "/manifest.json");
+  size_t at = m.find("\"name\":");
+  ASSERT_NE(at, std::string::npos);
+  size_t q = m.find('"', at + 7);  // the value's opening quote
+  std::string nul = m;
+  nul.insert(q + 1, "x\\u0000");
+  spill_manifest man;
+  spill_err e = {};
+  EXPECT_EQ(spill_manifest_parse(nul.data(), nul.size(), "manifest.json", &man, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "\\u0000 (NUL) inside a string")) << e.msg;
+  std::string dup = m;
+  dup.insert(m.find('{') + 1, "\"name\": \"other\", ");
+  EXPECT_EQ(spill_manifest_parse(dup.data(), dup.size(), "manifest.json", &man, &e), SPILL_E_FORMAT);
+  EXPECT_TRUE(Contains(e.msg, "manifest.json: name: duplicate key")) << e.msg;
+}
+
 TEST(ContainerTest, TruncatedTrunkIsRejectedAtOpenNamingTheFile) {
   std::string dir = Written("trunc_trunk");
   ASSERT_EQ(truncate((dir + "/trunk.bin").c_str(), 100), 0);

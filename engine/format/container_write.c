@@ -33,6 +33,7 @@
 #include "engine/base/alloc.h"
 #include "engine/base/crc32.h"
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/format/container.h"
 #include "engine/format/format_internal.h"
 

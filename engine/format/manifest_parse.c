@@ -498,26 +498,6 @@ static int check_codebooks(const spill_manifest *m, spill_err *e) {
   return SPILL_OK;
 }
 
-/* A JSON object with a repeated key means different things to different
- * readers (cJSON keeps the first, Python the last): reject it. */
-static int check_dup_keys(const cJSON *node, const char *path, int depth, spill_err *e) {
-  SPILL_FAIL_IF(e, depth > 32, F, "%s: nested too deeply", path[0] ? path : "manifest");
-  int i = 0;
-  for (const cJSON *c = node->child; c; c = c->next, i++) {
-    char p[160];
-    if (cJSON_IsObject(node)) {
-      for (const cJSON *d = c->next; d; d = d->next)
-        SPILL_FAIL_IF(e, c->string && d->string && strcmp(c->string, d->string) == 0, F,
-                      "%s%s%s: duplicate key", path, path[0] ? "." : "", c->string);
-      snprintf(p, sizeof p, "%s%s%s", path, path[0] ? "." : "", c->string ? c->string : "?");
-    } else {
-      snprintf(p, sizeof p, "%s[%d]", path, i);
-    }
-    if (cJSON_IsObject(c) || cJSON_IsArray(c)) SPILL_TRY(check_dup_keys(c, p, depth + 1, e));
-  }
-  return SPILL_OK;
-}
-
 static int parse_root(const cJSON *root, spill_manifest *m, spill_err *e) {
   const char *s;
   int64_t version;
@@ -590,25 +570,13 @@ int spill_manifest_parse(const char *json, size_t len, const char *src, spill_ma
   memset(m, 0, sizeof *m);
   SPILL_FAIL_IF(e, len > SPILL_MANIFEST_MAX_BYTES, F, "%s: %zu bytes exceeds the limit of %u", src,
                 len, SPILL_MANIFEST_MAX_BYTES);
-  /* the manifest is UTF-8 (docs/FORMAT.md); names are copied into results */
-  size_t nul = strnlen(json, len), bad = spill_json_utf8_check(json, nul);
-  SPILL_FAIL_IF(e, bad < nul, F, "%s: byte %zu: invalid UTF-8", src, bad);
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
-  if (!root) {
-    const char *at = cJSON_GetErrorPtr();
-    long off = at && at >= json && at <= json + len ? (long)(at - json) : -1;
-    return spill_err_set(e, F, "%s: not valid JSON (error near byte %ld)", src, off);
-  }
-  while (end && end < json + len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
-    end++;
-  int rc = SPILL_OK;
-  if (end && end < json + len && *end != '\0')
-    rc = spill_err_set(e, F, "trailing bytes after the JSON value at byte %ld",
-                       (long)(end - json));
-  if (rc == SPILL_OK) rc = check_dup_keys(root, "", 0, e);
+  /* the manifest is UTF-8 (docs/FORMAT.md); names are copied into results;
+   * repeated keys (cJSON keeps the first, Python the last) and NULs, which
+   * would cut a name, are refused (spill_json_parse) */
+  cJSON *root = NULL;
+  int rc = spill_json_parse(json, len, NULL, F, &root, e);
   if (rc == SPILL_OK) rc = parse_root(root, m, e);
-  cJSON_Delete(root);
+  if (root) cJSON_Delete(root);
   if (rc < 0) {
     /* json_util writes "<path>.<key>"; at the root the path is empty. */
     if (e && e->msg[0] == '.') memmove(e->msg, e->msg + 1, strlen(e->msg));

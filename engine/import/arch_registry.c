@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/import/import_internal.h"
 
 const imp_arch_row imp_arch_rows[] = {
@@ -78,8 +79,12 @@ static int plan_hf(imp_src *s, const char *dir, imp_plan *p, spill_err *e) {
   size_t len = 0;
   snprintf(path, sizeof path, "%s/config.json", dir);
   SPILL_TRY(spill_read_file(path, 16u << 20, &json, &len, e));
-  cJSON *root = cJSON_ParseWithLength(json, len);
+  /* one reading layer: num_experts_per_tok twice is refused by name
+   * (cJSON would keep the first, transformers the last) */
+  cJSON *root = NULL;
+  int prc = spill_json_parse(json, len, path, SPILL_E_FORMAT, &root, e);
   free(json);
+  SPILL_TRY(prc);
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
     return spill_err_set(e, SPILL_E_FORMAT, "%s: not a JSON object", path);

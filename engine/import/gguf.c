@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include "engine/import/gguf.h"
 
+#include "engine/base/safe_file.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,10 +409,11 @@ static int open_file(spill_gguf *g, const char *path, int keep_kv, spill_err *e)
   SPILL_FAIL_IF(e, !f, SPILL_E_NOMEM, "out of memory");
   g->fds = f;
   g->paths[g->n_files] = strdup(path);
-  g->fds[g->n_files] = open(path, O_RDONLY | O_CLOEXEC);
+  g->fds[g->n_files] = -1;
   int file = g->n_files++;
   SPILL_FAIL_IF(e, !g->paths[file], SPILL_E_NOMEM, "out of memory");
-  SPILL_FAIL_IF(e, g->fds[file] < 0, SPILL_E_IO, "%s: cannot open", path);
+  /* a FIFO in place of a .gguf is refused by kind, not waited on */
+  SPILL_TRY(spill_file_open_read(path, 0, &g->fds[file], e));
   struct stat st;
   SPILL_FAIL_IF(e, fstat(g->fds[file], &st) != 0, SPILL_E_IO, "%s: stat failed", path);
   rd *r = calloc(1, sizeof *r);

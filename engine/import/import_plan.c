@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/import/import_internal.h"
 
 /* ---- source access ---- */
@@ -287,7 +288,8 @@ int imp_cfg_bos_eos(const cJSON *root, const char *dir, int *bos, int *eos, spil
     snprintf(tp, sizeof tp, "%s/tokenizer_config.json", dir);
     spill_err ig = {0};
     if (rc == SPILL_OK && spill_read_file(tp, 64u << 20, &tj, &tl, &ig) == SPILL_OK) {
-      cJSON *tr = cJSON_ParseWithLength(tj, tl);
+      cJSON *tr = NULL;
+      rc = spill_json_parse(tj, tl, tp, SPILL_E_FORMAT, &tr, e);
       const cJSON *ab = tr ? cJSON_GetObjectItemCaseSensitive(tr, "add_bos_token") : NULL;
       const cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
       if (cJSON_IsTrue(ab) && bo && !first_int(bo, bos))

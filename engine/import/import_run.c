@@ -45,6 +45,7 @@
 #include "engine/base/crc32.h"
 #include "engine/base/half.h"
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/import/import_checked.h"
 #include "engine/import/import_internal.h"
 

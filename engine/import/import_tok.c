@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/import/import_internal.h"
 
 typedef struct buf {

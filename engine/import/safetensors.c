@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 
 typedef struct st_dt {
   const char *name;
@@ -147,18 +148,18 @@ int spill_st_parse_header(const uint8_t *buf, size_t len, uint64_t file_size, in
                 (unsigned long long)n, (unsigned long long)file_size);
   SPILL_FAIL_IF(e, n + 8 > len, SPILL_E_INVALID_ARG, "%s: header not fully in the buffer", src);
   SPILL_FAIL_IF(e, n < 2 || buf[8] != '{', SPILL_E_FORMAT, "%s: header is not a JSON object", src);
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts((const char *)buf + 8, (size_t)n, &end, 0);
-  if (!root || !cJSON_IsObject(root)) {
+  /* the format pads the header with spaces (some writers with NULs): only
+   * padding may follow the object. The JSON itself goes through the one
+   * reading layer: a repeated tensor name, a NUL in a name (it would cut
+   * it) or invalid UTF-8 is refused by name. */
+  size_t jn = (size_t)n;
+  while (jn > 0 && (buf[8 + jn - 1] == '\0' || buf[8 + jn - 1] == ' ')) jn--;
+  cJSON *root = NULL;
+  SPILL_TRY(spill_json_parse((const char *)buf + 8, jn, src, SPILL_E_FORMAT, &root, e));
+  if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
     return spill_err_set(e, SPILL_E_FORMAT, "%s: header is not valid JSON", src);
   }
-  /* only trailing spaces may follow the object (the format pads with 0x20) */
-  for (const char *p = end; p < (const char *)buf + 8 + n; p++)
-    if (*p != ' ' && *p != '\0' && *p != '\n' && *p != '\t' && *p != '\r') {
-      cJSON_Delete(root);
-      return spill_err_set(e, SPILL_E_FORMAT, "%s: bytes after the header's JSON object", src);
-    }
   int cnt = 0;
   for (const cJSON *it = root->child; it; it = it->next) cnt++;
   int rc = SPILL_OK;
@@ -254,8 +255,8 @@ static int add_file(spill_st_ckpt *c, const char *path, spill_err *e) {
   c->fds[c->n_files] = -1;
   c->n_files++;
   SPILL_FAIL_IF(e, !c->paths[c->n_files - 1], SPILL_E_NOMEM, "out of memory");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  SPILL_FAIL_IF(e, fd < 0, SPILL_E_IO, "%s: cannot open", path);
+  int fd; /* a FIFO is refused by kind, not waited on */
+  SPILL_TRY(spill_file_open_read(path, 0, &fd, e));
   c->fds[c->n_files - 1] = fd;
   spill_st_list l;
   SPILL_TRY(read_header_file(path, fd, c->n_files - 1, &l, e));
@@ -276,17 +277,21 @@ static int is_dir(const char *p) {
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* Something is there (a FIFO or a directory too: opening it then names its
+ * kind, instead of "neither ... nor"). */
 static int file_exists(const char *p) {
   struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+  return stat(p, &st) == 0;
 }
 
 static int open_index(spill_st_ckpt *c, const char *dir, const char *idx, spill_err *e) {
   char *json = NULL;
   size_t len = 0;
   SPILL_TRY(spill_read_file(idx, 64u << 20, &json, &len, e));
-  cJSON *root = cJSON_ParseWithLength(json, len);
+  cJSON *root = NULL;
+  int prc = spill_json_parse(json, len, idx, SPILL_E_FORMAT, &root, e);
   free(json);
+  SPILL_TRY(prc);
   const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
   if (!cJSON_IsObject(wm)) {
     cJSON_Delete(root);

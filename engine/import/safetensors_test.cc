@@ -199,7 +199,18 @@ TEST(SafetensorsTest, HostileHeadersAreNamedErrors) {
                       8),
                   &l, &e),
             SPILL_E_FORMAT);
-  EXPECT_NE(std::string(e.msg).find("twice"), std::string::npos) << e.msg;
+  EXPECT_NE(std::string(e.msg).find("a: duplicate key"), std::string::npos) << e.msg;
+  // issue 26 item 17: a NUL in a tensor name cut it ("a\u0000zz" read as "a")
+  EXPECT_EQ(Parse(hdr("{\"a\\u0000zz\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+                  &l, &e),
+            SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("\\u0000 (NUL) inside a string"), std::string::npos) << e.msg;
+  // padding with spaces or NULs after the object is the format's
+  ASSERT_EQ(Parse(hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}  ", 4), &l,
+                  &e),
+            SPILL_OK)
+      << e.msg;
+  spill_st_list_free(&l);
   EXPECT_EQ(Parse(hdr("[1,2]", 0), &l, &e), SPILL_E_FORMAT);
   EXPECT_EQ(Parse(hdr("{\"a\":", 0), &l, &e), SPILL_E_FORMAT);
   EXPECT_EQ(Parse(hdr("{}xx", 0), &l, &e), SPILL_E_FORMAT);

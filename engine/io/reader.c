@@ -20,6 +20,7 @@
 
 #include "engine/base/alloc.h"
 #include "engine/base/clock.h"
+#include "engine/base/safe_file.h"
 
 /* The backend ops table, indexed by spill_io_backend. */
 static const spill_io_backend_ops *const backends[] = {
@@ -164,19 +165,20 @@ int spill_io_add_file(spill_io *io, const char *path, uint32_t *file_id,
   char eb[128];
   int want_direct = io->opts.mode == SPILL_IO_MODE_DIRECT;
   int direct = 0, fd = -1;
+  /* spill_file_open_read: a FIFO or device in place of a bank is refused by
+   * kind, without blocking in open() */
+  spill_err oe = {0};
   if (want_direct) {
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (fd >= 0) {
+    int rc = spill_file_open_read(path, O_DIRECT, &fd, &oe);
+    if (rc == SPILL_OK) {
       direct = 1;
-    } else if (errno != EINVAL) {
-      return spill_err_set(err, SPILL_E_IO, "io: open '%s': %s", path,
-                           errno_str(errno, eb, sizeof eb));
+    } else if (errno != EINVAL) { /* EINVAL: the filesystem has no O_DIRECT */
+      return spill_err_set(err, rc, "io: %s", oe.msg);
     }
   }
   if (fd < 0) {
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    SPILL_FAIL_IF(err, fd < 0, SPILL_E_IO, "io: open '%s': %s", path,
-                  errno_str(errno, eb, sizeof eb));
+    int rc = spill_file_open_read(path, 0, &fd, &oe);
+    SPILL_FAIL_IF(err, rc < 0, rc, "io: %s", oe.msg);
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
@@ -189,9 +191,8 @@ int spill_io_add_file(spill_io *io, const char *path, uint32_t *file_id,
   if (direct && !direct_read_works(fd, size)) {
     close(fd);
     direct = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    SPILL_FAIL_IF(err, fd < 0, SPILL_E_IO, "io: open '%s': %s", path,
-                  errno_str(errno, eb, sizeof eb));
+    int rc = spill_file_open_read(path, 0, &fd, &oe);
+    SPILL_FAIL_IF(err, rc < 0, rc, "io: %s", oe.msg);
   }
   spill_io_file f = {0};
   f.fd = fd;

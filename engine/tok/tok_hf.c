@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/base/json_util.h"
 #include "engine/tok/tok_internal.h"
 
 #define GPT2_PATTERN \
@@ -220,8 +221,9 @@ static const char *config_token(const cJSON *cfg, const char *key) {
 }
 
 int tok_apply_config(spill_tok *t, const char *cj, size_t clen, spill_err *e) {
-  cJSON *cfg = cJSON_ParseWithLength(cj, clen);
-  if (!cfg || !cJSON_IsObject(cfg)) {
+  cJSON *cfg = NULL; /* the one reading layer: repeated keys, NULs refused */
+  SPILL_TRY(spill_json_parse(cj, clen, "tokenizer_config.json", SPILL_E_FORMAT, &cfg, e));
+  if (!cJSON_IsObject(cfg)) {
     cJSON_Delete(cfg);
     return spill_err_set(e, SPILL_E_FORMAT, "tokenizer_config.json: not a JSON object");
   }
@@ -295,8 +297,10 @@ static int add_member(tok_json *j, cJSON *obj, const char *key) {
   tj_ws(j);
   size_t v0 = j->i;
   SPILL_TRY(tj_skip(j));
-  cJSON *item = cJSON_ParseWithLength(j->s + v0, j->i - v0);
-  if (!item) return tj_fail(j, "value");
+  cJSON *item = NULL; /* the one reading layer: repeated keys, NULs refused */
+  spill_err pe = {0};
+  if (spill_json_parse(j->s + v0, j->i - v0, NULL, SPILL_E_FORMAT, &item, &pe) < 0)
+    return spill_err_set(j->e, SPILL_E_FORMAT, "%s: %s: %s", j->what, key, pe.msg);
   cJSON_AddItemToObject(obj, key, item);
   return SPILL_OK;
 }

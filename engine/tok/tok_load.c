@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/tok/tok_internal.h"
 
 static int b64val(unsigned char c) {
@@ -138,30 +139,11 @@ int spill_tok_load_tiktoken(const char *ranks, size_t len, const char *pattern,
 
 /* ---- files --------------------------------------------------------------------- */
 
+/* The one whole-file reader (engine/base/safe_file.h): a FIFO or a
+ * directory in place of a tokenizer file is refused by kind, never waited
+ * on; at most 2 GiB. */
 static int read_file(const char *path, char **out, size_t *len, spill_err *e) {
-  FILE *f = fopen(path, "rb");
-  SPILL_FAIL_IF(e, !f, SPILL_E_IO, "%s: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || st.st_size < 0 || st.st_size > (1LL << 31)) {
-    fclose(f);
-    return spill_err_set(e, SPILL_E_IO, "%s: cannot size (or over 2 GiB)", path);
-  }
-  char *b = malloc((size_t)st.st_size + 1);
-  if (!b) {
-    fclose(f);
-    return spill_err_set(e, SPILL_E_NOMEM, "%s: no memory", path);
-  }
-  size_t n = fread(b, 1, (size_t)st.st_size, f);
-  int bad = ferror(f);
-  fclose(f);
-  if (bad || n != (size_t)st.st_size) {
-    free(b);
-    return spill_err_set(e, SPILL_E_IO, "%s: short read", path);
-  }
-  b[n] = '\0';
-  *out = b;
-  *len = n;
-  return SPILL_OK;
+  return spill_read_file(path, (size_t)1 << 31, out, len, e);
 }
 
 static int is_file(const char *p) {
@@ -251,7 +233,8 @@ static int load_tiktoken_file(const char *path, const char *pattern, const char 
   if (pattern == SPILL_TOK_PAT_KIMI) {
     if (cfg_path && is_file(cfg_path)) {
       rc = read_file(cfg_path, &cj, &cn, e);
-      if (rc == SPILL_OK && (!(cfg = cJSON_ParseWithLength(cj, cn)) || !cJSON_IsObject(cfg)))
+      if (rc == SPILL_OK) rc = spill_json_parse(cj, cn, cfg_path, SPILL_E_FORMAT, &cfg, e);
+      if (rc == SPILL_OK && !cJSON_IsObject(cfg))
         rc = spill_err_set(e, SPILL_E_FORMAT, "%s: not a JSON object", cfg_path);
     }
     reserved = rc == SPILL_OK ? malloc(KIMI_SLOTS * sizeof *reserved) : NULL;
@@ -284,8 +267,8 @@ static int load_tiktoken_file(const char *path, const char *pattern, const char 
  * was a measurable part of the load (docs/PERFORMANCE.md). Its parser never
  * reads past the length. An empty file is read. */
 static int map_file(const char *path, const char **out, size_t *len, int *mapped, spill_err *e) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  SPILL_FAIL_IF(e, fd < 0, SPILL_E_IO, "%s: %s", path, strerror(errno));
+  int fd;
+  SPILL_TRY(spill_file_open_read(path, 0, &fd, e));
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > (1LL << 31)) {
     close(fd);
@@ -384,10 +367,13 @@ int spill_tok_load(const char *path, spill_tok **out, spill_err *e) {
     path = file;
   }
   /* a file: by its name (the names spill_tok_locate finds), else sniffed */
-  FILE *f = fopen(path, "rb");
-  SPILL_FAIL_IF(e, !f, SPILL_E_IO, "%s: %s", path, strerror(errno));
-  size_t n = fread(buf, 1, sizeof buf, f);
-  fclose(f);
+  int fd;
+  SPILL_TRY(spill_file_open_read(path, 0, &fd, e));
+  ssize_t got;
+  while ((got = read(fd, buf, sizeof buf)) < 0 && errno == EINTR) {
+  }
+  close(fd);
+  size_t n = got > 0 ? (size_t)got : 0;
   if ((n >= 4 && !memcmp(buf, "GGUF", 4)) || ends_with(path, ".gguf")) return tok_load_gguf(path, out, e);
   size_t i = 0;
   while (i < n && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t')) i++;

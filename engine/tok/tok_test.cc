@@ -401,6 +401,9 @@ TEST(TokTiktokenTest, KimiConfigErrorsAreNamed) {
       {"{\"added_tokens_decoder\": [1]}", "added_tokens_decoder is not an object"},
       {"{\"added_tokens_decoder\": {\"x7\": {\"content\": \"a\"}}}", "\"x7\" is not a token id"},
       {"{\"added_tokens_decoder\": {\"261\": {\"special\": true}}}", "[\"261\"] has no content"},
+      // the one JSON reading layer (docs/RELIABILITY.md): a repeated key
+      {"{\"added_tokens_decoder\": {\"261\": {\"content\": \"a\"}, \"261\": {\"content\": \"b\"}}}",
+       "added_tokens_decoder.261: duplicate key"},
   };
   for (const auto &c : cases) {
     std::string dir = KimiDir("k3tok_bad", c.config);

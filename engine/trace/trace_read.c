@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/trace/router_trace.h"
 #include "engine/trace/trace_internal.h"
 
@@ -522,12 +523,12 @@ static int parse_all(parser *ps, const char *buf, size_t len, spill_trace *t) {
     size_t k = 0;
     while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r')) k++;
     if (k == n) continue;
-    const char *end = NULL;
-    cJSON *obj = cJSON_ParseWithLengthOpts(s, n, &end, 0);
-    if (!obj) {
-      size_t col = end && end >= s && end <= s + n ? (size_t)(end - s) + 1 : 1;
-      return fail(ps, line, "invalid JSON near column %zu", col);
-    }
+    /* the one reading layer: a repeated key, a NUL or invalid UTF-8 in a
+     * line is refused with the line's number */
+    cJSON *obj = NULL;
+    spill_err pe = {0};
+    if (spill_json_parse(s, n, NULL, SPILL_E_TRACE, &obj, &pe) < 0)
+      return fail(ps, line, "%s", pe.msg);
     int rc;
     if (!cJSON_IsObject(obj)) {
       rc = fail(ps, line, "expected a JSON object");

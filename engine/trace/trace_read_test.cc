@@ -98,7 +98,9 @@ TEST(TraceReadTest, GroupsRouterLinesByTokenAndSortsLayers) {
 
 TEST(TraceReadTest, RejectsBadJsonWithLineNumber) {
   ExpectError("{\"tok\": 0, \"layers\": [[1, 2]]}\n{\"tok\": 1, \"layers\": [[1, 2]]\n",
-              "t.jsonl:2: invalid JSON");
+              "t.jsonl:2: not valid JSON");
+  // the one reading layer: a repeated key is refused by name, not resolved
+  ExpectError("{\"tok\": 0, \"layers\": [[1, 2]], \"tok\": 5}\n", "t.jsonl:1: tok: duplicate key");
   ExpectError("[1, 2]\n", "t.jsonl:1: expected a JSON object");
 }
 

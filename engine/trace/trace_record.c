@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/base/json_util.h"
 #include "engine/trace/router_trace.h"
 
 /* ------------------------------------------------------------ router rows */
@@ -122,8 +123,9 @@ int spill_profile_parse_row(const char *buf, size_t len, const char *name, spill
                             spill_err *e) {
   memset(p, 0, sizeof *p);
   if (!name) name = "profile";
-  cJSON *o = cJSON_ParseWithLength(buf, len);
-  int rc = SPILL_OK;
+  cJSON *o = NULL;
+  int rc = spill_json_parse(buf, len, name, SPILL_E_TRACE, &o, e);
+  if (rc < 0) goto out;
   if (!cJSON_IsObject(o)) {
     rc = spill_err_set(e, SPILL_E_TRACE, "%s: expected a JSON object", name);
     goto out;

@@ -200,7 +200,7 @@ std::string ParseError(const std::string &text) {
 
 TEST(TraceRecordTest, ProfileReaderNamesTheBadKey) {
   EXPECT_EQ(ParseError("[1]"), "p.jsonl: expected a JSON object");
-  EXPECT_EQ(ParseError("{\"pos\": 1"), "p.jsonl: expected a JSON object");
+  EXPECT_EQ(ParseError("{\"pos\": 1"), "p.jsonl: not valid JSON (near byte 8)");
   // a valid row with one field broken at a time
   const spill_profile_row p = SampleProfile();
   char *buf = nullptr;

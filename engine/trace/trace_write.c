@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/trace/router_trace.h"
 
 typedef struct sbuf {
@@ -65,21 +66,13 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   free(big);
 }
 
-/* JSON string literal with the escapes RFC 8259 requires. */
+/* JSON string literal through the one escaper (engine/base/json_util.h):
+ * RFC 8259's escapes, invalid UTF-8 replaced. */
 static void sb_json_str(sbuf *b, const char *s) {
-  sb_put(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') {
-      char esc[2] = {'\\', (char)c};
-      sb_put(b, esc, 2);
-    } else if (c < 0x20) {
-      sb_printf(b, "\\u%04x", c);
-    } else {
-      sb_put(b, (const char *)&c, 1);
-    }
-  }
-  sb_put(b, "\"", 1);
+  char *q = spill_json_quote(s, strlen(s));
+  if (q) sb_put(b, q, strlen(q));
+  else b->oom = 1;
+  free(q);
 }
 
 static void sb_float(sbuf *b, float v) {

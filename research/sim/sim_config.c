@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/cache/cache_policy.h"
 #include "engine/format/container.h"
 #include "engine/plan/ram_plan.h"

@@ -42,6 +42,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/cache/cache_policy.h"
 #include "engine/cache/expert_cache.h"
 #include "research/sim/sim.h"
