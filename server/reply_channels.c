@@ -139,6 +139,9 @@ int spill_srv_channels_push(spill_srv_channels *c, const char *p, size_t n) {
 }
 
 int spill_srv_channels_finish(spill_srv_channels *c) {
+  /* a reply of no text was never pushed: pend must still be a buffer (the
+   * mem* calls of run() take no NULL, even for 0 bytes) */
+  if (!c->oom && grow(&c->pend, &c->cap_pend, c->n_pend + 1)) return c->oom = -1;
   if (!c->oom) run(c, 1);
   return c->oom;
 }
