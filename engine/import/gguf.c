@@ -124,6 +124,13 @@ static int rd_values(rd *r, spill_gguf_kv *kv, spill_gguf_type t, uint64_t n, sp
     SPILL_FAIL_IF(e, !kv->str || !kv->str_len, SPILL_E_NOMEM, "%s: out of memory", r->src);
     for (uint64_t i = 0; i < n; i++)
       SPILL_TRY(rd_str(r, UINT64_MAX, &kv->str[i], &kv->str_len[i], kv->key, e));
+    /* A string value is used as a C string (the architecture, the
+     * pre-tokenizer, the chat template): a NUL inside would cut it into
+     * another value. Array elements (token texts, merges) are used by their
+     * length and may hold any byte. */
+    const char *nul = kv->type == SPILL_GGUF_STRING ? memchr(kv->str[0], 0, kv->str_len[0]) : NULL;
+    SPILL_FAIL_IF(e, nul, SPILL_E_FORMAT, "%s: key %.200s: a NUL byte at byte %llu of its string",
+                  r->src, kv->key, (unsigned long long)(nul - kv->str[0]));
     return SPILL_OK;
   }
   const uint32_t sz = k_vsize[t];

@@ -259,6 +259,26 @@ TEST(GgufTest, HostileMetadataIsANamedError) {
   ExpectError(x, SPILL_E_FORMAT, "metadata");
 }
 
+// A string value is read as a C string (the architecture, tokenizer.ggml.pre,
+// the chat template): a NUL inside would cut it to another value, so it is
+// refused by key and byte (issue 26 item 17). Array elements (token texts,
+// merges) keep their length and may hold any byte.
+TEST(GgufTest, NulInsideAStringValueIsRefusedByKey) {
+  Gguf x = Valid();
+  x.kv.erase(x.kv.begin());
+  x.KvStr("general.architecture", std::string("qwen3moe\0llama", 14));
+  ExpectError(x, SPILL_E_FORMAT, "key general.architecture: a NUL byte at byte 8 of its string");
+  x = Valid();
+  x.KvStr("tokenizer.ggml.pre", std::string("\0", 1));
+  ExpectError(x, SPILL_E_FORMAT, "key tokenizer.ggml.pre: a NUL byte at byte 0 of its string");
+  // the Valid() vocabulary holds "c\0d": still accepted, by length
+  spill_gguf g;
+  spill_err e = {};
+  std::string b = Valid().Bytes();
+  ASSERT_EQ(Parse(b, &g, &e), SPILL_OK) << e.msg;
+  spill_gguf_close(&g);
+}
+
 // Tensors: overlapping, misaligned, absurd dims, unknown type, partial
 // blocks, past EOF, duplicate and oversized names.
 TEST(GgufTest, HostileTensorsAreNamedErrors) {
