@@ -16,7 +16,8 @@ const char cmd_eval_usage[] =
     "                  [--sequential] MODEL (PROMPT | --tokens ID,ID,...) [engine knobs]\n"
     "--logits-out writes raw little-endian f32: the last position (vocab floats), or\n"
     "every position (n x vocab) with --all-positions. Text prompts get BOS; --tokens\n"
-    "are used as given.\n";
+    "are used as given. A NaN or Inf logit is an error (SPILL_E_NONFINITE, exit 1):\n"
+    "nothing is written or ranked.\n";
 
 /* Parses "1,2,3" into a malloc'd array. */
 static int *parse_tokens(const char *s, int *n) {
@@ -48,6 +49,21 @@ static int *parse_tokens(const char *s, int *n) {
   }
   *n = k;
   return t;
+}
+
+/* NaN/Inf logits (weights that overflow, a broken kernel) are neither
+ * written to --logits-out nor ranked: SPILL_E_NONFINITE naming the first
+ * position and token id, and how many values are not finite. */
+static int check_finite(const float *l, int n_pos, int V, int pos0, spill_err *e) {
+  size_t bad = 0, first = 0, cnt = (size_t)n_pos * (size_t)V;
+  for (size_t i = 0; i < cnt; i++)
+    if (!isfinite(l[i]) && bad++ == 0) first = i;
+  if (!bad) return SPILL_OK;
+  return spill_err_set(e, SPILL_E_NONFINITE,
+                       "logits not finite: position %d, token id %d is %g (%zu of %zu values); "
+                       "nothing written",
+                       pos0 + (int)(first / (size_t)V), (int)(first % (size_t)V), (double)l[first],
+                       bad, cnt);
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -99,6 +115,7 @@ int cmd_eval(int argc, char **argv) {
   float *allv = all ? malloc((size_t)n * (size_t)V * sizeof(float)) : NULL;
   if (!rc && (!last || (all && !allv))) rc = spill_err_set(&e, SPILL_E_NOMEM, "out of memory");
   if (!rc) rc = spill_eval(eng, toks, n, chunked, last, allv, &e);
+  if (!rc) rc = check_finite(all ? allv : last, all ? n : 1, V, all ? 0 : n - 1, &e);
   if (!rc && out) {
     FILE *f = fopen(out, "wb");
     size_t cnt = all ? (size_t)n * (size_t)V : (size_t)V;

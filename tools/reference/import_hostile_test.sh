@@ -7,7 +7,8 @@
 #    differs: a journal edited to simulate it);
 #  - a NaN / Inf source weight is refused by tensor and index in every path
 #    (safetensors F32/F16/BF16, GGUF F32/F16/Q8_0/Q4_K; keep/q8/q4/rvq3);
-#    finite weights that overflow make `spill run` refuse to sample, by name;
+#    finite weights that overflow make `spill run` refuse to sample, and
+#    `spill eval` refuse to write or rank the logits, by name;
 #  - an unusable tokenizer (unknown tokenizer.ggml.pre, EOS out of range, a
 #    merge of unknown tokens) is refused by import and reported by verify.
 set -uo pipefail
@@ -138,6 +139,14 @@ $PY "$REF" make-hf "$src" --arch qwen3_moe --seed 7 && $PY "$PATCH" st "$src/mod
 expect_err "logits .*not finite" "$SPILL" run "$src.spill" "hi" -n 2 &&
   grep -q "SPILL_E_NONFINITE" "$TMP/err" && grep -q "NOT FINITE: the logits at position" "$TMP/err" ||
   bad "overflow: not SPILL_E_NONFINITE with the summary's note: $(cat "$TMP/err")"
+# `spill eval` neither writes nor ranks them: refused by position and id,
+# no --logits-out file left (last position and every position)
+for ap in "" --all-positions; do
+  rm -f "$TMP/over.f32"
+  expect_err "logits not finite: position [0-9]*, token id [0-9]* is .*nothing written (SPILL_E_NONFINITE)" \
+    "$SPILL" eval "$src.spill" --tokens 1,2,3 $ap --logits-out "$TMP/over.f32" &&
+    { [ ! -e "$TMP/over.f32" ] || bad "overflow: eval $ap wrote non-finite logits"; }
+done
 
 # ---- 14: an unusable tokenizer is refused at import and reported by verify
 tok_bad() { # LABEL PATTERN PATCH_ARGS...
