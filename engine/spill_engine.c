@@ -20,6 +20,7 @@
  * docs/TRACE.md. Both go to files opened at spill_engine_open. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/base/clock.h"
 #include "engine/format/container.h"
@@ -243,7 +245,10 @@ static void warn(spill_engine *g, const char *msg) {
 
 static int open_outputs(spill_engine *g, spill_err *e) {
   if (g->cfg.profile_path) {
-    g->profile = fopen(g->cfg.profile_path, "w");
+    int fd;
+    SPILL_TRY(spill_file_open_write(g->cfg.profile_path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &fd, e));
+    g->profile = fdopen(fd, "w");
+    if (!g->profile) close(fd);
     SPILL_FAIL_IF(e, !g->profile, SPILL_E_IO, "profile %s: %s", g->cfg.profile_path,
                   strerror(errno));
   }

@@ -460,6 +460,36 @@ TEST(EngineTest, ProfileAndTraceHaveOneRowPerTokenAndLayer) {
   EXPECT_GT(with_pred, 0);  // decode rows of layers 2 and 3 carry predictions
 }
 
+// A profile or trace path that is a symlink is refused by name, and the file
+// it points to keeps its bytes (docs/RELIABILITY.md, "Opening files": spill
+// never writes through a link; a shared results directory could point a
+// profile.jsonl at any file the user can write).
+TEST(EngineTest, ProfileAndTraceAreNeverWrittenThroughASymlink) {
+  const std::string d = TmpDir() + "/outlinks";
+  mkdir(d.c_str(), 0755);
+  const std::string victim = d + "/victim.txt";
+  for (const char *which : {"profile", "trace"}) {
+    {
+      std::ofstream v(victim, std::ios::trunc);
+      v << "keep me\n";
+    }
+    const std::string link = d + "/" + which + ".jsonl";
+    unlink(link.c_str());
+    ASSERT_EQ(symlink(victim.c_str(), link.c_str()), 0);
+    spill_config cfg = Cfg();
+    if (!strcmp(which, "profile")) cfg.profile_path = link.c_str();
+    else cfg.trace_path = link.c_str();
+    spill_engine *eng = nullptr;
+    spill_err e = {};
+    EXPECT_EQ(spill_engine_open(Nano().c_str(), &cfg, &eng, &e), SPILL_E_IO) << which;
+    EXPECT_NE(std::string(e.msg).find(link + ": is a symbolic link"), std::string::npos) << e.msg;
+    if (eng) spill_engine_close(eng);
+    std::ifstream v(victim);
+    std::string got((std::istreambuf_iterator<char>(v)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(got, "keep me\n") << which;
+  }
+}
+
 TEST(EngineTest, ConfigKnobsParseAndRejectBadValues) {
   spill_config c;
   spill_config_default(&c);

@@ -220,9 +220,8 @@ static int self_check(const spill_manifest *m, char **json_out, spill_err *e) {
 static int create_file(spill_writer *w, const char *name, int *fd, spill_err *e) {
   char path[4096];
   SPILL_TRY(path_of(w, name, path, sizeof path, e));
-  *fd = open(path, (w->resume ? O_RDWR : O_WRONLY | O_TRUNC) | O_CREAT | O_CLOEXEC, 0644);
-  SPILL_FAIL_IF(e, *fd < 0, SPILL_E_IO, "%s: cannot create: %s", path, strerror(errno));
-  return SPILL_OK;
+  /* never through a symlink, only into a regular file (docs/RELIABILITY.md) */
+  return spill_file_open_write(path, (w->resume ? O_RDWR : O_WRONLY | O_TRUNC) | O_CREAT, 0644, fd, e);
 }
 
 static int open_impl(spill_writer *w, const char *dir, const spill_manifest *src, spill_err *e) {

@@ -537,12 +537,15 @@ static int journal_open(const char *dst, const char *id, const imp_plan *p, jour
     SPILL_FAIL_IF(e, mkdir(dst, 0755) != 0, SPILL_E_IO, "%s: cannot create: %s", dst, strerror(errno));
   }
   if (!*resume) {
-    j->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    SPILL_FAIL_IF(e, j->fd < 0, SPILL_E_IO, "%s: cannot create: %s", path, strerror(errno));
+    /* never through a symlink (docs/RELIABILITY.md, "Opening files") */
+    SPILL_TRY(spill_file_open_write(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644, &j->fd, e));
     SPILL_TRY(jappend(j, id, e));
     SPILL_FAIL_IF(e, fsync(j->fd) != 0, SPILL_E_IO, "%s: fsync failed", path);
     return SPILL_OK;
   }
+  /* opened for appending first: a journal that is a symlink (another
+   * import's, a copied directory's) is refused before it is read or written */
+  SPILL_TRY(spill_file_open_write(path, O_WRONLY | O_APPEND, 0, &j->fd, e));
   char *txt = NULL;
   size_t len = 0;
   SPILL_TRY(spill_read_file(path, 1u << 30, &txt, &len, e));
@@ -571,8 +574,6 @@ static int journal_open(const char *dst, const char *id, const imp_plan *p, jour
     l = end + 1;
   }
   free(txt);
-  j->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-  SPILL_FAIL_IF(e, j->fd < 0, SPILL_E_IO, "%s: cannot open: %s", path, strerror(errno));
   /* a torn last line: terminate it so the next entry starts on its own line */
   SPILL_TRY(jappend(j, "\n", e));
   return SPILL_OK;
@@ -955,26 +956,20 @@ static int copy_tokenizer_files(const char *src, const char *dst, spill_err *e) 
   }
   static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "tiktoken.model",
                                       "chat_template.jinja"};
+  /* read by the one reader (a FIFO is refused by kind), written as a whole
+   * file: an O_EXCL temp, fsync, rename (a symlink at DST/NAME is replaced,
+   * never written through; docs/RELIABILITY.md, "Opening files") */
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-    char from[PATH_MAX + 64], to[PATH_MAX + 64], tmp[PATH_MAX + 80];
-    snprintf(from, sizeof from, "%s/%s", dir, names[i]);
-    snprintf(to, sizeof to, "%s/%s", dst, names[i]);
-    snprintf(tmp, sizeof tmp, "%s.tmp", to);
-    int in = open(from, O_RDONLY | O_CLOEXEC);
-    if (in < 0) continue;
-    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int rc = out < 0 ? spill_err_set(e, SPILL_E_IO, "%s: %s", tmp, strerror(errno)) : SPILL_OK;
-    char buf[65536];
-    ssize_t n;
-    while (rc == SPILL_OK && (n = read(in, buf, sizeof buf)) != 0) {
-      if (n < 0 || write(out, buf, (size_t)n) != n)
-        rc = spill_err_set(e, SPILL_E_IO, "copying %s: %s", from, strerror(errno));
-    }
-    if (rc == SPILL_OK && fsync(out) != 0) rc = spill_err_set(e, SPILL_E_IO, "%s: %s", tmp, strerror(errno));
-    close(in);
-    if (out >= 0) close(out);
-    if (rc == SPILL_OK && rename(tmp, to) != 0) rc = spill_err_set(e, SPILL_E_IO, "%s: %s", to, strerror(errno));
-    if (rc != SPILL_OK) { unlink(tmp); return rc; }
+    char from[PATH_MAX + 64], to[PATH_MAX + 64];
+    SPILL_TRY(spill_path_fmt(from, sizeof from, e, "%s/%s", dir, names[i]));
+    SPILL_TRY(spill_path_fmt(to, sizeof to, e, "%s/%s", dst, names[i]));
+    if (stat(from, &st) != 0 && errno == ENOENT) continue;
+    char *b = NULL;
+    size_t n = 0;
+    SPILL_TRY(spill_read_file(from, (size_t)1 << 31, &b, &n, e));
+    int rc = spill_write_file_atomic(to, b, n, e);
+    free(b);
+    SPILL_TRY(rc);
   }
   return SPILL_OK;
 }

@@ -11,13 +11,17 @@
  * row written so far; the trace stops at max_bytes (spill_trace_writer.capped). Never
  * prints to stdout/stderr; depends on engine/base only.
  */
+#define _POSIX_C_SOURCE 200809L /* fdopen */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/base/json_util.h"
+#include "engine/base/safe_file.h"
 #include "engine/trace/router_trace.h"
 
 /* ------------------------------------------------------------ router rows */
@@ -25,7 +29,14 @@
 int spill_trace_writer_open(spill_trace_writer *w, const char *path, uint64_t max_bytes,
                             spill_err *e) {
   memset(w, 0, sizeof *w);
-  w->f = fopen(path, "w");
+  int fd, rc = spill_file_open_write(path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &fd, e);
+  if (rc < 0) { /* "trace PATH: is a symbolic link; ..." */
+    char m[SPILL_ERR_MSG_MAX];
+    snprintf(m, sizeof m, "%s", e ? e->msg : "");
+    return spill_err_set(e, rc, "trace %s", m);
+  }
+  w->f = fdopen(fd, "w");
+  if (!w->f) close(fd);
   SPILL_FAIL_IF(e, !w->f, SPILL_E_IO, "trace %s: %s", path, strerror(errno));
   w->max_bytes = max_bytes;
   return SPILL_OK;

@@ -4,7 +4,9 @@
 # import_ref.py and edited in place by hostile_patch.py (same size):
 #  - a source rewritten between a kill -9 and the resume is refused by name
 #    (also when its times are put back, and when only the sampled content
-#    differs: a journal edited to simulate it);
+#    differs: a journal edited to simulate it); a resumed DST's journal or
+#    bank that is a symlink is refused, the tokenizer's temp file never a link
+#    written through;
 #  - a NaN / Inf source weight is refused by tensor and index in every path
 #    (safetensors F32/F16/BF16, GGUF F32/F16/Q8_0/Q4_K; keep/q8/q4/rvq3);
 #    finite weights that overflow make `spill run` refuse to sample, and
@@ -88,6 +90,31 @@ kill_import "$TMP/u6" "$TMP/u6.spill" 25
 "$SPILL" import "$TMP/u6" "$TMP/u6.spill" 2>"$TMP/err" && grep -q "(25 resumed)" "$TMP/err" &&
   "$SPILL" verify "$TMP/u6.spill" >/dev/null 2>&1 && ok "an unchanged source resumes (25 units adopted)" ||
   bad "unchanged source resume: $(tail -1 "$TMP/err")"
+# a resumed import never writes through a symlink in DST (docs/RELIABILITY.md,
+# "Opening files"): DST a copy of an interrupted one whose journal, a bank or
+# the tokenizer file links back to the original (a copied or shared tree):
+# refused by name, the original's bytes unchanged
+fresh "$HF" "$TMP/l6"
+$PY "$TINYTOK" "$TMP/l6" || bad "l6: tokenizer"
+kill_import "$TMP/l6" "$TMP/l6.spill" 25
+bank=$(cd "$TMP/l6.spill" && ls experts-*.bin | head -1)
+for f in import.journal "$bank"; do
+  rm -rf "$TMP/l6b.spill" && cp -r "$TMP/l6.spill" "$TMP/l6b.spill" || bad "l6b: copy"
+  ln -sf "$TMP/l6.spill/$f" "$TMP/l6b.spill/$f"
+  before=$(md5sum <"$TMP/l6.spill/$f")
+  expect_err "l6b.spill/$f: is a symbolic link; spill does not write through links" \
+    "$SPILL" import "$TMP/l6" "$TMP/l6b.spill"
+  [ "$(md5sum <"$TMP/l6.spill/$f")" = "$before" ] || bad "l6: $f written through the link"
+done
+# the tokenizer is copied into DST through a temp file of its own (O_EXCL):
+# a link at the old fixed temp name (tokenizer.json.tmp) is not written through
+rm -rf "$TMP/l6b.spill" && cp -r "$TMP/l6.spill" "$TMP/l6b.spill" || bad "l6b: copy"
+echo "keep me" >"$TMP/l6-victim.json"
+ln -sf "$TMP/l6-victim.json" "$TMP/l6b.spill/tokenizer.json.tmp"
+"$SPILL" import "$TMP/l6" "$TMP/l6b.spill" >/dev/null 2>"$TMP/err" || bad "l6b: resume: $(tail -1 "$TMP/err")"
+[ "$(cat "$TMP/l6-victim.json")" = "keep me" ] && cmp -s "$TMP/l6/tokenizer.json" "$TMP/l6b.spill/tokenizer.json" &&
+  ok "the tokenizer copied beside a linked tokenizer.json.tmp, its target kept" ||
+  bad "l6b: the tokenizer was written through tokenizer.json.tmp"
 
 # ---- 13: non-finite source weights, every source dtype and target
 nonfinite() { # LABEL KIND(st|gguf) MAKE_ARGS TENSOR BYTE_OFFSET HEX PATTERN TARGET_OPTIONS...
