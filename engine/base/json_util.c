@@ -311,6 +311,13 @@ int spill_json_parse(const char *text, size_t len, const char *src, int code, cJ
   return rc;
 }
 
+int spill_json_check_tree(const cJSON *tree, const char *src, int code, spill_err *e) {
+  SPILL_FAIL_IF(e, !tree, SPILL_E_INVALID_ARG, "%s%sno JSON tree", src ? src : "", src ? ": " : "");
+  int rc = check_tree(tree, NULL, 0, code, e);
+  if (rc < 0 && src) spill_err_prefix(e, "%s", src);
+  return rc;
+}
+
 cJSON *spill_json_parse_quiet(const char *text) {
   cJSON *j = NULL;
   spill_err ig = {0};

@@ -44,6 +44,12 @@ struct cJSON;
 int spill_json_parse(const char *text, size_t len, const char *src, int code,
                      struct cJSON **out, spill_err *e);
 
+/* The checks spill_json_parse makes on its tree (a repeated key named by its
+ * JSON path, nesting deeper than 1000 levels), for a tree built another way
+ * (tokenizer.json's scanner assembles one from its members). Refused with
+ * `code`, prefixed "SRC: " (src may be NULL). */
+int spill_json_check_tree(const struct cJSON *tree, const char *src, int code, spill_err *e);
+
 /* spill_json_parse of a NUL-terminated text for readers that treat an
  * unreadable file as absent (our own env.json, a child's result line):
  * the tree, or NULL for anything spill_json_parse refuses. */

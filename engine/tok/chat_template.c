@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/base/json_util.h"
 #include "engine/tok/jinja_internal.h"
 #include "engine/tok/spill_tok.h"
 
@@ -77,8 +78,9 @@ int spill_chat_render_json_budget(const char *tmpl, const char *context_json,
   SPILL_FAIL_IF(e, !tmpl || !context_json || !out, SPILL_E_INVALID_ARG,
                 "chat template: NULL argument");
   *out = NULL;
-  cJSON *j = cJSON_Parse(context_json);
-  if (!j || !cJSON_IsObject(j)) {
+  cJSON *j = NULL; /* the one reading layer: repeated keys, NULs refused */
+  SPILL_TRY(spill_json_parse(context_json, strlen(context_json), "chat context", SPILL_E_FORMAT, &j, e));
+  if (!cJSON_IsObject(j)) {
     cJSON_Delete(j);
     return spill_err_set(e, SPILL_E_FORMAT, "chat context: not a JSON object");
   }

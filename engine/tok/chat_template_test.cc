@@ -271,4 +271,22 @@ TEST(ChatTemplateTest, BadTemplatesGetNamedErrors) {
   EXPECT_EQ(spill_chat_render_json("x", "[1]", &out, &e), SPILL_E_FORMAT);
 }
 
+// The context is parsed by the one JSON layer (docs/RELIABILITY.md): a
+// repeated key (cJSON rendered the first copy, jinja2 given Python's dict the
+// last) and a \u0000 are refused by name.
+TEST(ChatTemplateTest, ContextWithRepeatedKeysOrNulsIsRefusedByName) {
+  char *out = nullptr;
+  spill_err e{};
+  EXPECT_EQ(spill_chat_render_json("{{ bos_token }}", R"({"bos_token": "<s>", "bos_token": "<b>"})", &out, &e),
+            SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("chat context: bos_token: duplicate key"), std::string::npos) << e.msg;
+  EXPECT_EQ(spill_chat_render_json("{{ bos_token }}", R"({"bos_token": "<s>\u0000x"})", &out, &e),
+            SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("(NUL) inside a string"), std::string::npos) << e.msg;
+  ASSERT_EQ(spill_chat_render_json("{{ bos_token }}", R"({"bos_token": "<s>"})", &out, &e), SPILL_OK)
+      << e.msg;
+  EXPECT_STREQ(out, "<s>");
+  free(out);
+}
+
 }  // namespace

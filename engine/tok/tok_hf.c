@@ -289,6 +289,10 @@ static int member_key(tok_json *j, char **key) {
   j->i = k0;
   SPILL_TRY(tj_string(j, *key, &len));
   (*key)[len] = '\0';
+  /* a key is a C string from here on: "model\u0000x" must not read as "model" */
+  SPILL_FAIL_IF(j->e, strlen(*key) != len, SPILL_E_FORMAT,
+                "%s: member \"%.40s\" holds a NUL (\\u0000) at byte %zu of its key", j->what, *key,
+                strlen(*key));
   return tj_expect(j, ':');
 }
 
@@ -302,6 +306,15 @@ static int add_member(tok_json *j, cJSON *obj, const char *key) {
   if (spill_json_parse(j->s + v0, j->i - v0, NULL, SPILL_E_FORMAT, &item, &pe) < 0)
     return spill_err_set(j->e, SPILL_E_FORMAT, "%s: %s: %s", j->what, key, pe.msg);
   cJSON_AddItemToObject(obj, key, item);
+  return SPILL_OK;
+}
+
+/* A member the scanner read itself (model.vocab, model.merges) is kept in the
+ * tree as null, so a second copy of it is a repeated key there. */
+static int add_placeholder(tok_json *j, cJSON *obj, const char *key) {
+  cJSON *n = cJSON_CreateNull();
+  SPILL_FAIL_IF(j->e, !n, SPILL_E_NOMEM, "tokenizer.json: no memory");
+  cJSON_AddItemToObject(obj, key, n);
   return SPILL_OK;
 }
 
@@ -437,10 +450,12 @@ static int split_model(tok_json *j, cJSON *obj, spill_tok *t, hf_doc *d, char **
       d->vocab_seen = 1;
       d->vocab_bad = c != '{';
       SPILL_TRY(c == '{' ? read_vocab(j, t, d) : tj_skip(j));
+      SPILL_TRY(add_placeholder(j, obj, "vocab"));
     } else if (!strcmp(*key, "merges") && !d->merges_seen) {
       d->merges_seen = 1;
       d->merges_bad = c != '[';
       SPILL_TRY(c == '[' ? read_merges(j, d) : tj_skip(j));
+      SPILL_TRY(add_placeholder(j, obj, "merges"));
     } else {
       SPILL_TRY(add_member(j, obj, *key));
     }
@@ -469,6 +484,9 @@ static int split_doc(const char *json, size_t len, spill_tok *t, hf_doc *d, spil
   }
   free(key);
   if (r == SPILL_OK && tj_peek(&j) >= 0) r = tj_fail(&j, "content after the object");
+  /* the one JSON layer's rule on the assembled members: a repeated key (cJSON
+   * kept the first copy, Python and transformers the last) named by its path */
+  if (r == SPILL_OK) r = spill_json_check_tree(d->root, "tokenizer.json", SPILL_E_FORMAT, e);
   return r;
 }
 

@@ -38,18 +38,20 @@ size_t tj_ws_run(const char *s, size_t i, size_t n) {
   return i;
 }
 
-/* The first '"' or '\\' in s[i..n), or n. */
+/* The first '"', '\\' or control byte (< 0x20, which RFC 8259 and Python's
+ * json refuse unescaped inside a string) in s[i..n), or n. */
 static size_t string_run(const char *s, size_t i, size_t n) {
 #if defined(__SSE2__)
-  const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+  const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), c1f = _mm_set1_epi8(0x1F);
   for (; i + 16 <= n; i += 16) {
     __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+    __m128i ctl = _mm_cmpeq_epi8(_mm_max_epu8(v, c1f), c1f); /* v <= 0x1F, unsigned */
     unsigned m = (unsigned)_mm_movemask_epi8(
-        _mm_or_si128(_mm_cmpeq_epi8(v, q), _mm_cmpeq_epi8(v, bs)));
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, q), _mm_cmpeq_epi8(v, bs)), ctl));
     if (m) return i + (size_t)__builtin_ctz(m);
   }
 #endif
-  while (i < n && s[i] != '"' && s[i] != '\\') i++;
+  while (i < n && s[i] != '"' && s[i] != '\\' && (unsigned char)s[i] >= 0x20) i++;
   return i;
 }
 
@@ -137,6 +139,7 @@ int tj_string(tok_json *j, char *out, size_t *len) {
     i = run;
     if (i >= n) { j->i = i; return tj_fail(j, "unterminated string"); }
     if (s[i] == '"') break;
+    if ((unsigned char)s[i] < 0x20) { j->i = i; return tj_fail(j, "a raw control byte inside a string"); }
     char tmp[4];
     size_t ol = 0, used = unescape(s, i, n, out ? out + o : tmp, &ol);
     if (!used) { j->i = i; return tj_fail(j, "bad escape"); }

@@ -447,6 +447,38 @@ TEST(TokErrorsTest, BadInputsGetNamedErrors) {
   spill_tok_free(ok);
 }
 
+// tokenizer.json's scanner keeps the one JSON layer's rules (docs/RELIABILITY.md):
+// a repeated member, top-level or in "model" (cJSON kept the first copy,
+// transformers the last: another vocabulary or set of added tokens), a NUL in
+// a member key ("model\u0000x" read as "model") and a raw control byte in a
+// string (Python's json refuses it) are refused by name.
+TEST(TokErrorsTest, RepeatedMembersNulKeysAndRawControlBytesAreRefused) {
+  const std::string good = tok_test::ByteLevelJson("null", false);
+  struct {
+    std::string json, needle;
+  } cases[] = {
+      {"{\"added_tokens\": [], " + good.substr(1), "tokenizer.json: added_tokens: duplicate key"},
+      {good.substr(0, good.size() - 1) + ", \"model\": {\"type\": \"BPE\"}}", "tokenizer.json: model: duplicate key"},
+      {std::string(good).insert(good.find("\"merges\""), "\"vocab\": {\"a\": 0}, "),
+       "tokenizer.json: model.vocab: duplicate key"},
+      {std::string(good).insert(good.find("\"vocab\""), "\"merges\": [], "),
+       "tokenizer.json: model.merges: duplicate key"},
+      {std::string(good).replace(good.find("\"normalizer\""), 12, "\"normalizer\\u0000x\""),
+       "member \"normalizer\" holds a NUL"},
+      {std::string(good).replace(good.find("\"hello\""), 7, std::string("\"hel\x01lo\"")),
+       "a raw control byte inside a string"},
+  };
+  for (const auto &c : cases) {
+    spill_tok *t = nullptr;
+    spill_err e{};
+    EXPECT_EQ(spill_tok_load_hf(c.json.data(), c.json.size(), nullptr, 0, &t, &e), SPILL_E_FORMAT)
+        << c.needle;
+    EXPECT_NE(std::string(e.msg).find(c.needle), std::string::npos) << c.needle << ": " << e.msg;
+    spill_tok_free(t);
+  }
+  spill_tok_free(Load(good));
+}
+
 // An id is bounded by what the file holds (2 x its entries + 1024), checked
 // before the per-id tables are sized: one vocab entry or added token with id
 // 16777215 in a few KB made the loaders allocate tables for 16.8M ids

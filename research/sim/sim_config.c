@@ -373,13 +373,15 @@ static int parse_machine(pctx *p, const cJSON *o, spill_sim_config *c) {
   return SPILL_OK;
 }
 
-int spill_sim_config_parse(const char *text, const char *source, spill_sim_config *c,
-                           spill_err *e) {
+/* text[0..len): parsed by the one reading layer (a repeated key, a NUL or
+ * invalid UTF-8 refused by name: docs/RELIABILITY.md). */
+static int parse_text(const char *text, size_t len, const char *source, spill_sim_config *c,
+                      spill_err *e) {
   pctx p = {source ? source : "sim config", e};
   spill_sim_config_default(c);
-  cJSON *root = cJSON_Parse(text);
-  if (!root) return fail(&p, "(root)", "invalid JSON near byte %ld",
-                         cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : -1L);
+  cJSON *root = NULL;
+  spill_err pe = {0};
+  if (spill_json_parse(text, len, NULL, CFG, &root, &pe) < 0) return fail(&p, "(root)", "%s", pe.msg);
   int rc = SPILL_OK;
 #define STEP(x) do { if ((rc = (x)) < 0) goto out; } while (0)
   if (!cJSON_IsObject(root)) STEP(fail(&p, "(root)", "expected an object"));
@@ -466,11 +468,16 @@ out:
   return rc;
 }
 
+int spill_sim_config_parse(const char *text, const char *source, spill_sim_config *c,
+                           spill_err *e) {
+  return parse_text(text, text ? strlen(text) : 0, source, c, e);
+}
+
 int spill_sim_config_load(const char *file, spill_sim_config *c, spill_err *e) {
   char *buf = NULL;
   size_t n = 0;
   SPILL_TRY(spill_read_file(file, 1 << 20, &buf, &n, e));
-  int rc = spill_sim_config_parse(buf, file, c, e);
+  int rc = parse_text(buf, n, file, c, e);
   free(buf);
   return rc;
 }

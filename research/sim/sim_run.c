@@ -80,7 +80,7 @@ static int preds_read(const char *file, const spill_trace *t, uint32_t w, preds 
     char *end = nl ? nl : buf + len;
     char save = *end;
     *end = 0;
-    cJSON *o = cJSON_Parse(line);
+    cJSON *o = spill_json_parse_quiet(line); /* the one reading layer */
     *end = save;
     line = end + 1;
     if (!o) continue; /* blank (the trace reader validated everything else) */

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,32 @@ TEST(SimConfigTest, ErrorsNameTheJsonPath) {
             std::string::npos);
   EXPECT_NE(with(R"("trunk_bytes": "64M")", R"("trunk_bytes": -3)").find("model.trunk_bytes"),
             std::string::npos);
-  EXPECT_NE(Parse("{", &c).find("invalid JSON"), std::string::npos);
+  EXPECT_NE(Parse("{", &c).find("not valid JSON"), std::string::npos);
   EXPECT_NE(Parse("[]", &c).find("expected an object"), std::string::npos);
+}
+
+// The one JSON reading layer (docs/RELIABILITY.md): a repeated key (cJSON
+// kept the first copy, Python the last), a \u0000 and a raw NUL in the file
+// are refused by name.
+TEST(SimConfigTest, RepeatedKeysAndNulsAreRefusedByName) {
+  spill_sim_config c;
+  std::string dup = kBase;
+  dup.replace(dup.find("\"cache\""), 0, "\"cache\": {\"policy\": \"fifo\"}, ");
+  EXPECT_NE(Parse(dup, &c).find("t.json: (root): cache: duplicate key"), std::string::npos)
+      << Parse(dup, &c);
+  std::string nul = kBase;
+  nul.replace(nul.find("\"lru\""), 5, "\"lru\\u0000x\"");
+  EXPECT_NE(Parse(nul, &c).find("(NUL) inside a string"), std::string::npos) << Parse(nul, &c);
+  std::string path = ::testing::TempDir() + "/sim_nul.json";
+  FILE *f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::string raw = std::string(kBase) + std::string("\0\0", 2);
+  fwrite(raw.data(), 1, raw.size(), f);
+  fclose(f);
+  spill_err e = {};
+  EXPECT_EQ(spill_sim_config_load(path.c_str(), &c, &e), SPILL_E_CONFIG);
+  EXPECT_NE(std::string(e.msg).find("NUL byte"), std::string::npos) << e.msg;
+  ASSERT_EQ(Parse(kBase, &c), "");
 }
 
 TEST(SimRoutingTest, SyntheticRoutingHitsItsReuseTargetAndSkew) {

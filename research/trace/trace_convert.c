@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/json_util.h"
 #include "engine/trace/router_trace.h"
 #include "engine/trace/trace_internal.h"
 #include "research/trace/trace_analysis.h"
@@ -685,13 +686,21 @@ static int key_num(const char *key, const char *prefix, uint64_t hi, uint64_t *v
   return field_u64(key + pl, strlen(key + pl), hi, v);
 }
 
-/* Parses a JSON source into *root; an error names the line where it broke. */
+/* Parses a JSON source into *root by the one reading layer (a repeated key,
+ * a NUL or invalid UTF-8 is refused, named by its JSON path or byte:
+ * docs/RELIABILITY.md); text that is not JSON at all names the line where
+ * it broke. */
 static int parse_json(builder *b, const char *buf, size_t len, cJSON **root) {
+  spill_err pe = {0};
+  if (spill_json_parse(buf, len, NULL, SPILL_E_TRACE, root, &pe) == SPILL_OK) return SPILL_OK;
   const char *end = NULL;
-  *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
-  if (*root) return SPILL_OK;
-  uint32_t ln = end && end >= buf && end <= buf + len ? line_at(buf, len, end) : 1;
-  return bfail(b, ln, "invalid JSON");
+  cJSON *any = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
+  if (!any) {
+    uint32_t ln = end && end >= buf && end <= buf + len ? line_at(buf, len, end) : 1;
+    return bfail(b, ln, "invalid JSON");
+  }
+  cJSON_Delete(any);
+  return spill_err_set(b->e, SPILL_E_TRACE, "%s: %s", b->name, pe.msg);
 }
 
 static int conv_hf(builder *b, const char *buf, size_t len, int first_input) {

@@ -236,9 +236,15 @@ TEST(TraceConvertTest, HfRouterJsonMalformedInputNamesTheLine) {
                       l0 + ", \"layer_1\": {\"selected_experts\": [0, -3], "
                            "\"selected_probs\": [0.5, 0.5]}}}\n]}",
                   "in0:3: router_data[1].token_6.layer_1.selected_experts[1]: expected integer");
+  // a repeated key (a layer, router_data itself: cJSON kept the first copy,
+  // Python the last) or a NUL: refused by the one JSON layer, by name
   ExpectConvError(H,
                   "{\"router_data\": [\n{\"token_5\": {" + l0 + ", " + l0 + "}}\n]}",
-                  "in0:2: router_data[0].token_5.layer_0: layer given twice");
+                  "in0: router_data[0].token_5.layer_0: duplicate key");
+  ExpectConvError(H,
+                  "{\"router_data\": [{\"token_5\": {" + l0 + ", " + l1 + "}}], \"router_data\": []}",
+                  "in0: router_data: duplicate key");
+  ExpectConvError(H, "{\"router_data\\u0000x\": []}", "(NUL) inside a string");
   ExpectConvError(H,
                   "{\"router_data\": [\n{\"token_5\": {" + l0 +
                       ", \"layer_1\": {\"selected_experts\": [0, 3], \"selected_probs\": [0.5]}}}\n]}",
@@ -320,6 +326,8 @@ TEST(TraceConvertTest, VllmRoutedJsonMalformedInputNamesTheLine) {
   ExpectConvError(V, "{\"choices\": [{\"routed_experts\": [[[1, -2]]]}]}",
                   "choices[0].routed_experts[0][0][1]: expected integer");
   ExpectConvError(V, "{\n\"choices\": [{\"routed_experts\": [[[1, 2]] x]}]}", "in0:2: invalid JSON");
+  ExpectConvError(V, "{\"choices\": [{\"routed_experts\": [[[1, 2]]], \"routed_experts\": [[[3, 4]]]}]}",
+                  "in0: choices[0].routed_experts: duplicate key");
   Conv c = Convert(V, {"{\"choices\": [{\"routed_experts\": [[[1, 2]]]}]}"});
   ASSERT_EQ(c.rc, SPILL_OK) << c.msg;
   EXPECT_TRUE(HasCaveat(c.t, "prompt (prefill) tokens are missing"));
