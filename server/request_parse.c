@@ -19,17 +19,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void label(const char *s, char *out, size_t cap);
+
+/* Every field is made valid UTF-8 cut on a character boundary (label): a
+ * message quotes client bytes (a JSON parser's "near ..." excerpt, a key),
+ * and a cut at the buffer's size could split a character (found by
+ * fuzz_server_request: a 3-byte character cut after 2 bytes). */
 void spill_srv_error_set(spill_srv_error *err, int http_status, const char *type,
                          const char *param, const char *code, const char *fmt, ...) {
   if (!err) return;
   err->http_status = http_status;
   snprintf(err->type, sizeof err->type, "%s", type ? type : "invalid_request_error");
-  snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+  label(param ? param : "", err->param, sizeof err->param);
   snprintf(err->code, sizeof err->code, "%s", code ? code : "");
+  char full[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err->message, sizeof err->message, fmt, ap);
+  vsnprintf(full, sizeof full, fmt, ap);
   va_end(ap);
+  label(full, err->message, sizeof err->message);
 }
 
 void spill_srv_request_free(spill_srv_request *r) {
