@@ -60,27 +60,9 @@ static int has_tensor(const imp_src *s, int l, const char *suffix) {
   return spill_gguf_find(&s->gg, b) != NULL;
 }
 
-/* attention.head_count_kv: per layer or one value; 0 marks a KDA layer. */
+/* attention.head_count_kv: 0 marks a KDA layer (import_plan.c). */
 static int layer_kinds(const spill_gguf *g, k3_cfg *c, spill_err *e) {
-  const spill_gguf_kv *kv = spill_gguf_find_kv(g, GA ".attention.head_count_kv");
-  SPILL_FAIL_IF(e, !kv, SPILL_E_FORMAT, "GGUF key " GA ".attention.head_count_kv is missing (it marks the KDA layers)");
-  if (kv->type != SPILL_GGUF_ARRAY) {
-    int hk;
-    SPILL_TRY(gkey(g, "attention.head_count_kv", 0, 4096, 0, 1, &hk, e));
-    for (int l = 0; l < c->L; l++) c->is_kda[l] = hk == 0;
-    return SPILL_OK;
-  }
-  SPILL_FAIL_IF(e, kv->n != (uint64_t)c->L, SPILL_E_FORMAT,
-                "GGUF key " GA ".attention.head_count_kv has %llu entries, block_count is %d",
-                (unsigned long long)kv->n, c->L);
-  for (int l = 0; l < c->L; l++) {
-    int64_t v;
-    SPILL_TRY(spill_gguf_arr_i64(kv, (uint64_t)l, &v, e));
-    SPILL_FAIL_IF(e, v < 0 || v > 4096, SPILL_E_FORMAT,
-                  "GGUF key " GA ".attention.head_count_kv[%d] = %lld out of range [0, 4096]", l, (long long)v);
-    c->is_kda[l] = v == 0;
-  }
-  return SPILL_OK;
+  return imp_gguf_kda_layers(g, GA, c->L, c->is_kda, e);
 }
 
 static int config(imp_src *s, k3_cfg *c, spill_err *e) {

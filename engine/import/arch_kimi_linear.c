@@ -193,29 +193,9 @@ static int gkey(const spill_gguf *g, const char *key, int lo, int hi, int dflt, 
   return imp_gguf_int(g, GA, key, lo, hi, out, dflt, req, e);
 }
 
-/* attention.head_count_kv: per layer (an array of block_count) or one value;
- * 0 marks a KDA (recurrent) layer, as llama.cpp's is_recr. */
+/* attention.head_count_kv: 0 marks a KDA layer (import_plan.c). */
 static int gguf_layer_kinds(const spill_gguf *g, kl_cfg *c, spill_err *e) {
-  const spill_gguf_kv *kv = spill_gguf_find_kv(g, GA ".attention.head_count_kv");
-  SPILL_FAIL_IF(e, !kv, SPILL_E_FORMAT, "GGUF key " GA ".attention.head_count_kv is missing (it marks the KDA layers)");
-  memset(c->is_kda, 0, sizeof c->is_kda);
-  if (kv->type != SPILL_GGUF_ARRAY) {
-    int hk;
-    SPILL_TRY(gkey(g, "attention.head_count_kv", 0, 4096, 0, 1, &hk, e));
-    for (int l = 0; l < c->L; l++) c->is_kda[l] = hk == 0;
-    return SPILL_OK;
-  }
-  SPILL_FAIL_IF(e, kv->n != (uint64_t)c->L, SPILL_E_FORMAT,
-                "GGUF key " GA ".attention.head_count_kv has %llu entries, block_count is %d",
-                (unsigned long long)kv->n, c->L);
-  for (int l = 0; l < c->L; l++) {
-    int64_t v;
-    SPILL_TRY(spill_gguf_arr_i64(kv, (uint64_t)l, &v, e));
-    SPILL_FAIL_IF(e, v < 0 || v > 4096, SPILL_E_FORMAT,
-                  "GGUF key " GA ".attention.head_count_kv[%d] = %lld out of range [0, 4096]", l, (long long)v);
-    c->is_kda[l] = v == 0;
-  }
-  return SPILL_OK;
+  return imp_gguf_kda_layers(g, GA, c->L, c->is_kda, e);
 }
 
 static int gguf_dims(const spill_gguf *g, kl_cfg *c, spill_err *e) {

@@ -111,6 +111,11 @@ int imp_hf_experts(imp_src *s, imp_moe_layer *m, int k, const char *pre, const c
  * missing key is an error when required, else *out = dflt. */
 int imp_gguf_int(const spill_gguf *g, const char *arch, const char *key, int lo, int hi, int *out,
                  int dflt, int required, spill_err *e);
+/* GGUF "<arch>.attention.head_count_kv", per layer (an array of L) or one
+ * value: is_kda[l] = 1 where it is 0 (a KDA, recurrent, layer; llama.cpp's
+ * is_recr), for kimi-linear and kimi-k3. */
+int imp_gguf_kda_layers(const spill_gguf *g, const char *arch, int L, uint8_t *is_kda,
+                        spill_err *e);
 /* GGUF tokenizer.ggml.eos_token_id, and bos_token_id when add_bos_token
  * (absent: add_bos_dflt); ids outside [0, V) become -1. */
 int imp_gguf_bos_eos(const spill_gguf *g, int V, int add_bos_dflt, int *bos, int *eos, spill_err *e);

@@ -303,6 +303,31 @@ int imp_cfg_bos_eos(const cJSON *root, const char *dir, int *bos, int *eos, spil
 
 /* ---- GGUF metadata ---- */
 
+int imp_gguf_kda_layers(const spill_gguf *g, const char *arch, int L, uint8_t *is_kda,
+                        spill_err *e) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+  const spill_gguf_kv *kv = spill_gguf_find_kv(g, key);
+  SPILL_FAIL_IF(e, !kv, SPILL_E_FORMAT, "GGUF key %s is missing (it marks the KDA layers)", key);
+  memset(is_kda, 0, (size_t)L);
+  if (kv->type != SPILL_GGUF_ARRAY) {
+    int hk;
+    SPILL_TRY(imp_gguf_int(g, arch, "attention.head_count_kv", 0, 4096, &hk, 0, 1, e));
+    for (int l = 0; l < L; l++) is_kda[l] = hk == 0;
+    return SPILL_OK;
+  }
+  SPILL_FAIL_IF(e, kv->n != (uint64_t)L, SPILL_E_FORMAT,
+                "GGUF key %s has %llu entries, block_count is %d", key, (unsigned long long)kv->n, L);
+  for (int l = 0; l < L; l++) {
+    int64_t v;
+    SPILL_TRY(spill_gguf_arr_i64(kv, (uint64_t)l, &v, e));
+    SPILL_FAIL_IF(e, v < 0 || v > 4096, SPILL_E_FORMAT,
+                  "GGUF key %s[%d] = %lld out of range [0, 4096]", key, l, (long long)v);
+    is_kda[l] = v == 0;
+  }
+  return SPILL_OK;
+}
+
 int imp_gguf_int(const spill_gguf *g, const char *arch, const char *key, int lo, int hi, int *out,
                  int dflt, int required, spill_err *e) {
   char k[160];
