@@ -138,6 +138,10 @@ static int wrap_next(void *ctx, int *idx, const uint8_t **rec, spill_err *e) {
   spill_engine *g = ctx;
   return g->inner.next_ready(g->inner.ctx, idx, rec, e);
 }
+static int wrap_poll(void *ctx, int wait, int *idx, const uint8_t **rec, spill_err *e) {
+  spill_engine *g = ctx;
+  return g->inner.poll_ready(g->inner.ctx, wait, idx, rec, e);
+}
 static void wrap_release(void *ctx, int layer, uint32_t id) {
   spill_engine *g = ctx;
   g->inner.release(g->inner.ctx, layer, id);
@@ -420,7 +424,8 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   if (spill_stream_direct_fallback(g->st))
     warn(g, "storage: the filesystem refused O_DIRECT; expert reads are buffered");
   spill_stream_source(g->st, &g->inner);
-  g->outer = (spill_expert_source){g, wrap_request, wrap_next, wrap_release, wrap_prefetch};
+  g->outer = (spill_expert_source){g, wrap_request, wrap_next, wrap_release, wrap_prefetch,
+                                   g->inner.poll_ready ? wrap_poll : NULL};
   spill_model_set_expert_source(g->m, &g->outer);
   spill_model_observer obs = {g, on_route};
   spill_model_set_observer(g->m, &obs);

@@ -36,12 +36,24 @@ typedef struct spill_expert_source {
   void (*release)(void *ctx, int layer, uint32_t id);
   /* Optional hint: experts likely needed soon (router lookahead); may be NULL. */
   int (*prefetch)(void *ctx, int layer, const uint32_t *ids, int n, spill_err *e);
+  /* Optional readiness call (may be NULL: the forward then calls next_ready
+   * only while it holds no record). Delivers like next_ready and returns 1,
+   * or returns 0 without a record: with wait 0 when none is ready now (it
+   * never blocks; it reaps completions and starts reads that were waiting
+   * for a free slot), with wait 1 only when none can become ready before a
+   * delivered record is released (every slot pinned by them); otherwise
+   * wait 1 blocks until one is ready. Negative status on an error. Like
+   * every call of the source, one thread at a time: the forward's
+   * scheduler serialises them (engine/model/moe.c). */
+  int (*poll_ready)(void *ctx, int wait, int *idx, const uint8_t **record, spill_err *e);
 } spill_expert_source;
 
 /* The synchronous source: next_ready preads the next requested record (in
  * request order) into one of n_buffers record buffers (4 KiB aligned) and
  * checks it (header always, payload crc32 when verify != 0). n_buffers >= 1
- * bounds how many records may be pinned at once; more gives SPILL_E_INTERNAL.
+ * bounds how many records may be pinned at once; more gives SPILL_E_INTERNAL
+ * from next_ready, and 0 from poll_ready (which reads inline: its wait 0
+ * also blocks for the pread).
  * `c` is borrowed and must outlive the source. On success *out is filled and
  * owns its ctx; free it with spill_expert_source_sync_close. Not thread-safe:
  * one consumer. */

@@ -40,21 +40,35 @@ static int sync_request(void *ctx, int layer, const uint32_t *ids, int n, spill_
   return SPILL_OK;
 }
 
-static int sync_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err *e) {
-  sync_src *s = ctx;
+/* Reads the next requested record into a free buffer: 1, or 0 when every
+ * buffer is pinned. */
+static int sync_read_next(sync_src *s, int *idx, const uint8_t **record, spill_err *e) {
   SPILL_FAIL_IF(e, s->next >= s->n, SPILL_E_INVALID_ARG,
                 "sync expert source: next_ready with nothing outstanding");
   int b = 0;
   while (b < s->n_buf && s->pin_layer[b] >= 0) b++;
-  SPILL_FAIL_IF(e, b == s->n_buf, SPILL_E_INTERNAL,
-                "sync expert source: all %d buffers pinned (missing release?)", s->n_buf);
+  if (b == s->n_buf) return 0;
   const uint32_t id = s->ids[s->next];
   SPILL_TRY(spill_container_read_record(s->c, s->layer, id, s->buf[b], s->verify, e));
   s->pin_layer[b] = s->layer;
   s->pin_id[b] = id;
   *idx = s->next++;
   *record = s->buf[b];
+  return 1;
+}
+
+static int sync_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err *e) {
+  sync_src *s = ctx;
+  int rc = sync_read_next(s, idx, record, e);
+  if (rc < 0) return rc;
+  SPILL_FAIL_IF(e, rc == 0, SPILL_E_INTERNAL,
+                "sync expert source: all %d buffers pinned (missing release?)", s->n_buf);
   return SPILL_OK;
+}
+
+static int sync_poll_ready(void *ctx, int wait, int *idx, const uint8_t **record, spill_err *e) {
+  (void)wait; /* a pread is synchronous: ready as soon as a buffer is free */
+  return sync_read_next(ctx, idx, record, e);
 }
 
 static void sync_release(void *ctx, int layer, uint32_t id) {
@@ -115,5 +129,6 @@ int spill_expert_source_sync_open(const spill_container *c, int verify, int n_bu
   out->next_ready = sync_next_ready;
   out->release = sync_release;
   out->prefetch = NULL;
+  out->poll_ready = sync_poll_ready;
   return SPILL_OK;
 }

@@ -58,14 +58,57 @@ TEST(ForwardTest, RunsEveryExpertDtypeOnBothTrunks) {
 TEST(ForwardTest, OneAndTwoThreadsGiveBitIdenticalLogits) {
   for (const char *mix : kMixes) {
     SCOPED_TRACE(mix);
-    spill_test::ModelHandle h1, h2;
+    spill_test::ModelHandle h1, h2, h3;
     h1.m = Open(Nano(mix), 1, 4);
     h2.m = Open(Nano(mix), 2, 4);
-    ASSERT_TRUE(h1.m && h2.m);
+    h3.m = Open(Nano(mix), 3, 4);
+    ASSERT_TRUE(h1.m && h2.m && h3.m);
     std::vector<float> a = RunSeq(h1.m, Prompt(11), 4);
     std::vector<float> b = RunSeq(h2.m, Prompt(11), 4);
+    std::vector<float> c = RunSeq(h3.m, Prompt(11), 4);
     ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(0, memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    ASSERT_EQ(a.size(), c.size());
+    EXPECT_EQ(0, memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "1 vs 2 threads";
+    EXPECT_EQ(0, memcmp(a.data(), c.data(), a.size() * sizeof(float))) << "1 vs 3 threads";
+  }
+}
+
+// The MoE region (moe.c) for every expert dtype, with f32 and act_q8
+// inputs: 2 and 3 threads split decode experts by rows (few uses per
+// thread) and share prefill chunks' uses; the logits equal one thread's.
+// One MoE region per MoE layer and forward call, whatever the uses.
+TEST(ForwardTest, MoeRegionIsBitIdenticalForEveryDtypeAndThreadCount) {
+  const spill_dtype dts[] = {SPILL_DT_F32, SPILL_DT_Q8, SPILL_DT_Q4, SPILL_DT_RVQ3};
+  for (spill_dtype dt : dts) {
+    for (int q8 : {0, 1}) {
+      SCOPED_TRACE(std::string(spill_dtype_name(dt)) + (q8 ? " act_q8" : " f32 inputs"));
+      std::vector<float> want;
+      for (int threads : {1, 2, 3}) {
+        spill_model_opts o = {};
+        o.par_min_weights = 1;
+        o.task_max_weights = 256;
+        o.n_threads = threads;
+        o.ctx = 256;
+        o.max_chunk = 4;
+        o.act_q8 = q8;
+        spill_test::ModelHandle h;
+        spill_err e = {};
+        ASSERT_EQ(spill_model_open(Nano("gqa", SPILL_GEN_TRUNK_Q4, dt).c_str(), &o, &h.m, &e),
+                  SPILL_OK)
+            << e.msg;
+        std::vector<float> got = RunSeq(h.m, Prompt(9), 3);
+        if (threads == 1) {
+          want = got;
+          continue;
+        }
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(0, memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+            << threads << " threads";
+        const spill_arch *a = spill_model_arch(h.m);
+        // 9 prompt tokens in chunks of 4 (3 calls of the prefill) + 3 decode steps
+        EXPECT_EQ(spill_model_moe_regions(h.m), (uint64_t)(3 + 3) * (uint64_t)spill_arch_n_moe(a));
+      }
+    }
   }
 }
 

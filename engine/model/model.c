@@ -137,7 +137,9 @@ static int open_impl(spill_model *m, const char *dir, spill_err *e) {
   spill_model_carve_scratch(m, m->scratch_mem);
   SPILL_TRY(spill_pool_open(m->o.n_threads, &m->pool, e));
   if (spill_arch_n_moe(&m->a) > 0) {
-    SPILL_TRY(spill_expert_source_sync_open(&m->c, m->o.verify, 2, &m->builtin, e));
+    /* a record per thread being computed and one being read (moe.c) */
+    const int n_buf = m->o.n_threads < 2 ? 2 : m->o.n_threads < 8 ? m->o.n_threads + 1 : 9;
+    SPILL_TRY(spill_expert_source_sync_open(&m->c, m->o.verify, n_buf, &m->builtin, e));
     m->builtin_open = 1;
   }
   m->src = m->o.experts ? *m->o.experts : m->builtin;
@@ -151,6 +153,9 @@ int spill_model_open(const char *dir, const spill_model_opts *o, spill_model **o
   spill_k_init();
   spill_model *m = calloc(1, sizeof *m);
   SPILL_FAIL_IF(e, !m, SPILL_E_NOMEM, "model");
+  pthread_mutex_init(&m->sched_mu, NULL);
+  pthread_cond_init(&m->sched_cv, NULL);
+  m->sched_init = 1;
   if (o) m->o = *o;
   if (m->o.n_threads <= 0) m->o.n_threads = 1;
   if (m->o.ctx <= 0) m->o.ctx = 4096;
@@ -174,6 +179,10 @@ int spill_model_open(const char *dir, const spill_model_opts *o, spill_model **o
 void spill_model_close(spill_model *m) {
   if (!m) return;
   spill_pool_close(m->pool);
+  if (m->sched_init) {
+    pthread_mutex_destroy(&m->sched_mu);
+    pthread_cond_destroy(&m->sched_cv);
+  }
   if (m->builtin_open) spill_expert_source_sync_close(&m->builtin);
   spill_free(m->scratch_mem, m->scratch_bytes);
   spill_free(m->state, m->state_bytes ? m->state_bytes : 64);
@@ -239,3 +248,5 @@ int spill_model_trunk_residency(const spill_model *m) {
 }
 
 uint64_t spill_model_parallel_runs(const spill_model *m) { return spill_pool_dispatches(m->pool); }
+uint64_t spill_model_moe_regions(const spill_model *m) { return m->sched_regions; }
+uint64_t spill_model_moe_sleeps(const spill_model *m) { return m->sched_sleeps; }

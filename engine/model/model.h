@@ -184,6 +184,11 @@ int spill_model_trunk_residency(const spill_model *m);
 /* Forward-pass sections split across the thread pool since open (0 with
  * one thread). */
 uint64_t spill_model_parallel_runs(const spill_model *m);
+/* MoE regions run on the pool since open: one per MoE layer and forward
+ * chunk with n_threads > 1 (moe.c), 0 with one thread. */
+uint64_t spill_model_moe_regions(const spill_model *m);
+/* Times an idle thread of a MoE region slept after its bounded spin. */
+uint64_t spill_model_moe_sleeps(const spill_model *m);
 
 #ifdef __cplusplus
 }

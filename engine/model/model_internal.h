@@ -16,6 +16,7 @@
 #define SPILL_MODEL_INTERNAL_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -100,17 +101,19 @@ typedef struct spill_model_scratch {
   float *selw;     /* (T, k) final weights */
   float *u;        /* (T, d_in) expert input (latent or h copy) */
   float *lut_g, *lut_u; /* (T, 3*(d_in/8)*256) rvq3 LUTs of u */
-  float *lut_d;    /* (3*(d_expert/8)*256) rvq3 LUT of one expert's activation */
+  float *lut_d;    /* (n_threads, 3*(d_expert/8)*256) rvq3 LUT of an expert's activation, per thread */
   /* int16 LUTs of the VBMI path (spill_k_apply_rvq3_i16_fast): quantised copies of
    * lut_g/lut_u per token and of lut_d, spill_k_qlut_rvq3_i16_bytes(cols) each */
   uint8_t *qlut_g, *qlut_u; /* (T, qlut_bytes(d_in)) */
-  uint8_t *qlut_d;          /* (qlut_bytes(d_expert)) */
+  uint8_t *qlut_d;          /* (n_threads, qlut_bytes(d_expert)) */
   /* act_q8 (kernels_xq.h): quantised matvec inputs, spill_k_xq_bytes each */
   uint8_t *xq_u;   /* (T, xq_u_bytes) each token's expert input u, once per layer */
   size_t xq_u_bytes; /* spill_k_xq_bytes(d_in) */
   uint8_t *xq0, *xq1; /* (xq_cap) the inputs of one matvec pair */
   size_t xq_cap;
-  float *eg, *eu;  /* (d_expert) expert gate/up outputs */
+  float *eg, *eu;  /* (T*k, d_expert) each use's expert gate/up outputs */
+  uint8_t *xq_d;   /* (T*k, xq_d_bytes) act_q8: each use's activation quantised for down */
+  size_t xq_d_bytes; /* spill_k_xq_bytes(d_expert) */
   float *slot;     /* (T, k, d_in) each selection's expert output */
   float *y;        /* (d_in) */
   uint32_t *uniq;  /* (T*k) distinct experts of a chunk, first-use order */
@@ -119,7 +122,14 @@ typedef struct spill_model_scratch {
   int *use_fill;   /* (T*k) */
   uint32_t *stamp; /* (E) epoch stamp per expert */
   int *stamp_idx;  /* (E) index into uniq */
-  uint8_t *delivered; /* (T*k) */
+  uint8_t *delivered; /* (T*k) per distinct expert: 0 not yet, 1 held, 2 released */
+  /* the MoE region's scheduler (moe.c): tasks, per-use and per-record counters */
+  int *use_owner;  /* (T*k) distinct-expert index of each use (CSR order) */
+  int *tasks;      /* (T*k * 2 * SPILL_MOE_MAX_PARTS) queued tasks */
+  int *parts_left; /* (T*k) per use: parts of its current phase not done */
+  int *rec_left;   /* (T*k) per distinct expert: uses not done */
+  int *rel;        /* (T*k) distinct experts to release */
+  spill_qmat *rec_mat; /* (T*k, 3) gate/up/down views of each delivered record */
   float *logits;   /* (vocab) */
   /* router lookahead (spill_model_router_topk) */
   float *la_h;     /* (D) */
@@ -155,6 +165,12 @@ struct spill_model {
   size_t scratch_bytes;
   uint32_t epoch;
   spill_pool *pool;
+  /* the MoE region's queue lock and idle threads' condition (moe.c) */
+  pthread_mutex_t sched_mu;
+  pthread_cond_t sched_cv;
+  int sched_init;
+  uint64_t sched_regions; /* MoE regions run on the pool */
+  uint64_t sched_sleeps;  /* idle threads in a region that slept after their spin */
   spill_expert_source builtin;  /* sync source over c */
   int builtin_open;
   spill_expert_source src;      /* in use */
@@ -166,6 +182,10 @@ struct spill_model {
   int force_n, force_n_moe;
   spill_model_stats stats;
 };
+
+/* Most parts a use's rows are split into (moe.c: one per thread, when a
+ * layer has few uses). */
+#define SPILL_MOE_MAX_PARTS 8
 
 /* Saturating size arithmetic (UINT64_MAX on overflow) for memory terms. */
 static inline uint64_t spill_sat_mul(uint64_t a, uint64_t b) {

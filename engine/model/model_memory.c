@@ -123,12 +123,12 @@ static void plan_scratch(const spill_arch *a, const spill_model_mem_opts *o, car
   const uint64_t lut_de = (de / 8) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
   s->lut_g = carve(cv, LUT, n_moe ? Tn * lut_in : 0, 4);
   s->lut_u = carve(cv, LUT, n_moe ? Tn * lut_in : 0, 4);
-  s->lut_d = carve(cv, LUT, n_moe ? lut_de : 0, 4);
+  s->lut_d = carve(cv, LUT, n_moe ? nt * lut_de : 0, 4); /* one per thread */
   /* int16 LUTs of the VBMI path: only when the model uses it */
   const int nq = n_moe && qlut;
   s->qlut_g = nq ? carve(cv, LUT, Tn * spill_k_qlut_rvq3_i16_bytes((uint32_t)din), 1) : NULL;
   s->qlut_u = nq ? carve(cv, LUT, Tn * spill_k_qlut_rvq3_i16_bytes((uint32_t)din), 1) : NULL;
-  s->qlut_d = nq ? carve(cv, LUT, spill_k_qlut_rvq3_i16_bytes((uint32_t)de), 1) : NULL;
+  s->qlut_d = nq ? carve(cv, LUT, nt * spill_k_qlut_rvq3_i16_bytes((uint32_t)de), 1) : NULL;
   /* act_q8 inputs: per-token expert inputs, and a pair sized for the widest
    * matvec input (rounded up to 256: spill_k_xq_bytes grows with n) */
   uint64_t maxc = MAXI(MAXI(MAXI(D, din), MAXI(de, ff)), MAXI(MAXI(q, kv), MAXI(ohead, cq)));
@@ -139,8 +139,13 @@ static void plan_scratch(const spill_arch *a, const spill_model_mem_opts *o, car
   s->xq_u = xq ? carve(cv, MOE, Tn * s->xq_u_bytes, 1) : NULL;
   s->xq0 = xq ? carve(cv, ACT, s->xq_cap, 1) : NULL;
   s->xq1 = xq ? carve(cv, ACT, s->xq_cap, 1) : NULL;
-  s->eg = carve(cv, MOE, de, 4);
-  s->eu = carve(cv, MOE, de, 4);
+  /* each use (token, slot) keeps its own gate/up outputs, so the experts of
+   * a layer run in parallel (moe.c) */
+  const uint64_t TK = Tn * K;
+  s->eg = carve(cv, MOE, TK * de, 4);
+  s->eu = carve(cv, MOE, TK * de, 4);
+  s->xq_d_bytes = xq ? spill_k_xq_bytes((uint32_t)de) : 0;
+  s->xq_d = xq ? carve(cv, MOE, TK * s->xq_d_bytes, 1) : NULL;
   s->slot = carve(cv, MOE, Tn * K * din, 4); /* (T, K, d_in) */
   s->y = carve(cv, MOE, din, 4);
   s->uniq = carve(cv, MOE, Tn * K, 4);
@@ -150,6 +155,12 @@ static void plan_scratch(const spill_arch *a, const spill_model_mem_opts *o, car
   s->stamp = carve(cv, MOE, E, 4);
   s->stamp_idx = carve(cv, MOE, E, 4);
   s->delivered = carve(cv, MOE, Tn * K, 1);
+  s->use_owner = carve(cv, MOE, TK, 4);
+  s->tasks = carve(cv, MOE, TK * 2 * SPILL_MOE_MAX_PARTS, 4);
+  s->parts_left = carve(cv, MOE, TK, 4);
+  s->rec_left = carve(cv, MOE, TK, 4);
+  s->rel = carve(cv, MOE, TK, 4);
+  s->rec_mat = carve(cv, MOE, TK * 3, sizeof(spill_qmat));
   s->logits = carve(cv, SPILL_MEM_LOGITS, V, 4);
   s->la_h = carve(cv, MOE, D, 4);
   s->la_s = carve(cv, MOE, E, 4);

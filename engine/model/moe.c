@@ -12,13 +12,18 @@
  *    per token and layer and shared by all selected experts.
  * 3. The distinct experts of the chunk (first-use order) are requested from
  *    the expert source at once; each arriving expert is applied to every
- *    (token, slot) that chose it, its output kept in that slot's own buffer.
+ *    (token, slot) that chose it, its output kept in that slot's own buffer,
+ *    in one parallel region per layer: the threads take records as the
+ *    source's readiness call hands them out and run one task per use (its
+ *    gate/up, then its down; split by rows when the layer has few uses).
  * 4. Per token the slots are summed in selection order (then, for Kimi K3,
  *    RMS-normalised before up_proj), so arrival order,
  *    placement and thread count never change a bit of the result.
  * No allocation: all buffers are scratch sized at open for max_chunk tokens.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "engine/base/clock.h"
@@ -139,45 +144,6 @@ static void drain(spill_model *m, int l, const uint32_t *uniq, int remaining) {
   }
 }
 
-/* One expert applied to one token: slot (d_in) = down(silu(gate u) * (up u)).
- * rvq3 uses the layer's shared LUTs of u: f32 (lut_g/lut_u) or, on the int16
- * path (m->rvq_q), their quantised copies (q_g/q_u). */
-static void expert_apply(spill_model *m, const spill_layer_weights *L, const spill_qmat *G,
-                         const spill_qmat *U, const spill_qmat *Dn, const float *u,
-                         const float *lut_g, const float *lut_u, const void *q_g,
-                         const void *q_u, const uint8_t *xq_u, float *slot) {
-  const int de = m->a.moe.d_expert;
-  float *eg = m->s.eg; /* (d_expert) */
-  float *eu = m->s.eu; /* (d_expert) */
-  uint64_t t0 = spill_clock_ns();
-  if (m->expert_dtype == SPILL_DT_RVQ3) {
-    if (q_g)
-      spill_model_rvq3_apply2_q(m, G, q_g, eg, U, q_u, eu);
-    else
-      spill_model_matvec2(m, G, NULL, lut_g, eg, U, NULL, lut_u, eu);
-    spill_model_act_mul(m, eg, eu, (uint32_t)de);
-    uint64_t t1 = spill_clock_ns();
-    if (q_g)
-      spill_model_lut_q(m, L->codebook[SPILL_SEC_DOWN], eg, (uint32_t)de, m->s.lut_d, m->s.qlut_d);
-    else
-      spill_model_lut(m, L->codebook[SPILL_SEC_DOWN], eg, (uint32_t)de, m->s.lut_d);
-    uint64_t t2 = spill_clock_ns();
-    if (q_g)
-      spill_model_rvq3_apply2_q(m, Dn, m->s.qlut_d, slot, NULL, NULL, NULL);
-    else
-      spill_model_rvq3_apply(m, Dn, m->s.lut_d, slot);
-    m->stats.ns_lut += t2 - t1;
-    m->stats.ns_expert += (t1 - t0) + (spill_clock_ns() - t2);
-  } else {
-    spill_k_xq xq; /* act_q8: u as quantised once per layer (overlap_work) */
-    if (xq_u) spill_k_xq_init(&xq, (void *)(uintptr_t)xq_u, (uint32_t)m->d_in);
-    spill_model_matvec2_xq(m, G, u, xq_u ? &xq : NULL, eg, U, u, xq_u ? &xq : NULL, eu);
-    spill_model_act_mul(m, eg, eu, (uint32_t)de);
-    spill_model_matvec(m, Dn, eg, slot);
-    m->stats.ns_expert += spill_clock_ns() - t0;
-  }
-}
-
 /* Forced routing: row (position, MoE layer index) of the table, or NULL
  * when the model routes by itself; *stride is the table's row length. */
 static int forced_rows(spill_model *m, int l, int T, int pos0, const uint32_t **forced,
@@ -224,7 +190,11 @@ static int group_uses(spill_model *m, const uint32_t *sel, int n) {
     s->use_start[i + 1] += s->use_start[i];
     s->use_fill[i] = s->use_start[i];
   }
-  for (int i = 0; i < n; i++) s->use[s->use_fill[s->stamp_idx[sel[i]]]++] = i;
+  for (int i = 0; i < n; i++) {
+    const int idx = s->stamp_idx[sel[i]], pos = s->use_fill[idx]++;
+    s->use[pos] = i;
+    s->use_owner[pos] = idx;
+  }
   return n_u;
 }
 
@@ -282,65 +252,409 @@ static void overlap_work(spill_model *m, const spill_layer_weights *L, const flo
   }
 }
 
-/* Takes the n_u requested experts in arrival order and applies each to
- * the tokens that routed to it, into its own slot; every record is checked
- * against (layer, expert, dtype) and released after use. On an error the
- * outstanding experts are drained. */
-static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, const float *u,
-                           float *slot, int n_u, spill_err *e) {
-  spill_model_scratch *s = &m->s;
-  const int K = m->a.moe.top_k, din = m->d_in;
-  const int rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
-  const int rq = rvq3 && m->rvq_q;
-  const size_t lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
-  const size_t qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
-  uint64_t t0;
-  int rc;
-  memset(s->delivered, 0, (size_t)n_u);
-  for (int got = 0; got < n_u; got++) {
-    int idx = -1;
-    const uint8_t *rec = NULL;
-    t0 = spill_clock_ns();
-    rc = m->src.next_ready(m->src.ctx, &idx, &rec, e);
-    m->stats.ns_expert_wait += spill_clock_ns() - t0;
-    if (rc < 0) return rc;
-    if (idx < 0 || idx >= n_u || s->delivered[idx] || !rec) {
-      if (idx >= 0 && idx < n_u && rec) m->src.release(m->src.ctx, l, s->uniq[idx]);
-      drain(m, l, s->uniq, n_u - got - 1);
-      return spill_err_set(e, SPILL_E_INTERNAL,
-                           "layer %d: expert source returned index %d (of %d) twice or out of range",
-                           l, idx, n_u);
-    }
-    s->delivered[idx] = 1;
-    const uint32_t id = s->uniq[idx];
-    spill_record_header rh;
-    spill_record_header_decode(rec, &rh);
-    if (rh.magic != SPILL_RECORD_MAGIC || rh.layer != (uint32_t)l || rh.expert != id ||
-        rh.dtype != (uint16_t)m->expert_dtype) {
-      m->src.release(m->src.ctx, l, id);
-      drain(m, l, s->uniq, n_u - got - 1);
-      return spill_err_set(e, SPILL_E_FORMAT,
-                           "layer %d expert %u: source delivered a record of layer %u expert %u "
-                           "(magic 0x%08x dtype %u)", l, id, rh.layer, rh.expert, rh.magic, rh.dtype);
-    }
-    spill_qmat G, U, Dn;
-    spill_model_expert_qmat(m, l, rec, SPILL_SEC_GATE, &G);
-    spill_model_expert_qmat(m, l, rec, SPILL_SEC_UP, &U);
-    spill_model_expert_qmat(m, l, rec, SPILL_SEC_DOWN, &Dn);
-    for (int k = s->use_start[idx]; k < s->use_start[idx + 1]; k++) {
-      const int ts = s->use[k], t = ts / K;
-      expert_apply(m, L, &G, &U, &Dn, u + (size_t)t * din,
-                   rvq3 ? s->lut_g + (size_t)t * lut_n : NULL,
-                   rvq3 ? s->lut_u + (size_t)t * lut_n : NULL,
-                   rq ? s->qlut_g + (size_t)t * qlut_n : NULL,
-                   rq ? s->qlut_u + (size_t)t * qlut_n : NULL,
-                   !rvq3 && m->o.act_q8 ? s->xq_u + (size_t)t * s->xq_u_bytes : NULL,
-                   slot + (size_t)ts * din);
-    }
-    m->stats.n_expert_uses += (uint64_t)(s->use_start[idx + 1] - s->use_start[idx]);
-    m->src.release(m->src.ctx, l, id);
-  }
+/* ---- 3''. the experts of a layer as one parallel region ----
+ *
+ * One pool run per MoE layer: every thread loops over a task queue until
+ * all (token, slot) uses are computed. Records come from the source's
+ * readiness call (poll_ready): the thread that finds the queue short and
+ * the source free polls it (blocking only when it has nothing else to do,
+ * so the idle thread is the one waiting in the reader), checks the record
+ * and queues its tasks; so whichever record is ready first is computed
+ * first, by whichever thread is free. A use (an expert applied to one
+ * token) is phase A, gate and up rows (split into parts when a layer has
+ * fewer uses than 8 per thread, so two threads share a decode token's few
+ * experts), then, when its last part is done, the activation (and, act_q8,
+ * its quantisation; rvq3, its down LUT and the whole down matvec) on the
+ * thread that finished it, then phase B, down rows into the use's own slot.
+ * Each row is computed whole by one thread with the kernel's fixed order and
+ * every use writes only its own slot, summed in selection order afterwards
+ * (combine): arrival order, split and thread count never change a bit.
+ * Releases are queued and made by the thread holding the source. Idle
+ * threads spin at most SCHED_SPIN polls, then sleep on the model's condition
+ * variable (a core the reader's threads need is never spun on for long).
+ * All queue state is under m->sched_mu; the source is called by one thread
+ * at a time (the `polling` flag). */
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SCHED_RELAX() _mm_pause()
+#else
+#define SCHED_RELAX() ((void)0)
+#endif
+#define SCHED_SPIN 256 /* pause polls before sleeping (~10-20 us) */
+
+typedef struct moe_run {
+  spill_model *m;
+  int l;
+  const spill_layer_weights *L;
+  const float *u; /* (T, d_in) */
+  float *slot;    /* (T, K, d_in) */
+  int n_u, n_uses;
+  int rvq3, rq;
+  size_t lut_n, qlut_n;
+  uint32_t rows_a, rows_b; /* rows per part of gate/up and of down */
+  int parts_a, parts_b;
+  size_t xq_d_bytes;
+  /* under m->sched_mu */
+  int q_head, q_tail;      /* s->tasks[q_head..q_tail) */
+  int received, held, n_rel, polling, active, uses_done, waiters;
+  int stalled; /* a waiting poll got nothing: no poll until a release is queued */
+  int rc;
+  spill_err err;
+  atomic_uint version;     /* bumped on every change an idle thread may act on */
+  uint64_t ns_wait0, ns_lut0; /* the caller's (thread 0's) waits and LUT builds */
+} moe_run;
+
+/* task = (use position k in s->use, phase, part) */
+#define TASK(k, ph, p) (((k) * 2 + (ph)) * SPILL_MOE_MAX_PARTS + (p))
+
+static void sched_notify(spill_model *m, moe_run *R) {
+  atomic_fetch_add_explicit(&R->version, 1, memory_order_release);
+  if (R->waiters) pthread_cond_broadcast(&m->sched_cv);
+}
+
+/* The qmat views of a record's three matrices (s->rec_mat[idx * 3 + sec]). */
+static void record_views(spill_model *m, int l, int idx, const uint8_t *rec) {
+  spill_qmat *w = m->s.rec_mat + (size_t)idx * 3;
+  spill_model_expert_qmat(m, l, rec, SPILL_SEC_GATE, &w[0]);
+  spill_model_expert_qmat(m, l, rec, SPILL_SEC_UP, &w[1]);
+  spill_model_expert_qmat(m, l, rec, SPILL_SEC_DOWN, &w[2]);
+}
+
+/* act_q8: down takes its input (the activation) quantised, as the old
+ * row-split matvec did: where the matrix has the integer path and the
+ * input fits the scratch. */
+static int xq_down(const spill_model *m, const spill_qmat *Dn) {
+  return m->o.act_q8 && m->s.xq_d && spill_k_matvec_xq_ok(Dn) &&
+         spill_k_xq_bytes(Dn->cols) <= m->s.xq_cap;
+}
+
+/* Phase A part p of use k: rows [r0, r1) of gate and up into the use's eg/eu. */
+static void task_gate_up(moe_run *R, int k, int p) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int K = m->a.moe.top_k, de = m->a.moe.d_expert;
+  const int ts = s->use[k], t = ts / K;
+  const spill_qmat *w = s->rec_mat + (size_t)s->use_owner[k] * 3;
+  float *eg = s->eg + (size_t)ts * de, *eu = s->eu + (size_t)ts * de;
+  const uint32_t r0 = (uint32_t)p * R->rows_a;
+  const uint32_t r1 = r0 + R->rows_a < (uint32_t)de ? r0 + R->rows_a : (uint32_t)de;
+  for (int mi = 0; mi < 2; mi++) {
+    const spill_qmat *W = &w[mi];
+    float *y = mi ? eu : eg;
+    if (R->rq) {
+      const uint8_t *q = (mi ? s->qlut_u : s->qlut_g) + (size_t)t * R->qlut_n;
+      spill_k_apply_rvq3_i16(W, q, y, r0, r1);
+    } else if (R->rvq3) {
+      const float *lut = (mi ? s->lut_u : s->lut_g) + (size_t)t * R->lut_n;
+      spill_k_apply_rvq3_f32(W, lut, y, r0, r1);
+    } else if (m->o.act_q8 && s->xq_u && spill_k_matvec_xq_ok(W)) {
+      spill_k_xq xq; /* u as quantised once per layer (overlap_work) */
+      spill_k_xq_init(&xq, s->xq_u + (size_t)t * s->xq_u_bytes, (uint32_t)m->d_in);
+      spill_k_matvec_xq(W, &xq, y, r0, r1);
+    } else {
+      spill_k_matvec(W, R->u + (size_t)t * m->d_in, y, r0, r1);
+    }
+  }
+}
+
+/* Phase B part p of use k: rows [r0, r1) of down into the use's slot. */
+static void task_down(moe_run *R, int k, int p) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int ts = s->use[k], de = m->a.moe.d_expert;
+  const spill_qmat *Dn = s->rec_mat + (size_t)s->use_owner[k] * 3 + 2;
+  const uint32_t r0 = (uint32_t)p * R->rows_b;
+  const uint32_t r1 = r0 + R->rows_b < Dn->rows ? r0 + R->rows_b : Dn->rows;
+  float *y = R->slot + (size_t)ts * m->d_in;
+  if (xq_down(m, Dn)) {
+    spill_k_xq xq;
+    spill_k_xq_init(&xq, s->xq_d + (size_t)ts * R->xq_d_bytes, (uint32_t)de);
+    spill_k_matvec_xq(Dn, &xq, y, r0, r1);
+  } else {
+    spill_k_matvec(Dn, s->eg + (size_t)ts * de, y, r0, r1);
+  }
+}
+
+/* After the last gate/up part of use k: the activation, then the input of
+ * down (act_q8: quantised once; rvq3: the LUT, and down itself whole on
+ * this thread). Returns 1 when the use is complete. */
+static int finish_gate_up(moe_run *R, int k, int tid, uint64_t *ns_lut) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int ts = s->use[k], de = m->a.moe.d_expert;
+  float *eg = s->eg + (size_t)ts * de;
+  spill_model_act_mul(m, eg, s->eu + (size_t)ts * de, (uint32_t)de);
+  if (R->rvq3) {
+    const spill_qmat *Dn = s->rec_mat + (size_t)s->use_owner[k] * 3 + 2;
+    const float *cb = R->L->codebook[SPILL_SEC_DOWN];
+    const uint32_t ng = (uint32_t)de / SPILL_RVQ_DIM;
+    const size_t lut_de = (size_t)ng * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
+    float *lut = s->lut_d + (size_t)tid * lut_de;
+    const uint64_t t0 = spill_clock_ns();
+    spill_k_lut_rvq3_f32(cb, eg, (uint32_t)de, lut, 0, ng);
+    float *y = R->slot + (size_t)ts * m->d_in;
+    if (R->rq) {
+      uint8_t *q = s->qlut_d + (size_t)tid * spill_k_qlut_rvq3_i16_bytes((uint32_t)de);
+      spill_k_qlut_rvq3_i16(lut, (uint32_t)de, q, 0, ng);
+      *ns_lut += spill_clock_ns() - t0;
+      spill_k_apply_rvq3_i16(Dn, q, y, 0, Dn->rows);
+    } else {
+      *ns_lut += spill_clock_ns() - t0;
+      spill_k_apply_rvq3_f32(Dn, lut, y, 0, Dn->rows);
+    }
+    return 1;
+  }
+  if (xq_down(m, s->rec_mat + (size_t)s->use_owner[k] * 3 + 2)) {
+    spill_k_xq xq;
+    spill_k_xq_init(&xq, s->xq_d + (size_t)ts * R->xq_d_bytes, (uint32_t)de);
+    spill_k_xq_quantize(eg, &xq);
+  }
+  if (R->parts_b == 1) {
+    task_down(R, k, 0);
+    return 1;
+  }
+  return 0;
+}
+
+/* A delivered record (under the lock): checked against the request, its
+ * views made and its gate/up tasks queued. */
+static int accept_record(moe_run *R, int idx, const uint8_t *rec) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int l = R->l;
+  if (idx < 0 || idx >= R->n_u || s->delivered[idx] || !rec) {
+    if (idx >= 0 && idx < R->n_u && rec) m->src.release(m->src.ctx, l, s->uniq[idx]);
+    return spill_err_set(&R->err, SPILL_E_INTERNAL,
+                         "layer %d: expert source returned index %d (of %d) twice or out of range",
+                         l, idx, R->n_u);
+  }
+  s->delivered[idx] = 1;
+  R->received++;
+  const uint32_t id = s->uniq[idx];
+  spill_record_header rh;
+  spill_record_header_decode(rec, &rh);
+  if (rh.magic != SPILL_RECORD_MAGIC || rh.layer != (uint32_t)l || rh.expert != id ||
+      rh.dtype != (uint16_t)m->expert_dtype) {
+    m->src.release(m->src.ctx, l, id);
+    s->delivered[idx] = 2; /* released */
+    return spill_err_set(&R->err, SPILL_E_FORMAT,
+                         "layer %d expert %u: source delivered a record of layer %u expert %u "
+                         "(magic 0x%08x dtype %u)", l, id, rh.layer, rh.expert, rh.magic, rh.dtype);
+  }
+  R->held++;
+  record_views(m, l, idx, rec);
+  const int n_k = s->use_start[idx + 1] - s->use_start[idx];
+  s->rec_left[idx] = n_k;
+  m->stats.n_expert_uses += (uint64_t)n_k;
+  for (int k = s->use_start[idx]; k < s->use_start[idx + 1]; k++) {
+    s->parts_left[k] = R->parts_a;
+    for (int p = 0; p < R->parts_a; p++) s->tasks[R->q_tail++] = TASK(k, 0, p);
+  }
+  return SPILL_OK;
+}
+
+/* Under the lock: use k is complete; a record whose uses are all complete
+ * is queued for release. */
+static void use_done(moe_run *R, int k) {
+  spill_model_scratch *s = &R->m->s;
+  const int idx = s->use_owner[k];
+  R->uses_done++;
+  if (--s->rec_left[idx] == 0) {
+    s->rel[R->n_rel++] = idx;
+    R->stalled = 0;
+  }
+}
+
+/* Called with the lock held and the `polling` flag taken: makes the queued
+ * releases, then asks the source for a record (wait: block until one is
+ * ready or none can be). Returns with the lock held. */
+static void poll_source(moe_run *R, int wait, int tid) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  int rel[SPILL_MAX_TOPK * 16];
+  int n_rel = 0;
+  for (;;) {
+    while (R->n_rel > 0 && n_rel < (int)(sizeof rel / sizeof rel[0])) rel[n_rel++] = s->rel[--R->n_rel];
+    pthread_mutex_unlock(&m->sched_mu);
+    for (int i = 0; i < n_rel; i++) {
+      m->src.release(m->src.ctx, R->l, s->uniq[rel[i]]);
+      s->delivered[rel[i]] = 2;
+    }
+    int idx = -1, got;
+    const uint8_t *rec = NULL;
+    spill_err e = {0};
+    uint64_t t0 = wait && tid == 0 ? spill_clock_ns() : 0;
+    if (m->src.poll_ready) {
+      got = m->src.poll_ready(m->src.ctx, wait, &idx, &rec, &e);
+    } else { /* a source without it: next_ready only while nothing is held */
+      pthread_mutex_lock(&m->sched_mu);
+      const int free_ = R->held - n_rel == 0 && R->n_rel == 0;
+      pthread_mutex_unlock(&m->sched_mu);
+      got = wait && free_ ? m->src.next_ready(m->src.ctx, &idx, &rec, &e) : 0;
+      if (got == SPILL_OK && wait && free_) got = 1;
+    }
+    if (t0) R->ns_wait0 += spill_clock_ns() - t0;
+    pthread_mutex_lock(&m->sched_mu);
+    R->held -= n_rel;
+    n_rel = 0;
+    if (got < 0) {
+      if (R->rc == SPILL_OK) {
+        R->rc = got;
+        R->err = e;
+      }
+      break;
+    }
+    if (got == 1) {
+      int rc = accept_record(R, idx, rec);
+      if (rc < 0 && R->rc == SPILL_OK) R->rc = rc;
+      break;
+    }
+    /* nothing delivered: retry at once only if releases came in meanwhile */
+    if (!wait) break;
+    if (R->n_rel == 0) {
+      R->stalled = 1;
+      if (R->held == 0) { /* nothing of ours can free a slot: it never will */
+        R->rc = spill_err_set(&R->err, SPILL_E_INTERNAL,
+                              "layer %d: the expert source can deliver none of the %d experts "
+                              "still outstanding while none is held", R->l, R->n_u - R->received);
+      }
+      break;
+    }
+  }
+  R->polling = 0;
+  sched_notify(m, R);
+}
+
+static void moe_region(void *ctx, int task_index, int tid) {
+  (void)task_index;
+  moe_run *R = ctx;
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int nt = m->o.n_threads;
+  uint64_t ns_lut = 0;
+  pthread_mutex_lock(&m->sched_mu);
+  for (;;) {
+    if (R->rc < 0 || R->uses_done == R->n_uses) break;
+    const int queued = R->q_tail - R->q_head;
+    if (!R->polling && !R->stalled && R->received < R->n_u && queued < nt) {
+      R->polling = 1;
+      poll_source(R, queued == 0, tid);
+      continue;
+    }
+    if (queued > 0) {
+      const int task = s->tasks[R->q_head++];
+      R->active++;
+      pthread_mutex_unlock(&m->sched_mu);
+      const int p = task % SPILL_MOE_MAX_PARTS, ph = (task / SPILL_MOE_MAX_PARTS) % 2;
+      const int k = task / SPILL_MOE_MAX_PARTS / 2;
+      int complete = 0, last_a = 0;
+      if (ph == 0) {
+        task_gate_up(R, k, p);
+        pthread_mutex_lock(&m->sched_mu);
+        last_a = --s->parts_left[k] == 0;
+        pthread_mutex_unlock(&m->sched_mu);
+        if (last_a) complete = finish_gate_up(R, k, tid, &ns_lut);
+      } else {
+        task_down(R, k, p);
+      }
+      pthread_mutex_lock(&m->sched_mu);
+      R->active--;
+      if (ph == 1) complete = --s->parts_left[k] == 0;
+      if (last_a && !complete) {
+        s->parts_left[k] = R->parts_b;
+        for (int q = 0; q < R->parts_b; q++) s->tasks[R->q_tail++] = TASK(k, 1, q);
+      }
+      if (complete) use_done(R, k);
+      sched_notify(m, R);
+      continue;
+    }
+    /* nothing to run: a short spin, then sleep until something changes */
+    const unsigned v = atomic_load_explicit(&R->version, memory_order_acquire);
+    pthread_mutex_unlock(&m->sched_mu);
+    uint64_t t0 = tid == 0 ? spill_clock_ns() : 0;
+    int i = 0;
+    while (i < SCHED_SPIN && atomic_load_explicit(&R->version, memory_order_acquire) == v) {
+      SCHED_RELAX();
+      i++;
+    }
+    pthread_mutex_lock(&m->sched_mu);
+    if (i == SCHED_SPIN) {
+      m->sched_sleeps++;
+      R->waiters++;
+      while (atomic_load_explicit(&R->version, memory_order_acquire) == v)
+        pthread_cond_wait(&m->sched_cv, &m->sched_mu);
+      R->waiters--;
+    }
+    if (t0) R->ns_wait0 += spill_clock_ns() - t0;
+  }
+  if (tid == 0) R->ns_lut0 += ns_lut;
+  pthread_mutex_unlock(&m->sched_mu);
+}
+
+/* Rows per part so a matrix of `rows` splits into about `parts` pieces,
+ * each a multiple of 16 rows (whole rows: the split never changes a bit). */
+static uint32_t part_rows(uint32_t rows, int parts) {
+  uint32_t r = (rows + (uint32_t)parts - 1) / (uint32_t)parts;
+  r = (r + 15) & ~15u;
+  return r ? r : 16;
+}
+
+/* Computes the n_u requested experts' uses into their slots (the region
+ * above), then releases every record. On an error the outstanding experts
+ * are drained and the first error is returned. */
+static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, const float *u,
+                           float *slot, int n_u, int T, spill_err *e) {
+  spill_model_scratch *s = &m->s;
+  const int K = m->a.moe.top_k, din = m->d_in, de = m->a.moe.d_expert;
+  const int nt = m->o.n_threads;
+  moe_run R;
+  memset(&R, 0, sizeof R);
+  R.m = m;
+  R.l = l;
+  R.L = L;
+  R.u = u;
+  R.slot = slot;
+  R.n_u = n_u;
+  R.n_uses = T * K;
+  R.rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
+  R.rq = R.rvq3 && m->rvq_q;
+  R.lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
+  R.qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
+  atomic_init(&R.version, 0);
+  /* split each use's rows when there are fewer than 8 uses per thread and
+   * the expert is large enough to be worth a task (par_min_weights) */
+  int parts = 1;
+  if (nt > 1 && R.n_uses < 8 * nt && (uint64_t)de * (uint64_t)din >= (uint64_t)m->o.par_min_weights)
+    parts = nt < SPILL_MOE_MAX_PARTS ? nt : SPILL_MOE_MAX_PARTS;
+  R.rows_a = part_rows((uint32_t)de, parts);
+  R.parts_a = (int)(((uint32_t)de + R.rows_a - 1) / R.rows_a);
+  R.rows_b = part_rows((uint32_t)din, R.rvq3 ? 1 : parts);
+  R.parts_b = R.rvq3 ? 1 : (int)(((uint32_t)din + R.rows_b - 1) / R.rows_b);
+  R.xq_d_bytes = s->xq_d_bytes;
+  memset(s->delivered, 0, (size_t)n_u);
+  const uint64_t t0 = spill_clock_ns();
+  if (n_u > 0) {
+    if (nt == 1 || spill_pool_n_threads(m->pool) == 1) {
+      moe_region(&R, 0, 0);
+    } else {
+      spill_pool_run(m->pool, moe_region, &R, nt);
+      m->sched_regions++;
+    }
+  }
+  /* release what is still held (the queued releases; after an error also
+   * the records whose tasks were abandoned), then drain the rest */
+  for (int i = 0; i < n_u; i++)
+    if (s->delivered[i] == 1) m->src.release(m->src.ctx, l, s->uniq[i]);
+  const uint64_t wall = spill_clock_ns() - t0;
+  m->stats.ns_expert_wait += R.ns_wait0;
+  m->stats.ns_lut += R.ns_lut0;
+  m->stats.ns_expert += wall > R.ns_wait0 + R.ns_lut0 ? wall - R.ns_wait0 - R.ns_lut0 : 0;
+  if (R.rc < 0) {
+    drain(m, l, s->uniq, n_u - R.received);
+    if (e) *e = R.err;
+    return R.rc;
+  }
   return SPILL_OK;
 }
 
@@ -425,7 +739,7 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
     }
   }
   overlap_work(m, L, h, u, T);
-  SPILL_TRY(consume_experts(m, l, L, u, slot, n_u, e));
+  SPILL_TRY(consume_experts(m, l, L, u, slot, n_u, T, e));
   combine(m, L, slot, selw, T, out);
   return SPILL_OK;
 }

@@ -499,8 +499,29 @@ static int src_request(void *ctx, int layer, const uint32_t *ids, int n, spill_e
   return SPILL_OK;
 }
 
-static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err *e) {
-  spill_stream *s = ctx;
+/* Without blocking: picks up finished checks (running one queued check on
+ * this thread if there is one) and reads that landed; *got = how many
+ * entries ended. Returns the first demand failure. */
+static int progress_nowait(spill_stream *s, int *got, spill_err *e) {
+  int n = 0, rc = SPILL_OK;
+  *got = 0;
+  if (spill_rcheck_pending(s->chk) > 0) {
+    rc = collect(s, SPILL_RCHECK_STEAL, &n, e);
+    *got += n;
+    if (rc < 0) return rc;
+  }
+  if (s->inf_used > spill_rcheck_pending(s->chk)) {
+    rc = reap(s, 0, &n, e);
+    *got += n;
+  }
+  return rc;
+}
+
+/* The readiness call (expert_source.h poll_ready; next_ready is wait 1 with
+ * 0 turned into an error): 1 with a record, 0 when none is ready (wait 0)
+ * or none can be before a delivered record is released (wait 1). */
+static int stream_ready(spill_stream *s, int wait, int *idx, const uint8_t **record,
+                        spill_err *e) {
   for (;;) {
     if (s->rq_head < s->rq_tail) {
       if (s->o.verify && s->chk) {
@@ -519,10 +540,16 @@ static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err
       s->pins[s->n_pins++] = (pin){(uint32_t)s->layer, it->id, it->ent, it->bounce};
       *idx = i;
       *record = it->data;
-      return SPILL_OK;
+      return 1;
     }
     if (s->n_waiting > 0) {
-      SPILL_TRY(progress(s, e));
+      if (wait) {
+        SPILL_TRY(progress(s, e));
+      } else {
+        int got = 0;
+        SPILL_TRY(progress_nowait(s, &got, e));
+        if (!got) return 0;
+      }
       continue;
     }
     if (s->n_unread > 0) { /* overlap off: the next read, then wait for it */
@@ -559,9 +586,16 @@ static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err
       }
       if (started) continue;
       if (s->inf_used > 0) { /* prefetches may free slots when they land */
-        SPILL_TRY(progress(s, e));
+        if (wait) {
+          SPILL_TRY(progress(s, e));
+        } else {
+          int got = 0;
+          SPILL_TRY(progress_nowait(s, &got, e));
+          if (!got) return 0;
+        }
         continue;
       }
+      if (s->n_pins > 0) return 0; /* a release frees a slot */
       return spill_err_set(e, SPILL_E_INTERNAL,
                            "stream: layer %d: every cache slot and bounce buffer is pinned "
                            "(%d records held unreleased)",
@@ -569,6 +603,20 @@ static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err
     }
     return spill_err_set(e, SPILL_E_INTERNAL, "stream: next_ready with nothing requested");
   }
+}
+
+static int src_next_ready(void *ctx, int *idx, const uint8_t **record, spill_err *e) {
+  spill_stream *s = ctx;
+  int rc = stream_ready(s, 1, idx, record, e);
+  if (rc < 0) return rc;
+  SPILL_FAIL_IF(e, rc == 0, SPILL_E_INTERNAL,
+                "stream: layer %d: every cache slot and bounce buffer is pinned "
+                "(%d records held unreleased)", s->layer, s->n_pins);
+  return SPILL_OK;
+}
+
+static int src_poll_ready(void *ctx, int wait, int *idx, const uint8_t **record, spill_err *e) {
+  return stream_ready(ctx, wait, idx, record, e);
 }
 
 static void src_release(void *ctx, int layer, uint32_t id) {
@@ -722,6 +770,7 @@ void spill_stream_source(spill_stream *s, spill_expert_source *out) {
   out->next_ready = src_next_ready;
   out->release = src_release;
   out->prefetch = src_prefetch;
+  out->poll_ready = src_poll_ready;
 }
 
 void spill_stream_get_counters(spill_stream *s, spill_stream_counters *out) {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -100,11 +101,12 @@ struct Model {
   }
 };
 
-spill_stream *Open(const Model &md, const Arm &a, int verify, spill_err *e, int *rc) {
+spill_stream *Open(const Model &md, const Arm &a, int verify, spill_err *e, int *rc,
+                   int io_threads = 2) {
   spill_stream_opts o = {};
   o.storage = a.storage;
   o.backend = a.backend;
-  o.io_threads = 2;
+  o.io_threads = io_threads;
   o.io_depth = 8;
   o.cache_slots = a.cache_slots;
   o.policy = "lru";
@@ -466,6 +468,120 @@ TEST(ExpertStreamPreloadTest, DamagedRecordFailsThePreloadWithTheInlineMessage) 
     EXPECT_STREQ(again.msg, want.msg);
     spill_stream_close(s);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The readiness call (poll_ready, expert_source.h). Reads submitted first
+// (even request_seq) are delayed 200 ms, the others not: wait 0 never
+// blocks and hands out the undelayed records first (arrival order), wait 1
+// blocks for the delayed ones; with every slot held by delivered records,
+// wait 1 returns 0 (next_ready's error) until one is released.
+void DelayEvenReads(void *, const spill_io_fault_site *site, spill_io_fault *out) {
+  if (site->request_seq % 2 == 0 && site->attempt == 0) {
+    out->kind = SPILL_IO_FAULT_DELAY;
+    out->delay_ns = 200ull * 1000 * 1000;
+  }
+}
+
+double Ms(const std::chrono::steady_clock::time_point &t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(ExpertStreamPollTest, NeverBlocksAndDeliversInArrivalOrder) {
+  Model md(Nano());
+  ASSERT_GE(md.n_experts, 4u);
+  const int layer = md.layers[0];
+  for (const Arm &a : kArms) {
+    SCOPED_TRACE(a.name);
+    spill_stream_test_fault_hook(DelayEvenReads, nullptr);
+    spill_err e = {};
+    int rc;
+    // 4 pread workers: a delayed read sleeps on its worker, and the two
+    // undelayed ones must not queue behind the two delayed ones
+    spill_stream *s = Open(md, a, 1, &e, &rc, 4);
+    spill_stream_test_fault_hook(nullptr, nullptr);
+    if (rc == SPILL_E_UNSUPPORTED) continue;  // io_uring unavailable here
+    ASSERT_EQ(rc, SPILL_OK) << e.msg;
+    spill_expert_source src;
+    spill_stream_source(s, &src);
+    ASSERT_NE(src.poll_ready, nullptr);
+    const uint32_t ids[4] = {0, 1, 2, 3};
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(src.request(src.ctx, layer, ids, 4, &e), SPILL_OK) << e.msg;
+    std::vector<int> order;
+    while (order.size() < 2) {  // the two undelayed reads, without blocking
+      int idx = -1;
+      const uint8_t *r = nullptr;
+      const auto tp = std::chrono::steady_clock::now();
+      rc = src.poll_ready(src.ctx, 0, &idx, &r, &e);
+      ASSERT_GE(rc, 0) << e.msg;
+      EXPECT_LT(Ms(tp), 100.0) << "poll_ready(wait 0) blocked";
+      if (rc == 1) {
+        EXPECT_EQ(0, memcmp(r, md.Ref(layer, ids[idx]).data(), md.c.m.record_bytes));
+        order.push_back(idx);
+      } else {
+        ASSERT_LT(Ms(t0), 150.0) << "undelayed reads did not land";
+        usleep(1000);
+      }
+    }
+    EXPECT_LT(Ms(t0), 150.0);
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(order, (std::vector<int>{1, 3}));  // submitted 2nd and 4th: not delayed
+    for (int k = 0; k < 2; k++) {
+      int idx = -1;
+      const uint8_t *r = nullptr;
+      ASSERT_EQ(src.poll_ready(src.ctx, 1, &idx, &r, &e), 1) << e.msg;
+      EXPECT_TRUE(idx == 0 || idx == 2);
+      EXPECT_EQ(0, memcmp(r, md.Ref(layer, ids[idx]).data(), md.c.m.record_bytes));
+    }
+    EXPECT_GE(Ms(t0), 190.0);
+    for (uint32_t id : ids) src.release(src.ctx, layer, id);
+    spill_stream_close(s);
+  }
+}
+
+TEST(ExpertStreamPollTest, AllSlotsHeldGivesZeroUntilARelease) {
+  Model md(Nano());
+  ASSERT_GE(md.n_experts, 6u);
+  const int layer = md.layers[0];
+  Arm a = {"direct-pread-cache2", 0, 0, 2};  // 2 slots + 2 bounce buffers: 4 records held at most
+  spill_err e = {};
+  int rc;
+  spill_stream *s = Open(md, a, 0, &e, &rc);
+  ASSERT_EQ(rc, SPILL_OK) << e.msg;
+  spill_expert_source src;
+  spill_stream_source(s, &src);
+  const uint32_t ids[6] = {0, 1, 2, 3, 4, 5};
+  ASSERT_EQ(src.request(src.ctx, layer, ids, 6, &e), SPILL_OK) << e.msg;
+  std::vector<int> held;
+  for (;;) {
+    int idx = -1;
+    const uint8_t *r = nullptr;
+    rc = src.poll_ready(src.ctx, 1, &idx, &r, &e);
+    ASSERT_GE(rc, 0) << e.msg;
+    if (rc == 0) break;
+    held.push_back(idx);
+    ASSERT_LE(held.size(), 4u);
+  }
+  EXPECT_EQ(held.size(), 4u);
+  int idx = -1;
+  const uint8_t *r = nullptr;
+  EXPECT_EQ(src.next_ready(src.ctx, &idx, &r, &e), SPILL_E_INTERNAL);  // next_ready: an error
+  EXPECT_NE(std::string(e.msg).find("pinned"), std::string::npos) << e.msg;
+  for (int k = 0; k < 2; k++) {
+    src.release(src.ctx, layer, ids[held[k]]);
+    ASSERT_EQ(src.poll_ready(src.ctx, 1, &idx, &r, &e), 1) << e.msg;
+    EXPECT_EQ(0, memcmp(r, md.Ref(layer, ids[idx]).data(), md.c.m.record_bytes));
+    held.push_back(idx);
+  }
+  std::vector<int> all = held;
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  for (size_t k = 2; k < held.size(); k++) src.release(src.ctx, layer, ids[held[k]]);
+  spill_stream_close(s);
 }
 
 }  // namespace
