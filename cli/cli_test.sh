@@ -114,6 +114,19 @@ run run "$tmp/nano" more -n 2 --ctx 256 --session "$ses"
   fail "run --session, another ctx: exit $rc: $err"
 cmp -s "$ses" "$ses.before" || fail "run --session: a refused load changed the file"
 expect_usage_error "run --session --chat" run "$tmp/nano" hi --chat --session "$ses"
+
+# --draft (issue 31 item 3): greedy output is the same text with drafts on;
+# the JSON summary counts them; a draft that does not fit a chunk is refused
+run run "$tmp/nano-gqa" "abc abd abc abd abc abd abc ab" -n 24 --ctx 256 --json
+[ "$rc" = 0 ] || fail "run (no draft): exit $rc: $err"
+nodraft=$out
+run run "$tmp/nano-gqa" "abc abd abc abd abc abd abc ab" -n 24 --ctx 256 --json --draft 4 --prefill-chunk 5
+[ "$rc" = 0 ] || fail "run --draft 4: exit $rc: $err"
+[ "$out" = "$nodraft" ] || fail "run --draft 4: other text than without drafts: '$out' vs '$nodraft'"
+[[ "$err" == *'"draft_tokens": 0,'* ]] && fail "run --draft 4: nothing drafted: $err"
+[[ "$err" == *'"decode_forwards": 24,'* ]] && fail "run --draft 4: a forward per token: $err"
+run run "$tmp/nano-gqa" hi -n 2 --draft 4 --prefill-chunk 4
+[ "$rc" = 1 ] && [[ "$err" == *"prefill_chunk >= draft + 1"* ]] || fail "run --draft 4 --prefill-chunk 4: exit $rc: $err"
 expect_usage_error "item 14: --results without value" exp "$tmp/x.json" --results
 [[ "$err" == *"--results needs a value"* ]] || fail "item 14: --results: ${err:0:120}"
 [[ "$err" != *"unknown option"* ]] || fail "item 14: --results called an unknown option"

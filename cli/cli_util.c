@@ -190,6 +190,15 @@ void cli_print_run_summary(spill_engine *eng, const spill_run_stats *st) {
         fprintf(stderr, " %.0f%%", 100.0 * st->lookahead_rank_correct[r] / st->lookahead_rank_made[r]);
     fprintf(stderr, "\n");
   }
+  if (c->draft > 0)
+    fprintf(stderr,
+            "spill: drafts: %llu drafted, %llu accepted (%.1f%%); %d tokens in %llu decode "
+            "forwards; switched off %llu times (--draft %d%s)\n",
+            (unsigned long long)st->draft_tokens, (unsigned long long)st->draft_accepted,
+            st->draft_tokens ? 100.0 * st->draft_accepted / st->draft_tokens : 0.0,
+            st->tokens_decode, (unsigned long long)st->decode_forwards,
+            (unsigned long long)st->draft_switched_off, c->draft,
+            c->draft_adaptive ? "" : ", not adaptive");
   if (st->nonfinite_pos >= 0)
     fprintf(stderr,
             "spill: NOT FINITE: the logits at position %d held NaN/Inf; generation stopped there "

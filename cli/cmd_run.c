@@ -86,10 +86,13 @@ static void print_json(const run_report *r, const spill_run_stats *st) {
           "\"tokens_decode\": %d, \"prefill_s\": %.6f, \"decode_s\": %.6f, "
           "\"decode_tok_per_s\": %.4f, \"reads\": %llu, \"bytes_read\": %llu, "
           "\"session_loaded_tokens\": %d, \"session_load_s\": %.6f, \"session_saved_tokens\": %d, "
-          "\"status\": \"%s\"}\n",
+          "\"draft_tokens\": %llu, \"draft_accepted\": %llu, \"decode_forwards\": %llu, "
+          "\"draft_switched_off\": %llu, \"status\": \"%s\"}\n",
           r->n_prompt, st->tokens_cached, st->tokens_prefill, st->tokens_decode, st->prefill_s,
           st->decode_s, st->decode_tok_per_s, (unsigned long long)st->reads,
           (unsigned long long)st->bytes_read, r->n_loaded, r->load_s, r->n_saved,
+          (unsigned long long)st->draft_tokens, (unsigned long long)st->draft_accepted,
+          (unsigned long long)st->decode_forwards, (unsigned long long)st->draft_switched_off,
           spill_status_name(r->rc));
 }
 

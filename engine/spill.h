@@ -100,6 +100,12 @@ typedef struct spill_config {
    * routers' top-k (NULL = the model routes). Read and checked against the
    * model at open; fixed while the engine is open. See spill_routing_trace_inspect. */
   const char *routing_trace;
+  /* draft: tokens drafted per greedy decode step from the context's own
+   * n-grams and verified in one chunk (docs/MODEL.md "Drafts"); 0 = off.
+   * Needs prefill_chunk > draft. Greedy output is identical with and
+   * without; sampling (temp > 0) never drafts. */
+  int draft;
+  int draft_adaptive; /* draft_adaptive: stop drafting while it does not pay (1) */
 } spill_config;
 
 /* Fills the defaults above. */
@@ -451,6 +457,11 @@ typedef struct spill_run_stats {
    * (spill_generate_next with SPILL_GEN_REUSE), not run again; tokens_prefill
    * counts the prompt tokens that were run */
   int tokens_cached;
+  /* Drafts (cfg.draft, docs/MODEL.md "Drafts"): tokens drafted and verified,
+   * drafts accepted, decode forward calls (a verify chunk is one), and the
+   * times the adaptive rule switched drafting off. Generated tokens are
+   * tokens_decode; expert bytes per generated token = bytes_read / it. */
+  uint64_t draft_tokens, draft_accepted, decode_forwards, draft_switched_off;
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop.

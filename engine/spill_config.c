@@ -22,6 +22,7 @@
 #include "engine/plan/ram_plan.h"
 #include "engine/base/json_util.h"
 #include "engine/spill.h"
+#include "engine/spill_draft.h"
 #include "engine/spill_knob_apply.h"
 
 /* How a row's value is stored in its struct. */
@@ -124,6 +125,12 @@ static const knob_row k_knobs[] = {
     {{"routing_trace", C, SPILL_KNOB_PATH, OPEN, 0, 0, NULL, 0, NULL, "FILE",
       "replay a router trace's expert ids (docs/MODEL.md)", ""},
      CFG(routing_trace, ST_PTR), KA_NONE},
+    {{"draft", C, SPILL_KNOB_INT, OPEN, 0, SPILL_DRAFT_MAX, "off", 0, NULL, "N",
+      "greedy decode: tokens drafted per step from the context's n-grams (off: none)", "off"},
+     CFG(draft, ST_INT), KA_NONE},
+    {{"draft_adaptive", C, SPILL_KNOB_BOOL, OPEN, 0, 0, NULL, 0, NULL, NULL,
+      "stop drafting while it requests more expert bytes per token than it saves", "true"},
+     CFG(draft_adaptive, ST_INT), KA_NONE},
     {{"temp", S, SPILL_KNOB_FLOAT, LIVE, 0, 1000, NULL, 0, NULL, "T",
       "sampling temperature (0: greedy)", "0"},
      SMP(temperature, ST_FLOAT), KA_NONE},

@@ -36,8 +36,8 @@
 #include "engine/model/sampler.h"
 #include "engine/model/tokenizer.h"
 #include "engine/plan/ram_plan.h"
-#include "engine/spill_internal.h"
 #include "engine/spill.h"
+#include "engine/spill_draft.h"
 #include "engine/spill_internal.h"
 #include "engine/spill_knob_apply.h"
 #include "engine/spill_routing_internal.h"
@@ -352,10 +352,19 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
     return spill_err_set(e, SPILL_E_NOMEM, "engine: out of memory");
   }
   if ((rc = spill_info_read(model_dir, &g->info, e)) < 0) goto fail;
+  if (g->cfg.draft < 0 || g->cfg.draft > SPILL_DRAFT_MAX ||
+      (g->cfg.draft > 0 && g->cfg.prefill_chunk < g->cfg.draft + 1)) {
+    rc = spill_err_set(e, SPILL_E_CONFIG,
+                       "draft %d: needs 0..%d and prefill_chunk >= draft + 1 (a verify chunk "
+                       "holds the token and its drafts; prefill_chunk is %d)",
+                       g->cfg.draft, SPILL_DRAFT_MAX, g->cfg.prefill_chunk);
+    goto fail;
+  }
   /* the plan counts the state and scratch the model will allocate with
    * these knobs (model_memory.h) */
+  const int spec_max = g->cfg.draft > 0 ? g->cfg.draft + 1 : 0;
   const spill_model_mem_opts mem = {g->cfg.ctx, g->cfg.threads, g->cfg.prefill_chunk,
-                                    g->cfg.act_quant == SPILL_ACT_Q8, 0};
+                                    g->cfg.act_quant == SPILL_ACT_Q8, 0, spec_max};
   rc = spill_plan_model_run(model_dir, &mem, g->cfg.budget_bytes, g->cfg.usable_ram, &g->plan, e);
   /* above the machine's cap: refused unless forced (the plan is filled) */
   if (rc == SPILL_E_RAM_BUDGET && g->cfg.force_budget && g->plan.budget >= g->plan.floor)
@@ -382,6 +391,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   mo.verify = g->cfg.verify;
   mo.trunk_mode = (int)g->cfg.trunk;
   mo.act_q8 = g->cfg.act_quant == SPILL_ACT_Q8;
+  mo.spec_max = spec_max;
   if ((rc = spill_model_open(model_dir, &mo, &g->m, e)) < 0) goto fail;
   g->a = spill_model_arch(g->m);
   if ((rc = open_routing_trace(g, e)) < 0) goto fail;
@@ -577,7 +587,7 @@ static void accumulate(spill_run_stats *st, const snap *a, const snap *b) {
 
 /* One profile row (schema and writer: engine/trace, spill_profile_row). */
 static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, const snap *a,
-                          const snap *b) {
+                          const snap *b, int drafted, int accepted, int generated) {
   if (!g->profile) return;
   const spill_model_stats *ms = spill_model_last_stats(g->m);
   uint64_t p50 = 0, p99 = 0;
@@ -606,6 +616,9 @@ static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, cons
       .read_p99_ms = p99 / 1e6,
       .major_faults = b->majflt - a->majflt,
       .rss_bytes = status_kb("VmRSS:"),
+      .drafted = (uint64_t)drafted,
+      .accepted = (uint64_t)accepted,
+      .generated = (uint64_t)generated,
   };
   spill_profile_write_row(g->profile, &row);
 }
@@ -664,7 +677,7 @@ static int step(spill_engine *g, const int *toks, int n, int pos, int prefill, f
   memcpy(g->conv.tokens + pos, toks, (size_t)n * sizeof(int));
   if (logits == g->logits) g->conv.logits_pos = pos + n;
   if (st) accumulate(st, &a, &b);
-  write_profile(g, pos, n, prefill, &a, &b);
+  write_profile(g, pos, n, prefill, &a, &b, 0, 0, prefill ? 0 : n);
   write_trace(g, pos, prefill);
   g->tok_counter += n;
   return SPILL_OK;
@@ -833,6 +846,7 @@ static int run_decode(spill_engine *g, spill_sampler *smp, int pos, int n_new, s
     if (tok != g->a->eos_id || g->a->eos_id < 0) {
       rc = step(g, &tok, 1, pos, 0, g->logits, &tok_stats, e);
       if (rc < 0) break;
+      st->decode_forwards++;
     }
     take(g, &b);
     tok_stats.tokens_decode = 1;
@@ -854,6 +868,168 @@ static int run_decode(spill_engine *g, spill_sampler *smp, int pos, int n_new, s
     if (cb && cb(user, tok, text, &tok_stats)) break;
     if (tok == g->a->eos_id && g->a->eos_id >= 0) break;
   }
+  st->decode_s = (double)(spill_clock_ns() - t1) / 1e9;
+  free(tbuf);
+  return rc;
+}
+
+/* Test hook (spill_internal.h): drafts from index j of a verify chunk on
+ * are rejected as if the model disagreed. */
+static int g_draft_reject_at = -1;
+void spill_engine_test_draft_reject_at(int j) { g_draft_reject_at = j < 0 ? -1 : j; }
+/* Test hook: drafts are taken from this conversation (position p's draft
+ * continues with seq[p + 1 ..]) instead of the context's n-grams. */
+static const int *g_draft_seq;
+static int g_draft_seq_n;
+void spill_engine_test_draft_from(const int *seq, int n) {
+  g_draft_seq = n > 0 ? seq : NULL;
+  g_draft_seq_n = n > 0 ? n : 0;
+}
+
+/* The text the token callback gets for tok (whole UTF-8 characters of a
+ * real tokenizer; the byte tokenizer's bytes). */
+static const char *token_text(spill_engine *g, spill_tok_stream *ts, int tok, char *tbuf,
+                              size_t tcap, char *small, size_t n_small) {
+  if (g->tok) {
+    int k = spill_tok_stream_push(g->tok, ts, tok, 1, tbuf, tcap, NULL);
+    tbuf[k > 0 ? k : 0] = 0;
+    return tbuf;
+  }
+  spill_token_to_text(g, tok, small, n_small);
+  return small;
+}
+
+/* Greedy decode with drafts (cfg.draft, docs/MODEL.md "Drafts"). Each step
+ * takes the greedy token t0 from the held logits and drafts up to k tokens
+ * from the context's n-grams (spill_draft_lookup); with a draft, [t0,
+ * d1..dk] run as one verify chunk (each distinct expert read once per layer
+ * for all of them) and d_i is accepted while the greedy choice at the
+ * position before it is d_i. The step generates t0 and the accepted drafts;
+ * the model keeps exactly those (spill_model_verify_keep rolls the rest
+ * back) and the logits after the last one, whose greedy choice is the next
+ * step's t0. Every token is the greedy choice from logits bit-identical to
+ * a run without drafts, so the output is the same token for token. The
+ * step's counters go to its first token's callback stats; the profile row
+ * of a verify chunk has drafted, accepted and generated. */
+static int run_decode_draft(spill_engine *g, spill_sampler *smp, int pos, int n_new,
+                            spill_token_cb cb, void *user, volatile int *stop_flag,
+                            spill_run_stats *st, int rc, spill_err *e) {
+  int paging_streak = 0;
+  spill_tok_stream tstream = {0};
+  size_t tcap = g->tok ? spill_tok_max_piece(g->tok) + 72 : 0;
+  char *tbuf = g->tok ? malloc(tcap) : NULL;
+  if (g->tok && !tbuf) rc = spill_err_set(e, SPILL_E_NOMEM, "generate: out of memory");
+  const int V = g->vocab, eos = g->a->eos_id;
+  const uint64_t rec = g->plan.record_bytes;
+  spill_draft_rule rule;
+  spill_draft_rule_init(&rule, g->cfg.draft, g->cfg.draft_adaptive,
+                        (uint64_t)g->top_k * (uint64_t)spill_arch_n_moe(g->a) * rec);
+  int toks[SPILL_DRAFT_MAX + 1];
+  uint64_t t1 = spill_clock_ns();
+  int i = 0; /* tokens generated */
+  while (i < n_new && rc == SPILL_OK) {
+    if (stop_flag && *stop_flag) {
+      rc = spill_err_set(e, SPILL_E_INTERRUPTED, "generate: stopped after %d tokens", i);
+      break;
+    }
+    int first, bad = logits_nonfinite(g->logits, V, &first);
+    if (bad) {
+      st->nonfinite_pos = pos - 1;
+      rc = spill_err_set(e, SPILL_E_NONFINITE,
+                         "generate: the logits at position %d are not finite (%d of %d are NaN or "
+                         "Inf, the first at id %d): the model's weights or activations overflowed; "
+                         "refusing to sample from them",
+                         pos - 1, bad, V, first);
+      break;
+    }
+    toks[0] = spill_sampler_sample(smp, g->logits);
+    const int is_eos = eos >= 0 && toks[0] == eos;
+    int k = 0;
+    if (!is_eos) {
+      int want = spill_draft_rule_len(&rule);
+      if (want > n_new - i - 1) want = n_new - i - 1;
+      if (want > 0) {
+        g->conv.tokens[pos] = toks[0]; /* the context the draft continues */
+        if (g_draft_seq) {
+          while (k < want && pos + 1 + k < g_draft_seq_n && g_draft_seq[pos + 1 + k] != eos) {
+            toks[1 + k] = g_draft_seq[pos + 1 + k];
+            k++;
+          }
+        } else {
+          k = spill_draft_lookup(g->conv.tokens, pos + 1, want, eos, toks + 1);
+        }
+      }
+    }
+    spill_run_stats step_stats;
+    memset(&step_stats, 0, sizeof step_stats);
+    snap a, b;
+    take(g, &a);
+    const uint64_t ts = spill_clock_ns();
+    int acc = 0;
+    const float *vl = NULL;
+    if (!is_eos && k == 0) {
+      rc = step(g, toks, 1, pos, 0, g->logits, NULL, e);
+    } else if (k > 0) {
+      for (int l = 0; l < g->a->n_layers; l++) g->L[l].n_tok = g->L[l].n_tpred = 0;
+      spill_stream_latency_reset(g->st);
+      rc = spill_model_forward_verify(g->m, toks, k + 1, e);
+      g->conv.logits_pos = -1;
+      if (rc == SPILL_OK) {
+        memcpy(g->conv.tokens + pos, toks, (size_t)(k + 1) * sizeof(int));
+        vl = spill_model_verify_logits(g->m);
+        /* a draft is accepted when the greedy choice before it is it (a
+         * non-finite row is never accepted from: the next step refuses it) */
+        while (acc < k && acc != g_draft_reject_at) {
+          const float *row = vl + (size_t)acc * (size_t)V;
+          if (logits_nonfinite(row, V, &first)) break;
+          if (spill_sampler_sample(smp, row) != toks[acc + 1]) break;
+          acc++;
+        }
+      }
+    }
+    if (rc < 0) break;
+    take(g, &b);
+    accumulate(&step_stats, &a, &b);
+    accumulate(st, &a, &b);
+    step_stats.decode_s = (double)(spill_clock_ns() - ts) / 1e9;
+    if (!is_eos) st->decode_forwards++;
+    /* generate t0 and the accepted drafts, each with its callback */
+    int kept = 0, stop = 0;
+    for (int j = 0; j <= acc; j++) {
+      spill_run_stats tok_stats;
+      if (j == 0) tok_stats = step_stats;
+      else memset(&tok_stats, 0, sizeof tok_stats);
+      tok_stats.tokens_decode = 1;
+      st->tokens_decode++;
+      fold_token(st, &tok_stats, &paging_streak, i);
+      i++;
+      kept++;
+      char small[16];
+      const char *text = token_text(g, &tstream, toks[j], tbuf, tcap, small, sizeof small);
+      /* the held logits are those after this token, as without drafts */
+      if (k > 0) memcpy(g->logits, vl + (size_t)j * (size_t)V, (size_t)V * sizeof(float));
+      if (cb && cb(user, toks[j], text, &tok_stats)) stop = 1;
+      if (stop || is_eos) break;
+    }
+    if (k > 0) { /* keep what was generated; the rest of the chunk is rolled back */
+      rc = spill_model_verify_keep(g->m, kept, e);
+      if (rc < 0) break;
+      g->conv.logits_pos = pos + kept; /* g->logits: the last kept token's */
+      write_profile(g, pos, k + 1, 0, &a, &b, k, acc, kept);
+      for (int l = 0; l < g->a->n_layers; l++)
+        if (g->L[l].n_tok > kept) g->L[l].n_tok = kept; /* trace rows of the kept tokens */
+      write_trace(g, pos, 0);
+      g->tok_counter += kept;
+      st->draft_tokens += (uint64_t)k;
+      st->draft_accepted += (uint64_t)acc;
+      spill_draft_rule_verify(&rule, k, acc, acc + 1, step_stats.experts_requested * rec);
+    } else {
+      spill_draft_rule_plain(&rule, 1);
+    }
+    pos += kept;
+    if (stop || is_eos) break;
+  }
+  st->draft_switched_off = rule.switched_off;
   st->decode_s = (double)(spill_clock_ns() - t1) / 1e9;
   free(tbuf);
   return rc;
@@ -923,7 +1099,11 @@ int spill_generate_next(spill_engine *g, const int *prompt, int n_prompt, int n_
   st->paging_token = -1;
   spill_model_set_stop(g->m, stop_flag);
   if (rc == SPILL_OK) rc = run_prefill(g, prompt, keep, n_prompt, stop_flag, st, e);
-  rc = run_decode(g, &smp, n_prompt, n_new, cb, user, stop_flag, st, rc, e);
+  /* drafts only under greedy decoding (docs/MODEL.md "Drafts": sampling draws without) */
+  if (g->cfg.draft > 0 && so.temperature <= 0)
+    rc = run_decode_draft(g, &smp, n_prompt, n_new, cb, user, stop_flag, st, rc, e);
+  else
+    rc = run_decode(g, &smp, n_prompt, n_new, cb, user, stop_flag, st, rc, e);
   g->conv.seed = so.seed;
   g->conv.rng = smp.rng;
   g->conv.rng_valid = 1;

@@ -25,7 +25,7 @@ static void dense_ffn(spill_model *m, int l, const float *h, float *out) {
 
 /* ---- forward ---- */
 
-static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spill_err *e) {
+int spill_model_forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spill_err *e) {
   const spill_arch *a = &m->a;
   const int D = a->d_model;
   const float eps = (float)a->norm_eps;
@@ -41,6 +41,7 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
   const int bs = a->attn_res_block;
   const size_t bstride = (size_t)T * D;
   int nb = 0;
+  int ri = 0; /* recurrent layers so far (speculation records their inputs) */
 
   for (int l = 0; l < a->n_layers; l++) {
     /* a long prefill chunk on a big model takes seconds: stop between
@@ -60,6 +61,9 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
       } else {
         spill_k_rmsnorm(xt, L->attn_norm, h, (uint32_t)D, eps);
       }
+      if (m->spec_rec && L->attn->reset_zero) /* spec_verify.c replays from these */
+        memcpy(s->spec_h + ((size_t)ri * (size_t)m->o.spec_max + (size_t)t) * D, h,
+               (size_t)D * sizeof(float));
       const int rc = L->attn->run(m, l, h, pos0 + t, attn_out, e); /* (D) */
       if (rc < 0) return rc;
       if (banked) /* a checkpoint layer restarts the stream from its attention output */
@@ -68,6 +72,7 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
         for (int i = 0; i < D; i++) xt[i] += attn_out[i];
     }
     nb += banked;
+    ri += L->attn->reset_zero;
     m->stats.ns_attn += spill_clock_ns() - t0;
 
     /* FFN of the whole chunk */
@@ -94,6 +99,20 @@ static int forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spi
   return SPILL_OK;
 }
 
+void spill_model_lm_head(spill_model *m, int t, int T, float *logits) {
+  const int D = m->a.d_model;
+  float *xl = m->s.x + (size_t)t * D; /* (D) token t of the last chunk */
+  float *h = m->s.h;                  /* (D) */
+  if (m->a.attn_res_block > 0) { /* the output mix over token t's bank */
+    spill_model_res_mix(m, m->s.bank + (size_t)t * D, (size_t)T * D, m->bank_n, xl,
+                        m->output_res_score, h);
+    spill_k_rmsnorm(h, m->output_norm, h, (uint32_t)D, (float)m->a.norm_eps);
+  } else {
+    spill_k_rmsnorm(xl, m->output_norm, h, (uint32_t)D, (float)m->a.norm_eps);
+  }
+  spill_model_matvec(m, &m->output, h, logits); /* (vocab) */
+}
+
 void spill_model_set_stop(spill_model *m, volatile int *stop) {
   if (m) m->stop = stop;
 }
@@ -113,12 +132,12 @@ int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float
   if (pos == 0) spill_model_reset(m);
   memset(&m->stats, 0, sizeof m->stats);
   const uint64_t t_start = spill_clock_ns();
-  const int D = m->a.d_model;
+  m->spec_n = 0; /* a verify's chunk is no longer the last one */
 
   int T = 0;
   for (int c = 0; c < n; c += T) {
     T = n - c < m->o.max_chunk ? n - c : m->o.max_chunk;
-    int rc = forward_chunk(m, tokens + c, T, pos + c, e);
+    int rc = spill_model_forward_chunk(m, tokens + c, T, pos + c, e);
     if (rc < 0) {
       m->n_past = 0; /* state is partial: only pos 0 (a reset) is accepted next */
       return rc;
@@ -128,16 +147,7 @@ int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float
 
   if (logits_last) {
     const uint64_t t0 = spill_clock_ns();
-    float *xl = m->s.x + (size_t)(T - 1) * D; /* (D) last token of the last chunk */
-    float *h = m->s.h;                        /* (D) */
-    if (m->a.attn_res_block > 0) { /* the output mix over the last token's bank */
-      spill_model_res_mix(m, m->s.bank + (size_t)(T - 1) * D, (size_t)T * D, m->bank_n, xl,
-                          m->output_res_score, h);
-      spill_k_rmsnorm(h, m->output_norm, h, (uint32_t)D, (float)m->a.norm_eps);
-    } else {
-      spill_k_rmsnorm(xl, m->output_norm, h, (uint32_t)D, (float)m->a.norm_eps);
-    }
-    spill_model_matvec(m, &m->output, h, logits_last); /* (vocab) */
+    spill_model_lm_head(m, T - 1, T, logits_last); /* (vocab) */
     m->stats.ns_lm_head += spill_clock_ns() - t0;
   }
   m->stats.n_tokens = n;

@@ -61,6 +61,7 @@ int spill_model_state_restore(spill_model *m, int n_past, spill_err *e) {
   SPILL_FAIL_IF(e, !m || n_past < 0 || n_past > m->o.ctx, SPILL_E_RANGE,
                 "state restore: %d tokens outside ctx %d", n_past, m ? m->o.ctx : 0);
   m->n_past = n_past;
+  m->spec_n = 0;
   return SPILL_OK;
 }
 
@@ -73,6 +74,7 @@ void spill_model_reset(spill_model *m) {
     if (m->L[l].attn->reset_zero)
       memset(m->L[l].state, 0, (size_t)m->L[l].state_floats * sizeof(float));
   m->n_past = 0;
+  m->spec_n = 0;
 }
 
 /* Arch limits the forward pass relies on beyond the manifest's own checks:
@@ -160,6 +162,12 @@ int spill_model_open(const char *dir, const spill_model_opts *o, spill_model **o
   if (m->o.n_threads <= 0) m->o.n_threads = 1;
   if (m->o.ctx <= 0) m->o.ctx = 4096;
   if (m->o.max_chunk <= 0) m->o.max_chunk = 16;
+  if (m->o.spec_max < 0 || m->o.spec_max > m->o.max_chunk) {
+    spill_err_set(e, SPILL_E_INVALID_ARG, "model: spec_max %d outside [0, max_chunk %d]",
+                  m->o.spec_max, m->o.max_chunk);
+    free(m);
+    return SPILL_E_INVALID_ARG;
+  }
   if (m->o.par_min_weights <= 0) m->o.par_min_weights = 32768;
   if (m->o.task_max_weights <= 0) m->o.task_max_weights = 262144;
   if (m->o.observer) {

@@ -75,6 +75,11 @@ typedef struct spill_model_opts {
    * copied; the source must outlive the model (or be replaced first). */
   const spill_expert_source *experts;
   const spill_model_observer *observer; /* copied; may be NULL */
+  /* Speculation: the most tokens of a verify chunk
+   * (spill_model_forward_verify), in [0, max_chunk]; 0 = none. Sizes the
+   * per-position logits, the recurrent-state snapshot and the recurrent
+   * layers' inputs (model_memory.h). */
+  int spec_max;
 } spill_model_opts;
 
 /* Time split and counters of the last spill_model_forward call (all tokens
@@ -113,6 +118,25 @@ void spill_model_reset(spill_model *m);
  * a failure the sequence state is undefined: reset before reuse. */
 int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float *logits_last,
                         spill_err *e);
+
+/* Speculation (docs/MODEL.md "Drafts"): runs tokens[0..n) (1 <= n <=
+ * spec_max) as one chunk at positions n_past..n_past+n-1, exactly as a
+ * forward would (so a chunk reads each distinct expert once per layer), and
+ * keeps every position's logits: spill_model_verify_logits(m) gives (n,
+ * vocab) floats, position i's bit-identical to what a forward of the same
+ * tokens one at a time gives. Before running, the recurrent layers' state
+ * (KDA: S and conv rings) is copied aside and each recurrent layer's input
+ * of every chunk token is kept, so that spill_model_verify_keep(m, n_keep)
+ * can then make the model hold only the first n_keep (1..n) tokens: the
+ * positional caches (GQA, MLA) by lowering n_past (what lies above is only
+ * read below n_past), the recurrent states by restoring the copy and
+ * re-running only those layers' attention on the kept tokens' saved inputs
+ * (no expert is read again). The state after keep(n_keep) is bit-identical
+ * to a forward of those n_keep tokens. SPILL_E_INVALID_ARG for n out of
+ * [1, spec_max] or a keep without a verify before it; forward's errors. */
+int spill_model_forward_verify(spill_model *m, const int *tokens, int n, spill_err *e);
+const float *spill_model_verify_logits(const spill_model *m);
+int spill_model_verify_keep(spill_model *m, int n_keep, spill_err *e);
 
 /* Lookahead hook: applies blk.layer.ffn_norm and the router of MoE layer
  * `layer` to the residual stream `hidden` (d_model) and writes the k

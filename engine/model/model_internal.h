@@ -134,6 +134,10 @@ typedef struct spill_model_scratch {
   /* router lookahead (spill_model_router_topk) */
   float *la_h;     /* (D) */
   float *la_s;     /* (E) */
+  /* speculation (spec_verify.c; NULL when spec_max is 0) */
+  float *spec_logits; /* (spec_max, vocab) logits of every verified position */
+  float *spec_snap;   /* (sum of the recurrent layers' state_floats) state before a verify */
+  float *spec_h;      /* (n_recurrent, spec_max, D) recurrent layers' inputs of a verify chunk */
 } spill_model_scratch;
 
 struct spill_model {
@@ -181,6 +185,11 @@ struct spill_model {
   const uint32_t *force_ids;
   int force_n, force_n_moe;
   spill_model_stats stats;
+  /* speculation: the last verify chunk (spec_verify.c): its first position
+   * and token count (0: none to keep from); spec_rec = the running forward
+   * records the recurrent layers' inputs into s.spec_h */
+  int spec_pos, spec_n;
+  int spec_rec;
 };
 
 /* Most parts a use's rows are split into (moe.c: one per thread, when a
@@ -315,6 +324,13 @@ struct spill_attn_ops {
 extern const spill_attn_ops spill_attn_gqa_ops, spill_attn_mla_ops, spill_attn_kda_ops;
 /* The row of an attention kind; NULL for a value out of range. */
 const spill_attn_ops *spill_attn_kind_ops(int kind);
+
+/* ---- forward.c, used by spec_verify.c ---- */
+/* Runs one chunk of T <= max_chunk tokens at pos0 (no bookkeeping of n_past). */
+int spill_model_forward_chunk(spill_model *m, const int *tokens, int T, int pos0, spill_err *e);
+/* logits (vocab) of token t of the last chunk of T tokens: output norm (or
+ * AttnRes output mix) and the output matrix. */
+void spill_model_lm_head(spill_model *m, int t, int T, float *logits);
 
 /* ---- moe.c ---- */
 /* out (T, D) = MOE(l)(h (T, D)) for a chunk at pos0; x (T, D) is passed to the observer. */

@@ -164,6 +164,22 @@ static void plan_scratch(const spill_arch *a, const spill_model_mem_opts *o, car
   s->logits = carve(cv, SPILL_MEM_LOGITS, V, 4);
   s->la_h = carve(cv, MOE, D, 4);
   s->la_s = carve(cv, MOE, E, 4);
+  /* speculation (spec_max > 0, spill_model_forward_verify): every position's
+   * logits of a verify chunk, a copy of the recurrent layers' state and
+   * those layers' inputs of each chunk token (none without a recurrent layer) */
+  const uint64_t sp = o->spec_max > 0 ? (uint64_t)o->spec_max : 0;
+  uint64_t rec_floats = 0, n_rec = 0;
+  for (int l = 0; l < a->n_layers && l < SPILL_MAX_LAYERS; l++) {
+    const spill_attn_ops *k = spill_attn_kind_ops(a->layer_attn[l]);
+    if (!k || !k->reset_zero) continue;
+    uint64_t part[2] = {0, 0};
+    k->state_floats(a, (uint64_t)o->ctx, part);
+    rec_floats = sat_add(rec_floats, sat_add(part[0], part[1]));
+    n_rec++;
+  }
+  s->spec_logits = sp ? carve(cv, SPILL_MEM_LOGITS, sat_mul(sp, V), 4) : NULL; /* (sp, V) */
+  s->spec_snap = sp && n_rec ? carve(cv, ACT, rec_floats, 4) : NULL;
+  s->spec_h = sp && n_rec ? carve(cv, ACT, sat_mul(sat_mul(n_rec, sp), D), 4) : NULL; /* (n_rec, sp, D) */
 }
 
 static spill_model_mem_opts resolved(const spill_model_mem_opts *o) {
@@ -171,6 +187,8 @@ static spill_model_mem_opts resolved(const spill_model_mem_opts *o) {
   if (r.n_threads <= 0) r.n_threads = 1;
   if (r.max_chunk <= 0) r.max_chunk = 16;
   if (r.ctx < 0) r.ctx = 0;
+  if (r.spec_max < 0) r.spec_max = 0;
+  if (r.spec_max > r.max_chunk) r.spec_max = r.max_chunk;
   return r;
 }
 
@@ -198,7 +216,7 @@ void spill_model_memory(const spill_arch *a, const spill_model_mem_opts *o, spil
 
 uint64_t spill_model_carve_scratch(spill_model *m, void *base) {
   const spill_model_mem_opts o = {m->o.ctx, m->o.n_threads, m->o.max_chunk, m->o.act_q8,
-                                  m->rvq_q};
+                                  m->rvq_q, m->o.spec_max};
   carver cv = {base, 0, {0}};
   plan_scratch(&m->a, &o, &cv, &m->s);
   return cv.off;
@@ -206,7 +224,7 @@ uint64_t spill_model_carve_scratch(spill_model *m, void *base) {
 
 uint64_t spill_model_state_bytes(const spill_arch *a, int ctx) {
   if (!a || ctx < 0) return 0;
-  const spill_model_mem_opts o = {ctx, 1, 1, 0, 0};
+  const spill_model_mem_opts o = {ctx, 1, 1, 0, 0, 0};
   spill_model_mem mem;
   spill_model_memory(a, &o, &mem);
   return mem.state_total;
@@ -214,7 +232,7 @@ uint64_t spill_model_state_bytes(const spill_arch *a, int ctx) {
 
 uint64_t spill_model_scratch_bytes(const spill_arch *a, int ctx, int n_threads, int max_chunk) {
   if (!a || ctx < 0) return 0;
-  const spill_model_mem_opts o = {ctx, n_threads, max_chunk, 1, 1}; /* upper bound */
+  const spill_model_mem_opts o = {ctx, n_threads, max_chunk, 1, 1, 0}; /* upper bound */
   spill_model_mem mem;
   spill_model_memory(a, &o, &mem);
   return mem.scratch_total;

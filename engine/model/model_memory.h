@@ -28,15 +28,17 @@ typedef struct spill_model_mem_opts {
   int max_chunk; /* tokens per prefill chunk; <= 0: 16 */
   int act_q8;    /* 1: buffers of the quantised matvec inputs (act_q8) */
   int rvq3_qlut; /* 1: the int16 LUTs of rvq3 experts (spill_model_rvq3_qlut) */
+  int spec_max;  /* speculation: most tokens of a verify chunk (<= max_chunk); 0 = none */
 } spill_model_mem_opts;
 
 /* Scratch groups (spill_plan_scratch's terms). */
 enum {
-  SPILL_MEM_ACTIVATIONS = 0, /* residual, norms, projections, FFN of a chunk; act_q8 inputs */
+  SPILL_MEM_ACTIVATIONS = 0, /* residual, norms, projections, FFN of a chunk; act_q8 inputs;
+                              * speculation: the recurrent-state copy and its layers' inputs */
   SPILL_MEM_ATTN_SCORES,     /* one score row of ctx floats per thread */
   SPILL_MEM_MOE,             /* router, expert inputs, per-selection outputs, bookkeeping */
   SPILL_MEM_RVQ_LUTS,        /* rvq3 LUTs of every token's input, one down LUT; int16 copies */
-  SPILL_MEM_LOGITS,          /* vocab floats */
+  SPILL_MEM_LOGITS,          /* vocab floats; speculation: spec_max x vocab more */
   SPILL_MEM_GROUPS
 };
 

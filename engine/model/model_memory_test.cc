@@ -19,6 +19,7 @@ struct Case {
   const char *mix;
   spill_dtype edt;
   int threads, chunk, act_q8, ctx;
+  int spec = 0; /* spec_max: a verify chunk's logits, recurrent copy and inputs */
 };
 
 TEST(ModelMemoryTest, PlanEqualsWhatTheModelAllocates) {
@@ -28,11 +29,14 @@ TEST(ModelMemoryTest, PlanEqualsWhatTheModelAllocates) {
       {"kda", SPILL_DT_RVQ3, 3, 16, 0, 200}, {"kda", SPILL_DT_F32, 1, 3, 1, 32},
       {"k3", SPILL_DT_RVQ3, 2, 16, 0, 512},  {"k3", SPILL_DT_Q4, 2, 9, 1, 128},
       {"k3", SPILL_DT_F32, 1, 1, 0, 1},
+      {"gqa", SPILL_DT_Q8, 2, 5, 1, 100, 5},  {"kda", SPILL_DT_RVQ3, 1, 16, 0, 64, 9},
+      {"k3", SPILL_DT_Q4, 2, 9, 1, 128, 4},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(std::string(c.mix) + " " + spill_dtype_name(c.edt) + " threads " +
                  std::to_string(c.threads) + " chunk " + std::to_string(c.chunk) + " act_q8 " +
-                 std::to_string(c.act_q8) + " ctx " + std::to_string(c.ctx));
+                 std::to_string(c.act_q8) + " ctx " + std::to_string(c.ctx) +
+                 " spec " + std::to_string(c.spec));
     const std::string dir = Nano(c.mix, SPILL_GEN_TRUNK_Q4, c.edt);
     spill_container ct;
     spill_err e = {};
@@ -47,6 +51,7 @@ TEST(ModelMemoryTest, PlanEqualsWhatTheModelAllocates) {
     o.ctx = c.ctx;
     o.max_chunk = c.chunk;
     o.act_q8 = c.act_q8;
+    o.spec_max = c.spec;
     o.trunk_mode = 1;  // trunk mapped: not spill_alloc'ed
     const uint64_t live0 = spill_alloc_live_bytes();
     spill_model *m = nullptr;
@@ -59,7 +64,7 @@ TEST(ModelMemoryTest, PlanEqualsWhatTheModelAllocates) {
     if (spill_arch_n_moe(&arch) > 0) allocated -= n_buf * rec;
 
     const spill_model_mem_opts mo = {c.ctx, c.threads, c.chunk, c.act_q8,
-                                     spill_model_rvq3_qlut(edt)};
+                                     spill_model_rvq3_qlut(edt), c.spec};
     spill_plan p;
     ASSERT_EQ(spill_plan_compute_run(&arch, rec, trunk, &mo, &p, &e), SPILL_OK) << e.msg;
     EXPECT_EQ(p.state.total + p.scratch.total, allocated);
@@ -124,7 +129,7 @@ TEST(ModelMemoryTest, StateTermsByKindForEveryFamily) {
     EXPECT_EQ(p.state.kda_state, 4ull * f.n_kda * 4 * 16 * 16);
     EXPECT_EQ(p.state.kda_conv, 4ull * f.n_kda * 3 * 3 * 4 * 16);
     spill_model_mem mem;
-    const spill_model_mem_opts mo = {ctx, 2, 16, 0, 1};
+    const spill_model_mem_opts mo = {ctx, 2, 16, 0, 1, 0};
     spill_model_memory(&a, &mo, &mem);
     EXPECT_EQ(p.scratch.total, mem.scratch_total);
     EXPECT_EQ(p.scratch.attn_scores, 2ull * ctx * 4 + (64 - (2 * ctx * 4) % 64) % 64);

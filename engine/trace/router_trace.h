@@ -158,6 +158,12 @@ typedef struct spill_profile_row {
   uint64_t spec_issued, spec_used, spec_wasted;
   double read_p50_ms, read_p99_ms;
   uint64_t major_faults, rss_bytes;
+  /* drafts (cfg.draft): tokens drafted into this call (a verify chunk holds
+   * the sampled token and its drafts), how many were accepted, and the
+   * tokens the call generated (decode: 1 without drafts, accepted + 1 with;
+   * prefill: 0). Rows of older files without them read as 0, 0 and (decode)
+   * n_tokens. */
+  uint64_t drafted, accepted, generated;
 } spill_profile_row;
 
 /* Appends p as one line to f and flushes; times are printed to the

@@ -100,14 +100,16 @@ int spill_profile_write_row(FILE *f, const spill_profile_row *p) {
           "\"reads\": %llu, \"bytes_read\": %llu, \"demand_hits\": %llu, \"demand_misses\": %llu, "
           "\"spec_issued\": %llu, \"spec_used\": %llu, \"spec_wasted\": %llu, "
           "\"read_p50_ms\": %.3f, \"read_p99_ms\": %.3f, \"major_faults\": %llu, "
-          "\"rss_bytes\": %llu}\n",
+          "\"rss_bytes\": %llu, \"drafted\": %llu, \"accepted\": %llu, \"generated\": %llu}\n",
           p->pos, p->phase == SPILL_TRACE_PHASE_PREFILL ? "prefill" : "decode", p->n_tokens,
           p->wall_ms, p->attention_ms, p->router_ms, p->expert_matmul_ms, p->table_build_ms,
           p->lm_head_ms, p->other_ms, p->io_wait_ms, (unsigned long long)p->reads,
           (unsigned long long)p->bytes_read, (unsigned long long)p->demand_hits,
           (unsigned long long)p->demand_misses, (unsigned long long)p->spec_issued,
           (unsigned long long)p->spec_used, (unsigned long long)p->spec_wasted, p->read_p50_ms,
-          p->read_p99_ms, (unsigned long long)p->major_faults, (unsigned long long)p->rss_bytes);
+          p->read_p99_ms, (unsigned long long)p->major_faults, (unsigned long long)p->rss_bytes,
+          (unsigned long long)p->drafted, (unsigned long long)p->accepted,
+          (unsigned long long)p->generated);
   fflush(f);
   return 1;
 }
@@ -184,6 +186,20 @@ int spill_profile_parse_row(const char *buf, size_t len, const char *name, spill
       (rc = prof_u64(o, "major_faults", name, &p->major_faults, e)) < 0 ||
       (rc = prof_u64(o, "rss_bytes", name, &p->rss_bytes, e)) < 0)
     goto out;
+  /* the draft counters (optional: files written before drafts lack them) */
+  p->generated = p->phase == SPILL_TRACE_PHASE_DECODE ? (uint64_t)p->n_tokens : 0;
+  if ((cJSON_HasObjectItem(o, "drafted") &&
+       (rc = prof_u64(o, "drafted", name, &p->drafted, e)) < 0) ||
+      (cJSON_HasObjectItem(o, "accepted") &&
+       (rc = prof_u64(o, "accepted", name, &p->accepted, e)) < 0) ||
+      (cJSON_HasObjectItem(o, "generated") &&
+       (rc = prof_u64(o, "generated", name, &p->generated, e)) < 0))
+    goto out;
+  if (p->accepted > p->drafted || p->generated > (uint64_t)p->n_tokens) {
+    rc = spill_err_set(e, SPILL_E_TRACE, "%s: accepted above drafted or generated above n_tokens",
+                       name);
+    goto out;
+  }
 out:
   cJSON_Delete(o);
   return rc;

@@ -148,6 +148,9 @@ spill_profile_row SampleProfile() {
   p.read_p99_ms = 0.75;
   p.major_faults = 3;
   p.rss_bytes = 123456789012ull;
+  p.drafted = 3;
+  p.accepted = 2;
+  p.generated = 3;
   return p;
 }
 
@@ -188,6 +191,9 @@ TEST(TraceRecordTest, ProfileRowRoundTrip) {
   EXPECT_EQ(q.read_p99_ms, p.read_p99_ms);
   EXPECT_EQ(q.major_faults, p.major_faults);
   EXPECT_EQ(q.rss_bytes, p.rss_bytes);
+  EXPECT_EQ(q.drafted, 3u);
+  EXPECT_EQ(q.accepted, 2u);
+  EXPECT_EQ(q.generated, 3u);
   EXPECT_EQ(spill_profile_write_row(nullptr, &p), 0);
 }
 
@@ -230,6 +236,22 @@ TEST(TraceRecordTest, ProfileReaderNamesTheBadKey) {
             "p.jsonl: pos or n_tokens beyond 2^31");
   EXPECT_EQ(ParseError(edit("\"rss_bytes\": 123456789012", "\"rss\": 1")),
             "p.jsonl: rss_bytes: expected a number >= 0");
+  // draft counters: integers, accepted <= drafted, generated <= n_tokens
+  EXPECT_EQ(ParseError(edit("\"drafted\": 3", "\"drafted\": -3")),
+            "p.jsonl: drafted: expected a number >= 0");
+  EXPECT_EQ(ParseError(edit("\"accepted\": 2", "\"accepted\": 4")),
+            "p.jsonl: accepted above drafted or generated above n_tokens");
+  EXPECT_EQ(ParseError(edit("\"generated\": 3", "\"generated\": 5")),
+            "p.jsonl: accepted above drafted or generated above n_tokens");
+  // a row written before drafts (no such keys): 0, 0 and, for decode, n_tokens
+  std::string old = edit(", \"drafted\": 3, \"accepted\": 2, \"generated\": 3", "");
+  old.replace(old.find("\"prefill\""), 9, "\"decode\"");
+  spill_profile_row q;
+  spill_err e = {};
+  ASSERT_EQ(spill_profile_parse_row(old.data(), old.size(), "p.jsonl", &q, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(q.drafted, 0u);
+  EXPECT_EQ(q.accepted, 0u);
+  EXPECT_EQ(q.generated, 4u);
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ int spill_plan_recipe(const spill_gen_request *req, int ctx, int threads, uint64
   int rc = planned_trunk_bytes(&m, &trunk, e);
   /* the knobs' defaults and the container's int16-LUT choice, as
    * spill_plan_model plans the written container */
-  const spill_model_mem_opts mo = {ctx, threads, 16, 0, spill_model_rvq3_qlut(m.expert_dtype)};
+  const spill_model_mem_opts mo = {ctx, threads, 16, 0, spill_model_rvq3_qlut(m.expert_dtype), 0};
   if (rc == SPILL_OK) rc = spill_plan_compute_run(&m.arch, m.record_bytes, trunk, &mo, plan, e);
   if (bos_id) *bos_id = m.arch.bos_id;
   spill_manifest_free(&m);
