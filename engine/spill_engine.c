@@ -899,6 +899,43 @@ static const char *token_text(spill_engine *g, spill_tok_stream *ts, int tok, ch
   return small;
 }
 
+/* Drafts up to `want` tokens after toks[0] at position pos into toks[1..]:
+ * the context's n-grams (or the test hook's sequence); returns how many. */
+static int draft_tokens(spill_engine *g, int *toks, int pos, int want) {
+  const int eos = g->a->eos_id;
+  g->conv.tokens[pos] = toks[0]; /* the context the draft continues */
+  if (!g_draft_seq) return spill_draft_lookup(g->conv.tokens, pos + 1, want, eos, toks + 1);
+  int k = 0;
+  while (k < want && pos + 1 + k < g_draft_seq_n && g_draft_seq[pos + 1 + k] != eos) {
+    toks[1 + k] = g_draft_seq[pos + 1 + k];
+    k++;
+  }
+  return k;
+}
+
+/* Runs [toks[0], k drafts] as one verify chunk at pos and counts into *acc
+ * the drafts accepted: d_i is while the greedy choice before it is d_i (a
+ * non-finite row is never accepted from: the next step refuses it). */
+static int verify_drafts(spill_engine *g, spill_sampler *smp, const int *toks, int k, int pos,
+                         int *acc, spill_err *e) {
+  for (int l = 0; l < g->a->n_layers; l++) g->L[l].n_tok = g->L[l].n_tpred = 0;
+  spill_stream_latency_reset(g->st);
+  int rc = spill_model_forward_verify(g->m, toks, k + 1, e);
+  g->conv.logits_pos = -1;
+  if (rc < 0) return rc;
+  memcpy(g->conv.tokens + pos, toks, (size_t)(k + 1) * sizeof(int));
+  const float *vl = spill_model_verify_logits(g->m);
+  int first;
+  *acc = 0;
+  while (*acc < k && *acc != g_draft_reject_at) {
+    const float *row = vl + (size_t)*acc * (size_t)g->vocab;
+    if (logits_nonfinite(row, g->vocab, &first)) break;
+    if (spill_sampler_sample(smp, row) != toks[*acc + 1]) break;
+    (*acc)++;
+  }
+  return SPILL_OK;
+}
+
 /* Greedy decode with drafts (cfg.draft, docs/MODEL.md "Drafts"). Each step
  * takes the greedy token t0 from the held logits and drafts up to k tokens
  * from the context's n-grams (spill_draft_lookup); with a draft, [t0,
@@ -948,17 +985,7 @@ static int run_decode_draft(spill_engine *g, spill_sampler *smp, int pos, int n_
     if (!is_eos) {
       int want = spill_draft_rule_len(&rule);
       if (want > n_new - i - 1) want = n_new - i - 1;
-      if (want > 0) {
-        g->conv.tokens[pos] = toks[0]; /* the context the draft continues */
-        if (g_draft_seq) {
-          while (k < want && pos + 1 + k < g_draft_seq_n && g_draft_seq[pos + 1 + k] != eos) {
-            toks[1 + k] = g_draft_seq[pos + 1 + k];
-            k++;
-          }
-        } else {
-          k = spill_draft_lookup(g->conv.tokens, pos + 1, want, eos, toks + 1);
-        }
-      }
+      if (want > 0) k = draft_tokens(g, toks, pos, want);
     }
     spill_run_stats step_stats;
     memset(&step_stats, 0, sizeof step_stats);
@@ -970,22 +997,8 @@ static int run_decode_draft(spill_engine *g, spill_sampler *smp, int pos, int n_
     if (!is_eos && k == 0) {
       rc = step(g, toks, 1, pos, 0, g->logits, NULL, e);
     } else if (k > 0) {
-      for (int l = 0; l < g->a->n_layers; l++) g->L[l].n_tok = g->L[l].n_tpred = 0;
-      spill_stream_latency_reset(g->st);
-      rc = spill_model_forward_verify(g->m, toks, k + 1, e);
-      g->conv.logits_pos = -1;
-      if (rc == SPILL_OK) {
-        memcpy(g->conv.tokens + pos, toks, (size_t)(k + 1) * sizeof(int));
-        vl = spill_model_verify_logits(g->m);
-        /* a draft is accepted when the greedy choice before it is it (a
-         * non-finite row is never accepted from: the next step refuses it) */
-        while (acc < k && acc != g_draft_reject_at) {
-          const float *row = vl + (size_t)acc * (size_t)V;
-          if (logits_nonfinite(row, V, &first)) break;
-          if (spill_sampler_sample(smp, row) != toks[acc + 1]) break;
-          acc++;
-        }
-      }
+      rc = verify_drafts(g, smp, toks, k, pos, &acc, e);
+      vl = spill_model_verify_logits(g->m);
     }
     if (rc < 0) break;
     take(g, &b);

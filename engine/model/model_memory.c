@@ -54,6 +54,27 @@ static void *carve(carver *cv, int group, uint64_t n_elems, uint64_t elem) {
 #define MOE SPILL_MEM_MOE
 #define LUT SPILL_MEM_RVQ_LUTS
 
+/* Speculation (spec_max > 0, spill_model_forward_verify): every position's
+ * logits of a verify chunk, a copy of the recurrent layers' state and those
+ * layers' inputs of each chunk token (none without a recurrent layer). */
+static void plan_spec(const spill_arch *a, const spill_model_mem_opts *o, carver *cv,
+                      spill_model_scratch *s) {
+  const uint64_t D = (uint64_t)a->d_model, V = (uint64_t)a->vocab_size;
+  const uint64_t sp = o->spec_max > 0 ? (uint64_t)o->spec_max : 0;
+  uint64_t rec_floats = 0, n_rec = 0;
+  for (int l = 0; l < a->n_layers && l < SPILL_MAX_LAYERS; l++) {
+    const spill_attn_ops *k = spill_attn_kind_ops(a->layer_attn[l]);
+    if (!k || !k->reset_zero) continue;
+    uint64_t part[2] = {0, 0};
+    k->state_floats(a, (uint64_t)o->ctx, part);
+    rec_floats = sat_add(rec_floats, sat_add(part[0], part[1]));
+    n_rec++;
+  }
+  s->spec_logits = sp ? carve(cv, SPILL_MEM_LOGITS, sat_mul(sp, V), 4) : NULL; /* (sp, V) */
+  s->spec_snap = sp && n_rec ? carve(cv, ACT, rec_floats, 4) : NULL;
+  s->spec_h = sp && n_rec ? carve(cv, ACT, sat_mul(sat_mul(n_rec, sp), D), 4) : NULL; /* (n_rec, sp, D) */
+}
+
 static void plan_scratch(const spill_arch *a, const spill_model_mem_opts *o, carver *cv,
                          spill_model_scratch *s) {
   const uint64_t D = (uint64_t)a->d_model, V = (uint64_t)a->vocab_size;
@@ -164,24 +185,8 @@ static void plan_scratch(const spill_arch *a, const spill_model_mem_opts *o, car
   s->logits = carve(cv, SPILL_MEM_LOGITS, V, 4);
   s->la_h = carve(cv, MOE, D, 4);
   s->la_s = carve(cv, MOE, E, 4);
-  /* speculation (spec_max > 0, spill_model_forward_verify): every position's
-   * logits of a verify chunk, a copy of the recurrent layers' state and
-   * those layers' inputs of each chunk token (none without a recurrent layer) */
-  const uint64_t sp = o->spec_max > 0 ? (uint64_t)o->spec_max : 0;
-  uint64_t rec_floats = 0, n_rec = 0;
-  for (int l = 0; l < a->n_layers && l < SPILL_MAX_LAYERS; l++) {
-    const spill_attn_ops *k = spill_attn_kind_ops(a->layer_attn[l]);
-    if (!k || !k->reset_zero) continue;
-    uint64_t part[2] = {0, 0};
-    k->state_floats(a, (uint64_t)o->ctx, part);
-    rec_floats = sat_add(rec_floats, sat_add(part[0], part[1]));
-    n_rec++;
-  }
-  s->spec_logits = sp ? carve(cv, SPILL_MEM_LOGITS, sat_mul(sp, V), 4) : NULL; /* (sp, V) */
-  s->spec_snap = sp && n_rec ? carve(cv, ACT, rec_floats, 4) : NULL;
-  s->spec_h = sp && n_rec ? carve(cv, ACT, sat_mul(sat_mul(n_rec, sp), D), 4) : NULL; /* (n_rec, sp, D) */
+  plan_spec(a, o, cv, s);
 }
-
 static spill_model_mem_opts resolved(const spill_model_mem_opts *o) {
   spill_model_mem_opts r = *o;
   if (r.n_threads <= 0) r.n_threads = 1;
