@@ -25,6 +25,15 @@ const char cmd_trace_stats_usage[] =
     "usage: spill trace stats [--json] [--experts N] [--tokens A:B] FILE\n"
     "--tokens A:B analyses tokens [A, B) only (0-based, B empty = to the end)\n";
 
+const char cmd_trace_chunks_usage[] =
+    "usage: spill trace chunks [--json] [--k N] [--experts N] [--tokens A:B] FILE\n"
+    "for chunk sizes 1..N (default 8): the distinct experts a chunk of k consecutive\n"
+    "tokens selects per layer (a verify chunk of drafts loads each once) against the\n"
+    "k x top_k that k single-token steps load without a cache, and the expert bytes\n"
+    "per generated token of drafting relative to single steps when half of a chunk's\n"
+    "k - 1 drafts are accepted (1 + (k-1)/2 tokens generated) and when none are\n"
+    "(docs/MODEL.md \"Drafts\"). --tokens A:B uses tokens [A, B) only.\n";
+
 const char cmd_trace_convert_usage[] =
     "usage: spill trace convert --from FORMAT -o OUT [--experts N] [--layers N] [--top-k K]\n"
     "                           [--hidden N] [--top-k-native K] [--model NAME]\n"
@@ -127,6 +136,66 @@ static void print_header_json(const spill_trace *t) {
     json_str(m->caveats[i]);
   }
   printf("]}");
+}
+
+int cmd_trace_chunks(int argc, char **argv) {
+  int json = 0;
+  long experts = 0, kmax = 8;
+  uint32_t a = 0, b = 0;
+  const char *file = NULL, *v;
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--json")) json = 1;
+    else if (!strcmp(s, "--experts")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 1L << 20, &experts)) return 2;
+    } else if (!strcmp(s, "--k")) {
+      if (!(v = cli_value(argc, argv, &i)) || cli_int(s, v, 1, 64, &kmax)) return 2;
+    } else if (!strcmp(s, "--tokens")) {
+      if (!(v = cli_value(argc, argv, &i))) return 2;
+      if (parse_window(v, &a, &b)) return cli_usage_error("--tokens: expected A:B with A < B");
+    } else if (s[0] == '-') {
+      return cli_usage_error("unknown option %s", s);
+    } else if (file) return cli_usage_error("unexpected argument %s", s);
+    else file = s;
+  }
+  if (!file) return cli_usage_error("no trace file");
+  spill_trace t;
+  if (read_trace(file, experts, &t)) return 1;
+  if (json) {
+    printf("{\"file\": ");
+    json_str(file);
+    printf(", \"tokens\": [%u, %u], \"layers\": %u, \"top_k\": %u, \"chunks\": [", a,
+           b ? b : t.n_tokens, t.n_layers, t.top_k);
+  } else {
+    print_header(&t);
+    printf("trace %s: tokens [%u, %u), %u layers, top-%u\n", file, a, b ? b : t.n_tokens,
+           t.n_layers, t.top_k);
+    printf("%3s %7s %12s %10s %18s %16s\n", "k", "chunks", "union/layer", "vs k steps",
+           "per token, half", "per token, none");
+  }
+  for (int k = 1; k <= kmax; k++) {
+    spill_trace_chunk_stats c;
+    spill_err e = {0};
+    int rc = spill_trace_chunk_union(&t, a, b, k, &c, &e);
+    if (rc) {
+      spill_trace_free(&t);
+      return cli_fail("trace", rc, e.msg);
+    }
+    /* bytes per generated token relative to a single step (top_k per layer) */
+    const double half = c.union_per_layer / (t.top_k * (1.0 + (k - 1) / 2.0));
+    const double none = c.union_per_layer / t.top_k;
+    if (json)
+      printf("%s{\"k\": %d, \"chunks\": %llu, \"union_per_layer\": %.4f, \"ratio\": %.6f, "
+             "\"per_token_half_accepted\": %.6f, \"per_token_none_accepted\": %.6f}",
+             k > 1 ? ", " : "", k, (unsigned long long)c.chunks, c.union_per_layer, c.ratio, half,
+             none);
+    else
+      printf("%3d %7llu %12.3f %10.3f %18.3f %16.3f\n", k, (unsigned long long)c.chunks,
+             c.union_per_layer, c.ratio, half, none);
+  }
+  if (json) printf("]}\n");
+  spill_trace_free(&t);
+  return 0;
 }
 
 int cmd_trace_stats(int argc, char **argv) {

@@ -40,6 +40,7 @@ CLI_COMMAND(cmd_roofline);  /* cli/cmd_roofline.c */
 CLI_COMMAND(cmd_knobs);     /* cli/cmd_knobs.c */
 CLI_COMMAND(cmd_trace_stats);  /* cli/cmd_trace.c */
 CLI_COMMAND(cmd_trace_replay); /* cli/cmd_trace.c */
+CLI_COMMAND(cmd_trace_chunks); /* cli/cmd_trace.c */
 CLI_COMMAND(cmd_trace_convert); /* cli/cmd_trace.c */
 CLI_COMMAND(cmd_sim);       /* cli/cmd_sim.c (research/sim) */
 CLI_COMMAND(cmd_exp);       /* cli/cmd_exp.c (harness) */

@@ -38,6 +38,8 @@ static const cli_command k_commands[] = {
      cmd_trace_stats_usage, 0},
     {"trace replay", cmd_trace_replay, "replay a router trace through cache policies and Belady",
      cmd_trace_replay_usage, 0},
+    {"trace chunks", cmd_trace_chunks, "expert loads of verify chunks (drafts) in a router trace",
+     cmd_trace_chunks_usage, 0},
     {"trace convert", cmd_trace_convert, "convert other tools' router traces into ours",
      cmd_trace_convert_usage, 0},
     {"sim", cmd_sim, "simulate decode per RAM budget: hit rate, bytes, tok/s (docs/SIM.md)",

@@ -134,6 +134,22 @@ int spill_trace_compute_stats(const spill_trace *t, uint32_t tok_begin, uint32_t
                               spill_trace_stats *out, spill_err *e);
 void spill_trace_stats_free(spill_trace_stats *s); /* accepts NULL */
 
+/* ---------------------------------------------------------------- chunks */
+
+/* Verify chunks (docs/MODEL.md "Drafts"): for consecutive, non-overlapping
+ * chunks of k tokens inside [tok_begin, tok_end) (tok_end 0 = n_tokens),
+ * the distinct experts a chunk selects per layer (what it loads once)
+ * against k x top_k (what k single-token steps load without a cache). */
+typedef struct spill_trace_chunk_stats {
+  int k;
+  uint64_t chunks;        /* whole chunks in the window */
+  double union_per_layer; /* mean distinct experts of a chunk per layer */
+  double ratio;           /* union_per_layer / (k x top_k) */
+} spill_trace_chunk_stats;
+/* SPILL_E_INVALID_ARG for k outside [1, 64] or a bad window; SPILL_E_NOMEM. */
+int spill_trace_chunk_union(const spill_trace *t, uint32_t tok_begin, uint32_t tok_end, int k,
+                            spill_trace_chunk_stats *out, spill_err *e);
+
 /* ---------------------------------------------------------------- replay */
 
 typedef struct spill_trace_replay_result {

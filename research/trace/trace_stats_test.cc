@@ -79,6 +79,30 @@ TEST(TraceStatsTest, HandComputedValues) {
   spill_trace_free(&t);
 }
 
+// Verify chunks of the hand-made trace: k = 2 takes tokens 0-1 (token 2
+// left over): layer 0 {0,1,2} = 3, layer 1 {2,3,0} = 3 -> 3 per layer of
+// 2 x 2 = 4; k = 1 is a token's own top-2; k = 3 takes all: {0,1,2}, {0,1,2,3}.
+TEST(TraceStatsTest, ChunkUnionHandComputed) {
+  spill_trace t;
+  spill_err e = {};
+  ASSERT_EQ(spill_trace_parse(kTrace, sizeof kTrace - 1, nullptr, &t, &e), SPILL_OK) << e.msg;
+  spill_trace_chunk_stats c;
+  ASSERT_EQ(spill_trace_chunk_union(&t, 0, 0, 2, &c, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(c.chunks, 1u);
+  EXPECT_DOUBLE_EQ(c.union_per_layer, 3.0);
+  EXPECT_DOUBLE_EQ(c.ratio, 0.75);
+  ASSERT_EQ(spill_trace_chunk_union(&t, 0, 0, 1, &c, &e), SPILL_OK);
+  EXPECT_EQ(c.chunks, 3u);
+  EXPECT_DOUBLE_EQ(c.ratio, 1.0);
+  ASSERT_EQ(spill_trace_chunk_union(&t, 0, 0, 3, &c, &e), SPILL_OK);
+  EXPECT_DOUBLE_EQ(c.union_per_layer, 3.5);
+  ASSERT_EQ(spill_trace_chunk_union(&t, 1, 3, 2, &c, &e), SPILL_OK); // tokens 1-2
+  EXPECT_DOUBLE_EQ(c.union_per_layer, 3.5); // {0,2,1}, {2,0,1,3}
+  EXPECT_EQ(spill_trace_chunk_union(&t, 0, 4, 2, &c, &e), SPILL_E_INVALID_ARG);
+  EXPECT_EQ(spill_trace_chunk_union(&t, 0, 0, 0, &c, &e), SPILL_E_INVALID_ARG);
+  spill_trace_free(&t);
+}
+
 TEST(TraceStatsTest, ReproducesOlmoeReferenceFigures) {
   spill_trace t;
   spill_err e = {};
