@@ -7,18 +7,24 @@
  * cut after j of every chunk's k drafts by the engine's test hook (j = k:
  * all accepted, j = k/2: half, j = 0: none). The n-gram lookup itself is run
  * too ("lookup"). Every run opens a fresh engine (cold cache, same budget),
- * and checks that its tokens equal the run without drafts.
- * Usage: spill_spec_measure MODEL [--budget SIZE] [-n N] [--draft K] [--prompt TEXT]
+ * and checks that its tokens, and the logits held after each, equal the run
+ * without drafts (exit 1 otherwise). --check also cuts every chunk at each
+ * position j = 0..K-1 in turn (the rollback at every position; used by
+ * //tools/reference:kimi_k3_import_test on K3-as-released models).
+ * Usage: spill_spec_measure MODEL [--budget SIZE] [-n N] [--draft K] [--prompt TEXT] [--check]
  * Prints one JSON line per run. Counters are exact; times are wall clock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/crc32.h"
 #include "engine/spill.h"
 #include "engine/spill_internal.h"
 
 typedef struct run_out {
   int toks[4096];
+  uint32_t crc[4096]; /* crc32 of the logits held after each token */
+  spill_engine *g;
   int n;
   uint64_t decode_bytes, decode_reads, decode_requested;
 } run_out;
@@ -26,7 +32,11 @@ typedef struct run_out {
 static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
   (void)text;
   run_out *r = user;
-  if (r->n < 4096) r->toks[r->n++] = token;
+  if (r->n < 4096) {
+    r->crc[r->n] = spill_crc32(0, spill_engine_conv_of(r->g)->logits,
+                               (size_t)spill_vocab_size(r->g) * sizeof(float));
+    r->toks[r->n++] = token;
+  }
   r->decode_bytes += ts->bytes_read;
   r->decode_reads += ts->reads;
   r->decode_requested += ts->experts_requested;
@@ -52,9 +62,12 @@ static int run(const char *model, const char *budget, const char *prompt, int n_
   spill_sampling_default(&s);
   spill_run_stats st;
   memset(out, 0, sizeof *out);
+  out->g = g;
   int rc = spill_generate(g, toks, n, n_new, &s, on_token, out, NULL, &st, &e);
   if (rc < 0) return fprintf(stderr, "generate: %s\n", e.msg), 1;
-  const int same = !ref || (ref->n == out->n && !memcmp(ref->toks, out->toks, sizeof(int) * out->n));
+  /* the same tokens, and the same logits after every one of them */
+  const int same = !ref || (ref->n == out->n && !memcmp(ref->toks, out->toks, sizeof(int) * out->n) &&
+                            !memcmp(ref->crc, out->crc, sizeof(uint32_t) * out->n));
   printf("{\"mode\": \"%s\", \"draft\": %d, \"adaptive\": %d, \"tokens\": %d, \"same_tokens\": %s, "
          "\"drafted\": %llu, \"accepted\": %llu, \"forwards\": %llu, \"switched_off\": %llu, "
          "\"cache_slots\": %llu, \"decode_reads\": %llu, \"decode_bytes\": %llu, "
@@ -76,14 +89,15 @@ static int run(const char *model, const char *budget, const char *prompt, int n_
 int main(int argc, char **argv) {
   const char *model = NULL, *budget = "default";
   const char *prompt = "Experts stream from the disk, one aligned read each.";
-  int n_new = 64, k = 4;
+  int n_new = 64, k = 4, check = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = argv[++i];
     else if (!strcmp(argv[i], "-n") && i + 1 < argc) n_new = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--draft") && i + 1 < argc) k = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = argv[++i];
+    else if (!strcmp(argv[i], "--check")) check = 1;
     else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-      printf("usage: spill_spec_measure MODEL [--budget SIZE] [-n N] [--draft K] [--prompt TEXT]\n");
+      printf("usage: spill_spec_measure MODEL [--budget SIZE] [-n N] [--draft K] [--prompt TEXT] [--check]\n");
       return 0;
     } else if (argv[i][0] != '-' && !model) model = argv[i];
     else return fprintf(stderr, "usage: spill_spec_measure MODEL [--budget SIZE] [-n N] "
@@ -122,6 +136,13 @@ int main(int argc, char **argv) {
   bad |= run(model, budget, prompt, n_new, k, 1, "half-accepted", &out, &ref);
   spill_engine_test_draft_reject_at(-1);
   bad |= run(model, budget, prompt, n_new, k, 1, "all-accepted", &out, &ref);
+  for (int j = 0; check && j < k; j++) {
+    char name[32];
+    snprintf(name, sizeof name, "cut-at-%d", j);
+    spill_engine_test_draft_reject_at(j);
+    bad |= run(model, budget, prompt, n_new, k, 0, name, &out, &ref);
+  }
+  spill_engine_test_draft_reject_at(-1);
   spill_engine_test_draft_from(NULL, 0);
   return bad;
 }

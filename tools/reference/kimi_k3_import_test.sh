@@ -12,11 +12,13 @@
 # forward pass from the same GGUF within 2e-5 of the largest |logit| (the F32
 # oracle's tolerance, docs/PEERS.md "kimi-k3"), argmax equal everywhere.
 # Engine invariants on K3: logits bit-identical across storage modes, cache
-# sizes, lookahead, threads and prefill chunk sizes. Resume after kill -9.
+# sizes, lookahead, threads and prefill chunk sizes, and with drafts cut at
+# every position (research/spec:spill_spec_measure --check). Resume after kill -9.
 # Hostile metadata and tensors refused by name.
 set -uo pipefail
 SPILL="$1"
 REF="$2"
+SPEC="$3" # research/spec:spill_spec_measure
 # shellcheck source=tools/reference/import_test_lib.sh
 . "$(dirname "$0")/import_test_lib.sh"
 import_test_init k3
@@ -52,6 +54,17 @@ for m in "$TMP/full-MXFP4.gguf.spill" "$TMP/plain-MXFP4.gguf.spill"; do
       cmp -s "$TMP/base.f32" "$TMP/k.f32" && ok "$(basename "$m"): --prefill-chunk $c: logits bit-identical" ||
       bad "$(basename "$m"): --prefill-chunk $c changes the logits"
   done
+done
+
+# Drafts (docs/MODEL.md "Drafts"): the model's own continuation drafted 4 at
+# a time and every chunk cut at each position in turn gives the tokens and the
+# logits after every token of a run without drafts (AttnRes bank, KDA
+# rollback, MLA with the output gate)
+for m in "$TMP/full-MXFP4.gguf.spill" "$TMP/released-F32.gguf.spill"; do
+  "$SPEC" "$m" -n 24 --draft 4 --check --prompt "spill drafts" >"$TMP/spec.out" 2>&1 &&
+    grep -q '"mode": "cut-at-2".*"accepted": [1-9]' "$TMP/spec.out" &&
+    ok "$(basename "$m"): drafts cut at every position: tokens and logits bit-identical" ||
+    bad "$(basename "$m"): drafts change the output: $(grep -v '"same_tokens": true' "$TMP/spec.out" | head -2)"
 done
 
 # Resume after kill -9 (trunk units, then expert records): the re-run
