@@ -152,9 +152,10 @@ int cmd_import(int argc, char **argv) {
     printf("{\"src\": \"%s\", \"dst\": \"%s\", \"arch\": \"%s\", \"source_format\": \"%s\", "
            "\"tensors\": %d, \"records\": %d, \"resumed_units\": %d, \"src_bytes\": %llu, "
            "\"dst_bytes\": %llu, \"seconds\": %.3f, \"mb_per_s\": %.1f, \"max_rel_err\": %.6g, "
-           "\"requantised\": [",
+           "\"skipped\": \"%s\", \"requantised\": [",
            r.src, r.dst, s.arch, s.source, s.n_tensors, s.n_records, s.n_adopted,
-           (unsigned long long)s.src_bytes, (unsigned long long)s.dst_bytes, s.seconds, mbs, s.max_rel_err);
+           (unsigned long long)s.src_bytes, (unsigned long long)s.dst_bytes, s.seconds, mbs, s.max_rel_err,
+           s.skipped);
     for (int i = 0; i < s.n_errors; i++)
       printf("%s{\"name\": \"%s\", \"rel_err\": %.6g}", i ? ", " : "", s.errors[i].name, s.errors[i].rel_err);
     printf("]}\n");
@@ -163,6 +164,7 @@ int cmd_import(int argc, char **argv) {
             "read, %.1f MB written, %.2f s, %.1f MB/s\n",
             r.dst, s.source, s.arch, s.n_tensors, s.n_records, s.n_adopted, (double)s.src_bytes / 1e6,
             (double)s.dst_bytes / 1e6, s.seconds, mbs);
+    if (s.skipped[0]) fprintf(stderr, "  skipped source %s: not part of the forward pass\n", s.skipped);
     for (int i = 0; i < s.n_errors; i++)
       fprintf(stderr, "  requantised %-40s relative error %.3g\n", s.errors[i].name, s.errors[i].rel_err);
     if (s.n_errors) fprintf(stderr, "  max relative error %.3g\n", s.max_rel_err);

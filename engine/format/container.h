@@ -143,6 +143,14 @@ typedef struct spill_gqa_cfg {
   int head_dim;
   double rope_theta;
   spill_qk_norm qk_norm; /* manifest key arch.gqa.qk_norm, optional, default "none" */
+  /* Optional (absent in containers written before them; 0 = omitted):
+   * rope_dim: RoPE on the first rope_dim dims of each head only (partial
+   * rotate-half, GLM-4.5's head_dim / 2); 0 = the whole head.
+   * qkv_bias: q, k, v projections add blk.L.attn_{q,k,v}_bias (GLM-4.5);
+   * o_bias: the output projection adds blk.L.attn_output_bias (gpt-oss). */
+  int rope_dim;
+  int qkv_bias;
+  int o_bias;
 } spill_gqa_cfg;
 
 typedef struct spill_moe_cfg {

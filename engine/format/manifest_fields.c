@@ -75,6 +75,11 @@ const spill_mf_field spill_mf_fields[] = {
     {SPILL_MF_GQA, "rope_theta", SPILL_MF_POS, A(gqa.rope_theta), 0, 1e12, NONE, 0, 0, 0, NULL, 0, 1},
     {SPILL_MF_GQA, "qk_norm", SPILL_MF_ENUM, A(gqa.qk_norm), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, SPILL_QK_NORM_NONE,
      k_qk_norm, 8, 1},
+    /* optional (absent in containers written before them): 0 = omitted */
+    {SPILL_MF_GQA, "rope_dim", SPILL_MF_INT, A(gqa.rope_dim), 0, 4096, A(gqa.head_dim), 0,
+     SPILL_MF_OPTIONAL | SPILL_MF_EVEN, 0, NULL, 0, 1},
+    {SPILL_MF_GQA, "qkv_bias", SPILL_MF_BOOL, A(gqa.qkv_bias), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
+    {SPILL_MF_GQA, "o_bias", SPILL_MF_BOOL, A(gqa.o_bias), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     /* arch.mla */
     ROW_I(SPILL_MF_MLA, "n_heads", mla.n_heads, 1, 4096),
     ROW_I(SPILL_MF_MLA, "q_lora_rank", mla.q_lora_rank, 0, DIM_MAX),

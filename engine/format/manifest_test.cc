@@ -233,6 +233,36 @@ TEST(ManifestTest, OptionalKdaL2normEpsRoundTripsAndValidates) {
   EXPECT_TRUE(Contains(e3.msg, "arch.kda.l2norm_eps")) << e3.msg;
 }
 
+// arch.gqa.rope_dim (partial RoPE, GLM-4.5): optional, 0 = the whole head;
+// an odd value or one above head_dim is refused by name; absent reads as 0
+// and a manifest without it is written back without it.
+TEST(ManifestTest, GqaRopeDimIsOptionalEvenAndAtMostHeadDim) {
+  const std::string base = ValidJson(SPILL_DT_F32);
+  spill_manifest m;
+  spill_err e = {};
+  ASSERT_EQ(spill_manifest_parse(base.data(), base.size(), "manifest.json", &m, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(m.arch.gqa.rope_dim, 0);
+  EXPECT_EQ(m.arch.gqa.qkv_bias, 0);
+  EXPECT_EQ(m.arch.gqa.o_bias, 0);
+  const int hd = m.arch.gqa.head_dim;
+  char *out = nullptr;
+  ASSERT_EQ(spill_manifest_to_json(&m, &out, &e), SPILL_OK) << e.msg;
+  EXPECT_FALSE(Contains(out, "\"rope_dim\"")) << out;
+  EXPECT_FALSE(Contains(out, "\"qkv_bias\"")) << out;
+  free(out);
+  spill_manifest_free(&m);
+  for (int v : {3, hd + 2, -2}) {
+    std::string j = Mutate(base, [&](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch", "gqa"), "rope_dim", v); });
+    spill_err e2 = {};
+    EXPECT_EQ(Parse(j, &e2), SPILL_E_FORMAT) << v;
+    EXPECT_TRUE(Contains(e2.msg, "arch.gqa.rope_dim")) << e2.msg;
+  }
+  std::string j = Mutate(base, [&](cJSON *r) { cJSON_AddNumberToObject(At(r, "arch", "gqa"), "rope_dim", hd / 2); });
+  ASSERT_EQ(spill_manifest_parse(j.data(), j.size(), "manifest.json", &m, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(m.arch.gqa.rope_dim, hd / 2);
+  spill_manifest_free(&m);
+}
+
 // The field table (manifest_fields.c) is what the reader and the writer
 // use: for every typed row of the arch objects, the writer writes the key
 // (required rows always, optional rows when not at their default), the
@@ -261,6 +291,10 @@ TEST(ManifestTest, EveryTableFieldIsWrittenReadAndChecked) {
     cJSON_AddNumberToObject(y, "beta_fast", 32);
     cJSON_AddNumberToObject(y, "beta_slow", 1);
     cJSON_AddStringToObject(At(r, "arch", "gqa"), "qk_norm", "head");
+    // GLM-4.5 / gpt-oss: partial RoPE and attention biases
+    cJSON_AddNumberToObject(At(r, "arch", "gqa"), "rope_dim", 4);
+    cJSON_AddBoolToObject(At(r, "arch", "gqa"), "qkv_bias", 1);
+    cJSON_AddBoolToObject(At(r, "arch", "gqa"), "o_bias", 1);
     cJSON_AddNumberToObject(At(r, "arch", "kda"), "l2norm_eps", 1e-5);
     // Kimi K3 as released: SiTU, AttnRes, the MLA output gate, the bounded KDA decay
     // (no floor), the latent norm's place and the renormalisation clamp

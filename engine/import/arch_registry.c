@@ -31,6 +31,7 @@ const imp_arch_row imp_arch_rows[] = {
     {{"Kimi-Linear", {"kimi_linear"}, "kimi-linear", NULL}, imp_kimi_linear_plan_hf, imp_kimi_linear_plan_gguf,
      0},
     {{"Kimi K3", {NULL}, "kimi-k3", NULL}, NULL, imp_kimi_k3_plan_gguf, 0},
+    {{"GLM-4.5/4.6/4.7", {"glm4_moe"}, "glm4moe", NULL}, imp_glm4moe_plan_hf, imp_glm4moe_plan_gguf, 0},
 };
 const int imp_n_arch_rows = (int)(sizeof imp_arch_rows / sizeof imp_arch_rows[0]);
 

@@ -67,6 +67,7 @@ typedef struct spill_import_summary {
   int n_errors;          /* requantised tensors */
   spill_import_tensor_error *errors; /* owned: spill_import_summary_free */
   double max_rel_err;
+  char skipped[96];      /* source layers not imported (GLM's MTP layers), "" = none */
 } spill_import_summary;
 
 /* The architectures `spill import` reads: one row each of the importer's

@@ -63,6 +63,7 @@ typedef struct imp_plan {
   int n_trunk;
   imp_trunk *trunk;
   imp_moe_layer *moe; /* (n_moe) */
+  char skipped[96];   /* source layers left out of the model, for the summary ("" = none) */
 } imp_plan;
 
 int imp_src_open(imp_src *s, const char *path, spill_err *e);
@@ -128,7 +129,8 @@ int imp_gguf_experts(imp_src *s, imp_moe_layer *m, int k, const char *name, uint
 int imp_add_kv_b_split(imp_src *s, imp_plan *p, const char *pre, int l, uint64_t H, uint64_t dc,
                        uint64_t dn, uint64_t dv, spill_err *e);
 /* Every source tensor must be consumed (skip_layer_from: tensors named
- * model.layers.N.* with N >= it are ignored (DeepSeek MTP layers); -1 none),
+ * model.layers.N.* (GGUF: blk.N.*) with N >= it are ignored (DeepSeek / GLM
+ * MTP layers); -1 none),
  * and FP8 trunk tensors need the block size. */
 int imp_check_consumed(imp_src *s, const imp_plan *p, int skip_layer_from, spill_err *e);
 struct cJSON;
@@ -165,6 +167,10 @@ int imp_deepseek_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
 int imp_kimi_linear_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
                             spill_err *e);
 int imp_kimi_linear_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
+/* arch_glm4moe.c: GLM-4.5 / 4.6 / 4.7 (GQA, partial RoPE, sigmoid router). */
+int imp_glm4moe_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
+                        spill_err *e);
+int imp_glm4moe_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
 /* arch_kimi_k3.c: Kimi K3 as released (GGUF kimi-k3). */
 int imp_kimi_k3_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
 

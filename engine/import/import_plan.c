@@ -423,7 +423,8 @@ int imp_check_consumed(imp_src *s, const imp_plan *p, int skip_layer_from, spill
     const char *n = imp_src_tensor(s, i)->name;
     int layer;
     if (s->used[i] || ends_with(n, "rotary_emb.inv_freq")) continue;
-    if (skip_layer_from >= 0 && sscanf(n, "model.layers.%d.", &layer) == 1 && layer >= skip_layer_from)
+    if (skip_layer_from >= 0 &&
+        (sscanf(n, s->is_gguf ? "blk.%d." : "model.layers.%d.", &layer) == 1) && layer >= skip_layer_from)
       continue;
     return spill_err_set(e, SPILL_E_UNSUPPORTED,
                          "source tensor %s is not part of the %s model as implemented (refusing to "

@@ -996,6 +996,7 @@ static int run_impl(run *R, spill_err *e) {
   spill_import_summary *sum = R->sum;
   snprintf(sum->arch, sizeof sum->arch, "%s", R->s.arch_name);
   snprintf(sum->source, sizeof sum->source, "%s", R->s.is_gguf ? "gguf" : "safetensors");
+  snprintf(sum->skipped, sizeof sum->skipped, "%s", R->p.skipped);
   /* the manifest the writer lays out */
   spill_manifest *m = &R->m;
   m->arch = R->p.arch;

@@ -1,7 +1,9 @@
-/* engine/model/attention_gqa.c: grouped-query attention (OLMoE/Qwen style),
- * docs/MODEL.md "ATTN GQA". Per token: q, k, v projections, optional q/k
- * RMSNorm (per head or over the whole projection, arch.gqa.qk_norm), RoPE
- * (rotate-half) on every q and k head, append k and v to the layer's cache
+/* engine/model/attention_gqa.c: grouped-query attention (OLMoE/Qwen/GLM
+ * style), docs/MODEL.md "ATTN GQA". Per token: q, k, v projections (plus
+ * their biases with arch.gqa.qkv_bias), optional q/k RMSNorm (per head or
+ * over the whole projection, arch.gqa.qk_norm), RoPE (rotate-half) on the
+ * first rope_dim dims of every q and k head (all of them when rope_dim is
+ * 0), append k and v to the layer's cache
  * (ctx, Hk*d) each, then per query head softmax(q . k_t / sqrt(d)) over
  * t = 0..pos and the weighted sum of v. Heads run in parallel on the pool;
  * each head's result is computed by one thread in a fixed order.
@@ -45,11 +47,17 @@ static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, s
   float *q = m->s.q;                           /* (H*d) */
   float *kc = L->cache + (size_t)pos * kvw;    /* (Hk*d) this position's key slot */
   float *vc = L->cache_v + (size_t)pos * kvw;  /* (Hk*d) */
-  float *cs = m->s.rope_cs;                    /* (d/2 cos, d/2 sin) */
+  const int rd = c->rope_dim > 0 ? c->rope_dim : d; /* rotated dims of each head */
+  float *cs = m->s.rope_cs;                    /* (rd/2 cos, rd/2 sin) */
   float *o = m->s.o;                           /* (H*d) */
 
   spill_model_matvec(m, &L->attn_q, h, q);
   spill_model_matvec2(m, &L->attn_k, h, NULL, kc, &L->attn_v, h, NULL, vc);
+  if (c->qkv_bias) {
+    for (int i = 0; i < H * d; i++) q[i] += L->attn_q_bias[i];
+    for (int i = 0; i < kvw; i++) kc[i] += L->attn_k_bias[i];
+    for (int i = 0; i < kvw; i++) vc[i] += L->attn_v_bias[i];
+  }
   const float eps = (float)m->a.norm_eps;
   if (c->qk_norm == SPILL_QK_NORM_HEAD) { /* Qwen3: each head over its d dims */
     for (int j = 0; j < H; j++) spill_k_rmsnorm(q + (size_t)j * d, L->attn_q_norm, q + (size_t)j * d, (uint32_t)d, eps);
@@ -58,14 +66,16 @@ static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, s
     spill_k_rmsnorm(q, L->attn_q_norm, q, (uint32_t)(H * d), eps);
     spill_k_rmsnorm(kc, L->attn_k_norm, kc, (uint32_t)kvw, eps);
   }
-  spill_model_rope_table(cs, d, pos, c->rope_theta);
-  for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * d, d, cs);
-  for (int j = 0; j < Hk; j++) spill_model_rope_apply(kc + (size_t)j * d, d, cs);
+  spill_model_rope_table(cs, rd, pos, c->rope_theta);
+  for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * d, rd, cs);
+  for (int j = 0; j < Hk; j++) spill_model_rope_apply(kc + (size_t)j * d, rd, cs);
 
   gqa_job g = {q, L->cache, L->cache_v, m->s.att, o, d, H / Hk, kvw, pos + 1, m->o.ctx,
                1.0f / sqrtf((float)d)};
   spill_model_run_tasks(m, gqa_head, &g, H, (uint64_t)H * (uint64_t)(pos + 1) * 2u * (uint64_t)d);
   spill_model_matvec(m, &L->attn_output, o, out); /* (D) */
+  if (c->o_bias)
+    for (int i = 0; i < m->a.d_model; i++) out[i] += L->attn_output_bias[i];
   return SPILL_OK;
 }
 
@@ -77,6 +87,8 @@ static int gqa_check(const spill_arch *a, spill_err *e) {
                        (g->head_dim & 1) || g->n_heads % g->n_kv_heads,
                 SPILL_E_FORMAT, "arch.gqa: heads %d, kv heads %d, head_dim %d inconsistent",
                 g->n_heads, g->n_kv_heads, g->head_dim);
+  SPILL_FAIL_IF(e, g->rope_dim < 0 || g->rope_dim > g->head_dim || (g->rope_dim & 1), SPILL_E_FORMAT,
+                "arch.gqa: rope_dim %d not an even number in [0, head_dim %d]", g->rope_dim, g->head_dim);
   return SPILL_OK;
 }
 
@@ -117,6 +129,12 @@ static int gqa_load(spill_model *m, int l, spill_err *e) {
     SPILL_TRY(spill_model_get_f32(m, l, "attn_q_norm", H * d, 0, &L->attn_q_norm, e));
     SPILL_TRY(spill_model_get_f32(m, l, "attn_k_norm", Hk * d, 0, &L->attn_k_norm, e));
   }
+  if (a->gqa.qkv_bias) {
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_q_bias", H * d, 0, &L->attn_q_bias, e));
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_k_bias", Hk * d, 0, &L->attn_k_bias, e));
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_v_bias", Hk * d, 0, &L->attn_v_bias, e));
+  }
+  if (a->gqa.o_bias) SPILL_TRY(spill_model_get_f32(m, l, "attn_output_bias", D, 0, &L->attn_output_bias, e));
   return SPILL_OK;
 }
 

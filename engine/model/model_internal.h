@@ -44,6 +44,8 @@ typedef struct spill_layer_weights {
   /* GQA: q (H*d, D), k/v (Hk*d, D), o (D, H*d); KDA: q/k/v (H*d, D) */
   spill_qmat attn_q, attn_k, attn_v, attn_output;
   const float *attn_q_norm, *attn_k_norm; /* GQA qk_norm: (d) each (head) or (H*d), (Hk*d) (full) */
+  const float *attn_q_bias, *attn_k_bias, *attn_v_bias; /* GQA qkv_bias: (H*d), (Hk*d), (Hk*d) */
+  const float *attn_output_bias;                        /* GQA o_bias: (D) */
   /* MLA */
   spill_qmat attn_q_a, attn_q_b, attn_kv_a, attn_kv_b; /* (q_lora, D) (H*(dn+dr), q_lora) (dc+dr, D) (H*(dn+dv), dc) */
   const float *attn_q_a_norm, *attn_kv_a_norm;         /* (q_lora), (dc) */

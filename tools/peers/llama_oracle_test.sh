@@ -18,6 +18,7 @@ REF="$2"
 CMP="$3"
 # $4: tools/reference/deepseek_ref.py (the deepseek2 cases)
 # $5: tools/reference/kimi_linear_ref.py (the kimi-linear cases)
+# $6: tools/reference/glm4moe_ref.py (the glm4moe cases)
 PEER="${SPILL_LLAMA_PEER:-}"
 if [ -z "$PEER" ] || [ ! -x "$PEER" ]; then
   echo "SKIP: llama.cpp peer not built (run ./lab peers; SPILL_LLAMA_PEER='$PEER')"
@@ -151,6 +152,60 @@ for seed in $SEEDS; do
         { bad "$LBL: reference --ggml-act: $(tail -1 "$TMP/err")"; continue; }
       r=$($PY "$CMP" "$TMP/e.f32" "$TMP/l.bin" --vocab 300 --type "$ty" 2>&1) &&
         ok "$LBL: llama.cpp vs reference with ggml's activation rounding: $r" ||
+        bad "$LBL: llama.cpp vs emulated reference: $r"
+    done
+  done
+done
+# glm4moe (tools/reference/glm4moe_ref.py; GLM-4.5 family: q/k/v biases,
+# partial rotate-half RoPE, per-head q/k norm or none, sigmoid router with
+# exp_probs_b and routed scale, expert groups, shared experts, leading dense
+# layers, a tied head, the MTP layer counted by block_count and skipped).
+# Variants air / full / plain (see the script). The act_quant of each spill
+# eval is given explicitly (the default may differ):
+#   F32: spill (act_quant f32) vs llama.cpp, strict 1e-4 of the largest
+#     |logit|, argmax equal (compare_logits.py F32); measured on seeds 101,
+#     202: 4.0e-7..5.0e-7.
+#   Q8_0: spill with act_quant q8 (Q8_0 activation blocks, integer dots as
+#     ggml's CPU path) must be bit-identical to llama.cpp (measured: equal in
+#     all 6 cases of seeds 101, 202), and spill with act_quant f32 within
+#     1e-4 of the float64 reference (measured 2.8e-7..4.7e-7).
+#   Q4_K: spill act_quant q8 vs llama.cpp under the KQ_EMUL rule (Q8_K
+#     rounding; measured max 3.6e-7..1.5e-4, p90 <= 4.4e-7), llama.cpp vs the
+#     reference with ggml's rounding emulated (`logits --ggml-act`) under the
+#     same rule, spill act_quant f32 vs the plain reference at 1e-4.
+# Run once, in the plain test (skipped under ORACLE_SPILL_FLAGS: it sets both).
+GLMREF="${6:-}"
+GLM_TYPES="${ORACLE_GLM_TYPES:-F32 Q8_0 Q4_K}"
+[ -n "$SPILL_FLAGS" ] && [ -n "$GLMREF" ] && echo "glm4moe: run by the test without ORACLE_SPILL_FLAGS"
+for seed in $SEEDS; do
+  [ -n "$GLMREF" ] && [ -z "$SPILL_FLAGS" ] || break
+  TOK=$($PY -c "import random; r=random.Random($seed); print(','.join(str(r.randrange(300)) for _ in range(40)))")
+  for v in air full plain; do
+    for ty in $GLM_TYPES; do
+      g="$TMP/glm-$v-$ty-$seed.gguf"
+      LBL="glm4moe $v $ty seed $seed"
+      SPILL_FLAGS="--act-quant f32"
+      both "$GLMREF" "$g" --variant "$v" --type "$ty" --seed "$seed" || { SPILL_FLAGS=""; continue; }
+      SPILL_FLAGS=""
+      if [ "$ty" = F32 ]; then
+        r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
+        continue
+      fi
+      r=$($PY "$GLMREF" logits "$g" --tokens "$TOK" --compare "$TMP/s.f32" --tol 1e-4 2>&1) &&
+        ok "$LBL: spill act_quant f32 vs float64 reference: $r" || bad "$LBL: spill vs reference: $r"
+      "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/q.f32" --act-quant q8 \
+        >/dev/null 2>"$TMP/err" || { bad "$LBL: spill eval --act-quant q8: $(tail -1 "$TMP/err")"; continue; }
+      if [ "$ty" = Q8_0 ]; then
+        cmp -s "$TMP/q.f32" "$TMP/l.bin" && ok "$LBL: spill act_quant q8 bit-identical to llama.cpp" ||
+          bad "$LBL: spill act_quant q8 differs from llama.cpp: $($PY "$CMP" "$TMP/q.f32" "$TMP/l.bin" --vocab 300 --type KQ_EMUL 2>&1)"
+        continue
+      fi
+      r=$($PY "$CMP" "$TMP/q.f32" "$TMP/l.bin" --vocab 300 --type KQ_EMUL 2>&1) &&
+        ok "$LBL: spill act_quant q8 vs llama.cpp: $r" || bad "$LBL: spill act_quant q8 vs llama.cpp: $r"
+      $PY "$GLMREF" logits "$g" --tokens "$TOK" --ggml-act --out "$TMP/e.f32" 2>"$TMP/err" ||
+        { bad "$LBL: reference --ggml-act: $(tail -1 "$TMP/err")"; continue; }
+      r=$($PY "$CMP" "$TMP/e.f32" "$TMP/l.bin" --vocab 300 --type KQ_EMUL 2>&1) &&
+        ok "$LBL: llama.cpp vs reference with ggml's Q8_K rounding: $r" ||
         bad "$LBL: llama.cpp vs emulated reference: $r"
     done
   done

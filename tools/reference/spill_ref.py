@@ -366,6 +366,12 @@ class Container:
             _get(g, "rope_theta", float, "arch.gqa.")
             if g["n_kv_heads"] < 1 or g["n_heads"] % g["n_kv_heads"] or g["head_dim"] % 2:
                 raise FormatError("manifest: arch.gqa heads/head_dim inconsistent")
+            rd = g.get("rope_dim", 0)  # optional: partial RoPE (GLM-4.5)
+            if not isinstance(rd, int) or isinstance(rd, bool) or rd < 0 or rd > g["head_dim"] or rd % 2:
+                raise FormatError(f"manifest: arch.gqa.rope_dim {rd!r}")
+            for key in ("qkv_bias", "o_bias"):  # optional: attention biases
+                if not isinstance(g.get(key, False), bool):
+                    raise FormatError(f"manifest: arch.gqa.{key} {g[key]!r}")
         if "mla" in kinds:
             ml = a["mla"]
             for key in ("n_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim",
@@ -669,6 +675,10 @@ class Forward:
         q = (self.M(f"blk.{l}.attn_q", H * d, D) @ h).reshape(H, d)
         k = (self.M(f"blk.{l}.attn_k", Hk * d, D) @ h).reshape(Hk, d)
         v = (self.M(f"blk.{l}.attn_v", Hk * d, D) @ h).reshape(Hk, d)
+        if g.get("qkv_bias", False):  # GLM-4.5
+            q = q + self.V(f"blk.{l}.attn_q_bias", H * d).reshape(H, d)
+            k = k + self.V(f"blk.{l}.attn_k_bias", Hk * d).reshape(Hk, d)
+            v = v + self.V(f"blk.{l}.attn_v_bias", Hk * d).reshape(Hk, d)
         qn, eps = g.get("qk_norm", "none"), self.c.eps
         if qn == "head":  # per head over d (Qwen3-MoE)
             wq, wk = self.V(f"blk.{l}.attn_q_norm", d), self.V(f"blk.{l}.attn_k_norm", d)
@@ -679,7 +689,9 @@ class Forward:
             k = rmsnorm(k.reshape(-1), self.V(f"blk.{l}.attn_k_norm", Hk * d), eps).reshape(Hk, d)
         elif qn != "none":
             raise FormatError(f"manifest: arch.gqa.qk_norm {qn!r}")
-        q, k = rope(q, p, theta), rope(k, p, theta)  # row-wise: each head rotated
+        rd = g.get("rope_dim", 0) or d  # rotate-half on the first rd dims of each head
+        q = np.concatenate([rope(q[:, :rd], p, theta), q[:, rd:]], axis=1)
+        k = np.concatenate([rope(k[:, :rd], p, theta), k[:, rd:]], axis=1)
         st = self.state[l]
         st.setdefault("k", []).append(k)
         st.setdefault("v", []).append(v)
@@ -690,7 +702,10 @@ class Forward:
             kvh = j // (H // Hk)
             a = softmax(K[:, kvh, :] @ q[j] / np.sqrt(d))  # (t)
             o[j] = a @ V[:, kvh, :]
-        return self.M(f"blk.{l}.attn_output", D, H * d) @ o.reshape(-1)
+        out = self.M(f"blk.{l}.attn_output", D, H * d) @ o.reshape(-1)
+        if g.get("o_bias", False):
+            out = out + self.V(f"blk.{l}.attn_output_bias", D)
+        return out
 
     def attn_mla(self, l, h, p):
         m, D, eps = self.a["mla"], self.D, self.c.eps
@@ -786,6 +801,15 @@ class Forward:
         else:
             score = softmax(s)
             key = score
+        ng = int(mo.get("n_group", 0) or 0)
+        if ng > 1:  # group limit (MODEL.md "MOE(l)"): keep the topk_group best groups
+            gs = key.reshape(ng, E // ng)
+            srt = np.sort(gs, axis=1)
+            gsc = srt[:, -2:].sum(1) if mo.get("group_score", "max") == "top2" else srt[:, -1]
+            keep = np.zeros(ng, bool)
+            keep[topk(gsc, int(mo.get("topk_group", ng)))] = True
+            drop = 0.0 if mo.get("group_mask", "inf") == "zero" else -np.inf
+            key = np.where(np.repeat(keep, E // ng), key, drop)
         sel = topk(key, k)
         if k < E:
             margin = float(key[sel[-1]] - np.max(np.delete(key, sel)))
