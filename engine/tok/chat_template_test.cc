@@ -170,6 +170,53 @@ TEST(ChatTemplateTest, KimiK3TemplateMatchesJinja2) {
       << out;
 }
 
+// GLM-4.6's and GLM-4.7-Flash's own templates (llama.cpp's
+// models/templates/GLM-4.6.jinja and GLM-4.7-Flash.jinja, read from the
+// peer's source tree at test time, not stored here) over every conversation
+// of testdata/chat, ctx_glm.json included (content as a list of parts,
+// reasoning_content, tool calls with mapping arguments, runs of tool
+// results, enable_thinking false): identical bytes to jinja2, or both fail
+// (string tool-call arguments raise in both). testdata/chat/glm_style.jinja
+// (our own, in GLM's style) runs in RealTemplatesMatchJinja2ByteForByte
+// without the peer. Skips when the peer is not built.
+TEST(ChatTemplateTest, GlmTemplatesMatchJinja2) {
+  const char *peer = getenv("SPILL_LLAMA_PEER");
+  std::string src = peer ? std::string(peer) : "";
+  src = src.substr(0, src.rfind('/'));
+  src = src.substr(0, src.rfind('/')) + "/src/models/templates/";
+  if (!peer || Slurp(src + "GLM-4.6.jinja").empty())
+    GTEST_SKIP() << "llama.cpp peer source not found (run ./lab peers; looked in " << src << ")";
+  if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/glmtmpl";
+  std::string ctxdir = Runfile("engine/tok/testdata/chat");
+  ASSERT_EQ(system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && cp '" + src + "GLM-4.6.jinja' '" + src +
+                    "GLM-4.7-Flash.jinja' '" + dir + "'/ && cp '" + ctxdir + "'/ctx_*.json '" + dir + "'/")
+                       .c_str()),
+            0);
+  std::vector<std::string> ctxs = List(dir, ".json");
+  ASSERT_GE(ctxs.size(), 8u);
+  EXPECT_GE(CompareDirWithJinja2(dir, 2 * ctxs.size()), 2 * ((int)ctxs.size() - 1));
+  // the GLM conversation: the prefix, reasoning kept after the last user turn
+  // only, tool results under one observation, the generation prompt
+  char *got = nullptr;
+  spill_err e{};
+  ASSERT_EQ(spill_chat_render_json(Slurp(src + "GLM-4.6.jinja").c_str(), Slurp(ctxdir + "/ctx_glm.json").c_str(),
+                                   &got, &e),
+            SPILL_OK)
+      << e.msg;
+  std::string out = got;
+  free(got);
+  EXPECT_EQ(out.rfind("[gMASK]<sop>", 0), 0u) << out;
+  EXPECT_NE(out.find("<|observation|>\n<tool_response>\n{\"temp\": 21}\n</tool_response>\n<tool_response>\nsunny"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("<arg_value>[\"C\", \"F\"]</arg_value>"), std::string::npos) << out;
+  const std::string tail = "<|user|>\nThanks/nothink<|assistant|>\n<think></think>";
+  ASSERT_GE(out.size(), tail.size());
+  EXPECT_EQ(out.substr(out.size() - tail.size()), tail) << out;
+}
+
 TEST(ChatTemplateTest, MessagesApiEqualsTheJsonForm) {
   std::string tmpl = Slurp(Runfile("engine/tok/testdata/chat/qwen3.jinja"));
   spill_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}};

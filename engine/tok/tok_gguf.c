@@ -43,6 +43,9 @@ static const struct pre_def {
     {"qwen2", {QWEN2_PAT}, 1, 0},
     {"llama-bpe", {LLAMA3_PAT}, 0, 1},
     {"llama3", {LLAMA3_PAT}, 0, 1},
+    /* GLM-4.5/4.6/4.7 (llama.cpp's CHATGLM4: Llama 3's split, merges applied) */
+    {"glm4", {LLAMA3_PAT}, 0, 0},
+    {"chatglm-bpe", {LLAMA3_PAT}, 0, 0},
     {"deepseek-v3",
      {"\\p{N}{1,3}", "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+",
       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"

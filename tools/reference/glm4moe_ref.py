@@ -154,6 +154,25 @@ def make_hf(out, var, dtype, seed, shards=1):
             json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f, indent=1)
 
 
+def glm_tokenizer(n):
+    """tokenizer.ggml.* of a byte-level BPE of n tokens with pre "glm4"
+    (llama.cpp's CHATGLM4 split): the letter pairs of import_ref's
+    vocabulary, the last ones replaced by merges whose result depends on the
+    split (digit runs, case-insensitive contractions, a space before a
+    word), so a wrong pre-tokenizer changes the ids."""
+    toks, merges = ir.byte_level_vocab(n)
+    extra = [("1", "2"), ("12", "3"), ("4", "5"), ("'", "s"), ("'", "S"), ("\u0120", "a"), ("\u0120a", "b"),
+             ("!", "a"), ("\u010a", "\u010a")]
+    toks, merges = toks[:n - len(extra)], merges[:n - 256 - len(extra)]
+    for x, y in extra:
+        toks.append(x + y)
+        merges.append(x + " " + y)
+    return [("tokenizer.ggml.pre", "glm4"), ("tokenizer.ggml.tokens", toks),
+            ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)), ("tokenizer.ggml.merges", merges),
+            ("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
+            ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", False)]
+
+
 def make_gguf(out, var, ty, seed, vocab=False, set_kv=(), drop=()):
     """GGUF glm4moe as llama.cpp's converter writes it (the MTP layer
     included). Hostile fixtures: set_kv "KEY=JSON" sets or adds a key (JSON
@@ -177,7 +196,7 @@ def make_gguf(out, var, ty, seed, vocab=False, set_kv=(), drop=()):
           (a + ".expert_weights_norm", True), (a + ".nextn_predict_layers", c["mtp"])]
     if v["n_group"] > 1:
         kv += [(a + ".expert_group_count", v["n_group"]), (a + ".expert_group_used_count", v["topk_group"])]
-    kv += ir.gguf_tokenizer(c["V"], vocab, False)
+    kv += glm_tokenizer(c["V"]) if vocab else ir.gguf_tokenizer(c["V"], False, False)
     for item in set_kv:
         key, val = item.split("=", 1)
         val = json.loads(val)
