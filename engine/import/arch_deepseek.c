@@ -13,7 +13,9 @@
  * import (same dot products). GGUF attn_k_b / attn_v_b are joined back
  * into attn_kv_b. As everywhere (import_plan.c), every config key is used,
  * harmless or checked, and every source tensor is consumed (MTP layers
- * excepted). A row of arch_registry.c.
+ * excepted: HF num_nextn_predict_layers, GGUF nextn_predict_layers, which
+ * block_count includes; GLM-4.7-Flash's GGUF is a deepseek2 with one). A
+ * row of arch_registry.c.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -214,6 +216,10 @@ static int gnum(const spill_gguf *g, const char *key, double dflt, double *out, 
 static int gguf_dims(const spill_gguf *g, ds_cfg *c, spill_err *e) {
   SPILL_TRY(gkey(g, "embedding_length", 1, 1048576, 0, 1, &c->D, e));
   SPILL_TRY(gkey(g, "block_count", 1, SPILL_MAX_LAYERS, 0, 1, &c->L, e));
+  /* block_count counts the next-token-prediction layers after the trunk
+   * (GLM-4.7-Flash's converter writes them; llama.cpp runs them only as a draft head) */
+  SPILL_TRY(gkey(g, "nextn_predict_layers", 0, c->L - 1, 0, 0, &c->n_mtp, e));
+  c->L -= c->n_mtp;
   SPILL_TRY(gkey(g, "attention.head_count", 1, 4096, 0, 1, &c->H, e));
   SPILL_TRY(gkey(g, "attention.q_lora_rank", 0, 1048576, 0, 0, &c->ql, e));
   SPILL_TRY(gkey(g, "attention.kv_lora_rank", 1, 1048576, 0, 1, &c->dc, e));
@@ -316,8 +322,8 @@ static int gguf_config(imp_src *s, ds_cfg *c, spill_err *e) {
   SPILL_TRY(gguf_dims(g, c, e));
   SPILL_TRY(gguf_routing(g, c, e));
   SPILL_TRY(gguf_rope(g, c, e));
-  static const char *const bad[] = {"attention.temperature_scale", "nextn_predict_layers",
-                                    "attention.sliding_window", "attention.clamp_kqv", NULL};
+  static const char *const bad[] = {"attention.temperature_scale", "attention.sliding_window",
+                                    "attention.clamp_kqv", NULL};
   for (int i = 0; bad[i]; i++) {
     char k[160];
     snprintf(k, sizeof k, "deepseek2.%s", bad[i]);
@@ -392,6 +398,9 @@ static int plan_tensors(imp_src *s, const ds_cfg *c, imp_plan *p, spill_err *e) 
     SPILL_TRY(plan_ffn(s, c, p, l, e));
   }
   /* MTP (next-token prediction) layers after the last one are not part of the forward pass */
+  if (c->n_mtp > 0)
+    snprintf(p->skipped, sizeof p->skipped, "layers %d..%d (next-token prediction, nextn/MTP)", c->L,
+             c->L + c->n_mtp - 1);
   return imp_check_consumed(s, p, c->n_mtp > 0 ? c->L : -1, e);
 }
 

@@ -37,6 +37,14 @@ for v in v2 v2lite v3; do
   done
 done
 
+# GLM-4.7-Flash's GGUF form: a deepseek2 whose block_count includes one MTP
+# layer (nextn_predict_layers 1, blk.3.* and blk.3.nextn.*): skipped, named
+in="$TMP/v3-F32-nextn.gguf"
+$PY "$REF" make-gguf "$in" --variant v3 --type F32 --seed 7 --nextn || bad "gguf v3 nextn: make"
+import_check "$in" "gguf v3 F32 with an MTP layer (GLM-4.7-Flash)" "--tol 1e-4"
+"$SPILL" import "$in" "$TMP/nextn-sum.spill" 2>&1 >/dev/null | grep -q "skipped source layers 3..3 (next-token prediction" &&
+  ok "gguf v3 nextn: the summary names the skipped MTP layer" || bad "gguf v3 nextn: no skipped layer in the summary"
+
 # FP8 e4m3 with block-wise weight_scale_inv (how V3 / K2 ship)
 f8="$TMP/v3-F8"
 $PY "$REF" make-hf "$f8" --variant v3 --dtype F8_E4M3 --shards 2 --seed 7 || bad "fp8: make"

@@ -166,9 +166,12 @@ def make_hf(out, var, dtype, seed, shards=1, broken=None):
             json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f, indent=1)
 
 
-def make_gguf(out, var, ty, seed, legacy_kvb=False, vocab=False):
+def make_gguf(out, var, ty, seed, legacy_kvb=False, vocab=False, nextn=False):
     """GGUF deepseek2 as llama.cpp's converter writes it; routing keys in
-    llama.cpp's terms (v2: softmax, no groups; v3: sigmoid + bias + groups)."""
+    llama.cpp's terms (v2: softmax, no groups; v3: sigmoid + bias + groups).
+    nextn: one next-token-prediction layer after the trunk as GLM-4.7-Flash's
+    converter writes it (block_count + 1, nextn_predict_layers 1, the layer's
+    own tensors (here a copy of the last layer's) and blk.L.nextn.*)."""
     w, c = random_weights(var, seed)
     v = VARIANTS[var]
     gt = ir.GG_TYPES[ty]
@@ -205,6 +208,9 @@ def make_gguf(out, var, ty, seed, legacy_kvb=False, vocab=False):
         if rs["beta_slow"] != 1:
             kv.append((a + ".rope.scaling.yarn_beta_slow", float(rs["beta_slow"])))
     kv += ir.gguf_tokenizer(c["V"], vocab, False)
+    if nextn:
+        kv = [(k, c["L"] + 1 if k == a + ".block_count" else x) for k, x in kv]
+        kv.append((a + ".nextn_predict_layers", 1))
     T = []
     f32 = ck.GGML_F32
 
@@ -244,6 +250,14 @@ def make_gguf(out, var, ty, seed, legacy_kvb=False, vocab=False):
         for g, h in (("ffn_gate", "gate_proj"), ("ffn_up", "up_proj"), ("ffn_down", "down_proj")):
             mat(b + g + "_exps.weight", np.stack([w[p + f"mlp.experts.{e}.{h}.weight"] for e in range(c["E"])]))
             mat(b + g + "_shexp.weight", w[p + f"mlp.shared_experts.{h}.weight"])
+    if nextn:
+        last, L = f"blk.{c['L'] - 1}.", c["L"]
+        T += [(f"blk.{L}." + n[len(last):], t, x) for n, t, x in T if n.startswith(last)]
+        r = np.random.default_rng(seed + 77)
+        D = c["D"]
+        mat(f"blk.{L}.nextn.eh_proj.weight", (r.standard_normal((D, 2 * D)) / np.sqrt(2 * D)).astype(np.float32))
+        for n in ("enorm", "hnorm", "shared_head_norm"):
+            T.append((f"blk.{L}.nextn.{n}.weight", f32, (1.0 + 0.2 * r.standard_normal(D)).astype(np.float32)))
     ck.write_gguf(out, kv, T)
 
 
@@ -380,7 +394,7 @@ class Model:
         self.fnorm = f("output_norm.weight")
         self.layers = []
         H, dn, dv, dc = self.H, self.dn, self.dv, self.dc
-        for l in range(kv[a + ".block_count"]):
+        for l in range(kv[a + ".block_count"] - kv.get(a + ".nextn_predict_layers", 0)):
             b = f"blk.{l}."
             L = dict(attn_norm=f(b + "attn_norm.weight"), ffn_norm=f(b + "ffn_norm.weight"),
                      kv_a=f(b + "attn_kv_a_mqa.weight"), kv_a_norm=f(b + "attn_kv_a_norm.weight"),
@@ -498,6 +512,7 @@ def main(argv=None):
     g.add_argument("--type", default="F32", choices=["F32", "F16", "BF16", "Q8_0", "Q4_0"])
     g.add_argument("--legacy-kvb", action="store_true", help="one attn_kv_b instead of attn_k_b/attn_v_b")
     g.add_argument("--vocab", action="store_true", help="a byte-level BPE vocabulary llama.cpp loads")
+    g.add_argument("--nextn", action="store_true", help="an MTP layer after the trunk (GLM-4.7-Flash)")
     g.add_argument("--seed", type=int, default=1)
     lg = sub.add_parser("logits")
     lg.add_argument("src")
@@ -512,7 +527,7 @@ def main(argv=None):
         make_hf(a.out, a.variant, a.dtype, a.seed, a.shards, a.break_fp8)
         return
     if a.cmd == "make-gguf":
-        make_gguf(a.out, a.variant, a.type, a.seed, a.legacy_kvb, a.vocab)
+        make_gguf(a.out, a.variant, a.type, a.seed, a.legacy_kvb, a.vocab, a.nextn)
         return
     ref = Model(a.src).forward([int(x) for x in a.tokens.split(",")])
     if a.out:
