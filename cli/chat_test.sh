@@ -24,6 +24,31 @@ grep -q "turn 3:" <<<"$err" && fail "read past /exit: $err"
 p1=$(sed -n 's/.*turn 1: \([0-9]*\) prompt tokens.*/\1/p' <<<"$err")
 p2=$(sed -n 's/.*turn 2: \([0-9]*\) prompt tokens.*/\1/p' <<<"$err")
 [ -n "$p1" ] && [ -n "$p2" ] && [ "$p2" -gt "$p1" ] || fail "conversation not kept ($p1 -> $p2)"
+# --session FILE (issue 31 item 1's chat part): two turns in one process
+# give the replies of one turn, exit, and a resumed second turn; the resumed
+# run starts from the saved state (its messages and tokens), and another
+# ctx or a missing messages file is refused by name
+whole=$(printf 'hello world\nsay hello\n' | "$SPILL" chat "$T/nano" -n 6 --temp 0 --ctx 512 2>/dev/null)
+S="$T/chat.session"
+one=$(printf 'hello world\n' | "$SPILL" chat "$T/nano" -n 6 --temp 0 --ctx 512 --session "$S" 2>"$T/s1.err")
+[ $? -eq 0 ] && [ -s "$S" ] && [ -s "$S.messages.json" ] || fail "chat --session: nothing saved: $(cat "$T/s1.err")"
+two=$(printf 'say hello\n' | "$SPILL" chat "$T/nano" -n 6 --temp 0 --ctx 512 --session "$S" 2>"$T/s2.err")
+[ $? -eq 0 ] || fail "chat --session (resume): $(cat "$T/s2.err")"
+grep -q "session $S: 2 messages" "$T/s2.err" || fail "chat --session: not resumed: $(cat "$T/s2.err")"
+[ "$one"$'\n'"$two" = "$whole" ] || fail "chat --session: resumed replies differ: '$one' + '$two' vs '$whole'"
+grep -q '"role": "assistant"' "$S.messages.json" || fail "chat --session: no reply saved"
+printf 'x\n' | "$SPILL" chat "$T/nano" -n 2 --ctx 256 --session "$S" >/dev/null 2>"$T/s3.err"
+[ $? -eq 1 ] && grep -q "SPILL_E_SESSION\|ctx" "$T/s3.err" || fail "chat --session, another ctx: $(cat "$T/s3.err")"
+# a positional cache (GQA) keeps the common prefix of the saved tokens and
+# the re-rendered conversation (a recurrent one only the whole conversation:
+# the nano K3 mix above re-runs it, the re-tokenized reply differing)
+"$SPILL" gen --preset nano --attn gqa "$T/gqa" >/dev/null 2>&1 && /usr/bin/python3 "$TINY" "$T/gqa" || fail "gqa nano"
+printf 'hello world\n' | "$SPILL" chat "$T/gqa" -n 6 --temp 0 --ctx 512 --session "$T/g.session" >/dev/null 2>&1
+printf 'say hello\n' | "$SPILL" chat "$T/gqa" -n 6 --temp 0 --ctx 512 --session "$T/g.session" >/dev/null 2>"$T/g2.err"
+grep -q "prompt tokens ([1-9][0-9]* reused)" "$T/g2.err" || fail "chat --session (gqa): nothing reused: $(cat "$T/g2.err")"
+mv "$S.messages.json" "$T/m.json"
+printf 'x\n' | "$SPILL" chat "$T/nano" -n 2 --ctx 512 --session "$S" >/dev/null 2>"$T/s4.err"
+[ $? -eq 1 ] && grep -q "messages.json: missing" "$T/s4.err" || fail "chat --session without messages: $(cat "$T/s4.err")"
 "$SPILL" run "$T/nano" "hello" --chat -n 4 >/dev/null 2>"$T/run.err" || fail "run --chat: $(cat "$T/run.err")"
 out=$(printf 'hi\n' | "$SPILL" chat "$T/bytes" 2>&1)
 [ $? -eq 1 ] || fail "chat without a tokenizer did not exit 1"

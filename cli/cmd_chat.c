@@ -2,7 +2,12 @@
  * renders it with the model's own chat template (engine/tok, spill_tok_chat_render),
  * streams the reply as it is decoded (whole UTF-8 characters) to stdout and
  * prints per-turn stats on stderr. Every turn re-runs the whole conversation
- * (spill_generate resets the sequence; there is no KV reuse across turns).
+ * (spill_generate resets the sequence), except with --session FILE: then a
+ * turn keeps the state of the conversation so far (spill_generate_next with
+ * SPILL_GEN_REUSE | SPILL_GEN_CONTINUE_RNG) and, after every turn, the
+ * engine's state is saved to FILE (spill_session_save) and the messages to
+ * FILE.messages.json, so that the next `spill chat --session FILE` goes on
+ * where this one stopped (docs/FORMAT.md "Session files").
  * Lines: text = a user message; /reset clears the conversation; /exit or
  * end of input quits. Needs a model with a tokenizer and a chat template
  * (an imported checkpoint). A Kimi K3 (XTML) reply is split as the server
@@ -11,10 +16,12 @@
  * in the conversation. Client of spill.h (and the server's pure splitter).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -22,9 +29,12 @@
 #include "server/reply_channels.h"
 
 const char cmd_chat_usage[] =
-    "usage: spill chat MODEL [--system TEXT] [-n N] [sampling knobs] [engine knobs]\n"
+    "usage: spill chat MODEL [--system TEXT] [-n N] [--session FILE] [sampling knobs]\n"
+    "                  [engine knobs]\n"
     "  reads user messages line by line from stdin (/reset, /exit), streams each reply\n"
-    "  to stdout and its stats to stderr; -n N: at most N tokens per reply (256)\n";
+    "  to stdout and its stats to stderr; -n N: at most N tokens per reply (256);\n"
+    "  --session FILE: resume the conversation FILE holds (if it exists) and save it\n"
+    "  after every turn (FILE and FILE.messages.json)\n";
 
 static volatile int g_stop;
 static void on_sigint(int sig) {
@@ -100,13 +110,14 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
 /* Renders msgs with the model's template (under the default render budget;
  * *stop, set by Ctrl-C, stops the rendering within a poll of the budget and
  * the generation at the next token) and generates the reply; *reply gets it
- * (malloc'ed). Shared with `spill run --chat`. */
+ * (malloc'ed). flags: spill_generate_next's (0: the whole conversation is
+ * run). Shared with `spill run --chat`. */
 int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
-                  const spill_sampling *s, volatile int *stop, char **reply, spill_run_stats *st,
-                  spill_err *e);
+                  int flags, const spill_sampling *s, volatile int *stop, char **reply,
+                  spill_run_stats *st, spill_err *e);
 int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
-                  const spill_sampling *s, volatile int *stop, char **reply, spill_run_stats *st,
-                  spill_err *e) {
+                  int flags, const spill_sampling *s, volatile int *stop, char **reply,
+                  spill_run_stats *st, spill_err *e) {
   const spill_tok *tok = spill_engine_tokenizer(eng);
   *reply = NULL;
   SPILL_FAIL_IF(e, !tok, SPILL_E_UNSUPPORTED,
@@ -137,7 +148,8 @@ int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, 
   t.split = markers ? spill_srv_channels_detect(prompt, strlen(prompt)) : SPILL_SRV_CH_OFF;
   if (t.split) spill_srv_channels_init(&t.ch, t.split);
   free(prompt);
-  if (rc == SPILL_OK) rc = spill_generate(eng, toks, n, n_new, s, on_token, &t, stop, st, e);
+  if (rc == SPILL_OK)
+    rc = spill_generate_next(eng, toks, n, n_new, s, flags, on_token, &t, stop, st, e);
   if (t.split) {
     split_out(&t, 1);
     spill_srv_channels_free(&t.ch);
@@ -152,13 +164,125 @@ int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, 
   return rc;
 }
 
+/* ---- --session: the messages beside the engine's session file ---- */
+
+static const char *const k_roles[3] = {"system", "user", "assistant"};
+
+/* FILE.messages.json: [{"role": "system|user|assistant", "content": TEXT}, ...],
+ * written atomically after the engine's session. */
+static int msgs_save(const char *path, const spill_chat_msg *msgs, size_t n, spill_err *e) {
+  size_t cap = 64, len = 0;
+  char *buf = malloc(cap);
+  int rc = buf ? SPILL_OK : spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
+  for (size_t i = 0; i <= n && rc == SPILL_OK; i++) {
+    char *q = i < n ? spill_json_quote(msgs[i].content, strlen(msgs[i].content)) : NULL;
+    if (i < n && !q) {
+      rc = spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
+      break;
+    }
+    const size_t need = len + (q ? strlen(q) : 0) + 64;
+    if (need > cap) {
+      char *b2 = realloc(buf, need * 2);
+      if (!b2) {
+        free(q);
+        rc = spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
+        break;
+      }
+      buf = b2;
+      cap = need * 2;
+    }
+    if (i < n)
+      len += (size_t)snprintf(buf + len, cap - len, "%s{\"role\": \"%s\", \"content\": %s}",
+                              i ? ",\n " : "[", msgs[i].role, q);
+    else
+      len += (size_t)snprintf(buf + len, cap - len, "%s]\n", n ? "" : "[");
+    free(q);
+  }
+  if (rc == SPILL_OK) rc = spill_write_file_atomic(path, buf, len, e);
+  free(buf);
+  return rc;
+}
+
+/* Reads FILE.messages.json into msgs/owned (roles point to k_roles; the
+ * contents are owned); SPILL_E_SESSION naming the file and entry for
+ * anything msgs_save would not write. */
+static int msgs_load(const char *path, spill_chat_msg **msgs, char ***owned, size_t *n,
+                     size_t *cap, spill_err *e) {
+  char *text = NULL;
+  size_t len = 0;
+  SPILL_TRY(spill_read_file(path, (size_t)1 << 28, &text, &len, e));
+  cJSON *arr = NULL;
+  int rc = spill_json_parse(text, len, path, SPILL_E_SESSION, &arr, e);
+  free(text);
+  if (rc < 0) return rc;
+  if (!cJSON_IsArray(arr)) rc = spill_err_set(e, SPILL_E_SESSION, "%s: expected an array", path);
+  size_t i = 0;
+  for (const cJSON *m = arr ? arr->child : NULL; m && rc == SPILL_OK; m = m->next, i++) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+    int role = -1;
+    for (int k = 0; k < 3 && cJSON_IsString(r); k++)
+      if (!strcmp(r->valuestring, k_roles[k])) role = k;
+    if (!cJSON_IsObject(m) || role < 0 || !cJSON_IsString(c) || cJSON_GetArraySize(m) != 2) {
+      rc = spill_err_set(e, SPILL_E_SESSION,
+                         "%s: message %zu: expected {\"role\": system|user|assistant, "
+                         "\"content\": a string}", path, i);
+      break;
+    }
+    if (*n + 2 > *cap) {
+      spill_chat_msg *m2 = realloc(*msgs, *cap * 2 * sizeof *m2);
+      if (m2) *msgs = m2;
+      char **o2 = m2 ? realloc(*owned, *cap * 2 * sizeof *o2) : NULL;
+      if (o2) *owned = o2;
+      if (!m2 || !o2) {
+        rc = spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
+        break;
+      }
+      *cap *= 2;
+    }
+    (*owned)[*n] = strdup(c->valuestring);
+    if (!(*owned)[*n]) {
+      rc = spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
+      break;
+    }
+    (*msgs)[*n] = (spill_chat_msg){k_roles[role], (*owned)[*n]};
+    (*n)++;
+  }
+  cJSON_Delete(arr);
+  return rc;
+}
+
+/* --session FILE at start: nothing when FILE does not exist; else the
+ * engine's conversation from FILE and the messages from FILE.messages.json
+ * (both needed); a --system differing from the saved one is refused. */
+static int session_resume(spill_engine *eng, const char *file, const char *mfile,
+                          const char *system, spill_chat_msg **msgs, char ***owned, size_t *n,
+                          size_t *cap, spill_err *e) {
+  struct stat sb;
+  if (stat(file, &sb) != 0) return SPILL_OK;
+  SPILL_TRY(spill_session_load(eng, file, e));
+  SPILL_FAIL_IF(e, stat(mfile, &sb) != 0, SPILL_E_SESSION,
+                "%s: missing (%s holds a chat's state without its messages)", mfile, file);
+  SPILL_TRY(msgs_load(mfile, msgs, owned, n, cap, e));
+  const int has_sys = *n > 0 && !strcmp((*msgs)[0].role, "system");
+  SPILL_FAIL_IF(e, system && (!has_sys || strcmp((*msgs)[0].content, system)), SPILL_E_SESSION,
+                "%s: --system differs from the resumed conversation's system message", mfile);
+  return SPILL_OK;
+}
+
+static int session_save(spill_engine *eng, const char *file, const char *mfile,
+                        const spill_chat_msg *msgs, size_t n, spill_err *e) {
+  SPILL_TRY(spill_session_save(eng, file, e));
+  return msgs_save(mfile, msgs, n, e);
+}
+
 int cmd_chat(int argc, char **argv) {
   spill_config cfg;
   spill_config_default(&cfg);
   spill_sampling s;
   spill_sampling_default(&s);
   long n_new = 256;
-  const char *model = NULL, *system = NULL, *v;
+  const char *model = NULL, *system = NULL, *session = NULL, *v;
   for (int i = 1; i < argc; i++) {
     int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG | CLI_KNOBS_SAMPLING, &cfg, &s);
     if (k < 0) return 2;
@@ -166,6 +290,8 @@ int cmd_chat(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "-n")) {
       if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1L << 24, &n_new)) return 2;
+    } else if (!strcmp(a, "--session")) {
+      if (!(session = cli_value(argc, argv, &i))) return 2;
     } else if (!strcmp(a, "--system")) {
       if (!(system = cli_value(argc, argv, &i))) return 2;
     } else if (a[0] == '-') {
@@ -193,7 +319,17 @@ int cmd_chat(int argc, char **argv) {
   char *line = NULL;
   size_t lcap = 0;
   if (!msgs || !owned) status = 1;
-  if (system && !status) {
+  char mfile[4096];
+  spill_err se = {0};
+  if (session && !status &&
+      (spill_path_fmt(mfile, sizeof mfile, &se, "%s.messages.json", session) < 0 ||
+       session_resume(eng, session, mfile, system, &msgs, &owned, &n, &cap, &se) < 0))
+    status = cli_fail("chat", se.code, se.msg);
+  const int resumed = n > 0;
+  if (session && resumed)
+    fprintf(stderr, "spill chat: session %s: %zu messages, %d tokens resumed\n", session, n,
+            spill_engine_tokens(eng, NULL));
+  if (system && !status && !resumed) {
     owned[n] = strdup(system);
     msgs[n] = (spill_chat_msg){"system", owned[n]};
     n++;
@@ -205,8 +341,9 @@ int cmd_chat(int argc, char **argv) {
     while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) line[--r] = 0;
     if (!strcmp(line, "/exit")) break;
     if (!strcmp(line, "/reset")) {
-      for (size_t i = system ? 1 : 0; i < n; i++) free(owned[i]);
-      n = system ? 1 : 0;
+      const size_t keep = n > 0 && !strcmp(msgs[0].role, "system") ? 1 : 0;
+      for (size_t i = keep; i < n; i++) free(owned[i]);
+      n = keep;
       continue;
     }
     if (r == 0) continue;
@@ -225,7 +362,8 @@ int cmd_chat(int argc, char **argv) {
     spill_run_stats st;
     spill_err e = {0};
     g_stop = 0;
-    int rc = cli_chat_turn(eng, msgs, n, (int)n_new, &s, &g_stop, &reply, &st, &e);
+    const int flags = session ? SPILL_GEN_REUSE | SPILL_GEN_CONTINUE_RNG : 0;
+    int rc = cli_chat_turn(eng, msgs, n, (int)n_new, flags, &s, &g_stop, &reply, &st, &e);
     fputs("\n", stdout);
     fflush(stdout);
     if (rc && rc != SPILL_E_INTERRUPTED) {
@@ -235,15 +373,20 @@ int cmd_chat(int argc, char **argv) {
       break;
     }
     turns++;
-    fprintf(stderr, "spill chat: turn %d: %d prompt tokens in %.2f s, %d reply tokens in %.2f s "
-                    "(%.2f tok/s), hits %llu, misses %llu%s\n",
-            turns, st.tokens_prefill, st.prefill_s, st.tokens_decode, st.decode_s,
+    fprintf(stderr, "spill chat: turn %d: %d prompt tokens (%d reused) in %.2f s, %d reply tokens "
+                    "in %.2f s (%.2f tok/s), hits %llu, misses %llu%s\n",
+            turns, st.tokens_prefill, st.tokens_cached, st.prefill_s, st.tokens_decode, st.decode_s,
             st.decode_s > 0 ? st.tokens_decode / st.decode_s : 0.0,
             (unsigned long long)st.decode_hits, (unsigned long long)st.decode_misses,
             rc == SPILL_E_INTERRUPTED ? " (interrupted)" : "");
     owned[n] = reply;
     msgs[n] = (spill_chat_msg){"assistant", reply};
     n++;
+    /* a whole turn: save the conversation (an interrupted one is not saved) */
+    if (session && rc == SPILL_OK && session_save(eng, session, mfile, msgs, n, &e) < 0) {
+      status = cli_fail("chat", e.code, e.msg);
+      break;
+    }
   }
   for (size_t i = 0; i < n; i++) free(owned[i]);
   free(owned);

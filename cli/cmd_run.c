@@ -27,7 +27,7 @@ const char cmd_run_usage[] =
     "--json: the closing summary as one JSON object on stderr\n";
 
 /* cli/cmd_chat.c */
-int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new,
+int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new, int flags,
                   const spill_sampling *s, volatile int *stop, char **reply, spill_run_stats *st,
                   spill_err *e);
 
@@ -148,7 +148,7 @@ int cmd_run(int argc, char **argv) {
     char *reply = NULL;
     spill_run_stats st;
     spill_err e = {0};
-    int rc = cli_chat_turn(eng, &msg, 1, (int)n_new, &s, &g_stop, &reply, &st, &e);
+    int rc = cli_chat_turn(eng, &msg, 1, (int)n_new, 0, &s, &g_stop, &reply, &st, &e);
     fputs("\n", stdout);
     fflush(stdout);
     if (rc == SPILL_OK || rc == SPILL_E_INTERRUPTED || rc == SPILL_E_NONFINITE)
