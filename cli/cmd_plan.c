@@ -60,7 +60,7 @@ int cmd_plan(int argc, char **argv) {
     } else model = a;
   }
   if (!model == !shape) return cli_usage_error(model ? "MODEL or --shape, not both" : "no model");
-  const long ctx = cfg.ctx, threads = cfg.threads;
+  const long ctx = cfg.ctx, threads = cfg.threads > 0 ? cfg.threads : spill_physical_cores();
   const uint64_t budget = cfg.budget_bytes, ram = cfg.usable_ram;
   spill_plan p;
   memset(&p, 0, sizeof p);

@@ -74,7 +74,8 @@ typedef struct spill_config {
   int force_budget;       /* force_budget: accept a budget above 7/8 of usable RAM (0) */
   int64_t cache_slots;    /* cache_slots: -1 = from the budget; 0 = no expert cache */
   int ctx;                /* ctx: max context in tokens (4096) */
-  int threads;            /* threads: compute threads (2) */
+  int threads;            /* threads: compute threads (auto = 0: the physical cores of
+                             the affinity mask, resolved at engine open) */
   int prefill_chunk;      /* prefill_chunk: prompt tokens per chunk (16; 1 = sequential) */
   int io_threads;         /* io_threads: pread workers (4) */
   int io_depth;           /* io_depth: reads in flight (32) */
@@ -280,6 +281,9 @@ typedef struct spill_plan {
 /* Usable RAM of this machine: min(physical RAM, the memory limit of our
  * cgroup (v2 memory.max or v1 memory.limit_in_bytes)). Reads /proc and /sys. */
 uint64_t spill_usable_ram(void);
+/* Physical cores of this process's affinity mask (SMT siblings once; Linux
+ * sysfs topology): what the threads knob's auto (0) resolves to. */
+int spill_physical_cores(void);
 
 /* Plans MODEL_DIR's RAM at ctx tokens with `threads` compute threads and
  * applies budget_bytes (0 = the default rule on this machine's usable RAM).
@@ -290,6 +294,8 @@ uint64_t spill_usable_ram(void);
  * the force_budget knob. */
 int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e);
+/* (threads <= 0 here and in spill_plan_shape: the physical cores, as the
+ * engine resolves the threads knob's auto.) */
 /* The same for a published shape without a container: "k3" (Kimi K3 as
  * released, rvq3 experts as in the published container) or "k3-mxfp4" (its
  * MXFP4 experts as shipped); usable_ram 0 = this machine. */

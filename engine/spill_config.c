@@ -66,7 +66,7 @@ static const knob_row k_knobs[] = {
      CFG(cache_slots, ST_I64), KA_CACHE_SLOTS},
     {{"ctx", C, SPILL_KNOB_INT, OPEN, 1, 1 << 24, NULL, 0, NULL, "N", "max context in tokens", "4096"},
      CFG(ctx, ST_INT), KA_NONE},
-    {{"threads", C, SPILL_KNOB_INT, OPEN, 1, 256, NULL, 0, NULL, "N", "compute threads", "2"},
+    {{"threads", C, SPILL_KNOB_INT, OPEN, 1, 256, "auto", 0, NULL, "N", "compute threads (auto: the machine's physical cores)", "auto"},
      CFG(threads, ST_INT), KA_NONE},
     {{"prefill_chunk", C, SPILL_KNOB_INT, OPEN, 1, 4096, NULL, 0, NULL, "N",
       "prompt tokens per prefill chunk (1: sequential)", "16"},

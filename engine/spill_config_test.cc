@@ -164,6 +164,7 @@ TEST(KnobTableTest, SpecialWordsAndZero) {
 TEST(KnobTableTest, EachDefaultIsItsRowsText) {
   spill_config c;
   spill_sampling s;
+  spill_err e = {};
   spill_config_default(&c);
   spill_sampling_default(&s);
   for (int i = 0; i < spill_knob_count(); i++) {
@@ -172,7 +173,12 @@ TEST(KnobTableTest, EachDefaultIsItsRowsText) {
     EXPECT_EQ(Get(k, &c, &s), k->def) << k->name;
   }
   EXPECT_EQ(c.ctx, 4096);
-  EXPECT_EQ(c.threads, 2);
+  EXPECT_EQ(c.threads, 0);  // auto: the physical cores, resolved at engine open
+  EXPECT_EQ(spill_config_set(&c, "threads", "3", &e), SPILL_OK);
+  EXPECT_EQ(c.threads, 3);
+  EXPECT_EQ(spill_config_set(&c, "threads", "auto", &e), SPILL_OK);
+  EXPECT_EQ(c.threads, 0);
+  EXPECT_EQ(spill_config_set(&c, "threads", "0", &e), SPILL_E_CONFIG);
   EXPECT_EQ(c.prefill_chunk, 16);
   EXPECT_EQ(c.io_threads, 4);
   EXPECT_EQ(c.io_depth, 32);

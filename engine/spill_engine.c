@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "engine/base/clock.h"
+#include "engine/base/cpu_cores.h"
 #include "engine/format/container.h"
 #include "engine/model/model.h"
 #include "engine/model/sampler.h"
@@ -346,6 +347,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   int rc;
   if (cfg) g->cfg = *cfg;
   else spill_config_default(&g->cfg);
+  if (g->cfg.threads <= 0) g->cfg.threads = spill_cpu_physical_cores(); /* threads auto */
   g->dir = strdup(model_dir);
   if (!g->dir) {
     free(g);

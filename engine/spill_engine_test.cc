@@ -202,6 +202,18 @@ TEST(EngineTest, LookaheadDoesNotChangeLogitsButPrefetches) {
   EXPECT_LE(b.st.spec_used + b.st.spec_wasted, b.st.spec_issued);
 }
 
+// threads auto (the default) runs the machine's physical cores.
+TEST(EngineTest, ThreadsAutoIsThePhysicalCores) {
+  spill_config c = Cfg();
+  ASSERT_EQ(c.threads, 0);
+  spill_engine *eng = nullptr;
+  spill_err e = {};
+  ASSERT_EQ(spill_engine_open(Nano().c_str(), &c, &eng, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_engine_config(eng)->threads, spill_physical_cores());
+  EXPECT_GE(spill_physical_cores(), 1);
+  spill_engine_close(eng);
+}
+
 TEST(EngineTest, PreadPoolAndIoUringGiveIdenticalLogits) {
   spill_config p = Cfg(), u = Cfg();
   u.io_backend = SPILL_IO_URING;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/base/cpu_cores.h"
 #include "engine/format/container.h"
 #include "engine/plan/ram_plan.h"
 #include "engine/spill.h"
@@ -75,6 +76,7 @@ int spill_plan_model_run(const char *model_dir, const spill_model_mem_opts *o,
   spill_container c;
   SPILL_TRY(spill_container_open(model_dir, &c, e));
   spill_model_mem_opts mo = *o;
+  if (mo.n_threads <= 0) mo.n_threads = spill_cpu_physical_cores(); /* threads auto */
   mo.rvq3_qlut = spill_model_rvq3_qlut(c.m.expert_dtype);
   int rc = spill_plan_compute_run(&c.m.arch, c.m.record_bytes, c.trunk_bytes, &mo, plan, e);
   spill_container_close(&c);
@@ -97,9 +99,12 @@ int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_by
   spill_arch a;
   uint64_t rec, trunk;
   SPILL_TRY(spill_plan_k3_shape_dtype(mx ? SPILL_DT_MXFP4 : SPILL_DT_RVQ3, &a, &rec, &trunk, e));
+  if (threads <= 0) threads = spill_cpu_physical_cores(); /* threads auto */
   SPILL_TRY(spill_plan_compute(&a, rec, trunk, ctx, threads, plan, e));
   return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
                            0, e);
 }
 
 uint64_t spill_usable_ram(void) { return spill_plan_usable_ram(); }
+
+int spill_physical_cores(void) { return spill_cpu_physical_cores(); }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/base/cpu_cores.h"
 #include "engine/base/alloc.h"
 #include "engine/format/container.h"
 #include "engine/plan/ram_plan.h"
@@ -95,6 +96,7 @@ int spill_plan_recipe(const spill_gen_request *req, int ctx, int threads, uint64
   int rc = planned_trunk_bytes(&m, &trunk, e);
   /* the knobs' defaults and the container's int16-LUT choice, as
    * spill_plan_model plans the written container */
+  if (threads <= 0) threads = spill_cpu_physical_cores(); /* threads auto, as the engine */
   const spill_model_mem_opts mo = {ctx, threads, 16, 0, spill_model_rvq3_qlut(m.expert_dtype), 0};
   if (rc == SPILL_OK) rc = spill_plan_compute_run(&m.arch, m.record_bytes, trunk, &mo, plan, e);
   if (bos_id) *bos_id = m.arch.bos_id;
