@@ -34,6 +34,22 @@ for v in air full plain; do
   done
 done
 
+# transformers >= 5 writes rope_theta and partial_rotary_factor inside
+# rope_parameters: the same model, the same logits
+mutate_dir() { # $1 = name, $2 = source directory, $3 = python statement on cfg
+  rm -rf "$TMP/$1"
+  cp -r "$2" "$TMP/$1"
+  $PY - "$TMP/$1/config.json" "$3" <<'PY'
+import json, sys
+p = sys.argv[1]
+cfg = json.load(open(p))
+exec(sys.argv[2])
+json.dump(cfg, open(p, "w"))
+PY
+}
+mutate_dir rparams "$TMP/plain-F32" 'cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.pop("rope_theta"), "partial_rotary_factor": cfg.pop("partial_rotary_factor")}'
+import_check "$TMP/rparams" "hf plain F32, rope in rope_parameters" "--tol 1e-4"
+
 # The MTP layer is named in the summary; the arch carries the new GQA fields
 "$SPILL" import "$TMP/air-F32.gguf" "$TMP/sum.spill" 2>"$TMP/err" >/dev/null
 grep -q "skipped source layers 3..3 (next-token prediction, nextn/MTP)" "$TMP/err" &&
@@ -78,16 +94,8 @@ expect_err() { # $1 = grep pattern, $2 = source
   grep -q -- "$pat" "$TMP/err" && ok "refused ($pat): $(tail -1 "$TMP/err" | cut -c1-150)" || bad "wrong error for $pat: $(tail -1 "$TMP/err")"
   "$SPILL" verify "$src.spill" >/dev/null 2>&1 && bad "verify accepts a failed import ($pat)"
 }
-mutate() { # $1 = name, $2 = variant directory, $3 = python statement on cfg (the parsed config.json)
-  rm -rf "$TMP/$1"
-  cp -r "$TMP/$2-F32" "$TMP/$1"
-  $PY - "$TMP/$1/config.json" "$3" <<'PY'
-import json, sys
-p = sys.argv[1]
-cfg = json.load(open(p))
-exec(sys.argv[2])
-json.dump(cfg, open(p, "w"))
-PY
+mutate() { # $1 = name, $2 = variant, $3 = python statement on cfg (the parsed config.json)
+  mutate_dir "$1" "$TMP/$2-F32" "$3"
 }
 mutate key air 'cfg["sliding_window"] = 4096'; expect_err '"sliding_window" is not understood for glm4_moe' "$TMP/key"
 mutate rs air 'cfg["rope_scaling"] = {"type": "yarn", "factor": 4.0}'; expect_err "rope_scaling = .*RoPE scaling" "$TMP/rs"

@@ -294,8 +294,9 @@ class Model:
         self.eps = cfg["rms_norm_eps"]
         self.H, self.Hk = cfg["num_attention_heads"], cfg["num_key_value_heads"]
         self.d = cfg.get("head_dim") or cfg["hidden_size"] // self.H
-        self.rd = int(self.d * cfg.get("partial_rotary_factor", 0.5))
-        self.theta = cfg.get("rope_theta", 10000.0)
+        rp = cfg.get("rope_parameters") or cfg  # transformers >= 5 nests them
+        self.rd = int(self.d * rp.get("partial_rotary_factor", 0.5))
+        self.theta = rp.get("rope_theta", 10000.0)
         self.k = cfg["num_experts_per_tok"]
         self.ng, self.tg = cfg.get("n_group", 1), cfg.get("topk_group", 1)
         self.norm = cfg.get("norm_topk_prob", True)
