@@ -45,7 +45,7 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
          "\"bytes_read\": %llu, \"reads\": %llu, \"io_wait_s\": %.4f, \"major_faults\": %llu, "
          "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
          "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
-         "\"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
+         "\"parallel_sections\": %llu, \"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
          "\"routing_trace\": %s%s%s, \"lookahead_precision_by_rank\": [",
          model, st->tokens_prefill, st->tokens_decode, st->decode_tok_per_s, st->decode_s,
          st->prefill_s, (unsigned long long)st->demand_hits,
@@ -58,6 +58,7 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
                               : c->cache_slots >= 0         ? (uint64_t)c->cache_slots
                                                             : spill_engine_plan(eng)->cache_slots),
          (unsigned long long)spill_engine_plan(eng)->budget, c->threads,
+         (unsigned long long)st->compute_parallel_sections,
          (unsigned long long)st->max_reads_in_flight, (unsigned long long)c->io_throttle,
          c->io_throttle ? "true" : "false", c->routing_trace ? "\"" : "",
          c->routing_trace ? c->routing_trace : "null", c->routing_trace ? "\"" : "");

@@ -6,8 +6,8 @@
  * with an atomic counter, as does the caller (thread 0). The caller returns
  * once every task has run. Before publishing the next job the caller waits
  * until no worker still holds the previous one (busy == 0), so a late worker
- * can never run an old fn on a new task index. Spinning matters because a
- * decode step issues thousands of small jobs; each worker spins at most
+ * can never run an old fn on a new task index. A short spin catches the
+ * next job of a burst (attention's matvecs); each worker spins at most
  * SPIN_ITERS polls before sleeping.
  */
 #include <pthread.h>
@@ -23,7 +23,11 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_ITERS 20000
+/* ~2000 pauses (tens of microseconds) before sleeping: a MoE layer is one
+ * job now (moe.c), so workers wait between the few jobs of attention and
+ * the output matrix; a longer spin took a core the reader's threads need on
+ * a 2-vCPU machine (docs/PERFORMANCE.md; was 20000). */
+#define SPIN_ITERS 2000
 
 typedef struct worker_arg {
   spill_pool *p;
