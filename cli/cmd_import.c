@@ -83,7 +83,8 @@ static int print_architectures(void) {
     const spill_import_arch *a = spill_import_arch_at(i);
     printf("| %s |", a->name);
     for (int k = 0; k < 4 && a->hf_model_type[k]; k++) printf("%s`%s`", k ? ", " : " ", a->hf_model_type[k]);
-    if (!a->hf_model_type[0]) printf(" -");
+    if (a->hf_class) printf("%s`architectures` `%s`", a->hf_model_type[0] ? ", " : " ", a->hf_class);
+    if (!a->hf_model_type[0] && !a->hf_class) printf(" -");
     if (a->gguf_arch)
       printf(" | `%s`%s%s |\n", a->gguf_arch, a->gguf_note ? " " : "", a->gguf_note ? a->gguf_note : "");
     else

@@ -42,24 +42,6 @@ static int refuse(const char *key, const char *why, spill_err *e) {
                        KL ": %s changes the maths and is not supported for kimi_linear (%s)", key, why);
 }
 
-/* A 1-based layer list of linear_attn_config; marks[l] |= bit. */
-static int layer_list(const cJSON *la, const char *key, int L, uint8_t *marks, uint8_t bit,
-                      spill_err *e) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(la, key);
-  if (!a || cJSON_IsNull(a)) return SPILL_OK;
-  SPILL_FAIL_IF(e, !cJSON_IsArray(a), SPILL_E_FORMAT, KL ": linear_attn_config.%s is not an array", key);
-  for (const cJSON *x = a->child; x; x = x->next) {
-    const double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
-    SPILL_FAIL_IF(e, v != (double)(int)v || v < 1 || v > L, SPILL_E_FORMAT,
-                  KL ": linear_attn_config.%s holds %.40s, not a 1-based layer number in [1, %d]", key,
-                  cJSON_IsNumber(x) ? "a value out of range" : "a non-number", L);
-    SPILL_FAIL_IF(e, marks[(int)v - 1] & bit, SPILL_E_FORMAT, KL ": linear_attn_config.%s lists layer %d twice",
-                  key, (int)v);
-    marks[(int)v - 1] |= bit;
-  }
-  return SPILL_OK;
-}
-
 /* linear_attn_config: KDA dims and which layers are KDA (1-based lists, as
  * the published config and the modelling code's is_kda_layer(i) = i+1 in
  * kda_layers); full_attn_layers, when given, must be the complement. */
@@ -77,10 +59,10 @@ static int hf_linear_attn(const cJSON *root, kl_cfg *c, spill_err *e) {
                            "the maths; refusing)", it->string);
   const char *p = KL " linear_attn_config";
   uint8_t m[SPILL_MAX_LAYERS] = {0};
-  SPILL_TRY(layer_list(la, "kda_layers", c->L, m, 1, e));
+  SPILL_TRY(imp_cfg_layer_list(la, KL, "kda_layers", c->L, m, 1, e));
   const cJSON *fa = cJSON_GetObjectItemCaseSensitive(la, "full_attn_layers");
   if (fa && !cJSON_IsNull(fa)) {
-    SPILL_TRY(layer_list(la, "full_attn_layers", c->L, m, 2, e));
+    SPILL_TRY(imp_cfg_layer_list(la, KL, "full_attn_layers", c->L, m, 2, e));
     for (int l = 0; l < c->L; l++)
       SPILL_FAIL_IF(e, m[l] != 1 && m[l] != 2, SPILL_E_FORMAT,
                     KL ": layer %d is in %s", l + 1,
@@ -297,34 +279,11 @@ static int T(imp_src *s, const kl_cfg *c, imp_plan *p, int l, const char *dst, c
   return imp_add_layer(s, p, l, dst, g, h, nd, r, co, 0, e);
 }
 
-/* Like T for a source whose shape is [rows, cols] (cols 0: [rows]) with
- * extra unit dimensions (HF conv weights (C, 1, K), A_log (1, 1, H, 1);
- * GGUF conv numpy (1, C, 1, K), ssm_a (1, 1, H, 1)); f32: the container
- * keeps it as f32. */
+/* T for a source of shape [rows, cols] up to unit dimensions (import_plan.c). */
 static int T_squeezed(imp_src *s, const kl_cfg *c, imp_plan *p, int l, const char *dst, const char *g,
                       const char *h, uint64_t rows, uint64_t cols, int f32, spill_err *e) {
-  imp_trunk *t = &p->trunk[p->n_trunk];
-  memset(t, 0, sizeof *t);
-  char b[200];
-  snprintf(t->name, sizeof t->name, "blk.%d.%s", l, dst);
-  snprintf(b, sizeof b, c->G ? "blk.%d.%s" : "model.layers.%d.%s", l, c->G ? g : h);
-  SPILL_TRY(imp_need(s, b, &t->src, e));
-  uint64_t got[SPILL_SRC_MAX_DIMS], want[2];
-  int ng = 0, nw = 0;
-  for (int i = 0; i < t->src->ndim; i++)
-    if (t->src->shape[i] != 1) got[ng++] = t->src->shape[i];
-  if (rows != 1) want[nw++] = rows;
-  if (cols > 1) want[nw++] = cols;
-  if (ng != nw || (nw > 0 && memcmp(got, want, (size_t)nw * sizeof *got)))
-    return spill_err_set(e, SPILL_E_FORMAT, "tensor %s: shape is not [%llu, %llu] up to unit dimensions", b,
-                         (unsigned long long)rows, (unsigned long long)(cols ? cols : 1));
-  SPILL_FAIL_IF(e, t->src->dtype == SPILL_SRC_F8_E4M3, SPILL_E_UNSUPPORTED, "tensor %s: FP8 is not supported here", b);
-  t->ndim = cols ? 2 : 1;
-  t->rows = rows;
-  t->cols = cols ? cols : 1;
-  t->f32 = f32;
-  p->n_trunk++;
-  return SPILL_OK;
+  (void)c;
+  return imp_add_squeezed(s, p, l, dst, g, h, rows, cols, f32, 0, e);
 }
 
 /* GGUF names per llama.cpp's convert_hf_to_gguf (KimiLinearModel): q/k/v

@@ -22,16 +22,17 @@
 #include "engine/import/import_internal.h"
 
 const imp_arch_row imp_arch_rows[] = {
-    {{"Qwen3-MoE", {"qwen3_moe"}, "qwen3moe", NULL}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf, IMP_GQA_QWEN3MOE},
-    {{"OLMoE", {"olmoe"}, "olmoe", NULL}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf, IMP_GQA_OLMOE},
-    {{"Mixtral", {"mixtral"}, "llama", "with experts"}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf,
+    {{"Qwen3-MoE", {"qwen3_moe"}, "qwen3moe", NULL, NULL}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf, IMP_GQA_QWEN3MOE},
+    {{"OLMoE", {"olmoe"}, "olmoe", NULL, NULL}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf, IMP_GQA_OLMOE},
+    {{"Mixtral", {"mixtral"}, "llama", "with experts", NULL}, imp_gqa_moe_plan_hf, imp_gqa_moe_plan_gguf,
      IMP_GQA_MIXTRAL},
-    {{"DeepSeek-V2/V3, Kimi-K2", {"deepseek_v2", "deepseek_v3", "kimi_k2"}, "deepseek2", NULL},
+    {{"DeepSeek-V2/V3, Kimi-K2", {"deepseek_v2", "deepseek_v3", "kimi_k2"}, "deepseek2", NULL, NULL},
      imp_deepseek_plan_hf, imp_deepseek_plan_gguf, 0},
-    {{"Kimi-Linear", {"kimi_linear"}, "kimi-linear", NULL}, imp_kimi_linear_plan_hf, imp_kimi_linear_plan_gguf,
+    {{"Kimi-Linear", {"kimi_linear"}, "kimi-linear", NULL, NULL}, imp_kimi_linear_plan_hf, imp_kimi_linear_plan_gguf,
      0},
-    {{"Kimi K3", {NULL}, "kimi-k3", NULL}, NULL, imp_kimi_k3_plan_gguf, 0},
-    {{"GLM-4.5/4.6/4.7", {"glm4_moe"}, "glm4moe", NULL}, imp_glm4moe_plan_hf, imp_glm4moe_plan_gguf, 0},
+    {{"Kimi K3", {NULL}, "kimi-k3", NULL, "KimiK3ForConditionalGeneration"}, imp_kimi_k3_plan_hf,
+     imp_kimi_k3_plan_gguf, 0},
+    {{"GLM-4.5/4.6/4.7", {"glm4_moe"}, "glm4moe", NULL, NULL}, imp_glm4moe_plan_hf, imp_glm4moe_plan_gguf, 0},
 };
 const int imp_n_arch_rows = (int)(sizeof imp_arch_rows / sizeof imp_arch_rows[0]);
 
@@ -66,6 +67,18 @@ static const imp_arch_row *find_hf(const char *model_type) {
   return NULL;
 }
 
+/* The row claiming config.json's architectures[0] (a class name), or NULL. */
+static const imp_arch_row *find_hf_class(const cJSON *root) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+  const cJSON *c = cJSON_IsArray(a) ? a->child : NULL;
+  if (!cJSON_IsString(c)) return NULL;
+  for (int i = 0; i < imp_n_arch_rows; i++)
+    if (imp_arch_rows[i].plan_hf && imp_arch_rows[i].info.hf_class &&
+        !strcmp(imp_arch_rows[i].info.hf_class, c->valuestring))
+      return &imp_arch_rows[i];
+  return NULL;
+}
+
 static const imp_arch_row *find_gguf(const char *arch) {
   for (int i = 0; i < imp_n_arch_rows; i++)
     if (imp_arch_rows[i].plan_gguf && imp_arch_rows[i].info.gguf_arch &&
@@ -91,9 +104,11 @@ static int plan_hf(imp_src *s, const char *dir, imp_plan *p, spill_err *e) {
     return spill_err_set(e, SPILL_E_FORMAT, "%s: not a JSON object", path);
   }
   const char *mt = NULL;
-  const imp_arch_row *row = NULL;
-  int rc = spill_json_str(root, "model_type", "config.json", 31, &mt, SPILL_E_FORMAT, e);
-  if (rc == SPILL_OK) {
+  const imp_arch_row *row = find_hf_class(root);
+  int rc = SPILL_OK;
+  if (row) { /* the class decides (Kimi K3's text_config says kimi_linear) */
+    snprintf(s->arch_name, sizeof s->arch_name, "%s", row->info.hf_class);
+  } else if ((rc = spill_json_str(root, "model_type", "config.json", 31, &mt, SPILL_E_FORMAT, e)) == SPILL_OK) {
     snprintf(s->arch_name, sizeof s->arch_name, "%s", mt);
     row = find_hf(mt);
     if (!row)

@@ -77,6 +77,8 @@ typedef struct spill_import_arch {
   const char *hf_model_type[4]; /* config.json model_type values, NULL-terminated */
   const char *gguf_arch;        /* GGUF general.architecture, or NULL */
   const char *gguf_note;        /* a condition on the GGUF ("with experts"), or NULL */
+  const char *hf_class;         /* config.json architectures[0] that picks the row whatever the
+                                 * model_type (Kimi K3's KimiK3ForConditionalGeneration), or NULL */
 } spill_import_arch;
 
 /* The number of rows, and row i (static, never freed; NULL outside

@@ -25,6 +25,15 @@ typedef struct imp_src {
   uint8_t *used;        /* (n source tensors) consumed by the plan */
   char arch_name[32];
   uint32_t fp8_block[2]; /* safetensors FP8 weight_block_size (rows, cols), 0 = none */
+  /* Hugging Face names: every name the plan asks for is looked up as
+   * hf_prefix + name ("language_model." for Kimi K3's wrapper); "" = none */
+  char hf_prefix[32];
+  /* tensors under these name prefixes are not part of the text model and
+   * are skipped (counted in n_skipped, named in the import summary), e.g.
+   * "vision_tower." and "mm_projector."; NULL-terminated, or NULL */
+  const char *const *skip_prefixes;
+  int n_skipped;
+  int ct_mxfp4; /* config.json quantization_config: compressed-tensors mxfp4-pack-quantized */
 } imp_src;
 
 /* One trunk tensor of the container. */
@@ -49,6 +58,9 @@ typedef struct imp_trunk {
   /* vector stored as A = -exp(A_log) (GGUF kimi-linear ssm_a): written as
    * log(-A), the container's attn_a_log; every value must be < 0 */
   int log_neg;
+  /* vector written as src * mul elementwise in f32 (HF Kimi K3's AttnRes
+   * <x>_res_norm * <x>_res_proj, llama.cpp's fused score vector), or NULL */
+  const spill_src_tensor *mul;
 } imp_trunk;
 
 /* Sources of one MoE layer's experts, sections gate, up, down. */
@@ -56,6 +68,10 @@ typedef struct imp_moe_layer {
   const spill_src_tensor *stacked[SPILL_SEC_COUNT]; /* GGUF (E, rows, cols) */
   const spill_src_tensor **per[SPILL_SEC_COUNT];    /* HF: (E) pointers */
   const spill_src_tensor **scale[SPILL_SEC_COUNT];  /* HF FP8 scale_inv per expert, or NULL */
+  /* HF compressed-tensors MXFP4: per[k][x] is weight_packed (uint8 [rows,
+   * cols/2]) and mx_scale[k][x] its weight_scale (e8m0 [rows, cols/32]),
+   * repacked into ggml's MXFP4 blocks when read; NULL otherwise */
+  const spill_src_tensor **mx_scale[SPILL_SEC_COUNT];
 } imp_moe_layer;
 
 typedef struct imp_plan {
@@ -128,6 +144,30 @@ int imp_gguf_experts(imp_src *s, imp_moe_layer *m, int k, const char *name, uint
  * (H (dn + dv), dc), joined by import_run.c. */
 int imp_add_kv_b_split(imp_src *s, imp_plan *p, const char *pre, int l, uint64_t H, uint64_t dc,
                        uint64_t dn, uint64_t dv, spill_err *e);
+/* HF compressed-tensors MXFP4 experts of section k: "<pre><mid>.<x>.<leaf>.weight_packed"
+ * (uint8 [rows, cols/2]) and ".weight_scale" (uint8 or F8_E8M0 [rows,
+ * cols/32]) for x < E; each missing or misshapen one is named. */
+int imp_hf_experts_mxfp4(imp_src *s, imp_moe_layer *m, int k, const char *pre, const char *mid, const char *leaf,
+                         uint64_t E, uint64_t rows, uint64_t cols, spill_err *e);
+/* Adds trunk tensor "blk.<l>.<dst>" from the layer's GGUF tensor "blk.<l>.<gguf>"
+ * or HF tensor "model.layers.<l>.<hf>" whose shape is [rows, cols] (cols 0:
+ * [rows]) up to unit dimensions (conv weights (C, 1, K) / (1, C, 1, K);
+ * A_log (1, 1, H, 1)); f32: written as f32 whatever --trunk says. longer:
+ * a vector may hold more than rows values (padded storage: the first rows
+ * are taken). */
+int imp_add_squeezed(imp_src *s, imp_plan *p, int l, const char *dst, const char *gguf, const char *hf,
+                     uint64_t rows, uint64_t cols, int f32, int longer, spill_err *e);
+/* config.json linear_attn_config's 1-based layer list `key` (null/absent:
+ * nothing): marks[l] |= bit for each, a repeat or an out-of-range entry
+ * named (path names the file in errors). */
+int imp_cfg_layer_list(const struct cJSON *la, const char *path, const char *key, int L, uint8_t *marks,
+                       uint8_t bit, spill_err *e);
+/* config.json quantization_config of quant_method compressed-tensors: only
+ * format mxfp4-pack-quantized with 4-bit float weights in groups of 32 and
+ * no activation, KV-cache, sparsity or transform scheme (each other value
+ * refused by name); sets s->ct_mxfp4. */
+int imp_cfg_ct_mxfp4(const struct cJSON *q, imp_src *s, spill_err *e);
+
 /* Every source tensor must be consumed (skip_layer_from: tensors named
  * model.layers.N.* (GGUF: blk.N.*) with N >= it are ignored (DeepSeek / GLM
  * MTP layers); -1 none),
@@ -171,7 +211,9 @@ int imp_kimi_linear_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e
 int imp_glm4moe_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
                         spill_err *e);
 int imp_glm4moe_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
-/* arch_kimi_k3.c: Kimi K3 as released (GGUF kimi-k3). */
+/* arch_kimi_k3.c: Kimi K3 as released (GGUF kimi-k3; HF KimiK3ForConditionalGeneration). */
+int imp_kimi_k3_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
+                        spill_err *e);
 int imp_kimi_k3_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
 
 /* ---- The registry (arch_registry.c): one row per architecture ---- */

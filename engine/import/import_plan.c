@@ -37,6 +37,11 @@ const spill_src_tensor *imp_src_tensor(const imp_src *s, int i) {
 }
 
 const spill_src_tensor *imp_src_find(imp_src *s, const char *name) {
+  char full[SPILL_SRC_NAME_MAX + 64];
+  if (!s->is_gguf && s->hf_prefix[0]) {
+    snprintf(full, sizeof full, "%s%s", s->hf_prefix, name);
+    name = full;
+  }
   const spill_src_tensor *t = s->is_gguf ? spill_gguf_find(&s->gg, name) : spill_st_find(&s->st, name);
   if (t) s->used[t - imp_src_tensor(s, 0)] = 1;
   return t;
@@ -86,6 +91,7 @@ void imp_plan_free(imp_plan *p) {
       for (int k = 0; k < SPILL_SEC_COUNT; k++) {
         free(p->moe[l].per[k]);
         free(p->moe[l].scale[k]);
+        free(p->moe[l].mx_scale[k]);
       }
   free(p->moe);
   free(p->trunk);
@@ -110,7 +116,8 @@ int imp_check_shape(const spill_src_tensor *t, int ndim, uint64_t a, uint64_t b,
 
 int imp_need(imp_src *s, const char *name, const spill_src_tensor **out, spill_err *e) {
   *out = imp_src_find(s, name);
-  SPILL_FAIL_IF(e, !*out, SPILL_E_FORMAT, "%s tensor %s is missing", s->arch_name, name);
+  SPILL_FAIL_IF(e, !*out, SPILL_E_FORMAT, "%s tensor %s%s is missing", s->arch_name,
+                s->is_gguf ? "" : s->hf_prefix, name);
   return SPILL_OK;
 }
 
@@ -188,6 +195,35 @@ int imp_plan_shared_experts(imp_src *s, imp_plan *p, int l, uint64_t D, uint64_t
     snprintf(h, sizeof h, "%s.%s.weight", hf_mid, hf[k]);
     SPILL_TRY(imp_add_layer(s, p, l, dst[k], g, h, 2, k == 2 ? D : S, k == 2 ? S : D, 0, e));
   }
+  return SPILL_OK;
+}
+
+int imp_add_squeezed(imp_src *s, imp_plan *p, int l, const char *dst, const char *gguf, const char *hf,
+                     uint64_t rows, uint64_t cols, int f32, int longer, spill_err *e) {
+  imp_trunk *t = &p->trunk[p->n_trunk];
+  memset(t, 0, sizeof *t);
+  char b[200];
+  snprintf(t->name, sizeof t->name, "blk.%d.%s", l, dst);
+  snprintf(b, sizeof b, s->is_gguf ? "blk.%d.%s" : "model.layers.%d.%s", l, s->is_gguf ? gguf : hf);
+  SPILL_TRY(imp_need(s, b, &t->src, e));
+  uint64_t got[SPILL_SRC_MAX_DIMS], want[2];
+  int ng = 0, nw = 0;
+  for (int i = 0; i < t->src->ndim; i++)
+    if (t->src->shape[i] != 1) got[ng++] = t->src->shape[i];
+  if (rows != 1) want[nw++] = rows;
+  if (cols > 1) want[nw++] = cols;
+  const int pad_ok = longer && !cols && ng == 1 && nw == 1 && got[0] >= want[0];
+  if (!pad_ok && (ng != nw || (nw > 0 && memcmp(got, want, (size_t)nw * sizeof *got))))
+    return spill_err_set(e, SPILL_E_FORMAT, "tensor %s%s: shape is not [%llu, %llu]%s up to unit dimensions",
+                         s->is_gguf ? "" : s->hf_prefix, b, (unsigned long long)rows,
+                         (unsigned long long)(cols ? cols : 1), longer ? " (or a longer vector)" : "");
+  SPILL_FAIL_IF(e, t->src->dtype == SPILL_SRC_F8_E4M3, SPILL_E_UNSUPPORTED, "tensor %s: FP8 is not supported here",
+                t->src->name);
+  t->ndim = cols ? 2 : 1;
+  t->rows = rows;
+  t->cols = cols ? cols : 1;
+  t->f32 = f32;
+  p->n_trunk++;
   return SPILL_OK;
 }
 
@@ -299,6 +335,94 @@ int imp_cfg_bos_eos(const cJSON *root, const char *dir, int *bos, int *eos, spil
     }
   }
   return rc;
+}
+
+int imp_cfg_layer_list(const cJSON *la, const char *path, const char *key, int L, uint8_t *marks,
+                       uint8_t bit, spill_err *e) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(la, key);
+  if (!a || cJSON_IsNull(a)) return SPILL_OK;
+  SPILL_FAIL_IF(e, !cJSON_IsArray(a), SPILL_E_FORMAT, "%s: linear_attn_config.%s is not an array", path, key);
+  for (const cJSON *x = a->child; x; x = x->next) {
+    const double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
+    SPILL_FAIL_IF(e, v != (double)(int)v || v < 1 || v > L, SPILL_E_FORMAT,
+                  "%s: linear_attn_config.%s holds %.40s, not a 1-based layer number in [1, %d]", path, key,
+                  cJSON_IsNumber(x) ? "a value out of range" : "a non-number", L);
+    SPILL_FAIL_IF(e, marks[(int)v - 1] & bit, SPILL_E_FORMAT, "%s: linear_attn_config.%s lists layer %d twice",
+                  path, key, (int)v);
+    marks[(int)v - 1] |= bit;
+  }
+  return SPILL_OK;
+}
+
+/* Refuses a member of object o (named path) outside keys, naming it. */
+static int ct_only(const cJSON *o, const char *path, const char *const *keys, spill_err *e) {
+  SPILL_FAIL_IF(e, !cJSON_IsObject(o), SPILL_E_FORMAT, "config.json: %s is not an object", path);
+  for (const cJSON *it = o->child; it; it = it->next)
+    SPILL_FAIL_IF(e, !in_list(keys, it->string), SPILL_E_UNSUPPORTED,
+                  "config.json: %s.%.60s is not understood (it may change the maths; refusing)", path, it->string);
+  return SPILL_OK;
+}
+
+/* o.key must be absent, null or an empty object/array (a scheme not used). */
+static int ct_unused(const cJSON *o, const char *path, const char *key, const char *why, spill_err *e) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!v || cJSON_IsNull(v) || ((cJSON_IsObject(v) || cJSON_IsArray(v)) && !v->child)) return SPILL_OK;
+  return spill_err_set(e, SPILL_E_UNSUPPORTED, "config.json: %s.%s is set: %s is not supported", path, key, why);
+}
+
+static int ct_str_is(const cJSON *o, const char *path, const char *key, const char *want, int required,
+                     spill_err *e) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if ((!v || cJSON_IsNull(v)) && !required) return SPILL_OK;
+  SPILL_FAIL_IF(e, !cJSON_IsString(v) || strcmp(v->valuestring, want), SPILL_E_UNSUPPORTED,
+                "config.json: %s.%s is not \"%s\" (only compressed-tensors %s is supported)", path, key, want,
+                "mxfp4-pack-quantized");
+  return SPILL_OK;
+}
+
+int imp_cfg_ct_mxfp4(const cJSON *q, imp_src *s, spill_err *e) {
+  static const char *const top[] = {"quant_method", "format", "config_groups", "ignore", "quantization_status",
+                                    "global_compression_ratio", "version", "kv_cache_scheme", "sparsity_config",
+                                    "transform_config", "provider", NULL};
+  static const char *const grp[] = {"targets", "weights", "input_activations", "output_activations", "format",
+                                    NULL};
+  static const char *const wts[] = {"num_bits", "type", "group_size", "strategy", "symmetric", "dynamic",
+                                    "observer", "observer_kwargs", "actorder", "block_structure", "scale_dtype",
+                                    "zp_dtype", NULL};
+  const char *P = "quantization_config";
+  SPILL_TRY(ct_only(q, P, top, e));
+  SPILL_TRY(ct_str_is(q, P, "quant_method", "compressed-tensors", 1, e));
+  SPILL_TRY(ct_str_is(q, P, "format", "mxfp4-pack-quantized", 1, e));
+  SPILL_TRY(ct_unused(q, P, "kv_cache_scheme", "a quantised KV cache", e));
+  SPILL_TRY(ct_unused(q, P, "sparsity_config", "sparse weights", e));
+  SPILL_TRY(ct_unused(q, P, "transform_config", "a weight/activation transform", e));
+  const cJSON *cg = cJSON_GetObjectItemCaseSensitive(q, "config_groups");
+  SPILL_FAIL_IF(e, !cJSON_IsObject(cg) || !cg->child, SPILL_E_FORMAT,
+                "config.json: quantization_config.config_groups is missing or empty");
+  for (const cJSON *g = cg->child; g; g = g->next) {
+    char gp[160], wp[200];
+    snprintf(gp, sizeof gp, "%s.config_groups.%.60s", P, g->string);
+    SPILL_TRY(ct_only(g, gp, grp, e));
+    SPILL_TRY(ct_str_is(g, gp, "format", "mxfp4-pack-quantized", 0, e));
+    SPILL_TRY(ct_unused(g, gp, "input_activations", "activation quantisation", e));
+    SPILL_TRY(ct_unused(g, gp, "output_activations", "output quantisation", e));
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(g, "weights");
+    snprintf(wp, sizeof wp, "%s.weights", gp);
+    SPILL_TRY(ct_only(w, wp, wts, e));
+    int bits, gs;
+    SPILL_TRY(imp_cfg_int(w, wp, "num_bits", 1, 64, 0, 1, &bits, e));
+    SPILL_TRY(imp_cfg_int(w, wp, "group_size", 1, 1 << 20, 32, 0, &gs, e));
+    SPILL_FAIL_IF(e, bits != 4 || gs != 32, SPILL_E_UNSUPPORTED,
+                  "config.json: %s: num_bits %d / group_size %d: MXFP4 is 4 bits in groups of 32", wp, bits, gs);
+    SPILL_TRY(ct_str_is(w, wp, "type", "float", 1, e));
+    SPILL_TRY(ct_unused(w, wp, "actorder", "activation ordering", e));
+    SPILL_TRY(ct_unused(w, wp, "block_structure", "block quantisation", e));
+    const cJSON *sym = cJSON_GetObjectItemCaseSensitive(w, "symmetric");
+    SPILL_FAIL_IF(e, sym && !cJSON_IsNull(sym) && !cJSON_IsTrue(sym), SPILL_E_UNSUPPORTED,
+                  "config.json: %s.symmetric is not true: MXFP4 has no zero point", wp);
+  }
+  s->ct_mxfp4 = 1;
+  return SPILL_OK;
 }
 
 /* ---- GGUF metadata ---- */
@@ -418,11 +542,55 @@ int imp_hf_experts(imp_src *s, imp_moe_layer *m, int k, const char *pre, const c
   return SPILL_OK;
 }
 
+/* uint8 bytes: safetensors U8, or F8_E8M0 for a scale (an e8m0 byte). */
+static int is_u8(const spill_src_tensor *t, int e8m0_ok) {
+  return t->dtype == SPILL_SRC_OTHER &&
+         (!strcmp(t->other_name, "U8") || (e8m0_ok && !strcmp(t->other_name, "F8_E8M0")));
+}
+
+int imp_hf_experts_mxfp4(imp_src *s, imp_moe_layer *m, int k, const char *pre, const char *mid, const char *leaf,
+                         uint64_t E, uint64_t rows, uint64_t cols, spill_err *e) {
+  char b[SPILL_SRC_NAME_MAX];
+  SPILL_FAIL_IF(e, cols % 32, SPILL_E_FORMAT, "%s%s.*.%s: %llu input columns are not whole MXFP4 blocks of 32",
+                pre, mid, leaf, (unsigned long long)cols);
+  m->per[k] = calloc((size_t)E, sizeof *m->per[k]);
+  m->scale[k] = calloc((size_t)E, sizeof *m->scale[k]);
+  m->mx_scale[k] = calloc((size_t)E, sizeof *m->mx_scale[k]);
+  SPILL_FAIL_IF(e, !m->per[k] || !m->scale[k] || !m->mx_scale[k], SPILL_E_NOMEM, "out of memory");
+  for (uint64_t x = 0; x < E; x++) {
+    const spill_src_tensor *pk, *sc;
+    snprintf(b, sizeof b, "%s%s.%llu.%s.weight_packed", pre, mid, (unsigned long long)x, leaf);
+    SPILL_TRY(imp_need(s, b, &pk, e));
+    SPILL_FAIL_IF(e, !is_u8(pk, 0), SPILL_E_FORMAT, "tensor %s: dtype %s, compressed-tensors MXFP4 packs into U8",
+                  pk->name, pk->dtype == SPILL_SRC_OTHER ? pk->other_name : spill_src_dtype_traits(pk->dtype)->name);
+    SPILL_TRY(imp_check_shape(pk, 2, rows, cols / 2, e));
+    snprintf(b, sizeof b, "%s%s.%llu.%s.weight_scale", pre, mid, (unsigned long long)x, leaf);
+    SPILL_TRY(imp_need(s, b, &sc, e));
+    SPILL_FAIL_IF(e, !is_u8(sc, 1), SPILL_E_FORMAT, "tensor %s: dtype %s, MXFP4 scales are e8m0 bytes (U8 or F8_E8M0)",
+                  sc->name, sc->dtype == SPILL_SRC_OTHER ? sc->other_name : spill_src_dtype_traits(sc->dtype)->name);
+    SPILL_TRY(imp_check_shape(sc, 2, rows, cols / 32, e));
+    m->per[k][x] = pk;
+    m->mx_scale[k][x] = sc;
+  }
+  return SPILL_OK;
+}
+
 int imp_check_consumed(imp_src *s, const imp_plan *p, int skip_layer_from, spill_err *e) {
   for (int i = 0; i < imp_src_n_tensors(s); i++) {
     const char *n = imp_src_tensor(s, i)->name;
     int layer;
     if (s->used[i] || ends_with(n, "rotary_emb.inv_freq")) continue;
+    int skip = 0;
+    for (const char *const *sp = s->skip_prefixes; sp && *sp && !skip; sp++)
+      skip = !strncmp(n, *sp, strlen(*sp));
+    if (skip) {
+      s->n_skipped++;
+      continue;
+    }
+    if (ends_with(n, ".weight_packed") || ends_with(n, ".weight_scale"))
+      return spill_err_set(e, SPILL_E_UNSUPPORTED,
+                           "source tensor %s: a compressed-tensors MXFP4 tensor outside the routed experts "
+                           "(only the routed experts are read as MXFP4; refusing)", n);
     if (skip_layer_from >= 0 &&
         (sscanf(n, s->is_gguf ? "blk.%d." : "model.layers.%d.", &layer) == 1) && layer >= skip_layer_from)
       continue;

@@ -77,6 +77,8 @@ typedef struct conv {
   size_t row_cap;
   float *scale;   /* FP8 scale grid */
   size_t scale_cap;
+  uint8_t *ct;    /* compressed-tensors MXFP4: packed bytes, then scale bytes */
+  size_t ct_cap;
   const float *rvq_cb; /* rvq3 target: the (layer, matrix) codebook, 768 x 8 */
   float *mat;          /* rvq3 target: the whole matrix in f32 (rows x cols) */
   size_t mat_cap;
@@ -600,14 +602,16 @@ static int choose_keep_experts(const imp_src *s, const imp_plan *p, spill_manife
         const spill_src_tensor *t = s->is_gguf ? p->moe[l].stacked[k] : p->moe[l].per[k][x];
         spill_dtype dt;
         uint32_t g;
-        SPILL_FAIL_IF(e, keep_dtype(t->dtype, &dt, &g) != 0, SPILL_E_UNSUPPORTED,
+        /* compressed-tensors MXFP4 reads as ggml MXFP4 (the repack in read_section) */
+        const spill_src_dtype sd = !s->is_gguf && p->moe[l].mx_scale[k] ? SPILL_SRC_MXFP4 : t->dtype;
+        SPILL_FAIL_IF(e, keep_dtype(sd, &dt, &g) != 0, SPILL_E_UNSUPPORTED,
                       "expert tensor %s: source type %s has no container format with the same "
                       "numbers; name a target (--experts q8|q4|rvq3)",
                       t->name, spill_src_dtype_traits(t->dtype)->name);
         SPILL_FAIL_IF(e, x > 0 && dt != m->banks[l].sect_dtype[k], SPILL_E_UNSUPPORTED,
                       "experts of one layer mix source types (%s is %s, expert 0 maps to %s); "
                       "name a target (--experts q8|q4|rvq3)", t->name,
-                      spill_src_dtype_traits(t->dtype)->name,
+                      spill_src_dtype_traits(sd)->name,
                       spill_dtype_name(m->banks[l].sect_dtype[k]));
         m->banks[l].sect_dtype[k] = dt;
         if (!have || (g && !m->expert_group)) {
@@ -806,6 +810,23 @@ static int log_neg_f32(const imp_trunk *t, uint8_t *out, spill_err *e) {
   return SPILL_OK;
 }
 
+/* HF Kimi K3 AttnRes: the f32 vector in R->out times t->mul elementwise in
+ * f32 (llama.cpp's converter fuses res_norm * res_proj the same way). */
+static int mul_f32(run *R, const imp_trunk *t, spill_err *e) {
+  float *m = NULL;
+  SPILL_FAIL_IF(e, spill_src_numel(t->mul) != t->rows, SPILL_E_FORMAT, "tensor %s: %llu values, expected %llu",
+                t->mul->name, (unsigned long long)spill_src_numel(t->mul), (unsigned long long)t->rows);
+  SPILL_TRY(read_f32(R, t->mul, 1, t->rows, &m, e));
+  for (uint64_t i = 0; i < t->rows; i++) {
+    float a;
+    memcpy(&a, R->out + i * sizeof a, sizeof a);
+    a *= m[i];
+    memcpy(R->out + i * sizeof a, &a, sizeof a);
+  }
+  free(m);
+  return SPILL_OK;
+}
+
 static int do_trunk(run *R, int i, spill_err *e) {
   const imp_trunk *t = &R->p.trunk[i];
   const spill_tensor_info *ti = &spill_writer_manifest(R->w)->tensors[i];
@@ -829,6 +850,7 @@ static int do_trunk(run *R, int i, spill_err *e) {
                       t->cols, t, ti->dtype, ti->group, R->out, &num, &den, t->src->name, e));
   }
   if (t->log_neg) SPILL_TRY(log_neg_f32(t, R->out, e));
+  if (t->mul) SPILL_TRY(mul_f32(R, t, e));
   if (ti->dtype == SPILL_DT_Q8 || ti->dtype == SPILL_DT_Q4) {
     spill_dtype kd;
     uint32_t kg;
@@ -843,6 +865,20 @@ static int do_trunk(run *R, int i, spill_err *e) {
   return SPILL_OK;
 }
 
+/* The dtype of the bytes read_section leaves in R->cv.src for section k of
+ * MoE layer bi (source tensor t): ggml MXFP4 for compressed-tensors experts. */
+static spill_src_dtype sect_src_dtype(const run *R, int bi, int k, const spill_src_tensor *t) {
+  return !R->s.is_gguf && R->p.moe[bi].mx_scale[k] ? SPILL_SRC_MXFP4 : t->dtype;
+}
+
+/* Source bytes of expert x's section k of MoE layer bi (packed + scale for
+ * compressed-tensors MXFP4). */
+static uint64_t sect_src_bytes(const run *R, int bi, int k, int x) {
+  const imp_moe_layer *ml = &R->p.moe[bi];
+  if (R->s.is_gguf) return ml->stacked[k]->bytes / (uint64_t)R->p.arch.moe.n_experts;
+  return ml->per[k][x]->bytes + (ml->mx_scale[k] ? ml->mx_scale[k][x]->bytes : 0);
+}
+
 /* Reads expert x's section k of MoE layer bi into R->cv.src (and its FP8
  * scale grid into R->cv.scale); *sc is the scale tensor or NULL. */
 static int read_section(run *R, int bi, int k, int x, const spill_src_tensor **tp,
@@ -853,6 +889,19 @@ static int read_section(run *R, int bi, int k, int x, const spill_src_tensor **t
   const spill_src_tensor *t = R->s.is_gguf ? ml->stacked[k] : ml->per[k][x];
   uint64_t n = R->s.is_gguf ? t->bytes / (uint64_t)R->p.arch.moe.n_experts : t->bytes;
   uint64_t off = R->s.is_gguf ? n * (uint64_t)x : 0;
+  *tp = t;
+  if (!R->s.is_gguf && ml->mx_scale[k]) { /* compressed-tensors MXFP4 -> ggml blocks */
+    const spill_src_tensor *ms = ml->mx_scale[k][x];
+    const uint64_t blk = sec->rows * (sec->cols / 32) * 17;
+    SPILL_TRY(grow((void **)&R->cv.ct, &R->cv.ct_cap, (size_t)(t->bytes + ms->bytes), e));
+    SPILL_TRY(imp_src_read(&R->s, t, 0, R->cv.ct, (size_t)t->bytes, e));
+    SPILL_TRY(imp_src_read(&R->s, ms, 0, R->cv.ct + t->bytes, (size_t)ms->bytes, e));
+    SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)blk, e));
+    SPILL_TRY(spill_src_mxfp4_from_ct(R->cv.ct, R->cv.ct + t->bytes, sec->rows, sec->cols, R->cv.src, ms->name, e));
+    *sc = NULL;
+    snprintf(what, wn, "%s", t->name);
+    return SPILL_OK;
+  }
   SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)n, e));
   SPILL_TRY(imp_src_read(&R->s, t, off, R->cv.src, (size_t)n, e));
   *sc = R->s.is_gguf ? NULL : ml->scale[k][x];
@@ -861,7 +910,6 @@ static int read_section(run *R, int bi, int k, int x, const spill_src_tensor **t
                   "tensor %s is FP8 but config.json has no weight_block_size", t->name);
     SPILL_TRY(read_scale(&R->s, *sc, sec->rows, sec->cols, &R->cv, e));
   }
-  *tp = t;
   if (R->s.is_gguf) snprintf(what, wn, "%s expert %d", t->name, x); /* rows within the expert */
   else snprintf(what, wn, "%s", t->name);
   return SPILL_OK;
@@ -887,7 +935,7 @@ static int rvq_layer(run *R, int bi, spill_err *e) {
       double ig0 = 0, ig1 = 0;
       char what[SPILL_NAME_MAX + 32];
       SPILL_TRY(read_section(R, bi, k, x, &t, &sc, what, sizeof what, e));
-      SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows,
+      SPILL_TRY(convert(&R->cv, sect_src_dtype(R, bi, k, t), sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows,
                         sec->cols, 0, SPILL_DT_F32, 0, (uint8_t *)R->rvq_f32, &ig0, &ig1, what, e));
       for (uint32_t r = 0; r < sec->rows; r++)
         imp_rvq_sample_row(R->rvq, R->rvq_f32 + (size_t)r * sec->cols, sec->cols);
@@ -905,10 +953,8 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
   const int layer = R->p.arch.n_dense_layers + bi;
   char unit[64];
   snprintf(unit, sizeof unit, "blk.%d expert %d", layer, x);
-  const imp_moe_layer *ml = &R->p.moe[bi];
   uint64_t sbytes = 0;
-  for (int k = 0; k < SPILL_SEC_COUNT; k++)
-    sbytes += R->s.is_gguf ? ml->stacked[k]->bytes / (uint64_t)R->p.arch.moe.n_experts : ml->per[k][x]->bytes;
+  for (int k = 0; k < SPILL_SEC_COUNT; k++) sbytes += sect_src_bytes(R, bi, k, x);
   SPILL_TRY(grow((void **)&R->out, &R->out_cap, (size_t)wm->record_bytes, e));
   if (R->j.r_done[bi][x]) {
     spill_err ig = {0};
@@ -925,8 +971,8 @@ static int do_record(run *R, int bi, int x, spill_err *e) {
     char what[SPILL_NAME_MAX + 32];
     SPILL_TRY(read_section(R, bi, k, x, &t, &sc, what, sizeof what, e));
     R->cv.rvq_cb = wm->expert_dtype == SPILL_DT_RVQ3 ? R->rvq_cb[k] : NULL;
-    SPILL_TRY(convert(&R->cv, t->dtype, sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows, sec->cols,
-                      NULL, spill_manifest_sect_dtype(wm, layer, k), wm->expert_group,
+    SPILL_TRY(convert(&R->cv, sect_src_dtype(R, bi, k, t), sc ? R->cv.scale : NULL, R->s.fp8_block, sec->rows,
+                      sec->cols, NULL, spill_manifest_sect_dtype(wm, layer, k), wm->expert_group,
                       R->out + (sec->offset - SPILL_RECORD_HEADER_BYTES),
                       &R->exp_num[bi * 3 + k], &R->exp_den[bi * 3 + k], what, e));
   }
@@ -1032,10 +1078,8 @@ static int run_impl(run *R, spill_err *e) {
   R->pr.units_total = R->p.n_trunk + n_moe * E;
   for (int i = 0; i < R->p.n_trunk; i++) R->pr.bytes_total += R->p.trunk[i].src->bytes;
   for (int l = 0; l < n_moe; l++)
-    for (int k = 0; k < SPILL_SEC_COUNT; k++) {
-      if (R->s.is_gguf) R->pr.bytes_total += R->p.moe[l].stacked[k]->bytes;
-      else for (int x = 0; x < E; x++) R->pr.bytes_total += R->p.moe[l].per[k][x]->bytes;
-    }
+    for (int k = 0; k < SPILL_SEC_COUNT; k++)
+      for (int x = 0; x < E; x++) R->pr.bytes_total += sect_src_bytes(R, l, k, x);
   for (int i = 0; i < R->p.n_trunk; i++) SPILL_TRY(do_trunk(R, i, e));
   for (int l = 0; l < n_moe; l++) {
     if (m->expert_dtype == SPILL_DT_RVQ3) SPILL_TRY(rvq_layer(R, l, e));
@@ -1070,6 +1114,14 @@ static int run_impl(run *R, spill_err *e) {
   sum->n_tensors = R->p.n_trunk;
   sum->n_records = n_moe * E;
   sum->n_adopted = R->pr.units_adopted;
+  if (R->s.n_skipped) { /* Kimi K3's vision tower and projector */
+    size_t n = (size_t)snprintf(sum->skipped, sizeof sum->skipped, "%d tensors outside the text model (",
+                                R->s.n_skipped);
+    for (const char *const *sp = R->s.skip_prefixes; sp && *sp && n < sizeof sum->skipped; sp++)
+      n += (size_t)snprintf(sum->skipped + n, sizeof sum->skipped - n, "%s%s*", sp == R->s.skip_prefixes ? "" : ", ",
+                            *sp);
+    if (n < sizeof sum->skipped) snprintf(sum->skipped + n, sizeof sum->skipped - n, ")");
+  }
   sum->src_bytes = R->pr.bytes_total;
   sum->seconds = spill_clock_ms(t0, spill_clock_ns()) / 1000.0;
   return SPILL_OK;
@@ -1096,6 +1148,7 @@ int spill_import_run_checked(const spill_import_request *r, spill_import_summary
   free(R->cv.row);
   free(R->cv.mat);
   free(R->cv.scale);
+  free(R->cv.ct);
   free(R->out);
   free(R->rvq);
   free(R->rvq_f32);

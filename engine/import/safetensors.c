@@ -29,6 +29,7 @@ static const st_dt k_dtypes[] = {
     {"I64", SPILL_SRC_OTHER, 8},  {"U64", SPILL_SRC_OTHER, 8},      {"I32", SPILL_SRC_OTHER, 4},
     {"U32", SPILL_SRC_OTHER, 4},  {"I16", SPILL_SRC_OTHER, 2},      {"U16", SPILL_SRC_OTHER, 2},
     {"I8", SPILL_SRC_OTHER, 1},   {"U8", SPILL_SRC_OTHER, 1},       {"BOOL", SPILL_SRC_OTHER, 1},
+    {"F8_E8M0", SPILL_SRC_OTHER, 1}, /* MXFP4 scales (compressed-tensors may store them so) */
 };
 
 void spill_st_list_free(spill_st_list *l) {

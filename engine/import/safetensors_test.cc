@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "engine/base/half.h"
 #include "engine/import/import_test_util.h"
@@ -231,3 +232,40 @@ TEST(SafetensorsTest, TruncatedShardOnDiskIsAnError) {
 }
 
 }  // namespace
+
+// compressed-tensors mxfp4-pack-quantized (the Kimi K3 checkpoint's experts)
+// -> ggml MXFP4: a lossless byte repack. Back again gives the same bytes, and
+// every dequantised value is the compressed-tensors definition, e2m1(code) x
+// 2^(scale - 127), computed here without ggml's doubled table (scales 0, 1,
+// 2 (small exponents), 127, 254 included).
+TEST(SafetensorsTest, Mxfp4FromCompressedTensorsIsALosslessRepack) {
+  const uint64_t rows = 3, cols = 96, nb = cols / 32;
+  std::vector<uint8_t> packed(rows * cols / 2), scale(rows * nb), blocks(rows * nb * 17), p2(packed.size()),
+      s2(scale.size());
+  uint32_t x = 12345;
+  for (auto &b : packed) b = (uint8_t)((x = x * 1103515245u + 12345u) >> 16);
+  const uint8_t sc[] = {0, 1, 2, 127, 254, 120, 130, 125, 131};
+  for (size_t i = 0; i < scale.size(); i++) scale[i] = sc[i % 9];
+  spill_err e = {};
+  ASSERT_EQ(spill_src_mxfp4_from_ct(packed.data(), scale.data(), rows, cols, blocks.data(), "t", &e), SPILL_OK)
+      << e.msg;
+  spill_src_mxfp4_to_ct(blocks.data(), rows, cols, p2.data(), s2.data());
+  EXPECT_EQ(packed, p2);
+  EXPECT_EQ(scale, s2);
+  static const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  std::vector<float> got(rows * cols);
+  ASSERT_EQ(spill_src_dequant(SPILL_SRC_MXFP4, blocks.data(), rows * cols, got.data(), &e), SPILL_OK) << e.msg;
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t c = 0; c < cols; c++) {
+      const uint8_t code = (packed[r * cols / 2 + c / 2] >> (4 * (c & 1))) & 0xF;
+      const float want = (code & 8 ? -1.0f : 1.0f) * e2m1[code & 7] *
+                         std::ldexp(1.0f, (int)scale[r * nb + c / 32] - 127);
+      ASSERT_EQ(got[r * cols + c], want) << "row " << r << " col " << c << " code " << (int)code;
+    }
+  // an e8m0 255 (NaN) is refused naming the tensor, row and block
+  scale[1 * nb + 2] = 255;
+  EXPECT_EQ(spill_src_mxfp4_from_ct(packed.data(), scale.data(), rows, cols, blocks.data(), "x.weight_scale", &e),
+            SPILL_E_FORMAT);
+  EXPECT_NE(std::string(e.msg).find("x.weight_scale: e8m0 scale 255 (NaN) at row 1, block 2"), std::string::npos)
+      << e.msg;
+}

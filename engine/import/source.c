@@ -129,3 +129,43 @@ int spill_src_pread(int fd, void *dst, size_t n, uint64_t off, const char *what,
   }
   return SPILL_OK;
 }
+
+int spill_src_mxfp4_from_ct(const uint8_t *packed, const uint8_t *scale, uint64_t rows, uint64_t cols,
+                            uint8_t *out, const char *what, spill_err *e) {
+  const uint64_t nb = cols / 32;
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t b = 0; b < nb; b++) {
+      const uint8_t *p = packed + r * (cols / 2) + b * 16; /* elements 32b .. 32b+31 */
+      uint8_t *o = out + (r * nb + b) * 17;
+      const uint8_t s = scale[r * nb + b];
+      if (s == 255)
+        return spill_err_set(e, SPILL_E_FORMAT,
+                             "tensor %s: e8m0 scale 255 (NaN) at row %llu, block %llu (columns %llu..%llu)",
+                             what, (unsigned long long)r, (unsigned long long)b, (unsigned long long)(32 * b),
+                             (unsigned long long)(32 * b + 31));
+      o[0] = s;
+      for (int j = 0; j < 16; j++) { /* element j: byte j/2, nibble j&1; element j+16: byte 8+j/2 */
+        const uint8_t lo = (uint8_t)((p[j / 2] >> (4 * (j & 1))) & 0xF);
+        const uint8_t hi = (uint8_t)((p[8 + j / 2] >> (4 * (j & 1))) & 0xF);
+        o[1 + j] = (uint8_t)(lo | (hi << 4));
+      }
+    }
+  return SPILL_OK;
+}
+
+void spill_src_mxfp4_to_ct(const uint8_t *blocks, uint64_t rows, uint64_t cols, uint8_t *packed,
+                           uint8_t *scale) {
+  const uint64_t nb = cols / 32;
+  for (uint64_t r = 0; r < rows; r++)
+    for (uint64_t b = 0; b < nb; b++) {
+      const uint8_t *q = blocks + (r * nb + b) * 17;
+      uint8_t c[32];
+      for (int j = 0; j < 16; j++) {
+        c[j] = q[1 + j] & 0xF;
+        c[j + 16] = q[1 + j] >> 4;
+      }
+      scale[r * nb + b] = q[0];
+      uint8_t *p = packed + r * (cols / 2) + b * 16;
+      for (int i = 0; i < 16; i++) p[i] = (uint8_t)(c[2 * i] | (c[2 * i + 1] << 4));
+    }
+}

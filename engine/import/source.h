@@ -75,6 +75,17 @@ int spill_src_bytes(spill_src_dtype dt, uint64_t n, uint64_t *out, spill_err *e)
  * weight_scale_inv). NaN inputs stay NaN. SPILL_E_UNSUPPORTED for OTHER. */
 int spill_src_dequant(spill_src_dtype dt, const void *src, uint64_t n, float *dst, spill_err *e);
 
+/* compressed-tensors mxfp4-pack-quantized -> ggml block_mxfp4, a lossless
+ * byte repack: packed (rows, cols/2), byte i of a row holding element 2i
+ * (low nibble) and 2i+1 (high); scale (rows, cols/32) e8m0 bytes. out gets
+ * rows x cols/32 blocks of 17 bytes (e8m0, then byte j = element j | element
+ * j+16 << 4). cols % 32 == 0. An e8m0 255 (NaN) is SPILL_E_FORMAT naming
+ * `what`, the row and the block. spill_src_mxfp4_to_ct is the inverse. */
+int spill_src_mxfp4_from_ct(const uint8_t *packed, const uint8_t *scale, uint64_t rows, uint64_t cols,
+                            uint8_t *out, const char *what, spill_err *e);
+void spill_src_mxfp4_to_ct(const uint8_t *blocks, uint64_t rows, uint64_t cols, uint8_t *packed,
+                           uint8_t *scale);
+
 /* e4m3fn byte to f32 (exact). */
 float spill_src_fp8_e4m3_to_f32(uint8_t b);
 

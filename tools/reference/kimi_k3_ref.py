@@ -114,6 +114,26 @@ def bf16_exact(a):
     return ck.bf16_bits_to_f32(ck.f32_to_bf16_bits(a))
 
 
+def ssm_a(a_log):
+    """GGUF ssm_a: -exp(A_log) in float32, as the converter folds it."""
+    return -np.exp(np.asarray(a_log, np.float32))
+
+
+def exact_a_log(a):
+    """The float32 near a whose trip through a GGUF is exact: A_log ->
+    ssm_a = -exp(A_log) (f32) -> log(-A) (spill's import, correctly rounded)
+    gives A_log back, so the HF and GGUF forms of one model import to the
+    same container: the trip's fixed point from a (a moves by at most the
+    f32 resolution of exp, ~6e-8 absolute)."""
+    c = np.float32(a)
+    for _ in range(16):
+        n = np.float32(np.log(-np.float64(ssm_a(c))))
+        if n == c:
+            return c
+        c = n
+    raise SystemExit(f"no exactly round-tripping A_log near {a}")
+
+
 def random_weights(var, seed):
     """({HF name below language_model.: float32 array, or (packed, scale) for
     an MXFP4 expert}, dims)."""
@@ -152,7 +172,7 @@ def random_weights(var, seed):
             w[a + "f_b_proj.weight"] = mat(di, kd)
             w[a + "dt_bias"] = (0.5 * r.standard_normal(di)).astype(np.float32)
             A = np.zeros(H + c["A_pad"], np.float32)  # padded storage, the rest zero
-            A[:H] = np.log(r.uniform(1, 16, H)) - 2.0
+            A[:H] = [exact_a_log(a) for a in np.log(r.uniform(1, 16, H)) - 2.0]
             w[a + "A_log"] = A
             w[a + "b_proj.weight"] = mat(H, D)
             w[a + "g_proj.weight"] = mat(di, D)
@@ -377,7 +397,7 @@ def hf_to_gguf(hp, w, experts="F32", vocab=True):
                 T.append((b + f"ssm_conv1d_{x}.weight", f32, cw.reshape(1, cw.shape[0], 1, cw.shape[-1])))
                 used.add(sa + f"{x}_conv1d.weight")
             A = w[sa + "A_log"].astype(np.float32).ravel()[:H]  # padded storage cut to the head count
-            T.append((b + "ssm_a", f32, -np.exp(A)))
+            T.append((b + "ssm_a", f32, ssm_a(A)))
             T.append((b + "ssm_g.weight", f32, w[sa + "g_proj.weight"]))  # the full-rank KDA gate
             used |= {sa + "A_log", sa + "g_proj.weight"}
         else:
