@@ -82,7 +82,7 @@ typedef struct spill_config {
   spill_io_backend_kind io_backend; /* io_backend: pread | uring */
   spill_storage storage;  /* storage: direct | pagecache | mmap */
   spill_trunk_mode trunk; /* trunk: read | mmap | mlock */
-  spill_act_quant act_quant; /* act_quant: f32 | q8 matvec inputs (f32) */
+  spill_act_quant act_quant; /* act_quant: q8 | f32 matvec inputs (q8: integer dots where the weight dtype has them) */
   spill_preload preload;  /* preload: none | all expert records read at open (none) */
   char policy[16];        /* policy: lru | lfru | wtinylfu | nextuse[-coact|-opt] | arc |
                              s3fifo | gap-hd | mix-hd-opt */
@@ -213,6 +213,7 @@ typedef struct spill_info {
   uint64_t params_total;       /* every weight (trunk + all experts) */
   uint64_t params_active;      /* per token: trunk minus embeddings + top_k experts */
   int bos_id, eos_id;          /* special token ids; -1 = none (generation stops at EOS) */
+  uint64_t container_id;       /* the manifest's identity (v2+; 0 in a v1 container) */
 } spill_info;
 
 /* Reads MODEL_DIR's manifest and fills info. */

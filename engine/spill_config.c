@@ -85,7 +85,7 @@ static const knob_row k_knobs[] = {
       "trunk read into memory, mapped, or read and mlocked", "read"},
      CFG(trunk, ST_INT), KA_NONE},
     {{"act_quant", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "f32|q8", NULL,
-      "matvec inputs: f32, or 8-bit for q4/q8/q4_k/q5_k/q6_k weights", "f32"},
+      "matvec inputs: 8-bit for q4/q8/q4_k/q5_k/q6_k/mxfp4 weights, or f32", "q8"},
      CFG(act_quant, ST_INT), KA_NONE},
     {{"preload", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "none|all", NULL,
       "all: read every expert record into the cache at open", "none"},

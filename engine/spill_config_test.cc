@@ -69,10 +69,12 @@ TEST(KnobTableTest, EveryKnobRoundTripsThroughItsTextForm) {
       case SPILL_KNOB_BOOL: other = d == "true" ? "false" : "true"; break;
       case SPILL_KNOB_SIZE: other = "3221225472"; break;
       case SPILL_KNOB_PATH: other = "some/file"; break;
-      case SPILL_KNOB_CHOICE:
+      case SPILL_KNOB_CHOICE: {  // the first choice that is not the default
         spill_knob_choices(k, ch, sizeof ch);
-        other = strrchr(ch, '|') + 1;
+        for (char *t = strtok(ch, "|"); t && !other; t = strtok(nullptr, "|"))
+          if (d != t) other = t;
         break;
+      }
     }
     ASSERT_EQ(Set(k, &c, &s, other, &e), SPILL_OK) << k->name << "=" << other << ": " << e.msg;
     EXPECT_EQ(Get(k, &c, &s), other) << k->name;
@@ -83,6 +85,21 @@ TEST(KnobTableTest, EveryKnobRoundTripsThroughItsTextForm) {
 // Issue 19 item 11: every number knob refuses text, NaN, infinities and
 // values outside its range, naming the knob; floats included (--temp abc,
 // --top-p -1 were accepted as 0 and -1).
+// Issue 28 item 2: integer activations are the default, as in llama.cpp;
+// f32 stays a knob (engine/model resolves q8 to f32 for a container with no
+// matrix that has an integer path: ModelMemoryTest.ActQ8OnlyWhere...).
+TEST(KnobTableTest, ActQuantDefaultsToQ8) {
+  spill_config c;
+  spill_config_default(&c);
+  EXPECT_EQ(c.act_quant, SPILL_ACT_Q8);
+  char v[16];
+  spill_err e = {};
+  ASSERT_EQ(spill_config_get(&c, "act_quant", v, sizeof v, &e), SPILL_OK);
+  EXPECT_STREQ(v, "q8");
+  ASSERT_EQ(spill_config_set(&c, "act_quant", "f32", &e), SPILL_OK);
+  EXPECT_EQ(c.act_quant, SPILL_ACT_F32);
+}
+
 TEST(KnobTableTest, NumberKnobsRefuseGarbageNanAndOutOfRange) {
   int floats = 0;
   for (int i = 0; i < spill_knob_count(); i++) {

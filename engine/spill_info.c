@@ -23,6 +23,7 @@ int spill_info_read(const char *model_dir, spill_info *info, spill_err *e) {
   const spill_manifest *m = &c.m;
   const spill_arch *a = &m->arch;
   snprintf(info->name, sizeof info->name, "%s", m->name);
+  info->container_id = m->container_id;
   snprintf(info->family, sizeof info->family, "%s", a->family);
   info->n_layers = a->n_layers;
   info->n_dense_layers = a->n_dense_layers;
@@ -78,6 +79,7 @@ int spill_plan_model_run(const char *model_dir, const spill_model_mem_opts *o,
   spill_model_mem_opts mo = *o;
   if (mo.n_threads <= 0) mo.n_threads = spill_cpu_physical_cores(); /* threads auto */
   mo.rvq3_qlut = spill_model_rvq3_qlut(c.m.expert_dtype);
+  mo.act_q8 = spill_model_act_q8(&c.m, mo.act_q8);
   int rc = spill_plan_compute_run(&c.m.arch, c.m.record_bytes, c.trunk_bytes, &mo, plan, e);
   spill_container_close(&c);
   SPILL_TRY(rc);
@@ -87,7 +89,7 @@ int spill_plan_model_run(const char *model_dir, const spill_model_mem_opts *o,
 
 int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e) {
-  const spill_model_mem_opts o = {ctx, threads, 16, 0, 0, 0}; /* the knobs' defaults */
+  const spill_model_mem_opts o = {ctx, threads, 16, 1, 0, 0}; /* the knobs' defaults (act_quant q8) */
   return spill_plan_model_run(model_dir, &o, budget_bytes, usable_ram, plan, e);
 }
 

@@ -125,6 +125,7 @@ static int open_impl(spill_model *m, const char *dir, spill_err *e) {
   SPILL_TRY(spill_container_open(dir, &m->c, e));
   m->container_open = 1;
   m->a = m->c.m.arch;
+  m->o.act_q8 = spill_model_act_q8(&m->c.m, m->o.act_q8);
   m->L = calloc((size_t)(m->a.n_layers > 0 ? m->a.n_layers : 1), sizeof *m->L);
   SPILL_FAIL_IF(e, !m->L, SPILL_E_NOMEM, "layer table");
   SPILL_TRY(load_weights(m, e));

@@ -33,6 +33,17 @@ int spill_model_rvq3_qlut(int expert_dtype) {
   return spill_k_apply_rvq3_i16_fast();
 }
 
+int spill_model_act_q8(const spill_manifest *m, int requested) {
+  if (!requested || !m) return 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].ndim == 2 && spill_k_dtype_has_xq(m->tensors[i].dtype)) return 1;
+  if (spill_k_dtype_has_xq(m->expert_dtype)) return 1;
+  for (int b = 0; b < m->n_banks; b++)
+    for (int s = 0; s < SPILL_SEC_COUNT; s++)
+      if (spill_k_dtype_has_xq(m->banks[b].sect_dtype[s])) return 1;
+  return 0;
+}
+
 /* ---- scratch: one plan for measuring and carving ---- */
 
 typedef struct carver {

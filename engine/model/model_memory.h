@@ -62,6 +62,15 @@ void spill_model_memory(const spill_arch *a, const spill_model_mem_opts *o, spil
  * plan of a container. */
 int spill_model_rvq3_qlut(int expert_dtype);
 
+/* The act_quant a container runs with: 1 when q8 activations are requested
+ * (requested != 0, the default: spill_config act_quant q8) and some matrix
+ * of the container, a trunk tensor or an expert section, has a dtype with an
+ * integer path (kernels_xq.h: q8, q4, the K-quants, MXFP4); 0 otherwise, so
+ * an f32/f16/bf16/rvq3 container allocates no quantised-input buffers and
+ * computes exactly as with act_quant f32. The model and the plan of a
+ * container both decide with this. */
+int spill_model_act_q8(const spill_manifest *m, int requested);
+
 #ifdef __cplusplus
 }
 #endif

@@ -129,10 +129,51 @@ TEST(ModelMemoryTest, StateTermsByKindForEveryFamily) {
     EXPECT_EQ(p.state.kda_state, 4ull * f.n_kda * 4 * 16 * 16);
     EXPECT_EQ(p.state.kda_conv, 4ull * f.n_kda * 3 * 3 * 4 * 16);
     spill_model_mem mem;
-    const spill_model_mem_opts mo = {ctx, 2, 16, 0, 1, 0};
+    const spill_model_mem_opts mo = {ctx, 2, 16, 1, 1, 0}; /* spill_plan_compute's upper bound */
     spill_model_memory(&a, &mo, &mem);
     EXPECT_EQ(p.scratch.total, mem.scratch_total);
     EXPECT_EQ(p.scratch.attn_scores, 2ull * ctx * 4 + (64 - (2 * ctx * 4) % 64) % 64);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// act_quant q8 is the default (issue 28 item 2), and only a container
+// holding a matrix with an integer path (q8, q4, K-quants, MXFP4) runs with
+// it: an f32 / f16 / bf16 / rvq3 container resolves to f32 and allocates no
+// quantised-input buffers.
+TEST(ModelMemoryTest, ActQ8OnlyWhereSomeMatrixHasAnIntegerPath) {
+  spill_tensor_info t[2] = {};
+  t[0].ndim = 2;
+  t[0].dtype = SPILL_DT_F32;
+  t[1].ndim = 1;  // a norm vector never runs a matvec
+  t[1].dtype = SPILL_DT_Q8;
+  spill_bank_info b = {};
+  spill_manifest m = {};
+  m.n_tensors = 2;
+  m.tensors = t;
+  m.n_banks = 1;
+  m.banks = &b;
+  for (spill_dtype dt : {SPILL_DT_F32, SPILL_DT_F16, SPILL_DT_BF16, SPILL_DT_RVQ3}) {
+    m.expert_dtype = dt;
+    for (int s = 0; s < SPILL_SEC_COUNT; s++) b.sect_dtype[s] = dt;
+    EXPECT_EQ(spill_model_act_q8(&m, 1), 0) << dt;
+  }
+  for (spill_dtype dt : {SPILL_DT_Q8, SPILL_DT_Q4, SPILL_DT_Q4_K, SPILL_DT_Q5_K, SPILL_DT_Q6_K,
+                         SPILL_DT_MXFP4}) {
+    m.expert_dtype = dt;  // experts of that dtype
+    for (int s = 0; s < SPILL_SEC_COUNT; s++) b.sect_dtype[s] = dt;
+    EXPECT_EQ(spill_model_act_q8(&m, 1), 1) << dt;
+    EXPECT_EQ(spill_model_act_q8(&m, 0), 0) << dt;  // act_quant f32 asked for
+    m.expert_dtype = SPILL_DT_RVQ3;  // one section of a mixed bank
+    b.sect_dtype[0] = b.sect_dtype[1] = SPILL_DT_RVQ3;
+    EXPECT_EQ(spill_model_act_q8(&m, 1), 1) << dt;
+    b.sect_dtype[2] = SPILL_DT_RVQ3;  // the trunk's matrix
+    t[0].dtype = dt;
+    EXPECT_EQ(spill_model_act_q8(&m, 1), 1) << dt;
+    t[0].dtype = SPILL_DT_F32;
   }
 }
 

@@ -43,9 +43,10 @@ static uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 int spill_plan_compute(const spill_arch *a, uint64_t record_bytes, uint64_t trunk_bytes,
                        int ctx, int n_threads, spill_plan *p, spill_err *e) {
-  /* the engine's defaults (prefill_chunk 16, act_quant f32); the int16 LUTs
-   * counted, as the expert dtype is not known here (an upper bound) */
-  const spill_model_mem_opts o = {ctx, n_threads, 16, 0, 1, 0};
+  /* the engine's defaults (prefill_chunk 16, act_quant q8); the q8 input
+   * buffers and the int16 LUTs counted, as the dtypes are not known here
+   * (an upper bound) */
+  const spill_model_mem_opts o = {ctx, n_threads, 16, 1, 1, 0};
   return spill_plan_compute_run(a, record_bytes, trunk_bytes, &o, p, e);
 }
 

@@ -148,6 +148,11 @@ void spill_k_dequant_row(const spill_qmat *w, uint32_t r, float *out) {
   for (size_t c = 0; c < w->cols; c++) out[c] = NAN;
 }
 
+int spill_k_dtype_has_xq(int dtype) {
+  const k_dtype_kernels *d = k_dtype(dtype);
+  return d && d->xq_fits;
+}
+
 int spill_k_matvec_xq_ok(const spill_qmat *w) {
   const k_dtype_kernels *d = k_dtype(w->dtype);
   return d && d->xq_fits && d->xq_fits(w);

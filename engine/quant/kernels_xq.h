@@ -62,6 +62,9 @@ void spill_k_xq_quantize__ref(const float *x, spill_k_xq *xq);
 void spill_k_xq_quantize__avx2(const float *x, spill_k_xq *xq);
 /* 1 if w has an integer path for an input of w->cols that xq can hold. */
 int spill_k_matvec_xq_ok(const spill_qmat *w);
+/* 1 if weights of this dtype (spill_dtype) have an integer path at all
+ * (for some column counts); 0 for f32, f16, bf16, rvq3 and unknown dtypes. */
+int spill_k_dtype_has_xq(int dtype);
 /* y[r] = W[r] . xq for r in [r0, r1); w must satisfy spill_k_matvec_xq_ok
  * and xq->n == w->cols. Dispatches by ISA (bit-identical across ISAs). */
 void spill_k_matvec_xq(const spill_qmat *w, const spill_k_xq *xq, float *y, uint32_t r0,

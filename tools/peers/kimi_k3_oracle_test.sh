@@ -95,7 +95,7 @@ for c in $cases; do
       { bad "$LBL: reference: $(tail -1 "$TMP/err")"; continue; }
     r=$($PY "$CMP" "$TMP/r.f32" "$TMP/l.bin" --vocab 300 --type F32 --tol 3e-5 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
     [ "$form" = gguf ] || continue
-    spill_logits "$g" "$TOK" || continue
+    spill_logits "$g" "$TOK" --act-quant f32 || continue
     r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 --tol 3e-5 2>&1) &&
       ok "kimi-k3 $v F32 seed $seed: spill vs llama.cpp: $r" || bad "kimi-k3 $v F32 seed $seed: spill vs llama.cpp: $r"
   done

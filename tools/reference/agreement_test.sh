@@ -5,7 +5,8 @@
 # container is generated, 19 tokens (prefill and decode positions) are run
 # token by token through `spill eval --all-positions` and through
 # spill_ref.py, and every position's logits must agree within 1e-4 of the
-# logit scale (max |diff| / max |ref|). The last position of chunked prefill
+# logit scale (max |diff| / max |ref|), with spill's activations in f32
+# (--act-quant f32; the default q8 rounds the inputs of q8/q4 weights). The last position of chunked prefill
 # is checked the same way. Prints one line per case.
 set -uo pipefail
 SPILL="$1"
@@ -22,9 +23,9 @@ for mix in k3 mla kda gqa; do
     rm -rf "$dir"
     "$SPILL" gen --preset nano --attn "$mix" --trunk-dtype "$trunk" --expert-dtype "$experts" \
       "$dir" 2>/dev/null || { echo "FAIL $mix $pair: gen"; fail=1; continue; }
-    "$SPILL" eval "$dir" --tokens "$TOKENS" --all-positions --logits-out "$TMP/all.f32" \
+    "$SPILL" eval "$dir" --act-quant f32 --tokens "$TOKENS" --all-positions --logits-out "$TMP/all.f32" \
       >/dev/null 2>&1 || { echo "FAIL $mix $pair: eval"; fail=1; continue; }
-    "$SPILL" eval "$dir" --tokens "$TOKENS" --logits-out "$TMP/last.f32" --prefill-chunk 8 \
+    "$SPILL" eval "$dir" --act-quant f32 --tokens "$TOKENS" --logits-out "$TMP/last.f32" --prefill-chunk 8 \
       >/dev/null 2>&1 || { echo "FAIL $mix $pair: eval chunked"; fail=1; continue; }
     for what in all last; do
       cases=$((cases + 1))

@@ -109,7 +109,7 @@ f8="$TMP/qwen3_moe-F8"
 $PY "$REF" make-hf "$f8" --arch qwen3_moe --dtype F8_E4M3 --shards 2 --seed 7 || bad "fp8: make"
 fp8_keep_refused "$f8"
 if "$SPILL" import "$f8" "$f8.spill" --experts q8 --trunk q8 --json >"$TMP/f8.json" 2>/dev/null &&
-    "$SPILL" eval "$f8.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1; then
+    "$SPILL" eval "$f8.spill" --act-quant f32 --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" >/dev/null 2>&1; then
   r=$($PY "$REF" logits "$f8" --tokens "$TOK" --compare "$TMP/l.f32" --tol 5e-2 2>&1) && ok "fp8 -> q8: $r" || bad "fp8 -> q8: $r"
   $PY - "$TMP/f8.json" <<'PY' && ok "fp8 -> q8: every requantised tensor reported, max error < 1%" || bad "fp8 -> q8 error report"
 import json, sys
@@ -133,7 +133,7 @@ for arch in qwen3_moe mixtral; do
   [ -d "$in" ] || { bad "rvq3 $arch: no source"; continue; }
   if "$SPILL" import "$in" "$in.rvq" --experts rvq3 --json >"$TMP/rvq.json" 2>"$TMP/err" &&
       "$SPILL" verify "$in.rvq" >/dev/null 2>&1 &&
-      "$SPILL" eval "$in.rvq" --tokens "$TOK" --all-positions --logits-out "$TMP/rvq.f32" >/dev/null 2>&1; then
+      "$SPILL" eval "$in.rvq" --act-quant f32 --tokens "$TOK" --all-positions --logits-out "$TMP/rvq.f32" >/dev/null 2>&1; then
     rm -rf "$in.rvqref"
     r=$($PY "$REF" swap-experts "$in" "$in.rvq" "$in.rvqref" 2>&1 &&
         $PY "$REF" logits "$in.rvqref" --tokens "$TOK" --compare "$TMP/rvq.f32" --tol 1e-4 2>&1) &&

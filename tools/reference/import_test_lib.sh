@@ -21,8 +21,9 @@ bad() { echo "FAIL $*"; fail=1; }
 
 # Import SRC into SRC.spill, `spill verify` it, and compare its logits at every
 # position of $TOK with the reference's float64 forward pass from SRC.
-# EVAL_FLAGS (word-split, may be unset) go to `spill eval`, e.g. "--act-quant
-# f32" to hold quantised weights to the float reference whatever the default.
+# spill runs with --act-quant f32 here: the engine's default q8 rounds the
+# matvec inputs of quantised weights as llama.cpp does, the reference does not.
+# EVAL_FLAGS (word-split, may be unset) go to `spill eval` after it.
 # LOGITS_OPTS (word-split) go to the reference's `logits` command, e.g.
 # "--tol 1e-4" or "--tol 5e-2 --max-outliers 1". Returns 1 when the import,
 # verify or eval fails (the logits verdict is reported, not returned).
@@ -33,7 +34,7 @@ import_check() { # $1 = SRC, $2 = label, $3 = LOGITS_OPTS, rest = import options
   "$SPILL" import "$in" "$in.spill" "$@" 2>"$TMP/err" >/dev/null || { bad "$label: import: $(tail -1 "$TMP/err")"; return 1; }
   "$SPILL" verify "$in.spill" >/dev/null 2>&1 || { bad "$label: verify"; return 1; }
   # shellcheck disable=SC2086
-  "$SPILL" eval "$in.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" ${EVAL_FLAGS:-} >/dev/null 2>&1 || { bad "$label: eval"; return 1; }
+  "$SPILL" eval "$in.spill" --act-quant f32 --tokens "$TOK" --all-positions --logits-out "$TMP/l.f32" ${EVAL_FLAGS:-} >/dev/null 2>&1 || { bad "$label: eval"; return 1; }
   # shellcheck disable=SC2086
   r=$($PY "$REF" logits "$in" --tokens "$TOK" --compare "$TMP/l.f32" $lopts 2>&1) && ok "$label: $r" || bad "$label: $r"
   return 0

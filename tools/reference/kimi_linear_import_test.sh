@@ -66,7 +66,7 @@ PY
 in="$TMP/base-BF16"
 rm -rf "$in.q8"
 if "$SPILL" import "$in" "$in.q8" --trunk q8 --experts q8 --group 16 >/dev/null 2>"$TMP/err" && "$SPILL" verify "$in.q8" >/dev/null 2>&1 &&
-    "$SPILL" eval "$in.q8" --tokens "$TOK" --all-positions --logits-out "$TMP/q8.f32" >/dev/null 2>&1; then
+    "$SPILL" eval "$in.q8" --act-quant f32 --tokens "$TOK" --all-positions --logits-out "$TMP/q8.f32" >/dev/null 2>&1; then
   $PY - "$in.q8/manifest.json" <<'PY' && ok "q8: conv weights f32, projections q8" || bad "q8: tensor dtypes"
 import json, sys
 t = {x["name"]: x["dtype"] for x in json.load(open(sys.argv[1]))["tensors"]}
