@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "engine/spill.h"
+#include "harness/tune_profile.h"
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -125,6 +126,34 @@ int cli_knob_flag(int argc, char **argv, int *i, unsigned targets,
     return -1;
   }
   return 1;
+}
+
+int cli_tuned_flag(int argc, char **argv, int *i, cli_tuned *t) {
+  if (!strcmp(argv[*i], "--no-tuned")) t->off = 1;
+  else if (!strcmp(argv[*i], "--tuned")) {
+    if (!(t->file = cli_value(argc, argv, i))) return -1;
+  } else return 0;
+  if (t->off && t->file) {
+    cli_usage_error("--tuned and --no-tuned together");
+    return -1;
+  }
+  return 1;
+}
+
+int cli_apply_tuned(const char *cmd, const char *model, const cli_tuned *t, int argc,
+                    char **argv, spill_config *cfg) {
+  if (t->off) return 0;
+  spill_tune_argv av = {argc, argv};
+  char note[1024];
+  spill_err e = {0};
+  int rc = spill_tune_for_model(model, t->file, cfg, spill_tune_skip_argv, &av, note, sizeof note,
+                                &e);
+  if (rc) {
+    cli_fail(cmd, rc, e.msg);
+    return -1;
+  }
+  if (note[0]) fprintf(stderr, "spill %s: %s\n", cmd, note);
+  return 0;
 }
 
 void cli_knob_help(FILE *f, unsigned targets) {

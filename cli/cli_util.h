@@ -43,6 +43,22 @@ struct spill_config;
 struct spill_sampling;
 int cli_knob_flag(int argc, char **argv, int *i, unsigned targets,
                   struct spill_config *cfg, struct spill_sampling *s);
+/* The model's tuned profile (`spill tune`, harness/tune_profile.h) for run,
+ * bench, chat: cli_tuned_flag consumes --no-tuned and --tuned FILE (1; 0 when
+ * argv[*i] is neither; -1 on a missing value or both given: a usage error). cli_apply_tuned, before the
+ * engine opens: applies the profile to cfg under the knob flags on the
+ * command line and prints "spill CMD: tuned: ..." on stderr; a profile for
+ * another machine or model is an error (reported; returns -1). */
+typedef struct cli_tuned {
+  const char *file; /* --tuned FILE; NULL: the model's default profile */
+  int off;          /* --no-tuned */
+} cli_tuned;
+int cli_tuned_flag(int argc, char **argv, int *i, cli_tuned *t);
+int cli_apply_tuned(const char *cmd, const char *model, const cli_tuned *t, int argc,
+                    char **argv, struct spill_config *cfg);
+#define CLI_TUNED_HELP                                                                   \
+  "--tuned FILE / --no-tuned: the tuned profile `spill tune` saved for the model is\n"  \
+  "applied under the flags given (default: the model's profile on this machine, if any)\n"
 /* The help lines of those knobs ("  --budget SIZE  RAM budget ..."). */
 void cli_knob_help(FILE *f, unsigned targets);
 

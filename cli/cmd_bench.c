@@ -32,7 +32,7 @@ const char cmd_bench_usage[] =
     "                  (llama-bench's shapes; json adds every prompt's sample)\n"
     "With --json or --prompt: one request instead (prompt \"The quick brown fox\"\n"
     "or TEXT, -n N greedy decode tokens (16), cold expert cache), summarised on\n"
-    "stderr, or as one JSON object with --json.\n";
+    "stderr, or as one JSON object with --json.\n" CLI_TUNED_HELP;
 
 /* ------------------------------------------------------------ the single request */
 
@@ -437,8 +437,10 @@ int cmd_bench(int argc, char **argv) {
   int json = 0, fmt = -1;
   long n_new = -1, pp = -1;
   const char *model = NULL, *v, *prompt = NULL;
+  cli_tuned tuned = {0};
   for (int i = 1; i < argc; i++) {
     int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG, &cfg, NULL);
+    if (!k) k = cli_tuned_flag(argc, argv, &i, &tuned);
     if (k < 0) return 2;
     if (k) continue;
     const char *a = argv[i];
@@ -464,6 +466,7 @@ int cmd_bench(int argc, char **argv) {
     } else model = a;
   }
   if (!model) return cli_usage_error("no model");
+  if (cli_apply_tuned("bench", model, &tuned, argc, argv, &cfg)) return 1;
   if ((json || prompt) && (pp > 0 || fmt >= 0))
     return cli_usage_error("--json/--prompt run one request; --pp and --output are the workload's");
   if (json || prompt)

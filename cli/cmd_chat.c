@@ -34,7 +34,7 @@ const char cmd_chat_usage[] =
     "  reads user messages line by line from stdin (/reset, /exit), streams each reply\n"
     "  to stdout and its stats to stderr; -n N: at most N tokens per reply (256);\n"
     "  --session FILE: resume the conversation FILE holds (if it exists) and save it\n"
-    "  after every turn (FILE and FILE.messages.json)\n";
+    "  after every turn (FILE and FILE.messages.json)\n" CLI_TUNED_HELP;
 
 static volatile int g_stop;
 static void on_sigint(int sig) {
@@ -283,8 +283,10 @@ int cmd_chat(int argc, char **argv) {
   spill_sampling_default(&s);
   long n_new = 256;
   const char *model = NULL, *system = NULL, *session = NULL, *v;
+  cli_tuned tuned = {0};
   for (int i = 1; i < argc; i++) {
     int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG | CLI_KNOBS_SAMPLING, &cfg, &s);
+    if (!k) k = cli_tuned_flag(argc, argv, &i, &tuned);
     if (k < 0) return 2;
     if (k) continue;
     const char *a = argv[i];
@@ -300,6 +302,7 @@ int cmd_chat(int argc, char **argv) {
     else return cli_usage_error("unexpected argument %s", a);
   }
   if (!model) return cli_usage_error("no model");
+  if (cli_apply_tuned("chat", model, &tuned, argc, argv, &cfg)) return 1;
   spill_engine *eng;
   if (cli_open_engine("chat", model, &cfg, &eng)) return 1;
   if (!spill_engine_tokenizer(eng) || !spill_tok_chat_template(spill_engine_tokenizer(eng))) {

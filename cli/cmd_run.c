@@ -24,7 +24,7 @@ const char cmd_run_usage[] =
     "--session FILE: continue the conversation saved in FILE (if it exists: PROMPT's tokens\n"
     "  are appended to it and only they are prefilled) and save it there at the end\n"
     "  (docs/FORMAT.md \"Session files\"; not with --chat)\n"
-    "--json: the closing summary as one JSON object on stderr\n";
+    "--json: the closing summary as one JSON object on stderr\n" CLI_TUNED_HELP;
 
 /* cli/cmd_chat.c */
 int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, int n_new, int flags,
@@ -113,8 +113,10 @@ int cmd_run(int argc, char **argv) {
   long n_new = 64;
   int chat = 0, json = 0;
   const char *model = NULL, *prompt = NULL, *session = NULL, *v;
+  cli_tuned tuned = {0};
   for (int i = 1; i < argc; i++) {
     int k = cli_knob_flag(argc, argv, &i, CLI_KNOBS_CONFIG | CLI_KNOBS_SAMPLING, &cfg, &s);
+    if (!k) k = cli_tuned_flag(argc, argv, &i, &tuned);
     if (k < 0) return 2;
     if (k) continue;
     const char *a = argv[i];
@@ -137,6 +139,7 @@ int cmd_run(int argc, char **argv) {
   if (chat && session)
     return cli_usage_error("--session continues a token conversation; use it without --chat");
   if (chat && json) return cli_usage_error("--json is for plain runs; use it without --chat");
+  if (cli_apply_tuned("run", model, &tuned, argc, argv, &cfg)) return 1;
   spill_engine *eng;
   if (cli_open_engine("run", model, &cfg, &eng)) return 1;
   if (chat) {

@@ -50,6 +50,7 @@ CLI_COMMAND(cmd_refuted_list); /* cli/cmd_refuted.c (harness) */
 CLI_COMMAND(cmd_tokenize);   /* cli/cmd_tokenize.c (engine/tok) */
 CLI_COMMAND(cmd_detokenize); /* cli/cmd_tokenize.c (engine/tok) */
 CLI_COMMAND(cmd_chat);       /* cli/cmd_chat.c (engine/tok chat templates) */
+CLI_COMMAND(cmd_tune);       /* cli/cmd_tune.c (harness/tune) */
 
 /* The row being run (set by the dispatcher; NULL outside a command). */
 const cli_command *cli_current(void);

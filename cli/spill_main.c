@@ -45,6 +45,8 @@ static const cli_command k_commands[] = {
     {"sim", cmd_sim, "simulate decode per RAM budget: hit rate, bytes, tok/s (docs/SIM.md)",
      cmd_sim_usage, 0},
     {"exp", cmd_exp, "run an experiment config (docs/EXPERIMENTS.md)", cmd_exp_usage, 0},
+    {"tune", cmd_tune, "measure this machine's best knobs for a model; run/bench/serve use them",
+     cmd_tune_usage, 0},
     {"report", cmd_report, "regenerate tables and plots of a results directory", cmd_report_usage,
      0},
     {"compare", cmd_compare, "compare two results directories cell by cell", cmd_compare_usage, 0},

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "engine/spill.h"
+#include "harness/tune_profile.h"
 #include "server/http_server.h"
 
 static volatile sig_atomic_t g_stop;
@@ -28,7 +29,8 @@ static void on_signal(int sig) {
 const char spill_serve_cmd_usage[] =
     "usage: spill serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
     "                   [--max-queue N] [--trace-dir DIR] [--model-id ID] [--quiet]\n"
-    "                   [--session-dir DIR] [--no-prefix-reuse] [engine knobs]\n"
+    "                   [--session-dir DIR] [--no-prefix-reuse] [--tuned FILE | --no-tuned]\n"
+    "                   [engine knobs]\n"
     "An OpenAI-compatible HTTP server for one model (docs/SERVER.md):\n"
     "  POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
     "  GET /health, GET /metrics (Prometheus).\n"
@@ -47,7 +49,9 @@ const char spill_serve_cmd_usage[] =
     "                  extends the held conversation prefills only its new tokens)\n"
     "Sampling is per request (temperature, top_p, top_k, seed in the body).\n"
     "Engine knobs: the flags of `spill knobs`, as for spill run, except --profile\n"
-    "and --trace (per request here: --trace-dir).\n";
+    "and --trace (per request here: --trace-dir). The tuned profile `spill tune` saved\n"
+    "for the model on this machine is applied under the flags given (--tuned FILE: that\n"
+    "file; --no-tuned: none; a profile of another machine or model is refused).\n";
 
 /* Per-run outputs that are per request here (--trace-dir). */
 static int per_request_knob(const char *name) {
@@ -107,7 +111,8 @@ int spill_serve_cmd(int argc, char **argv) {
   o.port = 8080;
   o.max_queue = 16;
   o.api_key = getenv("SPILL_API_KEY");
-  const char *model = NULL;
+  const char *model = NULL, *tuned = NULL;
+  int no_tuned = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -130,6 +135,8 @@ int spill_serve_cmd(int argc, char **argv) {
     else if (!strcmp(a, "--model-id") && v) o.model_id = argv[++i];
     else if (!strcmp(a, "--session-dir") && v) o.session_dir = argv[++i];
     else if (!strcmp(a, "--no-prefix-reuse")) o.no_prefix_reuse = 1;
+    else if (!strcmp(a, "--no-tuned")) no_tuned = 1;
+    else if (!strcmp(a, "--tuned") && v) tuned = argv[++i];
     else if (!strcmp(a, "--quiet")) o.quiet = 1;
     else if (a[0] == '-') {
       fprintf(stderr, "spill serve: unknown option or missing value: %s\n", a);
@@ -169,6 +176,21 @@ int spill_serve_cmd(int argc, char **argv) {
     }
   }
   spill_err e = {0};
+  if (no_tuned && tuned) {
+    fprintf(stderr, "spill serve: --tuned and --no-tuned together\n");
+    return 2;
+  }
+  if (!no_tuned) { /* the model's tuned profile, under the flags given */
+    spill_tune_argv av = {argc, argv};
+    char note[1024];
+    int trc = spill_tune_for_model(model, tuned, &cfg, spill_tune_skip_argv, &av, note,
+                                   sizeof note, &e);
+    if (trc) {
+      fprintf(stderr, "spill serve: %s (%s)\n", e.msg, spill_status_name(trc));
+      return 1;
+    }
+    if (note[0]) fprintf(stderr, "spill serve: %s\n", note);
+  }
   spill_engine *eng = NULL;
   int rc = spill_engine_open(model, &cfg, &eng, &e);
   if (rc) {
