@@ -276,6 +276,14 @@ static int session_save(spill_engine *eng, const char *file, const char *mfile,
   return msgs_save(mfile, msgs, n, e);
 }
 
+/* Ctrl-C stops the reply being generated, not the REPL */
+static void catch_sigint(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigaction(SIGINT, &sa, NULL);
+}
+
 int cmd_chat(int argc, char **argv) {
   spill_config cfg;
   spill_config_default(&cfg);
@@ -311,10 +319,7 @@ int cmd_chat(int argc, char **argv) {
                     "bytes; import a checkpoint)\n", model);
     return 1;
   }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
-  sigaction(SIGINT, &sa, NULL);
+  catch_sigint();
   size_t n = 0, cap = 16;
   spill_chat_msg *msgs = malloc(cap * sizeof *msgs);
   char **owned = malloc(cap * sizeof *owned); /* the strings msgs point to */

@@ -102,6 +102,27 @@ static int parse_int(const char *flag, const char *v, long lo, long hi, int *out
   return 0;
 }
 
+/* The model's tuned profile (harness/tune_profile.h), under the flags given:
+ * 0, or the exit code (2 usage, 1 refused). */
+static int apply_tuned(const char *model, const char *tuned, int no_tuned, int argc, char **argv,
+                       spill_config *cfg) {
+  if (no_tuned && tuned) {
+    fprintf(stderr, "spill serve: --tuned and --no-tuned together\n");
+    return 2;
+  }
+  if (no_tuned) return 0;
+  spill_tune_argv av = {argc, argv};
+  char note[1024];
+  spill_err e = {0};
+  int rc = spill_tune_for_model(model, tuned, cfg, spill_tune_skip_argv, &av, note, sizeof note, &e);
+  if (rc) {
+    fprintf(stderr, "spill serve: %s (%s)\n", e.msg, spill_status_name(rc));
+    return 1;
+  }
+  if (note[0]) fprintf(stderr, "spill serve: %s\n", note);
+  return 0;
+}
+
 int spill_serve_cmd(int argc, char **argv) {
   spill_config cfg;
   spill_config_default(&cfg);
@@ -176,21 +197,8 @@ int spill_serve_cmd(int argc, char **argv) {
     }
   }
   spill_err e = {0};
-  if (no_tuned && tuned) {
-    fprintf(stderr, "spill serve: --tuned and --no-tuned together\n");
-    return 2;
-  }
-  if (!no_tuned) { /* the model's tuned profile, under the flags given */
-    spill_tune_argv av = {argc, argv};
-    char note[1024];
-    int trc = spill_tune_for_model(model, tuned, &cfg, spill_tune_skip_argv, &av, note,
-                                   sizeof note, &e);
-    if (trc) {
-      fprintf(stderr, "spill serve: %s (%s)\n", e.msg, spill_status_name(trc));
-      return 1;
-    }
-    if (note[0]) fprintf(stderr, "spill serve: %s\n", note);
-  }
+  int trc = apply_tuned(model, tuned, no_tuned, argc, argv, &cfg);
+  if (trc) return trc;
   spill_engine *eng = NULL;
   int rc = spill_engine_open(model, &cfg, &eng, &e);
   if (rc) {
