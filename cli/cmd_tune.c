@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -121,27 +122,25 @@ int cmd_tune(int argc, char **argv) {
     free(r);
     return cli_fail("tune", rc, e.msg);
   }
-  char *ev = spill_tune_evidence_json(r);
+  cJSON *ev = spill_tune_evidence(r);
   rc = spill_tune_profile_save(path, &r->profile, ev, &e);
-  if (rc) {
-    free(ev);
-    free(r);
-    return cli_fail("tune", rc, e.msg);
-  }
-  if (json) {
-    printf("{\"profile\": \"");
-    char esc[8192];
-    spill_json_escape(esc, sizeof esc, path, strlen(path));
-    printf("%s\", \"knobs\": {", esc);
+  if (rc == SPILL_OK && json) { /* {"profile": PATH, "knobs": {...}, "axes": [...]} */
+    cJSON *o = cJSON_CreateObject(), *kn = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "profile", path);
     for (int i = 0; i < r->profile.n_knobs; i++)
-      printf("%s\"%s\": \"%s\"", i ? ", " : "", r->profile.knobs[i].name,
-             r->profile.knobs[i].value);
-    printf("}, \"axes\": %s}\n", ev ? ev : "[]");
-  } else {
+      cJSON_AddStringToObject(kn, r->profile.knobs[i].name, r->profile.knobs[i].value);
+    cJSON_AddItemToObject(o, "knobs", kn);
+    cJSON_AddItemToObject(o, "axes", ev ? ev : cJSON_CreateArray());
+    ev = NULL;
+    char *t = spill_json_print(o, 0);
+    cJSON_Delete(o);
+    if (t) printf("%s\n", t);
+    free(t);
+  } else if (rc == SPILL_OK) {
     print_table(r);
     printf("tuned profile: %s\n", path);
   }
-  free(ev);
+  cJSON_Delete(ev);
   free(r);
-  return 0;
+  return rc ? cli_fail("tune", rc, e.msg) : 0;
 }

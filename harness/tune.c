@@ -98,8 +98,6 @@ static char *axis_config(const spill_tune_opts *o, const char *axis, const char 
         *arms = cJSON_CreateArray();
   char name[64];
   snprintf(name, sizeof name, "tune-%s", axis);
-  for (char *s = name; *s; s++)
-    if (*s == '_') *s = '-';
   cJSON_AddStringToObject(j, "name", name);
   cJSON_AddStringToObject(j, "description",
                           "spill tune: one axis of the coordinate search (harness/tune.h)");
@@ -120,8 +118,6 @@ static char *axis_config(const spill_tune_opts *o, const char *axis, const char 
     cJSON *a = cJSON_CreateObject(), *set = cJSON_CreateObject();
     char an[96];
     snprintf(an, sizeof an, "%s-%s", axis, vals[i]);
-    for (char *s = an; *s; s++)
-      if (*s == '_') *s = '-';
     cJSON_AddStringToObject(a, "name", an);
     cJSON_AddStringToObject(set, axis, vals[i]);
     cJSON_AddItemToObject(a, "set", set);
@@ -166,7 +162,7 @@ static int judge(const char *dir, const char *axis, spill_tune_axis *ax, spill_e
     if (!cJSON_IsString(m) || strcmp(m->valuestring, "decode_tok_per_s") || !cJSON_IsString(t) ||
         !cJSON_IsNumber(r) || !cJSON_IsNumber(lo) || !cJSON_IsNumber(hi) || !cJSON_IsNumber(p))
       continue;
-    /* the arm is "<axis>-<value>" ('_' written '-') */
+    /* the arm is "<axis>-<value>" */
     size_t al = strlen(axis);
     if (strlen(t->valuestring) <= al + 1) continue;
     const int sig = lo->valuedouble > 1.0 && p->valuedouble < 0.05;
@@ -198,19 +194,6 @@ static int judge(const char *dir, const char *axis, spill_tune_axis *ax, spill_e
   snprintf(ax->note, sizeof ax->note, "%s faster than %s: ratio %.3f, 95%% CI [%.3f, %.3f], p %.3g",
            ax->best, ax->control, ax->ratio, ax->ci_lo, ax->ci_hi, ax->p);
   return 1;
-}
-
-/* The arm names were written with '-' for '_': map the winner back to a
- * candidate value. */
-static const char *cand_of(const char *shown, char cand[4][64], int nc) {
-  for (int i = 0; i < nc; i++) {
-    char s[64];
-    snprintf(s, sizeof s, "%s", cand[i]);
-    for (char *q = s; *q; q++)
-      if (*q == '_') *q = '-';
-    if (!strcmp(s, shown)) return cand[i];
-  }
-  return NULL;
 }
 
 int spill_tune_run(const spill_tune_opts *o, spill_tune_result *r, spill_err *e) {
@@ -270,10 +253,9 @@ int spill_tune_run(const spill_tune_opts *o, spill_tune_result *r, spill_err *e)
     spill_err je = {0};
     int won = judge(ax->results_dir, AXES[i], ax, &je);
     if (je.code) snprintf(ax->note, sizeof ax->note, "kept %s: %s", cur[i], je.msg);
-    const char *v = won > 0 ? cand_of(ax->best, cand, nc) : NULL;
-    if (v) {
-      snprintf(cur[i], sizeof cur[i], "%s", v);
-      snprintf(ax->chosen, sizeof ax->chosen, "%s", v);
+    if (won > 0) {
+      snprintf(cur[i], sizeof cur[i], "%s", ax->best);
+      snprintf(ax->chosen, sizeof ax->chosen, "%s", ax->best);
     }
   }
   /* the profile: every axis's setting (measured or the default it kept) */
@@ -300,7 +282,7 @@ int spill_tune_run(const spill_tune_opts *o, spill_tune_result *r, spill_err *e)
   return rc;
 }
 
-char *spill_tune_evidence_json(const spill_tune_result *r) {
+cJSON *spill_tune_evidence(const spill_tune_result *r) {
   cJSON *a = cJSON_CreateArray();
   for (int i = 0; i < r->n_axes; i++) {
     const spill_tune_axis *x = &r->axes[i];
@@ -320,7 +302,5 @@ char *spill_tune_evidence_json(const spill_tune_result *r) {
     cJSON_AddStringToObject(o, "note", x->note);
     cJSON_AddItemToArray(a, o);
   }
-  char *t = spill_json_print(a, 0);
-  cJSON_Delete(a);
-  return t;
+  return a;
 }

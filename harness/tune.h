@@ -68,11 +68,11 @@ const char *spill_tune_axis_names(void);
 
 /* Runs the search; fills r. SPILL_E_INTERRUPTED when *stop was set (r holds
  * the axes finished). The caller saves r->profile (spill_tune_profile_save,
- * with spill_tune_evidence_json). */
+ * with spill_tune_evidence). */
 int spill_tune_run(const spill_tune_opts *o, spill_tune_result *r, spill_err *e);
 
-/* r's axes as a JSON array (malloc'd; free()); NULL on no memory. */
-char *spill_tune_evidence_json(const spill_tune_result *r);
+/* r's axes as a JSON array (the caller cJSON_Deletes it); NULL on no memory. */
+struct cJSON *spill_tune_evidence(const spill_tune_result *r);
 
 #ifdef __cplusplus
 }

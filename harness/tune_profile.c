@@ -114,7 +114,8 @@ static int mkdirs(const char *path, spill_err *e) { /* the directories above pat
   return SPILL_OK;
 }
 
-int spill_tune_profile_save(const char *path, const spill_tune_profile *p, const char *evidence,
+int spill_tune_profile_save(const char *path, const spill_tune_profile *p,
+                            const cJSON *evidence,
                             spill_err *e) {
   cJSON *j = cJSON_CreateObject(), *mo = cJSON_CreateObject(), *ma = cJSON_CreateObject(),
         *kn = cJSON_CreateObject();
@@ -134,10 +135,7 @@ int spill_tune_profile_save(const char *path, const spill_tune_profile *p, const
   cJSON_AddStringToObject(j, "commit", p->commit);
   for (int i = 0; i < p->n_knobs; i++) cJSON_AddStringToObject(kn, p->knobs[i].name, p->knobs[i].value);
   cJSON_AddItemToObject(j, "knobs", kn);
-  if (evidence) {
-    cJSON *ev = cJSON_Parse(evidence);
-    if (ev) cJSON_AddItemToObject(j, "evidence", ev);
-  }
+  if (evidence) cJSON_AddItemToObject(j, "evidence", cJSON_Duplicate(evidence, 1));
   char *text = spill_json_print(j, 1);
   cJSON_Delete(j);
   SPILL_FAIL_IF(e, !text, SPILL_E_NOMEM, "tune: out of memory");

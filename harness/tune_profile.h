@@ -64,9 +64,11 @@ int spill_tune_machine_probe(const char *model_dir, spill_tune_machine *m, spill
  * directory can be named (no $SPILL_TUNE_DIR, $XDG_CACHE_HOME or $HOME). */
 int spill_tune_profile_path(const spill_info *model, char *buf, size_t n, spill_err *e);
 
-/* Writes p (and, when evidence is not NULL, the JSON array of measurements
+struct cJSON;
+/* Writes p (and, when evidence is not NULL, a copy of the JSON array of measurements
  * behind it, serialised) to path atomically, creating its directory. */
-int spill_tune_profile_save(const char *path, const spill_tune_profile *p, const char *evidence,
+int spill_tune_profile_save(const char *path, const spill_tune_profile *p,
+                            const struct cJSON *evidence,
                             spill_err *e);
 
 /* Reads and checks a profile file (untrusted): SPILL_E_CONFIG naming the

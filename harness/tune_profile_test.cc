@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 
+#include <cjson/cJSON.h>
+
 #include "research/gen/spill_gen.h"
 
 namespace {
@@ -64,8 +66,9 @@ TEST(TuneProfileTest, SavedThenLoadedExactlyAndAppliedUnderTheCommandLine) {
   EXPECT_GT(here.ram, 0u);
   const std::string path = TmpDir() + "/tp/sub/profile.json";  // directories made
   spill_tune_profile p = Profile(info, here);
-  ASSERT_EQ(spill_tune_profile_save(path.c_str(), &p, "[{\"axis\": \"threads\"}]", &e), SPILL_OK)
-      << e.msg;
+  cJSON *ev = cJSON_Parse("[{\"axis\": \"threads\"}]");
+  ASSERT_EQ(spill_tune_profile_save(path.c_str(), &p, ev, &e), SPILL_OK) << e.msg;
+  cJSON_Delete(ev);
   spill_tune_profile q;
   ASSERT_EQ(spill_tune_profile_load(path.c_str(), &q, &e), SPILL_OK) << e.msg;
   EXPECT_EQ(q.container_id, p.container_id);
