@@ -210,7 +210,7 @@ static void print_json(const char *model, const spill_roofline_opts *o, const sp
   printf("\"record_bytes\": %llu, \"probe_threads\": %d, "
          "\"disk_bytes_per_s\": %.0f, \"disk_reads_per_s\": %.1f, \"disk_p50_ms\": %.3f, "
          "\"mem_bytes_per_s\": %.0f, \"compute_s_per_token\": %.6f, "
-         "\"resident_hit_rate\": %.4f, \"resident_budget\": %llu, "
+         "\"resident_hit_rate\": %.4f, \"resident_budget\": %llu, \"resident_capped\": %s, "
          "\"missed_bytes_per_token\": %.0f, \"misses_per_token\": %.2f, "
          "\"cache_slots\": %llu, \"budget\": %llu, \"tokens\": %d, "
          "\"io_wait_s_per_token\": %.6f, \"bound_disk_tok_s\": %s, "
@@ -219,7 +219,8 @@ static void print_json(const char *model, const spill_roofline_opts *o, const sp
          "\"achieved_max_tok_s\": %.4f, \"compute_max_s_per_token\": %.6f",
          (unsigned long long)r.record_bytes, r.probe_threads, r.disk_bytes_per_s,
          r.disk_reads_per_s, r.disk_p50_ms, r.mem_bytes_per_s, r.compute_s_per_token,
-         r.resident_hit_rate, (unsigned long long)r.resident_budget, r.missed_bytes_per_token,
+         r.resident_hit_rate, (unsigned long long)r.resident_budget,
+         r.resident_capped ? "true" : "false", r.missed_bytes_per_token,
          r.misses_per_token, (unsigned long long)r.cache_slots, (unsigned long long)r.budget,
          r.tokens, r.io_wait_s_per_token, dbound, r.bound_compute_tok_s, r.bound_tok_s,
          r.achieved_tok_s, r.fraction,
@@ -252,10 +253,11 @@ static void print_text(const char *model, const spill_roofline_opts *o, const sp
     printf("  fio      %8.1f MB/s  (randread psync direct, same bs/threads, one bank): probe/fio %.3f\n",
            fio_bw / 1e6, r.disk_bytes_per_s / fio_bw);
   printf("  memory   %8.1f GB/s  (read, 2 threads)\n", r.mem_bytes_per_s / 1e9);
-  printf("  compute  %8.2f ms/token with every expert resident (slowest run %.2f; budget %s, "
+  printf("  compute  %8.2f ms/token with every expert resident (slowest run %.2f; budget %s%s, "
          "hit rate %.1f%%)\n",
          r.compute_s_per_token * 1e3, r.compute_max_s_per_token * 1e3,
          cli_bytes(r.resident_budget, b2, sizeof b2),
+         r.resident_capped ? ", cut to the memory available now" : "",
          100 * r.resident_hit_rate);
   printf("  missed   %8.2f MB/token  (%.1f misses/token; %llu cache slots, budget %s)\n",
          r.missed_bytes_per_token / 1e6, r.misses_per_token, (unsigned long long)r.cache_slots,

@@ -282,6 +282,9 @@ typedef struct spill_plan {
 /* Usable RAM of this machine: min(physical RAM, the memory limit of our
  * cgroup (v2 memory.max or v1 memory.limit_in_bytes)). Reads /proc and /sys. */
 uint64_t spill_usable_ram(void);
+/* Memory a new allocation can still get now (/proc/meminfo's MemAvailable),
+ * 0 when unknown: what a measurement may take on a shared machine. */
+uint64_t spill_available_ram(void);
 /* Physical cores of this process's affinity mask (SMT siblings once; Linux
  * sysfs topology): what the threads knob's auto (0) resolves to. */
 int spill_physical_cores(void);

@@ -109,4 +109,6 @@ int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_by
 
 uint64_t spill_usable_ram(void) { return spill_plan_usable_ram(); }
 
+uint64_t spill_available_ram(void) { return spill_plan_available_ram(); }
+
 int spill_physical_cores(void) { return spill_cpu_physical_cores(); }

@@ -224,6 +224,23 @@ uint64_t spill_plan_usable_ram(void) {
   return phys;
 }
 
+static const char *g_meminfo = "/proc/meminfo";
+
+void spill_plan_test_meminfo_path(const char *meminfo) {
+  g_meminfo = meminfo ? meminfo : "/proc/meminfo";
+}
+
+uint64_t spill_plan_available_ram(void) {
+  FILE *f = fopen(g_meminfo, "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+  fclose(f);
+  return found && kb <= UINT64_MAX / 1024 ? (uint64_t)kb * 1024u : 0;
+}
+
 uint64_t spill_plan_parse_size(const char *s) {
   if (!s || !*s) return 0;
   char *end = NULL;

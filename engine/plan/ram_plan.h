@@ -64,6 +64,13 @@ uint64_t spill_plan_usable_ram(void);
  * /proc/self/cgroup and /sys/fs/cgroup (NULL restores each). Process-wide;
  * not thread-safe against a concurrent spill_plan_usable_ram. */
 void spill_plan_test_cgroup_paths(const char *proc_cgroup, const char *cgroup_root);
+/* Memory the kernel says a new allocation can still get now (/proc/meminfo's
+ * MemAvailable), 0 when unknown. For tools that size a measurement by what
+ * is free on a shared machine, not by what the machine has. */
+uint64_t spill_plan_available_ram(void);
+/* Test only: read MemAvailable from meminfo (a file in /proc/meminfo's
+ * format) instead of /proc/meminfo (NULL restores it). Process-wide. */
+void spill_plan_test_meminfo_path(const char *meminfo);
 
 /* The published Kimi K3 shape (docs/PLAN.md): its arch, record size and the
  * trunk bytes we compute for it with our own tensor formats. */

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace {
 
@@ -204,6 +207,34 @@ TEST(RamPlanTest, OverflowingArchIsAnErrorNotAWrap) {
   spill_plan p;
   spill_err e = {};
   EXPECT_EQ(spill_plan_compute(&a, 1ull << 40, 1ull << 40, 1 << 30, 1, &p, &e), SPILL_E_RANGE);
+}
+
+// MemAvailable read from a meminfo file: the value in bytes, 0 when the line
+// is missing, the file is absent, or the value would overflow.
+TEST(RamPlanTest, AvailableRamReadsMemAvailable) {
+  const char *t = std::getenv("TEST_TMPDIR");
+  const std::string dir = t ? t : "/tmp";
+  auto write = [&](const char *name, const char *text) {
+    const std::string path = dir + "/" + name;
+    FILE *f = std::fopen(path.c_str(), "w");
+    EXPECT_NE(f, nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+    return path;
+  };
+  const std::string ok = write("mi-ok", "MemTotal: 100 kB\nMemFree: 7 kB\nMemAvailable:   2048 kB\n");
+  const std::string none = write("mi-none", "MemTotal: 100 kB\nMemFree: 7 kB\n");
+  const std::string big = write("mi-big", "MemAvailable: 18446744073709551615 kB\n");
+  spill_plan_test_meminfo_path(ok.c_str());
+  EXPECT_EQ(spill_plan_available_ram(), 2048u * 1024u);
+  spill_plan_test_meminfo_path(none.c_str());
+  EXPECT_EQ(spill_plan_available_ram(), 0u);
+  spill_plan_test_meminfo_path(big.c_str());
+  EXPECT_EQ(spill_plan_available_ram(), 0u);
+  spill_plan_test_meminfo_path((dir + "/mi-absent").c_str());
+  EXPECT_EQ(spill_plan_available_ram(), 0u);
+  spill_plan_test_meminfo_path(nullptr);
+  EXPECT_GT(spill_plan_available_ram(), 0u);  // this machine's /proc/meminfo
 }
 
 }  // namespace

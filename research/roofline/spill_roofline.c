@@ -223,6 +223,16 @@ static void resident_budget(roof *R, spill_roofline *r) {
   if (per_layer > (uint64_t)n_exp) per_layer = (uint64_t)n_exp;
   uint64_t need = floor - min_cache + per_layer * (uint64_t)n_moe * rec + 2 * (uint64_t)top_k * rec;
   if (need > cap && cap > floor) need = cap;
+  /* The cap is 7/8 of the machine (or cgroup); on a shared machine what the
+   * other processes hold is not ours to take: growing the cache past what
+   * is available now would end in the OOM killer, not in a measurement. */
+  const uint64_t avail = spill_available_ram(), room = avail / 8 * 7;
+  const uint64_t cfg_need = floor - min_cache + r->cache_slots * rec;
+  r->resident_capped = 0;
+  if (avail && need > cfg_need && need - cfg_need > room) {
+    need = cfg_need + room;
+    r->resident_capped = 1;
+  }
   if (need < floor) need = floor;
   r->resident_budget = need;
   r->prompt_tokens = n_prompt;

@@ -63,6 +63,9 @@ typedef struct spill_roofline {
   double compute_s_per_token;   /* resident run: decode_s / tokens */
   double resident_hit_rate;     /* decode hits / accesses of the resident run */
   uint64_t resident_budget;
+  int resident_capped;          /* 1: the resident budget was cut to the cfg cache plus
+                                 * 7/8 of MemAvailable (a shared machine's free memory),
+                                 * so resident_hit_rate may be below 1 */
   double missed_bytes_per_token, misses_per_token; /* cfg's cache, cold start */
   double read_bytes_per_token;   /* demand + speculative bytes per decode token */
   double spec_bytes_per_token;   /* of which lookahead prefetch */
