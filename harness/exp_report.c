@@ -86,6 +86,12 @@ static double machine_num(const row *r, const char *name) {
   return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+/* Tokens a run pushed through the model (prefill + decode; NaN if unknown). */
+static double run_tokens(const row *r) {
+  const double n = metric_of(r, "tokens_prefill") + metric_of(r, "tokens_decode");
+  return n > 0 ? n : NAN;
+}
+
 static int cmp_row_rep(const void *a, const void *b) {
   return (*(row *const *)a)->repeat - (*(row *const *)b)->repeat;
 }
@@ -527,7 +533,8 @@ static void cliff_lines(report *R, const char *dir, int ram_axis, double *ram_ou
                         double *dflt_out, double *model_out) {
   const spill_exp_config *cfg = R->cfg;
   double ram = R->n_rows && !ram_axis ? (cfg->emulate_ram ? (double)cfg->emulate_ram
-                                                         : (double)spill_usable_ram())
+                                         : cfg->machine_ram ? (double)cfg->machine_ram
+                                                            : (double)spill_usable_ram())
                                       : 0;
   char envp[SPILL_PATH_MAX], *env = NULL, model_dir[SPILL_PATH_MAX] = "";
   snprintf(envp, sizeof envp, "%s/env.json", dir);
@@ -538,7 +545,8 @@ static void cliff_lines(report *R, const char *dir, int ram_axis, double *ram_ou
     const cJSON *d = m ? cJSON_GetObjectItemCaseSensitive(m, "dir") : NULL;
     if (cJSON_IsString(d)) snprintf(model_dir, sizeof model_dir, "%s", d->valuestring);
     const cJSON *u = j ? cJSON_GetObjectItemCaseSensitive(j, "usable_ram_bytes") : NULL;
-    if (R->n_rows && !cfg->emulate_ram && !ram_axis && cJSON_IsNumber(u) && u->valuedouble > 0)
+    if (R->n_rows && !cfg->emulate_ram && !cfg->machine_ram && !ram_axis && cJSON_IsNumber(u) &&
+        u->valuedouble > 0)
       ram = u->valuedouble;
     cJSON_Delete(j);
     free(env);
@@ -557,6 +565,50 @@ static void cliff_lines(report *R, const char *dir, int ram_axis, double *ram_ou
                        sc.usable_ram ? sc.usable_ram : (uint64_t)ram, &plan, &ig) == SPILL_OK)
     *dflt_out = (double)plan.budget;
   *ram_out = ram;
+}
+
+/* The cliff's other two signs from cliff.dat (columns 6 and 7): GiB read and
+ * the engine's major page faults per token against the same x axis: reads
+ * fall as the cache grows, faults stay ~0 until the machine, not the
+ * engine, runs out of memory. */
+static int plot_cliff_io(const spill_exp_config *cfg, const char *dir, const char *pdir,
+                         char (*titles)[128], const int *is_peer, int n_series, int ram_axis,
+                         spill_exp_report_result *res, spill_err *e) {
+  char body[16384], tq[1024], tt[512];
+  snprintf(tt, sizeof tt, "%s: bytes read and major page faults vs %s", cfg->name,
+           ram_axis ? "emulated RAM" : "RAM budget");
+  int o = snprintf(body, sizeof body,
+                   "set title %s\n"
+                   "set xlabel '%s (GiB, log scale)'\nset logscale x\n"
+                   "set ylabel 'GiB read per token (median of runs)'\n"
+                   "set y2label 'major page faults per token (median of runs)'\nset ytics nomirror\n"
+                   "set y2tics\nset key outside bottom center horizontal\nset grid\n"
+                   "set yrange [0:*]\nset y2range [0:*]\nplot ",
+                   spill_gp_label(tq, sizeof tq, tt), ram_axis ? "emulated machine RAM" : "RAM budget");
+  int drawn = 0;
+  for (int s = 0; s < n_series && o < (int)sizeof body; s++) {
+    if (is_peer[s]) continue;
+    snprintf(tt, sizeof tt, "%s GiB read/token", titles[s]);
+    o += snprintf(body + o, sizeof body - (size_t)o,
+                  "%s'cliff.dat' index %d using 1:6 with linespoints lw 2 title %s", drawn ? ", " : "",
+                  s, spill_gp_label(tq, sizeof tq, tt));
+    snprintf(tt, sizeof tt, "%s major faults/token", titles[s]);
+    if (o < (int)sizeof body)
+      o += snprintf(body + o, sizeof body - (size_t)o,
+                    ", 'cliff.dat' index %d using 1:7 axes x1y2 with linespoints dt 2 title %s", s,
+                    spill_gp_label(tq, sizeof tq, tt));
+    drawn = 1;
+  }
+  if (!drawn) return SPILL_OK; /* only peers: no engine counters to draw */
+  char gp[SPILL_PATH_MAX];
+  snprintf(gp, sizeof gp, "%s/cliff-io.gp", pdir);
+  FILE *f = spill_exp_fopen_write(gp, e);
+  if (!f) return SPILL_E_IO;
+  both_terms(f, "cliff-io", body);
+  fclose(f);
+  SPILL_TRY(gnuplot(pdir, "cliff-io.gp", e));
+  add_plot(res, dir, "cliff-io");
+  return SPILL_OK;
 }
 
 static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_report_result *res,
@@ -587,7 +639,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
       for (int b = 0; b < cfg->axes[0].n; b++) {
         const group *g = find_group(R, b * per_budget + other, a);
         if (!g || g->n == 0) continue;
-        spill_stats_summary tok, hit, bud;
+        spill_stats_summary tok, hit, bud, rd, mf;
         values(g, "decode_tok_per_s", v);
         spill_stats_summarize(v, g->n, &tok);
         values(g, "decode_hit_rate", v);
@@ -596,8 +648,17 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
           v[i] = ram_axis ? machine_num(g->rows[i], "emulate_ram_bytes")
                           : engine_num(g->rows[i], "budget_bytes");
         spill_stats_summarize(v, g->n, &bud);
-        fprintf(f, "%.6f %.6f %.6f %.6f %.6f\n", bud.median / 1073741824.0, tok.median, tok.min,
-                tok.max, cfg->arms[a].peer.name[0] ? NAN : hit.median * 100);
+        /* per token of the run (prefill + decode): bytes read and the
+         * engine's own major page faults, the cliff's two other signs */
+        for (int i = 0; i < g->n; i++)
+          v[i] = metric_of(g->rows[i], "bytes_read") / run_tokens(g->rows[i]) / 1073741824.0;
+        spill_stats_summarize(v, g->n, &rd);
+        for (int i = 0; i < g->n; i++) v[i] = metric_of(g->rows[i], "major_faults") / run_tokens(g->rows[i]);
+        spill_stats_summarize(v, g->n, &mf);
+        const int peer = cfg->arms[a].peer.name[0] != 0;
+        fprintf(f, "%.6f %.6f %.6f %.6f %.6f %.6f %.3f\n", bud.median / 1073741824.0, tok.median,
+                tok.min, tok.max, peer ? NAN : hit.median * 100, peer ? NAN : rd.median,
+                peer ? NAN : mf.median);
       }
       fprintf(f, "\n\n");
       n_series++;
@@ -628,7 +689,8 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
                   "set xrange [*:%.6f]\n"
                   "set arrow 1 from %.6f, graph 0 to %.6f, graph 1 nohead dt 2 lc rgb 'red'\n"
                   "set label 1 '%s RAM %.3g GiB' at %.6f, graph 0.95 right offset -0.5,0 tc rgb 'red'\n",
-                  ram / G * 1.5, ram / G, ram / G, cfg->emulate_ram ? "emulated" : "machine",
+                  ram / G * 1.5, ram / G, ram / G,
+                  cfg->emulate_ram ? "emulated" : cfg->machine_ram ? "machine profile" : "machine",
                   ram / G, ram / G);
   if (dflt > 0)
     o += snprintf(body + o, sizeof body - (size_t)o,
@@ -656,7 +718,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   fclose(f);
   SPILL_TRY(gnuplot(pdir, "cliff.gp", e));
   add_plot(res, dir, "cliff");
-  return SPILL_OK;
+  return plot_cliff_io(cfg, dir, pdir, titles, is_peer, n_series, ram_axis, res, e);
 }
 
 /* The hypothesis threshold of a comparison's point ("NaN": none). */

@@ -27,7 +27,7 @@ typedef struct spill_exp_report_result {
   spill_verdict verdict; /* combined over cells */
   char claim[256], metric[32];
   char result_text[512]; /* "ratio 1.02 [0.98, 1.06] (95% CI) at budget=1G; ..." */
-  char plots[1024];      /* plot files written, space separated */
+  char plots[4096];      /* plot files written, space separated */
   char table_md[16384];  /* the Markdown table (for printing) */
 } spill_exp_report_result;
 

@@ -22,6 +22,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <atomic>
 #include <thread>
 
@@ -643,7 +644,7 @@ TEST(ExpRunnerTest, PlotsAreDrawnWithTheirData) {
   char dir[1024];
   ASSERT_TRUE(RunExperiment(text, root + "/results", dir, sizeof dir));
   std::string p = std::string(dir) + "/plots/";
-  for (const char *base : {"cliff", "ab", "timeline-off", "timeline-on"}) {
+  for (const char *base : {"cliff", "cliff-io", "ab", "timeline-off", "timeline-on"}) {
     std::string png = ReadAll(p + base + ".png"), svg = ReadAll(p + base + ".svg");
     ASSERT_GT(png.size(), 8u) << base;
     EXPECT_EQ(png.substr(1, 3), "PNG") << base;
@@ -659,7 +660,17 @@ TEST(ExpRunnerTest, PlotsAreDrawnWithTheirData) {
   int data_lines = 0;
   std::istringstream in(cliff);
   std::string line;
-  while (std::getline(in, line)) data_lines += !line.empty() && line[0] != '#';
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    data_lines++;
+    // budget, tok/s median/min/max, hit %, GiB read per token, major faults per token
+    std::istringstream cols(line);
+    std::vector<double> c;
+    for (double x; cols >> x;) c.push_back(x);
+    ASSERT_EQ(c.size(), 7u) << line;
+    EXPECT_GT(c[5], 0) << line;   // nano reads experts every run (cold)
+    EXPECT_GE(c[6], 0) << line;
+  }
   EXPECT_EQ(data_lines, 2 * 2) << cliff;
   // the cliff plot marks the engine's default budget for the runs' ctx (256)
   // and threads (1) on the runs' RAM (what spill_engine_open plans with no budget),
