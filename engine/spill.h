@@ -107,6 +107,11 @@ typedef struct spill_config {
    * without; sampling (temp > 0) never drafts. */
   int draft;
   int draft_adaptive; /* draft_adaptive: stop drafting while it does not pay (1) */
+  /* draft_accept_max: a measurement knob: at most this many drafts of a
+   * verify chunk are accepted, the rest rejected as if the model disagreed
+   * (the output is unchanged: rejected drafts are rolled back); -1 (off):
+   * the model decides. Live. */
+  int draft_accept_max;
 } spill_config;
 
 /* Fills the defaults above. */
@@ -472,6 +477,9 @@ typedef struct spill_run_stats {
    * times the adaptive rule switched drafting off. Generated tokens are
    * tokens_decode; expert bytes per generated token = bytes_read / it. */
   uint64_t draft_tokens, draft_accepted, decode_forwards, draft_switched_off;
+  /* expert bytes read (demand and prefetch) during decode only: the
+   * numerator of expert bytes per generated token without the prompt's */
+  uint64_t bytes_read_decode;
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop.
@@ -517,6 +525,17 @@ int spill_generate_next(spill_engine *eng, const int *prompt, int n_prompt, int 
 /* The engine's tokens (borrowed into *tokens, may be NULL; valid until the
  * next call on the engine); returns their count. */
 int spill_engine_tokens(const spill_engine *eng, const int **tokens);
+
+/* Measurement support for drafts (cfg.draft, docs/MODEL.md "Drafts"): from
+ * now on drafts come from seq[0..n) instead of the context's n-grams: the
+ * draft after the token at position p is seq[p + 1 ..] (up to cfg.draft
+ * tokens, stopping before EOS and at n; nothing at or past n - 1). With the
+ * model's own greedy continuation as seq every draft is right, so the
+ * acceptance is set by draft_accept_max. Drafts are verified as always: the
+ * output is unchanged. The engine copies seq; NULL or n <= 0 goes back to
+ * the n-gram lookup. SPILL_E_RANGE for n > ctx or a token outside the
+ * vocabulary (nothing changes then). */
+int spill_engine_set_draft_source(spill_engine *eng, const int *seq, int n, spill_err *e);
 
 /* Session files (docs/FORMAT.md "Session files"): the engine's tokens, the
  * attention state they left in every layer (GQA keys and values, MLA

@@ -131,6 +131,10 @@ static const knob_row k_knobs[] = {
     {{"draft_adaptive", C, SPILL_KNOB_BOOL, OPEN, 0, 0, NULL, 0, NULL, NULL,
       "stop drafting while it requests more expert bytes per token than it saves", "true"},
      CFG(draft_adaptive, ST_INT), KA_NONE},
+    {{"draft_accept_max", C, SPILL_KNOB_INT, LIVE, 0, SPILL_DRAFT_MAX, "off", -1, NULL, "N",
+      "measurement: accept at most N drafts of a verify chunk, reject the rest (output "
+      "unchanged; off: the model decides)", "off"},
+     CFG(draft_accept_max, ST_INT), KA_FIELD},
     {{"temp", S, SPILL_KNOB_FLOAT, LIVE, 0, 1000, NULL, 0, NULL, "T",
       "sampling temperature (0: greedy)", "0"},
      SMP(temperature, ST_FLOAT), KA_NONE},

@@ -19,6 +19,7 @@
 #include "engine/spill.h"
 #include "engine/spill_draft.h"
 #include "engine/spill_internal.h"
+#include "engine/trace/router_trace.h"
 #include "research/gen/spill_gen.h"
 
 namespace {
@@ -173,9 +174,10 @@ GenRun Generate(spill_engine *g, const spill_sampling *s = nullptr) {
 
 class DraftKinds : public ::testing::TestWithParam<const char *> {};
 
-// The drafts are the reference run's own continuation (test hook), so every
-// chunk holds 4 drafts the model agrees with; the reject hook then cuts every
-// chunk at j: the rollback runs at each position of a chunk.
+// The drafts are the reference run's own continuation
+// (spill_engine_set_draft_source), so every chunk holds 4 drafts the model
+// agrees with; the live knob draft_accept_max then cuts every chunk at j:
+// the rollback runs at each position of a chunk.
 TEST_P(DraftKinds, RejectionAtEveryPositionGivesTheTokensAndLogitsOfARunWithout) {
   const std::string mix = GetParam();
   spill_engine *ref_g = Open(mix, 0);
@@ -191,12 +193,15 @@ TEST_P(DraftKinds, RejectionAtEveryPositionGivesTheTokensAndLogitsOfARunWithout)
   const int kDraft = 4;
   spill_engine *g = Open(mix, kDraft);
   ASSERT_NE(g, nullptr);
-  spill_engine_test_draft_from(conv.data(), (int)conv.size());
+  spill_err e = {};
+  ASSERT_EQ(spill_engine_set_draft_source(g, conv.data(), (int)conv.size(), &e), SPILL_OK) << e.msg;
   for (int j = -1; j < kDraft; j++) { // -1: the model's own verdicts (all accepted)
     SCOPED_TRACE(mix + " reject at " + std::to_string(j));
-    spill_engine_test_draft_reject_at(j);
+    ASSERT_EQ(spill_engine_set_knob(g, "draft_accept_max", j < 0 ? "off" : std::to_string(j).c_str(),
+                                    &e),
+              SPILL_OK)
+        << e.msg;
     const GenRun r = Generate(g);
-    spill_engine_test_draft_reject_at(-1);
     EXPECT_EQ(r.toks, ref.toks);
     EXPECT_EQ(r.crcs, ref.crcs);
     EXPECT_EQ(r.next_turn_crc, ref.next_turn_crc);
@@ -211,7 +216,7 @@ TEST_P(DraftKinds, RejectionAtEveryPositionGivesTheTokensAndLogitsOfARunWithout)
     EXPECT_EQ(r.st.decode_forwards + r.st.draft_accepted,
               (uint64_t)r.st.tokens_decode - (r.toks.back() == 257));
   }
-  spill_engine_test_draft_from(nullptr, 0);
+  ASSERT_EQ(spill_engine_set_draft_source(g, nullptr, 0, &e), SPILL_OK);
   spill_engine_close(g);
 }
 
@@ -237,9 +242,9 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, DraftKinds, ::testing::Values("gqa", "mla", "
 TEST(DraftEngineTest, AdaptiveRuleStopsDraftsThatAreAllRejected) {
   spill_engine *g = Open("k3", 4, 1);
   ASSERT_NE(g, nullptr);
-  spill_engine_test_draft_reject_at(0);
+  spill_err e = {};
+  ASSERT_EQ(spill_engine_set_knob(g, "draft_accept_max", "0", &e), SPILL_OK) << e.msg;
   const GenRun r = Generate(g);
-  spill_engine_test_draft_reject_at(-1);
   spill_engine_close(g);
   EXPECT_EQ(r.st.draft_accepted, 0u);
   EXPECT_GE(r.st.draft_switched_off, 1u);
@@ -279,6 +284,124 @@ TEST(DraftEngineTest, ADraftLongerThanAChunkIsRefusedByName) {
   EXPECT_EQ(spill_config_set(&cfg, "draft", "16", &e), SPILL_E_CONFIG);
   EXPECT_EQ(spill_config_set(&cfg, "draft", "off", &e), SPILL_OK);
   EXPECT_EQ(cfg.draft, 0);
+}
+
+// The draft source is checked and copied: tokens outside the vocabulary and
+// sequences longer than ctx are refused by name; the caller's array may be
+// freed at once; a source that ends at the prompt drafts nothing (the
+// runner's greedy reference pass), NULL goes back to the n-gram lookup.
+TEST(DraftEngineTest, DraftSourceIsCheckedCopiedAndEndsWhereItEnds) {
+  spill_engine *g = Open("gqa", 4);
+  ASSERT_NE(g, nullptr);
+  spill_err e = {};
+  std::vector<int> bad = {1, 2, 100000};
+  EXPECT_EQ(spill_engine_set_draft_source(g, bad.data(), 3, &e), SPILL_E_RANGE);
+  EXPECT_NE(std::string(e.msg).find("index 2"), std::string::npos) << e.msg;
+  std::vector<int> longer(300, 1); // ctx 256
+  EXPECT_EQ(spill_engine_set_draft_source(g, longer.data(), 300, &e), SPILL_E_RANGE);
+  EXPECT_NE(std::string(e.msg).find("ctx"), std::string::npos) << e.msg;
+  // the prompt alone (BOS + its bytes): no continuation to draft from
+  std::vector<int> p(256);
+  int n = 0;
+  ASSERT_EQ(spill_tokenize(g, "abc abd abc abd abc abd abc ab", 1, p.data(), 256, &n, &e), SPILL_OK);
+  {
+    std::vector<int> tmp(p.begin(), p.begin() + n);
+    ASSERT_EQ(spill_engine_set_draft_source(g, tmp.data(), n, &e), SPILL_OK) << e.msg;
+  } // freed: the engine holds its own copy
+  const GenRun none = Generate(g);
+  EXPECT_EQ(none.st.draft_tokens, 0u); // the lookup would draft here (next test's prompt)
+  ASSERT_EQ(spill_engine_set_draft_source(g, nullptr, 0, &e), SPILL_OK);
+  const GenRun lookup = Generate(g);
+  EXPECT_GT(lookup.st.draft_tokens, 0u);
+  EXPECT_EQ(lookup.toks, none.toks);
+  spill_engine_close(g);
+}
+
+// bytes_read_decode is the decode's share of bytes_read (the prompt's reads
+// are not in it): with a cold cache both phases read, so it is smaller than
+// bytes_read and equal to the sum of the token callbacks' bytes.
+int SumBytes(void *user, int, const char *, const spill_run_stats *ts) {
+  *static_cast<uint64_t *>(user) += ts->bytes_read;
+  return 0;
+}
+TEST(DraftEngineTest, DecodeBytesAreTheDecodesShareOfTheBytesRead) {
+  for (int draft : {0, 4}) {
+    spill_engine *g = Open("k3", draft);
+    ASSERT_NE(g, nullptr);
+    spill_err e = {};
+    ASSERT_EQ(spill_engine_set_knob(g, "cache_slots", "8", &e), SPILL_OK) << e.msg;
+    std::vector<int> p(256);
+    int n = 0;
+    ASSERT_EQ(spill_tokenize(g, "abc abd abc abd abc abd abc ab", 1, p.data(), 256, &n, &e), SPILL_OK);
+    spill_sampling greedy;
+    spill_sampling_default(&greedy);
+    spill_run_stats st;
+    uint64_t sum = 0;
+    ASSERT_EQ(spill_generate(g, p.data(), n, 24, &greedy, SumBytes, &sum, nullptr, &st, &e), SPILL_OK)
+        << e.msg;
+    EXPECT_GT(st.bytes_read_decode, 0u);
+    EXPECT_LT(st.bytes_read_decode, st.bytes_read);
+    EXPECT_EQ(st.bytes_read_decode, sum);
+    spill_engine_close(g);
+  }
+}
+
+// The router trace of a run with drafts: its sequence tokens (prompt and
+// generated) are those of a run without drafts, id for id and position for
+// position, and every rolled-back draft of a verify chunk has its rows too,
+// marked rejected (one per MoE layer): its routing ran and its experts were
+// read. The drafts are the model's own continuation, at most 1 accepted.
+TEST(DraftEngineTest, TraceKeepsTheSequenceAndMarksRejectedDraftRows) {
+  auto traced = [](spill_engine *g, const std::string &path, spill_run_stats *st) {
+    spill_err e = {};
+    EXPECT_EQ(spill_engine_set_knob(g, "trace", path.c_str(), &e), SPILL_OK) << e.msg;
+    std::vector<int> p(256);
+    int n = 0;
+    EXPECT_EQ(spill_tokenize(g, "abc abd abc abd abc abd abc ab", 1, p.data(), 256, &n, &e), SPILL_OK);
+    spill_sampling greedy;
+    spill_sampling_default(&greedy);
+    EXPECT_EQ(spill_generate(g, p.data(), n, 24, &greedy, nullptr, nullptr, nullptr, st, &e),
+              SPILL_OK)
+        << e.msg;
+    EXPECT_EQ(spill_engine_set_knob(g, "trace", "", &e), SPILL_OK) << e.msg;
+  };
+  spill_engine *ref_g = Open("k3", 0);
+  ASSERT_NE(ref_g, nullptr);
+  spill_run_stats rst;
+  const std::string ref_path = TmpDir() + "/trace-nodraft.jsonl";
+  traced(ref_g, ref_path, &rst);
+  const int *held = nullptr;
+  const int nh = spill_engine_tokens(ref_g, &held);
+  const std::vector<int> conv(held, held + nh);
+  spill_engine_close(ref_g);
+
+  spill_engine *g = Open("k3", 4);
+  ASSERT_NE(g, nullptr);
+  spill_err e = {};
+  ASSERT_EQ(spill_engine_set_draft_source(g, conv.data(), (int)conv.size(), &e), SPILL_OK);
+  ASSERT_EQ(spill_engine_set_knob(g, "draft_accept_max", "1", &e), SPILL_OK) << e.msg;
+  spill_run_stats st;
+  const std::string path = TmpDir() + "/trace-draft.jsonl";
+  traced(g, path, &st);
+  spill_engine_close(g);
+  ASSERT_GT(st.draft_tokens, st.draft_accepted);
+
+  spill_trace a = {}, b = {};
+  ASSERT_EQ(spill_trace_read_file(ref_path.c_str(), nullptr, &a, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_trace_read_file(path.c_str(), nullptr, &b, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(a.n_rejected_rows, 0u);
+  ASSERT_EQ(b.n_tokens, a.n_tokens);
+  ASSERT_EQ(b.n_layers, a.n_layers);
+  for (uint32_t t = 0; t < a.n_tokens; t++) {
+    EXPECT_EQ(b.pos[t], a.pos[t]) << t;
+    EXPECT_EQ(b.phase[t], a.phase[t]) << t;
+    for (uint32_t l = 0; l < a.n_layers; l++)
+      EXPECT_EQ(memcmp(spill_trace_ids(&b, t, l), spill_trace_ids(&a, t, l), a.top_k * 4), 0)
+          << "token " << t << " layer " << l;
+  }
+  EXPECT_EQ(b.n_rejected_rows, (st.draft_tokens - st.draft_accepted) * a.n_layers);
+  spill_trace_free(&a);
+  spill_trace_free(&b);
 }
 
 }  // namespace

@@ -102,6 +102,10 @@ struct spill_engine {
   /* the conversation (spill_generate_next, spill_session_*): the tokens
    * whose state the model holds, the last logits, the sampler's generator */
   spill_engine_conv conv;
+  /* spill_engine_set_draft_source: drafts come from this conversation
+   * (owned; NULL: the context's n-grams) */
+  int *draft_seq;
+  int draft_seq_n;
 };
 
 /* ------------------------------------------------------------ wrappers */
@@ -468,6 +472,7 @@ void spill_engine_close(spill_engine *g) {
   free(g->route_trace_path);
   free(g->logits);
   free(g->conv.tokens);
+  free(g->draft_seq);
   if (g->profile) fclose(g->profile);
   spill_trace_writer_close(&g->trace);
   free(g->dir);
@@ -626,8 +631,9 @@ static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, cons
 }
 
 /* Router rows of the last forward call: one per (token, MoE layer), tokens
- * in order (schema and writer: engine/trace, spill_trace_row). */
-static void write_trace(spill_engine *g, int pos, int prefill) {
+ * in order (schema and writer: engine/trace, spill_trace_row); the tokens
+ * from n_kept on (a verify chunk's rolled-back drafts) are marked rejected. */
+static void write_trace(spill_engine *g, int pos, int prefill, int n_kept) {
   if (!g->trace.f || g->trace.capped) return;
   const int k = g->top_k;
   uint8_t hit[SPILL_MAX_TOPK];
@@ -654,6 +660,7 @@ static void write_trace(spill_engine *g, int pos, int prefill) {
           .n_pred = r->n_tok == 1 ? r->n_tpred : 0,
           .pred = r->tpred,
           .hit = hit,
+          .rejected = t >= n_kept,
       };
       if (!spill_trace_writer_row(&g->trace, &row)) return; /* capped */
     }
@@ -680,7 +687,7 @@ static int step(spill_engine *g, const int *toks, int n, int pos, int prefill, f
   if (logits == g->logits) g->conv.logits_pos = pos + n;
   if (st) accumulate(st, &a, &b);
   write_profile(g, pos, n, prefill, &a, &b, 0, 0, prefill ? 0 : n);
-  write_trace(g, pos, prefill);
+  write_trace(g, pos, prefill, n);
   g->tok_counter += n;
   return SPILL_OK;
 }
@@ -875,17 +882,31 @@ static int run_decode(spill_engine *g, spill_sampler *smp, int pos, int n_new, s
   return rc;
 }
 
-/* Test hook (spill_internal.h): drafts from index j of a verify chunk on
- * are rejected as if the model disagreed. */
-static int g_draft_reject_at = -1;
-void spill_engine_test_draft_reject_at(int j) { g_draft_reject_at = j < 0 ? -1 : j; }
-/* Test hook: drafts are taken from this conversation (position p's draft
- * continues with seq[p + 1 ..]) instead of the context's n-grams. */
-static const int *g_draft_seq;
-static int g_draft_seq_n;
-void spill_engine_test_draft_from(const int *seq, int n) {
-  g_draft_seq = n > 0 ? seq : NULL;
-  g_draft_seq_n = n > 0 ? n : 0;
+int spill_engine_set_draft_source(spill_engine *g, const int *seq, int n, spill_err *e) {
+  if (!g) return spill_err_set(e, SPILL_E_INVALID_ARG, "set_draft_source: no engine");
+  if (!seq || n <= 0) {
+    free(g->draft_seq);
+    g->draft_seq = NULL;
+    g->draft_seq_n = 0;
+    return SPILL_OK;
+  }
+  if (n > g->cfg.ctx)
+    return spill_err_set(e, SPILL_E_RANGE,
+                         "set_draft_source: %d tokens, more than the engine's ctx (%d)", n,
+                         g->cfg.ctx);
+  for (int i = 0; i < n; i++)
+    if (seq[i] < 0 || seq[i] >= g->vocab)
+      return spill_err_set(e, SPILL_E_RANGE,
+                           "set_draft_source: token %d at index %d is outside the vocabulary "
+                           "(0..%d)",
+                           seq[i], i, g->vocab - 1);
+  int *copy = malloc((size_t)n * sizeof *copy);
+  if (!copy) return spill_err_set(e, SPILL_E_NOMEM, "set_draft_source: out of memory");
+  memcpy(copy, seq, (size_t)n * sizeof *copy);
+  free(g->draft_seq);
+  g->draft_seq = copy;
+  g->draft_seq_n = n;
+  return SPILL_OK;
 }
 
 /* The text the token callback gets for tok (whole UTF-8 characters of a
@@ -902,14 +923,15 @@ static const char *token_text(spill_engine *g, spill_tok_stream *ts, int tok, ch
 }
 
 /* Drafts up to `want` tokens after toks[0] at position pos into toks[1..]:
- * the context's n-grams (or the test hook's sequence); returns how many. */
+ * the context's n-grams (or spill_engine_set_draft_source's sequence);
+ * returns how many. */
 static int draft_tokens(spill_engine *g, int *toks, int pos, int want) {
   const int eos = g->a->eos_id;
   g->conv.tokens[pos] = toks[0]; /* the context the draft continues */
-  if (!g_draft_seq) return spill_draft_lookup(g->conv.tokens, pos + 1, want, eos, toks + 1);
+  if (!g->draft_seq) return spill_draft_lookup(g->conv.tokens, pos + 1, want, eos, toks + 1);
   int k = 0;
-  while (k < want && pos + 1 + k < g_draft_seq_n && g_draft_seq[pos + 1 + k] != eos) {
-    toks[1 + k] = g_draft_seq[pos + 1 + k];
+  while (k < want && pos + 1 + k < g->draft_seq_n && g->draft_seq[pos + 1 + k] != eos) {
+    toks[1 + k] = g->draft_seq[pos + 1 + k];
     k++;
   }
   return k;
@@ -917,7 +939,9 @@ static int draft_tokens(spill_engine *g, int *toks, int pos, int want) {
 
 /* Runs [toks[0], k drafts] as one verify chunk at pos and counts into *acc
  * the drafts accepted: d_i is while the greedy choice before it is d_i (a
- * non-finite row is never accepted from: the next step refuses it). */
+ * non-finite row is never accepted from: the next step refuses it), and at
+ * most cfg.draft_accept_max of them (-1: no cap; the rest are rejected as
+ * if the model disagreed). */
 static int verify_drafts(spill_engine *g, spill_sampler *smp, const int *toks, int k, int pos,
                          int *acc, spill_err *e) {
   for (int l = 0; l < g->a->n_layers; l++) g->L[l].n_tok = g->L[l].n_tpred = 0;
@@ -929,7 +953,7 @@ static int verify_drafts(spill_engine *g, spill_sampler *smp, const int *toks, i
   const float *vl = spill_model_verify_logits(g->m);
   int first;
   *acc = 0;
-  while (*acc < k && *acc != g_draft_reject_at) {
+  while (*acc < k && *acc != g->cfg.draft_accept_max) {
     const float *row = vl + (size_t)*acc * (size_t)g->vocab;
     if (logits_nonfinite(row, g->vocab, &first)) break;
     if (spill_sampler_sample(smp, row) != toks[*acc + 1]) break;
@@ -1031,10 +1055,10 @@ static int run_decode_draft(spill_engine *g, spill_sampler *smp, int pos, int n_
       if (rc < 0) break;
       g->conv.logits_pos = pos + kept; /* g->logits: the last kept token's */
       write_profile(g, pos, k + 1, 0, &a, &b, k, acc, kept);
-      for (int l = 0; l < g->a->n_layers; l++)
-        if (g->L[l].n_tok > kept) g->L[l].n_tok = kept; /* trace rows of the kept tokens */
-      write_trace(g, pos, 0);
-      g->tok_counter += kept;
+      /* trace rows of the whole chunk; those past the kept tokens are rejected
+       * (their routing ran and their experts were read) */
+      write_trace(g, pos, 0, kept);
+      g->tok_counter += k + 1;
       st->draft_tokens += (uint64_t)k;
       st->draft_accepted += (uint64_t)acc;
       spill_draft_rule_verify(&rule, k, acc, acc + 1, step_stats.experts_requested * rec);
@@ -1114,6 +1138,7 @@ int spill_generate_next(spill_engine *g, const int *prompt, int n_prompt, int n_
   st->paging_token = -1;
   spill_model_set_stop(g->m, stop_flag);
   if (rc == SPILL_OK) rc = run_prefill(g, prompt, keep, n_prompt, stop_flag, st, e);
+  const uint64_t bytes_prefill = st->bytes_read;
   /* drafts only under greedy decoding (docs/MODEL.md "Drafts": sampling draws without) */
   if (g->cfg.draft > 0 && so.temperature <= 0)
     rc = run_decode_draft(g, &smp, n_prompt, n_new, cb, user, stop_flag, st, rc, e);
@@ -1130,6 +1155,7 @@ int spill_generate_next(spill_engine *g, const int *prompt, int n_prompt, int n_
   if (rc == SPILL_OK) rc = qrc;
   take(g, &qb);
   accumulate(st, &qa, &qb);
+  st->bytes_read_decode = st->bytes_read - bytes_prefill; /* decode and its prefetches */
   finish_stats(g, st);
   spill_sampler_free(&smp);
   spill_model_set_stop(g->m, NULL);

@@ -51,16 +51,6 @@ const char *spill_engine_dir_of(const spill_engine *g);
  * fails (as out of memory); 0 disarms it. Process-wide, not thread-safe:
  * tests only. */
 void spill_engine_test_fail_realloc(int nth);
-/* Test hook: in every verify chunk from now on, the drafts from index j
- * (0 = the first) on are rejected as if the model's greedy choice differed
- * (so the rollback runs at position j); j < 0 disarms it. Process-wide, not
- * thread-safe: tests only. */
-void spill_engine_test_draft_reject_at(int j);
-/* Test hook: drafts come from seq[0..n) (the draft at position p is
- * seq[p + 1 ..], up to EOS) instead of the context's n-grams, so a test can
- * draft a known continuation on any model; n <= 0 or seq NULL disarms it.
- * seq is borrowed until disarmed. Process-wide, not thread-safe. */
-void spill_engine_test_draft_from(const int *seq, int n);
 
 #ifdef __cplusplus
 }

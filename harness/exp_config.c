@@ -499,6 +499,8 @@ static int parse_peer_arm(ctx *c, const cJSON *it, const char *p, int i, spill_e
     return fail(c, p, "a peer arm takes \"args\" (load, threads, batch), not engine knobs");
   if (cJSON_GetObjectItemCaseSensitive(it, "exact"))
     return fail(c, p, "a peer arm cannot be exact (another engine rounds differently)");
+  if (cJSON_GetObjectItemCaseSensitive(it, "drafts_from"))
+    return fail(c, p, "a peer arm takes no drafts_from (it is spill's draft source)");
   if (i == 0) return fail(c, p, "the first arm is the control: make it a spill arm");
   snprintf(arm->peer.load, sizeof arm->peer.load, "mmap");
   arm->peer.batch = cfg->prefill_chunked ? 512 : 1;
@@ -526,6 +528,41 @@ static int parse_peer_arm(ctx *c, const cJSON *it, const char *p, int i, spill_e
   return SPILL_OK;
 }
 
+/* The text of knob key for an arm: its own set, else base ("" = not set;
+ * a swept knob is checked per value by the caller). */
+static const char *arm_knob(const spill_exp_config *cfg, const spill_exp_arm *arm, const char *key) {
+  for (int k = 0; k < arm->n_knobs; k++)
+    if (!strcmp(arm->knobs[k].key, key)) return arm->knobs[k].value;
+  for (int k = 0; k < cfg->n_base; k++)
+    if (!strcmp(cfg->base[k].key, key)) return cfg->base[k].value;
+  return "";
+}
+
+static int draft_off(const char *v) { return !v[0] || !strcmp(v, "off") || !strcmp(v, "0"); }
+
+/* "drafts_from": "context" (default) | "greedy"; greedy needs the arm's
+ * draft knob on in every cell. */
+static int parse_drafts_from(ctx *c, const cJSON *it, const char *p, const spill_exp_config *cfg,
+                             spill_exp_arm *arm) {
+  char v[16] = "context", pd[80];
+  snprintf(pd, sizeof pd, "%s.drafts_from", p);
+  SPILL_TRY(get_str(c, it, p, "drafts_from", 0, v, sizeof v));
+  if (!strcmp(v, "context")) return SPILL_OK;
+  if (strcmp(v, "greedy")) return fail(c, pd, "\"%s\": expected context or greedy", v);
+  arm->drafts_greedy = 1;
+  for (int x = 0; x < cfg->n_axes; x++)
+    if (!strcmp(cfg->axes[x].key, "draft"))
+      for (int j = 0; j < cfg->axes[x].n; j++)
+        if (draft_off(cfg->axes[x].values[j]))
+          return fail(c, pd, "greedy drafts need the knob draft on (sweep.draft has %s)",
+                      cfg->axes[x].values[j]);
+  for (int x = 0; x < cfg->n_axes; x++)
+    if (!strcmp(cfg->axes[x].key, "draft")) return SPILL_OK;
+  if (draft_off(arm_knob(cfg, arm, "draft")))
+    return fail(c, pd, "greedy drafts need the knob draft on (set \"draft\" in the arm or base)");
+  return SPILL_OK;
+}
+
 static int parse_arms(ctx *c, const cJSON *a, spill_exp_config *cfg) {
   if (!a) {
     cfg->n_arms = 1;
@@ -541,7 +578,7 @@ static int parse_arms(ctx *c, const cJSON *a, spill_exp_config *cfg) {
     char p[64];
     snprintf(p, sizeof p, "arms[%d]", i);
     if (!cJSON_IsObject(it)) return fail(c, p, "expected an object, got %s", type_name(it));
-    static const char *const keys[] = {"name", "set", "exact", "peer", "args", NULL};
+    static const char *const keys[] = {"name", "set", "exact", "peer", "args", "drafts_from", NULL};
     SPILL_TRY(only_keys(c, it, p, keys));
     spill_exp_arm *arm = &cfg->arms[i];
     if (cJSON_GetObjectItemCaseSensitive(it, "peer") || cJSON_GetObjectItemCaseSensitive(it, "args")) {
@@ -563,6 +600,7 @@ static int parse_arms(ctx *c, const cJSON *a, spill_exp_config *cfg) {
             return fail(c, pk, "also swept in sweep.%s (an arm may not set a swept knob)", arm->knobs[k].key);
       }
     }
+    SPILL_TRY(parse_drafts_from(c, it, p, cfg, arm));
   }
   cfg->n_arms = n;
   if (cfg->arms[0].exact)
@@ -1073,6 +1111,7 @@ char *spill_exp_config_resolved_json(const spill_exp_config *cfg) {
     } else {
       cJSON_AddItemToObject(o, "set", knobs_json(am->knobs, am->n_knobs));
       cJSON_AddBoolToObject(o, "exact", am->exact);
+      if (am->drafts_greedy) cJSON_AddStringToObject(o, "drafts_from", "greedy");
     }
     cJSON_AddItemToArray(arms, o);
   }

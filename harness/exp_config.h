@@ -59,6 +59,12 @@ typedef struct spill_exp_arm {
   int n_knobs;
   spill_exp_knob knobs[SPILL_EXP_MAX_KNOBS];
   int exact; /* must produce the control arm's tokens */
+  /* "drafts_from": "greedy": the arm's drafts (knob draft > 0) are the
+   * model's own greedy continuation of the prompt, taken from an unrecorded
+   * reference pass of the arm in each cell (spill_engine_set_draft_source),
+   * so every draft is right and the knob draft_accept_max sets the
+   * acceptance; 0 ("context", the default): the context's n-grams. */
+  int drafts_greedy;
   spill_exp_peer peer;
 } spill_exp_arm;
 

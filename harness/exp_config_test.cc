@@ -139,6 +139,39 @@ TEST(ExpConfigTest, RejectsImpossibleValues) {
             "x.json: order: \"zigzag\": expected interleaved, abba, random or blocked");
 }
 
+// "drafts_from": "greedy" needs the arm's draft knob on; other words are
+// refused by name; the resolved form keeps it (and omits the default).
+TEST(ExpConfigTest, DraftsFromGreedyNeedsDraftsAndIsKeptInTheResolvedForm) {
+  EXPECT_EQ(Error(Edit("\"exact\": true", "\"exact\": true, \"drafts_from\": \"oracle\"")),
+            "x.json: arms[1].drafts_from: \"oracle\": expected context or greedy");
+  EXPECT_EQ(Error(Edit("\"exact\": true", "\"exact\": true, \"drafts_from\": \"greedy\"")),
+            "x.json: arms[1].drafts_from: greedy drafts need the knob draft on (set \"draft\" in "
+            "the arm or base)");
+  EXPECT_EQ(Error(Edit("\"verify\": true}, \"exact\": true",
+                       "\"draft\": \"off\"}, \"exact\": true, \"drafts_from\": \"greedy\"")),
+            "x.json: arms[1].drafts_from: greedy drafts need the knob draft on (set \"draft\" in "
+            "the arm or base)");
+  const std::string good = Edit("\"verify\": true}, \"exact\": true",
+                                "\"draft\": 4, \"draft_accept_max\": 2}, \"exact\": true, "
+                                "\"drafts_from\": \"greedy\"");
+  spill_exp_config cfg;
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_config_parse(good.c_str(), "x.json", &cfg, &e), 0) << e.msg;
+  EXPECT_EQ(cfg.arms[1].drafts_greedy, 1);
+  EXPECT_EQ(cfg.arms[0].drafts_greedy, 0);
+  char *r = spill_exp_config_resolved_json(&cfg);
+  ASSERT_NE(r, nullptr);
+  const std::string resolved = r;
+  free(r);
+  EXPECT_EQ(resolved.find("drafts_from"), resolved.rfind("drafts_from")); // once: arm 1
+  EXPECT_NE(resolved.find("\"drafts_from\":\t\"greedy\""), std::string::npos) << resolved;
+  spill_exp_config again;
+  ASSERT_EQ(spill_exp_config_parse(resolved.c_str(), "r.json", &again, &e), 0) << e.msg;
+  EXPECT_EQ(again.arms[1].drafts_greedy, 1);
+  spill_exp_config_free(&again);
+  spill_exp_config_free(&cfg);
+}
+
 TEST(ExpConfigTest, RejectsContradictions) {
   EXPECT_EQ(Error(Edit("\"verify\": true", "\"lookahead\": 2")),
             "x.json: arms[1].set.lookahead: also swept in sweep.lookahead (an arm may not set a "

@@ -42,6 +42,16 @@ static const spill_exp_metric k_metrics[] = {
      * run's cache clear), not in decode_s; a llama.cpp row's is its model load */
     {"preload_s", "preload s (llama.cpp: load)", "s", 0},
     {"preload_bytes", "preload bytes", "B", 1},
+    /* drafts (knob draft): expert bytes read in decode, and per generated
+     * token (the prompt's reads are not in them); drafts verified, drafts
+     * accepted, decode forward calls (a verify chunk is one), times the
+     * adaptive rule switched drafting off */
+    {"bytes_read_decode", "bytes read in decode", "B", 1},
+    {"decode_bytes_per_token", "expert bytes per generated token", "B", 1},
+    {"draft_tokens", "drafted", "", 1},
+    {"draft_accepted", "drafts accepted", "", 1},
+    {"decode_forwards", "decode forward calls", "", 1},
+    {"draft_switched_off", "drafting switched off", "", 1},
 };
 
 const spill_exp_metric *spill_exp_metrics(int *n_out) {
@@ -88,7 +98,14 @@ double spill_exp_metric_value(int i, const spill_run_stats *s) {
   F(lookahead_correct);
   F(preload_s);
   F(preload_bytes);
+  F(bytes_read_decode);
+  F(draft_tokens);
+  F(draft_accepted);
+  F(decode_forwards);
+  F(draft_switched_off);
 #undef F
+  if (!strcmp(n, "decode_bytes_per_token"))
+    return ratio((double)s->bytes_read_decode, (double)s->tokens_decode);
   if (!strcmp(n, "prefill_tok_per_s")) return ratio(s->tokens_prefill, s->prefill_s);
   if (!strcmp(n, "decode_hit_rate"))
     return ratio((double)s->decode_hits, (double)(s->decode_hits + s->decode_misses));

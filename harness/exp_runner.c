@@ -86,6 +86,10 @@ typedef struct runner {
   int measured_now; /* measured runs done in this process */
   double t_run;      /* start of the current measured run */
   double measured_s; /* ... and their wall time (the ETA ignores model builds) */
+  /* greedy draft source (arms with "drafts_from": "greedy"): the prompt and
+   * the model's greedy continuation of it, for (greedy_cell, greedy_arm) */
+  int *greedy_seq;
+  int greedy_n, greedy_cell, greedy_arm;
 } runner;
 
 static void progress(runner *R, const char *phase, const char *key, int done, int total,
@@ -1034,6 +1038,43 @@ static int switch_run_files(runner *R, const run_files *f, int on, int rc) {
   return rc;
 }
 
+/* The draft source of (cell, arm) on the open engine: an arm with
+ * "drafts_from": "greedy" drafts the model's own greedy continuation of the
+ * prompt, which an unrecorded reference pass of the arm's engine (its
+ * drafts limited to the prompt, so it drafts nothing) produces once per
+ * (cell, arm); every other arm drafts from the context's n-grams. The run
+ * that follows clears the cache and the counters. */
+static int set_draft_source(runner *R, const spill_exp_run *run) {
+  const spill_exp_config *cfg = R->cfg;
+  if (!cfg->arms[run->arm].drafts_greedy)
+    return spill_engine_set_draft_source(R->eng, NULL, 0, R->e);
+  if (R->greedy_cell != run->cell || R->greedy_arm != run->arm) {
+    R->greedy_cell = R->greedy_arm = -1;
+    SPILL_TRY(spill_engine_set_draft_source(R->eng, R->prompt, R->n_prompt, R->e));
+    tok_rec t = {R, NULL, 0, 0, NULL, 0, run->key, 0};
+    spill_sampling samp = {0.0f, 0, 1.0f, 1};
+    spill_run_stats st;
+    int rc = spill_generate(R->eng, R->prompt, R->n_prompt, cfg->decode_tokens, &samp, on_token,
+                            &t, R->o->stop, &st, R->e);
+    int *seq = rc == SPILL_OK ? realloc(R->greedy_seq, (size_t)(R->n_prompt + t.n) * sizeof *seq)
+                              : NULL;
+    if (rc == SPILL_OK && !seq) rc = spill_err_set(R->e, SPILL_E_NOMEM, "greedy drafts: no memory");
+    if (rc < 0) {
+      free(t.tokens);
+      if (rc != SPILL_E_INTERRUPTED) spill_err_prefix(R->e, "run %s: greedy reference pass", run->key);
+      return rc;
+    }
+    memcpy(seq, R->prompt, (size_t)R->n_prompt * sizeof *seq);
+    if (t.n) memcpy(seq + R->n_prompt, t.tokens, (size_t)t.n * sizeof *seq);
+    free(t.tokens);
+    R->greedy_seq = seq;
+    R->greedy_n = R->n_prompt + t.n;
+    R->greedy_cell = run->cell;
+    R->greedy_arm = run->arm;
+  }
+  return spill_engine_set_draft_source(R->eng, R->greedy_seq, R->greedy_n, R->e);
+}
+
 /* One spill run: a measured one (measured != 0) writes its row, profile,
  * trace and token timeline under runs/; a warmup writes nothing. */
 static int do_spill_run(runner *R, const spill_exp_run *run, int measured, int seq) {
@@ -1052,6 +1093,7 @@ static int do_spill_run(runner *R, const spill_exp_run *run, int measured, int s
   }
   int reopened, raised;
   SPILL_TRY(prepare_engine(R, &want, &reopened, &raised));
+  SPILL_TRY(set_draft_source(R, run));
   SPILL_TRY(spill_engine_clear_cache(R->eng, 1, R->e));
   SPILL_TRY(evict_cold(R));
   SPILL_TRY(switch_run_files(R, &f, 1, SPILL_OK));
@@ -1398,6 +1440,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   runner R;
   memset(&R, 0, sizeof R);
   R.dir_lock_fd = -1;
+  R.greedy_cell = R.greedy_arm = -1;
   R.cfg = cfg;
   R.o = o;
   R.e = e;
@@ -1430,6 +1473,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   for (int i = 0; i < R.n_done; i++) free(R.done_keys[i]);
   free(R.done_keys), free(R.done_hash), free(R.done_cell), free(R.done_arm);
   free(R.prompt);
+  free(R.greedy_seq);
   free(runs);
   free(resolved);
   return rc;

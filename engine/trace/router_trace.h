@@ -70,6 +70,10 @@ typedef struct spill_trace {
   uint64_t n_recorded_hits; /* sum of "hit" flags */
   uint64_t n_pred;          /* lookahead ids predicted ("pred" entries) */
   uint64_t n_pred_correct;  /* ... that are among the layer's "ids" */
+  /* rows of rolled-back verify-chunk tokens ("rejected": true): validated,
+   * counted here and left out of the tokens above (they are not part of the
+   * sequence; their hits and predictions are not in the counts above) */
+  uint64_t n_rejected_rows;
 } spill_trace;
 
 typedef struct spill_trace_read_opts {
@@ -120,6 +124,9 @@ typedef struct spill_trace_row {
   int n_pred;               /* (n_pred) entries in pred; 0 = none */
   const uint32_t *pred;
   const uint8_t *hit;       /* (k) 1 if the id was served by the cache */
+  int rejected;             /* 1: a token of a verify chunk that was rolled back (a rejected
+                             * draft): its routing was run and its experts read, but it is
+                             * not part of the sequence ("rejected": true) */
 } spill_trace_row;
 
 /* Formats r as one line (ending in "\n") into line[0..cap), cap >= 128;

@@ -70,7 +70,7 @@ typedef struct parser {
   int64_t *map_key;
   uint32_t *map_val;
   size_t map_cap, map_n;
-  uint64_t n_hits, n_pred, n_pred_correct;
+  uint64_t n_hits, n_pred, n_pred_correct, n_rejected;
   /* simple format: "weights" on the first token decides whether all have them */
   int has_weights; /* -1 until the first token */
   vec weights;     /* float, like ids */
@@ -374,6 +374,10 @@ static int parse_router(parser *ps, uint32_t line, const cJSON *obj) {
   else if (cJSON_IsString(it) && strcmp(it->valuestring, "prefill") == 0)
     phase = SPILL_TRACE_PHASE_PREFILL;
   else return fail(ps, line, "phase: expected \"decode\" or \"prefill\"");
+  /* a rolled-back verify-chunk token: validated, counted, not a sequence token */
+  it = cJSON_GetObjectItemCaseSensitive(obj, "rejected");
+  if (it && !cJSON_IsBool(it)) return fail(ps, line, "rejected: expected true or false");
+  const int rej = it && cJSON_IsTrue(it);
 
   const cJSON *ids = cJSON_GetObjectItemCaseSensitive(obj, "ids");
   if (!cJSON_IsArray(ids)) return fail(ps, line, "ids: expected an array of expert ids");
@@ -405,7 +409,7 @@ static int parse_router(parser *ps, uint32_t line, const cJSON *obj) {
     for (const cJSON *h = it->child; h; h = h->next, i++) {
       int64_t v;
       if (!int_in(h, 0, 1, &v)) return fail(ps, line, "hit[%d]: expected 0 or 1", i);
-      ps->n_hits += (uint64_t)v;
+      if (!rej) ps->n_hits += (uint64_t)v;
     }
   }
   it = cJSON_GetObjectItemCaseSensitive(obj, "pred");
@@ -417,6 +421,7 @@ static int parse_router(parser *ps, uint32_t line, const cJSON *obj) {
       if (!int_in(p, 0, id_hi(ps), &v))
         return fail(ps, line, "pred[%d]: expected integer in [0, %u]", i, id_hi(ps));
       if ((uint32_t)v > ps->max_id) ps->max_id = (uint32_t)v;
+      if (rej) continue;
       ps->n_pred++;
       for (int j = 0; j < n; j++)
         if (dst[j] == (uint32_t)v) {
@@ -426,6 +431,11 @@ static int parse_router(parser *ps, uint32_t line, const cJSON *obj) {
     }
   }
 
+  if (rej) {
+    ps->n_rejected++;
+    ps->ids.n = off; /* its ids are not a token's */
+    return SPILL_OK;
+  }
   uint32_t idx;
   SPILL_TRY(map_get(ps, tok, line, pos, phase, &idx));
   const int64_t tpos = ((int64_t *)ps->pos.p)[idx];
@@ -585,6 +595,7 @@ static int parse_all(parser *ps, const char *buf, size_t len, spill_trace *t) {
     t->n_recorded_hits = ps->n_hits;
     t->n_pred = ps->n_pred;
     t->n_pred_correct = ps->n_pred_correct;
+    t->n_rejected_rows = ps->n_rejected;
   }
   t->tok = (int64_t *)ps->tok.p;
   t->pos = (int64_t *)ps->pos.p;

@@ -96,6 +96,36 @@ TEST(TraceReadTest, GroupsRouterLinesByTokenAndSortsLayers) {
   spill_trace_free(&p.t);
 }
 
+// A verify chunk's rolled-back drafts ("rejected": true, written by the
+// engine with drafts on) are validated and counted, but are not tokens of
+// the sequence: the tokens, ids, hits and predictions are those of the
+// other rows; a rejected row at the position the next token takes is fine.
+TEST(TraceReadTest, RejectedDraftRowsAreCountedNotSequenceTokens) {
+  Parsed p = Parse(
+      "{\"tok\": 0, \"pos\": 0, \"phase\": \"decode\", \"layer\": 1, \"ids\": [0, 7], "
+      "\"pred\": [], \"hit\": [0, 0]}\n"
+      "{\"tok\": 1, \"pos\": 1, \"phase\": \"decode\", \"layer\": 1, \"ids\": [3, 9], "
+      "\"pred\": [3], \"hit\": [1, 1], \"rejected\": true}\n"
+      "{\"tok\": 2, \"pos\": 1, \"phase\": \"decode\", \"layer\": 1, \"ids\": [2, 4], "
+      "\"pred\": [], \"hit\": [0, 1], \"rejected\": false}\n");
+  ASSERT_EQ(p.rc, SPILL_OK) << p.msg;
+  EXPECT_EQ(p.t.n_tokens, 2u);
+  EXPECT_EQ(p.t.tok[1], 2);
+  EXPECT_EQ(p.t.pos[1], 1);
+  EXPECT_EQ(spill_trace_ids(&p.t, 1, 0)[0], 2u);
+  EXPECT_EQ(p.t.n_rejected_rows, 1u);
+  EXPECT_EQ(p.t.n_recorded_hits, 1u);
+  EXPECT_EQ(p.t.n_pred, 0u);
+  EXPECT_EQ(p.t.n_experts, 10u); // the rejected row's ids are still validated and seen
+  spill_trace_free(&p.t);
+  ExpectError("{\"tok\": 0, \"pos\": 0, \"phase\": \"decode\", \"layer\": 0, \"ids\": [1], "
+              "\"rejected\": 1}\n",
+              "t.jsonl:1: rejected: expected true or false");
+  ExpectError("{\"tok\": 0, \"pos\": 0, \"phase\": \"decode\", \"layer\": 0, \"ids\": [1, 1], "
+              "\"rejected\": true}\n",
+              "t.jsonl:1: ids[1]: duplicate expert id 1");
+}
+
 TEST(TraceReadTest, RejectsBadJsonWithLineNumber) {
   ExpectError("{\"tok\": 0, \"layers\": [[1, 2]]}\n{\"tok\": 1, \"layers\": [[1, 2]]\n",
               "t.jsonl:2: not valid JSON");

@@ -67,7 +67,7 @@ int spill_trace_row_format(const spill_trace_row *r, char *line, size_t cap) {
   n += snprintf(line + n, cap - (size_t)n, "], \"hit\": [");
   for (int j = 0; j < r->k && n < lim; j++)
     n += snprintf(line + n, cap - (size_t)n, "%s%d", j ? ", " : "", (int)r->hit[j]);
-  n += snprintf(line + n, cap - (size_t)n, "]}\n");
+  n += snprintf(line + n, cap - (size_t)n, r->rejected ? "], \"rejected\": true}\n" : "]}\n");
   return n;
 }
 

@@ -97,6 +97,13 @@ TEST(TraceRecordTest, RowTextIsTheDocumentedSchema) {
   EXPECT_EQ(std::string(line, (size_t)n),
             "{\"tok\": 12, \"pos\": 2, \"phase\": \"decode\", \"layer\": 1, \"ids\": [2, 3, 4], "
             "\"weights\": [0.5, 0.3, 0.2], \"pred\": [2, 3, 9, 0], \"hit\": [1, 1, 1]}\n");
+  spill_trace_row r = R.rows[4];
+  r.rejected = 1; // a rolled-back draft of a verify chunk
+  const int m = spill_trace_row_format(&r, line, sizeof line);
+  EXPECT_EQ(std::string(line, (size_t)m),
+            "{\"tok\": 12, \"pos\": 2, \"phase\": \"decode\", \"layer\": 1, \"ids\": [2, 3, 4], "
+            "\"weights\": [0.5, 0.3, 0.2], \"pred\": [2, 3, 9, 0], \"hit\": [1, 1, 1], "
+            "\"rejected\": true}\n");
 }
 
 TEST(TraceRecordTest, CapStopsAtARowBoundary) {

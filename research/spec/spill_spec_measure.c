@@ -4,7 +4,8 @@
  * itself, so n-gram drafts of its output are not accepted; to measure the
  * cost side at a known acceptance, the drafts here are the model's own greedy
  * continuation (from a run without drafts: every draft would be accepted),
- * cut after j of every chunk's k drafts by the engine's test hook (j = k:
+ * (spill_engine_set_draft_source), cut after j of every chunk's k drafts by
+ * the knob draft_accept_max (j = k:
  * all accepted, j = k/2: half, j = 0: none). The n-gram lookup itself is run
  * too ("lookup"). Every run opens a fresh engine (cold cache, same budget),
  * and checks that its tokens, and the logits held after each, equal the run
@@ -43,6 +44,10 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
   return 0;
 }
 
+/* the draft source (NULL: the n-gram lookup) and draft_accept_max (-1: off) of the next runs */
+static const int *g_src;
+static int g_src_n, g_accept_max = -1;
+
 static int run(const char *model, const char *budget, const char *prompt, int n_new, int draft,
                int adaptive, const char *mode, run_out *out, const run_out *ref) {
   spill_config cfg;
@@ -52,9 +57,12 @@ static int run(const char *model, const char *budget, const char *prompt, int n_
   cfg.ctx = 1024;
   cfg.draft = draft;
   cfg.draft_adaptive = adaptive;
+  cfg.draft_accept_max = g_accept_max;
   if (cfg.prefill_chunk < draft + 1) cfg.prefill_chunk = draft + 1;
   spill_engine *g = NULL;
   if (spill_engine_open(model, &cfg, &g, &e) < 0) return fprintf(stderr, "open: %s\n", e.msg), 1;
+  if (draft > 0 && spill_engine_set_draft_source(g, g_src, g_src_n, &e) < 0)
+    return fprintf(stderr, "draft source: %s\n", e.msg), spill_engine_close(g), 1;
   int toks[1024], n = 0;
   if (spill_tokenize(g, prompt, 1, toks, 1024, &n, &e) < 0)
     return fprintf(stderr, "tokenize: %s\n", e.msg), 1;
@@ -123,26 +131,25 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < ref.n && nc < 8192; i++) conv[nc++] = ref.toks[i];
   bad |= run(model, budget, prompt, n_new, k, 1, "lookup", &out, &ref);
-  spill_engine_test_draft_from(conv, nc);
+  g_src = conv;
+  g_src_n = nc;
   const int cuts[3] = {-1, k / 2, 0};
   const char *names[3] = {"all-accepted", "half-accepted", "none-accepted"};
   for (int c = 0; c < 3; c++) {
-    spill_engine_test_draft_reject_at(cuts[c]);
+    g_accept_max = cuts[c];
     bad |= run(model, budget, prompt, n_new, k, 0, names[c], &out, &ref);
   }
-  spill_engine_test_draft_reject_at(0);
+  g_accept_max = 0;
   bad |= run(model, budget, prompt, n_new, k, 1, "none-accepted", &out, &ref);
-  spill_engine_test_draft_reject_at(k / 2);
+  g_accept_max = k / 2;
   bad |= run(model, budget, prompt, n_new, k, 1, "half-accepted", &out, &ref);
-  spill_engine_test_draft_reject_at(-1);
+  g_accept_max = -1;
   bad |= run(model, budget, prompt, n_new, k, 1, "all-accepted", &out, &ref);
   for (int j = 0; check && j < k; j++) {
     char name[32];
     snprintf(name, sizeof name, "cut-at-%d", j);
-    spill_engine_test_draft_reject_at(j);
+    g_accept_max = j;
     bad |= run(model, budget, prompt, n_new, k, 0, name, &out, &ref);
   }
-  spill_engine_test_draft_reject_at(-1);
-  spill_engine_test_draft_from(NULL, 0);
   return bad;
 }
