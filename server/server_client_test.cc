@@ -484,6 +484,45 @@ TEST_F(ServerClientTest, PrefixReuseAndSessionDirGiveTheRepliesOfAFullPrefill) {
   EXPECT_EQ(f.stop(), 0);
 }
 
+// spill serve --draft 4: greedy replies equal a server without drafts (the
+// n-gram drafts of this repeating prompt are verified and rolled back
+// losslessly), and /metrics counts drafted, accepted and decode forwards as
+// `spill run --draft 4 --json` does for the same request; a server without
+// drafts counts none.
+TEST_F(ServerClientTest, DraftsServeTheRepliesOfNoDraftsAndAreCounted) {
+  Server d(spill_, model_, {"--ctx", "256", "--draft", "4", "--no-prefix-reuse"});
+  Server f(spill_, model_, {"--ctx", "256", "--no-prefix-reuse"});
+  ASSERT_GT(d.port(), 0) << d.log();
+  ASSERT_GT(f.port(), 0) << f.log();
+  const std::string prompt = "abc abd abc abd abc abd abc ab";
+  Http hd = complete(d, model_id_, prompt, 24), hf = complete(f, model_id_, prompt, 24);
+  ASSERT_EQ(hd.status, 200) << hd.body;
+  ASSERT_EQ(hf.status, 200) << hf.body;
+  EXPECT_EQ(completion_text(hd.body), completion_text(hf.body));
+  EXPECT_EQ(json_int(hd.body, "completion_tokens"), json_int(hf.body, "completion_tokens"));
+  std::string out = tmpdir() + "/draft-run.json";
+  ASSERT_EQ(run({spill_, "run", model_, prompt, "-n", "24", "--ctx", "256", "--draft", "4",
+                 "--json"},
+                "/dev/null", out),
+            0);
+  const std::string r = slurp(out);
+  const long long drafted = json_int(r, "draft_tokens"), accepted = json_int(r, "draft_accepted");
+  ASSERT_GT(drafted, 0) << r; // the prompt's n-grams give drafts
+  Http md = http(d.port(), "GET", "/metrics"), mf = http(f.port(), "GET", "/metrics");
+  EXPECT_EQ(metric(md.body, "spill_draft_tokens_total"), drafted) << md.body;
+  EXPECT_EQ(metric(md.body, "spill_draft_accepted_total"), accepted) << md.body;
+  EXPECT_EQ(metric(md.body, "spill_decode_forwards_total"), json_int(r, "decode_forwards"));
+  // every generated token is a forward's own or an accepted draft (an EOS
+  // is generated without a forward)
+  const double gen = metric(md.body, "spill_generated_tokens_total");
+  const double fa = metric(md.body, "spill_decode_forwards_total") + (double)accepted;
+  EXPECT_TRUE(fa == gen || fa == gen - 1) << fa << " vs " << gen;
+  EXPECT_EQ(metric(mf.body, "spill_draft_tokens_total"), 0) << mf.body;
+  EXPECT_EQ(metric(mf.body, "spill_draft_accepted_total"), 0) << mf.body;
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_EQ(f.stop(), 0);
+}
+
 TEST_F(ServerClientTest, LoadEightClientsTwentyRequestsEachRssFlat) {
   if (!need_client()) GTEST_SKIP() << "node is not installed";
   Server s(spill_, model_, {"--max-queue", "16", "--quiet"});

@@ -68,6 +68,9 @@ void spill_srv_metrics_run(spill_srv_metrics *m, const spill_run_stats *st, spil
     m->evictions += st->evictions;
     m->spec_issued += st->spec_issued;
     m->spec_used += st->spec_used;
+    m->draft_tokens += st->draft_tokens;
+    m->draft_accepted += st->draft_accepted;
+    m->decode_forwards += st->decode_forwards;
     m->io_wait_s += st->io_wait_s;
     m->prefill_s += st->prefill_s;
     m->decode_s += st->decode_s;
@@ -202,6 +205,14 @@ char *spill_srv_metrics_render(spill_srv_metrics *m) {
           (double)m->bytes_read);
   counter(&b, "spill_prefetch_issued_total", "Lookahead prefetches issued.", (double)m->spec_issued);
   counter(&b, "spill_prefetch_used_total", "Lookahead prefetches later used.", (double)m->spec_used);
+  counter(&b, "spill_draft_tokens_total",
+          "Tokens drafted from the context's n-grams and verified (--draft).",
+          (double)m->draft_tokens);
+  counter(&b, "spill_draft_accepted_total", "Drafted tokens accepted (generated without a step).",
+          (double)m->draft_accepted);
+  counter(&b, "spill_decode_forwards_total",
+          "Decode forward calls (a verify chunk of a token and its drafts is one).",
+          (double)m->decode_forwards);
   counter(&b, "spill_io_wait_seconds_total", "Time the compute thread waited for expert reads.",
           m->io_wait_s);
   counter(&b, "spill_prefill_seconds_total", "Wall time in prefill.", m->prefill_s);

@@ -56,6 +56,7 @@ typedef struct spill_srv_metrics {
   uint64_t prompt_tokens, prompt_tokens_cached, generated_tokens;
   uint64_t hits, misses, decode_hits, decode_misses, reads, bytes_read, evictions;
   uint64_t spec_issued, spec_used;
+  uint64_t draft_tokens, draft_accepted, decode_forwards; /* --draft */
   double io_wait_s, prefill_s, decode_s;
   spill_srv_hist ttft, itl, queue_wait;
   int queue_depth, queue_capacity, busy;
