@@ -12,7 +12,7 @@
 
 const char cmd_gen_usage[] =
     "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
-    "                 [--seed N] [--attn k3|mla|kda|gqa] [--trunk-dtype q4|f32]\n"
+    "                 [--seed N] [--attn k3|mla|kda|gqa|qwen35] [--trunk-dtype q4|f32]\n"
     "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N]\n"
     "                 [--lookahead-precision P] [--coact C] [--reuse R] OUT_DIR\n"
     "       spill gen --like-trace TRACE [--preset nano|mini] [other options] OUT_DIR\n"

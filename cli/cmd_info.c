@@ -25,13 +25,13 @@ int cmd_info(int argc, char **argv) {
   if (rc) return cli_fail("info", rc, e.msg);
   if (json) {
     printf("{\"name\": \"%s\", \"arch\": \"%s\", \"layers\": %d, \"moe_layers\": %d, "
-           "\"dense_layers\": %d, \"attn\": {\"mla\": %d, \"kda\": %d, \"gqa\": %d}, "
+           "\"dense_layers\": %d, \"attn\": {\"mla\": %d, \"kda\": %d, \"gqa\": %d, \"gdn\": %d}, "
            "\"d_model\": %d, \"vocab_size\": %d, \"experts\": %d, \"top_k\": %d, "
            "\"d_expert\": %d, \"d_latent\": %d, \"shared_experts\": %d, \"expert_dtype\": \"%s\", "
            "\"record_bytes\": %llu, \"trunk_bytes\": %llu, \"container_bytes\": %llu, "
            "\"params_total\": %llu, \"params_active\": %llu}\n",
            in.name, in.family, in.n_layers, in.n_moe_layers, in.n_dense_layers, in.n_mla,
-           in.n_kda, in.n_gqa, in.d_model, in.vocab_size, in.n_experts, in.top_k, in.d_expert,
+           in.n_kda, in.n_gqa, in.n_gdn, in.d_model, in.vocab_size, in.n_experts, in.top_k, in.d_expert,
            in.d_latent, in.n_shared, in.expert_dtype, (unsigned long long)in.record_bytes,
            (unsigned long long)in.trunk_bytes, (unsigned long long)in.container_bytes,
            (unsigned long long)in.params_total, (unsigned long long)in.params_active);
@@ -40,8 +40,8 @@ int cmd_info(int argc, char **argv) {
   char b1[32], b2[32], b3[32];
   printf("model            %s\n", model);
   printf("name             %s (arch %s)\n", in.name, in.family);
-  printf("layers           %d (%d dense, %d MoE); attention %d MLA, %d KDA, %d GQA\n",
-         in.n_layers, in.n_dense_layers, in.n_moe_layers, in.n_mla, in.n_kda, in.n_gqa);
+  printf("layers           %d (%d dense, %d MoE); attention %d MLA, %d KDA, %d GQA, %d GDN\n",
+         in.n_layers, in.n_dense_layers, in.n_moe_layers, in.n_mla, in.n_kda, in.n_gqa, in.n_gdn);
   printf("d_model          %d, vocab %d\n", in.d_model, in.vocab_size);
   printf("experts          %d per layer, top_k %d, d_expert %d, latent %d, shared %d, %s\n",
          in.n_experts, in.top_k, in.d_expert, in.d_latent, in.n_shared, in.expert_dtype);

@@ -208,7 +208,7 @@ typedef struct spill_info {
   char name[64];
   char family[32];
   int n_layers, n_moe_layers, n_dense_layers;
-  int n_mla, n_kda, n_gqa;     /* attention layers of each kind */
+  int n_mla, n_kda, n_gqa, n_gdn; /* attention layers of each kind */
   int d_model, vocab_size;
   int n_experts, top_k, d_expert, d_latent, n_shared;
   char expert_dtype[8];
@@ -244,6 +244,7 @@ typedef struct spill_plan_state {
   uint64_t kda_state;   /* H d^2 floats x KDA layers */
   uint64_t kda_conv;    /* 3 (K-1) H d floats x KDA layers */
   uint64_t gqa_kv;      /* 2 Hk d floats x ctx x GQA layers */
+  uint64_t gdn_state;   /* Hv d^2 + (K-1)(2 Hk + Hv) d floats x GDN layers */
   uint64_t total;
 } spill_plan_state;
 

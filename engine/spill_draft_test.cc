@@ -93,9 +93,9 @@ std::string TmpDir() {
 }
 
 const std::string &Nano(const std::string &mix) {
-  static std::string dirs[4];
-  static const char *kMixes[] = {"gqa", "mla", "kda", "k3"};
-  for (int i = 0; i < 4; i++) {
+  static std::string dirs[5];
+  static const char *kMixes[] = {"gqa", "mla", "kda", "k3", "qwen35"};
+  for (int i = 0; i < 5; i++) {
     if (mix != kMixes[i]) continue;
     if (dirs[i].empty()) {
       std::string d = TmpDir() + "/draft-nano-" + mix;
@@ -237,7 +237,7 @@ TEST(DraftEngineTest, LookupDraftsOfARepeatingReplyAreAcceptedLosslessly) {
   EXPECT_LT(rb.st.decode_forwards, ra.st.decode_forwards);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllKinds, DraftKinds, ::testing::Values("gqa", "mla", "kda", "k3"));
+INSTANTIATE_TEST_SUITE_P(AllKinds, DraftKinds, ::testing::Values("gqa", "mla", "kda", "k3", "qwen35"));
 
 TEST(DraftEngineTest, AdaptiveRuleStopsDraftsThatAreAllRejected) {
   spill_engine *g = Open("k3", 4, 1);

@@ -36,9 +36,9 @@ std::string TmpDir() {
 
 // One nano container per attention mix, generated once per test binary.
 const std::string &Nano(const char *mix = "k3") {
-  static std::string dirs[4];
-  static const char *mixes[4] = {"k3", "mla", "kda", "gqa"};
-  for (int i = 0; i < 4; i++) {
+  static std::string dirs[5];
+  static const char *mixes[5] = {"k3", "mla", "kda", "gqa", "qwen35"};
+  for (int i = 0; i < 5; i++) {
     if (strcmp(mix, mixes[i]) != 0) continue;
     if (dirs[i].empty()) {
       std::string d = TmpDir() + "/engine-nano-" + mix;
@@ -60,8 +60,8 @@ const std::string &Nano(const char *mix = "k3") {
 // nano's matvecs are all below the size the forward pass splits across
 // threads, so a thread-count comparison needs mini's widths.
 const std::string &MiniSmall(const char *mix) {
-  static std::string dirs[2];
-  int i = strcmp(mix, "gqa") == 0;
+  static std::string dirs[3];
+  const int i = strcmp(mix, "gqa") == 0 ? 1 : strcmp(mix, "qwen35") == 0 ? 2 : 0;
   if (dirs[i].empty()) {
     std::string d = TmpDir() + "/engine-mini-small-" + mix;
     spill_gen_request r = {};
@@ -214,6 +214,28 @@ TEST(EngineTest, ThreadsAutoIsThePhysicalCores) {
   spill_engine_close(eng);
 }
 
+// Qwen3.5-MoE's nano (3 Gated DeltaNet layers, then a gated GQA layer;
+// shared-expert gate): cached, read, prefetched, every storage mode and
+// lookahead give the same logits bit for bit, as for the other kinds.
+TEST(EngineTest, Qwen35CacheStorageAndLookaheadGiveIdenticalLogits) {
+  const std::string &q = Nano("qwen35");
+  spill_config on = Cfg(), off = Cfg(), page = Cfg(), mm = Cfg(), la = Cfg();
+  off.cache_slots = 0;
+  page.storage = SPILL_STORAGE_PAGECACHE;
+  mm.storage = SPILL_STORAGE_MMAP;
+  la.cache_slots = 24;
+  la.lookahead = 6;
+  Outcome a = Generate(on, q);
+  ASSERT_EQ(a.rc, SPILL_OK) << a.err;
+  ExpectIdentical(a, Generate(off, q), "qwen35: cache on vs off");
+  ExpectIdentical(a, Generate(page, q), "qwen35: direct vs pagecache");
+  ExpectIdentical(a, Generate(mm, q), "qwen35: direct vs mmap");
+  Outcome b = Generate(la, q);
+  ExpectIdentical(a, b, "qwen35: lookahead 0 vs 6");
+  EXPECT_GT(b.st.spec_issued, 0u);
+  EXPECT_GT(a.st.demand_hits, 0u);
+}
+
 TEST(EngineTest, PreadPoolAndIoUringGiveIdenticalLogits) {
   spill_config p = Cfg(), u = Cfg();
   u.io_backend = SPILL_IO_URING;
@@ -225,7 +247,7 @@ TEST(EngineTest, PreadPoolAndIoUringGiveIdenticalLogits) {
 }
 
 TEST(EngineTest, OneAndTwoThreadsGiveIdenticalLogits) {
-  for (const char *mix : {"k3", "gqa"}) {
+  for (const char *mix : {"k3", "gqa", "qwen35"}) {
     spill_config one = Cfg(), two = Cfg();
     one.threads = 1;
     two.threads = 2;
@@ -283,7 +305,7 @@ TEST(EngineTest, PermutedArrivalAndThreadCountsGiveIdenticalLogits) {
     int q8;
   };
   const Model models[] = {{&MiniSmall("k3"), 0}, {&MiniSmall("gqa"), 0},
-                          {&Q4Experts("mini", "gqa"), 1}};
+                          {&MiniSmall("qwen35"), 0}, {&Q4Experts("mini", "gqa"), 1}};
   for (const Model &md : models) {
     spill_config base = Cfg();
     base.threads = 1;

@@ -31,6 +31,7 @@ int spill_info_read(const char *model_dir, spill_info *info, spill_err *e) {
   for (int l = 0; l < a->n_layers; l++) {
     if (a->layer_attn[l] == SPILL_ATTN_MLA) info->n_mla++;
     else if (a->layer_attn[l] == SPILL_ATTN_KDA) info->n_kda++;
+    else if (a->layer_attn[l] == SPILL_ATTN_GDN) info->n_gdn++;
     else info->n_gqa++;
   }
   info->d_model = a->d_model;

@@ -35,11 +35,11 @@ std::string TmpDir() {
   return t ? t : "/tmp";
 }
 
-const char *kMixes[] = {"gqa", "mla", "kda", "k3"};
+const char *kMixes[] = {"gqa", "mla", "kda", "k3", "qwen35"};
 
 const std::string &Nano(const char *mix) {
-  static std::string dirs[4];
-  for (int i = 0; i < 4; i++) {
+  static std::string dirs[5];
+  for (int i = 0; i < 5; i++) {
     if (strcmp(mix, kMixes[i]) != 0) continue;
     if (dirs[i].empty()) {
       std::string d = TmpDir() + "/session-nano-" + mix;
@@ -322,7 +322,7 @@ TEST_F(SessionHostile, EveryFlippedBitIsRefused) {
 }
 
 TEST_F(SessionHostile, AnotherModelOrCtxIsRefusedByName) {
-  for (const char *mix : {"gqa", "mla", "kda"}) {
+  for (const char *mix : {"gqa", "mla", "kda", "qwen35"}) {
     spill_engine *o = Open(mix);
     ASSERT_NE(o, nullptr);
     spill_err e = {};

@@ -75,7 +75,12 @@ int spill_dtype_check_values(spill_dtype dt, const void *data, uint64_t rows, ui
 #define SPILL_RVQ_ENTRIES 256
 #define SPILL_RVQ_DIM 8
 
-typedef enum spill_attn_kind { SPILL_ATTN_GQA = 0, SPILL_ATTN_MLA = 1, SPILL_ATTN_KDA = 2 } spill_attn_kind;
+typedef enum spill_attn_kind {
+  SPILL_ATTN_GQA = 0,
+  SPILL_ATTN_MLA = 1,
+  SPILL_ATTN_KDA = 2,
+  SPILL_ATTN_GDN = 3 /* Gated DeltaNet (Qwen3.5-MoE's linear layers) */
+} spill_attn_kind;
 typedef enum spill_router_kind { SPILL_ROUTER_SIGMOID = 0, SPILL_ROUTER_SOFTMAX = 1 } spill_router_kind;
 /* How group-limited routing scores a group of experts (docs/MODEL.md "MOE(l)"). */
 typedef enum spill_group_score {
@@ -130,6 +135,17 @@ typedef struct spill_kda_cfg {
   double gate_lower_bound;
 } spill_kda_cfg;
 
+/* Gated DeltaNet (Qwen3.5-MoE, docs/MODEL.md "ATTN GDN"): n_k_heads q/k
+ * heads, n_v_heads v heads (a multiple; v head j reads q/k head j mod
+ * n_k_heads, llama.cpp's tiled order), head_dim for q, k and v, one short
+ * causal conv of conv_kernel taps over the concatenated q, k, v. */
+typedef struct spill_gdn_cfg {
+  int n_k_heads;
+  int n_v_heads;
+  int head_dim;
+  int conv_kernel;
+} spill_gdn_cfg;
+
 /* RMSNorm of q and k before RoPE (docs/MODEL.md "ATTN GQA"). */
 typedef enum spill_qk_norm {
   SPILL_QK_NORM_NONE = 0, /* none (the K3 family's own GQA) */
@@ -151,6 +167,10 @@ typedef struct spill_gqa_cfg {
   int rope_dim;
   int qkv_bias;
   int o_bias;
+  /* out_gate (Qwen3.5-MoE): attn_q is (H*2d, D), each head's d query rows
+   * then d gate rows; the attention output is multiplied by sigmoid(gate)
+   * before attn_output. */
+  int out_gate;
 } spill_gqa_cfg;
 
 typedef struct spill_moe_cfg {
@@ -174,6 +194,9 @@ typedef struct spill_moe_cfg {
   /* > 0: norm_topk divides by max(sum, norm_min) (llama.cpp's clamp,
    * 2^-14); 0: by the sum when it is > 0 */
   double norm_min;
+  /* shared_gate (Qwen3.5-MoE): the shared experts' output is scaled by
+   * sigmoid(blk.L.ffn_gate_inp_shexp h), ffn_gate_inp_shexp (1, D); 0 = omitted */
+  int shared_gate;
 } spill_moe_cfg;
 
 typedef struct spill_arch {
@@ -193,6 +216,7 @@ typedef struct spill_arch {
   spill_attn_kind layer_attn[SPILL_MAX_LAYERS];
   spill_mla_cfg mla;  /* meaningful when some layer is MLA */
   spill_kda_cfg kda;
+  spill_gdn_cfg gdn;
   spill_gqa_cfg gqa;
   spill_moe_cfg moe;  /* meaningful when n_layers > n_dense_layers */
 } spill_arch;

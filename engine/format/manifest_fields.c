@@ -67,6 +67,7 @@ const spill_mf_field spill_mf_fields[] = {
     ROW_CUSTOM(SPILL_MF_ARCH, "gqa"),
     ROW_CUSTOM(SPILL_MF_ARCH, "mla"),
     ROW_CUSTOM(SPILL_MF_ARCH, "kda"),
+    ROW_CUSTOM(SPILL_MF_ARCH, "gdn"),
     ROW_CUSTOM(SPILL_MF_ARCH, "moe"),
     /* arch.gqa */
     ROW_I(SPILL_MF_GQA, "n_heads", gqa.n_heads, 1, 4096),
@@ -80,6 +81,7 @@ const spill_mf_field spill_mf_fields[] = {
      SPILL_MF_OPTIONAL | SPILL_MF_EVEN, 0, NULL, 0, 1},
     {SPILL_MF_GQA, "qkv_bias", SPILL_MF_BOOL, A(gqa.qkv_bias), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     {SPILL_MF_GQA, "o_bias", SPILL_MF_BOOL, A(gqa.o_bias), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
+    {SPILL_MF_GQA, "out_gate", SPILL_MF_BOOL, A(gqa.out_gate), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     /* arch.mla */
     ROW_I(SPILL_MF_MLA, "n_heads", mla.n_heads, 1, 4096),
     ROW_I(SPILL_MF_MLA, "q_lora_rank", mla.q_lora_rank, 0, DIM_MAX),
@@ -114,6 +116,11 @@ const spill_mf_field spill_mf_fields[] = {
      1},
     {SPILL_MF_KDA, "gate_lower_bound", SPILL_MF_NUM, A(kda.gate_lower_bound), -1e6, 0.0, NONE, 0, SPILL_MF_OPTIONAL,
      0, NULL, 0, 1},
+    /* arch.gdn */
+    ROW_I(SPILL_MF_GDN, "n_k_heads", gdn.n_k_heads, 1, 4096),
+    ROW_I(SPILL_MF_GDN, "n_v_heads", gdn.n_v_heads, 1, 4096),
+    ROW_I(SPILL_MF_GDN, "head_dim", gdn.head_dim, 1, 4096),
+    ROW_I(SPILL_MF_GDN, "conv_kernel", gdn.conv_kernel, 1, 64),
     /* arch.moe */
     ROW_I(SPILL_MF_MOE, "n_experts", moe.n_experts, 1, SPILL_MAX_EXPERTS),
     {SPILL_MF_MOE, "top_k", SPILL_MF_INT, A(moe.top_k), 1, SPILL_MAX_TOPK, A(moe.n_experts), 0, 0, 0, NULL, 0, 1},
@@ -127,6 +134,8 @@ const spill_mf_field spill_mf_fields[] = {
     {SPILL_MF_MOE, "latent_norm", SPILL_MF_ENUM, A(moe.latent_norm), 0, 0, NONE, 0, SPILL_MF_OPTIONAL,
      SPILL_LATENT_NORM_INPUT, k_latent_norm, 8, 1},
     {SPILL_MF_MOE, "norm_min", SPILL_MF_NUM, A(moe.norm_min), 0, 1.0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
+    {SPILL_MF_MOE, "shared_gate", SPILL_MF_BOOL, A(moe.shared_gate), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0,
+     1},
     /* group-limited selection: all four present iff n_group (written when > 1) */
     ROW_CUSTOM(SPILL_MF_MOE, "n_group"),
     ROW_CUSTOM(SPILL_MF_MOE, "topk_group"),

@@ -65,11 +65,11 @@ static void dtype_group(jb *b, cJSON *o, spill_dtype dt, uint32_t group) {
  * present (all valid configs have n_heads >= 1), so parse(to_json(m)) == m. */
 typedef struct arch_ctx {
   const spill_arch *a;
-  int used[3];
+  int used[4];
 } arch_ctx;
 
 static int arch_custom(void *ctx, cJSON *o, const char *key) {
-  static const char *const kinds[3] = {"gqa", "mla", "kda"};
+  static const char *const kinds[4] = {"gqa", "mla", "kda", "gdn"};
   arch_ctx *c = ctx;
   const spill_arch *a = c->a;
   jb b = {0};
@@ -77,7 +77,7 @@ static int arch_custom(void *ctx, cJSON *o, const char *key) {
     cJSON *la = arr(&b, o, "layer_attn");
     for (int i = 0; la && i < a->n_layers && i < SPILL_MAX_LAYERS; i++) {
       int k = (int)a->layer_attn[i];
-      if (k < 0 || k > 2) k = 0;
+      if (k < 0 || k > 3) k = 0;
       c->used[k] = 1;
       if (!cJSON_AddItemToArray(la, cJSON_CreateString(kinds[k]))) b.failed = 1;
     }
@@ -93,6 +93,9 @@ static int arch_custom(void *ctx, cJSON *o, const char *key) {
   } else if (!strcmp(key, "kda") && (c->used[SPILL_ATTN_KDA] || a->kda.n_heads > 0)) {
     cJSON *k = obj(&b, o, "kda");
     if (k) b.failed |= spill_mf_write(k, SPILL_MF_KDA, a, NULL, NULL);
+  } else if (!strcmp(key, "gdn") && (c->used[SPILL_ATTN_GDN] || a->gdn.n_k_heads > 0)) {
+    cJSON *g = obj(&b, o, "gdn");
+    if (g) b.failed |= spill_mf_write(g, SPILL_MF_GDN, a, NULL, NULL);
   } else if (!strcmp(key, "moe") && (spill_arch_n_moe(a) > 0 || a->moe.n_experts > 0)) {
     cJSON *m = obj(&b, o, "moe");
     if (m) b.failed |= spill_mf_write(m, SPILL_MF_MOE, a, arch_custom, c);

@@ -118,8 +118,8 @@ static int parse_moe(const cJSON *o, spill_arch *a, spill_err *e) {
 }
 
 static int parse_arch(const cJSON *root, spill_arch *a, spill_err *e) {
-  static const char *const kinds[] = {"gqa", "mla", "kda"};
-  static const spill_mf_obj kind_obj[] = {SPILL_MF_GQA, SPILL_MF_MLA, SPILL_MF_KDA};
+  static const char *const kinds[] = {"gqa", "mla", "kda", "gdn"};
+  static const spill_mf_obj kind_obj[] = {SPILL_MF_GQA, SPILL_MF_MLA, SPILL_MF_KDA, SPILL_MF_GDN};
   const char *p = "arch";
   const cJSON *o, *la, *sub;
   int n;
@@ -135,19 +135,19 @@ static int parse_arch(const cJSON *root, spill_arch *a, spill_err *e) {
   SPILL_TRY(spill_json_arr(o, "layer_attn", p, &la, &n, F, e));
   SPILL_FAIL_IF(e, n != a->n_layers, F, "arch.layer_attn: %d entries, n_layers is %d", n,
                 a->n_layers);
-  int used[3] = {0, 0, 0};
+  int used[4] = {0, 0, 0, 0};
   int i = 0;
   for (const cJSON *it = la->child; it; it = it->next, i++) {
     int k = -1;
     if (cJSON_IsString(it) && it->valuestring)
-      for (int j = 0; j < 3; j++)
+      for (int j = 0; j < 4; j++)
         if (strcmp(it->valuestring, kinds[j]) == 0) k = j;
-    SPILL_FAIL_IF(e, k < 0, F, "arch.layer_attn[%d]: expected \"gqa\", \"mla\" or \"kda\"", i);
-    /* kinds[] order is gqa, mla, kda = the enum values */
+    SPILL_FAIL_IF(e, k < 0, F, "arch.layer_attn[%d]: expected \"gqa\", \"mla\", \"kda\" or \"gdn\"", i);
+    /* kinds[] order is gqa, mla, kda, gdn = the enum values */
     a->layer_attn[i] = (spill_attn_kind)k;
     used[k] = 1;
   }
-  for (int j = 0; j < 3; j++) {
+  for (int j = 0; j < 4; j++) {
     if (!has(o, kinds[j])) {
       SPILL_FAIL_IF(e, used[j], F, "arch.%s: missing key (some layer uses %s attention)",
                     kinds[j], kinds[j]);
@@ -156,6 +156,12 @@ static int parse_arch(const cJSON *root, spill_arch *a, spill_err *e) {
     SPILL_TRY(spill_json_obj(o, kinds[j], p, &sub, F, e));
     if (j == SPILL_ATTN_GQA) SPILL_TRY(parse_gqa(sub, a, e));
     if (j == SPILL_ATTN_MLA) SPILL_TRY(parse_mla(sub, a, e));
+    if (j == SPILL_ATTN_GDN) {
+      SPILL_TRY(spill_mf_read(sub, "arch.gdn", kind_obj[j], a, e));
+      SPILL_FAIL_IF(e, a->gdn.n_v_heads % a->gdn.n_k_heads != 0, F,
+                    "arch.gdn.n_v_heads: %d is not a multiple of n_k_heads %d", a->gdn.n_v_heads,
+                    a->gdn.n_k_heads);
+    }
     if (j == SPILL_ATTN_KDA) {
       SPILL_TRY(spill_mf_read(sub, "arch.kda", kind_obj[j], a, e));
       SPILL_FAIL_IF(e, a->kda.gate_lower_bound < 0 && a->kda.decay_floor != 0, F,

@@ -278,6 +278,7 @@ TEST(ManifestTest, EveryTableFieldIsWrittenReadAndChecked) {
               {SPILL_MF_MLA, "arch.mla", {"arch", "mla"}},
               {SPILL_MF_YARN, "arch.mla.yarn", {"arch", "mla", "yarn"}},
               {SPILL_MF_KDA, "arch.kda", {"arch", "kda"}},
+              {SPILL_MF_GDN, "arch.gdn", {"arch", "gdn"}},
               {SPILL_MF_MOE, "arch.moe", {"arch", "moe"}}};
   // the base has every optional row set off its default, and a yarn object
   const std::string base = Mutate(ValidJson(SPILL_DT_F32), [](cJSON *r) {
@@ -295,6 +296,14 @@ TEST(ManifestTest, EveryTableFieldIsWrittenReadAndChecked) {
     cJSON_AddNumberToObject(At(r, "arch", "gqa"), "rope_dim", 4);
     cJSON_AddBoolToObject(At(r, "arch", "gqa"), "qkv_bias", 1);
     cJSON_AddBoolToObject(At(r, "arch", "gqa"), "o_bias", 1);
+    // Qwen3.5-MoE: the gated query, a Gated DeltaNet object, the shared-expert gate
+    cJSON_AddBoolToObject(At(r, "arch", "gqa"), "out_gate", 1);
+    cJSON *gdn = cJSON_AddObjectToObject(At(r, "arch"), "gdn");
+    cJSON_AddNumberToObject(gdn, "n_k_heads", 2);
+    cJSON_AddNumberToObject(gdn, "n_v_heads", 4);
+    cJSON_AddNumberToObject(gdn, "head_dim", 8);
+    cJSON_AddNumberToObject(gdn, "conv_kernel", 4);
+    cJSON_AddBoolToObject(At(r, "arch", "moe"), "shared_gate", 1);
     cJSON_AddNumberToObject(At(r, "arch", "kda"), "l2norm_eps", 1e-5);
     // Kimi K3 as released: SiTU, AttnRes, the MLA output gate, the bounded KDA decay
     // (no floor), the latent norm's place and the renormalisation clamp

@@ -5,7 +5,9 @@
  * first rope_dim dims of every q and k head (all of them when rope_dim is
  * 0), append k and v to the layer's cache
  * (ctx, Hk*d) each, then per query head softmax(q . k_t / sqrt(d)) over
- * t = 0..pos and the weighted sum of v. Heads run in parallel on the pool;
+ * t = 0..pos and the weighted sum of v; with arch.gqa.out_gate (Qwen3.5)
+ * attn_q gives each head's query then its gate, and the head's output is
+ * multiplied by sigmoid(gate) before attn_output. Heads run in parallel on the pool;
  * each head's result is computed by one thread in a fixed order.
  */
 #include <math.h>
@@ -18,14 +20,14 @@ typedef struct gqa_job {
   const float *kc, *vc; /* (ctx, Hk*d) */
   float *att;           /* (n_threads, ctx): one row per thread */
   float *o;             /* (H*d) */
-  int d, group, kvw, n_t, ctx;
+  int d, qs, group, kvw, n_t, ctx; /* qs: head stride of q (d, or 2d with the gate) */
   float scale;
 } gqa_job;
 
 static void gqa_head(void *ctx, int j, int thread) {
   const gqa_job *g = ctx;
   const int d = g->d, kh = j / g->group;
-  const float *qj = g->q + (size_t)j * d;
+  const float *qj = g->q + (size_t)j * g->qs;
   float *att = g->att + (size_t)thread * g->ctx; /* (n_t) this thread's row */
   for (int t = 0; t < g->n_t; t++)
     att[t] = spill_k_dot(qj, g->kc + (size_t)t * g->kvw + (size_t)kh * d, (uint32_t)d) * g->scale;
@@ -37,6 +39,10 @@ static void gqa_head(void *ctx, int j, int thread) {
     const float at = att[t];
     for (int i = 0; i < d; i++) oj[i] += at * vt[i];
   }
+  if (g->qs != d) { /* out_gate: the gate follows the head's query */
+    const float *gate = qj + d;
+    for (int i = 0; i < d; i++) oj[i] *= spill_model_sigmoid(gate[i]);
+  }
 }
 
 static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
@@ -44,7 +50,8 @@ static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, s
   const spill_gqa_cfg *c = &m->a.gqa;
   const spill_layer_weights *L = &m->L[l];
   const int H = c->n_heads, Hk = c->n_kv_heads, d = c->head_dim, kvw = Hk * d;
-  float *q = m->s.q;                           /* (H*d) */
+  const int qs = c->out_gate ? 2 * d : d;      /* q head stride */
+  float *q = m->s.q;                           /* (H*qs): per head query (d) [then gate (d)] */
   float *kc = L->cache + (size_t)pos * kvw;    /* (Hk*d) this position's key slot */
   float *vc = L->cache_v + (size_t)pos * kvw;  /* (Hk*d) */
   const int rd = c->rope_dim > 0 ? c->rope_dim : d; /* rotated dims of each head */
@@ -54,23 +61,23 @@ static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, s
   spill_model_matvec(m, &L->attn_q, h, q);
   spill_model_matvec2(m, &L->attn_k, h, NULL, kc, &L->attn_v, h, NULL, vc);
   if (c->qkv_bias) {
-    for (int i = 0; i < H * d; i++) q[i] += L->attn_q_bias[i];
+    for (int i = 0; i < H * qs; i++) q[i] += L->attn_q_bias[i];
     for (int i = 0; i < kvw; i++) kc[i] += L->attn_k_bias[i];
     for (int i = 0; i < kvw; i++) vc[i] += L->attn_v_bias[i];
   }
   const float eps = (float)m->a.norm_eps;
   if (c->qk_norm == SPILL_QK_NORM_HEAD) { /* Qwen3: each head over its d dims */
-    for (int j = 0; j < H; j++) spill_k_rmsnorm(q + (size_t)j * d, L->attn_q_norm, q + (size_t)j * d, (uint32_t)d, eps);
+    for (int j = 0; j < H; j++) spill_k_rmsnorm(q + (size_t)j * qs, L->attn_q_norm, q + (size_t)j * qs, (uint32_t)d, eps);
     for (int j = 0; j < Hk; j++) spill_k_rmsnorm(kc + (size_t)j * d, L->attn_k_norm, kc + (size_t)j * d, (uint32_t)d, eps);
   } else if (c->qk_norm == SPILL_QK_NORM_FULL) { /* OLMoE: over the whole projection */
     spill_k_rmsnorm(q, L->attn_q_norm, q, (uint32_t)(H * d), eps);
     spill_k_rmsnorm(kc, L->attn_k_norm, kc, (uint32_t)kvw, eps);
   }
   spill_model_rope_table(cs, rd, pos, c->rope_theta);
-  for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * d, rd, cs);
+  for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * qs, rd, cs);
   for (int j = 0; j < Hk; j++) spill_model_rope_apply(kc + (size_t)j * d, rd, cs);
 
-  gqa_job g = {q, L->cache, L->cache_v, m->s.att, o, d, H / Hk, kvw, pos + 1, m->o.ctx,
+  gqa_job g = {q, L->cache, L->cache_v, m->s.att, o, d, qs, H / Hk, kvw, pos + 1, m->o.ctx,
                1.0f / sqrtf((float)d)};
   spill_model_run_tasks(m, gqa_head, &g, H, (uint64_t)H * (uint64_t)(pos + 1) * 2u * (uint64_t)d);
   spill_model_matvec(m, &L->attn_output, o, out); /* (D) */
@@ -87,6 +94,8 @@ static int gqa_check(const spill_arch *a, spill_err *e) {
                        (g->head_dim & 1) || g->n_heads % g->n_kv_heads,
                 SPILL_E_FORMAT, "arch.gqa: heads %d, kv heads %d, head_dim %d inconsistent",
                 g->n_heads, g->n_kv_heads, g->head_dim);
+  SPILL_FAIL_IF(e, g->out_gate && g->qk_norm == SPILL_QK_NORM_FULL, SPILL_E_FORMAT,
+                "arch.gqa: out_gate with qk_norm \"full\" (a gated query is normed per head)");
   SPILL_FAIL_IF(e, g->rope_dim < 0 || g->rope_dim > g->head_dim || (g->rope_dim & 1), SPILL_E_FORMAT,
                 "arch.gqa: rope_dim %d not an even number in [0, head_dim %d]", g->rope_dim, g->head_dim);
   return SPILL_OK;
@@ -106,7 +115,8 @@ static void gqa_bind_state(const spill_arch *a, spill_layer_weights *L, uint64_t
 static void gqa_scratch(const spill_arch *a, spill_attn_dims *d) {
   const spill_gqa_cfg *g = &a->gqa;
   const uint64_t H = (uint64_t)g->n_heads, hd = (uint64_t)g->head_dim;
-  if (d->q < H * hd) d->q = H * hd;
+  const uint64_t qw = (g->out_gate ? 2 : 1) * H * hd; /* query (and gate) rows */
+  if (d->q < qw) d->q = qw;
   if (d->kv < (uint64_t)g->n_kv_heads * hd) d->kv = (uint64_t)g->n_kv_heads * hd;
   if (d->heads < H) d->heads = H;
   if (d->ohead < H * hd) d->ohead = H * hd;
@@ -118,7 +128,8 @@ static int gqa_load(spill_model *m, int l, spill_err *e) {
   spill_layer_weights *L = &m->L[l];
   const uint64_t D = (uint64_t)a->d_model;
   const uint64_t H = a->gqa.n_heads, Hk = a->gqa.n_kv_heads, d = a->gqa.head_dim;
-  SPILL_TRY(spill_model_get_mat(m, l, "attn_q", H * d, D, &L->attn_q, e));
+  const uint64_t qg = a->gqa.out_gate ? 2 : 1;
+  SPILL_TRY(spill_model_get_mat(m, l, "attn_q", qg * H * d, D, &L->attn_q, e));
   SPILL_TRY(spill_model_get_mat(m, l, "attn_k", Hk * d, D, &L->attn_k, e));
   SPILL_TRY(spill_model_get_mat(m, l, "attn_v", Hk * d, D, &L->attn_v, e));
   SPILL_TRY(spill_model_get_mat(m, l, "attn_output", D, H * d, &L->attn_output, e));
@@ -130,7 +141,7 @@ static int gqa_load(spill_model *m, int l, spill_err *e) {
     SPILL_TRY(spill_model_get_f32(m, l, "attn_k_norm", Hk * d, 0, &L->attn_k_norm, e));
   }
   if (a->gqa.qkv_bias) {
-    SPILL_TRY(spill_model_get_f32(m, l, "attn_q_bias", H * d, 0, &L->attn_q_bias, e));
+    SPILL_TRY(spill_model_get_f32(m, l, "attn_q_bias", qg * H * d, 0, &L->attn_q_bias, e));
     SPILL_TRY(spill_model_get_f32(m, l, "attn_k_bias", Hk * d, 0, &L->attn_k_bias, e));
     SPILL_TRY(spill_model_get_f32(m, l, "attn_v_bias", Hk * d, 0, &L->attn_v_bias, e));
   }

@@ -12,6 +12,7 @@ static const spill_attn_ops *const kinds[SPILL_ATTN_KINDS] = {
     [SPILL_ATTN_GQA] = &spill_attn_gqa_ops,
     [SPILL_ATTN_MLA] = &spill_attn_mla_ops,
     [SPILL_ATTN_KDA] = &spill_attn_kda_ops,
+    [SPILL_ATTN_GDN] = &spill_attn_gdn_ops,
 };
 
 const spill_attn_ops *spill_attn_kind_ops(int kind) {

@@ -3,7 +3,7 @@
  * each other in one direction only (no circles), bottom to top:
  *   thread_pool.c, weights.c (tensor views and lookups, trunk loading)
  *   -> model_math.c (matvecs on the pool, LUTs, RoPE, softmax, SwiGLU)
- *   -> attention_gqa.c, attention_mla.c, attention_kda.c (one row each of
+ *   -> attention_gqa.c, attention_mla.c, attention_kda.c, attention_gdn.c (one row each of
  *      the attention-kind table), moe.c (router, routed and shared experts)
  *   -> attention_table.c (the table) -> model_memory.c (state and scratch:
  *      the one memory formula) -> forward.c, model.c.
@@ -53,7 +53,10 @@ typedef struct spill_layer_weights {
   /* KDA */
   const float *attn_q_conv, *attn_k_conv, *attn_v_conv; /* (H*d, K) each */
   spill_qmat attn_f_a, attn_f_b, attn_b, attn_g, attn_g_a, attn_g_b; /* (r, D) (H*d, r) (H, D) (H*d, D) (og, D) (H*d, og) */
-  const float *attn_dt_bias, *attn_a_log, *attn_o_norm; /* (H*d), (H), (d) */
+  const float *attn_dt_bias, *attn_a_log, *attn_o_norm; /* (H*d), (H), (d); GDN: (Hv), -, (d) */
+  /* GDN (attn_b = ssm_beta (Hv, D), attn_dt_bias, attn_o_norm = ssm_norm, attn_output) */
+  spill_qmat attn_qkv, ssm_alpha; /* (2 Hk d + Hv d, D) (Hv, D); attn_gate = z (Hv*d, D) */
+  const float *ssm_conv, *ssm_a;             /* (2 Hk d + Hv d, K), (Hv) = -exp(A_log) */
   /* dense FFN */
   spill_qmat ffn_gate, ffn_up, ffn_down; /* (d_ff, D) (d_ff, D) (D, d_ff) */
   /* MoE */
@@ -62,6 +65,7 @@ typedef struct spill_layer_weights {
   spill_qmat moe_down_proj, moe_up_proj;   /* (d_latent, D), (D, d_latent) */
   const float *moe_latent_norm;            /* (d_latent) */
   spill_qmat ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* (S, D) (S, D) (D, S) */
+  spill_qmat ffn_gate_inp_shexp;           /* (1, D) shared-expert gate (moe.shared_gate) */
   const float *codebook[SPILL_SEC_COUNT];  /* rvq3: (3*256, 8) for gate, up, down */
   /* state (sequence): state_floats floats at state, carved by the kind's bind_state */
   float *state;
@@ -70,6 +74,7 @@ typedef struct spill_layer_weights {
   float *cache_v; /* GQA: (ctx, Hk*d) values */
   float *kda_s;  /* KDA: (H, d, d) */
   float *kda_ring; /* KDA: (3, K-1, H*d) previous pre-conv q, k, v */
+  float *gdn_ring; /* GDN: (K-1, 2 Hk d + Hv d) previous pre-conv q, k, v; kda_s = S (Hv, d, d) */
 } spill_layer_weights;
 
 /* Scratch of the forward pass; shapes in comments, T = max_chunk. */
@@ -280,8 +285,9 @@ void spill_model_res_mix(const spill_model *m, const float *entries, size_t stri
                          const float *v, const float *score, float *out);
 
 /* ---- the attention-kind table (attention_table.c) ---- */
-#define SPILL_ATTN_KINDS 3
-_Static_assert(SPILL_ATTN_GQA == 0 && SPILL_ATTN_MLA == 1 && SPILL_ATTN_KDA == SPILL_ATTN_KINDS - 1,
+#define SPILL_ATTN_KINDS 4
+_Static_assert(SPILL_ATTN_GQA == 0 && SPILL_ATTN_MLA == 1 && SPILL_ATTN_KDA == 2 &&
+                   SPILL_ATTN_GDN == SPILL_ATTN_KINDS - 1,
                "spill_attn_kind values index the attention table");
 
 /* Scratch widths (floats) the attention kinds of a model need; each row
@@ -323,7 +329,8 @@ struct spill_attn_ops {
   int (*live_state)(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
                     uint64_t n[2]);
 };
-extern const spill_attn_ops spill_attn_gqa_ops, spill_attn_mla_ops, spill_attn_kda_ops;
+extern const spill_attn_ops spill_attn_gqa_ops, spill_attn_mla_ops, spill_attn_kda_ops,
+    spill_attn_gdn_ops;
 /* The row of an attention kind; NULL for a value out of range. */
 const spill_attn_ops *spill_attn_kind_ops(int kind);
 

@@ -45,7 +45,7 @@ enum {
 typedef struct spill_model_mem {
   /* state bytes of all layers of each attention kind (spill_attn_kind):
    * [kind][0] the cache or recurrent state, [kind][1] the conv rings */
-  uint64_t state[3][2];
+  uint64_t state[4][2]; /* SPILL_ATTN_KINDS */
   uint64_t state_total;
   uint64_t scratch[SPILL_MEM_GROUPS]; /* bytes, every buffer 64-byte aligned */
   uint64_t scratch_total;

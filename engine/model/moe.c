@@ -198,11 +198,18 @@ static int group_uses(spill_model *m, const uint32_t *sel, int n) {
   return n_u;
 }
 
-/* Shared experts of MoE layer L for one token, added to out (D). */
+/* Shared experts of MoE layer L for one token, added to out (D); with
+ * moe.shared_gate (Qwen3.5) scaled by sigmoid(ffn_gate_inp_shexp h). */
 static void shared_experts(spill_model *m, const spill_layer_weights *L, const float *h,
                            float *out) {
   float *tmp = m->s.attn_out; /* (D), free during the FFN */
   spill_model_glu(m, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, h, tmp);
+  if (m->a.moe.shared_gate) {
+    float gs;
+    spill_model_matvec(m, &L->ffn_gate_inp_shexp, h, &gs);
+    gs = spill_model_sigmoid(gs);
+    for (int i = 0; i < m->a.d_model; i++) tmp[i] *= gs;
+  }
   for (int i = 0; i < m->a.d_model; i++) out[i] += tmp[i];
 }
 

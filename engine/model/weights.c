@@ -180,7 +180,10 @@ int spill_model_load_ffn(spill_model *m, int l, spill_err *e) {
     SPILL_TRY(get_mat(ld, l, "ffn_gate_shexp", S, D, &L->ffn_gate_shexp, e));
     SPILL_TRY(get_mat(ld, l, "ffn_up_shexp", S, D, &L->ffn_up_shexp, e));
     SPILL_TRY(get_mat(ld, l, "ffn_down_shexp", D, S, &L->ffn_down_shexp, e));
+    if (c->shared_gate) SPILL_TRY(get_mat(ld, l, "ffn_gate_inp_shexp", 1, D, &L->ffn_gate_inp_shexp, e));
   }
+  SPILL_FAIL_IF(e, c->shared_gate && c->n_shared == 0, SPILL_E_FORMAT,
+                "arch.moe.shared_gate: set without shared experts (n_shared 0)");
   if (m->expert_dtype == SPILL_DT_RVQ3) {
     static const char *const cb[SPILL_SEC_COUNT] = {
         "ffn_gate_exps.codebook", "ffn_up_exps.codebook", "ffn_down_exps.codebook"};

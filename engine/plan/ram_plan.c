@@ -72,6 +72,7 @@ int spill_plan_compute_run(const spill_arch *a, uint64_t record_bytes, uint64_t 
   p->state.mla_latent = mem.state[SPILL_ATTN_MLA][0] + mem.state[SPILL_ATTN_MLA][1];
   p->state.kda_state = mem.state[SPILL_ATTN_KDA][0];
   p->state.kda_conv = mem.state[SPILL_ATTN_KDA][1];
+  p->state.gdn_state = mem.state[SPILL_ATTN_GDN][0] + mem.state[SPILL_ATTN_GDN][1];
   p->state.total = mem.state_total;
   p->scratch.activations = mem.scratch[SPILL_MEM_ACTIVATIONS];
   p->scratch.attn_scores = mem.scratch[SPILL_MEM_ATTN_SCORES];

@@ -135,6 +135,14 @@ void spill_k_rmsnorm(const float *x, const float *w, float *y, uint32_t n, float
 float spill_k_dot(const float *a, const float *b, uint32_t n);
 /* g[i] = silu(g[i]) * u[i] (the SwiGLU gate), in place on g. */
 void spill_k_silu_mul(float *g, const float *u, uint32_t n);
+/* One step of the gated delta rule for one head (docs/MODEL.md "ATTN GDN"):
+ * S (d, d) row-major, rows = key channels; k, q (d) already normalised,
+ * v (d), u (d) caller scratch:
+ *   S = decay S;  u = beta (v - S^T k);  S = S + k u^T;  o = S^T q.
+ * Every element is computed by the same sequence of f32 multiplies and adds
+ * (no fused multiply-add) on every ISA: __ref and __avx2 are bit-identical. */
+void spill_k_gdn_step(float *S, uint32_t d, float decay, const float *k, const float *q, float beta,
+                      const float *v, float *u, float *o);
 /* In-place softmax, max-subtracted; n >= 1. */
 void spill_k_softmax(float *x, uint32_t n);
 /* Indices of the k largest of score[0..n), by descending score, ties broken

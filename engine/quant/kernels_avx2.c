@@ -359,3 +359,47 @@ void spill_k_qlut_rvq3_i16__avx2(const float *lut, uint32_t cols, void *qlut, ui
     }
   }
 }
+
+/* spill_k_gdn_step, AVX2: 8 columns at a time with separate multiplies and
+ * adds in __ref's order (no FMA), the tail as __ref: bit-identical to it. */
+void spill_k_gdn_step__avx2(float *S, uint32_t d, float decay, const float *k, const float *q,
+                            float beta, const float *v, float *u, float *o) {
+  const uint32_t d8 = d & ~7u;
+  const __m256 vdec = _mm256_set1_ps(decay), vbeta = _mm256_set1_ps(beta);
+  memset(u, 0, (size_t)d * sizeof(float));
+  for (uint32_t a = 0; a < d; a++) {
+    float *row = S + (size_t)a * d;
+    const float ka = k[a];
+    const __m256 vk = _mm256_set1_ps(ka);
+    uint32_t b = 0;
+    for (; b < d8; b += 8) {
+      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + b), vdec);
+      _mm256_storeu_ps(row + b, r);
+      _mm256_storeu_ps(u + b, _mm256_add_ps(_mm256_loadu_ps(u + b), _mm256_mul_ps(r, vk)));
+    }
+    for (; b < d; b++) {
+      row[b] = row[b] * decay;
+      u[b] = u[b] + row[b] * ka;
+    }
+  }
+  uint32_t b = 0;
+  for (; b < d8; b += 8)
+    _mm256_storeu_ps(u + b, _mm256_mul_ps(vbeta, _mm256_sub_ps(_mm256_loadu_ps(v + b), _mm256_loadu_ps(u + b))));
+  for (; b < d; b++) u[b] = beta * (v[b] - u[b]);
+  memset(o, 0, (size_t)d * sizeof(float));
+  for (uint32_t a = 0; a < d; a++) {
+    float *row = S + (size_t)a * d;
+    const float ka = k[a], qa = q[a];
+    const __m256 vk = _mm256_set1_ps(ka), vq = _mm256_set1_ps(qa);
+    uint32_t c = 0;
+    for (; c < d8; c += 8) {
+      const __m256 r = _mm256_add_ps(_mm256_loadu_ps(row + c), _mm256_mul_ps(vk, _mm256_loadu_ps(u + c)));
+      _mm256_storeu_ps(row + c, r);
+      _mm256_storeu_ps(o + c, _mm256_add_ps(_mm256_loadu_ps(o + c), _mm256_mul_ps(r, vq)));
+    }
+    for (; c < d; c++) {
+      row[c] = row[c] + ka * u[c];
+      o[c] = o[c] + row[c] * qa;
+    }
+  }
+}

@@ -290,6 +290,14 @@ void spill_k_lut_rvq3_f32(const float *codebook, const float *x, uint32_t cols, 
   k_table_get()->lut(codebook, x, cols, lut, g0, g1);
 }
 
+void spill_k_gdn_step(float *S, uint32_t d, float decay, const float *k, const float *q, float beta,
+                      const float *v, float *u, float *o) {
+  if (spill_k_init() >= SPILL_ISA_AVX2)
+    spill_k_gdn_step__avx2(S, d, decay, k, q, beta, v, u, o);
+  else
+    spill_k_gdn_step__ref(S, d, decay, k, q, beta, v, u, o);
+}
+
 /* Cached: spill_k_apply_rvq3_i16 asks on every call (hot path). */
 static atomic_int k_vbmi = -1;
 

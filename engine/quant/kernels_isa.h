@@ -111,6 +111,12 @@ void spill_k_lut_rvq3_f32__avx512(const float *codebook, const float *x, uint32_
 void spill_k_apply_rvq3_f32__avx512(const spill_qmat *w, const float *lut, float *y, uint32_t r0,
                                     uint32_t r1);
 
+/* spill_k_gdn_step's twins (kernels_ref.c, kernels_avx2.c) */
+void spill_k_gdn_step__ref(float *S, uint32_t d, float decay, const float *k, const float *q,
+                           float beta, const float *v, float *u, float *o);
+void spill_k_gdn_step__avx2(float *S, uint32_t d, float decay, const float *k, const float *q,
+                            float beta, const float *v, float *u, float *o);
+
 #ifdef __cplusplus
 }
 #endif

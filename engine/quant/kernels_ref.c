@@ -252,6 +252,29 @@ void spill_k_rmsnorm(const float *x, const float *w, float *y, uint32_t n, float
 
 float spill_k_dot(const float *a, const float *b, uint32_t n) { return dot_f32(a, b, n); }
 
+void spill_k_gdn_step__ref(float *S, uint32_t d, float decay, const float *k, const float *q,
+                           float beta, const float *v, float *u, float *o) {
+  memset(u, 0, (size_t)d * sizeof(float));
+  for (uint32_t a = 0; a < d; a++) { /* decay rows, u = S^T k */
+    float *row = S + (size_t)a * d;
+    const float ka = k[a];
+    for (uint32_t b = 0; b < d; b++) {
+      row[b] = row[b] * decay;
+      u[b] = u[b] + row[b] * ka;
+    }
+  }
+  for (uint32_t b = 0; b < d; b++) u[b] = beta * (v[b] - u[b]);
+  memset(o, 0, (size_t)d * sizeof(float));
+  for (uint32_t a = 0; a < d; a++) { /* S += k u^T; o = S^T q */
+    float *row = S + (size_t)a * d;
+    const float ka = k[a], qa = q[a];
+    for (uint32_t b = 0; b < d; b++) {
+      row[b] = row[b] + ka * u[b];
+      o[b] = o[b] + row[b] * qa;
+    }
+  }
+}
+
 void spill_k_silu_mul(float *g, const float *u, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }

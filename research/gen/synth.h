@@ -43,7 +43,7 @@ typedef struct spill_gen_opts {
   uint64_t ram_bytes;     /* twin: RAM scaled to; 0 = SPILL_GEN_DEFAULT_RAM */
   uint64_t disk_bytes;    /* cap on the container; 0 = SPILL_GEN_DEFAULT_DISK */
   uint64_t seed;
-  const char *attn_mix;   /* "k3" (3 KDA : 1 MLA), "mla", "kda", "gqa" */
+  const char *attn_mix;   /* "k3" (3 KDA : 1 MLA), "mla", "kda", "gqa", "qwen35" (3 GDN : 1 gated GQA) */
   spill_gen_trunk trunk;
   spill_dtype expert_dtype; /* rvq3 (default), f32, q8, q4 */
   double skew;            /* popularity skew, 0 = uniform bias; < 0 = default */

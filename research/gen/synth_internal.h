@@ -218,6 +218,7 @@ typedef enum spill_gen_init_kind {
   SPILL_GEN_INIT_PROBS_B,   /* a * N(0, 1): the popularity bias */
   SPILL_GEN_INIT_CODEBOOK,  /* rvq3 (3, 256, 8): stage s ~ N(0, 0.5^s), centred */
   SPILL_GEN_INIT_ROUTER,    /* a * (rows shared with the neighbouring MoE layers' routers) */
+  SPILL_GEN_INIT_NEG_A,     /* -U(1, 16): a GDN ssm_a = -exp(A_log) */
 } spill_gen_init_kind;
 
 typedef struct spill_gen_init {

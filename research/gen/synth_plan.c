@@ -27,7 +27,7 @@
 typedef struct gen_shape {
   const char *name;
   int vocab, d_model, n_layers, n_dense, d_ff;
-  int mix; /* 0 k3, 1 mla, 2 kda, 3 gqa */
+  int mix; /* 0 k3, 1 mla, 2 kda, 3 gqa, 4 qwen35 */
   int heads, head_dim;               /* KDA, MLA and GQA heads */
   int kv_heads;                      /* GQA */
   int q_lora, kv_lora, nope, rope, vdim, use_rope;
@@ -37,7 +37,7 @@ typedef struct gen_shape {
   uint32_t trunk_group;
 } gen_shape;
 
-enum { MIX_K3 = 0, MIX_MLA = 1, MIX_KDA = 2, MIX_GQA = 3 };
+enum { MIX_K3 = 0, MIX_MLA = 1, MIX_KDA = 2, MIX_GQA = 3, MIX_QWEN35 = 4 };
 
 static int round64(double x) {
   int v = (int)floor(x / 64.0 + 0.5) * 64;
@@ -65,6 +65,8 @@ static spill_attn_kind layer_kind(int mix, int l, int n_layers) {
     case MIX_MLA: return SPILL_ATTN_MLA;
     case MIX_KDA: return SPILL_ATTN_KDA;
     case MIX_GQA: return SPILL_ATTN_GQA;
+    case MIX_QWEN35: /* Qwen3.5-MoE: every 4th layer gated GQA, the others Gated DeltaNet */
+      return (l + 1) % 4 == 0 ? SPILL_ATTN_GQA : SPILL_ATTN_GDN;
     default: /* K3: every 4th layer and the last are MLA (93 -> 69 KDA + 24 MLA) */
       return (l % 4 == 3 || l == n_layers - 1) ? SPILL_ATTN_MLA : SPILL_ATTN_KDA;
   }
@@ -158,6 +160,25 @@ static void kda_tensors(const gen_shape *s, const spill_gen_opts *o, uint32_t g,
   M(CLS_BULK, D, C, 2.0f * ro / sqrtf((float)C), "blk.%d.attn_output", l);
 }
 
+/* Gated DeltaNet attention of layer l (Qwen3.5 shape: k heads = the GQA
+ * kv heads, v heads = the heads), output writing with rms ro. */
+static void gdn_tensors(const gen_shape *s, const spill_gen_opts *o, uint32_t g, float ro, int l,
+                        tlist *tl) {
+  const int D = s->d_model, hd = s->head_dim, nv = s->heads * hd, K = 4;
+  const int C = 2 * s->kv_heads * hd + nv;
+  const float inD = 1.0f / sqrtf((float)D);
+  M(CLS_BULK, C, D, inD, "blk.%d.attn_qkv", l);
+  M(CLS_BULK, nv, D, inD, "blk.%d.attn_gate", l);
+  tl_add(tl, o, g, CLS_F32, 2, C, K, SPILL_GEN_INIT_CONV, 0.5f / sqrtf((float)K), "blk.%d.ssm_conv", l);
+  M(CLS_BULK, s->heads, D, inD, "blk.%d.ssm_alpha", l);
+  M(CLS_BULK, s->heads, D, inD, "blk.%d.ssm_beta", l);
+  tl_add(tl, o, g, CLS_F32, 1, s->heads, 1, SPILL_GEN_INIT_DT_BIAS, 0.0f, "blk.%d.ssm_dt_bias", l);
+  tl_add(tl, o, g, CLS_F32, 1, s->heads, 1, SPILL_GEN_INIT_NEG_A, 0.0f, "blk.%d.ssm_a", l);
+  NORM(hd, "blk.%d.ssm_norm", l);
+  /* o = rmsnorm(o) * silu(z): rms ~0.5 */
+  M(CLS_BULK, D, nv, 2.0f * ro / sqrtf((float)nv), "blk.%d.attn_output", l);
+}
+
 static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bias_spread,
                           float rho, float base, tlist *tl) {
   const uint32_t g = s->trunk_group;
@@ -175,11 +196,18 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
     NORM(D, "blk.%d.attn_norm", l);
     spill_attn_kind k = layer_kind(s->mix, l, L);
     const int H = s->heads, hd = s->head_dim;
+    const int q35 = s->mix == MIX_QWEN35;
     if (k == SPILL_ATTN_GQA) {
-      M(CLS_BULK, H * hd, D, inD, "blk.%d.attn_q", l);
+      M(CLS_BULK, (q35 ? 2 : 1) * H * hd, D, inD, "blk.%d.attn_q", l); /* qwen35: query + gate */
       M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_k", l);
       M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_v", l);
       M(CLS_BULK, D, H * hd, ro / sqrtf((float)(H * hd)), "blk.%d.attn_output", l);
+      if (q35) {
+        NORM(hd, "blk.%d.attn_q_norm", l);
+        NORM(hd, "blk.%d.attn_k_norm", l);
+      }
+    } else if (k == SPILL_ATTN_GDN) {
+      gdn_tensors(s, o, g, ro, l, tl);
     } else if (k == SPILL_ATTN_MLA) {
       const int qd = H * (s->nope + s->rope);
       if (s->q_lora > 0) {
@@ -222,6 +250,8 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
       M(CLS_BULK, S, D, inD, "blk.%d.ffn_gate_shexp", l);
       M(CLS_BULK, S, D, inD, "blk.%d.ffn_up_shexp", l);
       M(CLS_BULK, D, S, sw * ro / sqrtf((float)S), "blk.%d.ffn_down_shexp", l);
+      if (s->mix == MIX_QWEN35)
+        tl_add(tl, o, g, CLS_F32, 2, 1, D, SPILL_GEN_INIT_GAUSS, inD, "blk.%d.ffn_gate_inp_shexp", l);
     }
     if (o->expert_dtype == SPILL_DT_RVQ3) {
       static const char *mat[3] = {"gate", "up", "down"};
@@ -240,7 +270,8 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
 
 static void fill_arch(const gen_shape *s, spill_arch *a) {
   memset(a, 0, sizeof *a);
-  snprintf(a->family, sizeof a->family, "%s", s->mix == MIX_GQA ? "olmoe" : "k3");
+  snprintf(a->family, sizeof a->family, "%s",
+           s->mix == MIX_GQA ? "olmoe" : s->mix == MIX_QWEN35 ? "qwen35moe" : "k3");
   a->vocab_size = s->vocab;
   a->d_model = s->d_model;
   a->n_layers = s->n_layers;
@@ -269,11 +300,21 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
     a->kda.out_gate_rank = s->out_gate_rank;
     a->kda.decay_floor = -5.0;
   }
-  if (s->mix == MIX_GQA) {
+  if (s->mix == MIX_GQA || s->mix == MIX_QWEN35) {
     a->gqa.n_heads = s->heads;
     a->gqa.n_kv_heads = s->kv_heads;
     a->gqa.head_dim = s->head_dim;
     a->gqa.rope_theta = 10000.0;
+  }
+  if (s->mix == MIX_QWEN35) { /* gated GQA with head q/k norms and a quarter of each head rotated */
+    a->gqa.qk_norm = SPILL_QK_NORM_HEAD;
+    a->gqa.out_gate = 1;
+    a->gqa.rope_dim = s->head_dim / 4 >= 2 ? (s->head_dim / 4) & ~1 : 2;
+    a->gdn.n_k_heads = s->kv_heads;
+    a->gdn.n_v_heads = s->heads;
+    a->gdn.head_dim = s->head_dim;
+    a->gdn.conv_kernel = 4;
+    a->moe.shared_gate = 1;
   }
   a->moe.n_experts = s->n_experts;
   a->moe.top_k = s->top_k;
@@ -282,7 +323,7 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
   a->moe.d_shared = s->d_shared;
   a->moe.d_latent = s->d_latent;
   a->moe.router = s->softmax_router ? SPILL_ROUTER_SOFTMAX : SPILL_ROUTER_SIGMOID;
-  a->moe.norm_topk = s->softmax_router ? 0 : 1;
+  a->moe.norm_topk = s->softmax_router && s->mix != MIX_QWEN35 ? 0 : 1;
   a->moe.routed_scale = 1.0;
 }
 
@@ -293,6 +334,7 @@ static int parse_mix(const char *m) {
   if (!strcmp(m, "mla")) return MIX_MLA;
   if (!strcmp(m, "kda")) return MIX_KDA;
   if (!strcmp(m, "gqa")) return MIX_GQA;
+  if (!strcmp(m, "qwen35")) return MIX_QWEN35;
   return -1;
 }
 
@@ -321,8 +363,8 @@ static void shape_nano(gen_shape *s, int mix) {
   s->d_expert = 32;
   s->n_shared = 1;
   s->d_shared = 32;
-  s->d_latent = mix == MIX_GQA ? 0 : 32;
-  s->softmax_router = mix == MIX_GQA;
+  s->d_latent = mix == MIX_GQA || mix == MIX_QWEN35 ? 0 : 32;
+  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35;
   s->trunk_group = 32;
 }
 
@@ -351,8 +393,8 @@ static void shape_mini(gen_shape *s, int mix) {
   s->d_expert = 448;
   s->n_shared = 2;
   s->d_shared = 448;
-  s->d_latent = mix == MIX_GQA ? 0 : 512;
-  s->softmax_router = mix == MIX_GQA;
+  s->d_latent = mix == MIX_GQA || mix == MIX_QWEN35 ? 0 : 512;
+  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35;
   s->trunk_group = 128;
 }
 
@@ -384,8 +426,8 @@ static void shape_twin(gen_shape *s, int mix, int d_latent, int heads) {
   s->d_expert = round64((double)d_latent * 3072.0 / 3584.0);
   s->n_shared = 2;
   s->d_shared = s->d_expert;
-  s->d_latent = mix == MIX_GQA ? 0 : d_latent;
-  s->softmax_router = mix == MIX_GQA;
+  s->d_latent = mix == MIX_GQA || mix == MIX_QWEN35 ? 0 : d_latent;
+  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35;
   s->trunk_group = 128;
   s->n_experts = s->top_k;
 }
@@ -798,7 +840,7 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   memset(p, 0, sizeof *p);
   SPILL_FAIL_IF(e, !o, SPILL_E_INVALID_ARG, "gen: no options");
   int mix = parse_mix(o->attn_mix);
-  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, mla, kda, gqa)",
+  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, mla, kda, gqa, qwen35)",
                 o->attn_mix);
   spill_dtype edt = o->expert_dtype;
   SPILL_FAIL_IF(e,

@@ -51,6 +51,8 @@ std::vector<std::string> RequiredNames(const spill_arch &a, bool rvq3) {
     switch (a.layer_attn[l]) {
       case SPILL_ATTN_GQA:
         for (const char *n : {"attn_q", "attn_k", "attn_v", "attn_output"}) v.push_back(b + n);
+        if (a.gqa.qk_norm == SPILL_QK_NORM_HEAD)
+          for (const char *n : {"attn_q_norm", "attn_k_norm"}) v.push_back(b + n);
         break;
       case SPILL_ATTN_MLA:
         if (a.mla.q_lora_rank > 0) {
@@ -59,6 +61,11 @@ std::vector<std::string> RequiredNames(const spill_arch &a, bool rvq3) {
           v.push_back(b + "attn_q");
         }
         for (const char *n : {"attn_kv_a", "attn_kv_a_norm", "attn_kv_b", "attn_output"})
+          v.push_back(b + n);
+        break;
+      case SPILL_ATTN_GDN:
+        for (const char *n : {"attn_qkv", "attn_gate", "ssm_conv", "ssm_alpha", "ssm_beta",
+                              "ssm_dt_bias", "ssm_a", "ssm_norm", "attn_output"})
           v.push_back(b + n);
         break;
       case SPILL_ATTN_KDA:
@@ -86,6 +93,7 @@ std::vector<std::string> RequiredNames(const spill_arch &a, bool rvq3) {
     if (a.moe.n_shared > 0)
       for (const char *n : {"ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"})
         v.push_back(b + n);
+    if (a.moe.shared_gate) v.push_back(b + "ffn_gate_inp_shexp");
     if (rvq3)
       for (const char *n : {"ffn_gate_exps.codebook", "ffn_up_exps.codebook",
                             "ffn_down_exps.codebook"})
@@ -108,8 +116,9 @@ void ExpectShape(const spill_manifest &m, const std::string &n, uint64_t r, uint
 TEST(SynthPlanTest, NanoHasExactlyTheModelTensorsForEachAttentionMix) {
   struct Case {
     const char *mix;
-    int kda, mla, gqa;
-  } cases[] = {{"k3", 3, 1, 0}, {"mla", 0, 4, 0}, {"kda", 4, 0, 0}, {"gqa", 0, 0, 4}};
+    int kda, mla, gqa, gdn;
+  } cases[] = {{"k3", 3, 1, 0, 0}, {"mla", 0, 4, 0, 0}, {"kda", 4, 0, 0, 0}, {"gqa", 0, 0, 4, 0},
+               {"qwen35", 0, 0, 1, 3}};
   for (const Case &c : cases) {
     SCOPED_TRACE(c.mix);
     spill_gen_opts o = Nano(c.mix);
@@ -127,12 +136,22 @@ TEST(SynthPlanTest, NanoHasExactlyTheModelTensorsForEachAttentionMix) {
     EXPECT_EQ(a.moe.top_k, 4);
     EXPECT_EQ(a.moe.d_expert, 32);
     EXPECT_EQ(a.moe.n_shared, 1);
-    EXPECT_EQ(a.moe.d_latent, strcmp(c.mix, "gqa") ? 32 : 0);
-    int n[3] = {0, 0, 0};
+    const bool latent = strcmp(c.mix, "gqa") && strcmp(c.mix, "qwen35");
+    EXPECT_EQ(a.moe.d_latent, latent ? 32 : 0);
+    int n[4] = {0, 0, 0, 0};
     for (int l = 0; l < a.n_layers; l++) n[a.layer_attn[l]]++;
     EXPECT_EQ(n[SPILL_ATTN_KDA], c.kda);
     EXPECT_EQ(n[SPILL_ATTN_MLA], c.mla);
     EXPECT_EQ(n[SPILL_ATTN_GQA], c.gqa);
+    EXPECT_EQ(n[SPILL_ATTN_GDN], c.gdn);
+    if (!strcmp(c.mix, "qwen35")) {  // layers 0-2 Gated DeltaNet, layer 3 gated GQA
+      EXPECT_EQ(a.layer_attn[3], SPILL_ATTN_GQA);
+      EXPECT_TRUE(a.gqa.out_gate);
+      EXPECT_TRUE(a.moe.shared_gate);
+      ExpectShape(m, "blk.3.attn_q", 2 * 4 * 16, 64);
+      ExpectShape(m, "blk.0.attn_qkv", (2 * 2 + 4) * 16, 64);
+      ExpectShape(m, "blk.0.ssm_conv", (2 * 2 + 4) * 16, 4);
+    }
     if (!strcmp(c.mix, "k3")) EXPECT_EQ(a.layer_attn[3], SPILL_ATTN_MLA);
 
     std::vector<std::string> want = RequiredNames(a, m.expert_dtype == SPILL_DT_RVQ3);

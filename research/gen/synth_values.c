@@ -73,6 +73,9 @@ void spill_gen_tensor_f32(const spill_gen_plan_full *p, int i, float *out) {
     case SPILL_GEN_INIT_CONV_BOX: /* (channels, K): a moving sum, every tap a */
       for (uint64_t k = 0; k < n; k++) out[k] = in->a;
       break;
+    case SPILL_GEN_INIT_NEG_A: /* ssm_a = -A, A in [1, 16] */
+      for (uint64_t k = 0; k < n; k++) out[k] = -(1.0f + 15.0f * spill_gen_unif(&r));
+      break;
     case SPILL_GEN_INIT_A_LOG: /* A = exp(a_log) in [1, 16] */
       for (uint64_t k = 0; k < n; k++) out[k] = logf(1.0f + 15.0f * spill_gen_unif(&r));
       break;

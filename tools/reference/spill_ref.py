@@ -353,7 +353,7 @@ class Container:
         if len(kinds) != a["n_layers"]:
             raise FormatError("manifest: arch.layer_attn length != n_layers")
         for k in kinds:
-            if k not in ("gqa", "mla", "kda"):
+            if k not in ("gqa", "mla", "kda", "gdn"):
                 raise FormatError(f"manifest: unknown attention kind {k!r}")
             _get(a, k, dict, "arch.")
         self.layer_attn = kinds
@@ -369,7 +369,7 @@ class Container:
             rd = g.get("rope_dim", 0)  # optional: partial RoPE (GLM-4.5)
             if not isinstance(rd, int) or isinstance(rd, bool) or rd < 0 or rd > g["head_dim"] or rd % 2:
                 raise FormatError(f"manifest: arch.gqa.rope_dim {rd!r}")
-            for key in ("qkv_bias", "o_bias"):  # optional: attention biases
+            for key in ("qkv_bias", "o_bias", "out_gate"):  # optional: biases, output gate
                 if not isinstance(g.get(key, False), bool):
                     raise FormatError(f"manifest: arch.gqa.{key} {g[key]!r}")
         if "mla" in kinds:
@@ -381,6 +381,12 @@ class Container:
             _get(ml, "rope_theta", float, "arch.mla.")
             if ml["qk_rope_dim"] % 2:
                 raise FormatError("manifest: arch.mla.qk_rope_dim must be even")
+        if "gdn" in kinds:
+            gd = a["gdn"]
+            for key in ("n_k_heads", "n_v_heads", "head_dim", "conv_kernel"):
+                _get(gd, key, int, "arch.gdn.")
+            if gd["n_k_heads"] < 1 or gd["n_v_heads"] % gd["n_k_heads"] or gd["conv_kernel"] < 1:
+                raise FormatError("manifest: arch.gdn heads/conv_kernel inconsistent")
         if "kda" in kinds:
             kd = a["kda"]
             for key in ("n_heads", "head_dim", "conv_kernel", "gate_rank", "out_gate_rank"):
@@ -672,7 +678,10 @@ class Forward:
     def attn_gqa(self, l, h, p):
         g, D = self.a["gqa"], self.D
         H, Hk, d, theta = g["n_heads"], g["n_kv_heads"], g["head_dim"], float(g["rope_theta"])
-        q = (self.M(f"blk.{l}.attn_q", H * d, D) @ h).reshape(H, d)
+        gated = g.get("out_gate", False)  # Qwen3.5: each head's query rows, then its gate rows
+        q = (self.M(f"blk.{l}.attn_q", (2 if gated else 1) * H * d, D) @ h).reshape(H, -1)
+        gate = q[:, d:] if gated else None
+        q = q[:, :d]
         k = (self.M(f"blk.{l}.attn_k", Hk * d, D) @ h).reshape(Hk, d)
         v = (self.M(f"blk.{l}.attn_v", Hk * d, D) @ h).reshape(Hk, d)
         if g.get("qkv_bias", False):  # GLM-4.5
@@ -702,6 +711,8 @@ class Forward:
             kvh = j // (H // Hk)
             a = softmax(K[:, kvh, :] @ q[j] / np.sqrt(d))  # (t)
             o[j] = a @ V[:, kvh, :]
+        if gated:
+            o = o * sigmoid(gate)
         out = self.M(f"blk.{l}.attn_output", D, H * d) @ o.reshape(-1)
         if g.get("o_bias", False):
             out = out + self.V(f"blk.{l}.attn_output_bias", D)
@@ -784,6 +795,36 @@ class Forward:
             o[j] = rmsnorm(S.T @ qh, onorm, eps) * sigmoid(gate_out[j])
         return self.M(f"blk.{l}.attn_output", D, H * d) @ o.reshape(-1)
 
+    def attn_gdn(self, l, h, p):
+        gd, D, eps = self.a["gdn"], self.D, self.c.eps
+        Hk, Hv, d, K = gd["n_k_heads"], gd["n_v_heads"], gd["head_dim"], gd["conv_kernel"]
+        C = (2 * Hk + Hv) * d
+        st = self.state[l]
+        if not st:  # position 0: zero state, zero conv history
+            st["S"] = np.zeros((Hv, d, d))
+            st["ring"] = np.zeros((K - 1, C))
+        x = self.M(f"blk.{l}.attn_qkv", C, D) @ h                       # (C) q, k, v
+        window = np.vstack([st["ring"], x[None, :]])                     # (K, C), oldest first
+        xc = silu(np.sum(self.M(f"blk.{l}.ssm_conv", C, K).T * window, axis=0))
+        st["ring"] = window[1:]
+        q, k, v = (xc[:Hk * d].reshape(Hk, d), xc[Hk * d:2 * Hk * d].reshape(Hk, d),
+                   xc[2 * Hk * d:].reshape(Hv, d))
+        z = (self.M(f"blk.{l}.attn_gate", Hv * d, D) @ h).reshape(Hv, d)
+        g = softplus(self.M(f"blk.{l}.ssm_alpha", Hv, D) @ h + self.V(f"blk.{l}.ssm_dt_bias", Hv)) \
+            * self.V(f"blk.{l}.ssm_a", Hv)                               # (Hv) log decay
+        beta = sigmoid(self.M(f"blk.{l}.ssm_beta", Hv, D) @ h)          # (Hv)
+        w = self.V(f"blk.{l}.ssm_norm", d)
+        o = np.empty((Hv, d))
+        for j in range(Hv):
+            kh_ = j % Hk  # llama.cpp's tiled order
+            qh = q[kh_] / np.sqrt(np.sum(q[kh_] ** 2) + eps) / np.sqrt(d)
+            kh = k[kh_] / np.sqrt(np.sum(k[kh_] ** 2) + eps)
+            S = np.exp(g[j]) * st["S"][j]
+            S = S + np.outer(kh, beta[j] * (v[j] - S.T @ kh))
+            st["S"][j] = S
+            o[j] = rmsnorm(S.T @ qh, w, eps) * silu(z[j])
+        return self.M(f"blk.{l}.attn_output", D, Hv * d) @ o.reshape(-1)
+
     # -- feed-forward (MODEL.md "DENSE", "MOE") ----------------------------
 
     def dense(self, l, h):
@@ -831,9 +872,12 @@ class Forward:
             y = self.M(f"blk.{l}.moe_up_proj", D, dl) @ y
         if mo["n_shared"] > 0:
             S = mo["n_shared"] * mo["d_shared"]
-            y = y + swiglu(h, self.M(f"blk.{l}.ffn_gate_shexp", S, D),
-                           self.M(f"blk.{l}.ffn_up_shexp", S, D),
-                           self.M(f"blk.{l}.ffn_down_shexp", D, S))
+            ys = swiglu(h, self.M(f"blk.{l}.ffn_gate_shexp", S, D),
+                        self.M(f"blk.{l}.ffn_up_shexp", S, D),
+                        self.M(f"blk.{l}.ffn_down_shexp", D, S))
+            if mo.get("shared_gate", False):  # Qwen3.5: sigmoid(ffn_gate_inp_shexp h)
+                ys = ys * sigmoid(float(self.M(f"blk.{l}.ffn_gate_inp_shexp", 1, D) @ h))
+            y = y + ys
         return y
 
     # -- one token ---------------------------------------------------------
@@ -845,7 +889,8 @@ class Forward:
         if not 0 <= token < Vocab:
             raise ValueError(f"token {token} outside vocab {Vocab}")
         x = self.M("tok_embd", Vocab, D)[token].copy()                # (D)
-        attn = {"gqa": self.attn_gqa, "mla": self.attn_mla, "kda": self.attn_kda}
+        attn = {"gqa": self.attn_gqa, "mla": self.attn_mla, "kda": self.attn_kda,
+                "gdn": self.attn_gdn}
         for l in range(a["n_layers"]):
             h = rmsnorm(x, self.V(f"blk.{l}.attn_norm", D), eps)
             x = x + attn[self.c.layer_attn[l]](l, h, p)
