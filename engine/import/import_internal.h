@@ -211,6 +211,8 @@ int imp_kimi_linear_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e
 int imp_glm4moe_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
                         spill_err *e);
 int imp_glm4moe_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
+/* arch_qwen35moe.c (GGUF only) */
+int imp_qwen35moe_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
 /* arch_kimi_k3.c: Kimi K3 as released (GGUF kimi-k3; HF KimiK3ForConditionalGeneration). */
 int imp_kimi_k3_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
                         spill_err *e);

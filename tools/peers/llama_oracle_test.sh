@@ -19,6 +19,7 @@ CMP="$3"
 # $4: tools/reference/deepseek_ref.py (the deepseek2 cases)
 # $5: tools/reference/kimi_linear_ref.py (the kimi-linear cases)
 # $6: tools/reference/glm4moe_ref.py (the glm4moe cases)
+# $7: tools/reference/qwen35moe_ref.py (the qwen35moe cases)
 PEER="${SPILL_LLAMA_PEER:-}"
 if [ -z "$PEER" ] || [ ! -x "$PEER" ]; then
   echo "SKIP: llama.cpp peer not built (run ./lab peers; SPILL_LLAMA_PEER='$PEER')"
@@ -263,5 +264,31 @@ for seed in $SEEDS; do
     done
   done
 done
+# qwen35moe (tools/reference/qwen35moe_ref.py; Qwen3.5-MoE: three Gated
+# DeltaNet layers then a gated attention layer, 2 q/k and 4 v heads in
+# llama.cpp's tiled order, one conv over q, k, v, per-head q/k norms, IMRoPE
+# sections [2,1,1,0] over 8 of 16 dims, softmax top-3 of 8 renormalised, a
+# shared expert scaled by its sigmoid gate). F32 only: spill (act_quant f32)
+# vs llama.cpp over 40 tokens in one batch (llama.cpp runs its chunked
+# delta-net there, spill token by token), strict 1e-4 of the largest
+# |logit|, every argmax equal; layer kinds from full_attention_interval and
+# (seed 202) from the attention.recurrent_layers array. Measured when this
+# was written: seed 101 7.5e-6, seed 202 1.6e-5 (2-vCPU EPYC VM). The act_quant is set per
+# case and restored (SPILL_FLAGS is the test's own otherwise).
+QWREF="${7:-}"
+for seed in $SEEDS; do
+  [ -n "$QWREF" ] && [ "$Q8" = 0 ] || break
+  TOK=$($PY -c "import random; r=random.Random($seed); print(','.join(str(r.randrange(300)) for _ in range(40)))")
+  extra=""
+  [ "$seed" = 202 ] && extra="--recurrent-array"
+  g="$TMP/qwen35-$seed.gguf"
+  LBL="qwen35moe F32 seed $seed${extra:+ $extra}"
+  saved="$SPILL_FLAGS"
+  SPILL_FLAGS="--act-quant f32"
+  both "$QWREF" "$g" --type F32 --seed "$seed" $extra || { SPILL_FLAGS="$saved"; continue; }
+  SPILL_FLAGS="$saved"
+  r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
+done
+[ "$Q8" = 1 ] && [ -n "$QWREF" ] && echo "qwen35moe: run by the test without ORACLE_SPILL_FLAGS"
 echo "$n_ok agreements"
 exit $fail
