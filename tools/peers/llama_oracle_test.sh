@@ -268,26 +268,42 @@ done
 # DeltaNet layers then a gated attention layer, 2 q/k and 4 v heads in
 # llama.cpp's tiled order, one conv over q, k, v, per-head q/k norms, IMRoPE
 # sections [2,1,1,0] over 8 of 16 dims, softmax top-3 of 8 renormalised, a
-# shared expert scaled by its sigmoid gate). F32 only: spill (act_quant f32)
-# vs llama.cpp over 40 tokens in one batch (llama.cpp runs its chunked
-# delta-net there, spill token by token), strict 1e-4 of the largest
-# |logit|, every argmax equal; layer kinds from full_attention_interval and
-# (seed 202) from the attention.recurrent_layers array. Measured when this
-# was written: seed 101 7.5e-6, seed 202 1.6e-5 (2-vCPU EPYC VM). The act_quant is set per
-# case and restored (SPILL_FLAGS is the test's own otherwise).
+# shared expert scaled by its sigmoid gate), 40 tokens in one batch
+# (llama.cpp runs its chunked delta-net there, spill token by token); layer
+# kinds from full_attention_interval and (seed 202) from the
+# attention.recurrent_layers array:
+#   F32: spill (act_quant f32) vs llama.cpp, strict 1e-4 of the largest
+#     |logit|, every argmax equal. Measured when this was written: seed 101
+#     7.5e-6, seed 202 1.6e-5 (2-vCPU EPYC VM).
+#   Q8_0 (norms, conv, biases, ssm_a and the shared gate F32): spill with
+#     act_quant q8 vs llama.cpp under compare_logits.py's Q8_0 rule; the line
+#     says when the logits are bit-identical (both seeds were when this was
+#     written).
+# The act_quant is set per case and restored (SPILL_FLAGS is the test's own
+# otherwise).
 QWREF="${7:-}"
 for seed in $SEEDS; do
   [ -n "$QWREF" ] && [ "$Q8" = 0 ] || break
   TOK=$($PY -c "import random; r=random.Random($seed); print(','.join(str(r.randrange(300)) for _ in range(40)))")
   extra=""
   [ "$seed" = 202 ] && extra="--recurrent-array"
-  g="$TMP/qwen35-$seed.gguf"
-  LBL="qwen35moe F32 seed $seed${extra:+ $extra}"
-  saved="$SPILL_FLAGS"
-  SPILL_FLAGS="--act-quant f32"
-  both "$QWREF" "$g" --type F32 --seed "$seed" $extra || { SPILL_FLAGS="$saved"; continue; }
-  SPILL_FLAGS="$saved"
-  r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
+  for ty in F32 Q8_0; do
+    g="$TMP/qwen35-$ty-$seed.gguf"
+    LBL="qwen35moe $ty seed $seed${extra:+ $extra}"
+    saved="$SPILL_FLAGS"
+    SPILL_FLAGS="--act-quant f32"
+    [ "$ty" = Q8_0 ] && SPILL_FLAGS="--act-quant q8"
+    both "$QWREF" "$g" --type "$ty" --seed "$seed" $extra || { SPILL_FLAGS="$saved"; continue; }
+    SPILL_FLAGS="$saved"
+    if [ "$ty" = F32 ]; then
+      r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
+      continue
+    fi
+    same="differs"
+    cmp -s "$TMP/s.f32" "$TMP/l.bin" && same="bit-identical"
+    r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type Q8_0 2>&1) &&
+      ok "$LBL: spill act_quant q8 vs llama.cpp ($same): $r" || bad "$LBL: spill act_quant q8 vs llama.cpp: $r"
+  done
 done
 [ "$Q8" = 1 ] && [ -n "$QWREF" ] && echo "qwen35moe: run by the test without ORACLE_SPILL_FLAGS"
 echo "$n_ok agreements"
