@@ -12,8 +12,8 @@
 
 const char cmd_gen_usage[] =
     "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
-    "                 [--seed N] [--attn k3|mla|kda|gqa|qwen35] [--trunk-dtype q4|f32]\n"
-    "                 [--expert-dtype rvq3|f32|q8|q4] [--experts N]\n"
+    "                 [--seed N] [--attn k3|k3-family|mla|kda|gqa|qwen35]\n"
+    "                 [--trunk-dtype q4|f32] [--expert-dtype rvq3|f32|q8|q4|mxfp4] [--experts N]\n"
     "                 [--lookahead-precision P] [--coact C] [--reuse R] OUT_DIR\n"
     "       spill gen --like-trace TRACE [--preset nano|mini] [other options] OUT_DIR\n"
     "--like-trace: MoE layers, experts per layer and top-k from a router trace\n"
@@ -23,7 +23,10 @@ const char cmd_gen_usage[] =
     "solved for, (0, 1] (default 0.81, published K3); --coact C: co-activation\n"
     "precision, [0, 1) (default 0.575, OLMoE; 0: independent routers); --reuse R:\n"
     "next-token reuse, [0, 1) (default 0.411, OLMoE trace; 0: off, carried by KDA\n"
-    "layers only). See docs/GEN.md for what they set and how close a model gets.\n";
+    "layers only). See docs/GEN.md for what they set and how close a model gets.\n"
+    "--attn k3 (default) is Kimi K3 as released (AttnRes, SiTU, gated MLA, KDA gate\n"
+    "lower bound, normed routed sum; docs/MODEL.md); k3-family the earlier\n"
+    "reconstruction (plain residuals, SwiGLU), as containers written before.\n";
 
 int cmd_gen(int argc, char **argv) {
   spill_gen_request r;

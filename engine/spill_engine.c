@@ -202,8 +202,8 @@ static int on_route(void *ctx, int layer, int pos0, int n_tok, const float *x,
     int nh = 0;
     uint32_t tmp[MAX_PRED];
     for (int t = 0; t < n_tok; t++) {
-      int rc = spill_model_router_topk(g->m, nl, x + (size_t)t * (size_t)g->a->d_model, width,
-                                       tmp, NULL, &e);
+      int rc = spill_model_router_topk(g->m, nl, x + (size_t)t * (size_t)g->a->d_model, t,
+                                       width, tmp, NULL, &e);
       if (rc < 0) return rc;
       for (int i = 0; i < width && nh < MAX_PRED; i++) {
         int dup = 0;

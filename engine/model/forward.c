@@ -41,6 +41,7 @@ int spill_model_forward_chunk(spill_model *m, const int *tokens, int T, int pos0
   const int bs = a->attn_res_block;
   const size_t bstride = (size_t)T * D;
   int nb = 0;
+  m->bank_T = T;
   int ri = 0; /* recurrent layers so far (speculation records their inputs) */
 
   for (int l = 0; l < a->n_layers; l++) {
@@ -72,6 +73,7 @@ int spill_model_forward_chunk(spill_model *m, const int *tokens, int T, int pos0
         for (int i = 0; i < D; i++) xt[i] += attn_out[i];
     }
     nb += banked;
+    m->bank_n = nb; /* the bank as this layer's FFN sees it (the lookahead reads it) */
     ri += L->attn->reset_zero;
     m->stats.ns_attn += spill_clock_ns() - t0;
 

@@ -142,9 +142,16 @@ int spill_model_verify_keep(spill_model *m, int n_keep, spill_err *e);
  * `layer` to the residual stream `hidden` (d_model) and writes the k
  * (1..min(n_experts, SPILL_MAX_TOPK)) best experts by selection score
  * (sigmoid + bias, or softmax) in selection order into ids_out and their selection scores into
- * scores_out (may be NULL). Uses its own scratch: may be called from the
- * observer during a forward, not concurrently with itself. */
-int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int k,
+ * scores_out (may be NULL). With attention residuals (arch.attn_res_block >
+ * 0) and tok >= 0, the router's input is predicted as the layer's own FFN
+ * mix MIX(bank, hidden, blk.layer.ffn_res_score) over the entries token tok
+ * (its index in the chunk being run) has banked so far, then ffn_norm
+ * (docs/MODEL.md "Lookahead under AttnRes"); called from the observer of
+ * layer `layer` itself this is exactly the forward's routing. tok < 0 (or
+ * no AttnRes) reads hidden alone; tok >= the chunk's tokens: SPILL_E_RANGE.
+ * Uses its own scratch: may be called from the observer during a forward,
+ * not concurrently with itself. */
+int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int tok, int k,
                             uint32_t *ids_out, float *scores_out, spill_err *e);
 
 /* Forced routing (docs/MODEL.md "Forced routing"): ids is an (n_pos,

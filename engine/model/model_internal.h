@@ -161,7 +161,8 @@ struct spill_model {
   spill_qmat tok_embd, output; /* (vocab, D) each */
   const float *output_norm;    /* (D) */
   const float *output_res_score; /* (D) AttnRes score of the output mix (attn_res_block > 0) */
-  int bank_n;                  /* AttnRes entries banked by the last chunk */
+  int bank_n;                  /* AttnRes entries banked so far by the current (or last) chunk */
+  int bank_T;                  /* tokens of that chunk (the bank's token stride) */
   /* expert record layout */
   spill_dtype expert_dtype;
   int d_in;           /* d_latent or D */

@@ -112,7 +112,7 @@ static void route(spill_model *m, const spill_layer_weights *L, const float *h, 
   for (int i = 0; i < K; i++) w[i] *= rs;
 }
 
-int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int k,
+int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int tok, int k,
                             uint32_t *ids_out, float *scores_out, spill_err *e) {
   SPILL_FAIL_IF(e, !m || !hidden || !ids_out, SPILL_E_INVALID_ARG, "router_topk: NULL argument");
   SPILL_FAIL_IF(e, layer < 0 || layer >= m->a.n_layers || !m->L[layer].is_moe, SPILL_E_RANGE,
@@ -123,7 +123,19 @@ int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int 
   const spill_layer_weights *L = &m->L[layer];
   float *h = m->s.la_h; /* (D) */
   float *s = m->s.la_s; /* (E) */
-  spill_k_rmsnorm(hidden, L->ffn_norm, h, (uint32_t)m->a.d_model, (float)m->a.norm_eps);
+  const int D = m->a.d_model;
+  if (m->a.attn_res_block > 0 && tok >= 0) {
+    /* AttnRes: the router reads rmsnorm(MIX(bank, stream)), not the stream:
+     * the layer's own FFN mix over token tok's entries banked so far and
+     * `hidden` as the stream (docs/MODEL.md "Lookahead under AttnRes") */
+    SPILL_FAIL_IF(e, tok >= m->bank_T, SPILL_E_RANGE,
+                  "router_topk: token %d outside the chunk of %d", tok, m->bank_T);
+    spill_model_res_mix(m, m->s.bank + (size_t)tok * D, (size_t)m->bank_T * D, m->bank_n,
+                        hidden, L->ffn_res_score, h);
+    spill_k_rmsnorm(h, L->ffn_norm, h, (uint32_t)D, (float)m->a.norm_eps);
+  } else {
+    spill_k_rmsnorm(hidden, L->ffn_norm, h, (uint32_t)D, (float)m->a.norm_eps);
+  }
   spill_k_matvec(&L->ffn_gate_inp, h, s, 0, (uint32_t)E); /* single-threaded: may run inside a forward */
   router_scores(&m->a.moe, s);
   router_select(&m->a.moe, L->exp_probs_b, s, s, k, ids_out); /* s becomes the selection scores */

@@ -34,7 +34,7 @@ static int gen_opts(const spill_gen_request *req, spill_gen_opts *o, spill_err *
   if (req->expert_dtype) {
     spill_dtype dt;
     if (spill_dtype_parse(req->expert_dtype, &dt) != SPILL_OK)
-      return spill_err_set(e, SPILL_E_CONFIG, "expert dtype '%s': expected rvq3, f32, q8 or q4",
+      return spill_err_set(e, SPILL_E_CONFIG, "expert dtype '%s': expected rvq3, f32, q8, q4 or mxfp4",
                            req->expert_dtype);
     o->expert_dtype = dt;
   }

@@ -22,9 +22,11 @@ typedef struct spill_gen_request {
   uint64_t ram_bytes;   /* twin: the machine RAM to scale to (default 8 GiB) */
   uint64_t disk_bytes;  /* twin: container size cap (default 40e9) */
   uint64_t seed;        /* default 1 */
-  const char *attn_mix; /* "k3" (default), "mla", "kda", "gqa", "qwen35" (3 GDN : 1 gated GQA) */
+  const char *attn_mix; /* "k3" (default: Kimi K3 as released), "k3-family" (the
+                           earlier reconstruction), "mla", "kda", "gqa", "qwen35"
+                           (3 GDN : 1 gated GQA) */
   const char *trunk_dtype;  /* "q4" (default: q4 bulk, q8 embeddings) or "f32" */
-  const char *expert_dtype; /* "rvq3" (default), "f32", "q8", "q4" */
+  const char *expert_dtype; /* "rvq3" (default), "f32", "q8", "q4", "mxfp4" */
   int experts;          /* > 0: experts per MoE layer instead of the preset's */
   int moe_layers;       /* > 0: MoE layers (after the preset's dense layer); nano/mini */
   int top_k;            /* > 0: routed experts per token; nano/mini */

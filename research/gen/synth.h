@@ -43,9 +43,11 @@ typedef struct spill_gen_opts {
   uint64_t ram_bytes;     /* twin: RAM scaled to; 0 = SPILL_GEN_DEFAULT_RAM */
   uint64_t disk_bytes;    /* cap on the container; 0 = SPILL_GEN_DEFAULT_DISK */
   uint64_t seed;
-  const char *attn_mix;   /* "k3" (3 KDA : 1 MLA), "mla", "kda", "gqa", "qwen35" (3 GDN : 1 gated GQA) */
+  const char *attn_mix;   /* "k3" (Kimi K3 as released, 3 KDA : 1 MLA), "k3-family"
+                             (the earlier reconstruction, same pattern), "mla", "kda", "gqa",
+                             "qwen35" (3 GDN : 1 gated GQA) */
   spill_gen_trunk trunk;
-  spill_dtype expert_dtype; /* rvq3 (default), f32, q8, q4 */
+  spill_dtype expert_dtype; /* rvq3 (default), f32, q8, q4, mxfp4 */
   double skew;            /* popularity skew, 0 = uniform bias; < 0 = default */
   double la_precision;    /* lookahead precision at width 6 the routers are solved
                              for, (0, 1]; < 0 = the K3 default (0.81) */

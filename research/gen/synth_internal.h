@@ -215,6 +215,10 @@ typedef enum spill_gen_init_kind {
   SPILL_GEN_INIT_CONV_BOX,  /* every tap a: a moving sum of the last K inputs */
   SPILL_GEN_INIT_A_LOG,     /* log U(1, 16) */
   SPILL_GEN_INIT_DT_BIAS,   /* softplus^-1 of dt, log dt ~ U(log a, log 1e-1); a = 0: 1e-3 */
+  SPILL_GEN_INIT_DT_BIAS_LB, /* Kimi K3's decay lb sigmoid(exp(A_log) f) with A_log 0: the
+                               logit of A dt / 5 (|lb| = 5), so the decay is -A dt at
+                               f = dt_bias, dt drawn as for SPILL_GEN_INIT_DT_BIAS and A from
+                               U(1, 16) per channel (the family's A_log range, per head) */
   SPILL_GEN_INIT_PROBS_B,   /* a * N(0, 1): the popularity bias */
   SPILL_GEN_INIT_CODEBOOK,  /* rvq3 (3, 256, 8): stage s ~ N(0, 0.5^s), centred */
   SPILL_GEN_INIT_ROUTER,    /* a * (rows shared with the neighbouring MoE layers' routers) */

@@ -27,7 +27,8 @@
 typedef struct gen_shape {
   const char *name;
   int vocab, d_model, n_layers, n_dense, d_ff;
-  int mix; /* 0 k3, 1 mla, 2 kda, 3 gqa, 4 qwen35 */
+  int mix; /* MIX_*: k3 (Kimi K3 as released), mla, kda, gqa, qwen35, k3-family */
+  int res_block; /* released K3: AttnRes checkpoint every res_block layers (k3_res_block) */
   int heads, head_dim;               /* KDA, MLA and GQA heads */
   int kv_heads;                      /* GQA */
   int q_lora, kv_lora, nope, rope, vdim, use_rope;
@@ -37,7 +38,34 @@ typedef struct gen_shape {
   uint32_t trunk_group;
 } gen_shape;
 
-enum { MIX_K3 = 0, MIX_MLA = 1, MIX_KDA = 2, MIX_GQA = 3, MIX_QWEN35 = 4 };
+/* MIX_K3 is Kimi K3 as released (docs/MODEL.md "Kimi K3 as released":
+ * AttnRes, SiTU, the MLA output gate, the KDA gate lower bound, the latent
+ * MoE's norm on the routed sum); MIX_K3_FAMILY is the earlier reconstruction
+ * ("the K3 family": plain residual adds, SwiGLU, a normed latent input), the
+ * layer pattern of both 3 KDA : 1 MLA. mla / kda / gqa are the family's
+ * single-kind variants; qwen35 is Qwen3.5-MoE's 3 GDN : 1 gated GQA. */
+enum { MIX_K3 = 0, MIX_MLA = 1, MIX_KDA = 2, MIX_GQA = 3, MIX_QWEN35 = 4, MIX_K3_FAMILY = 5 };
+
+static int k3_pattern(int mix) { return mix == MIX_K3 || mix == MIX_K3_FAMILY; }
+
+/* Released K3: SiTU's betas, the KDA decay's lower bound, and the AttnRes
+ * block (12 of 93 layers: 8 checkpoints), scaled to n_layers with at least
+ * 2 so that a small model banks more than its embedding. */
+#define K3_SITU_BETA 4.0
+#define K3_SITU_LAMBDA 25.0
+#define K3_GATE_LOWER_BOUND -5.0
+static int k3_res_block(int n_layers) {
+  int bs = (int)floor(12.0 * n_layers / 93.0 + 0.5);
+  return bs < 2 ? 2 : bs;
+}
+
+/* Released K3's parts that depend on the final shape: the full-rank decay
+ * gate (ssm_f_a is (head_dim, D) in K3) and the AttnRes block. */
+static void k3_released(gen_shape *s) {
+  if (s->mix != MIX_K3) return;
+  s->gate_rank = s->head_dim;
+  s->res_block = k3_res_block(s->n_layers);
+}
 
 static int round64(double x) {
   int v = (int)floor(x / 64.0 + 0.5) * 64;
@@ -67,7 +95,7 @@ static spill_attn_kind layer_kind(int mix, int l, int n_layers) {
     case MIX_GQA: return SPILL_ATTN_GQA;
     case MIX_QWEN35: /* Qwen3.5-MoE: every 4th layer gated GQA, the others Gated DeltaNet */
       return (l + 1) % 4 == 0 ? SPILL_ATTN_GQA : SPILL_ATTN_GDN;
-    default: /* K3: every 4th layer and the last are MLA (93 -> 69 KDA + 24 MLA) */
+    default: /* K3 (both): every 4th layer and the last are MLA (93 -> 69 KDA + 24 MLA) */
       return (l % 4 == 3 || l == n_layers - 1) ? SPILL_ATTN_MLA : SPILL_ATTN_KDA;
   }
 }
@@ -126,6 +154,7 @@ static void tl_add(tlist *tl, const spill_gen_opts *o, uint32_t group, int cls, 
 
 #define M(cls, r, c, a, ...) tl_add(tl, o, g, cls, 2, r, c, SPILL_GEN_INIT_GAUSS, a, __VA_ARGS__)
 #define NORM(n, ...) tl_add(tl, o, g, CLS_F32, 1, n, 1, SPILL_GEN_INIT_NORM, 0.02f, __VA_ARGS__)
+#define VEC(n, a, ...) tl_add(tl, o, g, CLS_F32, 1, n, 1, SPILL_GEN_INIT_GAUSS, a, __VA_ARGS__)
 
 /* KDA attention of layer l (mixer, norm and output writing with rms ro):
  * box conv taps and faster decay when the plan carries reuse, else the
@@ -144,9 +173,15 @@ static void kda_tensors(const gen_shape *s, const spill_gen_opts *o, uint32_t g,
   M(CLS_BULK, C, s->gate_rank, 0.5f / sqrtf((float)s->gate_rank), "blk.%d.attn_f_b", l);
   /* dt from [a, 0.1] (a = 1e-3 when 0): with reuse, 1e-2, so that no channel
    * keeps a near-constant memory of the whole context */
-  tl_add(tl, o, g, CLS_F32, 1, C, 1, SPILL_GEN_INIT_DT_BIAS, reuse ? SPILL_GEN_REUSE_DT_MIN : 0.0f,
-         "blk.%d.attn_dt_bias", l);
-  tl_add(tl, o, g, CLS_F32, 1, H, 1, SPILL_GEN_INIT_A_LOG, 0.0f, "blk.%d.attn_a_log", l);
+  if (s->mix == MIX_K3) { /* lb sigmoid(exp(A_log) f), A_log 0: decay -dt for f = dt_bias */
+    tl_add(tl, o, g, CLS_F32, 1, C, 1, SPILL_GEN_INIT_DT_BIAS_LB,
+           reuse ? SPILL_GEN_REUSE_DT_MIN : 0.0f, "blk.%d.attn_dt_bias", l);
+    tl_add(tl, o, g, CLS_F32, 1, H, 1, SPILL_GEN_INIT_GAUSS, 0.0f, "blk.%d.attn_a_log", l);
+  } else {
+    tl_add(tl, o, g, CLS_F32, 1, C, 1, SPILL_GEN_INIT_DT_BIAS,
+           reuse ? SPILL_GEN_REUSE_DT_MIN : 0.0f, "blk.%d.attn_dt_bias", l);
+    tl_add(tl, o, g, CLS_F32, 1, H, 1, SPILL_GEN_INIT_A_LOG, 0.0f, "blk.%d.attn_a_log", l);
+  }
   M(CLS_BULK, H, D, inD, "blk.%d.attn_b", l);
   if (s->out_gate_rank == 0) {
     M(CLS_BULK, C, D, inD, "blk.%d.attn_g", l);
@@ -189,11 +224,21 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
   const float sb = spill_gen_reuse_scale(base);
   const float sw = 1.0f / 0.6f;                    /* swiglu output rms */
   const float inD = 1.0f / sqrtf((float)D);
+  const int k3 = s->mix == MIX_K3; /* released: AttnRes, SiTU, MLA gate, routed-sum norm */
+  /* AttnRes score vectors: scores sum(rmsnorm(e) w) of std 0.25, so the mix
+   * weights vary around uniform, and a uniform mix points where the plain
+   * residual stream does (every write sits in one bank entry or the stream):
+   * the writer scales and routing calibration of the family carry over */
+  const float res_a = 0.25f * inD;
   M(CLS_EMBD, s->vocab, D, 1.0f, "tok_embd");
   for (int l = 0; l < L; l++) {
     ro = sb * spill_gen_write_scale(rho, l);
     tl->layer = l;
     NORM(D, "blk.%d.attn_norm", l);
+    if (k3) {
+      VEC(D, res_a, "blk.%d.attn_res_score", l);
+      VEC(D, res_a, "blk.%d.ffn_res_score", l);
+    }
     spill_attn_kind k = layer_kind(s->mix, l, L);
     const int H = s->heads, hd = s->head_dim;
     const int q35 = s->mix == MIX_QWEN35;
@@ -221,7 +266,10 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
       NORM(s->kv_lora, "blk.%d.attn_kv_a_norm", l);
       M(CLS_BULK, H * (s->nope + s->vdim), s->kv_lora, 1.0f / sqrtf((float)s->kv_lora),
         "blk.%d.attn_kv_b", l);
-      M(CLS_BULK, D, H * s->vdim, ro / sqrtf((float)(H * s->vdim)), "blk.%d.attn_output", l);
+      /* released: o * sigmoid(attn_gate h) halves o's rms */
+      if (k3) M(CLS_BULK, H * s->vdim, D, inD, "blk.%d.attn_gate", l);
+      M(CLS_BULK, D, H * s->vdim, (k3 ? 2.0f : 1.0f) * ro / sqrtf((float)(H * s->vdim)),
+        "blk.%d.attn_output", l);
     } else {
       kda_tensors(s, o, g, (l == 0 && base > 0) ? base : ro, base > 0, l, tl);
     }
@@ -241,9 +289,10 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
     if (s->d_latent > 0) {
       M(CLS_BULK, s->d_latent, D, inD, "blk.%d.moe_down_proj", l);
       NORM(s->d_latent, "blk.%d.moe_latent_norm", l);
-      /* y = weighted mean of unit-rms expert outputs */
-      M(CLS_BULK, D, s->d_latent, 2.0f * ro / sqrtf((float)s->d_latent), "blk.%d.moe_up_proj",
-        l);
+      /* family: y = weighted mean of unit-rms expert outputs; released: y is
+       * the routed sum after moe_latent_norm, unit rms */
+      M(CLS_BULK, D, s->d_latent, (k3 ? 1.0f : 2.0f) * ro / sqrtf((float)s->d_latent),
+        "blk.%d.moe_up_proj", l);
     }
     if (s->n_shared > 0) {
       const int S = s->n_shared * s->d_shared;
@@ -261,9 +310,13 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
     }
   }
   NORM(D, "output_norm");
+  if (k3) {
+    VEC(D, res_a, "output_res_score");
+  }
   M(CLS_EMBD, s->vocab, D, 2.0f * inD, "output");
 #undef M
 #undef NORM
+#undef VEC
 }
 
 /* ---------------------------------------------------------------- arch */
@@ -271,7 +324,10 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
 static void fill_arch(const gen_shape *s, spill_arch *a) {
   memset(a, 0, sizeof *a);
   snprintf(a->family, sizeof a->family, "%s",
-           s->mix == MIX_GQA ? "olmoe" : s->mix == MIX_QWEN35 ? "qwen35moe" : "k3");
+           s->mix == MIX_GQA      ? "olmoe"
+           : s->mix == MIX_QWEN35 ? "qwen35moe"
+           : s->mix == MIX_K3     ? "kimi-k3"
+                                  : "k3");
   a->vocab_size = s->vocab;
   a->d_model = s->d_model;
   a->n_layers = s->n_layers;
@@ -282,7 +338,17 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
   a->bos_id = 256;
   a->eos_id = 257;
   for (int l = 0; l < s->n_layers; l++) a->layer_attn[l] = layer_kind(s->mix, l, s->n_layers);
-  if (s->mix == MIX_K3 || s->mix == MIX_MLA) {
+  if (s->mix == MIX_K3) { /* Kimi K3 as released (docs/MODEL.md) */
+    a->activation = SPILL_ACT_SITU;
+    a->situ_beta = K3_SITU_BETA;
+    a->situ_lambda = K3_SITU_LAMBDA;
+    a->attn_res_block = s->res_block;
+    a->mla.out_gate = 1;
+    a->kda.gate_lower_bound = K3_GATE_LOWER_BOUND;
+    a->moe.latent_norm = SPILL_LATENT_NORM_OUTPUT;
+    a->moe.norm_min = 1.0 / 16384.0; /* llama.cpp's 2^-14 */
+  }
+  if (k3_pattern(s->mix) || s->mix == MIX_MLA) {
     a->mla.n_heads = s->heads;
     a->mla.q_lora_rank = s->q_lora;
     a->mla.kv_lora_rank = s->kv_lora;
@@ -292,13 +358,13 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
     a->mla.use_rope = s->use_rope;
     a->mla.rope_theta = 10000.0;
   }
-  if (s->mix == MIX_K3 || s->mix == MIX_KDA) {
+  if (k3_pattern(s->mix) || s->mix == MIX_KDA) {
     a->kda.n_heads = s->heads;
     a->kda.head_dim = s->head_dim;
     a->kda.conv_kernel = 4;
     a->kda.gate_rank = s->gate_rank;
     a->kda.out_gate_rank = s->out_gate_rank;
-    a->kda.decay_floor = -5.0;
+    a->kda.decay_floor = s->mix == MIX_K3 ? 0.0 : -5.0; /* released: the lower bound instead */
   }
   if (s->mix == MIX_GQA || s->mix == MIX_QWEN35) {
     a->gqa.n_heads = s->heads;
@@ -331,6 +397,7 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
 
 static int parse_mix(const char *m) {
   if (!m || !strcmp(m, "k3")) return MIX_K3;
+  if (!strcmp(m, "k3-family")) return MIX_K3_FAMILY;
   if (!strcmp(m, "mla")) return MIX_MLA;
   if (!strcmp(m, "kda")) return MIX_KDA;
   if (!strcmp(m, "gqa")) return MIX_GQA;
@@ -430,6 +497,7 @@ static void shape_twin(gen_shape *s, int mix, int d_latent, int heads) {
   s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35;
   s->trunk_group = 128;
   s->n_experts = s->top_k;
+  k3_released(s);
 }
 
 /* ---------------------------------------------------------------- sizing */
@@ -667,6 +735,7 @@ static int plan_shape(const spill_gen_opts *o, int mix, gen_shape *s, spill_gen_
                   SPILL_MAX_EXPERTS);
     s->n_experts = o->n_experts;
   }
+  k3_released(s);
   return SPILL_OK;
 }
 
@@ -840,13 +909,14 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   memset(p, 0, sizeof *p);
   SPILL_FAIL_IF(e, !o, SPILL_E_INVALID_ARG, "gen: no options");
   int mix = parse_mix(o->attn_mix);
-  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, mla, kda, gqa, qwen35)",
+  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, k3-family, mla, kda, gqa, qwen35)",
                 o->attn_mix);
   spill_dtype edt = o->expert_dtype;
   SPILL_FAIL_IF(e,
                 edt != SPILL_DT_RVQ3 && edt != SPILL_DT_F32 && edt != SPILL_DT_Q8 &&
-                    edt != SPILL_DT_Q4,
-                SPILL_E_UNSUPPORTED, "gen: expert dtype %d not generated (rvq3, f32, q8, q4)",
+                    edt != SPILL_DT_Q4 && edt != SPILL_DT_MXFP4,
+                SPILL_E_UNSUPPORTED,
+                "gen: expert dtype %d not generated (rvq3, f32, q8, q4, mxfp4)",
                 (int)edt);
   SPILL_FAIL_IF(e, o->trunk != SPILL_GEN_TRUNK_Q4 && o->trunk != SPILL_GEN_TRUNK_F32,
                 SPILL_E_CONFIG, "gen: unknown trunk dtype %d", (int)o->trunk);

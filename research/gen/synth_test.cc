@@ -44,10 +44,15 @@ std::string ReadFile(const std::string &path) {
 // The tensors docs/MODEL.md requires, written out from the document.
 std::vector<std::string> RequiredNames(const spill_arch &a, bool rvq3) {
   std::vector<std::string> v = {"tok_embd", "output_norm", "output"};
+  if (a.attn_res_block > 0) v.push_back("output_res_score");  // Kimi K3 as released
   for (int l = 0; l < a.n_layers; l++) {
     std::string b = "blk." + std::to_string(l) + ".";
     v.push_back(b + "attn_norm");
     v.push_back(b + "ffn_norm");
+    if (a.attn_res_block > 0) {
+      v.push_back(b + "attn_res_score");
+      v.push_back(b + "ffn_res_score");
+    }
     switch (a.layer_attn[l]) {
       case SPILL_ATTN_GQA:
         for (const char *n : {"attn_q", "attn_k", "attn_v", "attn_output"}) v.push_back(b + n);
@@ -62,6 +67,7 @@ std::vector<std::string> RequiredNames(const spill_arch &a, bool rvq3) {
         }
         for (const char *n : {"attn_kv_a", "attn_kv_a_norm", "attn_kv_b", "attn_output"})
           v.push_back(b + n);
+        if (a.mla.out_gate) v.push_back(b + "attn_gate");
         break;
       case SPILL_ATTN_GDN:
         for (const char *n : {"attn_qkv", "attn_gate", "ssm_conv", "ssm_alpha", "ssm_beta",
@@ -117,8 +123,8 @@ TEST(SynthPlanTest, NanoHasExactlyTheModelTensorsForEachAttentionMix) {
   struct Case {
     const char *mix;
     int kda, mla, gqa, gdn;
-  } cases[] = {{"k3", 3, 1, 0, 0}, {"mla", 0, 4, 0, 0}, {"kda", 4, 0, 0, 0}, {"gqa", 0, 0, 4, 0},
-               {"qwen35", 0, 0, 1, 3}};
+  } cases[] = {{"k3", 3, 1, 0, 0},  {"k3-family", 3, 1, 0, 0}, {"mla", 0, 4, 0, 0},
+               {"kda", 4, 0, 0, 0}, {"gqa", 0, 0, 4, 0},       {"qwen35", 0, 0, 1, 3}};
   for (const Case &c : cases) {
     SCOPED_TRACE(c.mix);
     spill_gen_opts o = Nano(c.mix);
@@ -152,7 +158,28 @@ TEST(SynthPlanTest, NanoHasExactlyTheModelTensorsForEachAttentionMix) {
       ExpectShape(m, "blk.0.attn_qkv", (2 * 2 + 4) * 16, 64);
       ExpectShape(m, "blk.0.ssm_conv", (2 * 2 + 4) * 16, 4);
     }
-    if (!strcmp(c.mix, "k3")) EXPECT_EQ(a.layer_attn[3], SPILL_ATTN_MLA);
+    if (!strncmp(c.mix, "k3", 2)) {
+      EXPECT_EQ(a.layer_attn[3], SPILL_ATTN_MLA);
+    }
+    // k3 is Kimi K3 as released (docs/MODEL.md), every other mix the earlier
+    // reconstruction's parts
+    const bool released = !strcmp(c.mix, "k3");
+    EXPECT_STREQ(a.family, released                   ? "kimi-k3"
+                           : !strcmp(c.mix, "gqa")    ? "olmoe"
+                           : !strcmp(c.mix, "qwen35") ? "qwen35moe"
+                                                      : "k3");
+    EXPECT_EQ(a.activation, released ? SPILL_ACT_SITU : SPILL_ACT_SWIGLU);
+    EXPECT_EQ(a.attn_res_block, released ? 2 : 0);  // 12 of 93 layers, at least 2
+    EXPECT_EQ(a.mla.out_gate, released ? 1 : 0);
+    EXPECT_EQ(a.kda.gate_lower_bound, released ? -5.0 : 0.0);
+    EXPECT_EQ(a.moe.latent_norm, released ? SPILL_LATENT_NORM_OUTPUT : SPILL_LATENT_NORM_INPUT);
+    if (released) {
+      EXPECT_EQ(a.situ_beta, 4.0);
+      EXPECT_EQ(a.situ_lambda, 25.0);
+      EXPECT_EQ(a.kda.decay_floor, 0.0);
+      EXPECT_EQ(a.kda.gate_rank, a.kda.head_dim);  // K3's full-rank decay gate
+      EXPECT_EQ(a.moe.norm_min, 1.0 / 16384.0);
+    }
 
     std::vector<std::string> want = RequiredNames(a, m.expert_dtype == SPILL_DT_RVQ3);
     std::set<std::string> have;

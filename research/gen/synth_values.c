@@ -87,6 +87,15 @@ void spill_gen_tensor_f32(const spill_gen_plan_full *p, int i, float *out) {
       }
       break;
     }
+    case SPILL_GEN_INIT_DT_BIAS_LB: { /* sigmoid(dt_bias) = A dt / 5, A in [1, 16] */
+      const float lo = logf(in->a > 0 ? in->a : 1e-3f), hi = logf(1e-1f);
+      for (uint64_t k = 0; k < n; k++) {
+        const float dt = expf(lo + (hi - lo) * spill_gen_unif(&r));
+        const float q = (1.0f + 15.0f * spill_gen_unif(&r)) * dt / 5.0f; /* <= 0.32 */
+        out[k] = logf(q / (1.0f - q));
+      }
+      break;
+    }
     case SPILL_GEN_INIT_CODEBOOK: { /* (3, 256, 8), stage s with std 0.5^s */
       const int E = SPILL_RVQ_ENTRIES, V = SPILL_RVQ_DIM;
       for (int s = 0; s < SPILL_RVQ_STAGES; s++) {
@@ -162,6 +171,23 @@ static void draw_rvq3(spill_gen_rng *r, uint64_t rows, uint64_t cols, float sigm
     sc[row] = spill_f32_to_f16(sigma / RVQ_STD * (1.0f + 0.1f * spill_gen_gauss(r)));
 }
 
+/* mxfp4 (rows, cols): 17-byte blocks of 32 weights, the e8m0 exponent then
+ * 16 bytes of random e2m1 codes (symmetric: code c and c + 8 are +-v). One
+ * power-of-two scale 2^(e-128) nearest to sigma / MXFP4_STD for the matrix
+ * (ggml's doubled e2m1 table, docs/MODEL.md "MXFP4 experts"). */
+#define MXFP4_STD 5.8523500f /* sqrt(2 (1+4+9+16+36+64+144) / 16) */
+static void draw_mxfp4(spill_gen_rng *r, uint64_t rows, uint64_t cols, float sigma,
+                       uint8_t *out) {
+  const uint64_t nb = rows * (cols / 32);
+  int ex = 128 + (int)lrintf(log2f(sigma / MXFP4_STD));
+  if (ex < 1) ex = 1;
+  if (ex > 254) ex = 254;
+  for (uint64_t b = 0; b < nb; b++) {
+    out[b * 17] = (uint8_t)ex;
+    fill_random(r, out + b * 17 + 1, 16);
+  }
+}
+
 static void draw_f32(spill_gen_rng *r, uint64_t n, float sigma, uint8_t *out) {
   for (uint64_t k = 0; k < n; k++) {
     float v = sigma * spill_gen_gauss(r);
@@ -209,6 +235,7 @@ void spill_gen_expert_payload(const spill_gen_plan_full *p, int layer, uint32_t 
       case SPILL_DT_RVQ3: draw_rvq3(&r, sec->rows, sec->cols, sigma, dst); break;
       case SPILL_DT_Q8: draw_q8(&r, sec->rows, sec->cols, m->expert_group, sigma, dst); break;
       case SPILL_DT_Q4: draw_q4(&r, sec->rows, sec->cols, m->expert_group, sigma, dst); break;
+      case SPILL_DT_MXFP4: draw_mxfp4(&r, sec->rows, sec->cols, sigma, dst); break;
       default: draw_f32(&r, (uint64_t)sec->rows * sec->cols, sigma, dst); break;
     }
   }

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Agreement of the C engine with the independent numpy reference (f64):
-# for each attention mix (k3 = 3 KDA : 1 MLA, mla, kda, gqa, qwen35 = 3 GDN : 1 gated GQA) and each weight
+# for each attention mix of the K3 family (k3-family = 3 KDA : 1 MLA, mla,
+# kda, gqa), qwen35 (3 GDN : 1 gated GQA) (the default mix k3, Kimi K3 as
+# released, is held to kimi_k3_ref.py by kimi_k3_import_test, since
+# spill_ref.py refuses its parts by name) and each weight
 # format pair (trunk/experts: f32/f32, q4/rvq3, f32/q8, q4/q4), a nano
 # container is generated, 19 tokens (prefill and decode positions) are run
 # token by token through `spill eval --all-positions` and through
@@ -15,7 +18,7 @@ TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 TOKENS="256,72,101,108,108,111,32,119,111,114,108,100,33,32,84,104,101,32,113"
 fail=0
 cases=0
-for mix in k3 mla kda gqa qwen35; do
+for mix in k3-family mla kda gqa qwen35; do
   for pair in f32/f32 q4/rvq3 f32/q8 q4/q4; do
     trunk=${pair%/*}
     experts=${pair#*/}
