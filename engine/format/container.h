@@ -81,16 +81,24 @@ typedef enum spill_attn_kind {
   SPILL_ATTN_KDA = 2,
   SPILL_ATTN_GDN = 3 /* Gated DeltaNet (Qwen3.5-MoE's linear layers) */
 } spill_attn_kind;
-typedef enum spill_router_kind { SPILL_ROUTER_SIGMOID = 0, SPILL_ROUTER_SOFTMAX = 1 } spill_router_kind;
+/* softmax_topk (gpt-oss, llama.cpp's SOFTMAX_WEIGHT): the top-k of the
+ * router logits, weighted by the softmax over the k chosen logits. */
+typedef enum spill_router_kind {
+  SPILL_ROUTER_SIGMOID = 0,
+  SPILL_ROUTER_SOFTMAX = 1,
+  SPILL_ROUTER_SOFTMAX_TOPK = 2
+} spill_router_kind;
 /* How group-limited routing scores a group of experts (docs/MODEL.md "MOE(l)"). */
 typedef enum spill_group_score {
   SPILL_GROUP_MAX = 0, /* its best selection score (DeepSeek-V2 group_limited_greedy) */
   SPILL_GROUP_TOP2 = 1 /* the sum of its two best (DeepSeek-V3 noaux_tc) */
 } spill_group_score;
 /* The gated activation of every FFN (dense, shared, routed), docs/MODEL.md:
- * SwiGLU silu(g) u, or Kimi K3's SiTU beta tanh(g/beta) sigmoid(g) *
- * (lambda > 0 ? lambda tanh(u/lambda) : u) with arch.situ_beta/situ_linear_beta. */
-typedef enum spill_act_kind { SPILL_ACT_SWIGLU = 0, SPILL_ACT_SITU = 1 } spill_act_kind;
+ * SwiGLU silu(g) u, Kimi K3's SiTU beta tanh(g/beta) sigmoid(g) *
+ * (lambda > 0 ? lambda tanh(u/lambda) : u) with arch.situ_beta/situ_linear_beta,
+ * or gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai, alpha 1.702, limit 7):
+ * g' = min(g, 7), u' = clamp(u, -7, 7), g' sigmoid(1.702 g') (u' + 1). */
+typedef enum spill_act_kind { SPILL_ACT_SWIGLU = 0, SPILL_ACT_SITU = 1, SPILL_ACT_SWIGLU_OAI = 2 } spill_act_kind;
 /* Where a latent MoE (d_latent > 0) applies its RMSNorm moe_latent_norm:
  * on the expert input after moe_down_proj (the K3 family as reconstructed),
  * on the weighted sum of the routed experts before moe_up_proj (Kimi K3 as
@@ -171,6 +179,23 @@ typedef struct spill_gqa_cfg {
    * then d gate rows; the attention output is multiplied by sigmoid(gate)
    * before attn_output. */
   int out_gate;
+  /* gpt-oss (optional, 0 = omitted): sinks: a learned logit per query head,
+   * blk.L.attn_sinks (H), joins every softmax denominator; swa_window > 0:
+   * a sliding window on the layers l with l % swa_pattern < swa_pattern - 1
+   * (llama.cpp's rule; swa_pattern 0 = every layer): key t is seen from
+   * position p iff p - t < swa_window. YaRN RoPE as arch.mla's (yarn_factor
+   * 0 = none; the correction range floored/ceiled as ggml), cos/sin times
+   * rope_mscale (0 = 1). */
+  int sinks;
+  int swa_window;
+  int swa_pattern;
+  double yarn_factor;
+  int yarn_orig_ctx;
+  double yarn_beta_fast, yarn_beta_slow;
+  double rope_mscale;
+  /* 1: the YaRN correction range is used unrounded (transformers' rope_scaling
+   * truncate false, gpt-oss's HF config); 0: floored/ceiled as ggml */
+  int yarn_unrounded;
 } spill_gqa_cfg;
 
 typedef struct spill_moe_cfg {
@@ -197,6 +222,12 @@ typedef struct spill_moe_cfg {
   /* shared_gate (Qwen3.5-MoE): the shared experts' output is scaled by
    * sigmoid(blk.L.ffn_gate_inp_shexp h), ffn_gate_inp_shexp (1, D); 0 = omitted */
   int shared_gate;
+  /* gpt-oss (optional, 0 = omitted): router_bias: blk.L.ffn_gate_inp_bias
+   * (E) is added to the router logits; expert_bias: each routed expert adds
+   * blk.L.ffn_{gate,up}_exps_bias (E, d_expert) and ffn_down_exps_bias (E, d_in)
+   * (row e) after its gate, up and down matrices. */
+  int router_bias;
+  int expert_bias;
 } spill_moe_cfg;
 
 typedef struct spill_arch {

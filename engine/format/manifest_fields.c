@@ -23,10 +23,10 @@
 #define A(member) offsetof(spill_arch, member)
 #define NONE ((size_t)-1)
 
-static const char *const k_activation[] = {"swiglu", "situ", NULL}; /* spill_act_kind order */
+static const char *const k_activation[] = {"swiglu", "situ", "swiglu_oai", NULL}; /* spill_act_kind order */
 static const char *const k_latent_norm[] = {"input", "output", "none", NULL}; /* spill_latent_norm order */
 static const char *const k_qk_norm[] = {"none", "head", "full", NULL}; /* spill_qk_norm order */
-static const char *const k_router[] = {"sigmoid", "softmax", NULL};    /* spill_router_kind order */
+static const char *const k_router[] = {"sigmoid", "softmax", "softmax_topk", NULL};    /* spill_router_kind order */
 
 /* obj, key, kind, offset, lo, hi, cap (hi <= that int field + cap_delta), cap_delta, flags,
  * default (SPILL_MF_OPTIONAL), enum names, string / enum max length, first version */
@@ -82,6 +82,23 @@ const spill_mf_field spill_mf_fields[] = {
     {SPILL_MF_GQA, "qkv_bias", SPILL_MF_BOOL, A(gqa.qkv_bias), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     {SPILL_MF_GQA, "o_bias", SPILL_MF_BOOL, A(gqa.o_bias), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     {SPILL_MF_GQA, "out_gate", SPILL_MF_BOOL, A(gqa.out_gate), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
+    {SPILL_MF_GQA, "sinks", SPILL_MF_BOOL, A(gqa.sinks), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
+    {SPILL_MF_GQA, "swa_window", SPILL_MF_INT, A(gqa.swa_window), 0, 1 << 30, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0,
+     1},
+    {SPILL_MF_GQA, "swa_pattern", SPILL_MF_INT, A(gqa.swa_pattern), 0, SPILL_MAX_LAYERS, NONE, 0, SPILL_MF_OPTIONAL,
+     0, NULL, 0, 1},
+    {SPILL_MF_GQA, "yarn_factor", SPILL_MF_NUM, A(gqa.yarn_factor), 0, 1e6, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0,
+     1},
+    {SPILL_MF_GQA, "yarn_orig_ctx", SPILL_MF_INT, A(gqa.yarn_orig_ctx), 0, 1 << 30, NONE, 0, SPILL_MF_OPTIONAL, 0,
+     NULL, 0, 1},
+    {SPILL_MF_GQA, "yarn_beta_fast", SPILL_MF_NUM, A(gqa.yarn_beta_fast), 0, 1e6, NONE, 0, SPILL_MF_OPTIONAL, 0,
+     NULL, 0, 1},
+    {SPILL_MF_GQA, "yarn_beta_slow", SPILL_MF_NUM, A(gqa.yarn_beta_slow), 0, 1e6, NONE, 0, SPILL_MF_OPTIONAL, 0,
+     NULL, 0, 1},
+    {SPILL_MF_GQA, "rope_mscale", SPILL_MF_NUM, A(gqa.rope_mscale), 0, 1e3, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0,
+     1},
+    {SPILL_MF_GQA, "yarn_unrounded", SPILL_MF_BOOL, A(gqa.yarn_unrounded), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL,
+     0, 1},
     /* arch.mla */
     ROW_I(SPILL_MF_MLA, "n_heads", mla.n_heads, 1, 4096),
     ROW_I(SPILL_MF_MLA, "q_lora_rank", mla.q_lora_rank, 0, DIM_MAX),
@@ -136,6 +153,8 @@ const spill_mf_field spill_mf_fields[] = {
     {SPILL_MF_MOE, "norm_min", SPILL_MF_NUM, A(moe.norm_min), 0, 1.0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     {SPILL_MF_MOE, "shared_gate", SPILL_MF_BOOL, A(moe.shared_gate), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0,
      1},
+    {SPILL_MF_MOE, "router_bias", SPILL_MF_BOOL, A(moe.router_bias), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
+    {SPILL_MF_MOE, "expert_bias", SPILL_MF_BOOL, A(moe.expert_bias), 0, 0, NONE, 0, SPILL_MF_OPTIONAL, 0, NULL, 0, 1},
     /* group-limited selection: all four present iff n_group (written when > 1) */
     ROW_CUSTOM(SPILL_MF_MOE, "n_group"),
     ROW_CUSTOM(SPILL_MF_MOE, "topk_group"),

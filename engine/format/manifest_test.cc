@@ -304,6 +304,18 @@ TEST(ManifestTest, EveryTableFieldIsWrittenReadAndChecked) {
     cJSON_AddNumberToObject(gdn, "head_dim", 8);
     cJSON_AddNumberToObject(gdn, "conv_kernel", 4);
     cJSON_AddBoolToObject(At(r, "arch", "moe"), "shared_gate", 1);
+    // gpt-oss: sinks, the sliding window, YaRN on GQA, router and expert biases
+    cJSON_AddBoolToObject(At(r, "arch", "gqa"), "sinks", 1);
+    cJSON_AddNumberToObject(At(r, "arch", "gqa"), "swa_window", 128);
+    cJSON_AddNumberToObject(At(r, "arch", "gqa"), "swa_pattern", 2);
+    cJSON_AddNumberToObject(At(r, "arch", "gqa"), "yarn_factor", 32);
+    cJSON_AddNumberToObject(At(r, "arch", "gqa"), "yarn_orig_ctx", 4096);
+    cJSON_AddNumberToObject(At(r, "arch", "gqa"), "yarn_beta_fast", 32);
+    cJSON_AddNumberToObject(At(r, "arch", "gqa"), "yarn_beta_slow", 1);
+    cJSON_AddNumberToObject(At(r, "arch", "gqa"), "rope_mscale", 1.25);
+    cJSON_AddBoolToObject(At(r, "arch", "gqa"), "yarn_unrounded", 1);
+    cJSON_AddBoolToObject(At(r, "arch", "moe"), "router_bias", 1);
+    cJSON_AddBoolToObject(At(r, "arch", "moe"), "expert_bias", 1);
     cJSON_AddNumberToObject(At(r, "arch", "kda"), "l2norm_eps", 1e-5);
     // Kimi K3 as released: SiTU, AttnRes, the MLA output gate, the bounded KDA decay
     // (no floor), the latent norm's place and the renormalisation clamp

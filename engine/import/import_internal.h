@@ -61,6 +61,10 @@ typedef struct imp_trunk {
   /* vector written as src * mul elementwise in f32 (HF Kimi K3's AttnRes
    * <x>_res_norm * <x>_res_proj, llama.cpp's fused score vector), or NULL */
   const spill_src_tensor *mul;
+  /* col_stride > 0: the (rows, cols) tensor is columns col_first,
+   * col_first + col_stride, ... of the source (rows, cols * col_stride)
+   * (HF gpt-oss's gate_up_proj_bias: gate even, up odd), in f32 */
+  uint32_t col_stride, col_first;
 } imp_trunk;
 
 /* Sources of one MoE layer's experts, sections gate, up, down. */
@@ -72,6 +76,11 @@ typedef struct imp_moe_layer {
    * cols/2]) and mx_scale[k][x] its weight_scale (e8m0 [rows, cols/32]),
    * repacked into ggml's MXFP4 blocks when read; NULL otherwise */
   const spill_src_tensor **mx_scale[SPILL_SEC_COUNT];
+  /* HF gpt-oss MXFP4 (oss_stride[k] > 0): per[k][x] is the layer's stacked
+   * *_blocks (uint8 [E, rows * stride, cols/32, 16]) and mx_scale[k][x] its
+   * *_scales ([E, rows * stride, cols/32]) for every x; section row r is
+   * source row r * stride + oss_first (gate_up: gate even, up odd) */
+  uint32_t oss_stride[SPILL_SEC_COUNT], oss_first[SPILL_SEC_COUNT];
 } imp_moe_layer;
 
 typedef struct imp_plan {
@@ -149,6 +158,11 @@ int imp_add_kv_b_split(imp_src *s, imp_plan *p, const char *pre, int l, uint64_t
  * cols/32]) for x < E; each missing or misshapen one is named. */
 int imp_hf_experts_mxfp4(imp_src *s, imp_moe_layer *m, int k, const char *pre, const char *mid, const char *leaf,
                          uint64_t E, uint64_t rows, uint64_t cols, spill_err *e);
+/* HF gpt-oss MXFP4 experts of section k: "<pre>_blocks" (U8 [E, rows *
+ * stride, cols/32, 16]) and "<pre>_scales" (U8 [E, rows * stride, cols/32]),
+ * section row r = source row r * stride + first; misshapen ones named. */
+int imp_hf_experts_oss(imp_src *s, imp_moe_layer *m, int k, const char *pre, uint64_t E, uint64_t rows,
+                       uint64_t cols, uint32_t stride, uint32_t first, spill_err *e);
 /* Adds trunk tensor "blk.<l>.<dst>" from the layer's GGUF tensor "blk.<l>.<gguf>"
  * or HF tensor "model.layers.<l>.<hf>" whose shape is [rows, cols] (cols 0:
  * [rows]) up to unit dimensions (conv weights (C, 1, K) / (1, C, 1, K);
@@ -218,6 +232,10 @@ int imp_kimi_k3_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, i
                         spill_err *e);
 int imp_kimi_k3_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
 
+/* arch_gptoss.c: gpt-oss (GGUF gpt-oss: sinks, sliding window, YaRN, biases, MXFP4 experts). */
+int imp_gptoss_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
+int imp_gptoss_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
+                       spill_err *e);
 /* ---- The registry (arch_registry.c): one row per architecture ---- */
 typedef struct imp_arch_row {
   spill_import_arch info;  /* names, as spill_import_arch_at() lists them */

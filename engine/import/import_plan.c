@@ -548,6 +548,40 @@ static int is_u8(const spill_src_tensor *t, int e8m0_ok) {
          (!strcmp(t->other_name, "U8") || (e8m0_ok && !strcmp(t->other_name, "F8_E8M0")));
 }
 
+int imp_hf_experts_oss(imp_src *s, imp_moe_layer *m, int k, const char *pre, uint64_t E, uint64_t rows,
+                       uint64_t cols, uint32_t stride, uint32_t first, spill_err *e) {
+  char b[SPILL_SRC_NAME_MAX];
+  const spill_src_tensor *bl, *sc;
+  SPILL_FAIL_IF(e, cols % 32, SPILL_E_FORMAT, "%s: %llu input columns are not whole MXFP4 blocks of 32", pre,
+                (unsigned long long)cols);
+  const uint64_t R = rows * stride, nb = cols / 32;
+  snprintf(b, sizeof b, "%s_blocks", pre);
+  SPILL_TRY(imp_need(s, b, &bl, e));
+  SPILL_FAIL_IF(e, !is_u8(bl, 0), SPILL_E_FORMAT, "tensor %s: dtype %s, MXFP4 blocks are U8", bl->name,
+                bl->dtype == SPILL_SRC_OTHER ? bl->other_name : spill_src_dtype_traits(bl->dtype)->name);
+  SPILL_FAIL_IF(e, !(bl->ndim == 4 && bl->shape[0] == E && bl->shape[1] == R && bl->shape[2] == nb && bl->shape[3] == 16),
+                SPILL_E_FORMAT, "tensor %s: shape is not [%llu, %llu, %llu, 16]", bl->name, (unsigned long long)E,
+                (unsigned long long)R, (unsigned long long)nb);
+  snprintf(b, sizeof b, "%s_scales", pre);
+  SPILL_TRY(imp_need(s, b, &sc, e));
+  SPILL_FAIL_IF(e, !is_u8(sc, 1), SPILL_E_FORMAT, "tensor %s: dtype %s, MXFP4 scales are e8m0 bytes (U8 or F8_E8M0)",
+                sc->name, sc->dtype == SPILL_SRC_OTHER ? sc->other_name : spill_src_dtype_traits(sc->dtype)->name);
+  SPILL_FAIL_IF(e, !(sc->ndim == 3 && sc->shape[0] == E && sc->shape[1] == R && sc->shape[2] == nb), SPILL_E_FORMAT,
+                "tensor %s: shape is not [%llu, %llu, %llu]", sc->name, (unsigned long long)E, (unsigned long long)R,
+                (unsigned long long)nb);
+  m->per[k] = calloc((size_t)E, sizeof *m->per[k]);
+  m->scale[k] = calloc((size_t)E, sizeof *m->scale[k]);
+  m->mx_scale[k] = calloc((size_t)E, sizeof *m->mx_scale[k]);
+  SPILL_FAIL_IF(e, !m->per[k] || !m->scale[k] || !m->mx_scale[k], SPILL_E_NOMEM, "out of memory");
+  for (uint64_t x = 0; x < E; x++) {
+    m->per[k][x] = bl;
+    m->mx_scale[k][x] = sc;
+  }
+  m->oss_stride[k] = stride;
+  m->oss_first[k] = first;
+  return SPILL_OK;
+}
+
 int imp_hf_experts_mxfp4(imp_src *s, imp_moe_layer *m, int k, const char *pre, const char *mid, const char *leaf,
                          uint64_t E, uint64_t rows, uint64_t cols, spill_err *e) {
   char b[SPILL_SRC_NAME_MAX];

@@ -794,6 +794,34 @@ static int compose_kv_b(run *R, const imp_trunk *t, const spill_tensor_info *ti,
   return rc;
 }
 
+/* HF gpt-oss gate_up_proj_bias (E, 2F): columns col_first, col_first +
+ * col_stride, ... as the (rows, cols) tensor, exactly (f32 values moved). */
+static int take_columns(run *R, const imp_trunk *t, const spill_tensor_info *ti, double *num, double *den,
+                        spill_err *e) {
+  const uint64_t st = t->col_stride, wide = t->cols * st;
+  float *all = NULL, *sel = NULL;
+  int rc = read_f32(R, t->src, t->rows, wide, &all, e);
+  if (rc == SPILL_OK) {
+    sel = malloc((size_t)(t->rows * t->cols) * sizeof(float) + 1);
+    if (!sel) rc = spill_err_set(e, SPILL_E_NOMEM, "out of memory");
+  }
+  if (rc == SPILL_OK) {
+    for (uint64_t r = 0; r < t->rows; r++)
+      for (uint64_t c = 0; c < t->cols; c++) sel[r * t->cols + c] = all[r * wide + c * st + t->col_first];
+    uint8_t *save = R->cv.src;
+    size_t save_cap = R->cv.src_cap;
+    R->cv.src = (uint8_t *)sel;
+    R->cv.src_cap = (size_t)(t->rows * t->cols) * sizeof(float);
+    rc = convert(&R->cv, SPILL_SRC_F32, NULL, R->s.fp8_block, t->rows, t->cols, NULL, ti->dtype, ti->group,
+                 R->out, num, den, t->name, e);
+    R->cv.src = save;
+    R->cv.src_cap = save_cap;
+  }
+  free(all);
+  free(sel);
+  return rc;
+}
+
 /* GGUF kimi-linear ssm_a holds A = -exp(A_log) (llama.cpp's converter):
  * the container's attn_a_log gets log(-A), so that the engine's -exp(A_log)
  * gives A back (to 1-2 ulp); A must be finite and < 0. */
@@ -842,6 +870,8 @@ static int do_trunk(run *R, int i, spill_err *e) {
   double num = 0, den = 0;
   if (t->v_b) {
     SPILL_TRY(compose_kv_b(R, t, ti, &num, &den, e));
+  } else if (t->col_stride) {
+    SPILL_TRY(take_columns(R, t, ti, &num, &den, e));
   } else {
     SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)t->src->bytes, e));
     SPILL_TRY(imp_src_read(&R->s, t->src, 0, R->cv.src, (size_t)t->src->bytes, e));
@@ -876,6 +906,8 @@ static spill_src_dtype sect_src_dtype(const run *R, int bi, int k, const spill_s
 static uint64_t sect_src_bytes(const run *R, int bi, int k, int x) {
   const imp_moe_layer *ml = &R->p.moe[bi];
   if (R->s.is_gguf) return ml->stacked[k]->bytes / (uint64_t)R->p.arch.moe.n_experts;
+  if (ml->oss_stride[k]) /* one expert's share of the stacked blocks and scales */
+    return (ml->per[k][x]->bytes + ml->mx_scale[k][x]->bytes) / (uint64_t)R->p.arch.moe.n_experts;
   return ml->per[k][x]->bytes + (ml->mx_scale[k] ? ml->mx_scale[k][x]->bytes : 0);
 }
 
@@ -890,6 +922,27 @@ static int read_section(run *R, int bi, int k, int x, const spill_src_tensor **t
   uint64_t n = R->s.is_gguf ? t->bytes / (uint64_t)R->p.arch.moe.n_experts : t->bytes;
   uint64_t off = R->s.is_gguf ? n * (uint64_t)x : 0;
   *tp = t;
+  if (!R->s.is_gguf && ml->oss_stride[k]) { /* HF gpt-oss MXFP4: rows of expert x -> ggml blocks */
+    const spill_src_tensor *ms = ml->mx_scale[k][x];
+    const uint64_t nb = sec->cols / 32, st = ml->oss_stride[k], E = (uint64_t)R->p.arch.moe.n_experts;
+    const uint64_t eb = t->bytes / E, es = ms->bytes / E; /* expert x's blocks and scales */
+    SPILL_TRY(grow((void **)&R->cv.ct, &R->cv.ct_cap, (size_t)(2 * (eb + es)), e));
+    uint8_t *raw = R->cv.ct, *pk = raw + eb + es; /* pk: the section's rows, packed [rows, cols/2] + scales */
+    SPILL_TRY(imp_src_read(&R->s, t, eb * (uint64_t)x, raw, (size_t)eb, e));
+    SPILL_TRY(imp_src_read(&R->s, ms, es * (uint64_t)x, raw + eb, (size_t)es, e));
+    uint8_t *pks = pk + sec->rows * nb * 16;
+    for (uint64_t r = 0; r < sec->rows; r++) {
+      const uint64_t sr = r * st + ml->oss_first[k];
+      memcpy(pk + r * nb * 16, raw + sr * nb * 16, (size_t)(nb * 16));
+      memcpy(pks + r * nb, raw + eb + sr * nb, (size_t)nb);
+    }
+    SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)(sec->rows * nb * 17), e));
+    snprintf(what, wn, "%s expert %d", ms->name, x);
+    SPILL_TRY(spill_src_mxfp4_from_ct(pk, pks, sec->rows, sec->cols, R->cv.src, what, e));
+    *sc = NULL;
+    snprintf(what, wn, "%s expert %d", t->name, x);
+    return SPILL_OK;
+  }
   if (!R->s.is_gguf && ml->mx_scale[k]) { /* compressed-tensors MXFP4 -> ggml blocks */
     const spill_src_tensor *ms = ml->mx_scale[k][x];
     const uint64_t blk = sec->rows * (sec->cols / 32) * 17;

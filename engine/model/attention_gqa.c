@@ -9,6 +9,10 @@
  * attn_q gives each head's query then its gate, and the head's output is
  * multiplied by sigmoid(gate) before attn_output. Heads run in parallel on the pool;
  * each head's result is computed by one thread in a fixed order.
+ * gpt-oss adds: YaRN frequencies and a cos/sin scale (rope_table), a
+ * learned sink logit per head in the softmax denominator, and a sliding
+ * window on some layers: the cache keeps every position (ctx), a sliding
+ * layer only reads the last swa_window of them.
  */
 #include <math.h>
 #include <string.h>
@@ -20,7 +24,8 @@ typedef struct gqa_job {
   const float *kc, *vc; /* (ctx, Hk*d) */
   float *att;           /* (n_threads, ctx): one row per thread */
   float *o;             /* (H*d) */
-  int d, qs, group, kvw, n_t, ctx; /* qs: head stride of q (d, or 2d with the gate) */
+  const float *sinks;   /* (H) or NULL */
+  int d, qs, group, kvw, t0, n_t, ctx; /* qs: head stride of q (d, or 2d with the gate) */
   float scale;
 } gqa_job;
 
@@ -28,16 +33,21 @@ static void gqa_head(void *ctx, int j, int thread) {
   const gqa_job *g = ctx;
   const int d = g->d, kh = j / g->group;
   const float *qj = g->q + (size_t)j * g->qs;
-  float *att = g->att + (size_t)thread * g->ctx; /* (n_t) this thread's row */
-  for (int t = 0; t < g->n_t; t++)
-    att[t] = spill_k_dot(qj, g->kc + (size_t)t * g->kvw + (size_t)kh * d, (uint32_t)d) * g->scale;
-  spill_model_softmax(att, g->n_t);
+  float *att = g->att + (size_t)thread * g->ctx; /* (n_t) this thread's row: keys t0.. */
+  const int n = g->n_t - g->t0;
+  for (int i = 0; i < n; i++)
+    att[i] = spill_k_dot(qj, g->kc + (size_t)(g->t0 + i) * g->kvw + (size_t)kh * d, (uint32_t)d) * g->scale;
+  if (g->sinks)
+    spill_model_softmax_sink(att, n, g->sinks[j]);
+  else
+    spill_model_softmax(att, n);
   float *oj = g->o + (size_t)j * d; /* (d) */
   memset(oj, 0, (size_t)d * sizeof(float));
-  for (int t = 0; t < g->n_t; t++) {
+  for (int i = 0; i < n; i++) {
+    const int t = g->t0 + i;
     const float *vt = g->vc + (size_t)t * g->kvw + (size_t)kh * d;
-    const float at = att[t];
-    for (int i = 0; i < d; i++) oj[i] += at * vt[i];
+    const float at = att[i];
+    for (int x = 0; x < d; x++) oj[x] += at * vt[x];
   }
   if (g->qs != d) { /* out_gate: the gate follows the head's query */
     const float *gate = qj + d;
@@ -73,13 +83,19 @@ static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, s
     spill_k_rmsnorm(q, L->attn_q_norm, q, (uint32_t)(H * d), eps);
     spill_k_rmsnorm(kc, L->attn_k_norm, kc, (uint32_t)kvw, eps);
   }
-  spill_model_rope_table(cs, rd, pos, c->rope_theta);
+  if (c->yarn_factor != 0 || c->rope_mscale != 0)
+    spill_model_rope_table_yarn(cs, rd, pos, c->rope_theta, c->yarn_factor, c->yarn_orig_ctx, c->yarn_beta_fast,
+                                c->yarn_beta_slow, c->rope_mscale != 0 ? c->rope_mscale : 1.0, c->yarn_unrounded);
+  else
+    spill_model_rope_table(cs, rd, pos, c->rope_theta);
   for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * qs, rd, cs);
   for (int j = 0; j < Hk; j++) spill_model_rope_apply(kc + (size_t)j * d, rd, cs);
 
-  gqa_job g = {q, L->cache, L->cache_v, m->s.att, o, d, qs, H / Hk, kvw, pos + 1, m->o.ctx,
-               1.0f / sqrtf((float)d)};
-  spill_model_run_tasks(m, gqa_head, &g, H, (uint64_t)H * (uint64_t)(pos + 1) * 2u * (uint64_t)d);
+  /* a sliding layer sees keys t with pos - t < swa_window */
+  const int t0 = spill_gqa_layer_swa(c, l) && pos + 1 > c->swa_window ? pos + 1 - c->swa_window : 0;
+  gqa_job g = {q, L->cache, L->cache_v, m->s.att, o, c->sinks ? L->attn_sinks : NULL, d, qs, H / Hk, kvw, t0,
+               pos + 1, m->o.ctx, 1.0f / sqrtf((float)d)};
+  spill_model_run_tasks(m, gqa_head, &g, H, (uint64_t)H * (uint64_t)(pos + 1 - t0) * 2u * (uint64_t)d);
   spill_model_matvec(m, &L->attn_output, o, out); /* (D) */
   if (c->o_bias)
     for (int i = 0; i < m->a.d_model; i++) out[i] += L->attn_output_bias[i];
@@ -98,6 +114,12 @@ static int gqa_check(const spill_arch *a, spill_err *e) {
                 "arch.gqa: out_gate with qk_norm \"full\" (a gated query is normed per head)");
   SPILL_FAIL_IF(e, g->rope_dim < 0 || g->rope_dim > g->head_dim || (g->rope_dim & 1), SPILL_E_FORMAT,
                 "arch.gqa: rope_dim %d not an even number in [0, head_dim %d]", g->rope_dim, g->head_dim);
+  SPILL_FAIL_IF(e, g->yarn_factor != 0 && (!(g->yarn_factor >= 1.0) || g->yarn_orig_ctx < 1 ||
+                                           !(g->yarn_beta_fast > 0) || !(g->yarn_beta_slow > 0)),
+                SPILL_E_FORMAT, "arch.gqa.yarn_*: factor %g, orig_ctx %d, betas %g/%g out of range",
+                g->yarn_factor, g->yarn_orig_ctx, g->yarn_beta_fast, g->yarn_beta_slow);
+  SPILL_FAIL_IF(e, g->swa_window == 0 && g->swa_pattern != 0, SPILL_E_FORMAT,
+                "arch.gqa.swa_pattern: %d without a swa_window", g->swa_pattern);
   return SPILL_OK;
 }
 
@@ -146,6 +168,7 @@ static int gqa_load(spill_model *m, int l, spill_err *e) {
     SPILL_TRY(spill_model_get_f32(m, l, "attn_v_bias", Hk * d, 0, &L->attn_v_bias, e));
   }
   if (a->gqa.o_bias) SPILL_TRY(spill_model_get_f32(m, l, "attn_output_bias", D, 0, &L->attn_output_bias, e));
+  if (a->gqa.sinks) SPILL_TRY(spill_model_get_f32(m, l, "attn_sinks", H, 0, &L->attn_sinks, e));
   return SPILL_OK;
 }
 

@@ -46,6 +46,7 @@ typedef struct spill_layer_weights {
   const float *attn_q_norm, *attn_k_norm; /* GQA qk_norm: (d) each (head) or (H*d), (Hk*d) (full) */
   const float *attn_q_bias, *attn_k_bias, *attn_v_bias; /* GQA qkv_bias: (H*d), (Hk*d), (Hk*d) */
   const float *attn_output_bias;                        /* GQA o_bias: (D) */
+  const float *attn_sinks;                              /* GQA sinks: (H) */
   /* MLA */
   spill_qmat attn_q_a, attn_q_b, attn_kv_a, attn_kv_b; /* (q_lora, D) (H*(dn+dr), q_lora) (dc+dr, D) (H*(dn+dv), dc) */
   const float *attn_q_a_norm, *attn_kv_a_norm;         /* (q_lora), (dc) */
@@ -62,6 +63,8 @@ typedef struct spill_layer_weights {
   /* MoE */
   spill_qmat ffn_gate_inp;                 /* (E, D) */
   const float *exp_probs_b;                /* (E), sigmoid router only */
+  const float *ffn_gate_inp_bias;          /* (E) router_bias */
+  const float *exps_bias[SPILL_SEC_COUNT]; /* expert_bias: (E, d_expert) gate, up; (E, d_in) down */
   spill_qmat moe_down_proj, moe_up_proj;   /* (d_latent, D), (D, d_latent) */
   const float *moe_latent_norm;            /* (d_latent) */
   spill_qmat ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* (S, D) (S, D) (D, S) */
@@ -269,7 +272,21 @@ void spill_model_rvq3_apply2_q(spill_model *m, const spill_qmat *w0, const void 
 /* RoPE (rotate-half) of v (d floats) with the cos/sin table cs (d/2 + d/2). */
 void spill_model_rope_table(float *cs, int d, int pos, double theta);
 void spill_model_rope_apply(float *v, int d, const float *cs);
+/* The table with YaRN (factor > 1: frequencies ramped between theta^(-2i/d)
+ * and it / factor over the correction range of beta_fast..beta_slow turns in
+ * orig_ctx tokens, floored/ceiled as ggml's rope_yarn_corr_dims unless
+ * unrounded, transformers' truncate false) and cos/sin
+ * multiplied by mscale (docs/MODEL.md "ATTN GQA"). */
+void spill_model_rope_table_yarn(float *cs, int d, int pos, double theta, double factor, int orig_ctx,
+                                 double beta_fast, double beta_slow, double mscale, int unrounded);
 void spill_model_softmax(float *x, int n);
+/* softmax of x (n) with one more logit `sink` in the denominator only (gpt-oss). */
+void spill_model_softmax_sink(float *x, int n, float sink);
+/* 1 when layer l of a GQA model reads through a sliding window (arch.gqa.swa_*). */
+static inline int spill_gqa_layer_swa(const spill_gqa_cfg *c, int l) {
+  if (c->swa_window <= 0) return 0;
+  return c->swa_pattern == 0 || l % c->swa_pattern < c->swa_pattern - 1;
+}
 static inline float spill_model_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float spill_model_silu(float x) { return x / (1.0f + expf(-x)); }
 /* out (D) = down (act(gate h, up h)), h (D), act the arch's (SwiGLU or

@@ -214,9 +214,63 @@ void spill_model_rope_apply(float *v, int d, const float *cs) {
   }
 }
 
+void spill_model_rope_table_yarn(float *cs, int d, int pos, double theta, double factor, int orig_ctx,
+                                 double beta_fast, double beta_slow, double mscale, int unrounded) {
+  const int half = d / 2;
+  double lo = 0, hi = 0;
+  if (factor > 1.0) {
+    const double lt = 2.0 * log(theta), tp = 2.0 * 3.14159265358979323846;
+    lo = d * log(orig_ctx / (tp * beta_fast)) / lt;
+    hi = d * log(orig_ctx / (tp * beta_slow)) / lt;
+    if (!unrounded) {
+      lo = floor(lo);
+      hi = ceil(hi);
+    }
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > d - 1 ? d - 1 : hi;
+  }
+  for (int i = 0; i < half; i++) {
+    double f = pow(theta, -2.0 * i / (double)d);
+    if (factor > 1.0) {
+      double r = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+      r = r < 0 ? 0 : r > 1 ? 1 : r;
+      f = f * (1.0 - r) + f / factor * r;
+    }
+    const double a = (double)pos * f;
+    cs[i] = (float)(cos(a) * mscale);
+    cs[half + i] = (float)(sin(a) * mscale);
+  }
+}
+
 void spill_model_softmax(float *x, int n) { spill_k_softmax(x, (uint32_t)n); }
 
+/* As spill_k_softmax with the sink's exp joining the max and the sum (ggml's
+ * soft_max with sinks: the sink is a logit of its own, unscaled). */
+void spill_model_softmax_sink(float *x, int n, float sink) {
+  float m = sink;
+  for (int i = 0; i < n; i++)
+    if (x[i] > m) m = x[i];
+  float sum = 0.0f;
+  for (int i = 0; i < n; i++) {
+    x[i] = expf(x[i] - m);
+    sum += x[i];
+  }
+  sum += expf(sink - m);
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
 /* ---- blocks ---- */
+
+/* gpt-oss's clamped SwiGLU (ggml's swiglu_oai, alpha 1.702, limit 7) */
+static void swiglu_oai_mul(float *g, const float *u, uint32_t n) {
+  const float alpha = 1.702f, limit = 7.0f;
+  for (uint32_t i = 0; i < n; i++) {
+    const float x = g[i] < limit ? g[i] : limit;
+    const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+    g[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+  }
+}
 
 /* SiTU (Kimi K3): beta tanh(g/beta) sigmoid(g) * (lambda > 0 ? lambda tanh(u/lambda) : u) */
 static void situ_mul(float beta, float lambda, float *g, const float *u, uint32_t n) {
@@ -233,6 +287,8 @@ void spill_model_glu(spill_model *m, const spill_qmat *gate, const spill_qmat *u
   spill_model_matvec2(m, gate, h, NULL, g, up, h, NULL, u);
   if (m->a.activation == SPILL_ACT_SITU)
     situ_mul((float)m->a.situ_beta, (float)m->a.situ_lambda, g, u, gate->rows);
+  else if (m->a.activation == SPILL_ACT_SWIGLU_OAI)
+    swiglu_oai_mul(g, u, gate->rows);
   else
     for (uint32_t i = 0; i < gate->rows; i++) g[i] = spill_model_silu(g[i]) * u[i];
   spill_model_matvec(m, down, g, out);
@@ -241,6 +297,8 @@ void spill_model_glu(spill_model *m, const spill_qmat *gate, const spill_qmat *u
 void spill_model_act_mul(const spill_model *m, float *g, const float *u, uint32_t n) {
   if (m->a.activation == SPILL_ACT_SITU)
     situ_mul((float)m->a.situ_beta, (float)m->a.situ_lambda, g, u, n);
+  else if (m->a.activation == SPILL_ACT_SWIGLU_OAI)
+    swiglu_oai_mul(g, u, n);
   else
     spill_k_silu_mul(g, u, n);
 }

@@ -58,12 +58,16 @@ void spill_model_group_mask(const spill_moe_cfg *c, float *sel) {
 
 /* ---- the router: the one selection rule (docs/MODEL.md "MOE(l)") ---- */
 
-/* s (E): router logits in, routing scores out: sigmoid or softmax. */
-static void router_scores(const spill_moe_cfg *c, float *s) {
+/* s (E): router logits in (plus the router bias, bias (E) or NULL),
+ * routing scores out: sigmoid, softmax, or the logits themselves
+ * (softmax_topk: the softmax is over the selected ones, route()). */
+static void router_scores(const spill_moe_cfg *c, const float *bias, float *s) {
   const int E = c->n_experts;
+  if (bias)
+    for (int i = 0; i < E; i++) s[i] += bias[i];
   if (c->router == SPILL_ROUTER_SIGMOID)
     for (int i = 0; i < E; i++) s[i] = spill_model_sigmoid(s[i]);
-  else
+  else if (c->router == SPILL_ROUTER_SOFTMAX)
     spill_model_softmax(s, E);
 }
 
@@ -92,12 +96,13 @@ static void route(spill_model *m, const spill_layer_weights *L, const float *h, 
   const spill_moe_cfg *c = &m->a.moe;
   const int K = c->top_k;
   spill_model_matvec(m, &L->ffn_gate_inp, h, s); /* (E) router logits */
-  router_scores(c, s);                           /* (E) scores */
+  router_scores(c, L->ffn_gate_inp_bias, s);     /* (E) scores */
   if (forced)
     memcpy(ids, forced, (size_t)K * sizeof *ids);
   else
     router_select(c, L->exp_probs_b, s, m->s.router_sel, K, ids);
   for (int i = 0; i < K; i++) w[i] = s[ids[i]];
+  if (c->router == SPILL_ROUTER_SOFTMAX_TOPK) spill_model_softmax(w, K);
   if (c->norm_topk) {
     float sum = 0.0f;
     for (int i = 0; i < K; i++) sum += w[i];
@@ -137,7 +142,7 @@ int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int 
     spill_k_rmsnorm(hidden, L->ffn_norm, h, (uint32_t)D, (float)m->a.norm_eps);
   }
   spill_k_matvec(&L->ffn_gate_inp, h, s, 0, (uint32_t)E); /* single-threaded: may run inside a forward */
-  router_scores(&m->a.moe, s);
+  router_scores(&m->a.moe, L->ffn_gate_inp_bias, s);
   router_select(&m->a.moe, L->exp_probs_b, s, s, k, ids_out); /* s becomes the selection scores */
   if (scores_out)
     for (int i = 0; i < k; i++) scores_out[i] = s[ids_out[i]];
@@ -403,6 +408,16 @@ static int finish_gate_up(moe_run *R, int k, int tid, uint64_t *ns_lut) {
   spill_model_scratch *s = &m->s;
   const int ts = s->use[k], de = m->a.moe.d_expert;
   float *eg = s->eg + (size_t)ts * de;
+  if (R->L->exps_bias[SPILL_SEC_GATE]) { /* expert_bias (gpt-oss): gate and up biases of this expert */
+    const size_t ex = s->uniq[s->use_owner[k]];
+    const float *bg = R->L->exps_bias[SPILL_SEC_GATE] + ex * (size_t)de;
+    const float *bu = R->L->exps_bias[SPILL_SEC_UP] + ex * (size_t)de;
+    float *eu = s->eu + (size_t)ts * de;
+    for (int i = 0; i < de; i++) {
+      eg[i] += bg[i];
+      eu[i] += bu[i];
+    }
+  }
   spill_model_act_mul(m, eg, s->eu + (size_t)ts * de, (uint32_t)de);
   if (R->rvq3) {
     const spill_qmat *Dn = s->rec_mat + (size_t)s->use_owner[k] * 3 + 2;
@@ -679,7 +694,7 @@ static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, 
 
 /* 4. combine in selection order, latent up-projection, shared experts */
 static void combine(spill_model *m, const spill_layer_weights *L, const float *slot,
-                    const float *selw, int T, float *out) {
+                    const uint32_t *sel, const float *selw, int T, float *out) {
   const spill_moe_cfg *c = &m->a.moe;
   spill_model_scratch *s = &m->s;
   const int D = m->a.d_model, K = c->top_k, din = m->d_in;
@@ -691,7 +706,13 @@ static void combine(spill_model *m, const spill_layer_weights *L, const float *s
     for (int i = 0; i < K; i++) {
       const float *st = slot + ((size_t)t * K + i) * din;
       const float wi = wt[i];
-      for (int j = 0; j < din; j++) y[j] += wi * st[j];
+      const float *bd = L->exps_bias[SPILL_SEC_DOWN]; /* expert_bias: (E, d_in) */
+      if (bd) {
+        bd += (size_t)sel[(size_t)t * K + i] * din;
+        for (int j = 0; j < din; j++) y[j] += wi * (st[j] + bd[j]);
+      } else {
+        for (int j = 0; j < din; j++) y[j] += wi * st[j];
+      }
     }
     float *ot = out + (size_t)t * D; /* (D) */
     if (c->d_latent > 0 && c->latent_norm == SPILL_LATENT_NORM_OUTPUT) /* Kimi K3: the sum is normed */
@@ -759,6 +780,6 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
   }
   overlap_work(m, L, h, u, T);
   SPILL_TRY(consume_experts(m, l, L, u, slot, n_u, T, e));
-  combine(m, L, slot, selw, T, out);
+  combine(m, L, slot, sel, selw, T, out);
   return SPILL_OK;
 }

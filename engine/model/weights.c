@@ -166,6 +166,13 @@ int spill_model_load_ffn(spill_model *m, int l, spill_err *e) {
   SPILL_TRY(get_mat(ld, l, "ffn_gate_inp", E, D, &L->ffn_gate_inp, e));
   if (c->router == SPILL_ROUTER_SIGMOID)
     SPILL_TRY(get_f32(ld, l, "exp_probs_b", E, 0, &L->exp_probs_b, e));
+  if (c->router_bias) SPILL_TRY(get_f32(ld, l, "ffn_gate_inp_bias", E, 0, &L->ffn_gate_inp_bias, e));
+  if (c->expert_bias) {
+    const uint64_t de = (uint64_t)c->d_expert, din = (uint64_t)m->d_in;
+    SPILL_TRY(get_f32(ld, l, "ffn_gate_exps_bias", E, de, &L->exps_bias[SPILL_SEC_GATE], e));
+    SPILL_TRY(get_f32(ld, l, "ffn_up_exps_bias", E, de, &L->exps_bias[SPILL_SEC_UP], e));
+    SPILL_TRY(get_f32(ld, l, "ffn_down_exps_bias", E, din, &L->exps_bias[SPILL_SEC_DOWN], e));
+  }
   if (c->d_latent == 0 && c->latent_norm != SPILL_LATENT_NORM_INPUT)
     return spill_err_set(e, SPILL_E_FORMAT, "arch.moe.latent_norm: set without a latent (d_latent 0)");
   if (c->d_latent > 0) {

@@ -20,6 +20,7 @@ CMP="$3"
 # $5: tools/reference/kimi_linear_ref.py (the kimi-linear cases)
 # $6: tools/reference/glm4moe_ref.py (the glm4moe cases)
 # $7: tools/reference/qwen35moe_ref.py (the qwen35moe cases)
+# $8: tools/reference/gptoss_ref.py (the gpt-oss cases)
 PEER="${SPILL_LLAMA_PEER:-}"
 if [ -z "$PEER" ] || [ ! -x "$PEER" ]; then
   echo "SKIP: llama.cpp peer not built (run ./lab peers; SPILL_LLAMA_PEER='$PEER')"
@@ -306,5 +307,45 @@ for seed in $SEEDS; do
   done
 done
 [ "$Q8" = 1 ] && [ -n "$QWREF" ] && echo "qwen35moe: run by the test without ORACLE_SPILL_FLAGS"
+# gpt-oss (tools/reference/gptoss_ref.py: q/k/v/o biases, a sink logit per
+# head, a sliding window of 4 on the even layers, YaRN factor 32, the router
+# bias with the softmax over the chosen logits, per-expert biases, the
+# clamped SwiGLU), 40 tokens. Each spill eval's act_quant is given explicitly
+# (restored to the test's own afterwards):
+#   F32 (every tensor F32): spill act_quant f32 vs llama.cpp, strict 1e-4 of
+#     the largest |logit|, argmax equal; measured on seed 101: 8.7e-7.
+#   MXFP4 experts (the rest F32): spill act_quant q8 (the experts' inputs
+#     rounded to Q8_0, integer dots as ggml's vec_dot_mxfp4_q8_0) vs
+#     llama.cpp's own MXFP4 path, strict 1e-4, argmax equal; measured on
+#     seed 101: 1.1e-6. Not bit-identical: the F32 trunk matvecs sum in
+#     another order than ggml's F32 dot (the line says when they are).
+#     spill act_quant f32 vs the float64 reference at 1e-4.
+GOREF="${8:-}"
+GO_TYPES="${ORACLE_GPTOSS_TYPES:-F32 MXFP4}"
+[ "$Q8" = 1 ] && [ -n "$GOREF" ] && echo "gpt-oss: run by the test without ORACLE_SPILL_FLAGS"
+for seed in $SEEDS; do
+  [ -n "$GOREF" ] && [ "$Q8" = 0 ] || break
+  TOK=$($PY -c "import random; r=random.Random($seed); print(','.join(str(r.randrange(300)) for _ in range(40)))")
+  for ty in $GO_TYPES; do
+    g="$TMP/oss-$ty-$seed.gguf"
+    LBL="gpt-oss $ty seed $seed"
+    saved="$SPILL_FLAGS"
+    SPILL_FLAGS="--act-quant f32"
+    both "$GOREF" "$g" --type "$ty" --seed "$seed" || { SPILL_FLAGS="$saved"; continue; }
+    SPILL_FLAGS="$saved"
+    if [ "$ty" = F32 ]; then
+      r=$($PY "$CMP" "$TMP/s.f32" "$TMP/l.bin" --vocab 300 --type F32 2>&1) && ok "$LBL: $r" || bad "$LBL: $r"
+      continue
+    fi
+    r=$($PY "$GOREF" logits "$g" --tokens "$TOK" --compare "$TMP/s.f32" --tol 1e-4 2>&1) &&
+      ok "$LBL: spill act_quant f32 vs float64 reference: $r" || bad "$LBL: spill vs reference: $r"
+    "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/q.f32" --act-quant q8 \
+      >/dev/null 2>"$TMP/err" || { bad "$LBL: spill eval --act-quant q8: $(tail -1 "$TMP/err")"; continue; }
+    same="differs"
+    cmp -s "$TMP/q.f32" "$TMP/l.bin" && same="bit-identical"
+    r=$($PY "$CMP" "$TMP/q.f32" "$TMP/l.bin" --vocab 300 --type F32 2>&1) &&
+      ok "$LBL: spill act_quant q8 vs llama.cpp MXFP4 ($same): $r" || bad "$LBL: spill act_quant q8 vs llama.cpp: $r"
+  done
+done
 echo "$n_ok agreements"
 exit $fail

@@ -209,13 +209,26 @@ def l2norm(v):
     return v / np.sqrt(np.sum(v * v) + 1e-6)
 
 
-def rope(v, p, theta):
-    """Rotate-half (NeoX) RoPE of an even-length vector v at position p."""
+def rope(v, p, theta, yarn=None):
+    """Rotate-half (NeoX) RoPE of an even-length vector v at position p;
+    yarn = (factor, orig_ctx, beta_fast, beta_slow, mscale, unrounded) (MODEL.md "ATTN GQA")."""
     d = v.shape[-1]
     half = d // 2
     i = np.arange(half, dtype=np.float64)
-    a = p * theta ** (-2.0 * i / d)
-    c, s = np.cos(a), np.sin(a)
+    f = theta ** (-2.0 * i / d)
+    ms = 1.0
+    if yarn is not None:
+        fac, orig, bf, bs, ms, unr = yarn
+        if fac > 1.0:
+            lt = 2.0 * np.log(theta)
+            lo, hi = d * np.log(orig / (2 * np.pi * bf)) / lt, d * np.log(orig / (2 * np.pi * bs)) / lt
+            if not unr:
+                lo, hi = np.floor(lo), np.ceil(hi)
+            lo, hi = max(lo, 0), min(hi, d - 1)
+            r = np.clip((i - lo) / max(hi - lo, 0.001), 0, 1)
+            f = f * (1 - r) + f / fac * r
+    a = p * f
+    c, s = np.cos(a) * ms, np.sin(a) * ms
     lo, hi = v[..., :half], v[..., half:]
     return np.concatenate([lo * c - hi * s, lo * s + hi * c], axis=-1)
 
@@ -333,7 +346,7 @@ class Container:
         self.eps = _get(a, "norm_eps", float, "arch.")
         if not 0 < self.eps <= 1:
             raise FormatError(f"manifest: arch.norm_eps {self.eps} out of range (0, 1]")
-        if _get(a, "activation", str, "arch.") != "swiglu":
+        if _get(a, "activation", str, "arch.") not in ("swiglu", "swiglu_oai"):
             raise FormatError(f"manifest: arch.activation {a['activation']!r} not supported")
         if not 0 <= a["n_dense_layers"] <= a["n_layers"]:
             raise FormatError("manifest: arch.n_dense_layers out of range")
@@ -369,8 +382,11 @@ class Container:
             rd = g.get("rope_dim", 0)  # optional: partial RoPE (GLM-4.5)
             if not isinstance(rd, int) or isinstance(rd, bool) or rd < 0 or rd > g["head_dim"] or rd % 2:
                 raise FormatError(f"manifest: arch.gqa.rope_dim {rd!r}")
-            for key in ("qkv_bias", "o_bias", "out_gate"):  # optional: biases, output gate
+            for key in ("qkv_bias", "o_bias", "out_gate", "sinks"):  # optional: biases, output gate, sinks
                 if not isinstance(g.get(key, False), bool):
+                    raise FormatError(f"manifest: arch.gqa.{key} {g[key]!r}")
+            for key in ("swa_window", "swa_pattern", "yarn_orig_ctx"):  # optional (gpt-oss)
+                if not isinstance(g.get(key, 0), int) or isinstance(g.get(key, 0), bool) or g.get(key, 0) < 0:
                     raise FormatError(f"manifest: arch.gqa.{key} {g[key]!r}")
         if "mla" in kinds:
             ml = a["mla"]
@@ -453,7 +469,7 @@ class Container:
             _get(mo, key, int, "arch.moe.")
         _get(mo, "routed_scale", float, "arch.moe.")
         _get(mo, "norm_topk", bool, "arch.moe.")
-        if _get(mo, "router", str, "arch.moe.") not in ("sigmoid", "softmax"):
+        if _get(mo, "router", str, "arch.moe.") not in ("sigmoid", "softmax", "softmax_topk"):
             raise FormatError(f"manifest: arch.moe.router {mo['router']!r}")
         if not 1 <= mo["top_k"] <= mo["n_experts"]:
             raise FormatError("manifest: arch.moe.top_k out of range")
@@ -699,17 +715,28 @@ class Forward:
         elif qn != "none":
             raise FormatError(f"manifest: arch.gqa.qk_norm {qn!r}")
         rd = g.get("rope_dim", 0) or d  # rotate-half on the first rd dims of each head
-        q = np.concatenate([rope(q[:, :rd], p, theta), q[:, rd:]], axis=1)
-        k = np.concatenate([rope(k[:, :rd], p, theta), k[:, rd:]], axis=1)
+        yarn = (float(g.get("yarn_factor", 0) or 0), g.get("yarn_orig_ctx", 0), float(g.get("yarn_beta_fast", 0) or 0),
+                float(g.get("yarn_beta_slow", 0) or 0), float(g.get("rope_mscale", 0) or 1.0),
+                bool(g.get("yarn_unrounded", False)))
+        q = np.concatenate([rope(q[:, :rd], p, theta, yarn), q[:, rd:]], axis=1)
+        k = np.concatenate([rope(k[:, :rd], p, theta, yarn), k[:, rd:]], axis=1)
         st = self.state[l]
         st.setdefault("k", []).append(k)
         st.setdefault("v", []).append(v)
-        K = np.stack(st["k"])  # (t, Hk, d), t = 0..p
-        V = np.stack(st["v"])  # (t, Hk, d)
+        W, P = g.get("swa_window", 0), g.get("swa_pattern", 0)
+        t0 = max(0, p + 1 - W) if W > 0 and (P == 0 or l % P < P - 1) else 0  # sliding layer
+        K = np.stack(st["k"][t0:])  # (t, Hk, d), t = t0..p
+        V = np.stack(st["v"][t0:])  # (t, Hk, d)
+        sinks = self.V(f"blk.{l}.attn_sinks", H) if g.get("sinks", False) else None
         o = np.empty((H, d))
         for j in range(H):
             kvh = j // (H // Hk)
-            a = softmax(K[:, kvh, :] @ q[j] / np.sqrt(d))  # (t)
+            z = K[:, kvh, :] @ q[j] / np.sqrt(d)  # (t)
+            if sinks is None:
+                a = softmax(z)
+            else:  # the head's sink logit joins the denominator
+                m = max(np.max(z), sinks[j])
+                a = np.exp(z - m) / (np.sum(np.exp(z - m)) + np.exp(sinks[j] - m))
             o[j] = a @ V[:, kvh, :]
         if gated:
             o = o * sigmoid(gate)
@@ -836,7 +863,12 @@ class Forward:
         mo, D, eps = self.a["moe"], self.D, self.c.eps
         E, k, dl = mo["n_experts"], mo["top_k"], mo["d_latent"]
         s = self.M(f"blk.{l}.ffn_gate_inp", E, D) @ h                # (E) router logits
-        if mo["router"] == "sigmoid":
+        if mo.get("router_bias", False):
+            s = s + self.V(f"blk.{l}.ffn_gate_inp_bias", E)
+        if mo["router"] == "softmax_topk":  # top-k of the logits, softmax over the k
+            score = s
+            key = s
+        elif mo["router"] == "sigmoid":
             score = sigmoid(s)
             key = score + self.V(f"blk.{l}.exp_probs_b", E)           # the bias only selects
         else:
@@ -856,6 +888,8 @@ class Forward:
             margin = float(key[sel[-1]] - np.max(np.delete(key, sel)))
             self.router_margins.append((self.pos, l, margin))
         w = score[sel]
+        if mo["router"] == "softmax_topk":
+            w = softmax(w)
         if mo["norm_topk"]:
             w = w / np.sum(w)
         w = w * float(mo["routed_scale"])
@@ -865,9 +899,27 @@ class Forward:
         else:
             u = h
         y = np.zeros_like(u)
+        oai = self.a["activation"] == "swiglu_oai"
+        eb = mo.get("expert_bias", False)
+        if eb:
+            F, din = mo["d_expert"], u.shape[0]
+            bg, bu = self.M(f"blk.{l}.ffn_gate_exps_bias", E, F), self.M(f"blk.{l}.ffn_up_exps_bias", E, F)
+            bd = self.M(f"blk.{l}.ffn_down_exps_bias", E, din)
         for wi, e in zip(w, sel):  # summed in selection order
             gate, up, down = self.c.expert(l, int(e))
-            y = y + wi * swiglu(u, gate, up, down)
+            if eb or oai:
+                gg, uu = gate @ u, up @ u
+                if eb:
+                    gg, uu = gg + bg[e], uu + bu[e]
+                if oai:  # gpt-oss's clamped SwiGLU
+                    gg, uu = np.minimum(gg, 7.0), np.clip(uu, -7.0, 7.0)
+                    act = gg * sigmoid(1.702 * gg) * (uu + 1.0)
+                else:
+                    act = silu(gg) * uu
+                ye = down @ act
+                y = y + wi * (ye + bd[e] if eb else ye)
+            else:
+                y = y + wi * swiglu(u, gate, up, down)
         if dl > 0:
             y = self.M(f"blk.{l}.moe_up_proj", D, dl) @ y
         if mo["n_shared"] > 0:
