@@ -663,14 +663,15 @@ TEST(EngineTest, NoCacheReadsALayerAtOnce) {
 namespace {
 
 // The run's read p50/p99 cover every read of the run. The first 8 reads (the
-// prefill's) are delayed by 20 ms; the decode's reads are not. With at most
-// 800 reads those 8 are >= 1% of them, so the run's p99 is >= 20 ms, while the
+// prefill's) are delayed by 250 ms; the decode's reads are not. With at most
+// 800 reads those 8 are >= 1% of them, so the run's p99 is >= 250 ms, while the
 // last forward call's p99 (what the stats reported when the window was reset
-// per call) is far below.
+// per call) is far below. (At 20 ms an undelayed read of nano on a loaded
+// 2-vCPU machine sometimes took longer than that: p50 22.5 ms was seen.)
 void DelayFirstReads(void *, const spill_io_fault_site *site, spill_io_fault *out) {
   if (site->request_seq < 8 && site->attempt == 0) {
     out->kind = SPILL_IO_FAULT_DELAY;
-    out->delay_ns = 20ull * 1000 * 1000;
+    out->delay_ns = 250ull * 1000 * 1000;
   }
 }
 
@@ -692,8 +693,8 @@ TEST(EngineTest, ReadPercentilesCoverTheWholeRun) {
   spill_engine_close(eng);
   ASSERT_GT(st.reads, 8u);
   ASSERT_LE(st.reads, 800u);  // the 8 slow reads are >= 1% of the run
-  EXPECT_GE(st.read_p99_ms, 19.0);
-  EXPECT_LT(st.read_p50_ms, 19.0);  // most reads were not delayed
+  EXPECT_GE(st.read_p99_ms, 240.0);
+  EXPECT_LT(st.read_p50_ms, 240.0);  // most reads were not delayed
   // the last profile row (the last forward call) did not see the slow reads
   std::ifstream pf(prof);
   std::string line, last;
@@ -701,7 +702,7 @@ TEST(EngineTest, ReadPercentilesCoverTheWholeRun) {
   size_t at = last.find("\"read_p99_ms\": ");
   ASSERT_NE(at, std::string::npos) << last;
   double last_p99 = std::atof(last.c_str() + at + 15);
-  EXPECT_LT(last_p99, 19.0) << last;
+  EXPECT_LT(last_p99, 240.0) << last;
 }
 
 }  // namespace
