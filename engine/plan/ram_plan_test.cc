@@ -231,7 +231,8 @@ TEST(RamPlanTest, AvailableRamReadsMemAvailable) {
   EXPECT_EQ(spill_plan_available_ram(), 0u);
   spill_plan_test_meminfo_path(big.c_str());
   EXPECT_EQ(spill_plan_available_ram(), 0u);
-  spill_plan_test_meminfo_path((dir + "/mi-absent").c_str());
+  const std::string absent = dir + "/mi-absent";  // the hook keeps the pointer: not a temporary
+  spill_plan_test_meminfo_path(absent.c_str());
   EXPECT_EQ(spill_plan_available_ram(), 0u);
   spill_plan_test_meminfo_path(nullptr);
   EXPECT_GT(spill_plan_available_ram(), 0u);  // this machine's /proc/meminfo
