@@ -184,6 +184,81 @@ TEST(ExpMachineTest, RowsRecordTheProfileAndNothingIsLeftBehind) {
   EXPECT_EQ(CountEntries(dir, ".spill-swap-"), 0) << "swap file left in " << dir;
 }
 
+// Each run of a machine profile runs in a child inside the cgroup: a cell
+// whose machine cannot hold the engine (almost all of its RAM wired, no
+// swap) is ended by the cgroup's OOM killer, which becomes that run's row
+// ("outcome": "oom-killed", no metrics) while the runner goes on with the
+// next cell; the report says so, and a resume counts the row as done.
+TEST(ExpMachineTest, OomKilledRunIsARowAndTheSweepGoesOn) {
+  std::string why = Unavailable();
+  if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
+  std::string root = Tmp("oom");
+  std::string state = Tmp("oom-state");
+  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  spill_err e = {};
+  // f32 experts, 64 per layer (~12 MiB), all preloaded: more than the
+  // 4 MiB the squeezed cell leaves the run
+  std::string model = root + "/nano-f32";
+  spill_gen_request req = {};
+  req.preset = "nano";
+  req.expert_dtype = "f32";
+  req.experts = 64;
+  ASSERT_EQ(spill_gen(model.c_str(), &req, nullptr, nullptr, &e), 0) << e.msg;
+  std::string text = R"({"name": "oom", "model": ")" + model + R"(",
+    "workload": {"prompt": "out of memory", "decode_tokens": 4},
+    "machine": {"ram": "768M", "swap": "0"},
+    "arms": [{"name": "base", "set": {"preload": "all"}}],
+    "sweep": {"wired": ["764M", "16M"]}, "repeats": 1,
+    "outputs": {"tables": ["md"], "plots": []}})";
+  spill_exp_config cfg;
+  ASSERT_EQ(spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e), 0) << e.msg;
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  std::vector<cJSON *> rows = Rows(std::string(dir) + "/runs.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  int oom = 0, ok = 0;
+  for (cJSON *r : rows) {
+    const cJSON *oc = cJSON_GetObjectItemCaseSensitive(r, "outcome");
+    const cJSON *cell = cJSON_GetObjectItemCaseSensitive(r, "cell");
+    ASSERT_TRUE(cJSON_IsString(cell));
+    if (cJSON_IsString(oc)) {
+      EXPECT_STREQ(oc->valuestring, "oom-killed");
+      EXPECT_NE(std::string(cell->valuestring).find("764M"), std::string::npos) << cell->valuestring;
+      EXPECT_EQ(cJSON_GetObjectItemCaseSensitive(r, "metrics"), nullptr);
+      EXPECT_GE(Num(r, "machine", "profile", "oom_kills"), 1);
+      oom++;
+    } else {
+      EXPECT_NE(std::string(cell->valuestring).find("16M"), std::string::npos) << cell->valuestring;
+      const cJSON *tk = cJSON_GetObjectItemCaseSensitive(r, "tokens");
+      const cJSON *n = cJSON_GetObjectItemCaseSensitive(tk, "n");
+      EXPECT_TRUE(cJSON_IsNumber(n) && n->valueint == 4);
+      EXPECT_GE(Num(r, "machine", "profile", "cgroup_major_faults"), 0);
+      ok++;
+    }
+    cJSON_Delete(r);
+  }
+  EXPECT_EQ(oom, 1);
+  EXPECT_EQ(ok, 1);
+  std::ifstream f(std::string(dir) + "/table.md");
+  std::string table((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(table.find("0 + 1 OOM-killed"), std::string::npos) << table;
+  EXPECT_NE(table.find("OOM killer ended 1 run"), std::string::npos) << table;
+  EXPECT_EQ(table.find("(missing)"), std::string::npos) << table;
+  // a resume has nothing left to run: the OOM-killed run is done
+  o.resume = 1;
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  spill_exp_config_free(&cfg);
+  rows = Rows(std::string(dir) + "/runs.jsonl");
+  EXPECT_EQ(rows.size(), 2u);
+  for (cJSON *r : rows) cJSON_Delete(r);
+  EXPECT_EQ(CountEntries(state, "machine-"), 0);
+}
+
 TEST(ExpMachineTest, KilledRunnerIsCleanedUpByTheNextRunWhichSaysSo) {
   std::string why = Unavailable();
   if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;

@@ -42,6 +42,7 @@ typedef struct group {
   const char *node; /* of its rows (one node per cell, checked at load) */
   int cell_idx, arm;
   int n;
+  int n_oom;  /* runs the machine profile's OOM killer ended: no metrics, not in rows */
   row **rows; /* sorted by repeat (distinct: exp_rows refuses duplicates) */
 } group;
 
@@ -142,7 +143,9 @@ static int report_build(report *R, const spill_exp_config *cfg, const char *file
                                "of one A/B across machines (rerun the cell on one node)",
                                file, g->cell, g0->node, nd);
         g0->node = nd;
-        if (R->parsed.rows[i].arm == a) g->rows[g->n++] = &R->rows[i];
+        if (R->parsed.rows[i].arm != a) continue;
+        if (spill_exp_row_oom_killed(&R->parsed.rows[i])) g->n_oom++;
+        else g->rows[g->n++] = &R->rows[i];
       }
       g->node = g0->node;
       qsort(g->rows, (size_t)g->n, sizeof *g->rows, cmp_row_rep);
@@ -215,7 +218,9 @@ static void summary_cells(report *R, cJSON *s) {
     if (cfg->arms[g->arm].peer.name[0]) cJSON_AddStringToObject(c, "peer", cfg->arms[g->arm].peer.name);
     cJSON_AddNumberToObject(c, "n", g->n);
     if (g->node) cJSON_AddStringToObject(c, "node", g->node);
-    if (g->n < cfg->repeats) cJSON_AddNumberToObject(c, "missing", cfg->repeats - g->n);
+    if (g->n_oom) cJSON_AddNumberToObject(c, "oom_killed", g->n_oom);
+    if (g->n + g->n_oom < cfg->repeats)
+      cJSON_AddNumberToObject(c, "missing", cfg->repeats - g->n - g->n_oom);
     cJSON *m = cJSON_AddObjectToObject(c, "metrics");
     cJSON *k = cJSON_AddObjectToObject(c, "counters");
     for (int i = 0; i < nm && g->n > 0; i++) {
@@ -403,7 +408,10 @@ static char *table_md(report *R) {
     for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, " %s |", vals[a]);
     off += (size_t)snprintf(md + off, cap - off, " %s |", cfg->arms[g->arm].name);
     if (R->has_nodes) off += (size_t)snprintf(md + off, cap - off, " %s |", g->node ? g->node : "-");
-    off += (size_t)snprintf(md + off, cap - off, " %d%s |", g->n, g->n < cfg->repeats ? " (missing)" : "");
+    char oom[48] = "";
+    if (g->n_oom) snprintf(oom, sizeof oom, " + %d OOM-killed", g->n_oom);
+    off += (size_t)snprintf(md + off, cap - off, " %d%s%s |", g->n, oom,
+                            g->n + g->n_oom < cfg->repeats ? " (missing)" : "");
     for (int c = 0; c < N_COLS; c++) {
       values(g, k_cols[c].metric, v);
       spill_stats_summary st;
@@ -423,8 +431,17 @@ static char *table_md(report *R) {
              "read p99 \"-\": these rows hold the last forward call's read latency, not the "
              "run's (engines before the run-wide window); re-run to measure it.\n");
   if (off < cap) {
-    int missing = 0;
-    for (int gi = 0; gi < R->n_groups; gi++) missing += R->groups[gi].n < cfg->repeats;
+    int missing = 0, oom = 0;
+    for (int gi = 0; gi < R->n_groups; gi++) {
+      missing += R->groups[gi].n + R->groups[gi].n_oom < cfg->repeats;
+      oom += R->groups[gi].n_oom;
+    }
+    if (oom && off < cap)
+      off += (size_t)snprintf(md + off, cap - off,
+                              "OOM-killed: the machine profile's OOM killer ended %d run%s (\"+ N "
+                              "OOM-killed\"): the machine could not hold that cell; those runs have "
+                              "no metrics, and the values are over the runs that finished (\"-\" "
+                              "when none did).\n", oom, oom == 1 ? "" : "s");
     if (missing && off < cap)
       off += (size_t)snprintf(md + off, cap - off,
                               "Missing: %d of %d (cell, arm) groups have fewer than %d runs (marked "

@@ -97,6 +97,11 @@ static int parse_hash(const char *s, uint64_t *out) {
   return 0;
 }
 
+int spill_exp_row_oom_killed(const spill_exp_row *r) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(r->j, "outcome");
+  return cJSON_IsString(o) && !strcmp(o->valuestring, SPILL_EXP_OUTCOME_OOM);
+}
+
 void spill_exp_rows_free(spill_exp_rows *r) {
   if (!r) return;
   for (int i = 0; i < r->n; i++) cJSON_Delete(r->rows[i].j);

@@ -33,6 +33,11 @@ typedef struct spill_exp_run {
 int spill_exp_plan_runs(const spill_exp_config *cfg, spill_exp_run **runs_out, int *n_out,
                         spill_err *e);
 
+/* A row's "outcome" when the machine profile's OOM killer ended the run
+ * (the row has no metrics; tokens.n is how far it got). Rows of runs that
+ * finished have no "outcome". */
+#define SPILL_EXP_OUTCOME_OOM "oom-killed"
+
 typedef struct spill_exp_row {
   struct cJSON *j;       /* the parsed row (owned by the spill_exp_rows) */
   int plan;              /* index of the run in the config's plan */
@@ -52,6 +57,8 @@ typedef struct spill_exp_rows {
  * errors) against cfg's plan. On error *out is empty (nothing to free). */
 int spill_exp_rows_parse(const spill_exp_config *cfg, const char *file, char **lines, int n,
                          spill_exp_rows *out, spill_err *e);
+/* The row is of a run the machine's OOM killer ended. */
+int spill_exp_row_oom_killed(const spill_exp_row *r);
 /* Frees what spill_exp_rows_parse allocated; accepts a zeroed struct. */
 void spill_exp_rows_free(spill_exp_rows *r);
 

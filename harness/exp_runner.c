@@ -21,8 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,6 +93,10 @@ typedef struct runner {
    * the model's greedy continuation of it, for (greedy_cell, greedy_arm) */
   int *greedy_seq;
   int greedy_n, greedy_cell, greedy_arm;
+  /* machine-profile runs run in a child (run_in_child): there finish_row
+   * hands the row to the runner through this pipe (-1 = in the runner) */
+  int child_fd;
+  uint8_t *done_oom; /* per done run: OOM-killed (no tokens to compare) */
 } runner;
 
 static void progress(runner *R, const char *phase, const char *key, int done, int total,
@@ -637,9 +644,12 @@ static int setup_dir(runner *R, const char *resolved) {
   return lock_rows(R);
 }
 
-static int add_done(runner *R, const char *key, uint64_t hash, int cell, int arm) {
+static int add_done(runner *R, const char *key, uint64_t hash, int cell, int arm, int oom) {
   if (R->n_done == R->cap_done) {
     int cap = R->cap_done ? R->cap_done * 2 : 64;
+    uint8_t *o = realloc(R->done_oom, (size_t)cap);
+    if (!o) return spill_err_set(R->e, SPILL_E_NOMEM, "no memory");
+    R->done_oom = o;
     char **k = realloc(R->done_keys, (size_t)cap * sizeof *k);
     if (k) R->done_keys = k;
     uint64_t *h = realloc(R->done_hash, (size_t)cap * sizeof *h);
@@ -655,6 +665,7 @@ static int add_done(runner *R, const char *key, uint64_t hash, int cell, int arm
   R->done_hash[R->n_done] = hash;
   R->done_cell[R->n_done] = cell;
   R->done_arm[R->n_done] = arm;
+  R->done_oom[R->n_done] = (uint8_t)(oom != 0);
   R->n_done++;
   return SPILL_OK;
 }
@@ -674,7 +685,7 @@ static int load_done(runner *R) {
   spill_exp_lines_free(lines, n);
   for (int i = 0; rc == SPILL_OK && i < rows.n; i++)
     rc = add_done(R, rows.runs[rows.rows[i].plan].key, rows.rows[i].hash, rows.rows[i].cell,
-                  rows.rows[i].arm);
+                  rows.rows[i].arm, spill_exp_row_oom_killed(&rows.rows[i]));
   spill_exp_rows_free(&rows);
   return rc;
 }
@@ -747,6 +758,7 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
             t->n - 1, token, ts->decode_s, ts->io_wait_s, (unsigned long long)ts->decode_hits,
             (unsigned long long)ts->decode_misses, (unsigned long long)ts->bytes_read,
             (unsigned long long)ts->major_faults);
+  if (t->timeline && t->R->child_fd >= 0) fflush(t->timeline); /* a killed run shows its reach */
   /* the engine saw the machine paging: say so now, not after the run
    * (progress phase "paging", done = the decode token it was detected at) */
   if (ts && ts->paging && !t->paging_told) {
@@ -964,24 +976,52 @@ static void row_machine_tokens(runner *R, cJSON *row, int cell, int n_tokens, ui
   cJSON_AddNumberToObject(row, "wall_s", wall);
 }
 
+/* A run's child tells the runner how it ended, one message on the pipe:
+ * 'R' HASH TOK_S ROW (a finished row) or 'E' CODE MESSAGE (an error). */
+static int child_send(runner *R, char kind, uint64_t hash, double num, const char *text) {
+  size_t n = strlen(text) + 64;
+  char *msg = malloc(n);
+  if (!msg) return spill_err_set(R->e, SPILL_E_NOMEM, "run child: no memory");
+  int len = snprintf(msg, n, "%c %016llx %.17g\n%s", kind, (unsigned long long)hash, num, text);
+  int rc = SPILL_OK;
+  for (int off = 0; off < len;) {
+    ssize_t w = write(R->child_fd, msg + off, (size_t)(len - off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      rc = spill_err_set(R->e, SPILL_E_IO, "run child: writing to the runner: %s", strerror(errno));
+      break;
+    }
+    off += (int)w;
+  }
+  free(msg);
+  return rc;
+}
+
 /* Appends the row, records the run as done and checks exactness: every
  * exact arm and the control produce one token sequence per cell (greedy
  * decoding; placement never changes numerics). Takes the row. */
 static int finish_row(runner *R, const spill_exp_run *run, cJSON *row, uint64_t hash,
                       const char *cell_key, double tok_s) {
   const spill_exp_config *cfg = R->cfg;
+  const cJSON *oc = cJSON_GetObjectItemCaseSensitive(row, "outcome");
+  const int oom = cJSON_IsString(oc) && !strcmp(oc->valuestring, SPILL_EXP_OUTCOME_OOM);
   char *line = cJSON_PrintUnformatted(row);
   cJSON_Delete(row);
   if (!line) return spill_err_set(R->e, SPILL_E_NOMEM, "row: no memory");
+  if (R->child_fd >= 0) { /* in a run's child: the runner appends it */
+    int rc = child_send(R, 'R', hash, tok_s, line);
+    free(line);
+    return rc;
+  }
   int rc = spill_exp_append_line(R->rows_file, line, R->e);
   free(line);
   SPILL_TRY(rc);
-  SPILL_TRY(add_done(R, run->key, hash, run->cell, run->arm));
+  SPILL_TRY(add_done(R, run->key, hash, run->cell, run->arm, oom));
   R->measured_now++;
   const spill_exp_arm *am = &cfg->arms[run->arm];
-  if (am->exact || run->arm == 0) {
+  if (!oom && (am->exact || run->arm == 0)) {
     for (int i = 0; i < R->n_done - 1; i++) {
-      if (R->done_cell[i] != run->cell) continue;
+      if (R->done_cell[i] != run->cell || R->done_oom[i]) continue;
       int other = R->done_arm[i];
       if (other != 0 && !cfg->arms[other].exact) continue;
       if (R->done_hash[i] != hash)
@@ -1223,11 +1263,141 @@ static int do_peer_run(runner *R, const spill_exp_run *run, int measured, int se
   return finish_row(R, run, row, hash, cell_key, tok_s);
 }
 
-static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
-  SPILL_TRY(ensure_lock(R, run->cell));
-  if (R->mach.up) SPILL_TRY(spill_machine_sample(&R->mach, &R->mach_at_run, R->e));
+static int run_here(runner *R, const spill_exp_run *run, int measured, int seq) {
   if (R->cfg->arms[run->arm].peer.name[0]) return do_peer_run(R, run, measured, seq);
   return do_spill_run(R, run, measured, seq);
+}
+
+/* Lines in a run's token timeline: the tokens a killed run got to. */
+static int count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = 0, ch;
+  while ((ch = getc(f)) != EOF) n += ch == '\n';
+  fclose(f);
+  return n;
+}
+
+/* The row of a run the machine's OOM killer ended: no metrics (the report
+ * counts it as OOM-killed, not as a missing run), the tokens it reached,
+ * the machine's counters up to the kill. */
+static int oom_row(runner *R, const spill_exp_run *run, int seq, const spill_machine_counters *at) {
+  char cell_key[200], tl[SPILL_PATH_MAX];
+  cJSON *row = row_head(R, run, seq, cell_key, sizeof cell_key);
+  cJSON_AddStringToObject(row, "outcome", SPILL_EXP_OUTCOME_OOM);
+  snprintf(tl, sizeof tl, "%s/runs/%s/tokens.jsonl", R->dir, run->key);
+  int reached = count_lines(tl);
+  row_machine_tokens(R, row, run->cell, reached, 0, now_s() - R->t_run);
+  cJSON *pr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(row, "machine"),
+                                               "profile");
+  if (pr) cJSON_AddNumberToObject(pr, "oom_kills", (double)(at->oom_kills - R->mach_at_run.oom_kills));
+  if (access(tl, F_OK) == 0)
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(row, "files"), "tokens", tl + strlen(R->dir) + 1);
+  progress(R, "oom-killed", run->key, reached, R->cfg->decode_tokens, 0);
+  return finish_row(R, run, row, 0, cell_key, 0);
+}
+
+/* A run under a machine profile runs in a forked child that joins the
+ * machine's cgroup; the runner stays outside, so when the cgroup's OOM
+ * killer ends the run (SIGKILL, the cgroup's oom_kill count risen) the
+ * sweep goes on: the run gets a row with outcome "oom-killed". The child
+ * opens its own engine (the runner keeps none open while the machine is
+ * up) and hands its row or its error back through a pipe. */
+static int run_in_child(runner *R, const spill_exp_run *run, int measured, int seq) {
+  spill_engine_close(R->eng); /* nothing of the engine in the runner */
+  R->eng = NULL;
+  malloc_trim(0);
+  int fd[2];
+  if (pipe2(fd, O_CLOEXEC) < 0) return spill_err_set(R->e, SPILL_E_IO, "pipe: %s", strerror(errno));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd[0]), close(fd[1]);
+    return spill_err_set(R->e, SPILL_E_IO, "run %s: fork: %s", run->key, strerror(errno));
+  }
+  if (pid == 0) {
+    close(fd[0]);
+    R->child_fd = fd[1];
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a killed runner takes its run along */
+    int rc = spill_machine_enter(&R->mach, R->e);
+    if (rc == SPILL_OK) rc = run_here(R, run, measured, seq);
+    spill_engine_close(R->eng);
+    if (rc < 0) child_send(R, 'E', (uint64_t)(-rc), 0, R->e->msg);
+    fflush(NULL);
+    _exit(rc < 0 ? 3 : 0);
+  }
+  close(fd[1]);
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  int rc = buf ? SPILL_OK : spill_err_set(R->e, SPILL_E_NOMEM, "run %s: no memory", run->key);
+  for (;;) {
+    if (rc == SPILL_OK && len + 4096 > cap) {
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) rc = spill_err_set(R->e, SPILL_E_NOMEM, "run %s: no memory", run->key);
+      else buf = nb, cap *= 2;
+    }
+    char sink[4096];
+    ssize_t r = rc == SPILL_OK ? read(fd[0], buf + len, cap - len - 1) : read(fd[0], sink, sizeof sink);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    if (rc == SPILL_OK) len += (size_t)r;
+  }
+  close(fd[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (buf) buf[len] = 0;
+  spill_machine_counters after;
+  memset(&after, 0, sizeof after);
+  spill_err se = {0};
+  spill_machine_sample(&R->mach, &after, &se);
+  if (rc == SPILL_OK && WIFSIGNALED(status)) {
+    free(buf);
+    if (WTERMSIG(status) == SIGKILL && after.oom_kills > R->mach_at_run.oom_kills) {
+      if (!measured) { /* a warmup: nothing to record, the measured run will tell */
+        progress(R, "oom-killed", run->key, 0, 0, 0);
+        return SPILL_OK;
+      }
+      return oom_row(R, run, seq, &after);
+    }
+    return spill_err_set(R->e, SPILL_E_INTERNAL,
+                         "run %s: its process was killed by signal %d (%s), not by the machine "
+                         "profile's OOM killer (the cgroup's oom_kill count did not rise)",
+                         run->key, WTERMSIG(status), strsignal(WTERMSIG(status)));
+  }
+  char kind = 0;
+  unsigned long long hash = 0;
+  double num = 0;
+  int head = 0;
+  if (rc == SPILL_OK && buf && sscanf(buf, "%c %16llx %lg\n%n", &kind, &hash, &num, &head) < 3)
+    kind = 0;
+  if (rc == SPILL_OK && kind == 'E') {
+    rc = (int)-(long long)hash;
+    if (rc >= 0) rc = SPILL_E_INTERNAL;
+    spill_err_set(R->e, rc, "%s", buf + head);
+  } else if (rc == SPILL_OK && kind == 'R' && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    cJSON *row = cJSON_Parse(buf + head);
+    char cell_key[200];
+    spill_exp_cell_key(R->cfg, run->cell, cell_key, sizeof cell_key);
+    rc = row ? finish_row(R, run, row, hash, cell_key, num)
+             : spill_err_set(R->e, SPILL_E_INTERNAL, "run %s: its child sent a row that is not JSON",
+                             run->key);
+  } else if (rc == SPILL_OK && !(measured == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+                                 len == 0)) {
+    rc = spill_err_set(R->e, SPILL_E_INTERNAL, "run %s: its process ended (status %d) without a row",
+                       run->key, status);
+  }
+  free(buf);
+  return rc;
+}
+
+static int do_run(runner *R, const spill_exp_run *run, int measured, int seq) {
+  SPILL_TRY(ensure_lock(R, run->cell));
+  if (R->mach.up) {
+    SPILL_TRY(spill_machine_sample(&R->mach, &R->mach_at_run, R->e));
+    return run_in_child(R, run, measured, seq);
+  }
+  return run_here(R, run, measured, seq);
 }
 
 /* --publish: a git checkout with no uncommitted changes to tracked files. */
@@ -1440,6 +1610,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   runner R;
   memset(&R, 0, sizeof R);
   R.dir_lock_fd = -1;
+  R.child_fd = -1;
   R.greedy_cell = R.greedy_arm = -1;
   R.cfg = cfg;
   R.o = o;
@@ -1471,7 +1642,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
     remove_failed_start(&R, out_dir, out_n);
   if (R.dir_lock_fd >= 0) close(R.dir_lock_fd); /* releases the flock */
   for (int i = 0; i < R.n_done; i++) free(R.done_keys[i]);
-  free(R.done_keys), free(R.done_hash), free(R.done_cell), free(R.done_arm);
+  free(R.done_keys), free(R.done_hash), free(R.done_cell), free(R.done_arm), free(R.done_oom);
   free(R.prompt);
   free(R.greedy_seq);
   free(runs);

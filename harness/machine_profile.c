@@ -536,12 +536,20 @@ int spill_machine_open(const spill_machine_spec *spec, const char *swap_dir, spi
     read_u64("/proc/sys/vm/swappiness", &sw);
     m->swappiness = (int)sw;
   }
-  char procs[PATH_MAX + 64];
-  cg_file(m, "cgroup.procs", procs, sizeof procs);
-  if ((rc = move_to(procs, e)) < 0) goto fail;
+  /* The ballast is forked from inside the cgroup (it is charged there from
+   * its first page), then the caller moves back home: the engine runs in a
+   * child that joins with spill_machine_enter, so an OOM kill ends that
+   * child and not the caller. */
   if (spec->wired) {
-    if ((rc = spill_ramlock_start(spec->wired, &m->ballast, e)) < 0) {
-      spill_err_prefix(e, "machine.wired");
+    char procs[PATH_MAX + 64];
+    cg_file(m, "cgroup.procs", procs, sizeof procs);
+    if ((rc = move_to(procs, e)) < 0) goto fail;
+    rc = spill_ramlock_start(spec->wired, &m->ballast, e);
+    spill_err ig = {0};
+    if (move_to(m->cg_home, &ig) < 0 && rc >= 0)
+      rc = spill_err_set(e, SPILL_E_IO, "machine profile: moving back to %s: %s", m->cg_home, ig.msg);
+    if (rc < 0) {
+      if (!m->ballast.pid) spill_err_prefix(e, "machine.wired");
       goto fail;
     }
   }
@@ -550,6 +558,17 @@ int spill_machine_open(const spill_machine_spec *spec, const char *swap_dir, spi
 fail:
   spill_machine_close(m);
   return rc;
+}
+
+int spill_machine_enter(const spill_machine *m, spill_err *e) {
+  if (!m->up) return spill_err_set(e, SPILL_E_INVALID_ARG, "machine profile is not up");
+  /* the OOM killer's first choice, before the ballast (raising needs no
+   * capability; lowering the ballast's would need CAP_SYS_RESOURCE) */
+  if (write_text("/proc/self/oom_score_adj", "1000") < 0)
+    return spill_err_set(e, SPILL_E_IO, "machine profile: /proc/self/oom_score_adj: %s", strerror(errno));
+  char procs[PATH_MAX + 64];
+  cg_file(m, "cgroup.procs", procs, sizeof procs);
+  return move_to(procs, e);
 }
 
 int spill_machine_sample(const spill_machine *m, spill_machine_counters *c, spill_err *e) {
@@ -567,6 +586,8 @@ int spill_machine_sample(const spill_machine *m, spill_machine_counters *c, spil
     read_u64(f, &c->usage_swap);
     cg_file(m, "memory.failcnt", f, sizeof f);
     read_u64(f, &c->failcnt);
+    cg_file(m, "memory.oom_control", f, sizeof f); /* "oom_kill N" since Linux 4.13 */
+    if (read_text(f, buf, sizeof buf) > 0) stat_key(buf, "oom_kill", &c->oom_kills);
   } else {
     uint64_t s = 0;
     cg_file(m, "memory.current", f, sizeof f);
@@ -575,7 +596,10 @@ int spill_machine_sample(const spill_machine *m, spill_machine_counters *c, spil
     read_u64(f, &s);
     c->usage_swap = c->usage + s;
     cg_file(m, "memory.events", f, sizeof f);
-    if (read_text(f, buf, sizeof buf) > 0) stat_key(buf, "max", &c->failcnt);
+    if (read_text(f, buf, sizeof buf) > 0) {
+      stat_key(buf, "max", &c->failcnt);
+      stat_key(buf, "oom_kill", &c->oom_kills);
+    }
   }
   if (read_text("/proc/vmstat", buf, sizeof buf) > 0) {
     stat_key(buf, "pswpin", &c->swap_ins);

@@ -62,21 +62,31 @@ typedef struct spill_machine_counters {
   uint64_t major_faults;
   uint64_t swap_ins, swap_outs;
   uint64_t usage, usage_swap, failcnt;
+  uint64_t oom_kills; /* processes the cgroup's OOM killer ended */
 } spill_machine_counters;
 
 /* What can be checked without making anything: the spec is possible, the
  * process is root, a memory controller with swap accounting is mounted and
  * its cgroup is writable, and ram is below this machine's RAM. */
 int spill_machine_check(const spill_machine_spec *spec, spill_err *e);
-/* Sets the machine up and moves the calling process into it. swap_dir is
- * where a swap file is made when the active swap has too little room (the
- * results' filesystem). On failure nothing of it is left. */
+/* Sets the machine up: swap, the cgroup with its limits and the ballast
+ * inside it (protected from the OOM killer). The calling process stays
+ * where it was: what should run in the machine joins it with
+ * spill_machine_enter (the runner forks a child per run, so an OOM kill
+ * ends the run, not the runner). swap_dir is where a swap file is made when
+ * the active swap has too little room (the results' filesystem). On failure
+ * nothing of it is left. */
 int spill_machine_open(const spill_machine_spec *spec, const char *swap_dir, spill_machine *m,
                        spill_err *e);
+/* Moves the calling process into the machine's cgroup (memory it touches
+ * from then on counts against the machine's limits) and makes it the OOM
+ * killer's first choice (oom_score_adj 1000: never the ballast). */
+int spill_machine_enter(const spill_machine *m, spill_err *e);
 /* Samples the counters (cumulative; subtract two samples). */
 int spill_machine_sample(const spill_machine *m, spill_machine_counters *c, spill_err *e);
-/* Moves the process back, stops the ballast, removes the cgroup, turns
- * the swap file off and deletes it, removes the state file. NULL fine. */
+/* Moves the calling process home (if it entered), stops the ballast,
+ * removes the cgroup, turns the swap file off and deletes it, removes the
+ * state file. NULL fine. */
 void spill_machine_close(spill_machine *m);
 /* Undoes what runners that died without closing their machine left (their
  * state files name a dead process). what gets one line per cleaned runner

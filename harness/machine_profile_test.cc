@@ -25,6 +25,29 @@ std::string TmpDir(const char *leaf) {
   return d;
 }
 
+std::string ReadFile(const std::string &path) {
+  std::string out;
+  FILE *f = fopen(path.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  fclose(f);
+  return out;
+}
+
+bool HasPid(const std::string &procs, pid_t pid) {
+  std::string p = std::to_string(pid);
+  size_t at = 0;
+  while ((at = procs.find(p, at)) != std::string::npos) {
+    bool start = at == 0 || procs[at - 1] == '\n';
+    bool end = at + p.size() == procs.size() || procs[at + p.size()] == '\n';
+    if (start && end) return true;
+    at += p.size();
+  }
+  return false;
+}
+
 // Why the profile cannot be set up here ("" = it can): probes with a
 // profile that needs no swap and no ballast.
 std::string Unavailable() {
@@ -83,6 +106,14 @@ TEST(MachineProfileTest, ProcessAboveTheLimitSwapsAndCloseUndoesAll) {
   std::string cg = m.cg_dir, sw = m.swap_file;
   struct stat st;
   EXPECT_EQ(stat(cg.c_str(), &st), 0);
+  // the ballast is inside; the caller is not inside until it enters, and
+  // then it is the OOM killer's first choice
+  std::string procs = ReadFile(cg + "/cgroup.procs");
+  EXPECT_TRUE(HasPid(procs, m.ballast.pid)) << procs;
+  EXPECT_FALSE(HasPid(procs, getpid())) << procs;
+  ASSERT_EQ(spill_machine_enter(&m, &e), SPILL_OK) << e.msg;
+  EXPECT_TRUE(HasPid(ReadFile(cg + "/cgroup.procs"), getpid()));
+  EXPECT_EQ(ReadFile("/proc/self/oom_score_adj"), "1000\n");
   spill_machine_counters a, b;
   ASSERT_EQ(spill_machine_sample(&m, &a, &e), SPILL_OK) << e.msg;
   const size_t n = 160u << 20;
