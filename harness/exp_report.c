@@ -425,7 +425,8 @@ static char *table_md(report *R) {
   free(v);
   off += (size_t)snprintf(md + off, cap - off, "\nValues: median ± IQR/2 over the runs of each cell.\n");
   int old_latency = 0;
-  for (int i = 0; i < R->n_rows; i++) old_latency |= !latency_is_run_wide(&R->rows[i]);
+  for (int i = 0; i < R->n_rows; i++) /* an OOM-killed run has no latency to be stale */
+    old_latency |= !spill_exp_row_oom_killed(&R->parsed.rows[i]) && !latency_is_run_wide(&R->rows[i]);
   if (old_latency)
     off += (size_t)snprintf(md + off, cap - off,
              "read p99 \"-\": these rows hold the last forward call's read latency, not the "
