@@ -586,6 +586,10 @@ int spill_machine_sample(const spill_machine *m, spill_machine_counters *c, spil
     read_u64(f, &c->usage_swap);
     cg_file(m, "memory.failcnt", f, sizeof f);
     read_u64(f, &c->failcnt);
+    uint64_t memsw = 0; /* with swap 0 the memory+swap limit is the one hit */
+    cg_file(m, "memory.memsw.failcnt", f, sizeof f);
+    read_u64(f, &memsw);
+    c->failcnt += memsw;
     cg_file(m, "memory.oom_control", f, sizeof f); /* "oom_kill N" since Linux 4.13 */
     if (read_text(f, buf, sizeof buf) > 0) stat_key(buf, "oom_kill", &c->oom_kills);
   } else {

@@ -57,7 +57,8 @@ typedef struct spill_machine {
 /* Counters of the machine while up: the cgroup's major faults, the
  * system's swap-ins and swap-outs in pages (/proc/vmstat: pswpin/pswpout;
  * system-wide, since cgroup v1 has no per-cgroup count), the cgroup's
- * memory and memory+swap usage, and how often the limit was hit. */
+ * memory and memory+swap usage, and how often a limit was hit (v1: the
+ * memory and the memory+swap limit's failcnt summed; v2: memory.events max). */
 typedef struct spill_machine_counters {
   uint64_t major_faults;
   uint64_t swap_ins, swap_outs;
