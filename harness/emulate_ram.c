@@ -21,16 +21,11 @@
 #include <unistd.h>
 
 int spill_ramlock_meminfo(uint64_t *total, uint64_t *available, spill_err *e) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return spill_err_set(e, SPILL_E_IO, "/proc/meminfo: %s", strerror(errno));
-  char line[256];
-  unsigned long long kb;
-  *total = *available = 0;
-  while (fgets(line, sizeof line, f)) {
-    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = kb * 1024ull;
-    else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *available = kb * 1024ull;
-  }
-  fclose(f);
+  /* MemTotal is the kernel's total RAM pages (sysconf reads the same);
+   * MemAvailable comes from the engine's one /proc/meminfo reader */
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  *total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+  *available = spill_available_ram();
   if (!*total || !*available) return spill_err_set(e, SPILL_E_IO, "/proc/meminfo: no MemTotal/MemAvailable");
   return SPILL_OK;
 }

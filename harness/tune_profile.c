@@ -43,15 +43,9 @@ static void cpu_model(char *buf, size_t n) {
   fclose(f);
 }
 
-static uint64_t mem_total(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  unsigned long long kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) break;
-  fclose(f);
-  return (uint64_t)kb * 1024u;
+static uint64_t mem_total(void) { /* MemTotal: the kernel's total RAM pages */
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
 }
 
 int spill_tune_machine_probe(const char *model_dir, spill_tune_machine *m, spill_err *e) {
