@@ -284,7 +284,7 @@ uint64_t spill_gen_calibrations(void) { return __atomic_load_n(&g_calibrations, 
 
 int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t seed,
                                 float skew, float bias_spread, double precision, double coact,
-                                spill_gen_routing_cal *out, spill_err *e) {
+                                float eps_max, spill_gen_routing_cal *out, spill_err *e) {
   spill_gen_count_calibration();
   mf m;
   int rc = mf_open(&m, n_experts, top_k, sigmoid, bias_spread, seed, e);
@@ -300,6 +300,7 @@ int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t 
     else hi = mid;
   }
   out->eps = 0.5f * (lo + hi);
+  if (out->eps > eps_max) out->eps = eps_max; /* the stream's growth (spill_gen_max_write_rho) */
   /* co-activation rises with c */
   rc = mf_solve_chain(&m, out->eps, coact, &out->chain, e);
   out->bias_spread = bias_spread;

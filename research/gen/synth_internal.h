@@ -135,6 +135,23 @@ static inline float spill_gen_write_scale(float rho, int layer) {
   return rho * powf(1.0f + 2.0f * rho * rho, 0.5f * (float)layer);
 }
 
+/* The most the stream's rms may grow over a model's layers (times the reuse
+ * base's sqrt(1 + G^2) <= sqrt(5)): the writers' weights grow with it and
+ * are stored with f16 scales (q4/q8 groups, rvq3 rows; max 65504), so the
+ * growth is held to 2^16 whatever the layer count. Uncapped, a writer ratio
+ * of 0.77 (74 experts top-16 at precision 0.81) grows the stream 2.2^46-fold
+ * over 93 layers: the f16 scales of its late writers overflow to inf and
+ * every logit is NaN. */
+#define SPILL_GEN_MAX_STREAM_GROWTH 65536.0
+
+/* The largest writer ratio rho whose stream grows at most
+ * SPILL_GEN_MAX_STREAM_GROWTH-fold over n_layers layers:
+ * (1 + 2 rho^2)^(n_layers / 2) = growth. */
+static inline double spill_gen_max_write_rho(int n_layers) {
+  if (n_layers < 1) return 1e30;
+  return sqrt((pow(SPILL_GEN_MAX_STREAM_GROWTH, 2.0 / (double)n_layers) - 1.0) / 2.0);
+}
+
 /* With next-token reuse (base G > 0), layer 0's KDA attention writes rms G
  * into a stream of rms 1 and every other residual writer is
  * spill_gen_write_scale times sqrt(1 + G^2): the stream after layer 0's
@@ -165,7 +182,9 @@ typedef struct spill_gen_routing_cal {
   float bias_spread; /* exp_probs_b std for the coverage target at this chain */
 } spill_gen_routing_cal;
 
-/* Solves eps for the lookahead precision, then chain for the co-activation
+/* Solves eps for the lookahead precision (then capped at eps_max: the
+ * stream's growth, spill_gen_max_write_rho; the precision predicted is then
+ * above the one asked), then chain for the co-activation
  * (synth_calib.c). bias_spread: skew x spill_gen_calibrate_bias's spread,
  * solved without sharing; with chain > 0 on a sigmoid router the spread is
  * re-solved (times skew) so that the shared rows keep the coverage target.
@@ -173,7 +192,7 @@ typedef struct spill_gen_routing_cal {
  * values, so their realization matters). Deterministic in its arguments. coact <= 0: chain 0. */
 int spill_gen_calibrate_routing(int n_experts, int top_k, int sigmoid, uint64_t seed,
                                 float skew, float bias_spread, double precision, double coact,
-                                spill_gen_routing_cal *out, spill_err *e);
+                                float eps_max, spill_gen_routing_cal *out, spill_err *e);
 
 /* Next-token reuse (docs/GEN.md, "Routing statistics"): in the mean-field
  * router model of spill_gen_calibrate_routing, every router projection of
@@ -245,6 +264,7 @@ typedef struct spill_gen_plan_full {
   float skew;
   float bias_spread; /* exp_probs_b std: skew x calibrated spread */
   float write_rho;   /* rms of each residual writer relative to the stream (write_scale) */
+  int write_rho_capped; /* the precision solve wanted more (spill_gen_max_write_rho) */
   float chain;       /* share c of every router row drawn from one matrix all MoE
                         layers share (rows permuted per layer): paired experts of
                         two layers have router rows correlated c */

@@ -807,9 +807,15 @@ static int plan_routing(const spill_gen_opts *o, const gen_shape *s, float skew,
   p->want_coact = co;
   memset(&p->cal, 0, sizeof p->cal);
   p->cal.bias_spread = spread;
-  if (s->n_layers > s->n_dense && !o->shape_only)
+  /* two writers between the lookahead point and the next router: eps =
+   * sqrt(2) rho, rho held where the stream would outgrow f16 scales */
+  const float eps_max = (float)(sqrt(2.0) * spill_gen_max_write_rho(s->n_layers));
+  p->write_rho_capped = 0;
+  if (s->n_layers > s->n_dense && !o->shape_only) {
     SPILL_TRY(spill_gen_calibrate_routing(s->n_experts, s->top_k, !s->softmax_router, o->seed, skew,
-                                          spread, prec, co, &p->cal, e));
+                                          spread, prec, co, eps_max, &p->cal, e));
+    p->write_rho_capped = p->cal.eps == eps_max;
+  }
   p->write_rho = p->cal.eps / sqrtf(2.0f);
   p->chain = p->cal.chain;
   p->bias_spread = p->cal.bias_spread;
@@ -884,9 +890,13 @@ static void plan_summarize(const gen_shape *s, uint64_t trunk, int n_tensors,
     used = strlen(sum->text);
     snprintf(sum->text + used, sizeof sum->text - used,
              "routing: lookahead precision (width %d) %.3f asked, %.3f by the mean-field model "
-             "(writer ratio %.4f); co-activation %.3f asked, %.3f by the mean-field model (shared "
+             "(writer ratio %.4f%s); co-activation %.3f asked, %.3f by the mean-field model (shared "
              "router rows %.3f)%s\n",
              SPILL_GEN_LA_WIDTH, p->want_precision, p->cal.precision, (double)p->write_rho,
+             p->write_rho_capped ? ", capped: a larger one grows the stream more than 2^16-fold "
+                                   "over these layers, past f16 weight scales; the precision asked "
+                                   "is out of reach at this shape"
+                                 : "",
              p->want_coact, p->cal.coact, (double)p->chain,
              p->cal.coact < p->want_coact - 0.02 ? ": co-activation out of reach at this shape" : "");
     used = strlen(sum->text);
