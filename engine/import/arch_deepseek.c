@@ -14,8 +14,12 @@
  * into attn_kv_b. As everywhere (import_plan.c), every config key is used,
  * harmless or checked, and every source tensor is consumed (MTP layers
  * excepted: HF num_nextn_predict_layers, GGUF nextn_predict_layers, which
- * block_count includes; GLM-4.7-Flash's GGUF is a deepseek2 with one). A
- * row of arch_registry.c.
+ * block_count includes; GLM-4.7-Flash's GGUF is a deepseek2 with one).
+ * GLM-4.7-Flash's own checkpoint (model_type glm4_moe_lite) is read the way
+ * llama.cpp's converter reads it (a DeepSeek-V2 model class): sigmoid
+ * scoring without a scoring_func key, partial_rotary_factor 1 only, and
+ * its rms_norm_eps for every norm, q_a / kv_a included. Rows of
+ * arch_registry.c.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -88,7 +92,10 @@ static int hf_rope_scaling(const cJSON *root, ds_cfg *c, spill_err *e) {
 
 /* scoring_func x topk_method -> router, groups; norm/scale per V2 or V3 code. */
 static int hf_routing(const cJSON *root, const char *mt, ds_cfg *c, spill_err *e) {
-  const char *sf = jstr(root, "scoring_func", "softmax"), *tm = jstr(root, "topk_method", "greedy");
+  /* glm4_moe_lite has no scoring_func: its routers are sigmoid + bias (llama.cpp's deepseek2
+   * loader sets sigmoid for it) */
+  const char *sf = jstr(root, "scoring_func", strcmp(mt, "glm4_moe_lite") ? "softmax" : "sigmoid");
+  const char *tm = jstr(root, "topk_method", "greedy");
   double rsf;
   SPILL_TRY(spill_json_num_opt(root, "routed_scaling_factor", "config.json", 0, 1e6, 1.0, &rsf,
                                SPILL_E_FORMAT, e));
@@ -136,6 +143,9 @@ static int hf_routing(const cJSON *root, const char *mt, ds_cfg *c, spill_err *e
 
 static int hf_values(const cJSON *root, ds_cfg *c, spill_err *e) {
   const cJSON *v;
+  double prf;
+  SPILL_TRY(spill_json_num_opt(root, "partial_rotary_factor", "config.json", 0, 1, 1.0, &prf, SPILL_E_FORMAT, e));
+  if (prf != 1.0) return unsupported("partial_rotary_factor", "RoPE on part of qk_rope_head_dim; only 1", e);
   v = cJSON_GetObjectItemCaseSensitive(root, "attention_bias");
   if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v)) return unsupported("attention_bias", "attention biases", e);
   if (strcmp(jstr(root, "hidden_act", "silu"), "silu")) return unsupported("hidden_act", "only silu", e);
@@ -148,7 +158,7 @@ static int hf_values(const cJSON *root, ds_cfg *c, spill_err *e) {
   return spill_json_bool_opt(root, "tie_word_embeddings", "config.json", 0, &c->tied, SPILL_E_FORMAT, e);
 }
 
-static int hf_dims(const cJSON *root, ds_cfg *c, spill_err *e) {
+static int hf_dims(const cJSON *root, const char *mt, ds_cfg *c, spill_err *e) {
   SPILL_TRY(imp_cfg_int(root, "config.json", "vocab_size", 1, 16777216, 0, 1, &c->V, e));
   SPILL_TRY(imp_cfg_int(root, "config.json", "hidden_size", 1, 1048576, 0, 1, &c->D, e));
   SPILL_TRY(imp_cfg_int(root, "config.json", "num_hidden_layers", 1, SPILL_MAX_LAYERS, 0, 1, &c->L, e));
@@ -167,8 +177,9 @@ static int hf_dims(const cJSON *root, ds_cfg *c, spill_err *e) {
   SPILL_TRY(spill_json_num(root, "rms_norm_eps", "config.json", 1e-30, 1, &c->eps, SPILL_E_FORMAT, e));
   /* The modelling code builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default eps 1e-6
    * whatever rms_norm_eps says; the container gives them the layer norms' eps, so only 1e-6 (the
-   * released DeepSeek-V2/V3 configs' value) imports the same model. */
-  if (c->eps != 1e-6)
+   * released DeepSeek-V2/V3 configs' value) imports the same model. GLM-4.7-Flash (1e-5) is read
+   * as llama.cpp's conversion reads it: one eps for every norm. */
+  if (c->eps != 1e-6 && strcmp(mt, "glm4_moe_lite"))
     return unsupported("rms_norm_eps", "other than 1e-6: q_a_layernorm and kv_a_layernorm keep 1e-6", e);
   SPILL_TRY(spill_json_num_opt(root, "rope_theta", "config.json", 1e-6, 1e12, 10000.0, &c->theta,
                                SPILL_E_FORMAT, e));
@@ -186,9 +197,9 @@ static int hf_config(imp_src *s, const char *dir, const cJSON *root, ds_cfg *c, 
       "moe_layer_freq", "n_group", "topk_group", "topk_method", "scoring_func", "norm_topk_prob",
       "routed_scaling_factor", "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
       "attention_bias", "hidden_act", "pretraining_tp", "quantization_config",
-      "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size", NULL};
+      "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size", "partial_rotary_factor", NULL};
   SPILL_TRY(imp_cfg_only_keys(root, s->arch_name, keys, e));
-  SPILL_TRY(hf_dims(root, c, e));
+  SPILL_TRY(hf_dims(root, s->arch_name, c, e));
   SPILL_TRY(hf_values(root, c, e));
   SPILL_TRY(hf_routing(root, s->arch_name, c, e));
   SPILL_TRY(hf_rope_scaling(root, c, e));

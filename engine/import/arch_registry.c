@@ -28,6 +28,9 @@ const imp_arch_row imp_arch_rows[] = {
      IMP_GQA_MIXTRAL},
     {{"DeepSeek-V2/V3, Kimi-K2", {"deepseek_v2", "deepseek_v3", "kimi_k2"}, "deepseek2", NULL, NULL},
      imp_deepseek_plan_hf, imp_deepseek_plan_gguf, 0},
+    /* GLM-4.7-Flash's checkpoint: llama.cpp converts it as a DeepSeek-V2
+     * (deepseek2 with nextn_predict_layers, which the row above reads) */
+    {{"GLM-4.7-Flash", {"glm4_moe_lite"}, "deepseek2", "(the DeepSeek row)", NULL}, imp_deepseek_plan_hf, NULL, 0},
     {{"Kimi-Linear", {"kimi_linear"}, "kimi-linear", NULL, NULL}, imp_kimi_linear_plan_hf, imp_kimi_linear_plan_gguf,
      0},
     {{"Kimi K3", {NULL}, "kimi-k3", NULL, "KimiK3ForConditionalGeneration"}, imp_kimi_k3_plan_hf,

@@ -56,6 +56,11 @@ VARIANTS = {
                n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.827,
                rope_scaling=dict(type="yarn", factor=32.0, original_max_position_embeddings=64,
                                  beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)),
+    # GLM-4.7-Flash (glm4_moe_lite, llama.cpp converts it as deepseek2): no scoring_func key
+    # (sigmoid + bias), noaux_tc, one group, rms_norm_eps 1e-5 for every norm, an MTP layer
+    "glmlite": dict(model_type="glm4_moe_lite", ql=32, scoring_func="sigmoid", topk_method="noaux_tc",
+                    n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.8, mtp=1,
+                    rope_scaling=None, glm=True),
 }
 
 
@@ -131,6 +136,12 @@ def hf_config(var, c):
            "attention_dropout": 0.0, "torch_dtype": "bfloat16", "ep_size": 1}
     if v.get("mtp"):
         cfg["num_nextn_predict_layers"] = v["mtp"]
+    if v.get("glm"):  # GLM-4.7-Flash's config: its own class and keys
+        cfg["architectures"] = ["Glm4MoeLiteForCausalLM"]
+        for k in ("scoring_func", "aux_loss_alpha", "seq_aux", "pretraining_tp", "ep_size"):
+            del cfg[k]
+        cfg.update(rms_norm_eps=1e-5, partial_rotary_factor=1.0, rope_theta=1000000.0, dtype="bfloat16")
+        del cfg["torch_dtype"]
     return cfg
 
 
@@ -318,7 +329,7 @@ class Model:
                                                                "qk_rope_head_dim", "v_head_dim"))
         self.dc = cfg["kv_lora_rank"]
         self.k = cfg["num_experts_per_tok"]
-        self.sig = cfg.get("scoring_func", "softmax") == "sigmoid"
+        self.sig = cfg.get("scoring_func", "sigmoid" if cfg["model_type"] == "glm4_moe_lite" else "softmax") == "sigmoid"
         self.tm = cfg.get("topk_method", "greedy")
         self.ng, self.tg = cfg.get("n_group", 1) or 1, cfg.get("topk_group", 1) or 1
         self.norm = cfg.get("norm_topk_prob", False) and self.k > 1
