@@ -10,10 +10,10 @@
  * where this one stopped (docs/FORMAT.md "Session files").
  * Lines: text = a user message; /reset clears the conversation; /exit or
  * end of input quits. Needs a model with a tokenizer and a chat template
- * (an imported checkpoint). A Kimi K3 (XTML) reply is split as the server
- * splits it (server/reply_channels.h): the think channel goes to stderr
- * after "[think] ", the response to stdout, and only the response is kept
- * in the conversation. Client of spill.h (and the server's pure splitter).
+ * (an imported checkpoint). A Kimi K3 (XTML) or gpt-oss (harmony) reply
+ * is split as the server splits it (server/reply_channels.h): the think
+ * (analysis) channel goes to stderr after "[think] ", the response to
+ * stdout, and only the response is kept in the conversation. Client of spill.h (and the server's pure splitter).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
@@ -48,9 +48,10 @@ typedef struct turn {
   size_t n, cap;
   int oom;
   volatile int *stop; /* Ctrl-C */
-  int split;          /* an XTML reply: ch splits it */
+  int split;          /* an XTML or harmony reply: ch splits it */
   spill_srv_channels ch;
-  int32_t xtml[4];    /* the marker tokens' ids */
+  int32_t mark[8];    /* the format's marker tokens' ids */
+  int n_mark;
   int thinking;       /* "[think] " printed, its line not ended */
 } turn;
 
@@ -97,8 +98,8 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
     keep(t, text, k);
     return *t->stop || t->oom;
   }
-  for (int m = 0; m < 4; m++) /* the markers print nothing: the splitter reads their text */
-    if (token == t->xtml[m]) {
+  for (int m = 0; m < t->n_mark; m++) /* the markers print nothing: the splitter reads their text */
+    if (token == t->mark[m]) {
       text = spill_tok_piece(t->tok, token, &k);
       if (!text) k = 0;
     }
@@ -138,14 +139,16 @@ int cli_chat_turn(spill_engine *eng, const spill_chat_msg *msgs, size_t n_msgs, 
   int *toks = malloc((size_t)cap * sizeof(int));
   rc = toks ? spill_tokenize(eng, prompt, 0, toks, cap, &n, e)
                 : spill_err_set(e, SPILL_E_NOMEM, "chat: out of memory");
-  turn t = {tok, NULL, 0, 0, 0, stop, 0, {0}, {-1, -1, -1, -1}, 0};
-  static const char *const xtml[4] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
-  int markers = 1;
-  for (int m = 0; m < 4; m++) {
-    t.xtml[m] = spill_tok_find(tok, xtml[m], strlen(xtml[m]));
-    markers &= t.xtml[m] >= 0 && spill_tok_is_special(tok, t.xtml[m]);
+  turn t = {tok, NULL, 0, 0, 0, stop, 0, {0}, {0}, 0, 0};
+  /* split when the prompt opens an XTML channel or a harmony header and the
+   * tokenizer has every marker of that format as a special token */
+  t.split = spill_srv_channels_detect(prompt, strlen(prompt));
+  const char *const *texts;
+  t.n_mark = (int)spill_srv_channels_markers(t.split, &texts);
+  for (int m = 0; m < t.n_mark; m++) {
+    t.mark[m] = spill_tok_find(tok, texts[m], strlen(texts[m]));
+    if (t.mark[m] < 0 || !spill_tok_is_special(tok, t.mark[m])) t.split = SPILL_SRV_CH_OFF;
   }
-  t.split = markers ? spill_srv_channels_detect(prompt, strlen(prompt)) : SPILL_SRV_CH_OFF;
   if (t.split) spill_srv_channels_init(&t.ch, t.split);
   free(prompt);
   if (rc == SPILL_OK)

@@ -1,6 +1,6 @@
 /* fuzz/fuzz_server_request.c: libFuzzer target for the HTTP server's
  * request parser (server/request_parse.c) and the generated-text pipeline
- * (server/completion_text.c) and the XTML reply splitter (server/reply_channels.c).
+ * (server/completion_text.c) and the XTML / harmony reply splitter (server/reply_channels.c).
  *
  * Input: byte 0 picks the endpoint (even: chat, odd: completions), the rest
  * is the request body, as untrusted as any HTTP body. Any bytes must give a
@@ -28,7 +28,7 @@ static int valid_utf8(const unsigned char *p, size_t n);
 
 /* The splitter over s[0..n) whole and in 3-byte pieces: the same output. */
 static void check_channels(const char *s, size_t n) {
-  for (int start = SPILL_SRV_CH_REASONING; start <= SPILL_SRV_CH_CONTENT; start++) {
+  for (int start = SPILL_SRV_CH_REASONING; start <= SPILL_SRV_CH_HARMONY; start++) {
     spill_srv_channels a, b;
     spill_srv_channels_init(&a, start);
     spill_srv_channels_init(&b, start);

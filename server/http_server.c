@@ -72,8 +72,9 @@ struct job {
   int last_token;
   const char *finish;         /* "stop" | "length" | NULL */
   int oom;
-  /* an XTML chat (Kimi K3's format): the reply split into reasoning_content
-   * and content (server/reply_channels.h); split 0 = the whole reply is content */
+  /* an XTML (Kimi K3) or harmony (gpt-oss) chat: the reply split into
+   * reasoning_content and content (server/reply_channels.h); split 0 = the
+   * whole reply is content */
   int split;
   spill_srv_channels ch;
 };
@@ -94,7 +95,10 @@ struct spill_server {
   uint64_t next_id, id_salt;
   const spill_tok *tok;      /* the engine's tokenizer (borrowed), NULL = bytes */
   const char *chat_template; /* its chat template (borrowed), or NULL */
-  int32_t xtml[4];           /* ids of <|open|> <|close|> <|sep|> <|end_of_msg|>, or -1 */
+  /* the marker tokens of XTML [0] and harmony [1] (spill_srv_channels_markers);
+   * mark_ok: the tokenizer has all of that format's as special tokens */
+  int32_t mark[2][8];
+  int n_mark[2], mark_ok[2];
   spill_srv_metrics m;
   spill_srv_gate *gate;
   int n_conns;   /* libmicrohttpd connections open (under mu) */
@@ -320,12 +324,13 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
   pthread_mutex_lock(&s->mu);
   j->completion_tokens++;
   j->last_token = token;
-  /* an XTML reply's markers are special tokens (they print nothing): the
-   * splitter reads them as their text */
+  /* an XTML or harmony reply's markers are special tokens (they print
+   * nothing): the splitter reads them as their text */
   size_t tlen = strlen(text);
+  int f = j->split == SPILL_SRV_CH_HARMONY;
   if (j->split)
-    for (int k = 0; k < 4; k++)
-      if (token == s->xtml[k]) {
+    for (int k = 0; k < s->n_mark[f]; k++)
+      if (token == s->mark[f][k]) {
         const char *piece = spill_tok_piece(s->tok, token, &tlen);
         if (piece) text = piece;
         else tlen = 0;
@@ -412,9 +417,11 @@ static int render_prompt(spill_server *s, job *j, char **text, int *add_bos, spi
     b.cancel_user = j;
     if (msgs) rc = spill_tok_chat_render_budget(s->tok, msgs, (size_t)j->req.n_messages, 1, &b, text, e);
     free(msgs);
-    /* Kimi K3's XTML: the generation prompt opens a channel */
-    if (rc == SPILL_OK && s->xtml[0] >= 0) {
+    /* Kimi K3's XTML or gpt-oss's harmony: the generation prompt opens a
+     * channel or a message header */
+    if (rc == SPILL_OK) {
       j->split = spill_srv_channels_detect(*text, strlen(*text));
+      if (j->split && !s->mark_ok[j->split == SPILL_SRV_CH_HARMONY]) j->split = SPILL_SRV_CH_OFF;
       if (j->split) spill_srv_channels_init(&j->ch, j->split);
     }
     *add_bos = 0;
@@ -1120,6 +1127,22 @@ static void gate_answered(void *user, const char *path, size_t path_len, int sta
   spill_srv_metrics_http(&s->m, p[0] ? endpoint_of(p) : SPILL_EP_OTHER, status);
 }
 
+/* The XTML (Kimi K3) and harmony (gpt-oss) markers' ids; a format splits
+ * replies only when the tokenizer has all of its markers as special tokens
+ * and the model has a chat template. */
+static void find_markers(spill_server *s) {
+  static const int fmt[2] = {SPILL_SRV_CH_REASONING, SPILL_SRV_CH_HARMONY};
+  for (int f = 0; f < 2; f++) {
+    const char *const *texts;
+    s->n_mark[f] = (int)spill_srv_channels_markers(fmt[f], &texts);
+    s->mark_ok[f] = s->chat_template != NULL;
+    for (int k = 0; k < s->n_mark[f]; k++) {
+      s->mark[f][k] = s->chat_template ? spill_tok_find(s->tok, texts[k], strlen(texts[k])) : -1;
+      if (s->mark[f][k] < 0 || !spill_tok_is_special(s->tok, s->mark[f][k])) s->mark_ok[f] = 0;
+    }
+  }
+}
+
 int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_server **out,
                       spill_err *e) {
   *out = NULL;
@@ -1173,12 +1196,7 @@ int spill_server_open(spill_engine *eng, const spill_server_opts *o, spill_serve
    * through its own template when it has one */
   s->tok = spill_engine_tokenizer(eng);
   if (s->tok && spill_tok_chat_template(s->tok)) s->chat_template = spill_tok_chat_template(s->tok);
-  /* Kimi K3's XTML markers, when the tokenizer has all four as special tokens */
-  static const char *const xtml[4] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
-  for (int k = 0; k < 4; k++) {
-    s->xtml[k] = s->chat_template ? spill_tok_find(s->tok, xtml[k], strlen(xtml[k])) : -1;
-    if (s->xtml[k] < 0 || !spill_tok_is_special(s->tok, s->xtml[k])) s->xtml[0] = -1;
-  }
+  find_markers(s);
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
   socklen_t ss_len;

@@ -1,4 +1,5 @@
-/* server/reply_channels.c: the XTML reply splitter (reply_channels.h).
+/* server/reply_channels.c: the XTML and harmony reply splitters
+ * (reply_channels.h).
  *
  * A small state machine over the text not yet decided (pend): optional
  * literals (the message and channel openers a model may repeat) are taken
@@ -23,7 +24,35 @@ static const char TOOLS_START[] = "<|open|>tools<|sep|>";
 static const char MSG_END[] = "<|close|>message<|sep|>";
 static const char EOM[] = "<|end_of_msg|>";
 
-enum { S_MSG_START, S_THINK_START, S_REASON, S_RESP_START, S_CONTENT, S_TRAILER };
+static const char H_START[] = "<|start|>assistant";
+static const char H_CHANNEL[] = "<|channel|>";
+static const char H_MESSAGE[] = "<|message|>";
+static const char H_END[] = "<|end|>";
+static const char H_RETURN[] = "<|return|>";
+static const char H_CALL[] = "<|call|>";
+#define H_HEADER_MAX 512 /* a header longer than this is not one: plain text */
+
+static const char *const XTML_MARKERS[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
+static const char *const HARMONY_MARKERS[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                              "<|return|>", "<|call|>", "<|constrain|>"};
+
+enum {
+  S_MSG_START, S_THINK_START, S_REASON, S_RESP_START, S_CONTENT, S_TRAILER,
+  S_H_NEXT, S_H_HEAD, S_H_REASON, S_H_FINAL, S_H_PREAMBLE
+};
+
+size_t spill_srv_channels_markers(int start, const char *const **texts) {
+  if (start == SPILL_SRV_CH_HARMONY) {
+    *texts = HARMONY_MARKERS;
+    return sizeof HARMONY_MARKERS / sizeof *HARMONY_MARKERS;
+  }
+  if (start == SPILL_SRV_CH_REASONING || start == SPILL_SRV_CH_CONTENT) {
+    *texts = XTML_MARKERS;
+    return sizeof XTML_MARKERS / sizeof *XTML_MARKERS;
+  }
+  *texts = NULL;
+  return 0;
+}
 
 static int ends_with(const char *s, size_t n, const char *suf) {
   size_t k = strlen(suf);
@@ -34,12 +63,15 @@ int spill_srv_channels_detect(const char *prompt, size_t len) {
   if (!prompt) return SPILL_SRV_CH_OFF;
   if (ends_with(prompt, len, THINK_START)) return SPILL_SRV_CH_REASONING;
   if (ends_with(prompt, len, RESP_START)) return SPILL_SRV_CH_CONTENT;
+  if (ends_with(prompt, len, H_START)) return SPILL_SRV_CH_HARMONY;
   return SPILL_SRV_CH_OFF;
 }
 
 void spill_srv_channels_init(spill_srv_channels *c, int start) {
   memset(c, 0, sizeof *c);
-  c->state = start == SPILL_SRV_CH_CONTENT ? S_RESP_START : S_MSG_START;
+  c->state = start == SPILL_SRV_CH_CONTENT ? S_RESP_START
+             : start == SPILL_SRV_CH_HARMONY ? S_H_HEAD
+                                             : S_MSG_START;
 }
 
 void spill_srv_channels_free(spill_srv_channels *c) {
@@ -110,6 +142,41 @@ static int in_channel(spill_srv_channels *c, int ch, const char *const *ends, co
   return 0;
 }
 
+/* A harmony message header, up to <|message|>: 1 = decided, 0 = wait. */
+static int harmony_header(spill_srv_channels *c, int final) {
+  size_t k = strlen(H_CHANNEL), m = c->n_pend < k ? c->n_pend : k;
+  int looks = !memcmp(c->pend, H_CHANNEL, m) || (c->n_pend >= 1 && c->pend[0] == ' ');
+  if (!looks) { c->state = S_H_FINAL; return 1; } /* no header: plain text */
+  const char *msg = memmem(c->pend, c->n_pend, H_MESSAGE, strlen(H_MESSAGE));
+  if (!msg) {
+    if (!final && c->n_pend <= H_HEADER_MAX) return 0;
+    c->state = S_H_FINAL; /* never a header: the text is content */
+    return 1;
+  }
+  size_t hl = (size_t)(msg - c->pend);
+  /* the channel is the last one named (gpt-oss-20b sometimes writes a stray
+   * `<|channel|>commentary to=assistant` first, as llama.cpp's parser notes) */
+  const char *ch = NULL;
+  for (const char *q = c->pend; (q = memmem(q, hl - (size_t)(q - c->pend), H_CHANNEL, k)); q += k) ch = q;
+  const char *name = ch ? ch + k : "";
+  size_t nl = ch ? hl - (size_t)(name - c->pend) : 0;
+  size_t w = 0;
+  while (w < nl && name[w] != ' ' && name[w] != '<') w++;
+  /* a recipient other than the assistant itself makes the message a tool call */
+  int to = 0;
+  for (const char *q = c->pend; !to && (q = memmem(q, hl - (size_t)(q - c->pend), " to=", 4)); q += 4) {
+    size_t left = hl - (size_t)(q + 4 - c->pend);
+    to = !(left >= 9 && !memcmp(q + 4, "assistant", 9) &&
+           (left == 9 || q[13] == ' ' || q[13] == '<'));
+  }
+  if (to) c->state = S_TRAILER; /* a tool call: not the reply's text */
+  else if (w == 8 && !memcmp(name, "analysis", 8)) c->state = S_H_REASON;
+  else if (w == 10 && !memcmp(name, "commentary", 10)) c->state = S_H_PREAMBLE;
+  else c->state = S_H_FINAL;
+  consume(c, hl + strlen(H_MESSAGE));
+  return 1;
+}
+
 static void run(spill_srv_channels *c, int final) {
   /* the end-of-message token ends the reply wherever it comes (it is the
    * model's end of turn, never text) */
@@ -117,6 +184,9 @@ static void run(spill_srv_channels *c, int final) {
   static const int reason_next[] = {S_RESP_START, S_CONTENT, S_TRAILER, S_TRAILER};
   static const char *const content_ends[] = {RESP_END, TOOLS_START, MSG_END, EOM};
   static const int content_next[] = {S_TRAILER, S_TRAILER, S_TRAILER, S_TRAILER};
+  static const char *const h_ends[] = {H_END, H_RETURN, H_CALL, H_START};
+  static const int h_reason_next[] = {S_H_NEXT, S_TRAILER, S_TRAILER, S_H_HEAD};
+  static const int h_final_next[] = {S_TRAILER, S_TRAILER, S_TRAILER, S_TRAILER};
   for (int more = 1; more && !c->oom;) {
     switch (c->state) {
       case S_MSG_START: more = optional_literal(c, MSG_START, S_THINK_START, final); break;
@@ -124,6 +194,11 @@ static void run(spill_srv_channels *c, int final) {
       case S_RESP_START: more = optional_literal(c, RESP_START, S_CONTENT, final); break;
       case S_REASON: more = in_channel(c, 0, reason_ends, reason_next, 4, final); break;
       case S_CONTENT: more = in_channel(c, 1, content_ends, content_next, 4, final); break;
+      case S_H_NEXT: more = optional_literal(c, H_START, S_H_HEAD, final); break;
+      case S_H_HEAD: more = harmony_header(c, final); break;
+      case S_H_REASON: more = in_channel(c, 0, h_ends, h_reason_next, 4, final); break;
+      case S_H_FINAL: more = in_channel(c, 1, h_ends, h_final_next, 4, final); break;
+      case S_H_PREAMBLE: more = in_channel(c, 1, h_ends, h_reason_next, 4, final); break;
       default: c->n_pend = 0; more = 0; break; /* the trailer is not returned */
     }
   }

@@ -1,5 +1,6 @@
 /* server/reply_channels.h: a chat reply split into its think channel and
- * its response, for models whose chat format is Kimi K3's XTML.
+ * its response, for models whose chat format is Kimi K3's XTML or gpt-oss's
+ * harmony.
  *
  * Role: the rendered prompt of such a model ends with the generation prompt
  * `<|open|>message role="assistant"<|sep|><|open|>think<|sep|>` (thinking,
@@ -18,6 +19,20 @@
  *   message closer or <|end_of_msg|> (the model's end of turn) inside the
  *   think channel ends the reply too: it is never text.
  *
+ * harmony (gpt-oss; llama.cpp's server, common/parsers/gpt-oss.cpp, returns the
+ * analysis channel as `reasoning_content`): the generation prompt ends with
+ * `<|start|>assistant`, and the reply is messages
+ *   HEADER<|message|>TEXT<|end|> [<|start|>assistant HEADER...]
+ * where HEADER is `<|channel|>NAME` with maybe a recipient ` to=...` and a
+ * `<|constrain|>` type. analysis: TEXT is reasoning, up to <|end|> (then the
+ * next message), <|return|> or <|call|>; final: TEXT is content and ends the
+ * reply at <|end|>, <|return|> or <|call|>; a header with a recipient is a
+ * tool call and ends the reply's text (not returned, as XTML's tools
+ * section; ` to=assistant`, a stray prefix gpt-oss-20b writes, is none);
+ * commentary without one (a preamble for the user) is content up
+ * to <|end|>. A reply with no header is all content; a header that never
+ * reaches <|message|> is released as content at the end.
+ *
  * Text that may be the start of a marker is held until it is decided, so
  * feeding the text in any pieces gives the same two strings, and the
  * streamed deltas concatenate to the whole reply's. Pure; no engine, no I/O.
@@ -33,10 +48,22 @@ extern "C" {
 
 /* Which channel the reply starts in, from the rendered prompt's end:
  * SPILL_SRV_CH_REASONING after `<|open|>think<|sep|>`, SPILL_SRV_CH_CONTENT
- * after `<|open|>response<|sep|>`, SPILL_SRV_CH_OFF otherwise (no split:
- * the whole reply is content). */
-enum { SPILL_SRV_CH_OFF = 0, SPILL_SRV_CH_REASONING = 1, SPILL_SRV_CH_CONTENT = 2 };
+ * after `<|open|>response<|sep|>` (XTML), SPILL_SRV_CH_HARMONY after
+ * `<|start|>assistant`, SPILL_SRV_CH_OFF otherwise (no split: the whole
+ * reply is content). */
+enum {
+  SPILL_SRV_CH_OFF = 0,
+  SPILL_SRV_CH_REASONING = 1,
+  SPILL_SRV_CH_CONTENT = 2,
+  SPILL_SRV_CH_HARMONY = 3
+};
 int spill_srv_channels_detect(const char *prompt, size_t len);
+/* The marker texts of the format a start value belongs to (XTML's 4 or
+ * harmony's 7; 0 for SPILL_SRV_CH_OFF), *texts borrowed. They are special
+ * tokens, which decode to nothing: a caller splits only when the tokenizer
+ * has every one of them as a special token, and feeds a marker token as its
+ * text (spill_tok_piece). */
+size_t spill_srv_channels_markers(int start, const char *const **texts);
 
 typedef struct spill_srv_channels {
   int state;      /* internal (reply_channels.c) */
@@ -48,7 +75,7 @@ typedef struct spill_srv_channels {
   int oom;
 } spill_srv_channels;
 
-/* start: SPILL_SRV_CH_REASONING or SPILL_SRV_CH_CONTENT. */
+/* start: SPILL_SRV_CH_REASONING, SPILL_SRV_CH_CONTENT or SPILL_SRV_CH_HARMONY. */
 void spill_srv_channels_init(spill_srv_channels *c, int start);
 void spill_srv_channels_free(spill_srv_channels *c);
 /* Feeds generated text. Returns 0, or -1 out of memory (then sticky). */

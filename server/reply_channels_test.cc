@@ -99,3 +99,56 @@ TEST(ReplyChannelsTest, ThinkThenResponseThenTheTrailerIsDropped) {
 }
 
 }  // namespace
+
+// gpt-oss's harmony format (its chat template's generation prompt ends with
+// `<|start|>assistant`; llama.cpp's server, common/chat.cpp's gpt-oss parser,
+// returns the analysis channel as reasoning_content and the final channel
+// as content).
+TEST(ReplyChannelsTest, HarmonyIsDetectedFromTheGenerationPrompt) {
+  std::string p = "<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>Hi<|end|>"
+                  "<|start|>assistant";
+  EXPECT_EQ(spill_srv_channels_detect(p.c_str(), p.size()), SPILL_SRV_CH_HARMONY);
+  std::string q = p + "<|channel|>final<|message|>";
+  EXPECT_EQ(spill_srv_channels_detect(q.c_str(), q.size()), SPILL_SRV_CH_OFF);
+  const char *const *texts = nullptr;
+  size_t n = spill_srv_channels_markers(SPILL_SRV_CH_HARMONY, &texts);
+  ASSERT_EQ(n, 7u);
+  EXPECT_STREQ(texts[0], "<|start|>");
+  EXPECT_EQ(spill_srv_channels_markers(SPILL_SRV_CH_REASONING, &texts), 4u);
+  EXPECT_STREQ(texts[0], "<|open|>");
+  EXPECT_EQ(spill_srv_channels_markers(SPILL_SRV_CH_OFF, &texts), 0u);
+}
+
+TEST(ReplyChannelsTest, HarmonyAnalysisThenFinal) {
+  const int H = SPILL_SRV_CH_HARMONY;
+  Expect("<|channel|>analysis<|message|>User says hi. Reply <short>.<|end|>"
+         "<|start|>assistant<|channel|>final<|message|>Hello! <|end|> is text here? no<|return|>",
+         H, "User says hi. Reply <short>.", "Hello! ");
+  // straight to the final channel; what follows <|return|> is not returned
+  Expect("<|channel|>final<|message|>Just this.<|return|>junk", H, "", "Just this.");
+  // two analysis messages join; an unfinished final is released at the end
+  Expect("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|>"
+         "<|start|>assistant<|channel|>final<|message|>partial <|ret",
+         H, "ab", "partial <|ret");
+  // a tool call (a recipient in the header) ends the reply's text: the call
+  // itself is not content, as the XTML tools section is not
+  Expect("<|channel|>analysis<|message|>need weather<|end|><|start|>assistant to=functions.get_weather"
+         "<|channel|>commentary <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
+         H, "need weather", "");
+  Expect("<|channel|>commentary to=functions.now <|constrain|>json<|message|>{}<|call|>", H, "", "");
+  // no header at all: the model answered in plain text
+  Expect("Plain answer <b>.", H, "", "Plain answer <b>.");
+  // a header that never reaches <|message|>: released as content at the end
+  Expect("<|channel|>final", H, "", "<|channel|>final");
+  // the analysis cut off by the token limit stays reasoning
+  Expect("<|channel|>analysis<|message|>thinking about <|e", H, "thinking about <|e", "");
+  // a preamble on the commentary channel with no recipient is for the user
+  Expect("<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant<|channel|>final"
+         "<|message|>Done.<|return|>",
+         H, "", "Let me check.Done.");
+  // gpt-oss-20b's stray commentary prefix addressed to the assistant is no tool call
+  Expect("<|channel|>commentary to=assistant<|channel|>analysis<|message|>hmm<|end|>"
+         "<|start|>assistant<|channel|>final<|message|>ok<|return|>",
+         H, "hmm", "ok");
+  Expect("", H, "", "");
+}

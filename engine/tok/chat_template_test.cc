@@ -217,6 +217,56 @@ TEST(ChatTemplateTest, GlmTemplatesMatchJinja2) {
   EXPECT_EQ(out.substr(out.size() - tail.size()), tail) << out;
 }
 
+// gpt-oss's harmony template (llama.cpp's models/templates/
+// openai-gpt-oss-120b.jinja, the one the checkpoints ship; read from the
+// peer's source tree at test time, not stored here) over testdata/chat_oss's
+// conversations (our own: system / developer, reasoning_effort and
+// model_identity, earlier turns' thinking dropped, typed tool namespaces with
+// builtin browser/python tools, tool calls with and without their analysis,
+// the training form ending in <|return|>) and the generic ones of
+// testdata/chat: identical bytes to jinja2 (the date strftime_now writes
+// included), or both raise (channel tags in content, a tool result with no
+// call, and generic conversations the template refuses).
+TEST(ChatTemplateTest, GptOssHarmonyTemplateMatchesJinja2) {
+  const char *peer = getenv("SPILL_LLAMA_PEER");
+  std::string src = peer ? std::string(peer) : "";
+  src = src.substr(0, src.rfind('/'));
+  src = src.substr(0, src.rfind('/')) + "/src/models/templates/openai-gpt-oss-120b.jinja";
+  if (!peer || Slurp(src).empty())
+    GTEST_SKIP() << "llama.cpp peer source not found (run ./lab peers; looked for " << src << ")";
+  if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/osstmpl";
+  std::string ctxdir = Runfile("engine/tok/testdata/chat_oss");
+  ASSERT_EQ(system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && cp '" + src + "' '" + dir +
+                    "/gpt-oss.jinja' && cp '" + ctxdir + "'/ctx_*.json '" + Runfile("engine/tok/testdata/chat") +
+                    "'/ctx_*.json '" + dir + "'/")
+                       .c_str()),
+            0);
+  std::vector<std::string> ctxs = List(dir, ".json");
+  ASSERT_GE(ctxs.size(), 15u);
+  // the five good harmony conversations and five of testdata/chat render;
+  // the two bad ones and three generic ones raise in both
+  EXPECT_GE(CompareDirWithJinja2(dir, ctxs.size()), 10);  // 10 identical at 7 + 8 conversations
+  char *got = nullptr;
+  spill_err e{};
+  ASSERT_EQ(spill_chat_render_json(Slurp(src).c_str(), Slurp(ctxdir + "/ctx_oss_tools.json").c_str(), &got, &e),
+            SPILL_OK)
+      << e.msg;
+  std::string out = got;
+  free(got);
+  EXPECT_EQ(out.rfind("<|start|>system<|message|>You are ChatGPT", 0), 0u) << out;
+  EXPECT_NE(out.find("type get_weather = (_: {\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+                     "{\"city\": \"Paris\", \"days\": 2}<|call|>"),
+            std::string::npos)
+      << out;
+  const std::string tail = "<|start|>functions.now to=assistant<|channel|>commentary<|message|>\"12:00\"<|end|>"
+                           "<|start|>assistant";
+  ASSERT_GE(out.size(), tail.size());
+  EXPECT_EQ(out.substr(out.size() - tail.size()), tail) << out;
+}
+
 TEST(ChatTemplateTest, MessagesApiEqualsTheJsonForm) {
   std::string tmpl = Slurp(Runfile("engine/tok/testdata/chat/qwen3.jinja"));
   spill_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}};

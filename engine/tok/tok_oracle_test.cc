@@ -10,7 +10,10 @@
 // test stays fast: the hand-written edge cases below (every script, emoji
 // and ZWJ, whitespace and digit runs, special-token lookalikes, invalid
 // UTF-8) plus slices of /usr/share/common-licenses. The 5 MB corpus runs
-// as tools/tok/oracle_corpus.sh.
+// as tools/tok/oracle_corpus.sh. gptoss: gpt-oss's o200k_harmony as its
+// checkpoint ships it (tools/tok/gptoss_tokenizer.js writes the files from
+// js-tiktoken's ranks) and as the GGUF (pre gpt-4o), against js-tiktoken
+// with harmony's special tokens.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -56,9 +59,9 @@ struct Expect {
 };
 
 bool RunOracle(const std::string &family, const std::string &corpus, std::vector<Expect> *out,
-               std::string *why) {
+               std::string *why, const std::string &extra = "") {
   std::string cmd = "node '" + OracleScript() + "' '" + NpmDir() + "' " + family + " '" + corpus +
-                    "'";
+                    "'" + (extra.empty() ? "" : " '" + extra + "'");
   FILE *p = popen(cmd.c_str(), "r");
   if (!p) {
     *why = "popen failed";
@@ -113,8 +116,16 @@ TEST_P(OracleTest, IdsAndRoundTripMatchTheReference) {
                     "npm oracle into cache/npm; ./lab test passes it)";
   }
   if (system("node --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
-  std::string src;
-  if (family == "o200k" || family == "cl100k") {
+  std::string src, extra;
+  std::string tools = OracleScript().substr(0, OracleScript().rfind('/'));
+  if (family == "gptoss") {
+    // gpt-oss's checkpoint files (tokenizer.json + tokenizer_config.json),
+    // written from js-tiktoken's o200k_base ranks and the harmony specials
+    src = std::string(getenv("TEST_TMPDIR")) + "/gptoss";
+    std::string cmd = "node '" + tools + "/gptoss_tokenizer.js' '" + npm + "' '" + src + "' >/dev/null";
+    ASSERT_EQ(system(cmd.c_str()), 0) << cmd;
+    extra = src + "/specials.json";
+  } else if (family == "o200k" || family == "cl100k") {
     src = std::string(getenv("TEST_TMPDIR")) + "/" + family + "_base.tiktoken";
     std::string cmd = "node '" + OracleScript().substr(0, OracleScript().rfind('/')) +
                       "/jstiktoken_ranks.js' '" + npm + "' " + family + " '" + src + "'";
@@ -130,7 +141,7 @@ TEST_P(OracleTest, IdsAndRoundTripMatchTheReference) {
   tok_test::WriteCorpus(corpus, docs);
   std::vector<Expect> want;
   std::string why;
-  ASSERT_TRUE(RunOracle(family, corpus, &want, &why)) << why;
+  ASSERT_TRUE(RunOracle(family, corpus, &want, &why, extra)) << why;
   ASSERT_EQ(want.size(), docs.size());
   size_t same = 0;
   for (size_t i = 0; i < docs.size(); i++) {
@@ -173,10 +184,10 @@ TEST_P(OracleTest, IdsAndRoundTripMatchTheReference) {
   // The same vocabulary as a GGUF (tokenizer.ggml.*, written the way
   // llama.cpp's converter does) must tokenize identically.
   const char *pre = family == "qwen3" ? "qwen2" : family == "deepseek_v3" ? "deepseek-v3"
-                    : family == "llama3" ? "llama-bpe" : nullptr;
+                    : family == "llama3" ? "llama-bpe" : family == "gptoss" ? "gpt-4o" : nullptr;
   if (!pre) return;
   std::string gguf = std::string(getenv("TEST_TMPDIR")) + "/" + family + ".gguf";
-  std::string script = OracleScript().substr(0, OracleScript().rfind('/')) + "/hf_to_gguf_tokenizer.py";
+  std::string script = tools + "/hf_to_gguf_tokenizer.py";
   std::string cmd = "/usr/bin/python3 '" + script + "' '" + src + "/tokenizer.json' " + pre + " '" + gguf + "'";
   ASSERT_EQ(system(cmd.c_str()), 0) << cmd;
   spill_tok *g = nullptr;
@@ -198,6 +209,6 @@ TEST_P(OracleTest, IdsAndRoundTripMatchTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Families, OracleTest,
                          ::testing::Values("qwen3", "deepseek_v3", "llama3", "llama2", "o200k",
-                                           "cl100k"));
+                                           "cl100k", "gptoss"));
 
 }  // namespace

