@@ -105,7 +105,8 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
     }
   if (k && spill_srv_channels_push(&t->ch, text, k)) t->oom = 1;
   split_out(t, 0);
-  return *t->stop || t->oom;
+  /* harmony's <|call|> ends the turn as EOS does */
+  return *t->stop || t->oom || spill_srv_channels_turn_ends(t->split, text, k);
 }
 
 /* Renders msgs with the model's template (under the default render budget;

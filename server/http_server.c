@@ -77,6 +77,7 @@ struct job {
    * whole reply is content */
   int split;
   spill_srv_channels ch;
+  int turn_end; /* the format's end-of-turn marker came (harmony's <|call|>) */
 };
 
 struct spill_server {
@@ -336,11 +337,12 @@ static int on_token(void *user, int token, const char *text, const spill_run_sta
         else tlen = 0;
       }
   int stopped = spill_srv_text_push(&j->text, text, tlen);
+  if (j->split && spill_srv_channels_turn_ends(j->split, text, tlen)) j->turn_end = 1;
   if (stopped < 0) j->oom = 1;
   if (j->req.stream) stream_text(j, 0);
   /* a client that went away stops the generation here, at this token */
   if (!j->cancel && peer_gone(j->fd)) j->cancel = 1;
-  int stop = stopped != 0 || j->cancel || j->oom || (s->stop && *s->stop);
+  int stop = stopped != 0 || j->turn_end || j->cancel || j->oom || (s->stop && *s->stop);
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&s->mu);
   return stop;
@@ -521,7 +523,7 @@ static void finish_job(spill_server *s, job *j, int rc, const spill_run_stats *s
   } else if (j->cancel || (s->stop && *s->stop && !j->text.stopped)) {
     fin = SPILL_FIN_CANCELLED;
     j->finish = "length"; /* only seen if the server is shutting down */
-  } else if (j->text.stopped ||
+  } else if (j->text.stopped || j->turn_end ||
              (j->completion_tokens > 0 && s->eos_id >= 0 && j->last_token == s->eos_id)) {
     fin = SPILL_FIN_STOP;
     j->finish = "stop";

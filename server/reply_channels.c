@@ -54,6 +54,10 @@ size_t spill_srv_channels_markers(int start, const char *const **texts) {
   return 0;
 }
 
+int spill_srv_channels_turn_ends(int start, const char *p, size_t n) {
+  return start == SPILL_SRV_CH_HARMONY && n == strlen(H_CALL) && !memcmp(p, H_CALL, n);
+}
+
 static int ends_with(const char *s, size_t n, const char *suf) {
   size_t k = strlen(suf);
   return n >= k && !memcmp(s + n - k, suf, k);

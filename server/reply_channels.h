@@ -64,6 +64,12 @@ int spill_srv_channels_detect(const char *prompt, size_t len);
  * has every one of them as a special token, and feeds a marker token as its
  * text (spill_tok_piece). */
 size_t spill_srv_channels_markers(int start, const char *const **texts);
+/* 1 when the marker text p[0..n) ends the model's turn in the format of
+ * start although it is not the tokenizer's EOS: harmony's `<|call|>` (a tool
+ * call waits for its result; gpt-oss's generation_config lists it with
+ * `<|return|>`, and llama.cpp stops there). The caller stops generating
+ * after it, with finish reason "stop". */
+int spill_srv_channels_turn_ends(int start, const char *p, size_t n);
 
 typedef struct spill_srv_channels {
   int state;      /* internal (reply_channels.c) */

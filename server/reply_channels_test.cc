@@ -152,3 +152,11 @@ TEST(ReplyChannelsTest, HarmonyAnalysisThenFinal) {
          H, "hmm", "ok");
   Expect("", H, "", "");
 }
+
+TEST(ReplyChannelsTest, HarmonyToolCallEndsTheTurn) {
+  EXPECT_EQ(spill_srv_channels_turn_ends(SPILL_SRV_CH_HARMONY, "<|call|>", 8), 1);
+  EXPECT_EQ(spill_srv_channels_turn_ends(SPILL_SRV_CH_HARMONY, "<|end|>", 7), 0);
+  EXPECT_EQ(spill_srv_channels_turn_ends(SPILL_SRV_CH_HARMONY, "<|call|>x", 9), 0);
+  EXPECT_EQ(spill_srv_channels_turn_ends(SPILL_SRV_CH_REASONING, "<|call|>", 8), 0);
+  EXPECT_EQ(spill_srv_channels_turn_ends(SPILL_SRV_CH_OFF, "<|call|>", 8), 0);
+}
