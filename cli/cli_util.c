@@ -191,13 +191,13 @@ void cli_print_run_summary(spill_engine *eng, const spill_run_stats *st) {
   fprintf(stderr,
           "spill: %d prompt + %d generated tokens, prefill %.2fs, decode %.2fs, %.3f tok/s | "
           "hits %llu misses %llu (hit rate %.1f%%) | read %s in %llu reads | storage %s, "
-          "io %s, policy %s, lookahead %d\n",
+          "io %s (%s), policy %s, lookahead %d\n",
           st->tokens_prefill, st->tokens_decode, st->prefill_s, st->decode_s,
           st->decode_tok_per_s, (unsigned long long)st->demand_hits,
           (unsigned long long)st->demand_misses, acc ? 100.0 * st->demand_hits / acc : 0.0,
           cli_bytes(st->bytes_read, b, sizeof b), (unsigned long long)st->reads,
-          spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend), c->policy,
-          c->lookahead);
+          spill_storage_name(c->storage), spill_io_backend_kind_name(c->io_backend),
+          spill_engine_io_backend_why(eng), c->policy, c->lookahead);
   if (st->preload_records)
     fprintf(stderr,
             "spill: preload: %llu expert records (%s) read into the cache in %.2fs (%.2f GB/s) "

@@ -45,7 +45,8 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
          "\"bytes_read\": %llu, \"reads\": %llu, \"io_wait_s\": %.4f, \"major_faults\": %llu, "
          "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
          "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
-         "\"parallel_sections\": %llu, \"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
+         "\"parallel_sections\": %llu, \"ctx_switches_voluntary\": %llu, "
+         "\"ctx_switches_involuntary\": %llu, \"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
          "\"routing_trace\": %s%s%s, \"lookahead_precision_by_rank\": [",
          model, st->tokens_prefill, st->tokens_decode, st->decode_tok_per_s, st->decode_s,
          st->prefill_s, (unsigned long long)st->demand_hits,
@@ -59,6 +60,8 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
                                                             : spill_engine_plan(eng)->cache_slots),
          (unsigned long long)spill_engine_plan(eng)->budget, c->threads,
          (unsigned long long)st->compute_parallel_sections,
+         (unsigned long long)st->ctx_switches_voluntary,
+         (unsigned long long)st->ctx_switches_involuntary,
          (unsigned long long)st->max_reads_in_flight, (unsigned long long)c->io_throttle,
          c->io_throttle ? "true" : "false", c->routing_trace ? "\"" : "",
          c->routing_trace ? c->routing_trace : "null", c->routing_trace ? "\"" : "");
@@ -68,7 +71,10 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
            st->lookahead_rank_made[r]
                ? (double)st->lookahead_rank_correct[r] / st->lookahead_rank_made[r]
                : 0.0);
-  printf("]}\n");
+  char *why = spill_json_quote(spill_engine_io_backend_why(eng),
+                               strlen(spill_engine_io_backend_why(eng)));
+  printf("], \"io_backend_why\": %s}\n", why ? why : "null");
+  free(why);
 }
 
 static int bench_single(const char *model, const spill_config *cfg, const char *prompt,

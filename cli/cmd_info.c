@@ -1,6 +1,9 @@
 /* cli/cmd_info.c: `spill info`: a container's shape and sizes from its
- * manifest (spill_info_read; no weights are read), as text or --json. */
+ * manifest (spill_info_read; no weights are read), and the expert read
+ * backend io_backend auto picks on this machine and why
+ * (spill_io_backend_choose), as text or --json. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli_util.h"
@@ -23,18 +26,29 @@ int cmd_info(int argc, char **argv) {
   spill_err e = {0};
   int rc = spill_info_read(model, &in, &e);
   if (rc) return cli_fail("info", rc, e.msg);
+  /* what io_backend auto gives this model's expert reads on this machine
+   * (default storage and depth), as spill_engine_open decides it */
+  spill_config dc;
+  spill_config_default(&dc);
+  char why[320];
+  const spill_io_backend_kind io =
+      spill_io_backend_choose(dc.io_backend, dc.storage, dc.io_depth, why, sizeof why);
   if (json) {
+    char *why_q = spill_json_quote(why, strlen(why));
     printf("{\"name\": \"%s\", \"arch\": \"%s\", \"layers\": %d, \"moe_layers\": %d, "
            "\"dense_layers\": %d, \"attn\": {\"mla\": %d, \"kda\": %d, \"gqa\": %d, \"gdn\": %d}, "
            "\"d_model\": %d, \"vocab_size\": %d, \"experts\": %d, \"top_k\": %d, "
            "\"d_expert\": %d, \"d_latent\": %d, \"shared_experts\": %d, \"expert_dtype\": \"%s\", "
            "\"record_bytes\": %llu, \"trunk_bytes\": %llu, \"container_bytes\": %llu, "
-           "\"params_total\": %llu, \"params_active\": %llu}\n",
+           "\"params_total\": %llu, \"params_active\": %llu, \"io_backend\": \"%s\", "
+           "\"io_backend_why\": %s}\n",
            in.name, in.family, in.n_layers, in.n_moe_layers, in.n_dense_layers, in.n_mla,
            in.n_kda, in.n_gqa, in.n_gdn, in.d_model, in.vocab_size, in.n_experts, in.top_k, in.d_expert,
            in.d_latent, in.n_shared, in.expert_dtype, (unsigned long long)in.record_bytes,
            (unsigned long long)in.trunk_bytes, (unsigned long long)in.container_bytes,
-           (unsigned long long)in.params_total, (unsigned long long)in.params_active);
+           (unsigned long long)in.params_total, (unsigned long long)in.params_active,
+           spill_io_backend_kind_name(io), why_q ? why_q : "null");
+    free(why_q);
     return 0;
   }
   char b1[32], b2[32], b3[32];
@@ -55,5 +69,7 @@ int cmd_info(int argc, char **argv) {
          in.params_total / 1e9);
   printf("params_active    %llu (%.3f B, %.1f%%)\n", (unsigned long long)in.params_active,
          in.params_active / 1e9, in.params_total ? 100.0 * in.params_active / in.params_total : 0);
+  printf("io_backend       %s (%s; this machine, storage %s)\n", spill_io_backend_kind_name(io),
+         why, spill_storage_name(dc.storage));
   return 0;
 }

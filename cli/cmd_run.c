@@ -80,20 +80,28 @@ typedef struct run_report {
   double load_s; /* the session's load */
 } run_report;
 
-static void print_json(const run_report *r, const spill_run_stats *st) {
+static void print_json(spill_engine *eng, const run_report *r, const spill_run_stats *st) {
+  const char *why = spill_engine_io_backend_why(eng);
+  char *why_q = spill_json_quote(why, strlen(why));
   fprintf(stderr,
           "{\"tokens_prompt\": %d, \"tokens_cached\": %d, \"tokens_prefill\": %d, "
           "\"tokens_decode\": %d, \"prefill_s\": %.6f, \"decode_s\": %.6f, "
           "\"decode_tok_per_s\": %.4f, \"reads\": %llu, \"bytes_read\": %llu, "
           "\"session_loaded_tokens\": %d, \"session_load_s\": %.6f, \"session_saved_tokens\": %d, "
           "\"draft_tokens\": %llu, \"draft_accepted\": %llu, \"decode_forwards\": %llu, "
-          "\"draft_switched_off\": %llu, \"status\": \"%s\"}\n",
+          "\"draft_switched_off\": %llu, \"ctx_switches_voluntary\": %llu, "
+          "\"ctx_switches_involuntary\": %llu, \"io_backend\": \"%s\", \"io_backend_why\": %s, "
+          "\"status\": \"%s\"}\n",
           r->n_prompt, st->tokens_cached, st->tokens_prefill, st->tokens_decode, st->prefill_s,
           st->decode_s, st->decode_tok_per_s, (unsigned long long)st->reads,
           (unsigned long long)st->bytes_read, r->n_loaded, r->load_s, r->n_saved,
           (unsigned long long)st->draft_tokens, (unsigned long long)st->draft_accepted,
           (unsigned long long)st->decode_forwards, (unsigned long long)st->draft_switched_off,
-          spill_status_name(r->rc));
+          (unsigned long long)st->ctx_switches_voluntary,
+          (unsigned long long)st->ctx_switches_involuntary,
+          spill_io_backend_kind_name(spill_engine_config(eng)->io_backend),
+          why_q ? why_q : "null", spill_status_name(r->rc));
+  free(why_q);
 }
 
 static void print_text(spill_engine *eng, const run_report *r, const spill_run_stats *st) {
@@ -196,7 +204,7 @@ int cmd_run(int argc, char **argv) {
   if (interrupted) fprintf(stderr, "spill run: interrupted: %s\n", rc ? e.msg : "stopped");
   const run_report r = {session, n,  n_loaded, saved ? spill_engine_tokens(eng, NULL) : -1,
                         rc,      interrupted, load_s};
-  if (json) print_json(&r, &st);
+  if (json) print_json(eng, &r, &st);
   else print_text(eng, &r, &st);
   free(toks);
   spill_engine_close(eng);

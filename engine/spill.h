@@ -48,7 +48,11 @@ typedef enum spill_trunk_mode {
 
 typedef enum spill_io_backend_kind {
   SPILL_IO_PREAD = 0, /* pread worker pool */
-  SPILL_IO_URING = 1, /* io_uring */
+  SPILL_IO_URING = 1, /* io_uring, reaped by the compute thread polling the stream */
+  SPILL_IO_AUTO = 2,  /* io_uring where the kernel gives a ring at open, else the
+                         pread pool; resolved at spill_engine_open (the engine's
+                         config then holds the backend chosen, and
+                         spill_engine_io_backend_why says why) */
 } spill_io_backend_kind;
 
 /* Matvec inputs: f32, or quantised to 8 bits per matvec input (Q8_0 for
@@ -79,7 +83,7 @@ typedef struct spill_config {
   int prefill_chunk;      /* prefill_chunk: prompt tokens per chunk (16; 1 = sequential) */
   int io_threads;         /* io_threads: pread workers (4) */
   int io_depth;           /* io_depth: reads in flight (32) */
-  spill_io_backend_kind io_backend; /* io_backend: pread | uring */
+  spill_io_backend_kind io_backend; /* io_backend: auto | pread | uring (auto) */
   spill_storage storage;  /* storage: direct | pagecache | mmap */
   spill_trunk_mode trunk; /* trunk: read | mmap | mlock */
   spill_act_quant act_quant; /* act_quant: q8 | f32 matvec inputs (q8: integer dots where the weight dtype has them) */
@@ -199,7 +203,23 @@ size_t spill_utf8_check(const char *s, size_t n);
 /* Names for reports. */
 const char *spill_storage_name(spill_storage s);
 const char *spill_trunk_mode_name(spill_trunk_mode t);
-const char *spill_io_backend_kind_name(spill_io_backend_kind b);
+const char *spill_io_backend_kind_name(spill_io_backend_kind b); /* pread, uring, auto */
+
+/* The expert read backend an engine with io_backend `asked`, storage
+ * `storage` and io_depth `io_depth` (0: the default 32) gets on this machine
+ * now, and why (written to why, n bytes, NUL-terminated; may be NULL):
+ * - pread or uring asked: that backend, "set: io_backend pread" (an engine
+ *   asked for uring where the kernel refuses it fails to open, by name);
+ * - auto with storage mmap: pread, "auto: storage mmap reads through page
+ *   faults; io_uring has no reads to queue";
+ * - auto: uring when an io_uring ring of io_depth entries opens (one is
+ *   opened and closed here), "auto: io_uring available"; else pread,
+ *   "auto: io_uring refused: <the kernel's reason>" (missing from the kernel,
+ *   kernel.io_uring_disabled, a seccomp filter, the memlock limit).
+ * spill_engine_open resolves auto this way (spill_engine_io_backend_why);
+ * `spill info` prints it for the machine it runs on. Thread-safe. */
+spill_io_backend_kind spill_io_backend_choose(spill_io_backend_kind asked, spill_storage storage,
+                                              int io_depth, char *why, size_t n);
 
 /* ------------------------------------------------------------------------ */
 /* Model information (from the manifest; no weights are read). */
@@ -363,6 +383,11 @@ const spill_config *spill_engine_config(const spill_engine *eng);
 /* Human-readable warnings from open (O_DIRECT fallback, budget at the floor,
  * io_uring unavailable, ...), one per line; "" if none. */
 const char *spill_engine_warnings(const spill_engine *eng);
+/* Why the engine reads experts with the backend in spill_engine_config's
+ * io_backend (never auto once open): spill_io_backend_choose's reason, or
+ * "auto: io_uring refused at open: ..." when the probe's ring opened but
+ * the stream's did not. Borrowed, valid until close. */
+const char *spill_engine_io_backend_why(const spill_engine *eng);
 
 /* Text <-> tokens (the model's tokenizer; synthetic models: bytes). add_bos
  * prepends BOS when the model has one. Writes at most max ids; *n_out gets
@@ -481,6 +506,10 @@ typedef struct spill_run_stats {
   /* expert bytes read (demand and prefetch) during decode only: the
    * numerator of expert bytes per generated token without the prompt's */
   uint64_t bytes_read_decode;
+  /* context switches of the whole process during the run's forward calls
+   * (getrusage RUSAGE_SELF: the caller, the pool, the pread workers, the
+   * record checker): what a hand-off per read costs shows here */
+  uint64_t ctx_switches_voluntary, ctx_switches_involuntary;
 } spill_run_stats;
 
 /* Called after every generated token with its text; return non-zero to stop.

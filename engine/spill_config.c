@@ -75,8 +75,8 @@ static const knob_row k_knobs[] = {
      CFG(io_threads, ST_INT), KA_NONE},
     {{"io_depth", C, SPILL_KNOB_INT, OPEN, 1, 4096, NULL, 0, NULL, "N", "expert reads in flight", "32"},
      CFG(io_depth, ST_INT), KA_NONE},
-    {{"io_backend", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "pread|uring", NULL,
-      "expert read backend", "pread"},
+    {{"io_backend", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "pread|uring|auto", NULL,
+      "expert read backend (auto: io_uring where the kernel allows it, else pread)", "auto"},
      CFG(io_backend, ST_INT), KA_NONE},
     {{"storage", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "direct|pagecache|mmap", NULL,
       "expert reads: O_DIRECT, buffered, or mapped views", "direct"},
@@ -151,7 +151,8 @@ static const knob_row k_knobs[] = {
 #undef C
 #undef S
 
-_Static_assert(SPILL_IO_PREAD == 0 && SPILL_IO_URING == 1, "io_backend choices order");
+_Static_assert(SPILL_IO_PREAD == 0 && SPILL_IO_URING == 1 && SPILL_IO_AUTO == 2,
+               "io_backend choices order");
 _Static_assert(SPILL_STORAGE_DIRECT == 0 && SPILL_STORAGE_PAGECACHE == 1 &&
                    SPILL_STORAGE_MMAP == 2,
                "storage choices order");
@@ -236,7 +237,7 @@ const char *spill_trunk_mode_name(spill_trunk_mode t) {
   return t == SPILL_TRUNK_MMAP ? "mmap" : t == SPILL_TRUNK_MLOCK ? "mlock" : "read";
 }
 const char *spill_io_backend_kind_name(spill_io_backend_kind b) {
-  return b == SPILL_IO_URING ? "uring" : "pread";
+  return b == SPILL_IO_URING ? "uring" : b == SPILL_IO_AUTO ? "auto" : "pread";
 }
 
 static void store_int(const knob_row *r, void *base, long long x) {

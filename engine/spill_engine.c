@@ -88,6 +88,7 @@ struct spill_engine {
   int tok_counter; /* token index for trace rows */
   float *logits;
   char warnings[1024];
+  char io_why[320]; /* why cfg.io_backend (spill_io_backend_choose) */
   spill_err last;
   /* forced routing (cfg.routing_trace): the trace the model's table points
    * into, and the engine's own copy of its path */
@@ -425,6 +426,10 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   }
   spill_stream_opts so = {0};
   so.storage = (int)g->cfg.storage;
+  /* io_backend auto: io_uring where the kernel gives a ring, else the pread pool */
+  const spill_io_backend_kind asked = g->cfg.io_backend;
+  g->cfg.io_backend = spill_io_backend_choose(asked, g->cfg.storage, g->cfg.io_depth, g->io_why,
+                                              sizeof g->io_why);
   so.backend = (int)g->cfg.io_backend;
   so.io_threads = g->cfg.io_threads;
   so.io_depth = g->cfg.io_depth;
@@ -436,7 +441,16 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   so.seed = g->cfg.seed;
   so.verify = g->cfg.verify;
   so.overlap = g->cfg.overlap;
-  if ((rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e)) < 0) goto fail;
+  rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e);
+  if (rc == SPILL_E_UNSUPPORTED && asked == SPILL_IO_AUTO && so.backend == SPILL_IO_URING) {
+    /* the probe's ring opened, the stream's did not (e.g. the memlock limit) */
+    snprintf(g->io_why, sizeof g->io_why, "auto: io_uring refused at open: %s", e ? e->msg : "");
+    g->cfg.io_backend = SPILL_IO_PREAD;
+    so.backend = SPILL_IO_PREAD;
+    if (e) spill_err_clear(e);
+    rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e);
+  }
+  if (rc < 0) goto fail;
   if (spill_stream_direct_fallback(g->st))
     warn(g, "storage: the filesystem refused O_DIRECT; expert reads are buffered");
   spill_stream_source(g->st, &g->inner);
@@ -484,6 +498,7 @@ const spill_plan *spill_engine_plan(const spill_engine *g) { return &g->plan; }
 const spill_info *spill_engine_info(const spill_engine *g) { return &g->info; }
 const spill_config *spill_engine_config(const spill_engine *g) { return &g->cfg; }
 const char *spill_engine_warnings(const spill_engine *g) { return g->warnings; }
+const char *spill_engine_io_backend_why(const spill_engine *g) { return g->io_why; }
 int spill_vocab_size(const spill_engine *g) { return g->vocab; }
 
 int spill_tokenize(spill_engine *g, const char *text, int add_bos, int *tokens, int max,
@@ -533,14 +548,19 @@ typedef struct snap {
   uint64_t t_ns;
   spill_stream_counters k;
   uint64_t majflt;
+  uint64_t nvcsw, nivcsw; /* the process's context switches (all threads) */
   uint64_t io_direct, io_buffered, io_mmap; /* reader bytes by path */
   uint64_t par;                             /* pool dispatches */
 } snap;
 
-static uint64_t majflt_now(void) {
+/* Major faults and context switches of the process (RUSAGE_SELF: every
+ * thread of it, the pool's, the reader's and the checker's included). */
+static void rusage_now(snap *s) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  return (uint64_t)ru.ru_majflt;
+  s->majflt = (uint64_t)ru.ru_majflt;
+  s->nvcsw = (uint64_t)ru.ru_nvcsw;
+  s->nivcsw = (uint64_t)ru.ru_nivcsw;
 }
 
 static uint64_t status_kb(const char *key) {
@@ -561,7 +581,7 @@ static uint64_t status_kb(const char *key) {
 static void take(spill_engine *g, snap *s) {
   s->t_ns = spill_clock_ns();
   spill_stream_get_counters(g->st, &s->k);
-  s->majflt = majflt_now();
+  rusage_now(s);
   spill_io_stats io;
   spill_stream_io_stats(g->st, &io);
   s->io_direct = io.bytes_direct;
@@ -584,6 +604,8 @@ static void accumulate(spill_run_stats *st, const snap *a, const snap *b) {
   st->bytes_read = st->bytes_read_demand + st->bytes_read_spec;
   st->evictions += b->k.evictions - a->k.evictions;
   st->major_faults += b->majflt - a->majflt;
+  st->ctx_switches_voluntary += b->nvcsw - a->nvcsw;
+  st->ctx_switches_involuntary += b->nivcsw - a->nivcsw;
   st->io_wait_s += (double)(b->k.wait_ns - a->k.wait_ns) / 1e9;
   st->bytes_read_direct += b->io_direct - a->io_direct;
   st->bytes_read_buffered += b->io_buffered - a->io_buffered;
@@ -599,7 +621,7 @@ static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, cons
   const spill_model_stats *ms = spill_model_last_stats(g->m);
   uint64_t p50 = 0, p99 = 0;
   spill_stream_read_latency(g->st, &p50, &p99);
-  const spill_profile_row row = {
+  spill_profile_row row = {
       .pos = pos,
       .phase = prefill ? SPILL_TRACE_PHASE_PREFILL : SPILL_TRACE_PHASE_DECODE,
       .n_tokens = n_tok,
@@ -626,7 +648,12 @@ static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, cons
       .drafted = (uint64_t)drafted,
       .accepted = (uint64_t)accepted,
       .generated = (uint64_t)generated,
+      .ctx_switches_voluntary = b->nvcsw - a->nvcsw,
+      .ctx_switches_involuntary = b->nivcsw - a->nivcsw,
   };
+  snprintf(row.io_backend, sizeof row.io_backend, "%s",
+           spill_io_backend_kind_name(g->cfg.io_backend));
+  snprintf(row.io_backend_why, sizeof row.io_backend_why, "%s", g->io_why);
   spill_profile_write_row(g->profile, &row);
 }
 

@@ -1,7 +1,7 @@
 // Tests for the engine facade (engine/spill.h) on tiny synthetic models:
 // placement never changes numerics (cache on/off, direct/pagecache/mmap,
 // lookahead 0/6, the synchronous source vs the streaming engine, pread vs
-// io_uring, 1 vs 2 threads), the accounting invariants, the budget refusal,
+// io_uring, io_backend auto with and without io_uring, 1 vs 2 threads), the accounting invariants, the budget refusal,
 // profile and trace output. Each arm pair also asserts that the arms really
 // ran differently (counters), so an ignored knob cannot pass.
 #include <atomic>
@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -20,9 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/io/reader.h"
+#include "engine/io/uring_block_test_util.h"
 #include "engine/model/model.h"
 #include "engine/plan/ram_plan.h"
 #include "engine/stream/expert_stream.h"
+#include "engine/trace/router_trace.h"
 #include "engine/spill.h"
 #include "engine/spill_internal.h"
 #include "research/gen/spill_gen.h"
@@ -88,6 +92,8 @@ struct Outcome {
   bool trunk_file_mapped = false;  // /proc/self/maps had trunk.bin while open
   uint64_t locked_bytes = 0;       // VmLck while open
   uint64_t trunk_bytes = 0;
+  spill_io_backend_kind backend = SPILL_IO_AUTO;  // spill_engine_config's, once open
+  std::string why;                                // spill_engine_io_backend_why
 };
 
 // What the kernel says about this process while an engine is open.
@@ -119,6 +125,8 @@ Outcome Generate(const spill_config &cfg, const std::string &model) {
     return r;
   }
   r.warnings = spill_engine_warnings(eng);
+  r.backend = spill_engine_config(eng)->io_backend;
+  r.why = spill_engine_io_backend_why(eng);
   r.trunk_bytes = spill_engine_info(eng)->trunk_bytes;
   KernelView(model, &r);
   int toks[64], n = 0;
@@ -238,12 +246,135 @@ TEST(EngineTest, Qwen35CacheStorageAndLookaheadGiveIdenticalLogits) {
 
 TEST(EngineTest, PreadPoolAndIoUringGiveIdenticalLogits) {
   spill_config p = Cfg(), u = Cfg();
+  p.io_backend = SPILL_IO_PREAD;
   u.io_backend = SPILL_IO_URING;
   Outcome a = Generate(p, Nano());
   Outcome b = Generate(u, Nano());
   if (b.rc == SPILL_E_UNSUPPORTED) GTEST_SKIP() << "io_uring unavailable here: " << b.err;
   ExpectIdentical(a, b, "pread vs uring");
   EXPECT_EQ(a.st.reads, b.st.reads);
+  EXPECT_EQ(a.backend, SPILL_IO_PREAD);
+  EXPECT_EQ(b.backend, SPILL_IO_URING);
+  EXPECT_EQ(a.why, "set: io_backend pread");
+  EXPECT_EQ(b.why, "set: io_backend uring");
+}
+
+// Whether this machine (this sandbox) gives an io_uring ring of the
+// engine's depth, asked of engine/io directly, and the reader's reason if not.
+bool IoUringHere(std::string *reason) {
+  spill_io_opts o = {};
+  o.backend = SPILL_IO_BACKEND_URING;
+  o.mode = SPILL_IO_MODE_DIRECT;
+  o.depth = Cfg().io_depth;
+  spill_io *io = nullptr;
+  spill_err e = {};
+  int rc = spill_io_open(&o, &io, &e);
+  spill_io_close(io);
+  *reason = e.msg;
+  return rc == SPILL_OK;
+}
+
+// io_backend auto (the default) reads with io_uring where the kernel gives a
+// ring and with the pread pool where it does not, and says which and why;
+// storage mmap has no reads to queue. Both branches are checked against what
+// engine/io says here, so the test holds with and without io_uring.
+TEST(EngineTest, IoBackendAutoPicksUringWhereTheKernelHasIt) {
+  spill_config c = Cfg();
+  ASSERT_EQ(c.io_backend, SPILL_IO_AUTO);
+  std::string reason;
+  const bool here = IoUringHere(&reason);
+  Outcome a = Generate(c, Nano());
+  ASSERT_EQ(a.rc, SPILL_OK) << a.err;
+  if (here) {
+    EXPECT_EQ(a.backend, SPILL_IO_URING);
+    EXPECT_EQ(a.why, "auto: io_uring available");
+  } else {
+    EXPECT_EQ(a.backend, SPILL_IO_PREAD);
+    EXPECT_EQ(a.why, "auto: io_uring refused: " + reason);
+  }
+  char why[320];
+  EXPECT_EQ(spill_io_backend_choose(SPILL_IO_AUTO, SPILL_STORAGE_DIRECT, 0, why, sizeof why),
+            here ? SPILL_IO_URING : SPILL_IO_PREAD);
+  EXPECT_EQ(spill_io_backend_choose(SPILL_IO_URING, SPILL_STORAGE_DIRECT, 0, why, sizeof why),
+            SPILL_IO_URING);
+  EXPECT_STREQ(why, "set: io_backend uring");
+  spill_config m = Cfg();
+  m.storage = SPILL_STORAGE_MMAP;
+  Outcome b = Generate(m, Nano());
+  ASSERT_EQ(b.rc, SPILL_OK) << b.err;
+  EXPECT_EQ(b.backend, SPILL_IO_PREAD);
+  EXPECT_EQ(b.why, "auto: storage mmap reads through page faults; io_uring has no reads to queue");
+  ExpectIdentical(a, b, "auto: direct vs mmap");
+  // the knob's text forms, and the config read back
+  spill_err e = {};
+  EXPECT_EQ(spill_config_set(&m, "io_backend", "auto", &e), SPILL_OK);
+  EXPECT_EQ(m.io_backend, SPILL_IO_AUTO);
+  char buf[16];
+  EXPECT_EQ(spill_config_get(&m, "io_backend", buf, sizeof buf, &e), SPILL_OK);
+  EXPECT_STREQ(buf, "auto");
+}
+
+// Where io_uring is refused (a container's seccomp profile: here a filter in
+// a forked child), io_backend auto opens with the pread pool, names the
+// kernel's refusal, and computes the same tokens and logits as this process
+// does with the backend auto gives it. An explicit `uring` still fails by name.
+TEST(EngineTest, IoBackendAutoFallsBackToPreadWhereIoUringIsRefused) {
+  const std::string &model = Nano();
+  Outcome here = Generate(Cfg(), model);
+  ASSERT_EQ(here.rc, SPILL_OK) << here.err;
+  int fd[2];
+  ASSERT_EQ(pipe(fd), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fd[0]);
+    if (!spill_test_block_io_uring_setup()) _exit(3);
+    spill_config u = Cfg();
+    u.io_backend = SPILL_IO_URING;
+    Outcome refused = Generate(u, model);
+    if (refused.rc != SPILL_E_UNSUPPORTED || refused.err.find("io_uring") == std::string::npos)
+      _exit(4);
+    Outcome r = Generate(Cfg(), model);
+    if (r.rc != SPILL_OK) _exit(5);
+    if (r.backend != SPILL_IO_PREAD) _exit(6);
+    if (r.why.rfind("auto: io_uring refused: ", 0) != 0 ||
+        r.why.find("not permitted") == std::string::npos)
+      _exit(7);
+    if (r.st.reads == 0) _exit(8);
+    // tokens, then logits, to the parent
+    uint64_t n[2] = {r.tokens.size(), r.logits.size()};
+    bool ok = write(fd[1], n, sizeof n) == (ssize_t)sizeof n &&
+              write(fd[1], r.tokens.data(), n[0] * sizeof(int)) == (ssize_t)(n[0] * sizeof(int));
+    for (size_t off = 0; ok && off < n[1] * sizeof(float);) {
+      ssize_t w = write(fd[1], (const char *)r.logits.data() + off, n[1] * sizeof(float) - off);
+      ok = w > 0;
+      off += w > 0 ? (size_t)w : 0;
+    }
+    _exit(ok ? 0 : 9);
+  }
+  close(fd[1]);
+  Outcome child;
+  uint64_t n[2] = {0, 0};
+  bool got = read(fd[0], n, sizeof n) == (ssize_t)sizeof n;
+  if (got) {
+    child.tokens.resize(n[0]);
+    child.logits.resize(n[1]);
+    got = read(fd[0], child.tokens.data(), n[0] * sizeof(int)) == (ssize_t)(n[0] * sizeof(int));
+    for (size_t off = 0; got && off < n[1] * sizeof(float);) {
+      ssize_t r = read(fd[0], (char *)child.logits.data() + off, n[1] * sizeof(float) - off);
+      got = r > 0;
+      off += r > 0 ? (size_t)r : 0;
+    }
+  }
+  close(fd[0]);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  if (WEXITSTATUS(st) == 3) GTEST_SKIP() << "cannot install a seccomp filter here";
+  ASSERT_EQ(WEXITSTATUS(st), 0) << "4: explicit uring not refused by name, 5: auto failed to "
+                                   "open, 6: not pread, 7: reason not named, 8: no reads";
+  ASSERT_TRUE(got);
+  ExpectIdentical(here, child, "auto here vs auto with io_uring refused");
 }
 
 TEST(EngineTest, OneAndTwoThreadsGiveIdenticalLogits) {
@@ -524,7 +655,10 @@ TEST(EngineTest, ProfileAndTraceHaveOneRowPerTokenAndLayer) {
   spill_sampling s = {0.0f, 0, 1.0f, 1};
   spill_run_stats st;
   ASSERT_EQ(spill_generate(eng, toks, 6, 5, &s, nullptr, nullptr, nullptr, &st, &e), SPILL_OK);
+  const std::string backend = spill_io_backend_kind_name(spill_engine_config(eng)->io_backend);
+  const std::string why = spill_engine_io_backend_why(eng);
   spill_engine_close(eng);
+  EXPECT_TRUE(backend == "pread" || backend == "uring") << backend;
   std::ifstream pf(prof), tf(trace);
   std::string line;
   int prows = 0, decode = 0, trows = 0, with_pred = 0;
@@ -533,6 +667,13 @@ TEST(EngineTest, ProfileAndTraceHaveOneRowPerTokenAndLayer) {
     decode += line.find("\"phase\": \"decode\"") != std::string::npos;
     EXPECT_NE(line.find("\"io_wait_ms\""), std::string::npos);
     EXPECT_NE(line.find("\"major_faults\""), std::string::npos);
+    EXPECT_NE(line.find("\"ctx_switches_voluntary\""), std::string::npos);
+    // every row says which backend read the experts and why
+    spill_profile_row row;
+    ASSERT_EQ(spill_profile_parse_row(line.data(), line.size(), "profile", &row, &e), SPILL_OK)
+        << e.msg;
+    EXPECT_EQ(backend, row.io_backend);
+    EXPECT_EQ(why, row.io_backend_why);
   }
   // 6 prompt tokens in chunks of 4 = 2 rows, then 5 decode rows
   EXPECT_EQ(prows, 2 + 5);

@@ -1,5 +1,6 @@
 /* engine/spill_probe.c: spill_disk_probe (engine/spill.h), the one O_DIRECT
- * read-bandwidth probe of the device under a model.
+ * read-bandwidth probe of the device under a model, and
+ * spill_io_backend_choose, the one place io_backend auto is decided.
  *
  * Two modes share the open, the aligned buffer, the pread loop and the
  * timing: records (random whole expert records of the model's banks, or of
@@ -23,6 +24,7 @@
 #include "engine/base/alloc.h"
 #include "engine/base/clock.h"
 #include "engine/format/container.h"
+#include "engine/io/reader.h"
 #include "engine/spill.h"
 
 #define PROBE_MAX_THREADS 64
@@ -270,4 +272,36 @@ int spill_disk_probe(const char *model_dir, const spill_disk_probe_opts *o,
   SPILL_FAIL_IF(e, d.mode != SPILL_PROBE_RECORDS, SPILL_E_INVALID_ARG,
                 "disk probe: unknown mode %d", (int)d.mode);
   return probe_records(model_dir, &d, out, e);
+}
+
+/* ------------------------------------------------------------ io_backend auto */
+
+spill_io_backend_kind spill_io_backend_choose(spill_io_backend_kind asked, spill_storage storage,
+                                              int io_depth, char *why, size_t n) {
+  char dummy[8];
+  if (!why || n == 0) why = dummy, n = sizeof dummy;
+  if (asked != SPILL_IO_AUTO) {
+    snprintf(why, n, "set: io_backend %s", spill_io_backend_kind_name(asked));
+    return asked;
+  }
+  if (storage == SPILL_STORAGE_MMAP) {
+    snprintf(why, n, "auto: storage mmap reads through page faults; io_uring has no reads to queue");
+    return SPILL_IO_PREAD;
+  }
+  /* The ring the stream would open: same backend, depth and mode. */
+  spill_io_opts o = {0};
+  o.backend = SPILL_IO_BACKEND_URING;
+  o.mode = storage == SPILL_STORAGE_PAGECACHE ? SPILL_IO_MODE_PAGECACHE : SPILL_IO_MODE_DIRECT;
+  o.depth = io_depth;
+  o.max_files = 1;
+  spill_io *io = NULL;
+  spill_err e = {0};
+  int rc = spill_io_open(&o, &io, &e);
+  spill_io_close(io);
+  if (rc == SPILL_OK) {
+    snprintf(why, n, "auto: io_uring available");
+    return SPILL_IO_URING;
+  }
+  snprintf(why, n, "auto: io_uring refused: %s", e.msg);
+  return SPILL_IO_PREAD;
 }

@@ -5,12 +5,8 @@
 // refusal path (a seccomp filter in a forked child).
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <stddef.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
@@ -27,6 +23,7 @@
 #include "engine/base/alloc.h"
 #include "engine/base/clock.h"
 #include "engine/io/reader.h"
+#include "engine/io/uring_block_test_util.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -719,23 +716,6 @@ TEST(ReaderEvictTest, EvictFileDropsThePageCache) {
   spill_io_close(io);
 }
 
-// Installs a seccomp filter that makes io_uring_setup fail with EPERM, as a
-// container runtime's default profile does.
-bool BlockIoUringSetup() {
-  struct sock_filter f[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
-  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
-}
-
 TEST(ReaderUringTest, RefusedIoUringGivesUnsupportedWithReason) {
 #if !defined(__x86_64__)
   GTEST_SKIP() << "seccomp filter written for x86-64";
@@ -743,7 +723,7 @@ TEST(ReaderUringTest, RefusedIoUringGivesUnsupportedWithReason) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    if (!BlockIoUringSetup()) _exit(3);
+    if (!spill_test_block_io_uring_setup()) _exit(3);
     spill_io_opts o = {};
     o.backend = SPILL_IO_BACKEND_URING;
     o.mode = SPILL_IO_MODE_DIRECT;

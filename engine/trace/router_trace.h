@@ -171,6 +171,16 @@ typedef struct spill_profile_row {
    * prefill: 0). Rows of older files without them read as 0, 0 and (decode)
    * n_tokens. */
   uint64_t drafted, accepted, generated;
+  /* context switches of the whole process (every thread: compute, pool,
+   * reader, checker) during the call, getrusage's ru_nvcsw and ru_nivcsw;
+   * rows of older files without them read as 0 */
+  uint64_t ctx_switches_voluntary, ctx_switches_involuntary;
+  /* the expert read backend ("pread" or "uring") and why it was chosen
+   * (spill_engine_io_backend_why: "auto: io_uring available", "auto: io_uring
+   * refused: ...", "set: io_backend pread"); "" in rows of older files.
+   * The reader refuses a backend other than pread/uring. */
+  char io_backend[8];
+  char io_backend_why[256];
 } spill_profile_row;
 
 /* Appends p as one line to f and flushes; times are printed to the

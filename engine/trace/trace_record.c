@@ -93,6 +93,11 @@ void spill_trace_writer_flush(spill_trace_writer *w) {
 
 int spill_profile_write_row(FILE *f, const spill_profile_row *p) {
   if (!f) return 0;
+  char backend[sizeof p->io_backend * 6 + 1], why[sizeof p->io_backend_why * 6 + 1];
+  spill_json_escape(backend, sizeof backend, p->io_backend,
+                    strnlen(p->io_backend, sizeof p->io_backend));
+  spill_json_escape(why, sizeof why, p->io_backend_why,
+                    strnlen(p->io_backend_why, sizeof p->io_backend_why));
   fprintf(f,
           "{\"pos\": %d, \"phase\": \"%s\", \"n_tokens\": %d, \"wall_ms\": %.3f, "
           "\"compute_ms\": {\"attention\": %.3f, \"router\": %.3f, \"expert_matmul\": %.3f, "
@@ -100,7 +105,9 @@ int spill_profile_write_row(FILE *f, const spill_profile_row *p) {
           "\"reads\": %llu, \"bytes_read\": %llu, \"demand_hits\": %llu, \"demand_misses\": %llu, "
           "\"spec_issued\": %llu, \"spec_used\": %llu, \"spec_wasted\": %llu, "
           "\"read_p50_ms\": %.3f, \"read_p99_ms\": %.3f, \"major_faults\": %llu, "
-          "\"rss_bytes\": %llu, \"drafted\": %llu, \"accepted\": %llu, \"generated\": %llu}\n",
+          "\"rss_bytes\": %llu, \"drafted\": %llu, \"accepted\": %llu, \"generated\": %llu, "
+          "\"ctx_switches_voluntary\": %llu, \"ctx_switches_involuntary\": %llu, "
+          "\"io_backend\": \"%s\", \"io_backend_why\": \"%s\"}\n",
           p->pos, p->phase == SPILL_TRACE_PHASE_PREFILL ? "prefill" : "decode", p->n_tokens,
           p->wall_ms, p->attention_ms, p->router_ms, p->expert_matmul_ms, p->table_build_ms,
           p->lm_head_ms, p->other_ms, p->io_wait_ms, (unsigned long long)p->reads,
@@ -109,7 +116,8 @@ int spill_profile_write_row(FILE *f, const spill_profile_row *p) {
           (unsigned long long)p->spec_used, (unsigned long long)p->spec_wasted, p->read_p50_ms,
           p->read_p99_ms, (unsigned long long)p->major_faults, (unsigned long long)p->rss_bytes,
           (unsigned long long)p->drafted, (unsigned long long)p->accepted,
-          (unsigned long long)p->generated);
+          (unsigned long long)p->generated, (unsigned long long)p->ctx_switches_voluntary,
+          (unsigned long long)p->ctx_switches_involuntary, backend, why);
   fflush(f);
   return 1;
 }
@@ -195,6 +203,28 @@ int spill_profile_parse_row(const char *buf, size_t len, const char *name, spill
       (cJSON_HasObjectItem(o, "generated") &&
        (rc = prof_u64(o, "generated", name, &p->generated, e)) < 0))
     goto out;
+  /* context switches and the read backend (optional: older files lack them) */
+  if ((cJSON_HasObjectItem(o, "ctx_switches_voluntary") &&
+       (rc = prof_u64(o, "ctx_switches_voluntary", name, &p->ctx_switches_voluntary, e)) < 0) ||
+      (cJSON_HasObjectItem(o, "ctx_switches_involuntary") &&
+       (rc = prof_u64(o, "ctx_switches_involuntary", name, &p->ctx_switches_involuntary, e)) <
+           0))
+    goto out;
+  if (cJSON_HasObjectItem(o, "io_backend") || cJSON_HasObjectItem(o, "io_backend_why")) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "io_backend");
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "io_backend_why");
+    if (!cJSON_IsString(b) || (strcmp(b->valuestring, "pread") && strcmp(b->valuestring, "uring"))) {
+      rc = spill_err_set(e, SPILL_E_TRACE, "%s: io_backend: expected \"pread\" or \"uring\"", name);
+      goto out;
+    }
+    if (!cJSON_IsString(w) || strlen(w->valuestring) >= sizeof p->io_backend_why) {
+      rc = spill_err_set(e, SPILL_E_TRACE, "%s: io_backend_why: expected a string under %zu bytes",
+                         name, sizeof p->io_backend_why);
+      goto out;
+    }
+    snprintf(p->io_backend, sizeof p->io_backend, "%s", b->valuestring);
+    snprintf(p->io_backend_why, sizeof p->io_backend_why, "%s", w->valuestring);
+  }
   if (p->accepted > p->drafted || p->generated > (uint64_t)p->n_tokens) {
     rc = spill_err_set(e, SPILL_E_TRACE, "%s: accepted above drafted or generated above n_tokens",
                        name);

@@ -158,6 +158,10 @@ spill_profile_row SampleProfile() {
   p.drafted = 3;
   p.accepted = 2;
   p.generated = 3;
+  p.ctx_switches_voluntary = 41;
+  p.ctx_switches_involuntary = 5;
+  snprintf(p.io_backend, sizeof p.io_backend, "uring");
+  snprintf(p.io_backend_why, sizeof p.io_backend_why, "auto: io_uring refused: \"x\"");
   return p;
 }
 
@@ -201,6 +205,10 @@ TEST(TraceRecordTest, ProfileRowRoundTrip) {
   EXPECT_EQ(q.drafted, 3u);
   EXPECT_EQ(q.accepted, 2u);
   EXPECT_EQ(q.generated, 3u);
+  EXPECT_EQ(q.ctx_switches_voluntary, 41u);
+  EXPECT_EQ(q.ctx_switches_involuntary, 5u);
+  EXPECT_STREQ(q.io_backend, "uring");
+  EXPECT_STREQ(q.io_backend_why, p.io_backend_why);  // quotes escaped and read back
   EXPECT_EQ(spill_profile_write_row(nullptr, &p), 0);
 }
 
@@ -250,8 +258,17 @@ TEST(TraceRecordTest, ProfileReaderNamesTheBadKey) {
             "p.jsonl: accepted above drafted or generated above n_tokens");
   EXPECT_EQ(ParseError(edit("\"generated\": 3", "\"generated\": 5")),
             "p.jsonl: accepted above drafted or generated above n_tokens");
-  // a row written before drafts (no such keys): 0, 0 and, for decode, n_tokens
+  // the read backend: pread or uring, with a reason
+  EXPECT_EQ(ParseError(edit("\"io_backend\": \"uring\"", "\"io_backend\": \"aio\"")),
+            "p.jsonl: io_backend: expected \"pread\" or \"uring\"");
+  EXPECT_EQ(ParseError(edit("\"io_backend_why\": \"auto", "\"io_backend_whY\": \"auto")),
+            "p.jsonl: io_backend_why: expected a string under 256 bytes");
+  EXPECT_EQ(ParseError(edit("\"ctx_switches_voluntary\": 41", "\"ctx_switches_voluntary\": 0.5")),
+            "p.jsonl: ctx_switches_voluntary: expected an integer");
+  // a row written before drafts (no such keys): 0, 0 and, for decode, n_tokens;
+  // before context switches and the backend: 0, 0, ""
   std::string old = edit(", \"drafted\": 3, \"accepted\": 2, \"generated\": 3", "");
+  old = old.substr(0, old.find(", \"ctx_switches_voluntary\"")) + "}";
   old.replace(old.find("\"prefill\""), 9, "\"decode\"");
   spill_profile_row q;
   spill_err e = {};
@@ -259,6 +276,9 @@ TEST(TraceRecordTest, ProfileReaderNamesTheBadKey) {
   EXPECT_EQ(q.drafted, 0u);
   EXPECT_EQ(q.accepted, 0u);
   EXPECT_EQ(q.generated, 4u);
+  EXPECT_EQ(q.ctx_switches_voluntary, 0u);
+  EXPECT_STREQ(q.io_backend, "");
+  EXPECT_STREQ(q.io_backend_why, "");
 }
 
 }  // namespace
