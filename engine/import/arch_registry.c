@@ -36,7 +36,8 @@ const imp_arch_row imp_arch_rows[] = {
     {{"Kimi K3", {NULL}, "kimi-k3", NULL, "KimiK3ForConditionalGeneration"}, imp_kimi_k3_plan_hf,
      imp_kimi_k3_plan_gguf, 0},
     {{"GLM-4.5/4.6/4.7", {"glm4_moe"}, "glm4moe", NULL, NULL}, imp_glm4moe_plan_hf, imp_glm4moe_plan_gguf, 0},
-    {{"Qwen3.5-MoE", {NULL}, "qwen35moe", NULL, NULL}, NULL, imp_qwen35moe_plan_gguf, 0},
+    {{"Qwen3.5-MoE", {"qwen3_5_moe", "qwen3_5_moe_text"}, "qwen35moe", NULL, NULL}, imp_qwen35moe_plan_hf,
+     imp_qwen35moe_plan_gguf, 0},
     {{"gpt-oss", {"gpt_oss"}, "gpt-oss", NULL, NULL}, imp_gptoss_plan_hf, imp_gptoss_plan_gguf, 0},
 };
 const int imp_n_arch_rows = (int)(sizeof imp_arch_rows / sizeof imp_arch_rows[0]);

@@ -28,6 +28,11 @@ typedef struct imp_src {
   /* Hugging Face names: every name the plan asks for is looked up as
    * hf_prefix + name ("language_model." for Kimi K3's wrapper); "" = none */
   char hf_prefix[32];
+  /* Hugging Face module path of the text model, "" = "model." (Qwen3.5's
+   * released wrapper: "model.language_model."): imp_add_layer,
+   * imp_add_squeezed, imp_plan_init and imp_plan_experts name tensors
+   * "<hf_model>layers.<l>.<name>", "<hf_model>embed_tokens.weight" */
+  char hf_model[32];
   /* tensors under these name prefixes are not part of the text model and
    * are skipped (counted in n_skipped, named in the import summary), e.g.
    * "vision_tower." and "mm_projector."; NULL-terminated, or NULL */
@@ -65,6 +70,18 @@ typedef struct imp_trunk {
    * col_first + col_stride, ... of the source (rows, cols * col_stride)
    * (HF gpt-oss's gate_up_proj_bias: gate even, up odd), in f32 */
   uint32_t col_stride, col_first;
+  /* HF Qwen3.5 zero-centred norms (weight w, the model multiplies by 1 + w):
+   * the f32 vector is written as w + 1 (llama.cpp's converter, in f32) */
+  int add_one;
+  /* HF Qwen3.5 A_log: the f32 vector is written as A = -exp(A_log) (the
+   * container's ssm_a, as GGUF qwen35moe holds it) */
+  int neg_exp;
+  /* vh_hd > 0: HF Qwen3.5's v heads grouped by k head (head g r + v, r =
+   * vh_r heads per k head) become llama.cpp's tiled order (v Hk + g, Hk =
+   * vh_hk) in blocks of vh_hd: rows from vh_off on (vh_cols = 0), or the
+   * columns of each row (vh_cols = 1; f32/f16/bf16 sources) */
+  uint32_t vh_off, vh_hk, vh_r, vh_hd;
+  int vh_cols;
 } imp_trunk;
 
 /* Sources of one MoE layer's experts, sections gate, up, down. */
@@ -81,6 +98,11 @@ typedef struct imp_moe_layer {
    * *_scales ([E, rows * stride, cols/32]) for every x; section row r is
    * source row r * stride + oss_first (gate_up: gate even, up odd) */
   uint32_t oss_stride[SPILL_SEC_COUNT], oss_first[SPILL_SEC_COUNT];
+  /* HF fused experts (fused_rows[k] > 0, Qwen3.5's mlp.experts.gate_up_proj
+   * [E, 2F, D] and down_proj [E, D, F]): per[k][x] is the layer's stacked
+   * tensor for every x; expert x's section is its rows fused_first ..
+   * fused_first + rows - 1 of fused_rows (gate_up: gate first, then up) */
+  uint32_t fused_rows[SPILL_SEC_COUNT], fused_first[SPILL_SEC_COUNT];
 } imp_moe_layer;
 
 typedef struct imp_plan {
@@ -163,6 +185,10 @@ int imp_hf_experts_mxfp4(imp_src *s, imp_moe_layer *m, int k, const char *pre, c
  * section row r = source row r * stride + first; misshapen ones named. */
 int imp_hf_experts_oss(imp_src *s, imp_moe_layer *m, int k, const char *pre, uint64_t E, uint64_t rows,
                        uint64_t cols, uint32_t stride, uint32_t first, spill_err *e);
+/* HF fused experts of section k: tensor `name`, shape [E, fused_rows, cols],
+ * section rows first .. first + rows - 1 of each expert (f32/f16/bf16). */
+int imp_hf_experts_fused(imp_src *s, imp_moe_layer *m, int k, const char *name, uint64_t E, uint64_t fused_rows,
+                         uint64_t first, uint64_t rows, uint64_t cols, spill_err *e);
 /* Adds trunk tensor "blk.<l>.<dst>" from the layer's GGUF tensor "blk.<l>.<gguf>"
  * or HF tensor "model.layers.<l>.<hf>" whose shape is [rows, cols] (cols 0:
  * [rows]) up to unit dimensions (conv weights (C, 1, K) / (1, C, 1, K);
@@ -225,8 +251,11 @@ int imp_kimi_linear_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e
 int imp_glm4moe_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
                         spill_err *e);
 int imp_glm4moe_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
-/* arch_qwen35moe.c (GGUF only) */
+/* arch_qwen35moe.c: Qwen3.5-MoE (GGUF qwen35moe; HF Qwen3_5MoeForConditionalGeneration
+ * / Qwen3_5MoeForCausalLM, model_type qwen3_5_moe / qwen3_5_moe_text). */
 int imp_qwen35moe_plan_gguf(imp_src *s, int variant, imp_plan *p, spill_err *e);
+int imp_qwen35moe_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
+                          spill_err *e);
 /* arch_kimi_k3.c: Kimi K3 as released (GGUF kimi-k3; HF KimiK3ForConditionalGeneration). */
 int imp_kimi_k3_plan_hf(imp_src *s, const char *dir, const struct cJSON *root, int variant, imp_plan *p,
                         spill_err *e);

@@ -100,6 +100,8 @@ void imp_plan_free(imp_plan *p) {
 
 /* ---- plan entries ---- */
 
+static const char *hf_model(const imp_src *s) { return s->hf_model[0] ? s->hf_model : "model."; }
+
 int imp_check_shape(const spill_src_tensor *t, int ndim, uint64_t a, uint64_t b, spill_err *e) {
   int ok = t->ndim == ndim && t->shape[0] == a && (ndim == 1 || t->shape[1] == b);
   if (ok) return SPILL_OK;
@@ -145,7 +147,8 @@ int imp_add_layer(imp_src *s, imp_plan *p, int l, const char *dst, const char *g
                   uint64_t rows, uint64_t cols, int unpermute, spill_err *e) {
   char a[160], b[200];
   snprintf(a, sizeof a, "blk.%d.%s", l, dst);
-  snprintf(b, sizeof b, s->is_gguf ? "blk.%d.%s" : "model.layers.%d.%s", l, s->is_gguf ? gguf : hf);
+  if (s->is_gguf) snprintf(b, sizeof b, "blk.%d.%s", l, gguf);
+  else snprintf(b, sizeof b, "%slayers.%d.%s", hf_model(s), l, hf);
   return imp_add_trunk(s, p, a, b, ndim, rows, cols, unpermute, e);
 }
 
@@ -155,18 +158,21 @@ int imp_plan_init(imp_src *s, imp_plan *p, int max_trunk, int n_moe, uint64_t V,
   p->trunk = calloc((size_t)max_trunk, sizeof *p->trunk);
   p->moe = calloc((size_t)n_moe, sizeof *p->moe);
   SPILL_FAIL_IF(e, !p->trunk || !p->moe, SPILL_E_NOMEM, "out of memory");
-  SPILL_TRY(imp_add_trunk(s, p, "tok_embd", G ? "token_embd.weight" : "model.embed_tokens.weight", 2, V, D, 0, e));
-  SPILL_TRY(imp_add_trunk(s, p, "output_norm", G ? "output_norm.weight" : "model.norm.weight", 1, D, 0, 0, e));
-  const char *out = G ? (tied ? "token_embd.weight" : "output.weight")
-                      : (tied ? "model.embed_tokens.weight" : "lm_head.weight");
+  char emb[64], norm[64];
+  snprintf(emb, sizeof emb, "%sembed_tokens.weight", hf_model(s));
+  snprintf(norm, sizeof norm, "%snorm.weight", hf_model(s));
+  SPILL_TRY(imp_add_trunk(s, p, "tok_embd", G ? "token_embd.weight" : emb, 2, V, D, 0, e));
+  SPILL_TRY(imp_add_trunk(s, p, "output_norm", G ? "output_norm.weight" : norm, 1, D, 0, 0, e));
+  const char *out = G ? (tied ? "token_embd.weight" : "output.weight") : (tied ? emb : "lm_head.weight");
   return imp_add_trunk(s, p, "output", out, 2, V, D, 0, e);
 }
 
 int imp_plan_experts(imp_src *s, imp_moe_layer *m, int l, uint64_t E, uint64_t D, uint64_t F, const char *hf_mid,
                      const char *const hf_leaf[SPILL_SEC_COUNT], spill_err *e) {
   static const char *const gg[SPILL_SEC_COUNT] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-  char pre[48], b[96];
-  snprintf(pre, sizeof pre, s->is_gguf ? "blk.%d." : "model.layers.%d.", l);
+  char pre[64], b[96];
+  if (s->is_gguf) snprintf(pre, sizeof pre, "blk.%d.", l);
+  else snprintf(pre, sizeof pre, "%slayers.%d.", hf_model(s), l);
   for (int k = 0; k < SPILL_SEC_COUNT; k++) {
     const uint64_t rows = k == SPILL_SEC_DOWN ? D : F, cols = k == SPILL_SEC_DOWN ? F : D;
     if (s->is_gguf) {
@@ -204,7 +210,8 @@ int imp_add_squeezed(imp_src *s, imp_plan *p, int l, const char *dst, const char
   memset(t, 0, sizeof *t);
   char b[200];
   snprintf(t->name, sizeof t->name, "blk.%d.%s", l, dst);
-  snprintf(b, sizeof b, s->is_gguf ? "blk.%d.%s" : "model.layers.%d.%s", l, s->is_gguf ? gguf : hf);
+  if (s->is_gguf) snprintf(b, sizeof b, "blk.%d.%s", l, gguf);
+  else snprintf(b, sizeof b, "%slayers.%d.%s", hf_model(s), l, hf);
   SPILL_TRY(imp_need(s, b, &t->src, e));
   uint64_t got[SPILL_SRC_MAX_DIMS], want[2];
   int ng = 0, nw = 0;
@@ -579,6 +586,26 @@ int imp_hf_experts_oss(imp_src *s, imp_moe_layer *m, int k, const char *pre, uin
   }
   m->oss_stride[k] = stride;
   m->oss_first[k] = first;
+  return SPILL_OK;
+}
+
+int imp_hf_experts_fused(imp_src *s, imp_moe_layer *m, int k, const char *name, uint64_t E, uint64_t fused_rows,
+                         uint64_t first, uint64_t rows, uint64_t cols, spill_err *e) {
+  const spill_src_tensor *t;
+  SPILL_TRY(imp_need(s, name, &t, e));
+  SPILL_FAIL_IF(e, t->dtype != SPILL_SRC_F32 && t->dtype != SPILL_SRC_F16 && t->dtype != SPILL_SRC_BF16,
+                SPILL_E_UNSUPPORTED, "tensor %s: dtype %s: fused experts are read as f32, f16 or bf16", t->name,
+                t->dtype == SPILL_SRC_OTHER ? t->other_name : spill_src_dtype_traits(t->dtype)->name);
+  SPILL_FAIL_IF(e, !(t->ndim == 3 && t->shape[0] == E && t->shape[1] == fused_rows && t->shape[2] == cols),
+                SPILL_E_FORMAT, "tensor %s: shape is not [%llu, %llu, %llu] (experts, rows, cols) as the config implies",
+                t->name, (unsigned long long)E, (unsigned long long)fused_rows, (unsigned long long)cols);
+  m->per[k] = calloc((size_t)E, sizeof *m->per[k]);
+  m->scale[k] = calloc((size_t)E, sizeof *m->scale[k]);
+  SPILL_FAIL_IF(e, !m->per[k] || !m->scale[k], SPILL_E_NOMEM, "out of memory");
+  for (uint64_t x = 0; x < E; x++) m->per[k][x] = t;
+  m->fused_rows[k] = (uint32_t)fused_rows;
+  m->fused_first[k] = (uint32_t)first;
+  (void)rows;
   return SPILL_OK;
 }
 

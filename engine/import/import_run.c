@@ -117,6 +117,10 @@ static uint64_t src_row(uint64_t r, uint64_t rows, const imp_trunk *t) {
     const uint64_t hd = rows / (uint64_t)t->unpermute_heads, h = r / hd, rr = r % hd, half = hd / 2;
     return h * hd + 2 * (rr % half) + rr / half; /* inverse of llama.cpp's permute() */
   }
+  if (t && t->vh_hd > 0 && !t->vh_cols && r >= t->vh_off) { /* Qwen3.5 v heads: grouped -> tiled */
+    const uint64_t j = r - t->vh_off, hd = t->vh_hd, h = j / hd, v = h / t->vh_hk, g = h % t->vh_hk;
+    return t->vh_off + (g * t->vh_r + v) * hd + j % hd;
+  }
   if (t && t->rope_dim > 0) { /* de-interleave the rope rows of each block */
     const uint64_t b = r / t->rope_block, rr = r % t->rope_block, half = t->rope_dim / 2;
     if (rr < t->rope_off || rr >= (uint64_t)t->rope_off + t->rope_dim) return r;
@@ -838,6 +842,38 @@ static int log_neg_f32(const imp_trunk *t, uint8_t *out, spill_err *e) {
   return SPILL_OK;
 }
 
+/* HF Qwen3.5 out_proj: the columns of each source row (f32/f16/bf16 in
+ * R->cv.src, moved exactly) from the grouped v-head order to the tiled one
+ * (src_row's mapping, applied to columns). */
+static int vh_permute_cols(run *R, const imp_trunk *t, spill_err *e) {
+  const spill_src_dtype sd = t->src->dtype;
+  SPILL_FAIL_IF(e, sd != SPILL_SRC_F32 && sd != SPILL_SRC_F16 && sd != SPILL_SRC_BF16, SPILL_E_UNSUPPORTED,
+                "tensor %s: its columns are reordered (v heads), which needs f32, f16 or bf16", t->src->name);
+  const size_t es = sd == SPILL_SRC_F32 ? 4 : 2, rb = (size_t)t->cols * es;
+  uint8_t *tmp = malloc(rb + 1);
+  SPILL_FAIL_IF(e, !tmp, SPILL_E_NOMEM, "out of memory");
+  imp_trunk as_rows = *t; /* the column map is src_row's row map */
+  as_rows.vh_cols = 0;
+  for (uint64_t r = 0; r < t->rows; r++) {
+    uint8_t *row = R->cv.src + r * rb;
+    memcpy(tmp, row, rb);
+    for (uint64_t c = 0; c < t->cols; c++) memcpy(row + c * es, tmp + src_row(c, t->cols, &as_rows) * es, es);
+  }
+  free(tmp);
+  return SPILL_OK;
+}
+
+/* HF Qwen3.5: the f32 vector in R->out plus 1 (zero-centred norms) or as
+ * -exp(A_log) (in double, rounded once to f32). */
+static void vec_f32_map(run *R, const imp_trunk *t) {
+  for (uint64_t i = 0; i < t->rows; i++) {
+    float a;
+    memcpy(&a, R->out + i * sizeof a, sizeof a);
+    a = t->add_one ? a + 1.0f : (float)-exp((double)a);
+    memcpy(R->out + i * sizeof a, &a, sizeof a);
+  }
+}
+
 /* HF Kimi K3 AttnRes: the f32 vector in R->out times t->mul elementwise in
  * f32 (llama.cpp's converter fuses res_norm * res_proj the same way). */
 static int mul_f32(run *R, const imp_trunk *t, spill_err *e) {
@@ -875,11 +911,16 @@ static int do_trunk(run *R, int i, spill_err *e) {
   } else {
     SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)t->src->bytes, e));
     SPILL_TRY(imp_src_read(&R->s, t->src, 0, R->cv.src, (size_t)t->src->bytes, e));
+    if (t->vh_hd && t->vh_cols) SPILL_TRY(vh_permute_cols(R, t, e));
     if (t->scale) SPILL_TRY(read_scale(&R->s, t->scale, t->rows, t->cols, &R->cv, e));
     SPILL_TRY(convert(&R->cv, t->src->dtype, t->scale ? R->cv.scale : NULL, R->s.fp8_block, t->rows,
                       t->cols, t, ti->dtype, ti->group, R->out, &num, &den, t->src->name, e));
   }
   if (t->log_neg) SPILL_TRY(log_neg_f32(t, R->out, e));
+  if (t->add_one || t->neg_exp) {
+    SPILL_FAIL_IF(e, ti->dtype != SPILL_DT_F32 || t->ndim != 1, SPILL_E_INTERNAL, "%s: not an f32 vector", t->name);
+    vec_f32_map(R, t);
+  }
   if (t->mul) SPILL_TRY(mul_f32(R, t, e));
   if (ti->dtype == SPILL_DT_Q8 || ti->dtype == SPILL_DT_Q4) {
     spill_dtype kd;
@@ -906,6 +947,9 @@ static spill_src_dtype sect_src_dtype(const run *R, int bi, int k, const spill_s
 static uint64_t sect_src_bytes(const run *R, int bi, int k, int x) {
   const imp_moe_layer *ml = &R->p.moe[bi];
   if (R->s.is_gguf) return ml->stacked[k]->bytes / (uint64_t)R->p.arch.moe.n_experts;
+  if (ml->fused_rows[k]) /* the section's rows of expert x */
+    return ml->per[k][x]->bytes / ((uint64_t)R->p.arch.moe.n_experts * ml->fused_rows[k]) *
+           (uint64_t)(k == SPILL_SEC_DOWN ? R->p.arch.d_model : R->p.arch.moe.d_expert);
   if (ml->oss_stride[k]) /* one expert's share of the stacked blocks and scales */
     return (ml->per[k][x]->bytes + ml->mx_scale[k][x]->bytes) / (uint64_t)R->p.arch.moe.n_experts;
   return ml->per[k][x]->bytes + (ml->mx_scale[k] ? ml->mx_scale[k][x]->bytes : 0);
@@ -939,6 +983,16 @@ static int read_section(run *R, int bi, int k, int x, const spill_src_tensor **t
     SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)(sec->rows * nb * 17), e));
     snprintf(what, wn, "%s expert %d", ms->name, x);
     SPILL_TRY(spill_src_mxfp4_from_ct(pk, pks, sec->rows, sec->cols, R->cv.src, what, e));
+    *sc = NULL;
+    snprintf(what, wn, "%s expert %d", t->name, x);
+    return SPILL_OK;
+  }
+  if (!R->s.is_gguf && ml->fused_rows[k]) { /* HF fused experts: expert x's rows of the stacked tensor */
+    const uint64_t E = (uint64_t)R->p.arch.moe.n_experts, rb = t->bytes / (E * ml->fused_rows[k]);
+    n = sec->rows * rb;
+    off = ((uint64_t)x * ml->fused_rows[k] + ml->fused_first[k]) * rb;
+    SPILL_TRY(grow((void **)&R->cv.src, &R->cv.src_cap, (size_t)n, e));
+    SPILL_TRY(imp_src_read(&R->s, t, off, R->cv.src, (size_t)n, e));
     *sc = NULL;
     snprintf(what, wn, "%s expert %d", t->name, x);
     return SPILL_OK;
