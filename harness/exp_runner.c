@@ -823,6 +823,16 @@ static cJSON *knobs_of(const spill_exp_config *cfg, int cell, int arm) {
  * emulated RAM differs from the running lock's. The engine is closed first
  * (its memory must not count against the next machine) and reopens at the
  * next spill run. */
+/* Closes the machine profile; what it could not undo (a swap file the
+ * kernel would not turn off) is said, and left for the next runner's reap. */
+static void close_machine(runner *R) {
+  spill_machine_close(&R->mach);
+  if (R->mach.leftover[0] && R->o->progress) {
+    spill_exp_progress p = {"machine", R->mach.leftover, 1, 1, now_s() - R->t0, 0, 0};
+    R->o->progress(R->o->user, &p);
+  }
+}
+
 static int ensure_machine(runner *R, int cell) {
   spill_machine_spec want;
   int has = spill_exp_config_machine(R->cfg, cell, &want.ram, &want.wired, &want.swap, &want.swappiness);
@@ -830,7 +840,7 @@ static int ensure_machine(runner *R, int cell) {
   if (!R->mach.up && !has) return SPILL_OK;
   spill_engine_close(R->eng);
   R->eng = NULL;
-  spill_machine_close(&R->mach);
+  close_machine(R);
   if (!has) return SPILL_OK;
   return spill_machine_open(&want, R->dir, &R->mach, R->e);
 }
@@ -1630,7 +1640,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   spill_engine_close(R.eng);
   mark_interrupted(&R, rc, last_key, n_runs);
   R.eng = NULL;
-  spill_machine_close(&R.mach);
+  close_machine(&R);
   spill_ramlock_release(&R.lock);
   /* only the directory's writer (the lock holder) rewrites its reports: a
    * resume refused by the lock leaves the other writer's directory alone */

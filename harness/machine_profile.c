@@ -324,10 +324,22 @@ static int make_swap_file(spill_machine *m, const char *dir, uint64_t bytes, spi
 
 /* Turns the area off (the kernel refuses to unlink an active swap file)
  * and deletes it. */
-static void remove_swap_file(const char *path) {
-  if (!path[0]) return;
-  if (swap_active(path) || path[0] != '/') swapoff(path);
-  unlink(path);
+/* Turns a swap file off and deletes it: 0, or -1 with errno when it is
+ * still there. swapoff can fail for a moment (EINTR from a pending signal,
+ * ENOMEM while the killed cgroup's pages are still being freed), and the
+ * kernel refuses to unlink an active swap file (EPERM): retried for ~2 s. */
+static int remove_swap_file(const char *path) {
+  if (!path[0]) return 0;
+  int err = 0;
+  for (int tries = 0; tries < 20; tries++) {
+    if ((swap_active(path) || path[0] != '/') && swapoff(path) < 0 && errno != EINVAL) err = errno;
+    if (unlink(path) == 0 || errno == ENOENT) return 0;
+    if (!err) err = errno;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  errno = err;
+  return -1;
 }
 
 /* ---- cgroup ---- */
@@ -399,9 +411,15 @@ void spill_machine_close(spill_machine *m) {
     cg_remove(m->cg_dir);
     m->cg_dir[0] = 0;
   }
-  remove_swap_file(m->swap_file);
+  m->leftover[0] = 0;
+  if (remove_swap_file(m->swap_file) < 0) {
+    /* kept in the state file: the next runner's reap tries again */
+    snprintf(m->leftover, sizeof m->leftover, "swap file %s could not be removed (%s); it stays "
+             "in %s for the next runner to clean up", m->swap_file, strerror(errno), m->state_file);
+  } else if (m->state_file[0]) {
+    unlink(m->state_file);
+  }
   m->swap_file[0] = 0;
-  if (m->state_file[0]) unlink(m->state_file);
   m->state_file[0] = 0;
   m->up = 0;
 }

@@ -50,6 +50,7 @@ typedef struct spill_machine {
   uint64_t limit_ram_swap;     /* v1: memsw limit; v2: memory.swap.max + ram */
   int swappiness;              /* effective (cgroup's on v1, vm.swappiness on v2) */
   char state_file[PATH_MAX];
+  char leftover[2 * PATH_MAX + 128]; /* after close: what it could not undo ("" = all undone) */
   spill_machine_spec spec;
   int up;
 } spill_machine;
@@ -87,7 +88,8 @@ int spill_machine_enter(const spill_machine *m, spill_err *e);
 int spill_machine_sample(const spill_machine *m, spill_machine_counters *c, spill_err *e);
 /* Moves the calling process home (if it entered), stops the ballast,
  * removes the cgroup, turns the swap file off and deletes it, removes the
- * state file. NULL fine. */
+ * state file. A swap file that cannot be removed (retried ~2 s) keeps the
+ * state file, for the next reap, and m->leftover says so. NULL fine. */
 void spill_machine_close(spill_machine *m);
 /* Undoes what runners that died without closing their machine left (their
  * state files name a dead process). what gets one line per cleaned runner

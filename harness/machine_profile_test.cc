@@ -141,6 +141,37 @@ TEST(MachineProfileTest, ProcessAboveTheLimitSwapsAndCloseUndoesAll) {
   EXPECT_EQ(spill_machine_reap_stale(what, sizeof what, &e), 0) << what;
 }
 
+// A swap file the kernel will not let go of (here: a path that cannot be
+// unlinked, a non-empty directory) is not forgotten: close keeps the state
+// file for the next reap and says what it left.
+TEST(MachineProfileTest, CloseKeepsTheStateOfWhatItCouldNotRemove) {
+  std::string why = Unavailable();
+  if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
+  std::string state = TmpDir("state-left");
+  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  std::string stuck = TmpDir("stuck-swap");
+  std::string inner = stuck + "/x";
+  ASSERT_EQ(mkdir(inner.c_str(), 0700), 0);
+  spill_machine m;
+  spill_err e = {};
+  spill_machine_spec s = {64ull << 20, 0, 0, -1};
+  ASSERT_EQ(spill_machine_open(&s, ".", &m, &e), SPILL_OK) << e.msg;
+  std::string st = m.state_file;
+  snprintf(m.swap_file, sizeof m.swap_file, "%s", stuck.c_str());
+  spill_machine_close(&m);
+  EXPECT_NE(std::string(m.leftover).find(stuck), std::string::npos) << m.leftover;
+  struct stat sb;
+  EXPECT_EQ(stat(st.c_str(), &sb), 0) << "the state file should stay for the next reap";
+  unlink(st.c_str());
+  rmdir(inner.c_str());
+  // a close that removes everything leaves nothing to say
+  ASSERT_EQ(spill_machine_open(&s, ".", &m, &e), SPILL_OK) << e.msg;
+  st = m.state_file;
+  spill_machine_close(&m);
+  EXPECT_STREQ(m.leftover, "");
+  EXPECT_NE(stat(st.c_str(), &sb), 0);
+}
+
 // A runner killed with SIGKILL while its machine is up leaves a cgroup, a
 // ballast and a swap file; the next reap removes them and says so.
 TEST(MachineProfileTest, KilledRunnerIsCleanedUpByTheNextReap) {
