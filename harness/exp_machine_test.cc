@@ -260,6 +260,47 @@ TEST(ExpMachineTest, OomKilledRunIsARowAndTheSweepGoesOn) {
   EXPECT_EQ(CountEntries(state, "machine-"), 0);
 }
 
+// The cliff plot of a wired x budget sweep: one series per wired value, x =
+// the budget (machine axes sort before budget, so x is not the first axis).
+TEST(ExpMachineTest, CliffPlotHasOneSeriesPerWiredValueOverTheBudgets) {
+  std::string why = Unavailable();
+  if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
+  std::string root = Tmp("cliffplot");
+  std::string state = Tmp("cliffplot-state");
+  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  std::string model = MakeNano(root);
+  std::string text = R"({"name": "cliffplot", "model": ")" + model + R"(",
+    "workload": {"prompt": "cliff", "decode_tokens": 2},
+    "machine": {"ram": "768M", "swap": "0"},
+    "sweep": {"budget": ["48M", "96M"], "wired": ["16M", "32M"]}, "repeats": 1,
+    "outputs": {"tables": ["md"], "plots": ["cliff"]}})";
+  spill_exp_config cfg;
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e), 0) << e.msg;
+  ASSERT_STREQ(cfg.axes[0].key, "wired");
+  std::string results = root + "/results";
+  spill_exp_opts o = {};
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  spill_exp_config_free(&cfg);
+  std::ifstream f(std::string(dir) + "/plots/cliff.dat");
+  std::string line, titles;
+  std::vector<double> xs;
+  while (std::getline(f, line)) {
+    if (line.rfind("# ", 0) == 0) titles += line + "\n";
+    else if (!line.empty()) xs.push_back(std::stod(line));
+  }
+  EXPECT_EQ(titles, "# base wired=16M\n# base wired=32M\n");
+  ASSERT_EQ(xs.size(), 4u);
+  for (int sidx = 0; sidx < 2; sidx++) {  // each series runs over the budgets
+    EXPECT_NEAR(xs[2 * sidx], 48.0 / 1024, 1e-6);
+    EXPECT_NEAR(xs[2 * sidx + 1], 96.0 / 1024, 1e-6);
+  }
+}
+
 TEST(ExpMachineTest, KilledRunnerIsCleanedUpByTheNextRunWhichSaysSo) {
   std::string why = Unavailable();
   if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;

@@ -638,24 +638,37 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   if (!f) return SPILL_E_IO;
   /* One data block per (other axes, arm) series, x = budget GiB (or the
    * emulated RAM, for an emulate_ram sweep); peers have no hit rate. */
-  const int ram_axis = !strcmp(cfg->axes[0].key, SPILL_EXP_AXIS_EMULATE_RAM);
+  /* x: the budget axis (an emulate_ram sweep: that axis). Machine axes
+   * (wired, swap) sort before budget, so x is not always axes[0]: cells
+   * are numbered with axes[0] slowest, x's stride is the product of the
+   * sizes of the axes after it, and every other combination is a series. */
+  int xa = 0;
+  for (int k = 0; k < cfg->n_axes; k++)
+    if (!strcmp(cfg->axes[k].key, "budget") || !strcmp(cfg->axes[k].key, SPILL_EXP_AXIS_EMULATE_RAM)) {
+      xa = k;
+      break;
+    }
+  const int ram_axis = !strcmp(cfg->axes[xa].key, SPILL_EXP_AXIS_EMULATE_RAM);
   double *v = malloc(sizeof(double) * (size_t)(R->n_rows + 1));
   int n_series = 0;
   char titles[64][128];
   int is_peer[64];
-  int cells = spill_exp_config_n_cells(cfg), per_budget = cells / cfg->axes[0].n;
-  for (int other = 0; other < per_budget && n_series < 64; other++)
+  int cells = spill_exp_config_n_cells(cfg), nx = cfg->axes[xa].n, sx = 1;
+  for (int k = xa + 1; k < cfg->n_axes; k++) sx *= cfg->axes[k].n;
+  for (int other = 0; other < cells && n_series < 64; other++) {
+    if ((other / sx) % nx) continue; /* a series starts where x is at its first value */
     for (int a = 0; a < cfg->n_arms && n_series < 64; a++) {
       const char *vals[SPILL_EXP_MAX_AXES];
       spill_exp_config_cell(cfg, other, vals);
       char t[128];
       int o = snprintf(t, sizeof t, "%s", cfg->arms[a].name);
-      for (int x = 1; x < cfg->n_axes; x++) o += snprintf(t + o, sizeof t - (size_t)o, " %s=%s", cfg->axes[x].key, vals[x]);
+      for (int x = 0; x < cfg->n_axes; x++)
+        if (x != xa) o += snprintf(t + o, sizeof t - (size_t)o, " %s=%s", cfg->axes[x].key, vals[x]);
       snprintf(titles[n_series], sizeof titles[n_series], "%s", t);
       is_peer[n_series] = cfg->arms[a].peer.name[0] != 0;
       fprintf(f, "# %s\n", t);
-      for (int b = 0; b < cfg->axes[0].n; b++) {
-        const group *g = find_group(R, b * per_budget + other, a);
+      for (int b = 0; b < nx; b++) {
+        const group *g = find_group(R, other + b * sx, a);
         if (!g || g->n == 0) continue;
         spill_stats_summary tok, hit, bud, rd, mf;
         values(g, "decode_tok_per_s", v);
@@ -681,6 +694,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
       fprintf(f, "\n\n");
       n_series++;
     }
+  }
   fclose(f);
   double ram, dflt, model_bytes;
   cliff_lines(R, dir, ram_axis, &ram, &dflt, &model_bytes);
