@@ -11,7 +11,7 @@ set key outside bottom center horizontal
 set grid
 set yrange [0:*]
 set y2range [0:*]
-plot 'cliff.dat' index 0 using 1:6 with linespoints lw 2 title 'base budget=4G GiB read/token', 'cliff.dat' index 0 using 1:7 axes x1y2 with linespoints dt 2 title 'base budget=4G major faults/token', 'cliff.dat' index 1 using 1:6 with linespoints lw 2 title 'base budget=5888M GiB read/token', 'cliff.dat' index 1 using 1:7 axes x1y2 with linespoints dt 2 title 'base budget=5888M major faults/token', 'cliff.dat' index 2 using 1:6 with linespoints lw 2 title 'base budget=6656M GiB read/token', 'cliff.dat' index 2 using 1:7 axes x1y2 with linespoints dt 2 title 'base budget=6656M major faults/token', 'cliff.dat' index 3 using 1:6 with linespoints lw 2 title 'base budget=7424M GiB read/token', 'cliff.dat' index 3 using 1:7 axes x1y2 with linespoints dt 2 title 'base budget=7424M major faults/token'
+plot 'cliff.dat' index 0 using 1:6 with linespoints lw 2 title 'base wired=1280M GiB read/token', 'cliff.dat' index 0 using 1:7 axes x1y2 with linespoints dt 2 title 'base wired=1280M major faults/token', 'cliff.dat' index 1 using 1:6 with linespoints lw 2 title 'base wired=1536M GiB read/token', 'cliff.dat' index 1 using 1:7 axes x1y2 with linespoints dt 2 title 'base wired=1536M major faults/token', 'cliff.dat' index 2 using 1:6 with linespoints lw 2 title 'base wired=2G GiB read/token', 'cliff.dat' index 2 using 1:7 axes x1y2 with linespoints dt 2 title 'base wired=2G major faults/token', 'cliff.dat' index 3 using 1:6 with linespoints lw 2 title 'base wired=2304M GiB read/token', 'cliff.dat' index 3 using 1:7 axes x1y2 with linespoints dt 2 title 'base wired=2304M major faults/token'
 set terminal svg size 1000,600 noenhanced
 set output './cliff-io.svg'
 replot

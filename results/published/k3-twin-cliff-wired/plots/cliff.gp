@@ -14,9 +14,7 @@ set yrange [0:*]
 set xrange [*:12.000000]
 set arrow 1 from 8.000000, graph 0 to 8.000000, graph 1 nohead dt 2 lc rgb 'red'
 set label 1 'machine profile RAM 8 GiB' at 8.000000, graph 0.95 right offset -0.5,0 tc rgb 'red'
-set arrow 2 from 5.846452, graph 0 to 5.846452, graph 1 nohead dt 3 lc rgb 'dark-green'
-set label 2 'default budget 5.85 GiB' at 5.846452, graph 0.88 left offset 0.5,0 tc rgb 'dark-green'
-plot 'cliff.dat' index 0 using 1:2:3:4 with yerrorlines lw 2 title 'base budget=4G tok/s', 'cliff.dat' index 0 using 1:5 axes x1y2 with linespoints dt 2 title 'base budget=4G decode hit %', 'cliff.dat' index 1 using 1:2:3:4 with yerrorlines lw 2 title 'base budget=5888M tok/s', 'cliff.dat' index 1 using 1:5 axes x1y2 with linespoints dt 2 title 'base budget=5888M decode hit %', 'cliff.dat' index 2 using 1:2:3:4 with yerrorlines lw 2 title 'base budget=6656M tok/s', 'cliff.dat' index 2 using 1:5 axes x1y2 with linespoints dt 2 title 'base budget=6656M decode hit %', 'cliff.dat' index 3 using 1:2:3:4 with yerrorlines lw 2 title 'base budget=7424M tok/s', 'cliff.dat' index 3 using 1:5 axes x1y2 with linespoints dt 2 title 'base budget=7424M decode hit %'
+plot 'cliff.dat' index 0 using 1:2:3:4 with yerrorlines lw 2 title 'base wired=1280M tok/s', 'cliff.dat' index 0 using 1:5 axes x1y2 with linespoints dt 2 title 'base wired=1280M decode hit %', 'cliff.dat' index 1 using 1:2:3:4 with yerrorlines lw 2 title 'base wired=1536M tok/s', 'cliff.dat' index 1 using 1:5 axes x1y2 with linespoints dt 2 title 'base wired=1536M decode hit %', 'cliff.dat' index 2 using 1:2:3:4 with yerrorlines lw 2 title 'base wired=2G tok/s', 'cliff.dat' index 2 using 1:5 axes x1y2 with linespoints dt 2 title 'base wired=2G decode hit %', 'cliff.dat' index 3 using 1:2:3:4 with yerrorlines lw 2 title 'base wired=2304M tok/s', 'cliff.dat' index 3 using 1:5 axes x1y2 with linespoints dt 2 title 'base wired=2304M decode hit %'
 set terminal svg size 1000,600 noenhanced
 set output './cliff.svg'
 replot
