@@ -267,6 +267,45 @@ TEST(ChatTemplateTest, GptOssHarmonyTemplateMatchesJinja2) {
   EXPECT_EQ(out.substr(out.size() - tail.size()), tail) << out;
 }
 
+// Qwen3.5's template (llama.cpp's models/templates/Qwen3.5-4B.jinja, the
+// template the Qwen3.5 checkpoints ship, read from the peer's source at
+// test time) over the testdata conversations: identical bytes to jinja2, or
+// both fail. Then the Qwen3.5 conversation's shape: tools declared in
+// <tools>, reasoning kept after the last user turn, the generation prompt
+// opening a think block. Skips when the peer is not built.
+TEST(ChatTemplateTest, Qwen35TemplateMatchesJinja2) {
+  const char *peer = getenv("SPILL_LLAMA_PEER");
+  std::string src = peer ? std::string(peer) : "";
+  src = src.substr(0, src.rfind('/'));
+  src = src.substr(0, src.rfind('/')) + "/src/models/templates/";
+  if (!peer || Slurp(src + "Qwen3.5-4B.jinja").empty())
+    GTEST_SKIP() << "llama.cpp peer source not found (run ./lab peers; looked in " << src << ")";
+  if (system("/usr/bin/python3 -c 'import jinja2' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-jinja2 is not installed (./lab installs it)";
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/qwen35tmpl";
+  std::string ctxdir = Runfile("engine/tok/testdata/chat");
+  ASSERT_EQ(system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && cp '" + src + "Qwen3.5-4B.jinja' '" + dir +
+                    "'/ && cp '" + ctxdir + "'/ctx_*.json '" + dir + "'/")
+                       .c_str()),
+            0);
+  std::vector<std::string> ctxs = List(dir, ".json");
+  ASSERT_GE(ctxs.size(), 8u);
+  EXPECT_GE(CompareDirWithJinja2(dir, ctxs.size()), (int)ctxs.size() - 2);
+  char *got = nullptr;
+  spill_err e{};
+  ASSERT_EQ(spill_chat_render_json(Slurp(src + "Qwen3.5-4B.jinja").c_str(),
+                                   Slurp(ctxdir + "/ctx_qwen_tools.json").c_str(), &got, &e),
+            SPILL_OK)
+      << e.msg;
+  std::string out = got;
+  free(got);
+  EXPECT_EQ(out.rfind("<|im_start|>system\n", 0), 0u) << out;
+  EXPECT_NE(out.find("<tools>"), std::string::npos) << out;
+  const std::string tail = "18 degrees.<|im_end|>\n<|im_start|>assistant\n<think>\n";
+  ASSERT_GE(out.size(), tail.size());
+  EXPECT_EQ(out.substr(out.size() - tail.size()), tail) << out;
+}
+
 TEST(ChatTemplateTest, MessagesApiEqualsTheJsonForm) {
   std::string tmpl = Slurp(Runfile("engine/tok/testdata/chat/qwen3.jinja"));
   spill_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}};

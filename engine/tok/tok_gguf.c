@@ -28,6 +28,11 @@ int tok_load_gguf(const char *path, spill_tok **out, spill_err *e);
 #define QWEN2_PAT                                                                           \
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
   "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* Qwen3.5 (llama.cpp's QWEN35): Qwen2's split with combining marks kept in
+ * words, [\p{L}\p{M}]+ and [^\s\p{L}\p{M}\p{N}] */
+#define QWEN35_PAT                                                                     \
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"                  \
+  "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define LLAMA3_PAT                                                                              \
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+" \
   "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
@@ -41,6 +46,7 @@ static const struct pre_def {
   int nfc, ignore_merges;
 } PRE[] = {
     {"qwen2", {QWEN2_PAT}, 1, 0},
+    {"qwen35", {QWEN35_PAT}, 1, 0},
     {"llama-bpe", {LLAMA3_PAT}, 0, 1},
     {"llama3", {LLAMA3_PAT}, 0, 1},
     /* GLM-4.5/4.6/4.7 (llama.cpp's CHATGLM4: Llama 3's split, merges applied) */

@@ -80,6 +80,29 @@ def random_tensors(seed, L):
     return t, c
 
 
+def qwen35_tokenizer(n):
+    """tokenizer.ggml.* of a byte-level BPE of n tokens with pre "qwen35"
+    (llama.cpp's QWEN35 split: Qwen2's with combining marks kept in words):
+    import_ref's letter pairs, the last ones replaced by merges whose result
+    depends on the split (a letter with a following U+0301 / U+0308, which
+    NFC leaves alone after x and q; a mark after punctuation; digits one by
+    one), so Qwen2's split gives other ids."""
+    toks, merges = ir.byte_level_vocab(n)
+    sym = ir._byte_symbols()
+    acute = sym[0xCC] + sym[0x81]   # U+0301
+    diaer = sym[0xCC] + sym[0x88]   # U+0308
+    extra = [(sym[0xCC], sym[0x81]), (sym[0xCC], sym[0x88]), ("x", acute), ("q", diaer), ("x" + acute, "y"),
+             ("!", acute), ("1", "2"), ("\u0120", "x")]
+    toks, merges = toks[:n - len(extra)], merges[:n - 256 - len(extra)]
+    for x, y in extra:
+        toks.append(x + y)
+        merges.append(x + " " + y)
+    return [("tokenizer.ggml.pre", "qwen35"), ("tokenizer.ggml.tokens", toks),
+            ("tokenizer.ggml.token_type", np.ones(len(toks), dtype=np.int32)), ("tokenizer.ggml.merges", merges),
+            ("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.eos_token_id", 2),
+            ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.add_bos_token", False)]
+
+
 def make_gguf(out, ty, seed, L=4, vocab=False, recurrent_array=False, set_kv=(), drop=()):
     t, c = random_tensors(seed, L)
     a = "qwen35moe"
@@ -97,7 +120,7 @@ def make_gguf(out, ty, seed, L=4, vocab=False, recurrent_array=False, set_kv=(),
         kv.append((a + ".attention.recurrent_layers", [(l + 1) % 4 != 0 for l in range(L)]))
     else:
         kv.append((a + ".full_attention_interval", 4))
-    kv += ir.gguf_tokenizer(c["V"], vocab, False)
+    kv += qwen35_tokenizer(c["V"]) if vocab else ir.gguf_tokenizer(c["V"], False, False)
     for item in set_kv:
         key, val = item.split("=", 1)
         val = json.loads(val)
@@ -335,7 +358,7 @@ def main(argv=None):
     g.add_argument("out")
     g.add_argument("--type", default="F32", choices=["F32", "F16", "Q8_0"])
     g.add_argument("--layers", type=int, default=4)
-    g.add_argument("--vocab", action="store_true", help="a byte-level BPE vocabulary llama.cpp loads")
+    g.add_argument("--vocab", action="store_true", help="a byte-level BPE vocabulary (pre qwen35) llama.cpp loads")
     g.add_argument("--recurrent-array", action="store_true", help="attention.recurrent_layers, not the interval")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--set-kv", action="append", default=[], metavar="KEY=JSON", help="hostile fixture")
