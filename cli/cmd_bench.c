@@ -42,7 +42,8 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
   printf("{\"model\": \"%s\", \"prompt_tokens\": %d, \"tokens\": %d, \"tok_per_s\": %.4f, \"decode_s\": %.4f, "
          "\"prefill_s\": %.4f, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, "
          "\"decode_hits\": %llu, \"decode_misses\": %llu, "
-         "\"bytes_read\": %llu, \"reads\": %llu, \"io_wait_s\": %.4f, \"major_faults\": %llu, "
+         "\"bytes_read\": %llu, \"reads\": %llu, \"io_wait_s\": %.4f, \"expert_wait_threads_s\": %.4f, "
+         "\"major_faults\": %llu, "
          "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
          "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
          "\"parallel_sections\": %llu, \"ctx_switches_voluntary\": %llu, "
@@ -53,7 +54,7 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
          (unsigned long long)st->demand_misses, acc ? (double)st->demand_hits / acc : 0.0,
          (unsigned long long)st->decode_hits, (unsigned long long)st->decode_misses,
          (unsigned long long)st->bytes_read, (unsigned long long)st->reads, st->io_wait_s,
-         (unsigned long long)st->major_faults, spill_storage_name(c->storage),
+         st->expert_wait_threads_s, (unsigned long long)st->major_faults, spill_storage_name(c->storage),
          spill_io_backend_kind_name(c->io_backend), c->policy, c->lookahead,
          (unsigned long long)(c->storage == SPILL_STORAGE_MMAP ? 0
                               : c->cache_slots >= 0         ? (uint64_t)c->cache_slots

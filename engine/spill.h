@@ -456,7 +456,12 @@ typedef struct spill_run_stats {
   uint64_t bytes_read, bytes_read_demand, bytes_read_spec;
   uint64_t evictions;
   uint64_t major_faults;        /* getrusage ru_majflt delta */
-  double io_wait_s;             /* compute thread blocked on expert reads */
+  double io_wait_s;             /* a compute thread blocked in the reader (one at a time:
+                                   the thread polling the stream) */
+  /* thread-seconds every compute thread spent in the MoE regions with
+   * nothing to run: blocked in the reader, or idle until a record or another
+   * thread's part arrived (summed over threads; 1 thread: the caller's wait) */
+  double expert_wait_threads_s;
   uint64_t max_reads_in_flight; /* most demand reads outstanding at once */
   double read_p50_ms, read_p99_ms; /* over every read of the run (prefill, decode and the
                                     * prefetches it waits for), not one forward call */

@@ -551,6 +551,7 @@ typedef struct snap {
   uint64_t nvcsw, nivcsw; /* the process's context switches (all threads) */
   uint64_t io_direct, io_buffered, io_mmap; /* reader bytes by path */
   uint64_t par;                             /* pool dispatches */
+  uint64_t wait_threads_ns;                 /* compute threads' waits in MoE regions */
 } snap;
 
 /* Major faults and context switches of the process (RUSAGE_SELF: every
@@ -588,6 +589,7 @@ static void take(spill_engine *g, snap *s) {
   s->io_buffered = io.bytes_buffered;
   s->io_mmap = io.bytes_mmap;
   s->par = spill_model_parallel_runs(g->m);
+  s->wait_threads_ns = spill_model_moe_wait_threads_ns(g->m);
 }
 
 /* Adds the difference b - a into st. */
@@ -607,6 +609,7 @@ static void accumulate(spill_run_stats *st, const snap *a, const snap *b) {
   st->ctx_switches_voluntary += b->nvcsw - a->nvcsw;
   st->ctx_switches_involuntary += b->nivcsw - a->nivcsw;
   st->io_wait_s += (double)(b->k.wait_ns - a->k.wait_ns) / 1e9;
+  st->expert_wait_threads_s += (double)(b->wait_threads_ns - a->wait_threads_ns) / 1e9;
   st->bytes_read_direct += b->io_direct - a->io_direct;
   st->bytes_read_buffered += b->io_buffered - a->io_buffered;
   st->bytes_read_mapped += b->io_mmap - a->io_mmap;
@@ -633,6 +636,7 @@ static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, cons
       .lm_head_ms = ms->ns_lm_head / 1e6,
       .other_ms = ms->ns_other / 1e6,
       .io_wait_ms = (double)(b->k.wait_ns - a->k.wait_ns) / 1e6,
+      .expert_wait_threads_ms = (double)(b->wait_threads_ns - a->wait_threads_ns) / 1e6,
       .reads = b->k.reads - a->k.reads,
       .bytes_read = b->k.bytes_read_demand + b->k.bytes_read_spec - a->k.bytes_read_demand -
                     a->k.bytes_read_spec,

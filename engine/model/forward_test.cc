@@ -112,6 +112,66 @@ TEST(ForwardTest, MoeRegionIsBitIdenticalForEveryDtypeAndThreadCount) {
   }
 }
 
+// A decode token's shared experts are tasks of the MoE region (moe.c):
+// the logits equal those of the shared experts run as their own row-split
+// matvecs before the region (shared_outside_region), bit for bit, for every
+// attention mix (qwen35: the shared-expert gate), expert dtype, f32 and
+// act_q8 inputs, on both trunks, and 1/2/3 threads; with 2 and 3 threads
+// each decode token's MoE layer makes exactly 2 fork-joins fewer (shared
+// gate/up and down; the one-row shared gate is one task, never a fork-join),
+// the prefill chunks' none.
+TEST(ForwardTest, SharedExpertsInTheRegionGiveTheRowSplitBits) {
+  struct Case {
+    const char *mix;
+    spill_dtype dt;
+    spill_gen_trunk tr;
+  };
+  const Case cases[] = {{"k3", SPILL_DT_RVQ3, SPILL_GEN_TRUNK_Q4},
+                        {"gqa", SPILL_DT_Q4, SPILL_GEN_TRUNK_Q4},
+                        {"gqa", SPILL_DT_F32, SPILL_GEN_TRUNK_F32},
+                        {"mla", SPILL_DT_Q8, SPILL_GEN_TRUNK_Q4},
+                        {"qwen35", SPILL_DT_RVQ3, SPILL_GEN_TRUNK_Q4},
+                        {"qwen35", SPILL_DT_Q4, SPILL_GEN_TRUNK_F32}};
+  for (const Case &c : cases) {
+    for (int q8 : {0, 1}) {
+      for (int threads : {1, 2, 3}) {
+        SCOPED_TRACE(std::string(c.mix) + " " + spill_dtype_name(c.dt) +
+                     (c.tr == SPILL_GEN_TRUNK_F32 ? " f32 trunk" : " q4 trunk") +
+                     (q8 ? " act_q8 " : " f32 inputs ") + std::to_string(threads) + " threads");
+        std::vector<float> got[2];
+        uint64_t runs[2] = {0, 0};
+        int n_moe = 0, n_shared = 0;
+        for (int outside : {0, 1}) {
+          spill_model_opts o = {};
+          o.par_min_weights = 1;
+          o.task_max_weights = 256;
+          o.n_threads = threads;
+          o.ctx = 256;
+          o.max_chunk = 4;
+          o.act_q8 = q8;
+          o.shared_outside_region = outside;
+          spill_test::ModelHandle h;
+          spill_err e = {};
+          ASSERT_EQ(spill_model_open(Nano(c.mix, c.tr, c.dt).c_str(), &o, &h.m, &e), SPILL_OK)
+              << e.msg;
+          got[outside] = RunSeq(h.m, Prompt(6), 4);
+          runs[outside] = spill_model_parallel_runs(h.m);
+          const spill_arch *a = spill_model_arch(h.m);
+          n_moe = spill_arch_n_moe(a);
+          n_shared = a->moe.n_shared;
+        }
+        ASSERT_GT(n_shared, 0) << "the case needs shared experts";
+        ASSERT_EQ(got[0].size(), got[1].size());
+        EXPECT_EQ(0, memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
+            << "shared experts in the region vs row-split before it";
+        // 4 decode steps (the prompt goes in as chunks of 4 and 2: unchanged)
+        const uint64_t fewer = threads == 1 ? 0 : (uint64_t)4 * n_moe * 2;
+        EXPECT_EQ(runs[1] - runs[0], fewer);
+      }
+    }
+  }
+}
+
 TEST(ForwardTest, ChunkedPrefillMatchesTokenByToken) {
   for (const char *mix : kMixes) {
     SCOPED_TRACE(mix);

@@ -80,6 +80,11 @@ typedef struct spill_model_opts {
    * per-position logits, the recurrent-state snapshot and the recurrent
    * layers' inputs (model_memory.h). */
   int spec_max;
+  /* 1: a decode token's shared experts run as their own row-split matvecs
+   * before the MoE layer's parallel region (two or three fork-joins), as
+   * they did before they became tasks of it; 0 (the default): tasks of the
+   * region. The same bits either way (forward_test compares them). */
+  int shared_outside_region;
 } spill_model_opts;
 
 /* Time split and counters of the last spill_model_forward call (all tokens
@@ -91,7 +96,13 @@ typedef struct spill_model_stats {
   uint64_t ns_router;      /* router matvec, scores, top-k, latent down-projection */
   uint64_t ns_lut;         /* rvq3 LUT builds (layer input and per-expert down) */
   uint64_t ns_expert;      /* routed and shared expert matvecs, dense FFN, latent up */
-  uint64_t ns_expert_wait; /* blocked in the source's next_ready */
+  uint64_t ns_expert_wait; /* the caller's wait in the MoE regions: blocked in the
+                              source's readiness call, or idle for a record or
+                              another thread's part (part of ns_total) */
+  /* thread-ns: the same summed over every compute thread of the regions (the
+   * caller's included): what waiting on records costs the whole pool, not
+   * only the caller; with one thread it equals ns_expert_wait */
+  uint64_t ns_expert_wait_threads;
   uint64_t ns_lm_head;     /* final norm + output projection */
   uint64_t ns_other;
   uint64_t n_expert_requests; /* ids passed to request() (distinct per layer & chunk) */
@@ -220,6 +231,9 @@ uint64_t spill_model_parallel_runs(const spill_model *m);
 uint64_t spill_model_moe_regions(const spill_model *m);
 /* Times an idle thread of a MoE region slept after its bounded spin. */
 uint64_t spill_model_moe_sleeps(const spill_model *m);
+/* Thread-ns every compute thread spent waiting in the MoE regions since open
+ * (spill_model_stats.ns_expert_wait_threads, summed over forward calls). */
+uint64_t spill_model_moe_wait_threads_ns(const spill_model *m);
 
 #ifdef __cplusplus
 }

@@ -186,6 +186,7 @@ struct spill_model {
   int sched_init;
   uint64_t sched_regions; /* MoE regions run on the pool */
   uint64_t sched_sleeps;  /* idle threads in a region that slept after their spin */
+  uint64_t sched_wait_threads_ns; /* every thread's waits in the regions, since open */
   spill_expert_source builtin;  /* sync source over c */
   int builtin_open;
   spill_expert_source src;      /* in use */
@@ -293,6 +294,22 @@ static inline float spill_model_silu(float x) { return x / (1.0f + expf(-x)); }
  * SiTU); uses s.ff_g / s.ff_u. */
 void spill_model_glu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
                      const spill_qmat *down, const float *h, float *out);
+/* g (n) = act(g, u) as spill_model_glu computes it (the trunk's FFN and the
+ * shared experts: SwiGLU with a scalar SiLU, SiTU, or gpt-oss's clamped
+ * SwiGLU); not spill_model_act_mul's bits for SwiGLU. */
+void spill_model_glu_act(const spill_model *m, float *g, const float *u, uint32_t n);
+/* act_q8 for a row-split matvec run outside spill_model_matvec (the MoE
+ * region's tasks): x quantised into buf (xq_cap bytes) as spill_model_matvec
+ * would quantise it for w, returned as xq; NULL where spill_model_matvec
+ * would take the f32 path (act_q8 off, no integer kernel for w's dtype,
+ * x longer than the scratch). */
+const spill_k_xq *spill_model_xq_input(const spill_model *m, const spill_qmat *w, const float *x,
+                                       uint8_t *buf, spill_k_xq *xq);
+/* Rows [r0, r1) of y = w x: through xq (from spill_model_xq_input for a
+ * matrix of the same width) when it is given, else in f32: the bits
+ * spill_model_matvec gives those rows. */
+void spill_model_matvec_rows(const spill_qmat *w, const float *x, const spill_k_xq *xq, float *y,
+                             uint32_t r0, uint32_t r1);
 /* g (n) = act(g, u): the arch's gated activation of the routed experts
  * (SwiGLU through spill_k_silu_mul, or SiTU). */
 void spill_model_act_mul(const spill_model *m, float *g, const float *u, uint32_t n);

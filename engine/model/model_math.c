@@ -280,18 +280,40 @@ static void situ_mul(float beta, float lambda, float *g, const float *u, uint32_
   }
 }
 
+void spill_model_glu_act(const spill_model *m, float *g, const float *u, uint32_t n) {
+  if (m->a.activation == SPILL_ACT_SITU)
+    situ_mul((float)m->a.situ_beta, (float)m->a.situ_lambda, g, u, n);
+  else if (m->a.activation == SPILL_ACT_SWIGLU_OAI)
+    swiglu_oai_mul(g, u, n);
+  else
+    for (uint32_t i = 0; i < n; i++) g[i] = spill_model_silu(g[i]) * u[i];
+}
+
 void spill_model_glu(spill_model *m, const spill_qmat *gate, const spill_qmat *up,
                      const spill_qmat *down, const float *h, float *out) {
   float *g = m->s.ff_g; /* (F) */
   float *u = m->s.ff_u; /* (F) */
   spill_model_matvec2(m, gate, h, NULL, g, up, h, NULL, u);
-  if (m->a.activation == SPILL_ACT_SITU)
-    situ_mul((float)m->a.situ_beta, (float)m->a.situ_lambda, g, u, gate->rows);
-  else if (m->a.activation == SPILL_ACT_SWIGLU_OAI)
-    swiglu_oai_mul(g, u, gate->rows);
-  else
-    for (uint32_t i = 0; i < gate->rows; i++) g[i] = spill_model_silu(g[i]) * u[i];
+  spill_model_glu_act(m, g, u, gate->rows);
   spill_model_matvec(m, down, g, out);
+}
+
+const spill_k_xq *spill_model_xq_input(const spill_model *m, const spill_qmat *w, const float *x,
+                                       uint8_t *buf, spill_k_xq *xq) {
+  /* the rule of quantise_inputs: the integer path where the matrix has one
+   * and act_q8 is on and the input fits the scratch */
+  if (!m->o.act_q8 || !spill_k_matvec_xq_ok(w) || spill_k_xq_bytes(w->cols) > m->s.xq_cap ||
+      !buf)
+    return NULL;
+  spill_k_xq_init(xq, buf, w->cols);
+  spill_k_xq_quantize(x, xq);
+  return xq;
+}
+
+void spill_model_matvec_rows(const spill_qmat *w, const float *x, const spill_k_xq *xq, float *y,
+                             uint32_t r0, uint32_t r1) {
+  if (xq && xq->n == w->cols && spill_k_matvec_xq_ok(w)) spill_k_matvec_xq(w, xq, y, r0, r1);
+  else spill_k_matvec(w, x, y, r0, r1);
 }
 
 void spill_model_act_mul(const spill_model *m, float *g, const float *u, uint32_t n) {

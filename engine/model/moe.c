@@ -230,11 +230,12 @@ static void shared_experts(spill_model *m, const spill_layer_weights *L, const f
   for (int i = 0; i < m->a.d_model; i++) out[i] += tmp[i];
 }
 
-/* While the reads fly: the shared experts (they need no routed expert)
+/* While the reads fly: the shared experts (they need no routed expert;
+ * unless the region runs them: a decode token's, shared_in_region)
  * and, for rvq3 experts, the gate/up LUTs of every token's input; with
  * act_q8, every token's input quantised (once per layer, for all experts). */
 static void overlap_work(spill_model *m, const spill_layer_weights *L, const float *h,
-                         const float *u, int T) {
+                         const float *u, int T, int shared_in_region) {
   const spill_moe_cfg *c = &m->a.moe;
   spill_model_scratch *s = &m->s;
   const int D = m->a.d_model, din = m->d_in;
@@ -243,7 +244,7 @@ static void overlap_work(spill_model *m, const spill_layer_weights *L, const flo
   const size_t lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
   const size_t qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
   uint64_t t0;
-  if (c->n_shared > 0) {
+  if (c->n_shared > 0 && !shared_in_region) {
     t0 = spill_clock_ns();
     for (int t = 0; t < T; t++) {
       float *sh = s->shared_out + (size_t)t * D; /* (D) */
@@ -325,8 +326,20 @@ typedef struct moe_run {
   int stalled; /* a waiting poll got nothing: no poll until a release is queued */
   int rc;
   spill_err err;
+  /* the shared experts of a decode token as tasks of this region (sh): gate/up
+   * rows into ff_g/ff_u, the activation, down rows into attn_out, then the
+   * gate and the sum into shared_out; own queue sh_tasks[sh_head..sh_tail) */
+  int sh;
+  const float *sh_h; /* (D) the token's FFN input */
+  float *sh_out;     /* (D) its shared_out row */
+  const spill_k_xq *sh_xh, *sh_xg; /* h and the activation quantised (act_q8), or NULL */
+  spill_k_xq sh_xh_v, sh_xg_v;
+  uint32_t sh_rows_a, sh_rows_b;
+  int sh_parts_a, sh_parts_b, sh_left, sh_done;
+  int sh_tasks[2 * SPILL_MOE_MAX_PARTS], sh_head, sh_tail;
   atomic_uint version;     /* bumped on every change an idle thread may act on */
   uint64_t ns_wait0, ns_lut0; /* the caller's (thread 0's) waits and LUT builds */
+  uint64_t ns_wait_all;       /* every thread's waits, summed (under the lock) */
 } moe_run;
 
 /* task = (use position k in s->use, phase, part) */
@@ -451,6 +464,91 @@ static int finish_gate_up(moe_run *R, int k, int tid, uint64_t *ns_lut) {
   return 0;
 }
 
+/* Shared experts, phase A part p: rows [r0, r1) of gate and up. */
+static void sh_gate_up(moe_run *R, int p) {
+  const spill_layer_weights *L = R->L;
+  spill_model_scratch *s = &R->m->s;
+  const uint32_t F = L->ffn_gate_shexp.rows, r0 = (uint32_t)p * R->sh_rows_a;
+  const uint32_t r1 = r0 + R->sh_rows_a < F ? r0 + R->sh_rows_a : F;
+  spill_model_matvec_rows(&L->ffn_gate_shexp, R->sh_h, R->sh_xh, s->ff_g, r0, r1);
+  spill_model_matvec_rows(&L->ffn_up_shexp, R->sh_h, R->sh_xh, s->ff_u, r0, r1);
+}
+
+/* Shared experts, phase B part p: rows [r0, r1) of down into attn_out. */
+static void sh_down(moe_run *R, int p) {
+  const spill_qmat *Dn = &R->L->ffn_down_shexp;
+  spill_model_scratch *s = &R->m->s;
+  const uint32_t r0 = (uint32_t)p * R->sh_rows_b;
+  const uint32_t r1 = r0 + R->sh_rows_b < Dn->rows ? r0 + R->sh_rows_b : Dn->rows;
+  spill_model_matvec_rows(Dn, s->ff_g, R->sh_xg, s->attn_out, r0, r1);
+}
+
+/* After the last gate/up part: the activation and down's input (quantised
+ * with act_q8); down whole here when it has one part. Returns 1 when the
+ * shared experts are complete. */
+static int sh_finish_gate_up(moe_run *R) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const spill_qmat *Dn = &R->L->ffn_down_shexp;
+  spill_model_glu_act(m, s->ff_g, s->ff_u, R->L->ffn_gate_shexp.rows);
+  R->sh_xg = spill_model_xq_input(m, Dn, s->ff_g, s->xq1, &R->sh_xg_v);
+  if (R->sh_parts_b > 1) return 0;
+  sh_down(R, 0);
+  return 1;
+}
+
+/* The end of shared_experts(): the Qwen3.5 gate, then the sum into the
+ * token's shared_out row (zeroed, then added: the same bits). */
+static void sh_finish(moe_run *R) {
+  spill_model *m = R->m;
+  const spill_layer_weights *L = R->L;
+  float *tmp = m->s.attn_out; /* (D) */
+  const int D = m->a.d_model;
+  if (m->a.moe.shared_gate) {
+    float gs;
+    spill_model_matvec_rows(&L->ffn_gate_inp_shexp, R->sh_h, R->sh_xh, &gs, 0, 1);
+    gs = spill_model_sigmoid(gs);
+    for (int i = 0; i < D; i++) tmp[i] *= gs;
+  }
+  memset(R->sh_out, 0, (size_t)D * sizeof(float));
+  for (int i = 0; i < D; i++) R->sh_out[i] += tmp[i];
+}
+
+/* Runs shared-expert task `task` (phase, part) taken from sh_tasks; called
+ * and returns without the lock. */
+static void sh_run_task(moe_run *R, int task) {
+  spill_model *m = R->m;
+  const int p = task % SPILL_MOE_MAX_PARTS, ph = task / SPILL_MOE_MAX_PARTS;
+  int complete = 0;
+  if (ph == 0) {
+    sh_gate_up(R, p);
+    pthread_mutex_lock(&m->sched_mu);
+    const int last_a = --R->sh_left == 0;
+    pthread_mutex_unlock(&m->sched_mu);
+    if (!last_a) return;
+    complete = sh_finish_gate_up(R);
+    if (!complete) {
+      pthread_mutex_lock(&m->sched_mu);
+      R->sh_left = R->sh_parts_b;
+      for (int q = 0; q < R->sh_parts_b; q++)
+        R->sh_tasks[R->sh_tail++] = SPILL_MOE_MAX_PARTS + q;
+      pthread_mutex_unlock(&m->sched_mu);
+      return;
+    }
+  } else {
+    sh_down(R, p);
+    pthread_mutex_lock(&m->sched_mu);
+    complete = --R->sh_left == 0;
+    pthread_mutex_unlock(&m->sched_mu);
+  }
+  if (complete) {
+    sh_finish(R);
+    pthread_mutex_lock(&m->sched_mu);
+    R->sh_done = 1;
+    pthread_mutex_unlock(&m->sched_mu);
+  }
+}
+
 /* A delivered record (under the lock): checked against the request, its
  * views made and its gate/up tasks queued. */
 static int accept_record(moe_run *R, int idx, const uint8_t *rec) {
@@ -502,8 +600,9 @@ static void use_done(moe_run *R, int k) {
 
 /* Called with the lock held and the `polling` flag taken: makes the queued
  * releases, then asks the source for a record (wait: block until one is
- * ready or none can be). Returns with the lock held. */
-static void poll_source(moe_run *R, int wait, int tid) {
+ * ready or none can be; the time blocked is added to *waited). Returns with
+ * the lock held. */
+static void poll_source(moe_run *R, int wait, uint64_t *waited) {
   spill_model *m = R->m;
   spill_model_scratch *s = &m->s;
   int rel[SPILL_MAX_TOPK * 16];
@@ -518,7 +617,7 @@ static void poll_source(moe_run *R, int wait, int tid) {
     int idx = -1, got;
     const uint8_t *rec = NULL;
     spill_err e = {0};
-    uint64_t t0 = wait && tid == 0 ? spill_clock_ns() : 0;
+    const uint64_t t0 = wait ? spill_clock_ns() : 0;
     if (m->src.poll_ready) {
       got = m->src.poll_ready(m->src.ctx, wait, &idx, &rec, &e);
     } else { /* a source without it: next_ready only while nothing is held */
@@ -528,7 +627,7 @@ static void poll_source(moe_run *R, int wait, int tid) {
       got = wait && free_ ? m->src.next_ready(m->src.ctx, &idx, &rec, &e) : 0;
       if (got == SPILL_OK && wait && free_) got = 1;
     }
-    if (t0) R->ns_wait0 += spill_clock_ns() - t0;
+    if (t0) *waited += spill_clock_ns() - t0;
     pthread_mutex_lock(&m->sched_mu);
     R->held -= n_rel;
     n_rel = 0;
@@ -566,14 +665,25 @@ static void moe_region(void *ctx, int task_index, int tid) {
   spill_model *m = R->m;
   spill_model_scratch *s = &m->s;
   const int nt = m->o.n_threads;
-  uint64_t ns_lut = 0;
+  uint64_t ns_lut = 0, waited = 0; /* this thread's LUT builds and waits */
   pthread_mutex_lock(&m->sched_mu);
   for (;;) {
-    if (R->rc < 0 || R->uses_done == R->n_uses) break;
-    const int queued = R->q_tail - R->q_head;
+    if (R->rc < 0 || (R->uses_done == R->n_uses && (!R->sh || R->sh_done))) break;
+    const int sh_queued = R->sh_tail - R->sh_head;
+    const int queued = R->q_tail - R->q_head + sh_queued;
     if (!R->polling && !R->stalled && R->received < R->n_u && queued < nt) {
       R->polling = 1;
-      poll_source(R, queued == 0, tid);
+      poll_source(R, queued == 0, &waited);
+      continue;
+    }
+    if (sh_queued > 0) { /* the shared experts first: they need no read */
+      const int task = R->sh_tasks[R->sh_head++];
+      R->active++;
+      pthread_mutex_unlock(&m->sched_mu);
+      sh_run_task(R, task);
+      pthread_mutex_lock(&m->sched_mu);
+      R->active--;
+      sched_notify(m, R);
       continue;
     }
     if (queued > 0) {
@@ -606,7 +716,7 @@ static void moe_region(void *ctx, int task_index, int tid) {
     /* nothing to run: a short spin, then sleep until something changes */
     const unsigned v = atomic_load_explicit(&R->version, memory_order_acquire);
     pthread_mutex_unlock(&m->sched_mu);
-    uint64_t t0 = tid == 0 ? spill_clock_ns() : 0;
+    const uint64_t t0 = spill_clock_ns();
     int i = 0;
     while (i < SCHED_SPIN && atomic_load_explicit(&R->version, memory_order_acquire) == v) {
       SCHED_RELAX();
@@ -620,9 +730,13 @@ static void moe_region(void *ctx, int task_index, int tid) {
         pthread_cond_wait(&m->sched_cv, &m->sched_mu);
       R->waiters--;
     }
-    if (t0) R->ns_wait0 += spill_clock_ns() - t0;
+    waited += spill_clock_ns() - t0;
   }
-  if (tid == 0) R->ns_lut0 += ns_lut;
+  if (tid == 0) {
+    R->ns_lut0 += ns_lut;
+    R->ns_wait0 += waited;
+  }
+  R->ns_wait_all += waited;
   pthread_mutex_unlock(&m->sched_mu);
 }
 
@@ -638,7 +752,8 @@ static uint32_t part_rows(uint32_t rows, int parts) {
  * above), then releases every record. On an error the outstanding experts
  * are drained and the first error is returned. */
 static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, const float *u,
-                           float *slot, int n_u, int T, spill_err *e) {
+                           const float *h, float *slot, int n_u, int T, int shared_in_region,
+                           spill_err *e) {
   spill_model_scratch *s = &m->s;
   const int K = m->a.moe.top_k, din = m->d_in, de = m->a.moe.d_expert;
   const int nt = m->o.n_threads;
@@ -666,6 +781,25 @@ static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, 
   R.rows_b = part_rows((uint32_t)din, R.rvq3 ? 1 : parts);
   R.parts_b = R.rvq3 ? 1 : (int)(((uint32_t)din + R.rows_b - 1) / R.rows_b);
   R.xq_d_bytes = s->xq_d_bytes;
+  if (shared_in_region) { /* one token (T == 1): its shared experts as tasks */
+    const uint32_t F = L->ffn_gate_shexp.rows, Dd = L->ffn_down_shexp.rows;
+    int sp = 1;
+    if (nt > 1 && (uint64_t)F * L->ffn_gate_shexp.cols >= (uint64_t)m->o.par_min_weights)
+      sp = nt < SPILL_MOE_MAX_PARTS ? nt : SPILL_MOE_MAX_PARTS;
+    R.sh = 1;
+    R.sh_h = h;
+    R.sh_out = s->shared_out;
+    R.sh_xh = spill_model_xq_input(m, &L->ffn_gate_shexp, h, s->xq0, &R.sh_xh_v);
+    if (!R.sh_xh) R.sh_xh = spill_model_xq_input(m, &L->ffn_up_shexp, h, s->xq0, &R.sh_xh_v);
+    if (!R.sh_xh && m->a.moe.shared_gate)
+      R.sh_xh = spill_model_xq_input(m, &L->ffn_gate_inp_shexp, h, s->xq0, &R.sh_xh_v);
+    R.sh_rows_a = part_rows(F, sp);
+    R.sh_parts_a = (int)((F + R.sh_rows_a - 1) / R.sh_rows_a);
+    R.sh_rows_b = part_rows(Dd, sp);
+    R.sh_parts_b = (int)((Dd + R.sh_rows_b - 1) / R.sh_rows_b);
+    R.sh_left = R.sh_parts_a;
+    for (int p = 0; p < R.sh_parts_a; p++) R.sh_tasks[R.sh_tail++] = p;
+  }
   memset(s->delivered, 0, (size_t)n_u);
   const uint64_t t0 = spill_clock_ns();
   if (n_u > 0) {
@@ -682,6 +816,8 @@ static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, 
     if (s->delivered[i] == 1) m->src.release(m->src.ctx, l, s->uniq[i]);
   const uint64_t wall = spill_clock_ns() - t0;
   m->stats.ns_expert_wait += R.ns_wait0;
+  m->stats.ns_expert_wait_threads += R.ns_wait_all;
+  m->sched_wait_threads_ns += R.ns_wait_all;
   m->stats.ns_lut += R.ns_lut0;
   m->stats.ns_expert += wall > R.ns_wait0 + R.ns_lut0 ? wall - R.ns_wait0 - R.ns_lut0 : 0;
   if (R.rc < 0) {
@@ -778,8 +914,12 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
       return spill_err_set(e, rc, "layer %d: stopped by the route observer", l);
     }
   }
-  overlap_work(m, L, h, u, T);
-  SPILL_TRY(consume_experts(m, l, L, u, slot, n_u, T, e));
+  /* a decode token's shared experts run as tasks of the experts' region
+   * (no fork-joins of their own); a chunk's before it, row-split */
+  const int shared_in_region =
+      c->n_shared > 0 && T == 1 && n_u > 0 && !m->o.shared_outside_region;
+  overlap_work(m, L, h, u, T, shared_in_region);
+  SPILL_TRY(consume_experts(m, l, L, u, h, slot, n_u, T, shared_in_region, e));
   combine(m, L, slot, sel, selw, T, out);
   return SPILL_OK;
 }

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include <unistd.h>
+
 #include "engine/base/alloc.h"
 #include "engine/model/model_test_util.h"
 #include "engine/quant/kernels.h"
@@ -85,8 +87,15 @@ struct TestSource {
   // delivered while that many are held (0 returned until a release).
   int max_pins = 0;
   int not_ready = 0, stalls = 0, max_held = 0;
+  // delay_us > 0: a slow device: nothing is ever ready without waiting, and
+  // a waiting call takes delay_us before it delivers
+  int delay_us = 0;
   static int PollReady(void *ctx, int wait, int *idx, const uint8_t **rec, spill_err *e) {
     TestSource *s = static_cast<TestSource *>(ctx);
+    if (s->delay_us > 0) {
+      if (!wait) return 0;
+      usleep((useconds_t)s->delay_us);
+    }
     int held = 0;
     for (bool p : s->pinned) held += p;
     if (s->max_pins && held >= s->max_pins) {
@@ -146,6 +155,43 @@ TEST(MoeTest, ShuffledExpertArrivalGivesBitIdenticalLogits) {
         }
       }
     }
+  }
+}
+
+// The wait inside the MoE region is counted on every thread: behind a slow
+// source (every record 4 ms away, one poll at a time) a decode token's
+// threads all wait about as long as the reads take, so the threads' sum is
+// about n_threads times the caller's own wait (which alone was counted
+// before); with one thread the two are the same figure.
+TEST(MoeTest, RegionWaitIsCountedOnEveryThread) {
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    spill_test::ModelHandle h;
+    h.m = Open(Nano("gqa"), threads, 4);
+    ASSERT_NE(h.m, nullptr);
+    TestSource ts;
+    ts.c = spill_model_container(h.m);
+    ts.delay_us = 4000;
+    spill_expert_source src = ts.Make(true);
+    spill_model_set_expert_source(h.m, &src);
+    const std::vector<int> p = Prompt(3);
+    std::vector<float> lg(spill_model_arch(h.m)->vocab_size);
+    spill_err e = {};
+    ASSERT_EQ(spill_model_forward(h.m, p.data(), 1, 0, lg.data(), &e), SPILL_OK) << e.msg;
+    const spill_model_stats *st = spill_model_last_stats(h.m);
+    const uint64_t n_rec = st->n_expert_requests;  // one 4 ms wait each
+    ASSERT_GT(n_rec, 0u);
+    const uint64_t floor_ns = n_rec * 4000000ull;
+    EXPECT_GE(st->ns_expert_wait, floor_ns * 9 / 10);
+    if (threads == 1) {
+      EXPECT_EQ(st->ns_expert_wait_threads, st->ns_expert_wait);
+    } else {
+      EXPECT_GE(st->ns_expert_wait_threads, floor_ns * 2 * 9 / 10);
+      EXPECT_GT(st->ns_expert_wait_threads, st->ns_expert_wait * 3 / 2);
+    }
+    EXPECT_EQ(spill_model_moe_wait_threads_ns(h.m), st->ns_expert_wait_threads);
+    EXPECT_EQ(ts.errors, 0);
+    spill_model_set_expert_source(h.m, nullptr);
   }
 }
 

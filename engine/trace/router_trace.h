@@ -161,6 +161,9 @@ typedef struct spill_profile_row {
   double wall_ms;
   double attention_ms, router_ms, expert_matmul_ms, table_build_ms, lm_head_ms, other_ms;
   double io_wait_ms;        /* compute thread blocked on reads */
+  /* every compute thread's wait in the MoE regions, summed (thread-ms);
+   * rows of older files without it read as 0 */
+  double expert_wait_threads_ms;
   uint64_t reads, bytes_read, demand_hits, demand_misses;
   uint64_t spec_issued, spec_used, spec_wasted;
   double read_p50_ms, read_p99_ms;

@@ -102,6 +102,7 @@ int spill_profile_write_row(FILE *f, const spill_profile_row *p) {
           "{\"pos\": %d, \"phase\": \"%s\", \"n_tokens\": %d, \"wall_ms\": %.3f, "
           "\"compute_ms\": {\"attention\": %.3f, \"router\": %.3f, \"expert_matmul\": %.3f, "
           "\"table_build\": %.3f, \"lm_head\": %.3f, \"other\": %.3f}, \"io_wait_ms\": %.3f, "
+          "\"expert_wait_threads_ms\": %.3f, "
           "\"reads\": %llu, \"bytes_read\": %llu, \"demand_hits\": %llu, \"demand_misses\": %llu, "
           "\"spec_issued\": %llu, \"spec_used\": %llu, \"spec_wasted\": %llu, "
           "\"read_p50_ms\": %.3f, \"read_p99_ms\": %.3f, \"major_faults\": %llu, "
@@ -110,7 +111,8 @@ int spill_profile_write_row(FILE *f, const spill_profile_row *p) {
           "\"io_backend\": \"%s\", \"io_backend_why\": \"%s\"}\n",
           p->pos, p->phase == SPILL_TRACE_PHASE_PREFILL ? "prefill" : "decode", p->n_tokens,
           p->wall_ms, p->attention_ms, p->router_ms, p->expert_matmul_ms, p->table_build_ms,
-          p->lm_head_ms, p->other_ms, p->io_wait_ms, (unsigned long long)p->reads,
+          p->lm_head_ms, p->other_ms, p->io_wait_ms, p->expert_wait_threads_ms,
+          (unsigned long long)p->reads,
           (unsigned long long)p->bytes_read, (unsigned long long)p->demand_hits,
           (unsigned long long)p->demand_misses, (unsigned long long)p->spec_issued,
           (unsigned long long)p->spec_used, (unsigned long long)p->spec_wasted, p->read_p50_ms,
@@ -203,7 +205,11 @@ int spill_profile_parse_row(const char *buf, size_t len, const char *name, spill
       (cJSON_HasObjectItem(o, "generated") &&
        (rc = prof_u64(o, "generated", name, &p->generated, e)) < 0))
     goto out;
-  /* context switches and the read backend (optional: older files lack them) */
+  /* the threads' wait, context switches and the read backend (optional:
+   * older files lack them) */
+  if (cJSON_HasObjectItem(o, "expert_wait_threads_ms") &&
+      (rc = prof_num(o, "expert_wait_threads_ms", name, &p->expert_wait_threads_ms, e)) < 0)
+    goto out;
   if ((cJSON_HasObjectItem(o, "ctx_switches_voluntary") &&
        (rc = prof_u64(o, "ctx_switches_voluntary", name, &p->ctx_switches_voluntary, e)) < 0) ||
       (cJSON_HasObjectItem(o, "ctx_switches_involuntary") &&

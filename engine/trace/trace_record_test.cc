@@ -158,6 +158,7 @@ spill_profile_row SampleProfile() {
   p.drafted = 3;
   p.accepted = 2;
   p.generated = 3;
+  p.expert_wait_threads_ms = 2.625;
   p.ctx_switches_voluntary = 41;
   p.ctx_switches_involuntary = 5;
   snprintf(p.io_backend, sizeof p.io_backend, "uring");
@@ -205,6 +206,7 @@ TEST(TraceRecordTest, ProfileRowRoundTrip) {
   EXPECT_EQ(q.drafted, 3u);
   EXPECT_EQ(q.accepted, 2u);
   EXPECT_EQ(q.generated, 3u);
+  EXPECT_EQ(q.expert_wait_threads_ms, 2.625);
   EXPECT_EQ(q.ctx_switches_voluntary, 41u);
   EXPECT_EQ(q.ctx_switches_involuntary, 5u);
   EXPECT_STREQ(q.io_backend, "uring");
@@ -279,6 +281,13 @@ TEST(TraceRecordTest, ProfileReaderNamesTheBadKey) {
   EXPECT_EQ(q.ctx_switches_voluntary, 0u);
   EXPECT_STREQ(q.io_backend, "");
   EXPECT_STREQ(q.io_backend_why, "");
+  // expert_wait_threads_ms is optional too (rows before it)
+  std::string older = edit("\"expert_wait_threads_ms\": 2.625, ", "");
+  ASSERT_EQ(spill_profile_parse_row(older.data(), older.size(), "p.jsonl", &q, &e), SPILL_OK)
+      << e.msg;
+  EXPECT_EQ(q.expert_wait_threads_ms, 0.0);
+  EXPECT_EQ(ParseError(edit("\"expert_wait_threads_ms\": 2.625", "\"expert_wait_threads_ms\": -1")),
+            "p.jsonl: expert_wait_threads_ms: expected a number >= 0");
 }
 
 }  // namespace
