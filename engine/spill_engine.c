@@ -345,6 +345,38 @@ static int run_preload(spill_engine *g, spill_err *e) {
   return SPILL_OK;
 }
 
+/* The streaming expert source over the model's banks, with the expert read
+ * backend io_backend asks for (auto: io_uring where the kernel gives a ring,
+ * else the pread pool; spill_io_backend_choose) and why in g->io_why. */
+static int open_stream(spill_engine *g, spill_err *e) {
+  spill_stream_opts so = {0};
+  so.storage = (int)g->cfg.storage;
+  const spill_io_backend_kind asked = g->cfg.io_backend;
+  g->cfg.io_backend = spill_io_backend_choose(asked, g->cfg.storage, g->cfg.io_depth, g->io_why,
+                                              sizeof g->io_why);
+  so.backend = (int)g->cfg.io_backend;
+  so.io_threads = g->cfg.io_threads;
+  so.io_depth = g->cfg.io_depth;
+  so.throttle = g->cfg.io_throttle;
+  int64_t slots = g->cfg.cache_slots >= 0 ? g->cfg.cache_slots : (int64_t)g->plan.cache_slots;
+  if (slots > 0x7fffffff) slots = 0x7fffffff;
+  so.cache_slots = g->cfg.storage == SPILL_STORAGE_MMAP ? 0 : (uint32_t)slots;
+  so.policy = g->cfg.policy;
+  so.seed = g->cfg.seed;
+  so.verify = g->cfg.verify;
+  so.overlap = g->cfg.overlap;
+  int rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e);
+  if (rc == SPILL_E_UNSUPPORTED && asked == SPILL_IO_AUTO && so.backend == SPILL_IO_URING) {
+    /* the probe's ring opened, the stream's did not (e.g. the memlock limit) */
+    snprintf(g->io_why, sizeof g->io_why, "auto: io_uring refused at open: %s", e ? e->msg : "");
+    g->cfg.io_backend = SPILL_IO_PREAD;
+    so.backend = SPILL_IO_PREAD;
+    if (e) spill_err_clear(e);
+    rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e);
+  }
+  return rc;
+}
+
 int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engine **out,
                       spill_err *e) {
   spill_engine *g = calloc(1, sizeof *g);
@@ -424,33 +456,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
       goto fail;
     }
   }
-  spill_stream_opts so = {0};
-  so.storage = (int)g->cfg.storage;
-  /* io_backend auto: io_uring where the kernel gives a ring, else the pread pool */
-  const spill_io_backend_kind asked = g->cfg.io_backend;
-  g->cfg.io_backend = spill_io_backend_choose(asked, g->cfg.storage, g->cfg.io_depth, g->io_why,
-                                              sizeof g->io_why);
-  so.backend = (int)g->cfg.io_backend;
-  so.io_threads = g->cfg.io_threads;
-  so.io_depth = g->cfg.io_depth;
-  so.throttle = g->cfg.io_throttle;
-  int64_t slots = g->cfg.cache_slots >= 0 ? g->cfg.cache_slots : (int64_t)g->plan.cache_slots;
-  if (slots > 0x7fffffff) slots = 0x7fffffff;
-  so.cache_slots = g->cfg.storage == SPILL_STORAGE_MMAP ? 0 : (uint32_t)slots;
-  so.policy = g->cfg.policy;
-  so.seed = g->cfg.seed;
-  so.verify = g->cfg.verify;
-  so.overlap = g->cfg.overlap;
-  rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e);
-  if (rc == SPILL_E_UNSUPPORTED && asked == SPILL_IO_AUTO && so.backend == SPILL_IO_URING) {
-    /* the probe's ring opened, the stream's did not (e.g. the memlock limit) */
-    snprintf(g->io_why, sizeof g->io_why, "auto: io_uring refused at open: %s", e ? e->msg : "");
-    g->cfg.io_backend = SPILL_IO_PREAD;
-    so.backend = SPILL_IO_PREAD;
-    if (e) spill_err_clear(e);
-    rc = spill_stream_open(spill_model_container(g->m), &so, &g->st, e);
-  }
-  if (rc < 0) goto fail;
+  if ((rc = open_stream(g, e)) < 0) goto fail;
   if (spill_stream_direct_fallback(g->st))
     warn(g, "storage: the filesystem refused O_DIRECT; expert reads are buffered");
   spill_stream_source(g->st, &g->inner);
