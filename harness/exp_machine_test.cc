@@ -196,18 +196,17 @@ TEST(ExpMachineTest, OomKilledRunIsARowAndTheSweepGoesOn) {
   std::string state = Tmp("oom-state");
   setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
   spill_err e = {};
-  // f32 experts, 64 per layer (~12 MiB), all preloaded: more than the
-  // 4 MiB the squeezed cell leaves the run
+  // f32 experts, 128 per layer (~25 MiB): more than the 4 MiB the squeezed
+  // cell leaves the run
   std::string model = root + "/nano-f32";
   spill_gen_request req = {};
   req.preset = "nano";
   req.expert_dtype = "f32";
-  req.experts = 64;
+  req.experts = 128;
   ASSERT_EQ(spill_gen(model.c_str(), &req, nullptr, nullptr, &e), 0) << e.msg;
   std::string text = R"({"name": "oom", "model": ")" + model + R"(",
-    "workload": {"prompt": "out of memory", "decode_tokens": 4},
+    "workload": {"prompt": "out of memory", "decode_tokens": 16},
     "machine": {"ram": "768M", "swap": "0"},
-    "arms": [{"name": "base", "set": {"preload": "all"}}],
     "sweep": {"wired": ["764M", "16M"]}, "repeats": 1,
     "outputs": {"tables": ["md"], "plots": []}})";
   spill_exp_config cfg;
@@ -231,12 +230,17 @@ TEST(ExpMachineTest, OomKilledRunIsARowAndTheSweepGoesOn) {
       EXPECT_NE(std::string(cell->valuestring).find("764M"), std::string::npos) << cell->valuestring;
       EXPECT_EQ(cJSON_GetObjectItemCaseSensitive(r, "metrics"), nullptr);
       EXPECT_GE(Num(r, "machine", "profile", "oom_kills"), 1);
+      // its token timeline (how far it got) is named, and is the run's own file
+      const cJSON *fl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "files"), "tokens");
+      ASSERT_TRUE(cJSON_IsString(fl)) << "an OOM-killed row names its token timeline";
+      struct stat tst;
+      EXPECT_EQ(stat((std::string(dir) + "/" + fl->valuestring).c_str(), &tst), 0) << fl->valuestring;
       oom++;
     } else {
       EXPECT_NE(std::string(cell->valuestring).find("16M"), std::string::npos) << cell->valuestring;
       const cJSON *tk = cJSON_GetObjectItemCaseSensitive(r, "tokens");
       const cJSON *n = cJSON_GetObjectItemCaseSensitive(tk, "n");
-      EXPECT_TRUE(cJSON_IsNumber(n) && n->valueint == 4);
+      EXPECT_TRUE(cJSON_IsNumber(n) && n->valueint == 16);
       EXPECT_GE(Num(r, "machine", "profile", "cgroup_major_faults"), 0);
       ok++;
     }

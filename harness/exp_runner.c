@@ -1141,6 +1141,11 @@ static int do_spill_run(runner *R, const spill_exp_run *run, int measured, int s
       want.trace_max_bytes = cfg->out.trace_max_bytes;
     }
   }
+  if (measured && R->child_fd >= 0) { /* a run the OOM killer may end while it opens its engine: */
+    FILE *tf = spill_exp_fopen_write(f.timeline, R->e); /* its (empty) timeline exists already */
+    if (!tf) return SPILL_E_IO;
+    fclose(tf);
+  }
   int reopened, raised;
   SPILL_TRY(prepare_engine(R, &want, &reopened, &raised));
   SPILL_TRY(set_draft_source(R, run));
@@ -1292,10 +1297,11 @@ static int count_lines(const char *path) {
  * counts it as OOM-killed, not as a missing run), the tokens it reached,
  * the machine's counters up to the kill. */
 static int oom_row(runner *R, const spill_exp_run *run, int seq, const spill_machine_counters *at) {
-  char cell_key[200], tl[SPILL_PATH_MAX];
+  char cell_key[200], tl[SPILL_PATH_MAX], s[300];
   cJSON *row = row_head(R, run, seq, cell_key, sizeof cell_key);
   cJSON_AddStringToObject(row, "outcome", SPILL_EXP_OUTCOME_OOM);
-  snprintf(tl, sizeof tl, "%s/runs/%s/tokens.jsonl", R->dir, run->key);
+  sanitize(run->key, s, sizeof s); /* the run's directory, as make_run_files names it */
+  snprintf(tl, sizeof tl, "%s/runs/%s/tokens.jsonl", R->dir, s);
   int reached = count_lines(tl);
   row_machine_tokens(R, row, run->cell, reached, 0, now_s() - R->t_run);
   cJSON *pr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(row, "machine"),
