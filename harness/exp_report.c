@@ -629,6 +629,28 @@ static int plot_cliff_io(const spill_exp_config *cfg, const char *dir, const cha
   return SPILL_OK;
 }
 
+/* One line of cliff.dat: x (budget or emulated RAM, GiB), decode tok/s
+ * median/min/max, decode hit %, GiB read and major faults per token of the
+ * run (prefill + decode: the cliff's two other signs); peers have no hit
+ * rate, reads or faults of their own here. v: scratch of g->n doubles. */
+static void cliff_point(const group *g, int ram_axis, int peer, double *v, FILE *f) {
+  spill_stats_summary tok, hit, bud, rd, mf;
+  values(g, "decode_tok_per_s", v);
+  spill_stats_summarize(v, g->n, &tok);
+  values(g, "decode_hit_rate", v);
+  spill_stats_summarize(v, g->n, &hit);
+  for (int i = 0; i < g->n; i++)
+    v[i] = ram_axis ? machine_num(g->rows[i], "emulate_ram_bytes") : engine_num(g->rows[i], "budget_bytes");
+  spill_stats_summarize(v, g->n, &bud);
+  for (int i = 0; i < g->n; i++)
+    v[i] = metric_of(g->rows[i], "bytes_read") / run_tokens(g->rows[i]) / 1073741824.0;
+  spill_stats_summarize(v, g->n, &rd);
+  for (int i = 0; i < g->n; i++) v[i] = metric_of(g->rows[i], "major_faults") / run_tokens(g->rows[i]);
+  spill_stats_summarize(v, g->n, &mf);
+  fprintf(f, "%.6f %.6f %.6f %.6f %.6f %.6f %.3f\n", bud.median / 1073741824.0, tok.median, tok.min,
+          tok.max, peer ? NAN : hit.median * 100, peer ? NAN : rd.median, peer ? NAN : mf.median);
+}
+
 static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_report_result *res,
                       spill_err *e) {
   const spill_exp_config *cfg = R->cfg;
@@ -670,26 +692,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
       for (int b = 0; b < nx; b++) {
         const group *g = find_group(R, other + b * sx, a);
         if (!g || g->n == 0) continue;
-        spill_stats_summary tok, hit, bud, rd, mf;
-        values(g, "decode_tok_per_s", v);
-        spill_stats_summarize(v, g->n, &tok);
-        values(g, "decode_hit_rate", v);
-        spill_stats_summarize(v, g->n, &hit);
-        for (int i = 0; i < g->n; i++)
-          v[i] = ram_axis ? machine_num(g->rows[i], "emulate_ram_bytes")
-                          : engine_num(g->rows[i], "budget_bytes");
-        spill_stats_summarize(v, g->n, &bud);
-        /* per token of the run (prefill + decode): bytes read and the
-         * engine's own major page faults, the cliff's two other signs */
-        for (int i = 0; i < g->n; i++)
-          v[i] = metric_of(g->rows[i], "bytes_read") / run_tokens(g->rows[i]) / 1073741824.0;
-        spill_stats_summarize(v, g->n, &rd);
-        for (int i = 0; i < g->n; i++) v[i] = metric_of(g->rows[i], "major_faults") / run_tokens(g->rows[i]);
-        spill_stats_summarize(v, g->n, &mf);
-        const int peer = cfg->arms[a].peer.name[0] != 0;
-        fprintf(f, "%.6f %.6f %.6f %.6f %.6f %.6f %.3f\n", bud.median / 1073741824.0, tok.median,
-                tok.min, tok.max, peer ? NAN : hit.median * 100, peer ? NAN : rd.median,
-                peer ? NAN : mf.median);
+        cliff_point(g, ram_axis, cfg->arms[a].peer.name[0] != 0, v, f);
       }
       fprintf(f, "\n\n");
       n_series++;
