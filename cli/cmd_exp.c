@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,9 +57,17 @@ static void on_progress(void *user, const spill_exp_progress *p) {
     if (!tty || p->done >= p->total) fprintf(stderr, "\n");
     return;
   }
-  if (!strcmp(p->phase, "run"))
+  if (!strcmp(p->phase, "run") && isnan(p->last_tok_per_s)) /* a row without metrics */
+    fprintf(stderr, "[%d/%d] %-48s  OOM-killed  elapsed %5.0fs  eta %5.0fs\n", p->done, p->total,
+            p->key, p->elapsed_s, p->eta_s);
+  else if (!strcmp(p->phase, "run"))
     fprintf(stderr, "[%d/%d] %-48s %8.2f tok/s  elapsed %5.0fs  eta %5.0fs\n", p->done, p->total,
             p->key, p->last_tok_per_s, p->elapsed_s, p->eta_s);
+  else if (!strcmp(p->phase, "oom-killed"))
+    fprintf(stderr,
+            "spill exp: run %s was ended by the machine profile's OOM killer after %d decode "
+            "token(s); its row says so and the sweep goes on\n",
+            p->key ? p->key : "", p->done);
   else if (!strcmp(p->phase, "warmup"))
     fprintf(stderr, "[%d/%d] %-48s (warmup, not recorded)\n", p->done, p->total, p->key);
   else if (!strcmp(p->phase, "copy"))

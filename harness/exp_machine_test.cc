@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -216,8 +217,17 @@ TEST(ExpMachineTest, OomKilledRunIsARowAndTheSweepGoesOn) {
   o.results_root = results.c_str();
   o.commit = "test";
   o.quick_env = 1;
+  static int oom_said, nan_runs;
+  oom_said = nan_runs = 0;
+  o.progress = [](void *, const spill_exp_progress *p) {
+    oom_said += !strcmp(p->phase, "oom-killed");
+    nan_runs += !strcmp(p->phase, "run") && std::isnan(p->last_tok_per_s);
+  };
   char dir[1024];
   ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  EXPECT_EQ(oom_said, 1);  // said when it happened, and its run line has no tok/s
+  EXPECT_EQ(nan_runs, 1);
+  o.progress = nullptr;
   std::vector<cJSON *> rows = Rows(std::string(dir) + "/runs.jsonl");
   ASSERT_EQ(rows.size(), 2u);
   int oom = 0, ok = 0;

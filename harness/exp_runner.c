@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1310,7 +1311,7 @@ static int oom_row(runner *R, const spill_exp_run *run, int seq, const spill_mac
   if (access(tl, F_OK) == 0)
     cJSON_AddStringToObject(cJSON_AddObjectToObject(row, "files"), "tokens", tl + strlen(R->dir) + 1);
   progress(R, "oom-killed", run->key, reached, R->cfg->decode_tokens, 0);
-  return finish_row(R, run, row, 0, cell_key, 0);
+  return finish_row(R, run, row, 0, cell_key, NAN); /* no tok/s: progress says OOM-killed */
 }
 
 /* A run under a machine profile runs in a forked child that joins the

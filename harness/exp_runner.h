@@ -32,7 +32,9 @@ typedef struct spill_exp_progress {
                       * run went, SPILL_PAGING_*): the decode token it was
                       * detected at / decode tokens over the threshold so far */
   double elapsed_s, eta_s;
-  double last_tok_per_s;
+  double last_tok_per_s; /* "run": the run's decode tok/s; NaN for a row without
+                          * metrics (OOM-killed). "oom-killed": done = the decode
+                          * tokens the run reached */
 } spill_exp_progress;
 typedef void (*spill_exp_progress_cb)(void *user, const spill_exp_progress *p);
 
