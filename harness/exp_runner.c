@@ -879,11 +879,16 @@ typedef struct run_files {
   char rundir[SPILL_PATH_MAX], profile[SPILL_PATH_MAX], trace[SPILL_PATH_MAX], timeline[SPILL_PATH_MAX];
 } run_files;
 
-static int make_run_files(runner *R, const spill_exp_run *run, int spill_arm, run_files *f) {
-  memset(f, 0, sizeof *f);
+/* runs/<key, sanitised>: a run's own directory. */
+static void run_dir(const runner *R, const spill_exp_run *run, char *buf, size_t n) {
   char s[300];
   sanitize(run->key, s, sizeof s);
-  snprintf(f->rundir, sizeof f->rundir, "%s/runs/%s", R->dir, s);
+  snprintf(buf, n, "%s/runs/%s", R->dir, s);
+}
+
+static int make_run_files(runner *R, const spill_exp_run *run, int spill_arm, run_files *f) {
+  memset(f, 0, sizeof *f);
+  run_dir(R, run, f->rundir, sizeof f->rundir);
   SPILL_TRY(spill_exp_mkdirs(f->rundir, R->e));
   snprintf(f->timeline, sizeof f->timeline, "%s/tokens.jsonl", f->rundir);
   if (spill_arm && R->cfg->out.profile) snprintf(f->profile, sizeof f->profile, "%s/profile.jsonl", f->rundir);
@@ -1298,11 +1303,11 @@ static int count_lines(const char *path) {
  * counts it as OOM-killed, not as a missing run), the tokens it reached,
  * the machine's counters up to the kill. */
 static int oom_row(runner *R, const spill_exp_run *run, int seq, const spill_machine_counters *at) {
-  char cell_key[200], tl[SPILL_PATH_MAX], s[300];
+  char cell_key[200], rd[SPILL_PATH_MAX], tl[SPILL_PATH_MAX + 16];
   cJSON *row = row_head(R, run, seq, cell_key, sizeof cell_key);
   cJSON_AddStringToObject(row, "outcome", SPILL_EXP_OUTCOME_OOM);
-  sanitize(run->key, s, sizeof s); /* the run's directory, as make_run_files names it */
-  snprintf(tl, sizeof tl, "%s/runs/%s/tokens.jsonl", R->dir, s);
+  run_dir(R, run, rd, sizeof rd);
+  snprintf(tl, sizeof tl, "%s/tokens.jsonl", rd);
   int reached = count_lines(tl);
   row_machine_tokens(R, row, run->cell, reached, 0, now_s() - R->t_run);
   cJSON *pr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(row, "machine"),
