@@ -151,9 +151,13 @@ static int harmony_header(spill_srv_channels *c, int final) {
   size_t k = strlen(H_CHANNEL), m = c->n_pend < k ? c->n_pend : k;
   int looks = !memcmp(c->pend, H_CHANNEL, m) || (c->n_pend >= 1 && c->pend[0] == ' ');
   if (!looks) { c->state = S_H_FINAL; return 1; } /* no header: plain text */
-  const char *msg = memmem(c->pend, c->n_pend, H_MESSAGE, strlen(H_MESSAGE));
+  /* a header is one only when <|message|> begins within H_HEADER_MAX bytes;
+   * searching no further than that keeps the decision the same however the
+   * text was pushed (whole, a long header is not decided by how much came) */
+  const size_t km = strlen(H_MESSAGE), window = H_HEADER_MAX + km;
+  const char *msg = memmem(c->pend, c->n_pend < window ? c->n_pend : window, H_MESSAGE, km);
   if (!msg) {
-    if (!final && c->n_pend <= H_HEADER_MAX) return 0;
+    if (!final && c->n_pend < window) return 0;
     c->state = S_H_FINAL; /* never a header: the text is content */
     return 1;
   }

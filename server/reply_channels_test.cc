@@ -153,6 +153,21 @@ TEST(ReplyChannelsTest, HarmonyAnalysisThenFinal) {
   Expect("", H, "", "");
 }
 
+// A header is one only when <|message|> begins within 512 bytes of it; the
+// decision must not depend on how much text one push brought (the server
+// fuzzer found a 600-byte header split as a header whole, as content in
+// pieces).
+TEST(ReplyChannelsTest, HarmonyHeaderLengthBoundIsTheSameInAnyPieces) {
+  const int H = SPILL_SRV_CH_HARMONY;
+  const std::string ch = "<|channel|>";
+  for (size_t pad : {0, 1, 500, 512 - 11 - 1, 512 - 11, 512 - 11 + 1, 600}) {
+    std::string head = ch + std::string(pad, 'x');  // `x...` is the channel name
+    std::string text = head + "<|message|>body<|end|>";
+    if (head.size() <= 512) Expect(text, H, "", "body");
+    else Expect(text, H, "", head + "<|message|>body");  // never a header: content up to <|end|>
+  }
+}
+
 TEST(ReplyChannelsTest, HarmonyToolCallEndsTheTurn) {
   EXPECT_EQ(spill_srv_channels_turn_ends(SPILL_SRV_CH_HARMONY, "<|call|>", 8), 1);
   EXPECT_EQ(spill_srv_channels_turn_ends(SPILL_SRV_CH_HARMONY, "<|end|>", 7), 0);
