@@ -74,6 +74,9 @@ typedef struct spill_trace {
    * counted here and left out of the tokens above (they are not part of the
    * sequence; their hits and predictions are not in the counts above) */
   uint64_t n_rejected_rows;
+  /* rows whose "weights" hold a null (the engine wrote a NaN or infinite
+   * gate weight as null: the model's numbers went non-finite) */
+  uint64_t n_nonfinite_weight_rows;
 } spill_trace;
 
 typedef struct spill_trace_read_opts {

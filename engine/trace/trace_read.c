@@ -70,7 +70,7 @@ typedef struct parser {
   int64_t *map_key;
   uint32_t *map_val;
   size_t map_cap, map_n;
-  uint64_t n_hits, n_pred, n_pred_correct, n_rejected;
+  uint64_t n_hits, n_pred, n_pred_correct, n_rejected, n_nonfinite;
   /* simple format: "weights" on the first token decides whether all have them */
   int has_weights; /* -1 until the first token */
   vec weights;     /* float, like ids */
@@ -394,10 +394,13 @@ static int parse_router(parser *ps, uint32_t line, const cJSON *obj) {
     if (cJSON_GetArraySize(it) != n)
       return fail(ps, line, "weights: expected %d numbers (one per id), got %d", n,
                   cJSON_GetArraySize(it));
-    int i = 0;
-    for (const cJSON *w = it->child; w; w = w->next, i++)
+    int i = 0, nonfinite = 0;
+    for (const cJSON *w = it->child; w; w = w->next, i++) {
+      if (cJSON_IsNull(w)) { nonfinite = 1; continue; } /* the engine's NaN / inf weight */
       if (!cJSON_IsNumber(w) || !isfinite(w->valuedouble))
-        return fail(ps, line, "weights[%d]: expected a finite number", i);
+        return fail(ps, line, "weights[%d]: expected a finite number or null", i);
+    }
+    ps->n_nonfinite += (uint64_t)nonfinite;
   }
   it = cJSON_GetObjectItemCaseSensitive(obj, "hit");
   if (it) {
@@ -596,6 +599,7 @@ static int parse_all(parser *ps, const char *buf, size_t len, spill_trace *t) {
     t->n_pred = ps->n_pred;
     t->n_pred_correct = ps->n_pred_correct;
     t->n_rejected_rows = ps->n_rejected;
+    t->n_nonfinite_weight_rows = ps->n_nonfinite;
   }
   t->tok = (int64_t *)ps->tok.p;
   t->pos = (int64_t *)ps->pos.p;

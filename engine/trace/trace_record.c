@@ -60,7 +60,9 @@ int spill_trace_row_format(const spill_trace_row *r, char *line, size_t cap) {
     n += snprintf(line + n, cap - (size_t)n, "%s%u", j ? ", " : "", r->ids[j]);
   n += snprintf(line + n, cap - (size_t)n, "], \"weights\": [");
   for (int j = 0; j < r->k && n < lim; j++)
-    n += snprintf(line + n, cap - (size_t)n, "%s%.6g", j ? ", " : "", r->weights[j]);
+    n += isfinite(r->weights[j]) /* JSON has no NaN or inf: a model gone non-finite writes null */
+             ? snprintf(line + n, cap - (size_t)n, "%s%.6g", j ? ", " : "", r->weights[j])
+             : snprintf(line + n, cap - (size_t)n, "%snull", j ? ", " : "");
   n += snprintf(line + n, cap - (size_t)n, "], \"pred\": [");
   for (int j = 0; j < r->n_pred && n < lim; j++)
     n += snprintf(line + n, cap - (size_t)n, "%s%u", j ? ", " : "", r->pred[j]);

@@ -5,6 +5,8 @@
 // spill_profile_parse_row, plus the reader's errors on malformed rows.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -104,6 +106,31 @@ TEST(TraceRecordTest, RowTextIsTheDocumentedSchema) {
             "{\"tok\": 12, \"pos\": 2, \"phase\": \"decode\", \"layer\": 1, \"ids\": [2, 3, 4], "
             "\"weights\": [0.5, 0.3, 0.2], \"pred\": [2, 3, 9, 0], \"hit\": [1, 1, 1], "
             "\"rejected\": true}\n");
+}
+
+// A model whose numbers went non-finite still writes a trace that parses:
+// JSON has no NaN, so such a weight is null, and the reader counts the row.
+TEST(TraceRecordTest, NonFiniteWeightsAreNullAndTheTraceStillReads) {
+  Rows R;
+  spill_trace_row r = R.rows[4];
+  float w[3] = {NAN, INFINITY, 0.25f};
+  r.weights = w;
+  char line[8192];
+  const int n = spill_trace_row_format(&r, line, sizeof line);
+  EXPECT_EQ(std::string(line, (size_t)n),
+            "{\"tok\": 12, \"pos\": 2, \"phase\": \"decode\", \"layer\": 1, \"ids\": [2, 3, 4], "
+            "\"weights\": [null, null, 0.25], \"pred\": [2, 3, 9, 0], \"hit\": [1, 1, 1]}\n");
+  const std::string path = TmpPath("nan.jsonl");
+  spill_trace_writer wr;
+  spill_err e = {};
+  ASSERT_EQ(spill_trace_writer_open(&wr, path.c_str(), 0, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_trace_writer_row(&wr, &R.rows[5]), 1);  // token 12, layer 3
+  EXPECT_EQ(spill_trace_writer_row(&wr, &r), 1);
+  spill_trace_writer_close(&wr);
+  spill_trace t = {};
+  ASSERT_EQ(spill_trace_read_file(path.c_str(), nullptr, &t, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(t.n_nonfinite_weight_rows, 1u);
+  spill_trace_free(&t);
 }
 
 TEST(TraceRecordTest, CapStopsAtARowBoundary) {
