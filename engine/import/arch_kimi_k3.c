@@ -289,31 +289,6 @@ static int hf_values(const cJSON *r, k3_cfg *c, spill_err *e) {
   return spill_json_bool_opt(r, "tie_word_embeddings", HF, 0, &c->tied, SPILL_E_FORMAT, e);
 }
 
-/* text_config merged over the top level (llama.cpp: {**top, **text_config}):
- * a new object the caller deletes, without text_config / vision_config. */
-static int hf_merged(const cJSON *root, cJSON **out, spill_err *e) {
-  cJSON *m = cJSON_Duplicate(root, 1);
-  SPILL_FAIL_IF(e, !m, SPILL_E_NOMEM, "out of memory");
-  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-  if (tc && !cJSON_IsObject(tc)) {
-    cJSON_Delete(m);
-    return spill_err_set(e, SPILL_E_FORMAT, HF ": text_config is not an object");
-  }
-  cJSON_DeleteItemFromObjectCaseSensitive(m, "text_config");
-  cJSON_DeleteItemFromObjectCaseSensitive(m, "vision_config"); /* the vision tower is skipped */
-  for (const cJSON *it = tc ? tc->child : NULL; it; it = it->next) {
-    cJSON *d = cJSON_Duplicate(it, 1);
-    if (!d) {
-      cJSON_Delete(m);
-      return spill_err_set(e, SPILL_E_NOMEM, "out of memory");
-    }
-    cJSON_DeleteItemFromObjectCaseSensitive(m, it->string);
-    cJSON_AddItemToObject(m, it->string, d);
-  }
-  *out = m;
-  return SPILL_OK;
-}
-
 static const char *const k_skip[] = {"vision_tower.", "mm_projector.", NULL};
 
 static int hf_config(imp_src *s, const char *dir, const cJSON *root, k3_cfg *c, spill_err *e) {
@@ -331,7 +306,7 @@ static int hf_config(imp_src *s, const char *dir, const cJSON *root, k3_cfg *c, 
       "linear_attn_config", "num_nextn_predict_layers", "model_max_length", "quantization_config",
       "media_placeholder_token_id", "ignore_index", "use_unified_vision_chunk", "video_placeholder", NULL};
   cJSON *r = NULL;
-  SPILL_TRY(hf_merged(root, &r, e));
+  SPILL_TRY(imp_cfg_text_merged(root, HF, &r, e));
   int rc = imp_cfg_only_keys(r, "kimi_k3", keys, e);
   if (rc == SPILL_OK) rc = hf_values(r, c, e);
   if (rc == SPILL_OK) rc = hf_linear_attn(r, c, e);

@@ -327,27 +327,6 @@ static int refuse(const char *key, const char *why, spill_err *e) {
   return spill_err_set(e, SPILL_E_UNSUPPORTED, HF ": %s: %s", key, why);
 }
 
-/* text_config merged over the top level; a new object the caller deletes */
-static int hf_merged(const cJSON *root, cJSON **out, spill_err *e) {
-  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-  SPILL_FAIL_IF(e, tc && !cJSON_IsObject(tc), SPILL_E_FORMAT, HF ": text_config is not an object");
-  cJSON *m = cJSON_Duplicate(root, 1);
-  SPILL_FAIL_IF(e, !m, SPILL_E_NOMEM, "out of memory");
-  cJSON_DeleteItemFromObjectCaseSensitive(m, "text_config");
-  cJSON_DeleteItemFromObjectCaseSensitive(m, "vision_config"); /* the vision tower is skipped */
-  for (const cJSON *it = tc ? tc->child : NULL; it; it = it->next) {
-    cJSON *d = cJSON_Duplicate(it, 1);
-    if (!d) {
-      cJSON_Delete(m);
-      return spill_err_set(e, SPILL_E_NOMEM, "out of memory");
-    }
-    cJSON_DeleteItemFromObjectCaseSensitive(m, it->string);
-    cJSON_AddItemToObject(m, it->string, d);
-  }
-  *out = m;
-  return SPILL_OK;
-}
-
 /* A string key that must have one of the values in ok (absent: fine). */
 static int str_is(const cJSON *r, const char *key, const char *const *ok, const char *why, spill_err *e) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, key);
@@ -501,7 +480,7 @@ static int hf_config(imp_src *s, const char *dir, const cJSON *root, q35_cfg *c,
     SPILL_TRY(str_is(tc, "model_type", mt, "text_config is not qwen3_5_moe_text", e));
   }
   cJSON *r = NULL;
-  SPILL_TRY(hf_merged(root, &r, e));
+  SPILL_TRY(imp_cfg_text_merged(root, HF, &r, e));
   int rc = hf_values(r, c, e);
   if (rc == SPILL_OK) rc = imp_cfg_bos_eos(r, dir, &c->bos, &c->eos, e);
   cJSON_Delete(r);

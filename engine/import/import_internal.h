@@ -225,6 +225,12 @@ int imp_cfg_only_keys(const struct cJSON *root, const char *arch, const char *co
 int imp_cfg_quant(const struct cJSON *root, imp_src *s, spill_err *e);
 int imp_cfg_bos_eos(const struct cJSON *root, const char *dir, int *bos, int *eos, spill_err *e);
 int imp_in_list(const char *const *list, const char *key); /* NULL-terminated list */
+/* A vision-language wrapper's config.json read as llama.cpp's converters
+ * read it ({**top, **text_config}): text_config merged over the top level,
+ * text_config and vision_config removed (the vision tower is skipped); a
+ * new object the caller deletes. path names the file in errors. */
+int imp_cfg_text_merged(const struct cJSON *root, const char *path, struct cJSON **out, spill_err *e);
+
 
 /* ---- The architectures (arch_*.c), one family per file ----
  * Each family file plans from a parsed config.json (root; dir holds it) or

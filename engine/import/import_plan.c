@@ -280,6 +280,26 @@ int imp_cfg_only_keys(const cJSON *root, const char *arch, const char *const *ke
   return SPILL_OK;
 }
 
+int imp_cfg_text_merged(const cJSON *root, const char *path, cJSON **out, spill_err *e) {
+  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+  SPILL_FAIL_IF(e, tc && !cJSON_IsObject(tc), SPILL_E_FORMAT, "%s: text_config is not an object", path);
+  cJSON *m = cJSON_Duplicate(root, 1);
+  SPILL_FAIL_IF(e, !m, SPILL_E_NOMEM, "out of memory");
+  cJSON_DeleteItemFromObjectCaseSensitive(m, "text_config");
+  cJSON_DeleteItemFromObjectCaseSensitive(m, "vision_config"); /* the vision tower is skipped */
+  for (const cJSON *it = tc ? tc->child : NULL; it; it = it->next) {
+    cJSON *d = cJSON_Duplicate(it, 1);
+    if (!d) {
+      cJSON_Delete(m);
+      return spill_err_set(e, SPILL_E_NOMEM, "out of memory");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(m, it->string);
+    cJSON_AddItemToObject(m, it->string, d);
+  }
+  *out = m;
+  return SPILL_OK;
+}
+
 static int first_int(const cJSON *v, int *out) {
   if (cJSON_IsArray(v)) v = v->child;
   if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
