@@ -140,6 +140,16 @@ for v in full nolora plain released; do
   "$SPILL" eval "$TMP/$v-MXFP4.gguf.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/gg.f32" >/dev/null 2>&1
   cmp -s "$TMP/hf.f32" "$TMP/gg.f32" && [ -s "$TMP/hf.f32" ] && ok "HF $v and GGUF $v imports: logits bit-identical" ||
     bad "HF $v and GGUF $v imports give different logits"
+  # the float hyper-parameters (rms_norm_eps, gate lower bound, SiTU betas,
+  # routed scale) rounded to f32 as the GGUF keys hold them: the manifests'
+  # arch objects are equal value for value, not merely close
+  $PY - "$d.spill/manifest.json" "$TMP/$v-MXFP4.gguf.spill/manifest.json" <<'PY' &&
+import json, sys
+a, b = (json.load(open(f))["arch"] for f in sys.argv[1:3])
+assert a == b, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
+PY
+    ok "HF $v and GGUF $v manifests: arch identical (f32-rounded floats)" ||
+    bad "HF $v and GGUF $v manifests: arch differs"
 done
 $PY "$REF" make-hf "$TMP/hf-bf16" --variant released --seed 101 --scale-dtype F8_E8M0 --shards 3 &&
   import_check "$TMP/hf-bf16" "kimi-k3 HF released BF16, scales F8_E8M0, 3 shards, seed 101" "--tol 2e-5"
