@@ -54,6 +54,23 @@ int ParseRc(const std::string &text, std::string *msg) {
   return rc;
 }
 
+// What every machine-profile case sets up: a scratch root, its own state
+// directory (SPILL_MACHINE_STATE_DIR, so cases never see each other's
+// leftovers) and runner options that write under root/results.
+struct Scratch {
+  std::string root, state, results;
+  spill_exp_opts o = {};
+  explicit Scratch(const std::string &name)
+      : root(Tmp(name)), state(Tmp(name + "-state")), results(root + "/results") {
+    setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+    o.results_root = results.c_str();
+    o.commit = "test";
+    o.quick_env = 1;
+  }
+  Scratch(const Scratch &) = delete;  // o points into results
+  Scratch &operator=(const Scratch &) = delete;
+};
+
 const char *kHead = R"({"name": "mach", "model": "m", "workload": {"prompt": "x", "decode_tokens": 2}, )";
 
 TEST(ExpMachineTest, ConfigRefusesIncoherentProfilesByName) {
@@ -132,9 +149,8 @@ int CountEntries(const std::string &dir, const char *prefix) {
 TEST(ExpMachineTest, RowsRecordTheProfileAndNothingIsLeftBehind) {
   std::string why = Unavailable();
   if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
-  std::string root = Tmp("rows");
-  std::string state = Tmp("rows-state");
-  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  Scratch sc("rows");
+  const std::string &root = sc.root, &state = sc.state;
   std::string model = MakeNano(root);
   std::string text = R"({"name": "mach", "model": ")" + model + R"(",
     "workload": {"prompt": "machine profile", "decode_tokens": 4},
@@ -144,11 +160,7 @@ TEST(ExpMachineTest, RowsRecordTheProfileAndNothingIsLeftBehind) {
   spill_exp_config cfg;
   spill_err e = {};
   ASSERT_EQ(spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e), 0) << e.msg;
-  std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
+  spill_exp_opts &o = sc.o;
   char dir[1024];
   ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
   spill_exp_config_free(&cfg);
@@ -193,9 +205,8 @@ TEST(ExpMachineTest, RowsRecordTheProfileAndNothingIsLeftBehind) {
 TEST(ExpMachineTest, OomKilledRunIsARowAndTheSweepGoesOn) {
   std::string why = Unavailable();
   if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
-  std::string root = Tmp("oom");
-  std::string state = Tmp("oom-state");
-  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  Scratch sc("oom");
+  const std::string &root = sc.root, &state = sc.state;
   spill_err e = {};
   // f32 experts, 128 per layer (~25 MiB): more than the 4 MiB the squeezed
   // cell leaves the run
@@ -212,11 +223,7 @@ TEST(ExpMachineTest, OomKilledRunIsARowAndTheSweepGoesOn) {
     "outputs": {"tables": ["md"], "plots": []}})";
   spill_exp_config cfg;
   ASSERT_EQ(spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e), 0) << e.msg;
-  std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
+  spill_exp_opts &o = sc.o;
   static int oom_said, nan_runs;
   oom_said = nan_runs = 0;
   o.progress = [](void *, const spill_exp_progress *p) {
@@ -279,9 +286,8 @@ TEST(ExpMachineTest, OomKilledRunIsARowAndTheSweepGoesOn) {
 TEST(ExpMachineTest, CliffPlotHasOneSeriesPerWiredValueOverTheBudgets) {
   std::string why = Unavailable();
   if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
-  std::string root = Tmp("cliffplot");
-  std::string state = Tmp("cliffplot-state");
-  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  Scratch sc("cliffplot");
+  const std::string &root = sc.root;
   std::string model = MakeNano(root);
   std::string text = R"({"name": "cliffplot", "model": ")" + model + R"(",
     "workload": {"prompt": "cliff", "decode_tokens": 2},
@@ -292,11 +298,7 @@ TEST(ExpMachineTest, CliffPlotHasOneSeriesPerWiredValueOverTheBudgets) {
   spill_err e = {};
   ASSERT_EQ(spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e), 0) << e.msg;
   ASSERT_STREQ(cfg.axes[0].key, "wired");
-  std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
+  spill_exp_opts &o = sc.o;
   char dir[1024];
   ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
   spill_exp_config_free(&cfg);
@@ -318,9 +320,8 @@ TEST(ExpMachineTest, CliffPlotHasOneSeriesPerWiredValueOverTheBudgets) {
 TEST(ExpMachineTest, KilledRunnerIsCleanedUpByTheNextRunWhichSaysSo) {
   std::string why = Unavailable();
   if (!why.empty()) GTEST_SKIP() << "machine profile unavailable here: " << why;
-  std::string root = Tmp("kill");
-  std::string state = Tmp("kill-state");
-  setenv("SPILL_MACHINE_STATE_DIR", state.c_str(), 1);
+  Scratch sc("kill");
+  const std::string &root = sc.root, &state = sc.state;
   std::string model = MakeNano(root);
   // 64 MiB more swap than the active areas have free, so the runner makes a
   // (64 MiB) swap file
@@ -335,11 +336,7 @@ TEST(ExpMachineTest, KilledRunnerIsCleanedUpByTheNextRunWhichSaysSo) {
   spill_exp_config cfg;
   spill_err e = {};
   ASSERT_EQ(spill_exp_config_parse(text.c_str(), "t.json", &cfg, &e), 0) << e.msg;
-  std::string results = root + "/results";
-  spill_exp_opts o = {};
-  o.results_root = results.c_str();
-  o.commit = "test";
-  o.quick_env = 1;
+  spill_exp_opts &o = sc.o;
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
