@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/bench_prompts.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/spill.h"
+#include "harness/bench_workload.h"
 
 const char cmd_bench_usage[] =
     "usage: spill bench [--pp N] [--tg N] [--output md|csv|json] MODEL [engine knobs]\n"
@@ -102,21 +102,12 @@ static int bench_single(const char *model, const spill_config *cfg, const char *
 
 /* ------------------------------------------------------------ the workload */
 
-enum { PHASE_COLD, PHASE_WARM, N_PHASES };
-static const char *const phase_names[N_PHASES] = {"cold", "warm"};
 typedef enum { OUT_MD, OUT_CSV, OUT_JSON } out_format;
+enum { N_PHASES = SPILL_BENCH_N_PHASES, MAX_PROMPTS = 64 };
+#define phase_names spill_bench_phase_names
 
-/* One request: one prompt in one phase, every figure measured. */
-typedef struct bench_sample {
-  int n_prompt, n_gen;              /* tokens prefilled / generated */
-  double pp_ts, tg_ts, ttft_ms;     /* prefill and decode rates; the prefill's wall time */
-  uint64_t bytes_read;              /* the whole request (prefill, decode, prefetches) */
-  uint64_t bytes_read_decode;       /* the generated tokens' own reads */
-  uint64_t hits, misses, decode_hits, decode_misses; /* expert cache, whole request / decode */
-  uint64_t peak_rss;                /* VmHWM after the request */
-  double read_bps;                  /* bytes_read / (prefill_s + decode_s) */
-} bench_sample;
-
+/* Every request of the workload (harness/bench_workload.h), and what the
+ * rows print beside them. */
 typedef struct bench_run {
   const char *model;
   long pp, tg;
@@ -125,82 +116,29 @@ typedef struct bench_run {
   spill_info info;
   const spill_config *cfg;
   uint64_t budget;
-  bench_sample s[64][N_PHASES];
+  spill_bench_sample s[N_PHASES][MAX_PROMPTS]; /* [phase][prompt] */
   int n;
 } bench_run;
-
-/* The prompt's tokens (BOS first) cut to n, or followed by its text's tokens
- * (without BOS) again and again until there are n. */
-static int bench_tokens(spill_engine *eng, const char *text, int *out, int n, spill_err *e) {
-  int cap = (int)strlen(text) + 64, nh = 0, nb = 0;
-  int *head = malloc(sizeof(int) * cap), *body = malloc(sizeof(int) * cap);
-  int rc = head && body ? SPILL_OK : spill_err_set(e, SPILL_E_NOMEM, "bench: out of memory");
-  if (!rc) rc = spill_tokenize(eng, text, 1, head, cap, &nh, e);
-  if (!rc) rc = spill_tokenize(eng, text, 0, body, cap, &nb, e);
-  if (!rc && nb < 1) rc = spill_err_set(e, SPILL_E_INVALID_ARG, "bench: a prompt has no tokens");
-  for (int i = 0; !rc && i < n; i++) out[i] = i < nh ? head[i] : body[(i - nh) % nb];
-  free(head);
-  free(body);
-  return rc;
-}
-
-typedef struct decode_acc {
-  uint64_t bytes;
-} decode_acc;
-
-static int on_token(void *user, int token, const char *text, const spill_run_stats *ts) {
-  (void)token;
-  (void)text;
-  ((decode_acc *)user)->bytes += ts->bytes_read;
-  return 0;
-}
-
-static int bench_request(spill_engine *eng, const int *toks, int pp, int tg, bench_sample *o,
-                         spill_err *e) {
-  spill_sampling s;
-  spill_sampling_default(&s);
-  spill_run_stats st;
-  decode_acc acc = {0};
-  SPILL_TRY(spill_generate(eng, toks, pp, tg, &s, on_token, &acc, NULL, &st, e));
-  memset(o, 0, sizeof *o);
-  o->n_prompt = st.tokens_prefill;
-  o->n_gen = st.tokens_decode;
-  o->pp_ts = st.prefill_s > 0 ? st.tokens_prefill / st.prefill_s : 0;
-  o->tg_ts = st.decode_s > 0 ? st.tokens_decode / st.decode_s : 0;
-  o->ttft_ms = st.prefill_s * 1e3;
-  o->bytes_read = st.bytes_read;
-  o->bytes_read_decode = acc.bytes;
-  o->hits = st.demand_hits;
-  o->misses = st.demand_misses;
-  o->decode_hits = st.decode_hits;
-  o->decode_misses = st.decode_misses;
-  o->peak_rss = st.peak_rss_bytes;
-  double t = st.prefill_s + st.decode_s;
-  o->read_bps = t > 0 ? st.bytes_read / t : 0;
-  return SPILL_OK;
-}
 
 /* Every prompt, cold then warm. */
 static int bench_measure(spill_engine *eng, bench_run *R, spill_err *e) {
   int *toks = malloc(sizeof(int) * (size_t)R->pp);
   if (!toks) return spill_err_set(e, SPILL_E_NOMEM, "bench: out of memory");
   int rc = SPILL_OK;
-  R->n = cli_bench_n_prompts < 64 ? cli_bench_n_prompts : 64;
+  R->n = spill_bench_n_prompts < MAX_PROMPTS ? spill_bench_n_prompts : MAX_PROMPTS;
   for (int p = 0; p < R->n && !rc; p++) {
-    rc = bench_tokens(eng, cli_bench_prompts[p].text, toks, (int)R->pp, e);
-    if (!rc) rc = spill_engine_clear_cache(eng, 1, e);
-    if (!rc) rc = spill_engine_evict_page_cache(eng, e);
+    spill_bench_sample o[N_PHASES];
+    rc = spill_bench_tokens(eng, spill_bench_prompts[p].text, toks, (int)R->pp, e);
+    if (!rc) rc = spill_bench_run_prompt(eng, toks, (int)R->pp, (int)R->tg, N_PHASES, NULL, o, e);
     for (int ph = 0; ph < N_PHASES && !rc; ph++) {
-      bench_sample *o = &R->s[p][ph];
-      rc = bench_request(eng, toks, (int)R->pp, (int)R->tg, o, e);
-      if (rc) break;
+      R->s[ph][p] = o[ph];
       fprintf(stderr, "spill bench: %-6s %s: pp%d %.2f t/s, tg%d %.2f t/s, decode hits %llu misses %llu\n",
-              cli_bench_prompts[p].name, phase_names[ph], o->n_prompt, o->pp_ts, o->n_gen,
-              o->tg_ts, (unsigned long long)o->decode_hits,
-              (unsigned long long)o->decode_misses);
-      if (o->n_gen < R->tg)
+              spill_bench_prompts[p].name, phase_names[ph], o[ph].n_prompt, o[ph].pp_ts,
+              o[ph].n_gen, o[ph].tg_ts, (unsigned long long)o[ph].decode_hits,
+              (unsigned long long)o[ph].decode_misses);
+      if (o[ph].n_gen < R->tg)
         fprintf(stderr, "spill bench: warning: %s %s stopped at EOS after %d of %ld tokens\n",
-                cli_bench_prompts[p].name, phase_names[ph], o->n_gen, R->tg);
+                spill_bench_prompts[p].name, phase_names[ph], o[ph].n_gen, R->tg);
     }
   }
   free(toks);
@@ -209,55 +147,9 @@ static int bench_measure(spill_engine *eng, bench_run *R, spill_err *e) {
 
 /* ------------------------------------------------------------ one row per phase */
 
-typedef struct bench_row {
-  double pp_ts, tg_ts, ttft_ms, gb_per_tok, hit_rate, peak_rss, read_bps, misses;
-  double bytes_per_tok, decode_misses, hit_rate_all;
-} bench_row;
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static double sample_hit_rate(const bench_sample *s) {
-  uint64_t a = s->decode_hits + s->decode_misses;
-  return a ? (double)s->decode_hits / a : 0;
-}
-
-static double sample_hit_rate_all(const bench_sample *s) {
-  uint64_t a = s->hits + s->misses;
-  return a ? (double)s->hits / a : 0;
-}
-
-static double sample_bytes_per_tok(const bench_sample *s) {
-  return s->n_gen ? (double)s->bytes_read_decode / s->n_gen : 0;
-}
-
-static bench_row bench_row_of(const bench_run *R, int ph) {
-  double v[11][64];
-  for (int p = 0; p < R->n; p++) {
-    const bench_sample *s = &R->s[p][ph];
-    v[0][p] = s->pp_ts;
-    v[1][p] = s->tg_ts;
-    v[2][p] = s->ttft_ms;
-    v[3][p] = sample_bytes_per_tok(s) / 1e9;
-    v[4][p] = sample_hit_rate(s);
-    v[5][p] = (double)s->peak_rss;
-    v[6][p] = s->read_bps;
-    v[7][p] = (double)s->misses;
-    v[8][p] = sample_bytes_per_tok(s);
-    v[9][p] = (double)s->decode_misses;
-    v[10][p] = sample_hit_rate_all(s);
-  }
-  bench_row r = {median(v[0], R->n), median(v[1], R->n), median(v[2], R->n),
-                 median(v[3], R->n), median(v[4], R->n), median(v[5], R->n),
-                 median(v[6], R->n), median(v[7], R->n), median(v[8], R->n),
-                 median(v[9], R->n), median(v[10], R->n)};
+static spill_bench_summary bench_row_of(const bench_run *R, int ph) {
+  spill_bench_summary r;
+  spill_bench_summarize(R->s[ph], R->n, &r);
   return r;
 }
 
@@ -275,17 +167,17 @@ static void print_md(const bench_run *R) {
   printf("| ----- | ---: | ---- | ----- | -----: | -----: | ------: | -----: | ----: | "
          "-------: | ------: |\n");
   for (int ph = 0; ph < N_PHASES; ph++) {
-    bench_row r = bench_row_of(R, ph);
+    spill_bench_summary r = bench_row_of(R, ph);
     char rss[32], drive[32];
     size_text((uint64_t)r.peak_rss, rss, sizeof rss);
     if (R->drive_bps > 0) snprintf(drive, sizeof drive, "%.1f", 100 * r.read_bps / R->drive_bps);
     else snprintf(drive, sizeof drive, "n/a");
     printf("| %s | %s | %s | %s | %.2f | %.2f | %.1f | %.3g | %.1f | %s | %s |\n", R->info.name,
-           size, test, phase_names[ph], r.pp_ts, r.tg_ts, r.ttft_ms, r.gb_per_tok,
+           size, test, phase_names[ph], r.pp_ts, r.tg_ts, r.ttft_s * 1e3, r.bytes_per_tok / 1e9,
            100 * r.hit_rate, rss, drive);
   }
   printf("\nmedians over %d prompts (", R->n);
-  for (int p = 0; p < R->n; p++) printf("%s%s", p ? ", " : "", cli_bench_prompts[p].name);
+  for (int p = 0; p < R->n; p++) printf("%s%s", p ? ", " : "", spill_bench_prompts[p].name);
   char budget[32];
   size_text(R->budget, budget, sizeof budget);
   printf("); storage %s, threads %d, budget %s; drive: ", spill_storage_name(R->cfg->storage),
@@ -319,7 +211,7 @@ static void quoted(const char *s, int json, char *b, size_t n) {
 }
 
 /* Field i of phase ph's row as text (CSV quoting or JSON types by `json`). */
-static void row_value(const bench_run *R, int ph, const bench_row *r, int i, int json,
+static void row_value(const bench_run *R, int ph, const spill_bench_summary *r, int i, int json,
                       char *b, size_t n) {
   const char *q = json ? "\"" : "";
   switch (i) {
@@ -336,8 +228,8 @@ static void row_value(const bench_run *R, int ph, const bench_row *r, int i, int
   case 10: snprintf(b, n, "%d", R->n); break;
   case 11: snprintf(b, n, "%.6g", r->pp_ts); break;
   case 12: snprintf(b, n, "%.6g", r->tg_ts); break;
-  case 13: snprintf(b, n, "%.6g", r->ttft_ms); break;
-  case 14: snprintf(b, n, "%.6g", r->gb_per_tok); break;
+  case 13: snprintf(b, n, "%.6g", r->ttft_s * 1e3); break;
+  case 14: snprintf(b, n, "%.6g", r->bytes_per_tok / 1e9); break;
   case 15: snprintf(b, n, "%.1f", r->bytes_per_tok); break;
   case 16: snprintf(b, n, "%.6g", r->hit_rate); break;
   case 17: snprintf(b, n, "%.1f", r->decode_misses); break;
@@ -356,7 +248,7 @@ static void print_csv(const bench_run *R) {
   for (int i = 0; i < N_ROW_FIELDS; i++) printf("%s%s", i ? "," : "", row_fields[i]);
   printf("\n");
   for (int ph = 0; ph < N_PHASES; ph++) {
-    bench_row r = bench_row_of(R, ph);
+    spill_bench_summary r = bench_row_of(R, ph);
     char b[1500];
     for (int i = 0; i < N_ROW_FIELDS; i++) {
       row_value(R, ph, &r, i, 0, b, sizeof b);
@@ -369,16 +261,16 @@ static void print_csv(const bench_run *R) {
 static void print_json_samples(const bench_run *R, int ph) {
   printf("    \"samples\": [\n");
   for (int p = 0; p < R->n; p++) {
-    const bench_sample *s = &R->s[p][ph];
+    const spill_bench_sample *s = &R->s[ph][p];
     printf("      {\"prompt\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"pp_ts\": %.6g, "
            "\"tg_ts\": %.6g, \"ttft_ms\": %.6g, \"bytes_read\": %llu, \"bytes_read_decode\": %llu, "
            "\"hits\": %llu, \"misses\": %llu, \"decode_hits\": %llu, \"decode_misses\": %llu, "
            "\"decode_hit_rate\": %.6g, \"peak_rss_bytes\": %llu, \"read_bytes_per_s\": %.6g}%s\n",
-           cli_bench_prompts[p].name, s->n_prompt, s->n_gen, s->pp_ts, s->tg_ts, s->ttft_ms,
+           spill_bench_prompts[p].name, s->n_prompt, s->n_gen, s->pp_ts, s->tg_ts, s->ttft_s * 1e3,
            (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_read_decode,
            (unsigned long long)s->hits, (unsigned long long)s->misses,
            (unsigned long long)s->decode_hits,
-           (unsigned long long)s->decode_misses, sample_hit_rate(s),
+           (unsigned long long)s->decode_misses, spill_bench_sample_hit_rate(s),
            (unsigned long long)s->peak_rss, s->read_bps, p + 1 < R->n ? "," : "");
   }
   printf("    ]\n");
@@ -387,7 +279,7 @@ static void print_json_samples(const bench_run *R, int ph) {
 static void print_json(const bench_run *R) {
   printf("[\n");
   for (int ph = 0; ph < N_PHASES; ph++) {
-    bench_row r = bench_row_of(R, ph);
+    spill_bench_summary r = bench_row_of(R, ph);
     char b[1500];
     printf("  {\n");
     for (int i = 0; i < N_ROW_FIELDS; i++) {

@@ -346,29 +346,102 @@ static int read_text_file(ctx *c, const char *p, const char *file, char **out) {
   return SPILL_OK;
 }
 
+/* A list of names from a closed set (bench prompts, phases): each once. */
+static int name_list(ctx *c, const cJSON *l, const char *p, const char *const *known, int n_known,
+                     int *idx, int max, int *n_out) {
+  if (!cJSON_IsArray(l)) return fail(c, p, "expected a list of names, got %s", type_name(l));
+  int n = 0;
+  char list[512] = "";
+  for (int k = 0; k < n_known; k++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", known[k]);
+  for (const cJSON *v = l->child; v; v = v->next, n++) {
+    char pv[96];
+    snprintf(pv, sizeof pv, "%s[%d]", p, n);
+    if (n >= max) return fail(c, p, "too many names (at most %d)", max);
+    if (!cJSON_IsString(v)) return fail(c, pv, "expected a string, got %s", type_name(v));
+    int f = -1;
+    for (int k = 0; k < n_known && f < 0; k++)
+      if (!strcmp(known[k], v->valuestring)) f = k;
+    if (f < 0) return fail(c, pv, "\"%.64s\": expected one of: %s", v->valuestring, list);
+    for (int j = 0; j < n; j++)
+      if (idx[j] == f) return fail(c, pv, "\"%s\": duplicate", v->valuestring);
+    idx[n] = f;
+  }
+  if (n == 0) return fail(c, p, "empty list");
+  *n_out = n;
+  return SPILL_OK;
+}
+
+/* workload.bench: {"pp", "tg", "prompts", "phases"} (harness/bench_workload.h). */
+static int parse_bench(ctx *c, const cJSON *b, spill_exp_config *cfg) {
+  const char *p = "workload.bench";
+  if (!cJSON_IsObject(b)) return fail(c, p, "expected an object such as {\"pp\": 512, \"tg\": 128}, got %s", type_name(b));
+  static const char *const keys[] = {"pp", "tg", "prompts", "phases", NULL};
+  SPILL_TRY(only_keys(c, b, p, keys));
+  long v;
+  SPILL_TRY(get_int(c, b, p, "pp", 1, 1 << 16, 512, &v));
+  cfg->bench_pp = (int)v;
+  SPILL_TRY(get_int(c, b, p, "tg", 1, 1 << 16, 128, &v));
+  cfg->bench_tg = (int)v;
+  const char *names[SPILL_EXP_MAX_BENCH_PROMPTS];
+  int n_names = spill_bench_n_prompts < SPILL_EXP_MAX_BENCH_PROMPTS ? spill_bench_n_prompts
+                                                                    : SPILL_EXP_MAX_BENCH_PROMPTS;
+  for (int i = 0; i < n_names; i++) names[i] = spill_bench_prompts[i].name;
+  const cJSON *pr = cJSON_GetObjectItemCaseSensitive(b, "prompts");
+  if (pr) {
+    SPILL_TRY(name_list(c, pr, "workload.bench.prompts", names, n_names, cfg->bench_prompts,
+                        SPILL_EXP_MAX_BENCH_PROMPTS, &cfg->bench_n_prompts));
+  } else {
+    for (int i = 0; i < n_names; i++) cfg->bench_prompts[i] = i;
+    cfg->bench_n_prompts = n_names;
+  }
+  const cJSON *ph = cJSON_GetObjectItemCaseSensitive(b, "phases");
+  cfg->bench_phases = (1 << SPILL_BENCH_COLD) | (1 << SPILL_BENCH_WARM);
+  if (ph) {
+    int idx[SPILL_BENCH_N_PHASES], n = 0;
+    SPILL_TRY(name_list(c, ph, "workload.bench.phases", spill_bench_phase_names,
+                        SPILL_BENCH_N_PHASES, idx, SPILL_BENCH_N_PHASES, &n));
+    cfg->bench_phases = 0;
+    for (int i = 0; i < n; i++) cfg->bench_phases |= 1 << idx[i];
+  }
+  cfg->bench = 1;
+  cfg->decode_tokens = cfg->bench_tg;
+  return SPILL_OK;
+}
+
 static int parse_workload(ctx *c, const cJSON *w, spill_exp_config *cfg) {
   if (!w) return fail(c, "workload", "missing (required)");
   if (!cJSON_IsObject(w)) return fail(c, "workload", "expected an object, got %s", type_name(w));
   static const char *const keys[] = {"prompt", "prompt_file", "decode_tokens", "prefill",
-                                     "routing", NULL};
+                                     "routing", "bench", NULL};
   SPILL_TRY(only_keys(c, w, "workload", keys));
   const cJSON *pr = cJSON_GetObjectItemCaseSensitive(w, "prompt");
-  SPILL_TRY(get_str(c, w, "workload", "prompt_file", 0, cfg->prompt_file, sizeof cfg->prompt_file));
-  if (!!pr == !!cfg->prompt_file[0])
-    return fail(c, "workload", "give exactly one of \"prompt\" or \"prompt_file\"");
-  if (pr) {
-    if (!cJSON_IsString(pr)) return fail(c, "workload.prompt", "expected a string, got %s", type_name(pr));
-    if (!pr->valuestring[0]) return fail(c, "workload.prompt", "empty string");
-    cfg->prompt = strdup(pr->valuestring);
-    if (!cfg->prompt) return spill_err_set(c->e, SPILL_E_NOMEM, "prompt: no memory");
+  const cJSON *bench = cJSON_GetObjectItemCaseSensitive(w, "bench");
+  if (bench) {
+    static const char *const single[] = {"prompt", "prompt_file", "decode_tokens", NULL};
+    for (const char *const *k = single; *k; k++)
+      if (cJSON_GetObjectItemCaseSensitive(w, *k))
+        return fail(c, "workload", "\"%s\" and \"bench\": a bench workload runs its own "
+                                   "prompts (bench.prompts) and token counts (bench.pp, bench.tg)", *k);
+    SPILL_TRY(parse_bench(c, bench, cfg));
   } else {
-    SPILL_TRY(read_text_file(c, "workload.prompt_file", cfg->prompt_file, &cfg->prompt));
+    SPILL_TRY(get_str(c, w, "workload", "prompt_file", 0, cfg->prompt_file, sizeof cfg->prompt_file));
+    if (!!pr == !!cfg->prompt_file[0])
+      return fail(c, "workload", "give exactly one of \"prompt\", \"prompt_file\" or \"bench\"");
+    if (pr) {
+      if (!cJSON_IsString(pr)) return fail(c, "workload.prompt", "expected a string, got %s", type_name(pr));
+      if (!pr->valuestring[0]) return fail(c, "workload.prompt", "empty string");
+      cfg->prompt = strdup(pr->valuestring);
+      if (!cfg->prompt) return spill_err_set(c->e, SPILL_E_NOMEM, "prompt: no memory");
+    } else {
+      SPILL_TRY(read_text_file(c, "workload.prompt_file", cfg->prompt_file, &cfg->prompt));
+    }
+    long dt;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(w, "decode_tokens");
+    if (!d) return fail(c, "workload.decode_tokens", "missing (required)");
+    SPILL_TRY(get_int(c, w, "workload", "decode_tokens", 1, 1 << 20, 0, &dt));
+    cfg->decode_tokens = (int)dt;
   }
-  long dt;
-  const cJSON *d = cJSON_GetObjectItemCaseSensitive(w, "decode_tokens");
-  if (!d) return fail(c, "workload.decode_tokens", "missing (required)");
-  SPILL_TRY(get_int(c, w, "workload", "decode_tokens", 1, 1 << 20, 0, &dt));
-  cfg->decode_tokens = (int)dt;
   char prefill[16] = "chunked";
   SPILL_TRY(get_str(c, w, "workload", "prefill", 0, prefill, sizeof prefill));
   if (!strcmp(prefill, "chunked")) cfg->prefill_chunked = 1;
@@ -381,6 +454,9 @@ static int parse_workload(ctx *c, const cJSON *w, spill_exp_config *cfg) {
      * matches it is checked when the engine opens (and here for like_trace
      * recipes, in parse_all). */
     const char *file = routing + 6;
+    if (cfg->bench)
+      return fail(c, "workload.routing", "a bench workload routes with the model's routers "
+                                         "(its prompts are not the trace's): use \"model\"");
     if (!file[0]) return fail(c, "workload.routing", "\"trace:\" needs a file");
     if (strlen(file) >= sizeof cfg->routing_trace) return fail(c, "workload.routing", "path too long");
     spill_err te = {0};
@@ -603,6 +679,10 @@ static int parse_arms(ctx *c, const cJSON *a, spill_exp_config *cfg) {
     SPILL_TRY(parse_drafts_from(c, it, p, cfg, arm));
   }
   cfg->n_arms = n;
+  for (int k = 0; k < n && cfg->bench; k++)
+    if (cfg->arms[k].drafts_greedy)
+      return fail(c, "arms", "arms[%d].drafts_from greedy drafts one prompt's continuation; a "
+                             "bench workload runs several prompts", k);
   if (cfg->arms[0].exact)
     return fail(c, "arms[0].exact", "the first arm is the control that exact arms are compared with");
   return SPILL_OK;
@@ -654,6 +734,16 @@ static int parse_hypothesis(ctx *c, const cJSON *h, spill_exp_config *cfg) {
   SPILL_TRY(get_str(c, h, "hypothesis", "metric", 1, y->metric, sizeof y->metric));
   int mi = spill_exp_metric_find(y->metric);
   if (mi < 0) return fail(c, "hypothesis.metric", "\"%s\": not a metric (see docs/EXPERIMENTS.md)", y->metric);
+  if (!spill_exp_config_has_metric(cfg, mi)) {
+    const spill_exp_metric *m = &spill_exp_metrics(&(int){0})[mi];
+    if (m->bench_phase && cfg->bench)
+      return fail(c, "hypothesis.metric", "\"%s\": phase %s is not in workload.bench.phases",
+                  y->metric, spill_bench_phase_names[m->bench_phase - 1]);
+    return fail(c, "hypothesis.metric", cfg->bench
+                ? "\"%s\": not a metric of a bench workload (e.g. %s; docs/EXPERIMENTS.md)"
+                : "\"%s\": a metric of workload.bench only (this workload is one request, e.g. %s)",
+                y->metric, spill_exp_config_primary_metric(cfg));
+  }
   char dir[16] = "";
   SPILL_TRY(get_str(c, h, "hypothesis", "direction", 1, dir, sizeof dir));
   if (!strcmp(dir, "increase")) y->direction = 1;
@@ -718,6 +808,9 @@ static int parse_outputs(ctx *c, const cJSON *o, spill_exp_config *cfg) {
         if (cfg->n_arms < 2) return fail(c, p, "\"ab\" needs at least two arms");
         out->plot_ab = 1;
       } else if (!strcmp(v->valuestring, "timeline")) {
+        if (cfg->bench)
+          return fail(c, p, "\"timeline\" plots one request's tokens; a bench run is many "
+                            "requests (their figures are in the rows' bench.samples)");
         out->plot_timeline = 1;
       } else {
         return fail(c, p, "\"%s\": expected cliff, ab or timeline", v->valuestring);
@@ -913,6 +1006,9 @@ static int parse_all(ctx *c, const cJSON *root, spill_exp_config *cfg) {
   if (cJSON_GetObjectItemCaseSensitive(root, "order_seed") && cfg->order != SPILL_EXP_ORDER_RANDOM)
     return fail(c, "order_seed", "only meaningful with \"order\": \"random\"");
   SPILL_TRY(get_bool(c, root, "", "cold", 0, &cfg->cold));
+  if (cfg->cold && cfg->bench)
+    return fail(c, "cold", "a bench workload has its own cold phase (workload.bench.phases: "
+                           "every prompt's first request starts with nothing cached)");
   SPILL_TRY(get_str(c, root, "", "storage_path", 0, cfg->storage_path, sizeof cfg->storage_path));
   SPILL_TRY(parse_machine(c, cJSON_GetObjectItemCaseSensitive(root, "machine"), cfg));
   SPILL_TRY(parse_peers(c, root, cfg));
@@ -1049,6 +1145,31 @@ int spill_exp_config_machine(const spill_exp_config *cfg, int c, uint64_t *ram, 
   return 1;
 }
 
+int spill_exp_config_has_metric(const spill_exp_config *cfg, int i) {
+  int n;
+  const spill_exp_metric *mt = spill_exp_metrics(&n);
+  if (i < 0 || i >= n) return 0;
+  if (mt[i].scope == SPILL_EXP_SCOPE_BOTH) return 1;
+  if (!cfg->bench) return mt[i].scope == SPILL_EXP_SCOPE_REQUEST;
+  return mt[i].scope == SPILL_EXP_SCOPE_BENCH && mt[i].bench_phase &&
+         (cfg->bench_phases >> (mt[i].bench_phase - 1) & 1);
+}
+
+const char *spill_exp_config_primary_metric(const spill_exp_config *cfg) {
+  if (!cfg->bench) return "decode_tok_per_s";
+  return cfg->bench_phases & (1 << SPILL_BENCH_COLD) ? "tg_tok_per_s_cold" : "tg_tok_per_s_warm";
+}
+
+const char *spill_exp_config_hit_metric(const spill_exp_config *cfg) {
+  if (!cfg->bench) return "decode_hit_rate";
+  return cfg->bench_phases & (1 << SPILL_BENCH_COLD) ? "decode_hit_rate_cold"
+                                                     : "decode_hit_rate_warm";
+}
+
+int spill_exp_config_bench_n_phases(const spill_exp_config *cfg) {
+  return cfg->bench_phases & (1 << SPILL_BENCH_WARM) ? 2 : 1;
+}
+
 double spill_exp_config_threshold(const spill_exp_config *cfg, int c) {
   const spill_exp_hypothesis *h = &cfg->hyp;
   if (h->n_thresholds) {
@@ -1086,8 +1207,21 @@ char *spill_exp_config_resolved_json(const spill_exp_config *cfg) {
   }
   if (cfg->model_gguf[0]) cJSON_AddStringToObject(r, "model_gguf", cfg->model_gguf);
   cJSON *w = cJSON_AddObjectToObject(r, "workload");
-  cJSON_AddStringToObject(w, "prompt", cfg->prompt ? cfg->prompt : "");
-  cJSON_AddNumberToObject(w, "decode_tokens", cfg->decode_tokens);
+  if (cfg->bench) {
+    cJSON *b = cJSON_AddObjectToObject(w, "bench");
+    cJSON_AddNumberToObject(b, "pp", cfg->bench_pp);
+    cJSON_AddNumberToObject(b, "tg", cfg->bench_tg);
+    cJSON *l = cJSON_AddArrayToObject(b, "prompts");
+    for (int i = 0; i < cfg->bench_n_prompts; i++)
+      cJSON_AddItemToArray(l, cJSON_CreateString(spill_bench_prompts[cfg->bench_prompts[i]].name));
+    l = cJSON_AddArrayToObject(b, "phases");
+    for (int ph = 0; ph < SPILL_BENCH_N_PHASES; ph++)
+      if (cfg->bench_phases >> ph & 1)
+        cJSON_AddItemToArray(l, cJSON_CreateString(spill_bench_phase_names[ph]));
+  } else {
+    cJSON_AddStringToObject(w, "prompt", cfg->prompt ? cfg->prompt : "");
+    cJSON_AddNumberToObject(w, "decode_tokens", cfg->decode_tokens);
+  }
   cJSON_AddStringToObject(w, "prefill", cfg->prefill_chunked ? "chunked" : "sequential");
   cJSON_AddStringToObject(w, "routing", cfg->routing);
   cJSON_AddItemToObject(r, "base", knobs_json(cfg->base, cfg->n_base));

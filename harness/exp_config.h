@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "engine/spill.h"
+#include "harness/bench_workload.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +31,7 @@ extern "C" {
 #define SPILL_EXP_MAX_CELLS 1024 /* product of the sweep */
 #define SPILL_EXP_PATH_MAX 512
 #define SPILL_EXP_VALUE_MAX 64
+#define SPILL_EXP_MAX_BENCH_PROMPTS 16
 
 typedef struct spill_exp_knob {
   char key[32];
@@ -138,10 +140,19 @@ typedef struct spill_exp_config {
    * (spill_gen_request_like_trace), the rest from recipe_preset (nano|mini) */
   char recipe_like_trace[SPILL_EXP_PATH_MAX];
   spill_routing_trace_info recipe_trace; /* its shape, read at validation */
-  /* workload */
-  char *prompt;              /* owned: the prompt text (from prompt or prompt_file) */
+  /* workload: one request (prompt, decode_tokens), or workload.bench */
+  char *prompt;              /* owned: the prompt text (from prompt or prompt_file); NULL with bench */
   char prompt_file[SPILL_EXP_PATH_MAX];
-  int decode_tokens;
+  int decode_tokens;         /* with bench: bench_tg */
+  /* workload.bench: the workload peers report (harness/bench_workload.h):
+   * per run, each prompt of bench_prompts (indexes into spill_bench_prompts)
+   * prefills bench_pp tokens and generates bench_tg, cold then warm;
+   * bench_phases: the phases recorded (1 << SPILL_BENCH_COLD | WARM) */
+  int bench;
+  int bench_pp, bench_tg;
+  int bench_n_prompts;
+  int bench_prompts[SPILL_EXP_MAX_BENCH_PROMPTS];
+  int bench_phases;
   int prefill_chunked;       /* 1 chunked (engine prefill_chunk), 0 sequential */
   char routing[SPILL_EXP_PATH_MAX + 8]; /* "model" or "trace:FILE" */
   char routing_trace[SPILL_EXP_PATH_MAX]; /* FILE of "trace:FILE" ("" for model) */
@@ -211,6 +222,18 @@ double spill_exp_config_threshold(const spill_exp_config *cfg, int c);
  * the control arm's config. String knobs point into cfg (valid while it lives). */
 int spill_exp_config_engine(const spill_exp_config *cfg, int cell, int arm, spill_config *out,
                             spill_err *e);
+
+/* Whether rows of cfg's workload carry metric i (exp_metrics.h scope; a
+ * bench metric also needs its phase in workload.bench.phases). */
+int spill_exp_config_has_metric(const spill_exp_config *cfg, int i);
+/* The metric reports default to (A/B comparisons, the cliff and ab plots,
+ * progress): decode_tok_per_s, or with bench tg_tok_per_s of the first
+ * recorded phase; and the hit rate beside it (decode_hit_rate[_PHASE]). */
+const char *spill_exp_config_primary_metric(const spill_exp_config *cfg);
+const char *spill_exp_config_hit_metric(const spill_exp_config *cfg);
+/* The phases a bench run executes: 1 (cold) or 2 (cold, then warm; a cold
+ * request runs unrecorded before a warm-only one). */
+int spill_exp_config_bench_n_phases(const spill_exp_config *cfg);
 
 /* Checks one cluster setting's text (key partition|time|mem|constraint);
  * NULL when fine, else a static reason. Values go into sbatch scripts, so

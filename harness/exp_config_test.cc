@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/exp_metrics.h"
+
 namespace {
 
 const char *kGood = R"({
@@ -181,7 +183,7 @@ TEST(ExpConfigTest, RejectsContradictions) {
   EXPECT_EQ(Error(Edit("\"name\": \"on\"", "\"name\": \"off\"")),
             "x.json: arms[1]: duplicate arm name \"off\"");
   EXPECT_EQ(Error(Edit("\"prompt\": \"hello\"", "\"prompt\": \"hi\", \"prompt_file\": \"p.txt\"")),
-            "x.json: workload: give exactly one of \"prompt\" or \"prompt_file\"");
+            "x.json: workload: give exactly one of \"prompt\", \"prompt_file\" or \"bench\"");
   EXPECT_EQ(Error(Edit("\"io_threads\": 2", "\"profile\": \"p.jsonl\"")),
             "x.json: base.profile: set by the runner per run: use outputs.profile");
   EXPECT_EQ(Error(Edit("\"name\": \"t\"", "\"name\": \"a/b\"")),
@@ -473,4 +475,113 @@ TEST(ExpConfigTest, RejectsBadPeerArms) {
   seq.replace(seq.find("\"load\": \"none\""), 14, "\"batch\": 8");
   EXPECT_NE(Error(seq).find("x.json: arms[2].args: batch 8: workload.prefill is sequential"),
             std::string::npos) << Error(seq);
+}
+
+// workload.bench (the workload peers report): defaults (pp512, tg128, every
+// prompt, cold and warm), a subset of prompts and phases, the metrics a
+// hypothesis may name, a resolved form that parses back to the same, and a
+// named error for each bad form.
+TEST(ExpConfigTest, BenchWorkloadParsesAndResolves) {
+  const std::string bench = R"("workload": {"bench": {"pp": 64, "tg": 8, "prompts": ["code", "chat"],
+                                                     "phases": ["warm"]}})";
+  std::string text = Edit(R"("workload": {"prompt": "hello", "decode_tokens": 4})", bench);
+  spill_exp_config cfg;
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_config_parse(text.c_str(), "x.json", &cfg, &e), 0) << e.msg;
+  EXPECT_EQ(cfg.bench, 1);
+  EXPECT_EQ(cfg.bench_pp, 64);
+  EXPECT_EQ(cfg.bench_tg, 8);
+  EXPECT_EQ(cfg.decode_tokens, 8);
+  ASSERT_EQ(cfg.bench_n_prompts, 2);
+  EXPECT_STREQ(spill_bench_prompts[cfg.bench_prompts[0]].name, "code");
+  EXPECT_STREQ(spill_bench_prompts[cfg.bench_prompts[1]].name, "chat");
+  EXPECT_EQ(cfg.bench_phases, 1 << SPILL_BENCH_WARM);
+  EXPECT_EQ(spill_exp_config_bench_n_phases(&cfg), 2) << "a warm request needs its cold one first";
+  EXPECT_STREQ(spill_exp_config_primary_metric(&cfg), "tg_tok_per_s_warm");
+  EXPECT_TRUE(spill_exp_config_has_metric(&cfg, spill_exp_metric_find("ttft_s_warm")));
+  EXPECT_FALSE(spill_exp_config_has_metric(&cfg, spill_exp_metric_find("ttft_s_cold")));
+  EXPECT_FALSE(spill_exp_config_has_metric(&cfg, spill_exp_metric_find("decode_tok_per_s")));
+  EXPECT_TRUE(spill_exp_config_has_metric(&cfg, spill_exp_metric_find("bytes_read")));
+  char *json = spill_exp_config_resolved_json(&cfg);
+  ASSERT_NE(json, nullptr);
+  EXPECT_EQ(std::string(json).find("decode_tokens"), std::string::npos) << json;
+  spill_exp_config again;
+  ASSERT_EQ(spill_exp_config_parse(json, "config.json", &again, &e), 0) << e.msg << "\n" << json;
+  char *json2 = spill_exp_config_resolved_json(&again);
+  EXPECT_STREQ(json, json2);
+  free(json2);
+  free(json);
+  spill_exp_config_free(&again);
+  spill_exp_config_free(&cfg);
+  // defaults: llama-bench's pp512 + tg128, every prompt of bench/prompts, both phases
+  text = Edit(R"("workload": {"prompt": "hello", "decode_tokens": 4})", R"("workload": {"bench": {}})");
+  ASSERT_EQ(spill_exp_config_parse(text.c_str(), "x.json", &cfg, &e), 0) << e.msg;
+  EXPECT_EQ(cfg.bench_pp, 512);
+  EXPECT_EQ(cfg.bench_tg, 128);
+  EXPECT_EQ(cfg.bench_n_prompts, spill_bench_n_prompts);
+  EXPECT_GE(cfg.bench_n_prompts, 4);
+  EXPECT_EQ(spill_exp_config_bench_n_phases(&cfg), 2);
+  EXPECT_STREQ(spill_exp_config_primary_metric(&cfg), "tg_tok_per_s_cold");
+  spill_exp_config_free(&cfg);
+}
+
+TEST(ExpConfigTest, BenchWorkloadBadFormsAreRefusedByName) {
+  auto with = [&](const std::string &b, const std::string &more = "") {
+    return Error(Edit(R"("workload": {"prompt": "hello", "decode_tokens": 4})",
+                      R"("workload": {"bench": )" + b + more + "}"));
+  };
+  EXPECT_EQ(with(R"({"prompts": ["code", "poem"]})"),
+            "x.json: workload.bench.prompts[1]: \"poem\": expected one of: chat, code, prose, table");
+  EXPECT_EQ(with(R"({"prompts": ["code", "code"]})"),
+            "x.json: workload.bench.prompts[1]: \"code\": duplicate");
+  EXPECT_EQ(with(R"({"prompts": []})"), "x.json: workload.bench.prompts: empty list");
+  EXPECT_EQ(with(R"({"phases": ["hot"]})"),
+            "x.json: workload.bench.phases[0]: \"hot\": expected one of: cold, warm");
+  EXPECT_EQ(with(R"({"phases": "cold"})"),
+            "x.json: workload.bench.phases: expected a list of names, got a string");
+  EXPECT_EQ(with(R"({"pp": 0})"), "x.json: workload.bench.pp: 0: out of range [1, 65536]");
+  EXPECT_EQ(with(R"({"tg": 1.5})"), "x.json: workload.bench.tg: 1.5: expected an integer");
+  EXPECT_EQ(with(R"({"pp": 8, "n": 2})"),
+            "x.json: workload.bench: unknown key \"n\" (expected one of: pp, tg, prompts, phases)");
+  EXPECT_EQ(with("512"),
+            "x.json: workload.bench: expected an object such as {\"pp\": 512, \"tg\": 128}, got a number");
+  EXPECT_EQ(with("{}", R"(, "decode_tokens": 4)"),
+            "x.json: workload: \"decode_tokens\" and \"bench\": a bench workload runs its own "
+            "prompts (bench.prompts) and token counts (bench.pp, bench.tg)");
+  EXPECT_EQ(with("{}", R"(, "routing": "trace:x.jsonl")"),
+            "x.json: workload.routing: a bench workload routes with the model's routers (its "
+            "prompts are not the trace's): use \"model\"");
+  std::string b = Edit(R"("workload": {"prompt": "hello", "decode_tokens": 4})", R"("workload": {"bench": {}})");
+  std::string tl = b;
+  tl.replace(tl.find("\"repeats\": 3"), 12, R"("repeats": 3, "outputs": {"plots": ["timeline"]})");
+  EXPECT_EQ(Error(tl), "x.json: outputs.plots[0]: \"timeline\" plots one request's tokens; a "
+                       "bench run is many requests (their figures are in the rows' bench.samples)");
+  std::string cold = b;
+  cold.replace(cold.find("\"repeats\": 3"), 12, "\"repeats\": 3, \"cold\": true");
+  EXPECT_EQ(Error(cold),
+            "x.json: cold: a bench workload has its own cold phase (workload.bench.phases: every "
+            "prompt's first request starts with nothing cached)");
+  std::string hyp = b;
+  hyp.replace(hyp.find("\"repeats\": 3"), 12,
+              R"("repeats": 3, "hypothesis": {"claim": "c", "metric": "decode_tok_per_s", "direction": "increase"})");
+  EXPECT_EQ(Error(hyp), "x.json: hypothesis.metric: \"decode_tok_per_s\": not a metric of a bench "
+                        "workload (e.g. tg_tok_per_s_cold; docs/EXPERIMENTS.md)");
+  std::string ok = hyp;
+  ok.replace(ok.find("decode_tok_per_s"), 16, "pp_tok_per_s_warm");
+  EXPECT_EQ(Error(ok), "OK");
+  std::string cold_only = ok;
+  cold_only.replace(cold_only.find("\"bench\": {}"), 11, R"("bench": {"phases": ["cold"]})");
+  EXPECT_EQ(Error(cold_only),
+            "x.json: hypothesis.metric: \"pp_tok_per_s_warm\": phase warm is not in workload.bench.phases");
+  std::string single = kGood;
+  single.replace(single.find("\"repeats\": 3"), 12,
+                 R"("repeats": 3, "hypothesis": {"claim": "c", "metric": "tg_tok_per_s_cold", "direction": "increase"})");
+  EXPECT_EQ(Error(single), "x.json: hypothesis.metric: \"tg_tok_per_s_cold\": a metric of "
+                           "workload.bench only (this workload is one request, e.g. decode_tok_per_s)");
+  std::string greedy = b;
+  const std::string on = R"({"name": "on", "set": {"verify": true}, "exact": true})";
+  greedy.replace(greedy.find(on), on.size(),
+                 R"({"name": "on", "set": {"draft": 4}, "drafts_from": "greedy"})");
+  EXPECT_EQ(Error(greedy), "x.json: arms: arms[1].drafts_from greedy drafts one prompt's "
+                           "continuation; a bench workload runs several prompts");
 }

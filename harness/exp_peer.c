@@ -172,14 +172,18 @@ static void child_exec(const spill_exp_peer_req *q, int out_fd, pid_t parent) {
   if (getppid() != parent) _exit(127);
   int log = open(q->log_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (dup2(out_fd, 1) < 0 || (log >= 0 && dup2(log, 2) < 0)) _exit(127);
-  char ids[PATH_MAX + 2], n[16], th[16], bt[16];
+  char ids[PATH_MAX + 2], n[16], th[16], bt[16], rp[16];
   snprintf(ids, sizeof ids, "@%s", q->ids_file);
   snprintf(n, sizeof n, "%d", q->decode_tokens);
   snprintf(th, sizeof th, "%d", q->threads);
   snprintf(bt, sizeof bt, "%d", q->batch);
-  char *argv[] = {(char *)q->exe, "bench", (char *)q->gguf, "--tokens", ids, "-n", n,
-                  "--load", (char *)q->load, "--threads", th, "--batch", bt,
-                  q->repack ? NULL : "--no-repack", NULL};
+  snprintf(rp, sizeof rp, "%d", q->repeat > 1 ? q->repeat : 1);
+  char *argv[16] = {(char *)q->exe, "bench", (char *)q->gguf, "--tokens", ids, "-n", n,
+                    "--load", (char *)q->load, "--threads", th, "--batch", bt};
+  int k = 13;
+  if (q->repeat > 1) argv[k++] = "--repeat", argv[k++] = rp; /* older builds lack the flag */
+  if (!q->repack) argv[k++] = "--no-repack";
+  argv[k] = NULL;
   execv(q->exe, argv);
   _exit(127);
 }
@@ -236,6 +240,52 @@ static double num(const cJSON *j, const char *k) {
   return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+/* FNV-1a 64 of a JSON array of ids' int bytes (as the runner hashes
+ * tokens); 0 and *ok = 0 when it is not n integers. */
+static uint64_t ids_hash(const cJSON *t, int n, int *ok) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  int i = 0;
+  *ok = cJSON_IsArray(t) && cJSON_GetArraySize(t) == n;
+  for (const cJSON *it = *ok ? t->child : NULL; it && *ok; it = it->next, i++) {
+    *ok = cJSON_IsNumber(it);
+    int v = it->valueint;
+    const unsigned char *p = (const unsigned char *)&v;
+    for (size_t b = 0; b < sizeof v; b++) h = (h ^ p[b]) * 0x100000001b3ull;
+  }
+  return *ok ? h : 0;
+}
+
+/* "requests" into res (q->repeat of them; builds with --repeat print them
+ * for every bench run). */
+static int parse_requests(const cJSON *j, const spill_exp_peer_req *q, spill_exp_peer_result *res,
+                          spill_err *e) {
+  int want = q->repeat;
+  const cJSON *rq = cJSON_GetObjectItemCaseSensitive(j, "requests");
+  if (want > SPILL_EXP_PEER_MAX_REQUESTS || !cJSON_IsArray(rq) || cJSON_GetArraySize(rq) != want)
+    return spill_err_set(e, SPILL_E_FORMAT, "llama_peer printed no \"requests\" for --repeat %d "
+                         "(an older build? run ./lab peers; see %s)", want, q->log_file);
+  int i = 0;
+  for (const cJSON *r = rq->child; r; r = r->next, i++) {
+    spill_exp_peer_request *o = &res->requests[i];
+    int ok;
+    o->prefill_s = num(r, "prefill_s");
+    o->decode_s = num(r, "decode_s");
+    double f[4] = {num(r, "read_bytes_prefill"), num(r, "read_bytes_decode"),
+                   num(r, "major_faults"), num(r, "peak_rss_bytes")};
+    o->tokens_hash = ids_hash(cJSON_GetObjectItemCaseSensitive(r, "tokens"), q->decode_tokens, &ok);
+    for (int k = 0; k < 4; k++) ok = ok && f[k] >= 0;
+    if (!ok || !(o->prefill_s >= 0) || !(o->decode_s > 0))
+      return spill_err_set(e, SPILL_E_FORMAT, "llama_peer's request %d is malformed (see %s)", i,
+                           q->log_file);
+    o->read_bytes_prefill = (uint64_t)f[0];
+    o->read_bytes_decode = (uint64_t)f[1];
+    o->major_faults = (uint64_t)f[2];
+    o->peak_rss_bytes = (uint64_t)f[3];
+  }
+  res->n_requests = want;
+  return SPILL_OK;
+}
+
 /* The child's JSON line into res. */
 static int parse_line(const char *text, const spill_exp_peer_req *q, spill_exp_peer_result *res,
                       spill_err *e) {
@@ -261,11 +311,13 @@ static int parse_line(const char *text, const spill_exp_peer_req *q, spill_exp_p
   char *pt = ph ? cJSON_PrintUnformatted(ph) : NULL;
   snprintf(res->phases, sizeof res->phases, "%s", pt && strlen(pt) < sizeof res->phases ? pt : "");
   free(pt);
+  int rc = bad || !(res->decode_s > 0) || !(res->prefill_s >= 0)
+               ? spill_err_set(e, SPILL_E_FORMAT, "llama_peer's result line is malformed (see %s)",
+                               q->log_file)
+               : SPILL_OK;
+  if (rc == SPILL_OK && q->repeat >= 1) rc = parse_requests(j, q, res, e);
   cJSON_Delete(j);
-  if (bad || !(res->decode_s > 0) || !(res->prefill_s >= 0))
-    return spill_err_set(e, SPILL_E_FORMAT, "llama_peer's result line is malformed (see %s)",
-                         q->log_file);
-  return SPILL_OK;
+  return rc;
 }
 
 int spill_exp_peer_run(const spill_exp_peer_req *q, spill_exp_peer_result *res, spill_err *e) {

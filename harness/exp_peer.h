@@ -48,7 +48,17 @@ typedef struct spill_exp_peer_req {
   const char *ids_file; /* where the ids are written for the child (@FILE) */
   const char *log_file; /* the child's stderr */
   volatile int *stop;   /* non-zero: kill the child, SPILL_E_INTERRUPTED */
+  int repeat;           /* 0: one request, totals only; >= 1: that many requests in the
+                         * process (--repeat), each one's figures in result.requests */
 } spill_exp_peer_req;
+
+/* One request of a --repeat run (the bench workload's cold and warm). */
+#define SPILL_EXP_PEER_MAX_REQUESTS 2
+typedef struct spill_exp_peer_request {
+  double prefill_s, decode_s;
+  uint64_t read_bytes_prefill, read_bytes_decode, major_faults, peak_rss_bytes;
+  uint64_t tokens_hash; /* FNV-1a 64 of its generated ids */
+} spill_exp_peer_request;
 
 typedef struct spill_exp_peer_result {
   double load_s, prefill_s, decode_s, wall_s;
@@ -57,9 +67,12 @@ typedef struct spill_exp_peer_result {
   uint64_t peak_rss_bytes, major_faults, minor_faults, read_bytes;
   double user_s, sys_s;
   char phases[512];     /* the child's per-phase counters (JSON object text) */
+  int n_requests;       /* req.repeat's requests, measured by the child */
+  spill_exp_peer_request requests[SPILL_EXP_PEER_MAX_REQUESTS];
 } spill_exp_peer_result;
 
-/* Runs one `llama_peer bench` and measures it. Frees nothing of req. */
+/* Runs one `llama_peer bench` and measures it (with repeat >= 1, each
+ * request's own figures from the child's "requests"). Frees nothing of req. */
 int spill_exp_peer_run(const spill_exp_peer_req *req, spill_exp_peer_result *res, spill_err *e);
 void spill_exp_peer_result_free(spill_exp_peer_result *res);
 

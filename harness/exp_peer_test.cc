@@ -5,7 +5,8 @@
 // sandbox's mlock cap). With the peer (SPILL_LLAMA_PEER, which `./lab test`
 // passes when `./lab peers` has built it; otherwise that test is skipped
 // with a message): a llama.cpp arm runs ABBA-interleaved with spill on a
-// tiny GGUF from our own writer and its rows carry the same metrics.
+// tiny GGUF from our own writer and its rows carry the same metrics; and the
+// bench workload (workload.bench) runs on both engines with the same ids.
 #include "harness/exp_peer.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -222,5 +224,63 @@ TEST(ExpPeerTest, LlamaCppArmRunsInterleavedWithSpill) {
   std::string summary = Slurp(std::string(dir) + "/summary.json");
   EXPECT_NE(summary.find("\"treatment\":\t\"llama.cpp-none\""), std::string::npos) << summary;
   EXPECT_NE(std::string(verdict).find("vs >= 0.01"), std::string::npos) << verdict;
+  spill_exp_config_free(&cfg);
+}
+
+// workload.bench with a llama.cpp arm: per prompt one llama_peer process
+// (--repeat 2: cold, then the same request warm), the same prompt ids as
+// spill's, rows with the bench metrics (no hit rate for the peer), every
+// request's sample and the processes' own figures.
+TEST(ExpPeerTest, BenchWorkloadRunsOnBothEngines) {
+  const char *peer = getenv("SPILL_LLAMA_PEER");
+  if (!peer || access(peer, X_OK) != 0)
+    GTEST_SKIP() << "llama.cpp peer not built (run ./lab peers; ./lab test passes SPILL_LLAMA_PEER)";
+  std::string g = MakeGguf("bench", 23, "Q8_0");
+  std::string c = Import(g);
+  std::string text = R"({"name": "bench", "model": ")" + c + R"(", "model_gguf": ")" + g +
+                     R"(", "workload": {"bench": {"pp": 24, "tg": 3, "prompts": ["code", "chat"]}},
+    "arms": [{"name": "spill", "set": {"threads": 2}},
+             {"name": "llama.cpp-mmap", "peer": "llama.cpp", "args": {"load": "mmap", "repack": false}}],
+    "repeats": 1})";
+  spill_exp_config cfg = Parse(text);
+  spill_err e = {};
+  ASSERT_EQ(spill_exp_preflight(&cfg, nullptr, &e), 0) << e.msg;
+  spill_exp_opts o = {};
+  std::string results = TmpDir() + "/bench";
+  o.results_root = results.c_str();
+  o.commit = "test";
+  o.quick_env = 1;
+  char dir[1024];
+  ASSERT_EQ(spill_exp_execute(&cfg, &o, dir, sizeof dir, &e), 0) << e.msg;
+  std::istringstream in(Slurp(std::string(dir) + "/runs.jsonl"));
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    rows++;
+    bool is_peer = line.find("\"peer\":\"llama.cpp\"") != std::string::npos;
+    EXPECT_NE(line.find("\"tokens\":{\"n\":12,"), std::string::npos) << "2 prompts x 2 phases x 3: " << line;
+    for (const char *m : {"pp_tok_per_s_cold", "tg_tok_per_s_cold", "ttft_s_cold", "peak_rss_bytes_cold",
+                          "pp_tok_per_s_warm", "tg_tok_per_s_warm", "ttft_s_warm",
+                          "decode_bytes_per_token_warm"}) {
+      double v = -1;
+      size_t at = line.find(std::string("\"") + m + "\":");
+      ASSERT_NE(at, std::string::npos) << m << ": " << line;
+      sscanf(line.c_str() + at + strlen(m) + 3, "%lf", &v);
+      if (strncmp(m, "decode_bytes", 12)) EXPECT_GT(v, 0) << m << ": " << line;
+    }
+    EXPECT_NE(line.find("\"prompt\":\"chat\",\"phase\":\"warm\",\"n_prompt\":24,\"n_gen\":3"),
+              std::string::npos) << line;
+    if (!is_peer) continue;
+    EXPECT_EQ(line.find("decode_hit_rate"), std::string::npos) << "a peer has no expert cache";
+    EXPECT_NE(line.find("\"processes\":[{\"prompt\":\"code\""), std::string::npos) << line;
+    // the peer's warm request is the same request in the same process: same ids
+    size_t h0 = line.find("\"tokens_hash\":\""), h1 = line.find("\"tokens_hash\":\"", h0 + 1);
+    ASSERT_NE(h1, std::string::npos) << line;
+    EXPECT_EQ(line.substr(h0 + 15, 16), line.substr(h1 + 15, 16)) << line;
+  }
+  EXPECT_EQ(rows, 2);
+  std::string table = Slurp(std::string(dir) + "/table.md");
+  EXPECT_NE(table.find("| llama.cpp-mmap | 1 |"), std::string::npos) << table;
+  EXPECT_NE(table.find("tg tok/s warm"), std::string::npos) << table;
   spill_exp_config_free(&cfg);
 }

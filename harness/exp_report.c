@@ -224,6 +224,7 @@ static void summary_cells(report *R, cJSON *s) {
     cJSON *m = cJSON_AddObjectToObject(c, "metrics");
     cJSON *k = cJSON_AddObjectToObject(c, "counters");
     for (int i = 0; i < nm && g->n > 0; i++) {
+      if (!spill_exp_config_has_metric(cfg, i)) continue; /* the other workload's */
       values(g, mt[i].name, v);
       spill_stats_summary st;
       spill_stats_summarize(v, g->n, &st);
@@ -252,12 +253,23 @@ static void summary_comparisons(report *R, cJSON *s) {
   int ctl = cfg->hyp.present ? cfg->hyp.control : 0;
   double alpha = cfg->hyp.present ? cfg->hyp.alpha : 0.05;
   cJSON *cmp = cJSON_AddArrayToObject(s, "comparisons");
-  const char *metrics[2] = {"decode_tok_per_s", cfg->hyp.present ? cfg->hyp.metric : NULL};
+  /* the primary metric, the hypothesis's, and a bench workload's pp and tg
+   * of every recorded phase (each once) */
+  const char *metrics[8] = {spill_exp_config_primary_metric(cfg),
+                            cfg->hyp.present ? cfg->hyp.metric : NULL};
+  int n_metrics = 2;
+  static const char *const bench_rates[] = {"tg_tok_per_s_cold", "pp_tok_per_s_cold",
+                                            "tg_tok_per_s_warm", "pp_tok_per_s_warm"};
+  for (int i = 0; cfg->bench && i < 4; i++)
+    if (spill_exp_config_has_metric(cfg, spill_exp_metric_find(bench_rates[i])))
+      metrics[n_metrics++] = bench_rates[i];
   for (int c = 0; c < spill_exp_config_n_cells(cfg); c++)
     for (int a = 0; a < cfg->n_arms; a++) {
       if (a == ctl) continue;
-      for (int mi = 0; mi < 2; mi++) {
-        if (!metrics[mi] || (mi == 1 && !strcmp(metrics[1], metrics[0]))) continue;
+      for (int mi = 0; mi < n_metrics; mi++) {
+        int seen = !metrics[mi];
+        for (int j = 0; j < mi && !seen; j++) seen = metrics[j] && !strcmp(metrics[j], metrics[mi]);
+        if (seen) continue;
         const group *ga = find_group(R, c, ctl), *gb = find_group(R, c, a);
         spill_stats_ab ab;
         spill_stats_mwu mw;
@@ -378,19 +390,52 @@ static const col k_cols[] = {
 };
 #define N_COLS (int)(sizeof k_cols / sizeof k_cols[0])
 
+/* A bench workload's columns, per recorded phase (workload.bench). */
+static const col k_bench_cols[] = {
+    {"pp_tok_per_s_cold", "pp tok/s cold", 1},
+    {"tg_tok_per_s_cold", "tg tok/s cold", 1},
+    {"ttft_s_cold", "TTFT s cold", 1},
+    {"decode_bytes_per_token_cold", "MiB read/tok cold", 1.0 / 1048576},
+    {"decode_hit_rate_cold", "decode hit % cold", 100},
+    {"peak_rss_bytes_cold", "peak RSS MiB cold", 1.0 / 1048576},
+    {"pp_tok_per_s_warm", "pp tok/s warm", 1},
+    {"tg_tok_per_s_warm", "tg tok/s warm", 1},
+    {"ttft_s_warm", "TTFT s warm", 1},
+    {"decode_bytes_per_token_warm", "MiB read/tok warm", 1.0 / 1048576},
+    {"decode_hit_rate_warm", "decode hit % warm", 100},
+    {"peak_rss_bytes_warm", "peak RSS MiB warm", 1.0 / 1048576},
+};
+#define N_BENCH_COLS (int)(sizeof k_bench_cols / sizeof k_bench_cols[0])
+#define MAX_COLS (N_COLS > N_BENCH_COLS ? N_COLS : N_BENCH_COLS)
+
+/* The table's columns for cfg's workload into cols (MAX_COLS); their count. */
+static int table_cols(const spill_exp_config *cfg, col *cols) {
+  if (!cfg->bench) {
+    memcpy(cols, k_cols, sizeof k_cols);
+    return N_COLS;
+  }
+  int n = 0;
+  for (int c = 0; c < N_BENCH_COLS; c++)
+    if (spill_exp_config_has_metric(cfg, spill_exp_metric_find(k_bench_cols[c].metric)))
+      cols[n++] = k_bench_cols[c];
+  return n;
+}
+
 static char *table_md(report *R) {
   const spill_exp_config *cfg = R->cfg;
-  size_t cap = 4096 + (size_t)R->n_groups * 512, off = 0;
+  col cols[MAX_COLS];
+  const int n_cols = table_cols(cfg, cols);
+  size_t cap = 4096 + (size_t)R->n_groups * 768, off = 0;
   char *md = malloc(cap);
   if (!md) return NULL;
   off += (size_t)snprintf(md + off, cap - off, "| model |");
   for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, " %s |", cfg->axes[a].key);
   off += (size_t)snprintf(md + off, cap - off, " arm |%s runs |", R->has_nodes ? " node |" : "");
-  for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, " %s |", k_cols[c].header);
+  for (int c = 0; c < n_cols; c++) off += (size_t)snprintf(md + off, cap - off, " %s |", cols[c].header);
   off += (size_t)snprintf(md + off, cap - off, "\n|---|");
   for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(md + off, cap - off, "---:|");
   off += (size_t)snprintf(md + off, cap - off, "---|%s---:|", R->has_nodes ? "---|" : "");
-  for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, "---:|");
+  for (int c = 0; c < n_cols; c++) off += (size_t)snprintf(md + off, cap - off, "---:|");
   off += (size_t)snprintf(md + off, cap - off, "\n");
   char model[SPILL_EXP_PATH_MAX];
   if (cfg->model_recipe) snprintf(model, sizeof model, "%s%s%s", cfg->recipe_preset,
@@ -412,18 +457,25 @@ static char *table_md(report *R) {
     if (g->n_oom) snprintf(oom, sizeof oom, " + %d OOM-killed", g->n_oom);
     off += (size_t)snprintf(md + off, cap - off, " %d%s%s |", g->n, oom,
                             g->n + g->n_oom < cfg->repeats ? " (missing)" : "");
-    for (int c = 0; c < N_COLS; c++) {
-      values(g, k_cols[c].metric, v);
+    for (int c = 0; c < n_cols; c++) {
+      values(g, cols[c].metric, v);
       spill_stats_summary st;
       spill_stats_summarize(v, g->n, &st);
       char cell[64];
-      fmt_cell(cell, sizeof cell, &st, k_cols[c].scale);
+      fmt_cell(cell, sizeof cell, &st, cols[c].scale);
       off += (size_t)snprintf(md + off, cap - off, " %s |", cell);
     }
     off += (size_t)snprintf(md + off, cap - off, "\n");
   }
   free(v);
   off += (size_t)snprintf(md + off, cap - off, "\nValues: median ± IQR/2 over the runs of each cell.\n");
+  if (cfg->bench && off < cap)
+    off += (size_t)snprintf(md + off, cap - off,
+                            "Bench workload: pp%d+tg%d on %d prompts; a run's figure is the median "
+                            "over its prompts (cold: the first request, nothing cached; warm: the "
+                            "same request again); TTFT = the prefill's time; MiB read/tok = the "
+                            "decode's reads per generated token.\n",
+                            cfg->bench_pp, cfg->bench_tg, cfg->bench_n_prompts);
   int old_latency = 0;
   for (int i = 0; i < R->n_rows; i++) /* an OOM-killed run has no latency to be stale */
     old_latency |= !spill_exp_row_oom_killed(&R->parsed.rows[i]) && !latency_is_run_wide(&R->rows[i]);
@@ -465,6 +517,7 @@ static char *table_csv(report *R) {
   for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(csv + off, cap - off, ",%s", cfg->axes[a].key);
   off += (size_t)snprintf(csv + off, cap - off, ",arm,runs");
   for (int i = 0; i < nm; i++) {
+    if (!spill_exp_config_has_metric(cfg, i)) continue; /* the other workload's */
     char u[24] = "";
     if (mt[i].unit[0]) snprintf(u, sizeof u, " (%s)", mt[i].unit);
     if (mt[i].counter) off += (size_t)snprintf(csv + off, cap - off, ",%s%s median", mt[i].name, u);
@@ -482,6 +535,7 @@ static char *table_csv(report *R) {
     for (int a = 0; a < cfg->n_axes; a++) off += (size_t)snprintf(csv + off, cap - off, ",%s", vals[a]);
     off += (size_t)snprintf(csv + off, cap - off, ",%s,%d", cfg->arms[g->arm].name, g->n);
     for (int i = 0; i < nm; i++) {
+      if (!spill_exp_config_has_metric(cfg, i)) continue;
       values(g, mt[i].name, v);
       spill_stats_summary st;
       spill_stats_summarize(v, g->n, &st);
@@ -633,11 +687,12 @@ static int plot_cliff_io(const spill_exp_config *cfg, const char *dir, const cha
  * median/min/max, decode hit %, GiB read and major faults per token of the
  * run (prefill + decode: the cliff's two other signs); peers have no hit
  * rate, reads or faults of their own here. v: scratch of g->n doubles. */
-static void cliff_point(const group *g, int ram_axis, int peer, double *v, FILE *f) {
+static void cliff_point(const spill_exp_config *cfg, const group *g, int ram_axis, int peer,
+                        double *v, FILE *f) {
   spill_stats_summary tok, hit, bud, rd, mf;
-  values(g, "decode_tok_per_s", v);
+  values(g, spill_exp_config_primary_metric(cfg), v);
   spill_stats_summarize(v, g->n, &tok);
-  values(g, "decode_hit_rate", v);
+  values(g, spill_exp_config_hit_metric(cfg), v);
   spill_stats_summarize(v, g->n, &hit);
   for (int i = 0; i < g->n; i++)
     v[i] = ram_axis ? machine_num(g->rows[i], "emulate_ram_bytes") : engine_num(g->rows[i], "budget_bytes");
@@ -692,7 +747,7 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
       for (int b = 0; b < nx; b++) {
         const group *g = find_group(R, other + b * sx, a);
         if (!g || g->n == 0) continue;
-        cliff_point(g, ram_axis, cfg->arms[a].peer.name[0] != 0, v, f);
+        cliff_point(cfg, g, ram_axis, cfg->arms[a].peer.name[0] != 0, v, f);
       }
       fprintf(f, "\n\n");
       n_series++;
@@ -704,14 +759,17 @@ static int plot_cliff(report *R, const char *dir, const char *pdir, spill_exp_re
   char body[16384], tq[1024], tt[512];
   snprintf(tt, sizeof tt, "%s: decode speed and hit rate vs %s", cfg->name,
            ram_axis ? "emulated RAM" : "RAM budget");
+  /* the y axes name their metrics (a bench workload's: tg tok/s and hit rate of its first phase) */
   int o = snprintf(body, sizeof body,
                    "set title %s\n"
                    "set xlabel '%s (GiB, log scale)'\nset logscale x\n"
-                   "set ylabel 'decode tok/s (median, min-max bars)'\n"
-                   "set y2label 'decode demand hit rate (%%)'\nset y2range [0:100]\nset ytics nomirror\n"
+                   "set ylabel '%s (median, min-max bars)'\n"
+                   "set y2label '%s (%%)'\nset y2range [0:100]\nset ytics nomirror\n"
                    "set y2tics\nset key outside bottom center horizontal\nset grid\n"
                    "set yrange [0:*]\n",
-                   spill_gp_label(tq, sizeof tq, tt), ram_axis ? "emulated machine RAM" : "RAM budget");
+                   spill_gp_label(tq, sizeof tq, tt), ram_axis ? "emulated machine RAM" : "RAM budget",
+                   cfg->bench ? spill_exp_config_primary_metric(cfg) : "decode tok/s",
+                   cfg->bench ? spill_exp_config_hit_metric(cfg) : "decode demand hit rate");
   /* sizes in GiB with %.3g: a nano model's default budget is 0.0123 GiB, not 0.01 */
   const double G = 1073741824.0;
   if (model_bytes > 0)
@@ -783,7 +841,7 @@ static void data_label(FILE *f, const char *s) {
 static int plot_ab(report *R, const char *dir, const char *pdir, cJSON *summary,
                    spill_exp_report_result *res, spill_err *e) {
   const spill_exp_config *cfg = R->cfg;
-  const char *metric = cfg->hyp.present ? cfg->hyp.metric : "decode_tok_per_s";
+  const char *metric = cfg->hyp.present ? cfg->hyp.metric : spill_exp_config_primary_metric(cfg);
   char dat[SPILL_PATH_MAX];
   snprintf(dat, sizeof dat, "%s/ab.dat", pdir);
   FILE *f = spill_exp_fopen_write(dat, e);
@@ -993,7 +1051,9 @@ int spill_exp_compare(const char *dir_a, const char *dir_b, char **md_out, spill
     report_free(&B);
     return rc;
   }
-  size_t cap = 4096 + (size_t)A.n_groups * N_COLS * 160, off = 0;
+  col cols[MAX_COLS];
+  const int n_cols = table_cols(A.cfg, cols);
+  size_t cap = 4096 + (size_t)A.n_groups * (size_t)n_cols * 160, off = 0;
   char *md = malloc(cap);
   if (!md) {
     report_free(&A);
@@ -1005,9 +1065,9 @@ int spill_exp_compare(const char *dir_a, const char *dir_b, char **md_out, spill
                           "bootstrap (%d resamples); cells matched by sweep values and arm.\n\n"
                           "| cell | arm | runs A | runs B |",
                           dir_a, dir_b, BOOT_RESAMPLES);
-  for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, " %s |", k_cols[c].header);
+  for (int c = 0; c < n_cols; c++) off += (size_t)snprintf(md + off, cap - off, " %s |", cols[c].header);
   off += (size_t)snprintf(md + off, cap - off, "\n|---|---|---:|---:|");
-  for (int c = 0; c < N_COLS; c++) off += (size_t)snprintf(md + off, cap - off, "---:|");
+  for (int c = 0; c < n_cols; c++) off += (size_t)snprintf(md + off, cap - off, "---:|");
   off += (size_t)snprintf(md + off, cap - off, "\n");
   int matched = 0;
   for (int i = 0; i < A.n_groups; i++) {
@@ -1022,9 +1082,9 @@ int spill_exp_compare(const char *dir_a, const char *dir_b, char **md_out, spill
     off += (size_t)snprintf(md + off, cap - off, "| %s | %s | %d | %d |", ga->cell,
                             A.cfg->arms[ga->arm].name, ga->n, gb->n);
     double *va = malloc(sizeof(double) * (size_t)ga->n), *vb = malloc(sizeof(double) * (size_t)gb->n);
-    for (int c = 0; va && vb && c < N_COLS; c++) {
-      values(ga, k_cols[c].metric, va);
-      values(gb, k_cols[c].metric, vb);
+    for (int c = 0; va && vb && c < n_cols; c++) {
+      values(ga, cols[c].metric, va);
+      values(gb, cols[c].metric, vb);
       spill_stats_ab ab;
       if (spill_stats_ab_unpaired(va, ga->n, vb, gb->n, BOOT_RESAMPLES, 0.05, BOOT_SEED, &ab) == 0)
         off += (size_t)snprintf(md + off, cap - off, " %.3f [%.3f, %.3f] |", ab.ratio, ab.ci_lo, ab.ci_hi);

@@ -30,7 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness/bench_workload.h"
 #include "harness/emulate_ram.h"
+#include "harness/exp_bench_rows.h"
 #include "harness/machine_profile.h"
 #include "harness/exp_env.h"
 #include "harness/exp_files.h"
@@ -72,6 +74,7 @@ typedef struct runner {
   uint64_t cur_budget;
   int *prompt;
   int n_prompt;
+  int *bench_toks; /* workload.bench: cfg->bench_pp ids per prompt (spill's tokenizer) */
   /* done keys and token hashes of finished runs */
   char **done_keys;
   uint64_t *done_hash;
@@ -434,6 +437,10 @@ typedef struct preflight_model {
  * (one token per byte, plus BOS when the model has one). */
 static int preflight_prompt(const spill_exp_config *cfg, preflight_model *pm, int bos_id,
                             spill_err *e) {
+  if (cfg->bench) { /* every request is cut or repeated to exactly pp tokens */
+    pm->prompt_tokens = cfg->bench_pp;
+    return SPILL_OK;
+  }
   char p[SPILL_PATH_MAX];
   int found = pm->recipe ? 0 : spill_tok_locate(pm->dir, 0, p, sizeof p, e);
   if (found < 0) return found;
@@ -519,10 +526,12 @@ static int preflight_arm(const spill_exp_config *cfg, const preflight_model *pm,
     knob_path(cfg, a, "ctx", path, sizeof path);
     return spill_err_set(e, SPILL_E_CONFIG,
                          "%s: %s: cell %s, arm %s: ctx %d cannot hold the prompt (%d tokens, "
-                         "%s) and %d decode tokens (workload.decode_tokens): needs %lld",
+                         "%s) and %d decode tokens (%s): needs %lld",
                          src, path, cell, arm, sc.ctx, pm->prompt_tokens,
-                         cfg->prompt_file[0] ? "workload.prompt_file" : "workload.prompt",
-                         cfg->decode_tokens, (long long)pm->prompt_tokens + cfg->decode_tokens);
+                         cfg->bench ? "workload.bench.pp" : cfg->prompt_file[0] ? "workload.prompt_file"
+                                                                                : "workload.prompt",
+                         cfg->decode_tokens, cfg->bench ? "workload.bench.tg" : "workload.decode_tokens",
+                         (long long)pm->prompt_tokens + cfg->decode_tokens);
   }
   if (rc == SPILL_E_RAM_BUDGET && sc.force_budget && p.budget >= p.floor) rc = SPILL_OK;
   if (rc < 0) {
@@ -787,6 +796,7 @@ static int open_engine(runner *R, const spill_config *want) {
   SPILL_TRY(spill_engine_open(R->model, &c, &R->eng, R->e));
   R->cur = c;
   R->cur_budget = spill_engine_plan(R->eng)->budget;
+  if (R->cfg->bench) return SPILL_OK; /* its ids: ensure_bench_tokens */
   if (!R->prompt) {
     int cap = (int)strlen(R->cfg->prompt) + 16;
     R->prompt = malloc((size_t)cap * sizeof *R->prompt);
@@ -1197,13 +1207,109 @@ static int do_spill_run(runner *R, const spill_exp_run *run, int measured, int s
   return finish_row(R, run, row, hash, cell_key, st.decode_tok_per_s);
 }
 
+/* The bench workload's ids per prompt, once (spill's tokenizer on the open
+ * engine; a peer gets the same ids). */
+static int ensure_bench_tokens(runner *R) {
+  const spill_exp_config *cfg = R->cfg;
+  if (R->bench_toks) return SPILL_OK;
+  const int pp = cfg->bench_pp;
+  int *t = malloc(sizeof(int) * (size_t)pp * (size_t)cfg->bench_n_prompts);
+  if (!t) return spill_err_set(R->e, SPILL_E_NOMEM, "bench: no memory");
+  for (int p = 0; p < cfg->bench_n_prompts; p++) {
+    int rc = spill_bench_tokens(R->eng, spill_bench_prompts[cfg->bench_prompts[p]].text,
+                                t + (size_t)p * pp, pp, R->e);
+    if (rc < 0) {
+      free(t);
+      return rc;
+    }
+  }
+  R->bench_toks = t;
+  return SPILL_OK;
+}
+
+/* One spill run of the bench workload (docs/EXPERIMENTS.md "Workload"): on
+ * one engine, every prompt cold (spill_bench_run_prompt empties the cache
+ * and evicts the container; with peer arms the GGUF too) then warm, and a
+ * warm request must give its cold twin's tokens (placement never changes
+ * numerics). A measured run writes its row and profile/trace (no per-token
+ * timeline: a run is many requests). */
+static int do_bench_spill_run(runner *R, const spill_exp_run *run, int measured, int seq) {
+  const spill_exp_config *cfg = R->cfg;
+  spill_config want;
+  SPILL_TRY(spill_exp_config_engine(cfg, run->cell, run->arm, &want, R->e));
+  run_files f;
+  memset(&f, 0, sizeof f);
+  if (measured) {
+    SPILL_TRY(make_run_files(R, run, 1, &f));
+    if (f.profile[0]) want.profile_path = f.profile;
+    if (f.trace[0]) {
+      want.trace_path = f.trace;
+      want.trace_max_bytes = cfg->out.trace_max_bytes;
+    }
+  }
+  int reopened, raised;
+  SPILL_TRY(prepare_engine(R, &want, &reopened, &raised));
+  SPILL_TRY(ensure_bench_tokens(R));
+  SPILL_TRY(switch_run_files(R, &f, 1, SPILL_OK));
+  reset_peak_rss();
+  const int np = cfg->bench_n_prompts, nph = spill_exp_config_bench_n_phases(cfg);
+  spill_bench_sample s[SPILL_EXP_MAX_BENCH_PROMPTS * SPILL_BENCH_N_PHASES];
+  memset(s, 0, sizeof s);
+  double t0 = now_s();
+  int rc = SPILL_OK;
+  for (int p = 0; rc == SPILL_OK && p < np; p++) {
+    spill_bench_sample *o = &s[p * SPILL_BENCH_N_PHASES];
+    if (cfg->n_peer_arms) spill_exp_evict_path(cfg->model_gguf);
+    rc = spill_bench_run_prompt(R->eng, R->bench_toks + (size_t)p * cfg->bench_pp, cfg->bench_pp,
+                                cfg->bench_tg, nph, R->o->stop, o, R->e);
+    if (rc == SPILL_OK && nph == 2 && o[0].tokens_hash != o[1].tokens_hash)
+      rc = spill_err_set(R->e, SPILL_E_INTERNAL,
+                         "prompt %s: the warm request's tokens (%016llx) differ from the cold "
+                         "one's (%016llx): the cache's contents changed numerics",
+                         spill_bench_prompts[cfg->bench_prompts[p]].name,
+                         (unsigned long long)o[1].tokens_hash, (unsigned long long)o[0].tokens_hash);
+  }
+  double wall = now_s() - t0;
+  rc = switch_run_files(R, &f, 0, rc);
+  if (rc < 0) {
+    if (rc != SPILL_E_INTERRUPTED) spill_err_prefix(R->e, "run %s", run->key);
+    return rc;
+  }
+  if (!measured) return SPILL_OK;
+  spill_exp_bench_run b = {s, 0, 0, 0};
+  spill_run_stats st; /* the row's engine.paging: any request's */
+  memset(&st, 0, sizeof st);
+  st.paging_token = -1;
+  for (int p = 0; p < np; p++)
+    for (int ph = 0; ph < nph; ph++) {
+      const spill_bench_sample *x = &s[p * SPILL_BENCH_N_PHASES + ph];
+      b.bytes_read += x->bytes_read;
+      b.major_faults += x->major_faults;
+      st.paging |= x->paging;
+      st.paging_tokens += x->paging_tokens;
+    }
+  char cell_key[200];
+  cJSON *row = row_head(R, run, seq, cell_key, sizeof cell_key);
+  row_engine(R, row, reopened, raised, &st);
+  uint64_t hash;
+  int n_tokens;
+  double primary;
+  spill_exp_bench_row(cfg, &b, row, &hash, &n_tokens, &primary);
+  row_machine_tokens(R, row, run->cell, n_tokens, hash, wall);
+  cJSON *fj = cJSON_AddObjectToObject(row, "files");
+  if (f.profile[0]) cJSON_AddStringToObject(fj, "profile", f.profile + strlen(R->dir) + 1);
+  if (f.trace[0]) cJSON_AddStringToObject(fj, "trace", f.trace + strlen(R->dir) + 1);
+  return finish_row(R, run, row, hash, cell_key, primary);
+}
+
 /* The prompt's token ids come from spill's tokenizer (a peer gets the same
  * ids): a peer run before any spill run opens the engine once for them. */
 static int ensure_prompt(runner *R, int cell) {
-  if (R->prompt) return SPILL_OK;
+  if (R->prompt || R->bench_toks) return SPILL_OK;
   spill_config c;
   SPILL_TRY(spill_exp_config_engine(R->cfg, cell, 0, &c, R->e));
-  return open_engine(R, &c);
+  SPILL_TRY(open_engine(R, &c));
+  return R->cfg->bench ? ensure_bench_tokens(R) : SPILL_OK;
 }
 
 /* The metrics of a peer row: what another engine can tell (no expert
@@ -1284,8 +1390,119 @@ static int do_peer_run(runner *R, const spill_exp_run *run, int measured, int se
   return finish_row(R, run, row, hash, cell_key, tok_s);
 }
 
+/* A bench request of the peer into the shape of spill's (pp and tg exact:
+ * llama_peer neither stops at EOS nor cuts the prompt). */
+static void peer_sample(const spill_exp_config *cfg, const spill_exp_peer_request *q,
+                        spill_bench_sample *o) {
+  memset(o, 0, sizeof *o);
+  o->n_prompt = cfg->bench_pp;
+  o->n_gen = cfg->bench_tg;
+  o->pp_ts = q->prefill_s > 0 ? cfg->bench_pp / q->prefill_s : 0;
+  o->tg_ts = cfg->bench_tg / q->decode_s;
+  o->ttft_s = q->prefill_s;
+  o->bytes_read = q->read_bytes_prefill + q->read_bytes_decode;
+  o->bytes_read_decode = q->read_bytes_decode;
+  o->peak_rss = q->peak_rss_bytes;
+  o->major_faults = q->major_faults;
+  o->read_bps = o->bytes_read / (q->prefill_s + q->decode_s);
+  o->tokens_hash = q->tokens_hash;
+}
+
+/* The processes of a bench peer run, one per prompt (the row's
+ * engine.processes), measured from outside as do_peer_run's. */
+static cJSON *peer_process_json(const runner *R, const char *prompt, const spill_exp_peer_result *p,
+                                const char *log) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "prompt", prompt);
+  cJSON_AddNumberToObject(o, "load_s", p->load_s);
+  cJSON_AddNumberToObject(o, "wall_s", p->wall_s);
+  cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)p->peak_rss_bytes);
+  cJSON_AddNumberToObject(o, "read_bytes", (double)p->read_bytes);
+  cJSON_AddNumberToObject(o, "major_faults", (double)p->major_faults);
+  cJSON_AddNumberToObject(o, "minor_faults", (double)p->minor_faults);
+  cJSON_AddNumberToObject(o, "user_s", p->user_s);
+  cJSON_AddNumberToObject(o, "sys_s", p->sys_s);
+  cJSON_AddStringToObject(o, "log", log + strlen(R->dir) + 1);
+  return o;
+}
+
+/* One llama.cpp run of the bench workload: per prompt one llama_peer
+ * process started with both engines' files evicted (cold: its first
+ * request; the load is before it, in neither phase), warm = the same
+ * request again in that process (--repeat 2). Spill's engine is closed
+ * first, as for do_peer_run. */
+static int do_bench_peer_run(runner *R, const spill_exp_run *run, int measured, int seq) {
+  const spill_exp_config *cfg = R->cfg;
+  const spill_exp_peer *pa = &cfg->arms[run->arm].peer;
+  SPILL_TRY(ensure_prompt(R, run->cell));
+  spill_config ctl;
+  SPILL_TRY(spill_exp_config_engine(cfg, run->cell, 0, &ctl, R->e));
+  spill_engine_close(R->eng);
+  R->eng = NULL;
+  malloc_trim(0);
+  run_files f;
+  memset(&f, 0, sizeof f);
+  if (measured) SPILL_TRY(make_run_files(R, run, 0, &f));
+  else snprintf(f.rundir, sizeof f.rundir, "%s", R->dir); /* warmups keep no files but these */
+  const int np = cfg->bench_n_prompts, nph = spill_exp_config_bench_n_phases(cfg);
+  spill_bench_sample s[SPILL_EXP_MAX_BENCH_PROMPTS * SPILL_BENCH_N_PHASES];
+  memset(s, 0, sizeof s);
+  spill_exp_bench_run b = {s, 1, 0, 0};
+  const int threads = pa->threads ? pa->threads : ctl.threads;
+  cJSON *procs = cJSON_CreateArray();
+  double wall = 0;
+  int rc = SPILL_OK;
+  for (int p = 0; rc == SPILL_OK && p < np; p++) {
+    const char *name = spill_bench_prompts[cfg->bench_prompts[p]].name;
+    char ids[SPILL_PATH_MAX], log[SPILL_PATH_MAX];
+    snprintf(ids, sizeof ids, "%s/peer-%s.ids", f.rundir, name);
+    snprintf(log, sizeof log, "%s/peer-%s%s.log", f.rundir, name, measured ? "" : "-warmup");
+    spill_exp_evict_path(R->model);
+    spill_exp_evict_path(cfg->model_gguf);
+    spill_exp_peer_req q = {R->peer_exe, cfg->model_gguf, pa->load, threads, pa->batch,
+                            cfg->bench_tg, pa->repack, R->bench_toks + (size_t)p * cfg->bench_pp,
+                            cfg->bench_pp, ids, log, R->o->stop, nph};
+    spill_exp_peer_result r;
+    rc = spill_exp_peer_run(&q, &r, R->e);
+    if (rc < 0) break;
+    wall += r.wall_s;
+    b.bytes_read += r.read_bytes;
+    b.major_faults += r.major_faults;
+    for (int k = 0; k < nph; k++) peer_sample(cfg, &r.requests[k], &s[p * SPILL_BENCH_N_PHASES + k]);
+    if (procs) cJSON_AddItemToArray(procs, peer_process_json(R, name, &r, log));
+    spill_exp_peer_result_free(&r);
+  }
+  if (rc < 0 || !measured) {
+    cJSON_Delete(procs);
+    if (rc < 0 && rc != SPILL_E_INTERRUPTED) spill_err_prefix(R->e, "run %s", run->key);
+    return rc;
+  }
+  char cell_key[200];
+  cJSON *row = row_head(R, run, seq, cell_key, sizeof cell_key);
+  cJSON *eng = cJSON_AddObjectToObject(row, "engine");
+  cJSON_AddStringToObject(eng, "peer", pa->name);
+  cJSON_AddStringToObject(eng, "load", pa->load);
+  cJSON_AddNumberToObject(eng, "threads", threads);
+  cJSON_AddNumberToObject(eng, "batch", pa->batch);
+  cJSON_AddBoolToObject(eng, "repack", pa->repack);
+  cJSON_AddStringToObject(eng, "measured",
+                          "per request (bench.samples): llama_peer's own clock, /proc/self/io "
+                          "read_bytes and ru_maxrss; per process (processes, metrics bytes_read "
+                          "and major_faults): /proc/PID/io and wait4 rusage, load included");
+  cJSON_AddItemToObject(eng, "processes", procs);
+  uint64_t hash;
+  int n_tokens;
+  double primary;
+  spill_exp_bench_row(cfg, &b, row, &hash, &n_tokens, &primary);
+  row_machine_tokens(R, row, run->cell, n_tokens, hash, wall);
+  return finish_row(R, run, row, hash, cell_key, primary);
+}
+
 static int run_here(runner *R, const spill_exp_run *run, int measured, int seq) {
-  if (R->cfg->arms[run->arm].peer.name[0]) return do_peer_run(R, run, measured, seq);
+  int peer = R->cfg->arms[run->arm].peer.name[0] != 0;
+  if (R->cfg->bench)
+    return peer ? do_bench_peer_run(R, run, measured, seq) : do_bench_spill_run(R, run, measured, seq);
+  if (peer) return do_peer_run(R, run, measured, seq);
   return do_spill_run(R, run, measured, seq);
 }
 
@@ -1666,6 +1883,7 @@ int spill_exp_execute(const spill_exp_config *cfg, const spill_exp_opts *o, char
   for (int i = 0; i < R.n_done; i++) free(R.done_keys[i]);
   free(R.done_keys), free(R.done_hash), free(R.done_cell), free(R.done_arm), free(R.done_oom);
   free(R.prompt);
+  free(R.bench_toks);
   free(R.greedy_seq);
   free(runs);
   free(resolved);

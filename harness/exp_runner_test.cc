@@ -26,6 +26,8 @@
 #include <atomic>
 #include <thread>
 
+#include <cjson/cJSON.h>
+
 #include "harness/exp_files.h"
 #include "harness/exp_report.h"
 #include "harness/refuted.h"
@@ -1343,4 +1345,138 @@ TEST(ExpRunnerTest, LongResultsPathsAreUsedWholeOrRefused) {
   EXPECT_NE(std::string(e.msg).find("path too long"), std::string::npos) << e.msg;
   EXPECT_NE(access(huge.substr(0, 1500).c_str(), F_OK), 0);  // nothing created
   spill_exp_config_free(&cfg);
+}
+
+// workload.bench on nano (issue 28 item 3): every row carries, per phase,
+// the medians over its prompts as metrics a hypothesis names, each prompt's
+// sample, counters over all of its requests; cold requests miss and warm
+// ones (the same request again) hit at least as often; exact arms agree; the
+// tables show the bench columns and the plots are drawn. A warm-only config
+// records only warm (its cold requests run unrecorded).
+TEST(ExpRunnerTest, BenchWorkloadRecordsPhasesAndPromptsAsMetrics) {
+  std::string root = TmpDir() + "/benchwl";
+  mkdir(root.c_str(), 0755);
+  std::string text = R"({"name": "benchwl", "model": ")" + NanoModel() + R"(",
+    "workload": {"bench": {"pp": 40, "tg": 3, "prompts": ["code", "prose"]}},
+    "base": {"storage": "pagecache", "ctx": 256, "threads": 1},
+    "sweep": {"budget": ["48M", "96M"]},
+    "arms": [{"name": "off", "set": {"lookahead": 0}},
+             {"name": "on", "set": {"lookahead": 4}, "exact": true}],
+    "repeats": 3,
+    "hypothesis": {"claim": "lookahead raises tg tok/s cold", "metric": "tg_tok_per_s_cold",
+                   "direction": "increase"},
+    "outputs": {"plots": ["cliff", "ab"]}})";
+  char dir[1024];
+  ASSERT_TRUE(RunExperiment(text, root + "/results", dir, sizeof dir));
+  std::ifstream in(std::string(dir) + "/runs.jsonl");
+  std::string line;
+  int rows = 0;
+  const char *phases[] = {"cold", "warm"};
+  const char *fields[] = {"pp_tok_per_s", "tg_tok_per_s", "ttft_s", "decode_bytes_per_token",
+                          "decode_hit_rate", "peak_rss_bytes"};
+  while (std::getline(in, line)) {
+    rows++;
+    cJSON *j = cJSON_Parse(line.c_str());
+    ASSERT_NE(j, nullptr) << line;
+    const cJSON *m = cJSON_GetObjectItem(j, "metrics");
+    for (const char *ph : phases)
+      for (const char *f : fields) {
+        std::string name = std::string(f) + "_" + ph;
+        const cJSON *v = cJSON_GetObjectItem(m, name.c_str());
+        ASSERT_TRUE(cJSON_IsNumber(v)) << name << ": " << line;
+        if (strcmp(f, "decode_hit_rate") && strcmp(f, "decode_bytes_per_token"))
+          EXPECT_GT(v->valuedouble, 0) << name;
+      }
+    EXPECT_EQ(cJSON_GetObjectItem(m, "decode_tok_per_s"), nullptr) << "a one-request metric";
+    // counters over the run's 2 prompts x 2 phases
+    EXPECT_EQ(cJSON_GetObjectItem(m, "tokens_prefill")->valuedouble, 2 * 2 * 40);
+    EXPECT_EQ(cJSON_GetObjectItem(m, "tokens_decode")->valuedouble, 2 * 2 * 3);
+    EXPECT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "tokens"), "n")->valueint, 12);
+    const cJSON *b = cJSON_GetObjectItem(j, "bench");
+    EXPECT_EQ(cJSON_GetObjectItem(b, "pp")->valueint, 40);
+    const cJSON *samples = cJSON_GetObjectItem(b, "samples");
+    ASSERT_EQ(cJSON_GetArraySize(samples), 4) << line;
+    double tg_cold[2], bytes = 0;
+    int k = 0;
+    std::string seen;
+    for (const cJSON *s = samples->child; s; s = s->next) {
+      std::string prompt = cJSON_GetObjectItem(s, "prompt")->valuestring;
+      std::string phase = cJSON_GetObjectItem(s, "phase")->valuestring;
+      seen += prompt + "/" + phase + " ";
+      EXPECT_EQ(cJSON_GetObjectItem(s, "n_prompt")->valueint, 40);
+      EXPECT_EQ(cJSON_GetObjectItem(s, "n_gen")->valueint, 3);
+      bytes += cJSON_GetObjectItem(s, "bytes_read")->valuedouble;
+      double misses = cJSON_GetObjectItem(s, "decode_misses")->valuedouble;
+      double hit = cJSON_GetObjectItem(s, "decode_hit_rate")->valuedouble;
+      if (phase == "cold") {
+        tg_cold[k++] = cJSON_GetObjectItem(s, "tg_tok_per_s")->valuedouble;
+        EXPECT_GT(cJSON_GetObjectItem(s, "bytes_read")->valuedouble, 0) << "cold reads experts";
+      } else {  // warm follows its cold twin: same tokens, hit rate no lower
+        const cJSON *c = s->prev;
+        EXPECT_STREQ(cJSON_GetObjectItem(s, "tokens_hash")->valuestring,
+                     cJSON_GetObjectItem(c, "tokens_hash")->valuestring);
+        EXPECT_GE(hit, cJSON_GetObjectItem(c, "decode_hit_rate")->valuedouble);
+        EXPECT_LE(misses, cJSON_GetObjectItem(c, "decode_misses")->valuedouble);
+      }
+    }
+    EXPECT_EQ(seen, "code/cold code/warm prose/cold prose/warm ");
+    // the metric is the median over the prompts (two: their mean)
+    EXPECT_NEAR(cJSON_GetObjectItem(m, "tg_tok_per_s_cold")->valuedouble,
+                (tg_cold[0] + tg_cold[1]) / 2, 1e-9 * tg_cold[0]);
+    EXPECT_EQ(cJSON_GetObjectItem(m, "bytes_read")->valuedouble, bytes);
+    cJSON_Delete(j);
+  }
+  EXPECT_EQ(rows, 2 * 2 * 3);
+  std::string md = ReadAll(std::string(dir) + "/table.md");
+  for (const char *h : {"| pp tok/s cold |", "| tg tok/s cold |", "| TTFT s warm |",
+                        "| MiB read/tok warm |", "| decode hit % cold |", "| peak RSS MiB warm |"})
+    EXPECT_NE(md.find(h), std::string::npos) << h << "\n" << md;
+  EXPECT_EQ(md.find("decode tok/s"), std::string::npos) << md;
+  std::string csv = ReadAll(std::string(dir) + "/table.csv");
+  EXPECT_NE(csv.find("tg_tok_per_s_warm (tok/s) median"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("decode_tok_per_s"), std::string::npos) << csv;
+  std::string summary = ReadAll(std::string(dir) + "/summary.json");
+  for (const char *m : {"\"pp_tok_per_s_cold\"", "\"tg_tok_per_s_warm\"", "\"verdict\""})
+    EXPECT_NE(summary.find(m), std::string::npos) << m;
+  std::string p = std::string(dir) + "/plots/";
+  for (const char *base : {"cliff", "cliff-io", "ab"})
+    EXPECT_GT(ReadAll(p + base + ".png").size(), 10000u) << base;
+  std::istringstream cl(ReadAll(p + "cliff.dat"));
+  int points = 0;
+  while (std::getline(cl, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream cols(line);
+    std::vector<double> c;
+    for (double x; cols >> x;) c.push_back(x);
+    ASSERT_EQ(c.size(), 7u) << line;
+    EXPECT_GT(c[1], 0) << "tg tok/s cold: " << line;
+    EXPECT_GT(c[5], 0) << "GiB read per token: " << line;
+    points++;
+  }
+  EXPECT_EQ(points, 2 * 2);
+}
+
+// A warm-only bench workload records only warm; its cold requests run first,
+// unrecorded (counted in the run's tokens).
+TEST(ExpRunnerTest, BenchWorkloadWarmOnlyRunsItsColdRequestUnrecorded) {
+  std::string root = TmpDir() + "/benchwarm";
+  mkdir(root.c_str(), 0755);
+  std::string warm = R"({"name": "benchwarm", "model": ")" + NanoModel() + R"(",
+    "workload": {"bench": {"pp": 16, "tg": 2, "prompts": ["chat"], "phases": ["warm"]}},
+    "base": {"ctx": 64, "threads": 1}, "repeats": 1})";
+  char dir[1024];
+  std::string line;
+  ASSERT_TRUE(RunExperiment(warm, root + "/results", dir, sizeof dir));
+  std::ifstream w(std::string(dir) + "/runs.jsonl");
+  ASSERT_TRUE(std::getline(w, line));
+  cJSON *j = cJSON_Parse(line.c_str());
+  ASSERT_NE(j, nullptr);
+  const cJSON *m = cJSON_GetObjectItem(j, "metrics");
+  EXPECT_TRUE(cJSON_IsNumber(cJSON_GetObjectItem(m, "tg_tok_per_s_warm"))) << line;
+  EXPECT_EQ(cJSON_GetObjectItem(m, "tg_tok_per_s_cold"), nullptr) << line;
+  EXPECT_EQ(cJSON_GetObjectItem(m, "tokens_decode")->valuedouble, 2 * 2) << "the cold one ran";
+  const cJSON *samples = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "bench"), "samples");
+  ASSERT_EQ(cJSON_GetArraySize(samples), 1);
+  EXPECT_STREQ(cJSON_GetObjectItem(samples->child, "phase")->valuestring, "warm");
+  cJSON_Delete(j);
 }

@@ -10,11 +10,15 @@
  *       n_pos x n_vocab, row-major, the layout of `spill eval --logits-out
  *       --all-positions`) and PREFIX.json (shape and settings).
  *   llama_peer bench MODEL.gguf --tokens 1,2,3 -n N [--load mmap|none|mlock]
- *       [--threads N] [--batch N]
+ *       [--threads N] [--batch N] [--repeat R]
  *       prefill the prompt, then N greedy decode tokens, one JSON line on
  *       stdout: load, prefill and decode seconds and tok/s, per phase (load,
  *       prefill, decode) the major page faults and bytes read from the disk
- *       (/proc/self/io), the generated ids.
+ *       (/proc/self/io), the generated ids. --repeat R runs the same request
+ *       R times in this process (the KV memory cleared between; the bench
+ *       workload's warm phase is the second), and "requests" lists each one's
+ *       seconds, bytes read, major faults, peak RSS (ru_maxrss after it) and
+ *       ids; the top-level figures are the first request's.
  *   llama_peer tokenize MODEL.gguf --docs FILE [--special]
  *       llama.cpp's tokenizer (the vocabulary only): FILE holds documents as
  *       "LEN\n" + LEN bytes each; one line of comma-separated ids per
@@ -38,7 +42,7 @@
 static const char *USAGE =
     "usage: llama_peer logits MODEL.gguf --tokens IDS --out PREFIX [--threads N] [--batch N]\n"
     "       llama_peer bench  MODEL.gguf --tokens IDS -n N [--load mmap|none|mlock]\n"
-    "                         [--threads N] [--batch N]\n"
+    "                         [--threads N] [--batch N] [--repeat R]\n"
     "       llama_peer tokenize MODEL.gguf --docs FILE [--special]\n"
     "IDS is a comma-separated list of token ids (or @FILE holding one).\n"
     "--no-repack keeps ggml from repacking weights into its CPU layouts (use_extra_bufts).\n";
@@ -172,12 +176,13 @@ static int write_all(const char *path, const void *p, size_t n) {
 typedef struct counters {
   long majflt;
   unsigned long long read_bytes;
+  long maxrss_kb; /* ru_maxrss: the process's peak RSS so far */
 } counters;
 
 static counters sample(void) {
-  counters c = {0, 0};
+  counters c = {0, 0, 0};
   struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) == 0) c.majflt = ru.ru_majflt;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) c.majflt = ru.ru_majflt, c.maxrss_kb = ru.ru_maxrss;
   FILE *f = fopen("/proc/self/io", "r");
   char line[128];
   while (f && fgets(line, sizeof line, f))
@@ -188,7 +193,7 @@ static counters sample(void) {
 
 typedef struct opts {
   const char *mode, *model, *tokens, *out, *load;
-  int is_logits, threads, batch, n_decode, no_repack;
+  int is_logits, threads, batch, n_decode, no_repack, repeat;
 } opts;
 
 /* Parses the command line: 0 to run, 1 = help printed (exit 0), 2 = usage error. */
@@ -201,7 +206,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
     fputs(USAGE, stderr);
     return 2;
   }
-  *o = (opts){argv[1], argv[2], NULL, NULL, "mmap", !strcmp(argv[1], "logits"), 2, 512, -1, 0};
+  *o = (opts){argv[1], argv[2], NULL, NULL, "mmap", !strcmp(argv[1], "logits"), 2, 512, -1, 0, 1};
   if (!o->is_logits && strcmp(o->mode, "bench")) {
     fprintf(stderr, "llama_peer: unknown mode %s\n%s", o->mode, USAGE);
     return 2;
@@ -223,7 +228,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
     if (!strcmp(a, "--tokens")) o->tokens = v;
     else if (!strcmp(a, "--out")) o->out = v;
     else if (!strcmp(a, "--load")) o->load = v;
-    else if (!strcmp(a, "--threads") || !strcmp(a, "--batch") || !strcmp(a, "-n")) {
+    else if (!strcmp(a, "--threads") || !strcmp(a, "--batch") || !strcmp(a, "-n") ||
+             !strcmp(a, "--repeat")) {
       char *end;
       long x = strtol(v, &end, 10);
       if (*end || end == v || x < 1 || x > 1 << 20) {
@@ -232,6 +238,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
       }
       if (a[2] == 't') o->threads = (int)x;
       else if (a[2] == 'b') o->batch = (int)x;
+      else if (a[2] == 'r') o->repeat = (int)x;
       else o->n_decode = (int)x;
     } else {
       fprintf(stderr, "llama_peer: unknown option %s\n%s", a, USAGE);
@@ -241,6 +248,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
   if (!o->tokens || (o->is_logits && !o->out) || (!o->is_logits && o->n_decode < 1)) {
     fprintf(stderr, "llama_peer: missing %s\n%s",
             !o->tokens ? "--tokens" : o->is_logits ? "--out" : "-n", USAGE);
+    return 2;
+  }
+  if (o->is_logits && o->repeat != 1) {
+    fprintf(stderr, "llama_peer: --repeat is bench's (logits runs one pass)\n%s", USAGE);
     return 2;
   }
   if (strcmp(o->load, "mmap") && strcmp(o->load, "none") && strcmp(o->load, "mlock")) {
@@ -275,17 +286,21 @@ static int run_logits(struct llama_context *ctx, const opts *o, const int32_t *i
   return rc;
 }
 
-/* bench: prefill, then N greedy decode steps, one JSON line. c0/c1: the
- * counters at start and after loading. */
-static int run_bench(struct llama_context *ctx, const opts *o, const int32_t *ids, int n_ids,
-                     int n_vocab, double t_load, counters c0, counters c1) {
-  float *last = malloc(sizeof(float) * n_vocab);
-  int32_t *gen = malloc(sizeof(int32_t) * o->n_decode);
-  if (!last || !gen) { fprintf(stderr, "llama_peer: out of memory\n"); return 1; }
+/* One request: prefill, then N greedy decode steps; gen gets the ids, c the
+ * counters before prefill, after it and after decode. */
+typedef struct request {
+  double prefill_s, decode_s;
+  counters c[3];
+} request;
+
+static int bench_request(struct llama_context *ctx, const opts *o, const int32_t *ids, int n_ids,
+                         int n_vocab, float *last, int32_t *gen, request *r) {
+  r->c[0] = sample();
   double tp = now_s();
   int rc = feed(ctx, ids, n_ids, 0, o->batch, 0, last, n_vocab);
-  double t_prefill = now_s() - tp, td = now_s();
-  counters c2 = sample();
+  r->prefill_s = now_s() - tp;
+  double td = now_s();
+  r->c[1] = sample();
   /* as spill_generate: each of the N tokens is chosen from the current
    * logits and then fed through one forward step, so N steps are timed */
   for (int i = 0; !rc && i < o->n_decode; i++) {
@@ -295,25 +310,60 @@ static int run_bench(struct llama_context *ctx, const opts *o, const int32_t *id
     gen[i] = best;
     rc = feed(ctx, &gen[i], 1, n_ids + i, 1, 0, last, n_vocab);
   }
-  double t_decode = now_s() - td;
-  counters c3 = sample();
+  r->decode_s = now_s() - td;
+  r->c[2] = sample();
+  return rc;
+}
+
+static void print_ids(const int32_t *gen, int n) {
+  printf("[");
+  for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", gen[i]);
+  printf("]");
+}
+
+/* bench: o->repeat requests (the KV memory cleared between), one JSON line.
+ * c0/c1: the counters at start and after loading. */
+static int run_bench(struct llama_context *ctx, const opts *o, const int32_t *ids, int n_ids,
+                     int n_vocab, double t_load, counters c0, counters c1) {
+  float *last = malloc(sizeof(float) * n_vocab);
+  int32_t *gen = malloc(sizeof(int32_t) * (size_t)o->n_decode * o->repeat);
+  request *rq = malloc(sizeof *rq * (size_t)o->repeat);
+  if (!last || !gen || !rq) { fprintf(stderr, "llama_peer: out of memory\n"); return 1; }
+  int rc = 0;
+  for (int k = 0; !rc && k < o->repeat; k++) {
+    if (k) llama_memory_clear(llama_get_memory(ctx), true);
+    rc = bench_request(ctx, o, ids, n_ids, n_vocab, last, gen + (size_t)k * o->n_decode, &rq[k]);
+  }
   if (!rc) {
+    const request *r = &rq[0];
     printf("{\"peer\": \"llama.cpp\", \"load\": \"%s\", \"threads\": %d, \"load_s\": %.6f, "
            "\"prefill_tokens\": %d, \"prefill_s\": %.6f, \"prefill_tok_s\": %.4f, "
            "\"decode_tokens\": %d, \"decode_s\": %.6f, \"decode_tok_s\": %.4f, \"phases\": {",
-           o->load, o->threads, t_load, n_ids, t_prefill, n_ids / t_prefill, o->n_decode, t_decode,
-           t_decode > 0 ? o->n_decode / t_decode : 0.0);
+           o->load, o->threads, t_load, n_ids, r->prefill_s, n_ids / r->prefill_s, o->n_decode,
+           r->decode_s, r->decode_s > 0 ? o->n_decode / r->decode_s : 0.0);
     const char *names[3] = {"load", "prefill", "decode"};
-    counters cs[4] = {c0, c1, c2, c3};
+    counters cs[4] = {c0, c1, r->c[1], r->c[2]};
     for (int p = 0; p < 3; p++)
       printf("%s\"%s\": {\"major_faults\": %ld, \"read_bytes\": %llu}", p ? ", " : "", names[p],
              cs[p + 1].majflt - cs[p].majflt, cs[p + 1].read_bytes - cs[p].read_bytes);
-    printf("}, \"tokens\": [");
-    for (int i = 0; i < o->n_decode; i++) printf(i ? ", %d" : "%d", gen[i]);
+    printf("}, \"tokens\": ");
+    print_ids(gen, o->n_decode);
+    printf(", \"requests\": [");
+    for (int k = 0; k < o->repeat; k++) {
+      const request *q = &rq[k];
+      printf("%s{\"prefill_s\": %.6f, \"decode_s\": %.6f, \"read_bytes_prefill\": %llu, "
+             "\"read_bytes_decode\": %llu, \"major_faults\": %ld, \"peak_rss_bytes\": %lld, "
+             "\"tokens\": ", k ? ", " : "", q->prefill_s, q->decode_s,
+             q->c[1].read_bytes - q->c[0].read_bytes, q->c[2].read_bytes - q->c[1].read_bytes,
+             q->c[2].majflt - q->c[0].majflt, (long long)q->c[2].maxrss_kb * 1024);
+      print_ids(gen + (size_t)k * o->n_decode, o->n_decode);
+      printf("}");
+    }
     printf("]}\n");
   }
   free(last);
   free(gen);
+  free(rq);
   return rc;
 }
 
