@@ -1,5 +1,5 @@
 /* harness/exp_bench_rows.h: what a run row of the bench workload holds
- * (docs/EXPERIMENTS.md "Workload"): per recorded phase the bench metrics of
+ * (docs/EXPERIMENTS.md "Bench workload"): per recorded phase the bench metrics of
  * exp_metrics.c (medians over the prompts), every request's sample under
  * "bench", and the run's token hash. Shared by the runner's spill and peer
  * runs so both write one shape. Never prints.

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-/* Which workload's rows carry a metric (docs/EXPERIMENTS.md "Workload"):
+/* Which workload's rows carry a metric (docs/EXPERIMENTS.md "Bench workload"):
  * the single request (prompt, decode_tokens), the bench workload
  * (workload.bench: per phase, medians over its prompts), or both. */
 typedef enum spill_exp_metric_scope {

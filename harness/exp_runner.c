@@ -1199,7 +1199,9 @@ static int do_spill_run(runner *R, const spill_exp_run *run, int measured, int s
   cJSON *m = cJSON_AddObjectToObject(row, "metrics");
   int nm;
   const spill_exp_metric *mt = spill_exp_metrics(&nm);
-  for (int i = 0; i < nm; i++) cJSON_AddNumberToObject(m, mt[i].name, spill_exp_metric_value(i, &st));
+  for (int i = 0; i < nm; i++) /* a bench metric is not a one-request row's */
+    if (mt[i].scope != SPILL_EXP_SCOPE_BENCH)
+      cJSON_AddNumberToObject(m, mt[i].name, spill_exp_metric_value(i, &st));
   cJSON *fj = cJSON_AddObjectToObject(row, "files");
   cJSON_AddStringToObject(fj, "tokens", f.timeline + strlen(R->dir) + 1);
   if (f.profile[0]) cJSON_AddStringToObject(fj, "profile", f.profile + strlen(R->dir) + 1);
@@ -1227,7 +1229,7 @@ static int ensure_bench_tokens(runner *R) {
   return SPILL_OK;
 }
 
-/* One spill run of the bench workload (docs/EXPERIMENTS.md "Workload"): on
+/* One spill run of the bench workload (docs/EXPERIMENTS.md "Bench workload"): on
  * one engine, every prompt cold (spill_bench_run_prompt empties the cache
  * and evicts the container; with peer arms the GGUF too) then warm, and a
  * warm request must give its cold twin's tokens (placement never changes

@@ -645,6 +645,8 @@ TEST(ExpRunnerTest, PlotsAreDrawnWithTheirData) {
     "outputs": {"tables": ["md"], "plots": ["cliff", "ab", "timeline"]}})";
   char dir[1024];
   ASSERT_TRUE(RunExperiment(text, root + "/results", dir, sizeof dir));
+  // one-request rows carry no bench metric (workload.bench's, per phase)
+  EXPECT_EQ(ReadAll(std::string(dir) + "/runs.jsonl").find("_cold"), std::string::npos);
   std::string p = std::string(dir) + "/plots/";
   for (const char *base : {"cliff", "cliff-io", "ab", "timeline-off", "timeline-on"}) {
     std::string png = ReadAll(p + base + ".png"), svg = ReadAll(p + base + ".svg");
