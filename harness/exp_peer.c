@@ -178,9 +178,9 @@ static void child_exec(const spill_exp_peer_req *q, int out_fd, pid_t parent) {
   snprintf(th, sizeof th, "%d", q->threads);
   snprintf(bt, sizeof bt, "%d", q->batch);
   snprintf(rp, sizeof rp, "%d", q->repeat > 1 ? q->repeat : 1);
-  char *argv[16] = {(char *)q->exe, "bench", (char *)q->gguf, "--tokens", ids, "-n", n,
+  char *argv[20] = {(char *)q->exe, "bench", (char *)q->gguf, "--tokens", ids, "-n", n,
                     "--load", (char *)q->load, "--threads", th, "--batch", bt};
-  int k = 13;
+  int k = 13; /* then at most --repeat R, --no-repack and the NULL */
   if (q->repeat > 1) argv[k++] = "--repeat", argv[k++] = rp; /* older builds lack the flag */
   if (!q->repack) argv[k++] = "--no-repack";
   argv[k] = NULL;

@@ -1354,7 +1354,7 @@ static int do_peer_run(runner *R, const spill_exp_run *run, int measured, int se
   SPILL_TRY(evict_cold(R));
   spill_exp_peer_req q = {R->peer_exe, cfg->model_gguf, pa->load,
                           pa->threads ? pa->threads : ctl.threads, pa->batch, cfg->decode_tokens,
-                          pa->repack, R->prompt, R->n_prompt, ids, log, R->o->stop};
+                          pa->repack, R->prompt, R->n_prompt, ids, log, R->o->stop, 0};
   spill_exp_peer_result p;
   int rc = spill_exp_peer_run(&q, &p, R->e);
   if (rc < 0) {
