@@ -23,6 +23,7 @@ SRCS=(
   engine/spill_info.c
   harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
   harness/exp_files.c harness/exp_env.c harness/stats.c harness/gnuplot_text.c
+  harness/bench_stats.c
   engine/import/source.c engine/import/safetensors.c engine/import/gguf.c
   engine/quant/kernels_kquant_ref.c
   server/request_parse.c server/completion_text.c server/chat_prompt.c server/reply_channels.c
@@ -62,7 +63,12 @@ stale() {
   done
   return 1
 }
-objs=()
+# The bench workload's prompt table (exp_config checks workload.bench's
+# prompt names against it), generated as //harness:bench_prompts does.
+mkdir -p "$OUT/gen/harness"
+"$ROOT/harness/embed_prompts.sh" "$OUT/gen/harness/bench_prompts.c" "$ROOT"/bench/prompts/*.txt
+objs=("$OUT/obj/bench_prompts.o")
+$CC $CFLAGS -fsanitize=fuzzer-no-link -c "$OUT/gen/harness/bench_prompts.c" -o "$OUT/obj/bench_prompts.o"
 for s in "${SRCS[@]}"; do
   o="$OUT/obj/$(echo "$s" | tr / _).o"
   if stale "$o"; then
