@@ -12,7 +12,7 @@
 
 const char cmd_gen_usage[] =
     "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
-    "                 [--seed N] [--attn k3|k3-family|mla|kda|gqa|qwen35]\n"
+    "                 [--seed N] [--attn k3|k3-family|mla|kda|gqa|gqa-swa|qwen35]\n"
     "                 [--trunk-dtype q4|f32] [--expert-dtype rvq3|f32|q8|q4|mxfp4] [--experts N]\n"
     "                 [--lookahead-precision P] [--coact C] [--reuse R] OUT_DIR\n"
     "       spill gen --like-trace TRACE [--preset nano|mini] [other options] OUT_DIR\n"

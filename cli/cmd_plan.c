@@ -71,7 +71,7 @@ int cmd_plan(int argc, char **argv) {
   if (json) {
     printf("{\"source\": \"%s\", \"ctx\": %d, \"threads\": %ld, \"trunk\": %llu, "
            "\"state\": {\"mla_latent\": %llu, \"kda_state\": %llu, \"kda_conv\": %llu, "
-           "\"gqa_kv\": %llu, \"gdn_state\": %llu, \"total\": %llu}, "
+           "\"gqa_kv\": %llu, \"gqa_swa_kv\": %llu, \"gdn_state\": %llu, \"total\": %llu}, "
            "\"scratch\": {\"activations\": %llu, \"attn_scores\": %llu, \"moe_buffers\": %llu, "
            "\"rvq_luts\": %llu, \"logits\": %llu, \"total\": %llu}, "
            "\"record_bytes\": %llu, \"min_cache\": %llu, \"floor\": %llu, \"ws\": %llu, "
@@ -82,6 +82,7 @@ int cmd_plan(int argc, char **argv) {
            model ? model : shape, p.ctx, threads, (unsigned long long)p.trunk,
            (unsigned long long)p.state.mla_latent, (unsigned long long)p.state.kda_state,
            (unsigned long long)p.state.kda_conv, (unsigned long long)p.state.gqa_kv,
+           (unsigned long long)p.state.gqa_swa_kv,
            (unsigned long long)p.state.gdn_state, (unsigned long long)p.state.total, (unsigned long long)p.scratch.activations,
            (unsigned long long)p.scratch.attn_scores, (unsigned long long)p.scratch.moe_buffers,
            (unsigned long long)p.scratch.rvq_luts, (unsigned long long)p.scratch.logits,
@@ -100,6 +101,8 @@ int cmd_plan(int argc, char **argv) {
   row("state.kda_state", p.state.kda_state, "H d^2 f32 x KDA layers");
   row("state.kda_conv", p.state.kda_conv, "3 (K-1) H d f32 x KDA layers");
   row("state.gqa_kv", p.state.gqa_kv, "2 Hk d f32 x ctx x GQA layers");
+  if (p.state.gqa_swa_kv)
+    row("state.gqa_swa_kv", p.state.gqa_swa_kv, "2 Hk d f32 x (W - 1 + chunk) x sliding-window layers");
   if (p.state.gdn_state) row("state.gdn_state", p.state.gdn_state, "Hv d^2 + (K-1)(2 Hk + Hv) d f32 x GDN layers");
   row("scratch.activations", p.scratch.activations, "a prefill chunk's vectors (16 tokens)");
   row("scratch.attn_scores", p.scratch.attn_scores, "threads x ctx f32 score rows");

@@ -263,7 +263,9 @@ typedef struct spill_plan_state {
   uint64_t mla_latent;  /* (kv_lora + rope) floats x ctx x MLA layers */
   uint64_t kda_state;   /* H d^2 floats x KDA layers */
   uint64_t kda_conv;    /* 3 (K-1) H d floats x KDA layers */
-  uint64_t gqa_kv;      /* 2 Hk d floats x ctx x GQA layers */
+  uint64_t gqa_kv;      /* 2 Hk d floats x ctx x GQA layers (full attention) */
+  uint64_t gqa_swa_kv;  /* 2 Hk d floats x min(ctx, W - 1 + prefill_chunk) x sliding-window
+                         * GQA layers (a ring: does not grow with ctx past W - 1 + chunk) */
   uint64_t gdn_state;   /* Hv d^2 + (K-1)(2 Hk + Hv) d floats x GDN layers */
   uint64_t total;
 } spill_plan_state;

@@ -93,9 +93,9 @@ std::string TmpDir() {
 }
 
 const std::string &Nano(const std::string &mix) {
-  static std::string dirs[6];
-  static const char *kMixes[] = {"gqa", "mla", "kda", "k3", "qwen35", "k3-family"};
-  for (int i = 0; i < 6; i++) {
+  static std::string dirs[7];
+  static const char *kMixes[] = {"gqa", "mla", "kda", "k3", "qwen35", "k3-family", "gqa-swa"};
+  for (int i = 0; i < 7; i++) {
     if (mix != kMixes[i]) continue;
     if (dirs[i].empty()) {
       std::string d = TmpDir() + "/draft-nano-" + mix;
@@ -237,7 +237,10 @@ TEST(DraftEngineTest, LookupDraftsOfARepeatingReplyAreAcceptedLosslessly) {
   EXPECT_LT(rb.st.decode_forwards, ra.st.decode_forwards);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllKinds, DraftKinds, ::testing::Values("gqa", "mla", "kda", "k3", "qwen35"));
+// gqa-swa: sliding-window rings of W - 1 + prefill_chunk = 12 rows over ~75
+// positions, each verify chunk's rejected rows overwritten by the next
+INSTANTIATE_TEST_SUITE_P(AllKinds, DraftKinds,
+                         ::testing::Values("gqa", "mla", "kda", "k3", "qwen35", "gqa-swa"));
 
 // On the K3 family's nano (the released K3's nano routes consecutive tokens
 // to the same experts so often that a rejected 1-token probe can cost no

@@ -1117,14 +1117,18 @@ static int run_decode_draft(spill_engine *g, spill_sampler *smp, int pos, int n_
  * unless the prompt is the whole conversation and its last logits are
  * still held (then n_prompt: nothing to run). Positional caches (GQA, MLA)
  * are cut back to any shorter prefix; a recurrent state (KDA) cannot be, so
- * a model with one keeps the prefix only when it is the whole conversation. */
+ * a model with one keeps the prefix only when it is the whole conversation;
+ * a sliding-window ring (W - 1 + prefill_chunk positions) only to a prefix
+ * whose last W - 1 positions it still holds. Otherwise nothing is kept. */
 static int reusable_prefix(const spill_engine *g, const int *prompt, int n_prompt) {
   const int n_cur = spill_model_n_past(g->m);
   int k = 0;
   while (k < n_cur && k < n_prompt && g->conv.tokens[k] == prompt[k]) k++;
   if (k == n_cur && k == n_prompt && g->conv.logits_pos == n_cur) return k;
   if (k >= n_prompt) k = n_prompt - 1;
-  if (k < n_cur && spill_model_recurrent(g->m)) return 0;
+  /* a recurrent layer cannot be cut back, a sliding-window ring only as far
+   * as it still holds the window (spill_model_rewind_min): else prefill all */
+  if (k < spill_model_rewind_min(g->m)) return 0;
   return k;
 }
 
@@ -1170,7 +1174,7 @@ int spill_generate_next(spill_engine *g, const int *prompt, int n_prompt, int n_
       g->conv.seed == so.seed)
     smp.rng = g->conv.rng;
   reset_run(g, keep > 0);
-  int rc = keep > 0 ? spill_model_state_restore(g->m, keep, e) : SPILL_OK;
+  int rc = keep > 0 ? spill_model_rewind(g->m, keep, e) : SPILL_OK;
   st->tokens_cached = keep;
   st->paging_token = -1;
   spill_model_set_stop(g->m, stop_flag);

@@ -3,7 +3,8 @@
  *
  * A session holds the engine's tokens, each layer's live attention state
  * (the spans its kind's row of the attention table names for that many
- * tokens: GQA keys and values, MLA latents, all of a KDA state and its conv
+ * tokens: GQA keys and values, a sliding-window layer's of its last W - 1
+ * positions only, MLA latents, all of a KDA state and its conv
  * rings), the last logits and the sampler's generator. It is bound to the
  * container (id, name, and a crc32 of the attention layout) and to ctx.
  * Saving streams straight from the model's state into a temp file (no copy
@@ -35,7 +36,7 @@
 #endif
 
 #define SES_MAGIC "SPILLSES"
-#define SES_VERSION 1u
+#define SES_VERSION 2u /* 2: sliding-window layers hold their last W - 1 positions */
 #define SES_HEADER 128u
 #define SES_F_LOGITS 1u
 #define SES_F_RNG 2u
@@ -62,14 +63,11 @@ static uint32_t arch_crc(spill_model *m) {
   uint32_t v[3] = {(uint32_t)a->n_layers, (uint32_t)a->d_model, (uint32_t)a->vocab_size};
   uint32_t crc = spill_crc32(0, v, sizeof v);
   for (int l = 0; l < a->n_layers; l++) {
-    uint64_t row[5] = {(uint64_t)a->layer_attn[l], 0, 0, 0, 0};
-    float *p[2];
-    uint64_t n[2] = {0, 0};
-    spill_model_state_spans(m, l, 0, p, n);
-    row[1] = n[0], row[2] = n[1];
-    n[0] = n[1] = 0;
-    spill_model_state_spans(m, l, 1, p, n); /* ctx >= 1 */
-    row[3] = n[0], row[4] = n[1];
+    uint64_t row[1 + 2 * SPILL_MODEL_STATE_SPANS] = {(uint64_t)a->layer_attn[l]};
+    for (int n = 0; n < 2; n++) { /* ctx >= 1 */
+      float *p[SPILL_MODEL_STATE_SPANS];
+      spill_model_state_spans(m, l, n, p, row + 1 + n * SPILL_MODEL_STATE_SPANS);
+    }
     crc = spill_crc32(crc, row, sizeof row);
   }
   return crc;
@@ -79,8 +77,8 @@ static uint32_t arch_crc(spill_model *m) {
 static uint64_t live_floats(spill_model *m, int n) {
   uint64_t total = 0;
   for (int l = 0; l < spill_model_arch(m)->n_layers; l++) {
-    float *p[2];
-    uint64_t c[2] = {0, 0};
+    float *p[SPILL_MODEL_STATE_SPANS];
+    uint64_t c[SPILL_MODEL_STATE_SPANS] = {0};
     const int k = spill_model_state_spans(m, l, n, p, c);
     for (int i = 0; i < k; i++) total += c[i];
   }
@@ -134,8 +132,8 @@ static int write_body(spill_engine *g, sink *s, const ses_header *h, spill_err *
   s->crc = 0; /* the body crc starts after the header */
   SPILL_TRY(put(s, cv->tokens, (size_t)n * sizeof(int), e));
   for (int l = 0; l < (int)h->n_layers; l++) {
-    float *p[2];
-    uint64_t c[2] = {0, 0};
+    float *p[SPILL_MODEL_STATE_SPANS];
+    uint64_t c[SPILL_MODEL_STATE_SPANS] = {0};
     const int k = spill_model_state_spans(m, l, n, p, c);
     for (int i = 0; i < k; i++) SPILL_TRY(put(s, p[i], (size_t)c[i] * sizeof(float), e));
   }
@@ -230,6 +228,11 @@ static int check_header(spill_engine *g, const ses_header *h, uint64_t size, con
                         spill_err *e) {
   SPILL_FAIL_IF(e, memcmp(h->magic, SES_MAGIC, 8) != 0, SPILL_E_FORMAT,
                 "session %s: not a session file (no SPILLSES magic)", file);
+  SPILL_FAIL_IF(e, h->version == 1, SPILL_E_VERSION,
+                "session %s: version 1 (every GQA layer's keys of all positions), this engine "
+                "reads version %u (sliding-window layers keep their last W - 1): run the "
+                "conversation again",
+                file, SES_VERSION);
   SPILL_FAIL_IF(e, h->version != SES_VERSION, SPILL_E_VERSION,
                 "session %s: version %u, this engine reads version %u", file, h->version,
                 SES_VERSION);
@@ -278,8 +281,8 @@ static int read_body(spill_engine *g, source *s, const ses_header *h, spill_err 
                   "session %s: token %d at index %d out of range (vocab %u)", s->file,
                   cv->tokens[i], i, h->vocab);
   for (int l = 0; l < (int)h->n_layers; l++) {
-    float *p[2];
-    uint64_t c[2] = {0, 0};
+    float *p[SPILL_MODEL_STATE_SPANS];
+    uint64_t c[SPILL_MODEL_STATE_SPANS] = {0};
     const int k = spill_model_state_spans(m, l, n, p, c);
     for (int i = 0; i < k; i++) SPILL_TRY(get(s, p[i], (size_t)c[i] * sizeof(float), e));
   }

@@ -35,11 +35,12 @@ std::string TmpDir() {
   return t ? t : "/tmp";
 }
 
-const char *kMixes[] = {"gqa", "mla", "kda", "k3", "qwen35"};
+// gqa-swa: GQA with gpt-oss's sliding window (8 tokens on layers 0 and 2)
+const char *kMixes[] = {"gqa", "mla", "kda", "k3", "qwen35", "gqa-swa"};
 
 const std::string &Nano(const char *mix) {
-  static std::string dirs[5];
-  for (int i = 0; i < 5; i++) {
+  static std::string dirs[6];
+  for (int i = 0; i < 6; i++) {
     if (strcmp(mix, kMixes[i]) != 0) continue;
     if (dirs[i].empty()) {
       std::string d = TmpDir() + "/session-nano-" + mix;
@@ -197,7 +198,9 @@ TEST_P(SessionKinds, ReusedPrefixGivesTheLogitsOfAFullPrefill) {
   const Turn f3 = RunTurn(f, p2, 4, greedy, 0);
   EXPECT_EQ(a3.toks, f3.toks);
   EXPECT_EQ(a3.logit_crcs, f3.logit_crcs);
-  const bool recurrent = strcmp(mix, "gqa") != 0 && strcmp(mix, "mla") != 0;
+  // recurrent layers cannot be cut back; gqa-swa's rings (W - 1 + prefill_chunk = 12
+  // positions) no longer hold a window ~17 tokens back
+  const bool whole_only = strcmp(mix, "gqa") != 0 && strcmp(mix, "mla") != 0;
   // a prompt that leaves the conversation after `cut` tokens
   const size_t cut = held - 3;
   std::vector<int> p4(p2.begin(), p2.begin() + (long)cut);
@@ -205,7 +208,7 @@ TEST_P(SessionKinds, ReusedPrefixGivesTheLogitsOfAFullPrefill) {
   p4.insert(p4.end(), other.begin(), other.end());
   const Turn a4 = RunTurn(a, p4, 6, greedy, SPILL_GEN_REUSE);
   const Turn f4 = RunTurn(f, p4, 6, greedy, 0);
-  EXPECT_EQ(a4.st.tokens_cached, recurrent ? 0 : (int)cut) << mix;
+  EXPECT_EQ(a4.st.tokens_cached, whole_only ? 0 : (int)cut) << mix;
   EXPECT_EQ(a4.toks, f4.toks);
   EXPECT_EQ(a4.logit_crcs, f4.logit_crcs);
   EXPECT_EQ(LastLogitsCrc(a), LastLogitsCrc(f));
@@ -342,10 +345,16 @@ TEST_F(SessionHostile, AnotherModelOrCtxIsRefusedByName) {
 
 TEST_F(SessionHostile, ResealedLiesAreNamed) {
   std::vector<char> b = bytes;
-  uint32_t v = 2;
-  memcpy(b.data() + 8, &v, 4);
-  Reseal(b);
-  EXPECT_EQ(Load(b), SPILL_E_VERSION);
+  for (uint32_t v : {1u, 3u}) {  // version 1 (whole GQA caches) by name, a future one
+    b = bytes;
+    memcpy(b.data() + 8, &v, 4);
+    Reseal(b);
+    std::string msg;
+    EXPECT_EQ(Load(b, &msg), SPILL_E_VERSION) << v;
+    EXPECT_NE(msg.find("version " + std::to_string(v) + (v == 1 ? " (every GQA" : ", this")),
+              std::string::npos)
+        << msg;
+  }
   for (uint32_t n : {257u, 0x7fffffffu, 0xffffffffu}) {  // huge token counts
     b = bytes;
     memcpy(b.data() + 28, &n, 4);
@@ -393,6 +402,74 @@ TEST_F(SessionHostile, SaveIsAtomic) {
   const std::string tmp = good + ".tmp." + std::to_string(getpid());
   struct stat sb;
   EXPECT_NE(stat(tmp.c_str(), &sb), 0);
+}
+
+// Sliding-window layers keep a ring of W - 1 + prefill_chunk positions
+// (W = 8, chunk 5: 12). Past several windows: a prompt leaving the held
+// conversation 3 tokens back is cut back within the ring (kept), 30 back is
+// not (prefilled whole), both with the logits of a full prefill; a session
+// saved mid-sequence past the window loads into an engine with another
+// prefill chunk (another ring size: the file holds positions, not rows) and
+// continues bit-identically.
+TEST(SessionSlidingWindow, RingsCutBackWithinThemselvesAndSessionsHoldPositions) {
+  spill_sampling greedy;
+  spill_sampling_default(&greedy);
+  spill_engine *a = Open("gqa-swa"), *f = Open("gqa-swa");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(f, nullptr);
+  const std::vector<int> p1 = Tokens(a, "A sliding window sees eight tokens; this prompt is longer.", 1);
+  ASSERT_GT(p1.size(), 40u);
+  RunTurn(a, p1, 10, greedy, SPILL_GEN_REUSE);
+  const std::vector<int> held = Held(a);
+  for (size_t back : {(size_t)3, (size_t)30}) {
+    SCOPED_TRACE(back);
+    std::vector<int> p(held.begin(), held.end() - (long)back);
+    const std::vector<int> more = Tokens(a, " Elsewhere.", 0);
+    p.insert(p.end(), more.begin(), more.end());
+    const Turn ar = RunTurn(a, p, 5, greedy, SPILL_GEN_REUSE);
+    const Turn fr = RunTurn(f, p, 5, greedy, 0);
+    size_t k = 0; /* the common prefix (a generated token may equal the new text's first) */
+    while (k < held.size() && k < p.size() && held[k] == p[k]) k++;
+    ASSERT_LT(k, held.size() - (back == 3 ? 0 : 12));
+    EXPECT_EQ(ar.st.tokens_cached, back == 3 ? (int)k : 0);
+    EXPECT_EQ(ar.toks, fr.toks);
+    EXPECT_EQ(ar.logit_crcs, fr.logit_crcs);
+    // back to the first conversation for the next case
+    RunTurn(a, p1, 10, greedy, 0);
+  }
+  // save past the window, load with prefill chunk 3 (ring 10, not 12)
+  const std::string file = TmpDir() + "/swa-mid.session";
+  spill_err e = {};
+  ASSERT_EQ(spill_session_save(a, file.c_str(), &e), SPILL_OK) << e.msg;
+  std::vector<int> p2 = Held(a);
+  const std::vector<int> more = Tokens(a, " and then some more words", 0);
+  p2.insert(p2.end(), more.begin(), more.end());
+  const Turn a2 = RunTurn(a, p2, 12, greedy, SPILL_GEN_REUSE);
+  EXPECT_EQ(a2.st.tokens_prefill, (int)more.size());
+  spill_config cfg;
+  spill_config_default(&cfg);
+  cfg.ctx = 256;
+  cfg.prefill_chunk = 3;
+  spill_engine *c = nullptr;
+  ASSERT_EQ(spill_engine_open(Nano("gqa-swa").c_str(), &cfg, &c, &e), SPILL_OK) << e.msg;
+  ASSERT_EQ(spill_session_load(c, file.c_str(), &e), SPILL_OK) << e.msg;
+  const Turn c2 = RunTurn(c, p2, 12, greedy, SPILL_GEN_REUSE);
+  EXPECT_EQ(c2.st.tokens_cached, a2.st.tokens_cached);
+  EXPECT_EQ(c2.toks, a2.toks);
+  EXPECT_EQ(c2.logit_crcs, a2.logit_crcs);
+  // the file holds W - 1 = 7 positions of each sliding layer, all of each full one
+  const int n = (int)(p2.size() - more.size());
+  const size_t row = 2 * 2 * 16 * 4; /* keys and values of a position */
+  const std::vector<char> bytes = Slurp(file);
+  ASSERT_GT(bytes.size(), 48u);
+  uint32_t flags = 0;
+  memcpy(&flags, bytes.data() + 44, 4); /* bit 0: the last logits */
+  const size_t want = 128 + 4 * (size_t)n + (2 * (size_t)n + 2 * 7) * row +
+                      (flags & 1 ? 4 * (size_t)spill_vocab_size(a) : 0) + 4;
+  EXPECT_EQ(bytes.size(), want);
+  spill_engine_close(a);
+  spill_engine_close(c);
+  spill_engine_close(f);
 }
 
 }  // namespace

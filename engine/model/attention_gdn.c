@@ -116,16 +116,16 @@ static uint64_t gdn_channels(const spill_gdn_cfg *c) {
 }
 
 /* S (Hv, d, d), then the ring (K-1, C); independent of ctx */
-static void gdn_state_floats(const spill_arch *a, uint64_t ctx, uint64_t part[2]) {
-  (void)ctx;
+static void gdn_state_floats(const spill_arch *a, const spill_state_geom *g, uint64_t part[2]) {
+  (void)g;
   const spill_gdn_cfg *c = &a->gdn;
   const uint64_t K1 = c->conv_kernel > 1 ? (uint64_t)c->conv_kernel - 1 : 0;
   part[0] = spill_sat_mul((uint64_t)c->n_v_heads, spill_sat_mul((uint64_t)c->head_dim, (uint64_t)c->head_dim));
   part[1] = spill_sat_mul(K1, gdn_channels(c));
 }
 
-static void gdn_bind_state(const spill_arch *a, spill_layer_weights *L, uint64_t ctx) {
-  (void)ctx;
+static void gdn_bind_state(const spill_arch *a, const spill_state_geom *g, spill_layer_weights *L) {
+  (void)g;
   L->kda_s = L->state;
   L->gdn_ring = L->state + (size_t)a->gdn.n_v_heads * a->gdn.head_dim * a->gdn.head_dim;
 }
@@ -161,11 +161,11 @@ static int gdn_load(spill_model *m, int l, spill_err *e) {
 }
 
 /* All of it (S and the ring, indexed by position modulo K-1), whatever n_past. */
-static int gdn_live_state(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
-                          uint64_t n[2]) {
+static int gdn_live_state(const spill_arch *a, const spill_state_geom *g, uint64_t n_past,
+                          uint64_t off[SPILL_MODEL_STATE_SPANS], uint64_t n[SPILL_MODEL_STATE_SPANS]) {
   (void)n_past;
   uint64_t part[2];
-  gdn_state_floats(a, ctx, part);
+  gdn_state_floats(a, g, part);
   off[0] = 0;
   n[0] = part[0] + part[1];
   off[1] = n[1] = 0;

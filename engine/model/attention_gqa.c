@@ -4,15 +4,19 @@
  * over the whole projection, arch.gqa.qk_norm), RoPE (rotate-half) on the
  * first rope_dim dims of every q and k head (all of them when rope_dim is
  * 0), append k and v to the layer's cache
- * (ctx, Hk*d) each, then per query head softmax(q . k_t / sqrt(d)) over
+ * (kv_rows, Hk*d) each, then per query head softmax(q . k_t / sqrt(d)) over
  * t = 0..pos and the weighted sum of v; with arch.gqa.out_gate (Qwen3.5)
  * attn_q gives each head's query then its gate, and the head's output is
  * multiplied by sigmoid(gate) before attn_output. Heads run in parallel on the pool;
  * each head's result is computed by one thread in a fixed order.
  * gpt-oss adds: YaRN frequencies and a cos/sin scale (rope_table), a
  * learned sink logit per head in the softmax denominator, and a sliding
- * window on some layers: the cache keeps every position (ctx), a sliding
- * layer only reads the last swa_window of them.
+ * window on some layers: such a layer reads only keys pos+1-W..pos, so its
+ * cache is a ring of W - 1 + max_chunk rows (spill_gqa_kv_rows; position t
+ * in row t mod rows) instead of ctx rows. The keys are visited in position
+ * order whatever the row they sit in, with the same arithmetic as a cache
+ * of ctx rows (which a full layer is: t mod ctx = t), so the logits are
+ * those of a full cache bit for bit (docs/MODEL.md "Sliding-window KV").
  */
 #include <math.h>
 #include <string.h>
@@ -21,11 +25,11 @@
 
 typedef struct gqa_job {
   const float *q;       /* (H*d) */
-  const float *kc, *vc; /* (ctx, Hk*d) */
+  const float *kc, *vc; /* (rows, Hk*d): position t in row t mod rows */
   float *att;           /* (n_threads, ctx): one row per thread */
   float *o;             /* (H*d) */
   const float *sinks;   /* (H) or NULL */
-  int d, qs, group, kvw, t0, n_t, ctx; /* qs: head stride of q (d, or 2d with the gate) */
+  int d, qs, group, kvw, t0, n_t, ctx, rows; /* qs: head stride of q (d, or 2d with the gate) */
   float scale;
 } gqa_job;
 
@@ -34,18 +38,18 @@ static void gqa_head(void *ctx, int j, int thread) {
   const int d = g->d, kh = j / g->group;
   const float *qj = g->q + (size_t)j * g->qs;
   float *att = g->att + (size_t)thread * g->ctx; /* (n_t) this thread's row: keys t0.. */
-  const int n = g->n_t - g->t0;
-  for (int i = 0; i < n; i++)
-    att[i] = spill_k_dot(qj, g->kc + (size_t)(g->t0 + i) * g->kvw + (size_t)kh * d, (uint32_t)d) * g->scale;
+  const int n = g->n_t - g->t0, r0 = g->t0 % g->rows; /* the row of key t0 */
+  /* keys t0..n_t-1 in position order; row r of key t0 + i wraps at rows */
+  for (int i = 0, r = r0; i < n; i++, r = r + 1 == g->rows ? 0 : r + 1)
+    att[i] = spill_k_dot(qj, g->kc + (size_t)r * g->kvw + (size_t)kh * d, (uint32_t)d) * g->scale;
   if (g->sinks)
     spill_model_softmax_sink(att, n, g->sinks[j]);
   else
     spill_model_softmax(att, n);
   float *oj = g->o + (size_t)j * d; /* (d) */
   memset(oj, 0, (size_t)d * sizeof(float));
-  for (int i = 0; i < n; i++) {
-    const int t = g->t0 + i;
-    const float *vt = g->vc + (size_t)t * g->kvw + (size_t)kh * d;
+  for (int i = 0, r = r0; i < n; i++, r = r + 1 == g->rows ? 0 : r + 1) {
+    const float *vt = g->vc + (size_t)r * g->kvw + (size_t)kh * d;
     const float at = att[i];
     for (int x = 0; x < d; x++) oj[x] += at * vt[x];
   }
@@ -62,8 +66,9 @@ static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, s
   const int H = c->n_heads, Hk = c->n_kv_heads, d = c->head_dim, kvw = Hk * d;
   const int qs = c->out_gate ? 2 * d : d;      /* q head stride */
   float *q = m->s.q;                           /* (H*qs): per head query (d) [then gate (d)] */
-  float *kc = L->cache + (size_t)pos * kvw;    /* (Hk*d) this position's key slot */
-  float *vc = L->cache_v + (size_t)pos * kvw;  /* (Hk*d) */
+  const int rows = (int)L->kv_rows, row = pos % rows; /* position pos's row of the cache */
+  float *kc = L->cache + (size_t)row * kvw;    /* (Hk*d) this position's key slot */
+  float *vc = L->cache_v + (size_t)row * kvw;  /* (Hk*d) */
   const int rd = c->rope_dim > 0 ? c->rope_dim : d; /* rotated dims of each head */
   float *cs = m->s.rope_cs;                    /* (rd/2 cos, rd/2 sin) */
   float *o = m->s.o;                           /* (H*d) */
@@ -91,10 +96,10 @@ static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, s
   for (int j = 0; j < H; j++) spill_model_rope_apply(q + (size_t)j * qs, rd, cs);
   for (int j = 0; j < Hk; j++) spill_model_rope_apply(kc + (size_t)j * d, rd, cs);
 
-  /* a sliding layer sees keys t with pos - t < swa_window */
+  /* a sliding layer sees keys t with pos - t < swa_window (its ring holds them: rows >= W) */
   const int t0 = spill_gqa_layer_swa(c, l) && pos + 1 > c->swa_window ? pos + 1 - c->swa_window : 0;
   gqa_job g = {q, L->cache, L->cache_v, m->s.att, o, c->sinks ? L->attn_sinks : NULL, d, qs, H / Hk, kvw, t0,
-               pos + 1, m->o.ctx, 1.0f / sqrtf((float)d)};
+               pos + 1, m->o.ctx, rows, 1.0f / sqrtf((float)d)};
   spill_model_run_tasks(m, gqa_head, &g, H, (uint64_t)H * (uint64_t)(pos + 1 - t0) * 2u * (uint64_t)d);
   spill_model_matvec(m, &L->attn_output, o, out); /* (D) */
   if (c->o_bias)
@@ -123,15 +128,19 @@ static int gqa_check(const spill_arch *a, spill_err *e) {
   return SPILL_OK;
 }
 
-/* keys then values: (ctx, Hk*d) each */
-static void gqa_state_floats(const spill_arch *a, uint64_t ctx, uint64_t part[2]) {
-  part[0] = spill_sat_mul(ctx, 2 * (uint64_t)a->gqa.n_kv_heads * (uint64_t)a->gqa.head_dim);
-  part[1] = 0;
+/* keys then values: (rows, Hk*d) each; a full layer's in part[0], a
+ * sliding-window layer's ring in part[1] (the plan reports them apart) */
+static void gqa_state_floats(const spill_arch *a, const spill_state_geom *g, uint64_t part[2]) {
+  const uint64_t f = spill_sat_mul(spill_gqa_kv_rows(a, g), 2 * (uint64_t)a->gqa.n_kv_heads * (uint64_t)a->gqa.head_dim);
+  const int ring = spill_gqa_layer_swa(&a->gqa, g->layer);
+  part[0] = ring ? 0 : f;
+  part[1] = ring ? f : 0;
 }
 
-static void gqa_bind_state(const spill_arch *a, spill_layer_weights *L, uint64_t ctx) {
+static void gqa_bind_state(const spill_arch *a, const spill_state_geom *g, spill_layer_weights *L) {
+  L->kv_rows = spill_gqa_kv_rows(a, g);
   L->cache = L->state;
-  L->cache_v = L->state + ctx * (uint64_t)a->gqa.n_kv_heads * (uint64_t)a->gqa.head_dim;
+  L->cache_v = L->state + L->kv_rows * (uint64_t)a->gqa.n_kv_heads * (uint64_t)a->gqa.head_dim;
 }
 
 static void gqa_scratch(const spill_arch *a, spill_attn_dims *d) {
@@ -172,15 +181,34 @@ static int gqa_load(spill_model *m, int l, spill_err *e) {
   return SPILL_OK;
 }
 
-/* Keys and values of positions [0, n_past): the head of each half. */
-static int gqa_live_state(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
-                          uint64_t n[2]) {
+/* Keys then values of the positions a continuation after n_past tokens
+ * reads: [0, n_past) on a full layer (the head of each half); on a
+ * sliding-window layer the last W - 1, [n_past - min(n_past, W - 1),
+ * n_past), in position order: from their first row to the ring's end, then
+ * from row 0 when they wrap (so a session does not depend on the ring's
+ * size, i.e. on max_chunk). */
+static int gqa_live_state(const spill_arch *a, const spill_state_geom *g, uint64_t n_past,
+                          uint64_t off[SPILL_MODEL_STATE_SPANS], uint64_t n[SPILL_MODEL_STATE_SPANS]) {
   const uint64_t row = (uint64_t)a->gqa.n_kv_heads * (uint64_t)a->gqa.head_dim;
-  off[0] = 0;
-  n[0] = n_past * row;
-  off[1] = ctx * row;
-  n[1] = n_past * row;
-  return 2;
+  const uint64_t rows = spill_gqa_kv_rows(a, g);
+  if (!spill_gqa_layer_swa(&a->gqa, g->layer)) {
+    off[0] = 0;
+    n[0] = n_past * row;
+    off[1] = rows * row;
+    n[1] = n_past * row;
+    return 2;
+  }
+  const uint64_t keep = (uint64_t)a->gqa.swa_window - 1;
+  const uint64_t cnt = n_past < keep ? n_past : keep; /* positions p0 .. n_past-1 */
+  const uint64_t r0 = (n_past - cnt) % rows;
+  const uint64_t head = cnt < rows - r0 ? cnt : rows - r0; /* rows r0 .. before the wrap */
+  for (int h = 0; h < 2; h++) { /* keys, then values (rows further on) */
+    off[2 * h] = (h * rows + r0) * row;
+    n[2 * h] = head * row;
+    off[2 * h + 1] = h * rows * row;
+    n[2 * h + 1] = (cnt - head) * row;
+  }
+  return 4;
 }
 
 const spill_attn_ops spill_attn_gqa_ops = {

@@ -167,16 +167,16 @@ static int kda_check(const spill_arch *a, spill_err *e) {
 }
 
 /* S (H, d, d), then the rings (3, K-1, H*d); independent of ctx */
-static void kda_state_floats(const spill_arch *a, uint64_t ctx, uint64_t part[2]) {
-  (void)ctx;
+static void kda_state_floats(const spill_arch *a, const spill_state_geom *g, uint64_t part[2]) {
+  (void)g;
   const uint64_t hd = (uint64_t)a->kda.n_heads * (uint64_t)a->kda.head_dim;
   const uint64_t K1 = a->kda.conv_kernel > 1 ? (uint64_t)a->kda.conv_kernel - 1 : 0;
   part[0] = spill_sat_mul(hd, (uint64_t)a->kda.head_dim);
   part[1] = spill_sat_mul(3 * K1, hd);
 }
 
-static void kda_bind_state(const spill_arch *a, spill_layer_weights *L, uint64_t ctx) {
-  (void)ctx;
+static void kda_bind_state(const spill_arch *a, const spill_state_geom *g, spill_layer_weights *L) {
+  (void)g;
   L->kda_s = L->state;
   L->kda_ring = L->state + (size_t)a->kda.n_heads * a->kda.head_dim * a->kda.head_dim;
 }
@@ -225,11 +225,11 @@ static int kda_load(spill_model *m, int l, spill_err *e) {
 }
 
 /* All of it (S and the rings, indexed by position modulo K-1), whatever n_past. */
-static int kda_live_state(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
-                          uint64_t n[2]) {
+static int kda_live_state(const spill_arch *a, const spill_state_geom *g, uint64_t n_past,
+                          uint64_t off[SPILL_MODEL_STATE_SPANS], uint64_t n[SPILL_MODEL_STATE_SPANS]) {
   (void)n_past;
   uint64_t part[2];
-  kda_state_floats(a, ctx, part);
+  kda_state_floats(a, g, part);
   off[0] = 0;
   n[0] = part[0] + part[1];
   off[1] = n[1] = 0;

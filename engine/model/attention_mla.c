@@ -188,14 +188,14 @@ static int mla_check(const spill_arch *a, spill_err *e) {
 }
 
 /* the latent cache: (ctx, dc + dr) */
-static void mla_state_floats(const spill_arch *a, uint64_t ctx, uint64_t part[2]) {
-  part[0] = spill_sat_mul(ctx, (uint64_t)a->mla.kv_lora_rank + (uint64_t)a->mla.qk_rope_dim);
+static void mla_state_floats(const spill_arch *a, const spill_state_geom *g, uint64_t part[2]) {
+  part[0] = spill_sat_mul(g->ctx, (uint64_t)a->mla.kv_lora_rank + (uint64_t)a->mla.qk_rope_dim);
   part[1] = 0;
 }
 
-static void mla_bind_state(const spill_arch *a, spill_layer_weights *L, uint64_t ctx) {
+static void mla_bind_state(const spill_arch *a, const spill_state_geom *g, spill_layer_weights *L) {
   (void)a;
-  (void)ctx;
+  (void)g;
   L->cache = L->state;
 }
 
@@ -237,9 +237,9 @@ static int mla_load(spill_model *m, int l, spill_err *e) {
 }
 
 /* Latent and rope key of positions [0, n_past). */
-static int mla_live_state(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
-                          uint64_t n[2]) {
-  (void)ctx;
+static int mla_live_state(const spill_arch *a, const spill_state_geom *g, uint64_t n_past,
+                          uint64_t off[SPILL_MODEL_STATE_SPANS], uint64_t n[SPILL_MODEL_STATE_SPANS]) {
+  (void)g;
   off[0] = 0;
   n[0] = n_past * ((uint64_t)a->mla.kv_lora_rank + (uint64_t)a->mla.qk_rope_dim);
   off[1] = n[1] = 0;

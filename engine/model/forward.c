@@ -35,6 +35,10 @@ int spill_model_forward_chunk(spill_model *m, const int *tokens, int T, int pos0
   float *attn_out = s->attn_out; /* (D) */
   float *ffn_out = s->ffn_out;   /* (T, D) */
 
+  /* the chunk writes positions pos0..pos0+T-1 into the sliding-window rings,
+   * over the rows of positions below pos0+T-rows (spill_model_rewind_min) */
+  if (m->swa_rows > 0 && pos0 + T - m->swa_rows > m->swa_lo) m->swa_lo = pos0 + T - m->swa_rows;
+
   for (int t = 0; t < T; t++) spill_k_dequant_row(&m->tok_embd, (uint32_t)tokens[t], x + (size_t)t * D);
   /* AttnRes (attn_res_block bs > 0): the bank of each token's raw layer
    * inputs at layers 0, bs, 2 bs, ... (entry i of token t at bank + (i T + t) D) */

@@ -16,7 +16,7 @@ using spill_test::RunSeq;
 
 namespace {
 
-const char *const kMixes[] = {"k3", "mla", "kda", "gqa", "qwen35"};
+const char *const kMixes[] = {"k3", "mla", "kda", "gqa", "qwen35", "gqa-swa"};
 
 bool AllFinite(const std::vector<float> &v) {
   for (float x : v)

@@ -20,7 +20,7 @@
 /* ---- state ---- */
 
 static int alloc_state(spill_model *m, spill_err *e) {
-  const uint64_t bytes = spill_model_state_bytes(&m->a, m->o.ctx);
+  const uint64_t bytes = spill_model_state_bytes(&m->a, m->o.ctx, m->o.max_chunk);
   SPILL_FAIL_IF(e, bytes == UINT64_MAX || bytes > SIZE_MAX, SPILL_E_NOMEM,
                 "state for ctx %d overflows", m->o.ctx);
   m->state_bytes = (size_t)bytes;
@@ -30,23 +30,30 @@ static int alloc_state(spill_model *m, spill_err *e) {
   float *p = m->state;
   for (int l = 0; l < m->a.n_layers; l++) {
     spill_layer_weights *L = &m->L[l];
+    const spill_state_geom g = {l, (uint64_t)m->o.ctx, (uint64_t)m->o.max_chunk};
     uint64_t part[2] = {0, 0};
-    L->attn->state_floats(&m->a, (uint64_t)m->o.ctx, part);
+    L->attn->state_floats(&m->a, &g, part);
     L->state = p;
     L->state_floats = part[0] + part[1];
-    L->attn->bind_state(&m->a, L, (uint64_t)m->o.ctx);
+    L->attn->bind_state(&m->a, &g, L);
     p += L->state_floats;
+    if (L->kind == SPILL_ATTN_GQA && spill_gqa_layer_swa(&m->a.gqa, l)) { /* all alike */
+      m->swa_w = m->a.gqa.swa_window;
+      m->swa_rows = (int)L->kv_rows;
+    }
   }
   spill_model_reset(m);
   return SPILL_OK;
 }
 
-int spill_model_state_spans(spill_model *m, int l, int n_past, float *ptr[2], uint64_t n[2]) {
+int spill_model_state_spans(spill_model *m, int l, int n_past, float *ptr[SPILL_MODEL_STATE_SPANS],
+                            uint64_t n[SPILL_MODEL_STATE_SPANS]) {
   if (!m || l < 0 || l >= m->a.n_layers || n_past < 0 || n_past > m->o.ctx || !m->state) return 0;
   const spill_layer_weights *L = &m->L[l];
-  uint64_t off[2] = {0, 0};
-  n[0] = n[1] = 0;
-  const int k = L->attn->live_state(&m->a, (uint64_t)m->o.ctx, (uint64_t)n_past, off, n);
+  const spill_state_geom g = {l, (uint64_t)m->o.ctx, (uint64_t)m->o.max_chunk};
+  uint64_t off[SPILL_MODEL_STATE_SPANS] = {0};
+  for (int i = 0; i < SPILL_MODEL_STATE_SPANS; i++) n[i] = 0;
+  const int k = L->attn->live_state(&m->a, &g, (uint64_t)n_past, off, n);
   for (int i = 0; i < k; i++) ptr[i] = L->state + off[i];
   return k;
 }
@@ -62,6 +69,30 @@ int spill_model_state_restore(spill_model *m, int n_past, spill_err *e) {
                 "state restore: %d tokens outside ctx %d", n_past, m ? m->o.ctx : 0);
   m->n_past = n_past;
   m->spec_n = 0;
+  /* the spans filled hold a sliding-window layer's last W - 1 positions */
+  m->swa_lo = m->swa_rows && n_past > m->swa_w - 1 ? n_past - (m->swa_w - 1) : 0;
+  return SPILL_OK;
+}
+
+int spill_model_rewind_min(const spill_model *m) {
+  if (!m) return 0;
+  if (spill_model_recurrent(m)) return m->n_past;
+  if (!m->swa_rows || m->swa_lo == 0) return 0;
+  const int lo = m->swa_lo + m->swa_w - 1; /* keys n+1-W.. of a next token at n held */
+  return lo < m->n_past ? lo : m->n_past;
+}
+
+int spill_model_rewind(spill_model *m, int n, spill_err *e) {
+  SPILL_FAIL_IF(e, !m || n < 0 || n > m->n_past, SPILL_E_RANGE,
+                "rewind to %d tokens: the model holds %d", n, m ? m->n_past : 0);
+  const int lo = spill_model_rewind_min(m);
+  SPILL_FAIL_IF(e, n < lo, SPILL_E_RANGE,
+                "rewind to %d tokens of %d: %s; %d is the shortest prefix held", n, m->n_past,
+                spill_model_recurrent(m) ? "a recurrent layer's state cannot run backwards"
+                                         : "the sliding-window rings no longer hold its window",
+                lo);
+  m->n_past = n;
+  m->spec_n = 0;
   return SPILL_OK;
 }
 
@@ -75,6 +106,7 @@ void spill_model_reset(spill_model *m) {
       memset(m->L[l].state, 0, (size_t)m->L[l].state_floats * sizeof(float));
   m->n_past = 0;
   m->spec_n = 0;
+  m->swa_lo = 0;
 }
 
 /* Arch limits the forward pass relies on beyond the manifest's own checks:

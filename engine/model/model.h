@@ -3,7 +3,8 @@
  * A spill_model owns: the open container, the whole trunk in one aligned
  * allocation, per-layer views of every trunk tensor (resolved by name once at
  * open), the sequence state (MLA latent cache, KDA recurrent state and conv
- * rings, GQA KV cache) sized for a maximum context, all scratch buffers (no
+ * rings, GQA KV cache, a sliding-window layer's as a ring of W - 1 + max_chunk
+ * rows) sized for a maximum context, all scratch buffers (no
  * allocation per token) and a thread pool. Routed experts come through a
  * spill_expert_source (expert_source.h); placement (cache, disk, prefetch)
  * and thread count never change the logits: experts are accumulated per
@@ -193,13 +194,28 @@ void spill_model_set_observer(spill_model *m, const spill_model_observer *obs);
 /* Sequence state for saving and restoring a conversation (engine's
  * spill_session_save / load). spill_model_state_spans: the floats of layer
  * l's state that a continuation after n_past tokens reads (n_past <= ctx),
- * as up to 2 writable spans ptr[i][0..n[i]) in a fixed order; returns the
- * span count (0 for a bad layer or n_past). spill_model_state_restore:
- * after the caller has filled the spans for n_past (starting from a reset
- * model), makes n_past the position the next forward continues from
- * (SPILL_E_RANGE past ctx). */
-int spill_model_state_spans(spill_model *m, int l, int n_past, float *ptr[2], uint64_t n[2]);
+ * as up to SPILL_MODEL_STATE_SPANS writable spans ptr[i][0..n[i]) in a fixed
+ * order (a sliding-window layer's keys of its last W-1 positions then their
+ * values, each in position order, so up to two pieces each where its ring
+ * wraps); returns the span count (0 for a bad layer or n_past). The spans
+ * of n_past tokens are valid while the model holds n_past tokens or was
+ * just reset. spill_model_state_restore: after the caller has filled the
+ * spans for n_past (starting from a reset model), makes n_past the
+ * position the next forward continues from (SPILL_E_RANGE past ctx). */
+#define SPILL_MODEL_STATE_SPANS 4
+int spill_model_state_spans(spill_model *m, int l, int n_past, float *ptr[SPILL_MODEL_STATE_SPANS],
+                            uint64_t n[SPILL_MODEL_STATE_SPANS]);
 int spill_model_state_restore(spill_model *m, int n_past, spill_err *e);
+/* The shortest prefix the held sequence can be cut back to by lowering
+ * n_past: 0 for positional caches that hold every position (GQA, MLA);
+ * n_past when some layer is recurrent (KDA, GDN: their state cannot run
+ * backwards); with sliding-window layers, the first position whose W-1
+ * predecessors their rings still hold (a ring keeps W - 1 + max_chunk
+ * positions). spill_model_rewind cuts back to n in [that, n_past]
+ * (SPILL_E_RANGE naming the limit otherwise); the next forward continues
+ * at n with the logits a forward of only those n tokens would give. */
+int spill_model_rewind_min(const spill_model *m);
+int spill_model_rewind(spill_model *m, int n, spill_err *e);
 /* 1 when some layer's state is recurrent (KDA): it cannot be cut back to
  * a shorter prefix by lowering n_past, as positional caches (GQA, MLA) can. */
 int spill_model_recurrent(const spill_model *m);
@@ -210,11 +226,13 @@ const spill_container *spill_model_container(const spill_model *m);
 const spill_model_stats *spill_model_last_stats(const spill_model *m);
 int spill_model_n_past(const spill_model *m); /* tokens run since reset */
 
-/* Bytes of sequence state for `ctx` tokens: per MLA layer ctx*(kv_lora_rank
- * + qk_rope_dim) floats, per GQA layer ctx*2*n_kv_heads*head_dim floats, per
- * KDA layer H*d*d + 3*(K-1)*H*d floats (independent of ctx). Saturates at
- * UINT64_MAX on overflow. */
-uint64_t spill_model_state_bytes(const spill_arch *a, int ctx);
+/* Bytes of sequence state for `ctx` tokens and prefill chunks of max_chunk
+ * tokens (<= 0: 16): per MLA layer ctx*(kv_lora_rank + qk_rope_dim) floats,
+ * per GQA layer rows*2*n_kv_heads*head_dim floats with rows = ctx, or
+ * min(ctx, swa_window - 1 + max_chunk) on a sliding-window layer (a ring),
+ * per KDA layer H*d*d + 3*(K-1)*H*d floats (independent of ctx). Saturates
+ * at UINT64_MAX on overflow. */
+uint64_t spill_model_state_bytes(const spill_arch *a, int ctx, int max_chunk);
 /* Bytes of forward scratch for a ctx, thread count and prefill chunk
  * (includes rvq3 LUTs whatever the expert dtype: an upper bound). */
 uint64_t spill_model_scratch_bytes(const spill_arch *a, int ctx, int n_threads, int max_chunk);

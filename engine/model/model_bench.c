@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
          100 * sum.ns_expert / tot, 100 * sum.ns_expert_wait / tot, 100 * sum.ns_lm_head / tot,
          100 * sum.ns_other / tot);
   printf("  trunk %.1f MB, state %.1f MB at ctx %d\n", spill_model_trunk_bytes(m) / 1e6,
-         spill_model_state_bytes(a, ctx) / 1e6, ctx);
+         spill_model_state_bytes(a, ctx, o.max_chunk) / 1e6, ctx);
   free(logits);
   spill_model_close(m);
   return 0;

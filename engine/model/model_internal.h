@@ -73,8 +73,9 @@ typedef struct spill_layer_weights {
   /* state (sequence): state_floats floats at state, carved by the kind's bind_state */
   float *state;
   uint64_t state_floats;
-  float *cache;  /* MLA: (ctx, dc+dr); GQA: (ctx, Hk*d) keys */
-  float *cache_v; /* GQA: (ctx, Hk*d) values */
+  float *cache;  /* MLA: (ctx, dc+dr); GQA: (kv_rows, Hk*d) keys */
+  float *cache_v; /* GQA: (kv_rows, Hk*d) values */
+  uint64_t kv_rows; /* GQA: ctx, or a sliding-window layer's ring (spill_gqa_kv_rows) */
   float *kda_s;  /* KDA: (H, d, d) */
   float *kda_ring; /* KDA: (3, K-1, H*d) previous pre-conv q, k, v */
   float *gdn_ring; /* GDN: (K-1, 2 Hk d + Hv d) previous pre-conv q, k, v; kda_s = S (Hv, d, d) */
@@ -202,6 +203,12 @@ struct spill_model {
    * records the recurrent layers' inputs into s.spec_h */
   int spec_pos, spec_n;
   int spec_rec;
+  /* sliding-window rings (GQA layers with arch.gqa.swa_window): the window
+   * W, the ring rows (0: no such layer) and the lowest position whose keys
+   * the rings still hold for the current sequence (forward.c raises it as
+   * chunks overwrite rows; a cut back to n needs n+1-W..n-1 held, so
+   * n >= swa_lo + W - 1 unless swa_lo is 0) */
+  int swa_w, swa_rows, swa_lo;
 };
 
 /* Most parts a use's rows are split into (moe.c: one per thread, when a
@@ -336,6 +343,29 @@ typedef struct spill_attn_dims {
   uint64_t kda, fa, kd; /* KDA H*d, max(gate ranks), head_dim */
 } spill_attn_dims;
 
+/* What a layer's sequence state is sized for: the layer (a kind's row may
+ * size by it: GQA's sliding-window layers), the tokens of context and the
+ * most tokens of one forward chunk (max_chunk >= 1; spec_max <= max_chunk). */
+typedef struct spill_state_geom {
+  int layer;
+  uint64_t ctx;
+  uint64_t chunk;
+} spill_state_geom;
+
+/* Rows of a GQA layer's key cache (and of its value cache): ctx, or for a
+ * sliding-window layer (spill_gqa_layer_swa) a ring of min(ctx, swa_window
+ * - 1 + chunk) rows holding position p in row p mod rows. Why that many: a
+ * chunk of T <= chunk tokens at pos0 writes rows of pos0..pos0+T-1, and
+ * after it the sequence may be cut back to any n >= pos0 (a verify chunk's
+ * rollback, spec_verify.c), whose next token reads keys n+1-W..n; so the
+ * W - 1 positions before pos0 and the chunk's own T must all still be there
+ * (attention_gqa.c, docs/MODEL.md "Sliding-window KV"). */
+static inline uint64_t spill_gqa_kv_rows(const spill_arch *a, const spill_state_geom *g) {
+  if (!spill_gqa_layer_swa(&a->gqa, g->layer)) return g->ctx;
+  const uint64_t r = (uint64_t)a->gqa.swa_window - 1 + (g->chunk > 0 ? g->chunk : 1);
+  return r < g->ctx ? r : g->ctx;
+}
+
 /* One row per spill_attn_kind: everything that differs between kinds.
  * Adding an attention kind = a file with its row + one entry in
  * attention_table.c. */
@@ -344,11 +374,12 @@ struct spill_attn_ops {
   /* Arch dimensions this kind relies on beyond the manifest's checks
    * (SPILL_E_FORMAT naming the section). */
   int (*check)(const spill_arch *a, spill_err *e);
-  /* Floats of state of one layer for ctx tokens (saturating at UINT64_MAX):
-   * part[0] the cache or recurrent state, part[1] the conv rings (or 0). */
-  void (*state_floats)(const spill_arch *a, uint64_t ctx, uint64_t part[2]);
+  /* Floats of state of one layer for geometry g (saturating at UINT64_MAX):
+   * part[0] the cache or recurrent state, part[1] the rings (KDA/GDN conv
+   * rings, a GQA sliding-window layer's key/value ring; or 0). */
+  void (*state_floats)(const spill_arch *a, const spill_state_geom *g, uint64_t part[2]);
   /* Points the layer's state views into its L->state. */
-  void (*bind_state)(const spill_arch *a, spill_layer_weights *L, uint64_t ctx);
+  void (*bind_state)(const spill_arch *a, const spill_state_geom *g, spill_layer_weights *L);
   /* 1: the state must be zero at a reset (recurrent); 0: it is only read
    * below n_past, so it is never cleared. */
   int reset_zero;
@@ -358,11 +389,12 @@ struct spill_attn_ops {
   int (*load)(spill_model *m, int l, spill_err *e);
   /* out (D) = ATTN(l)(h (D), pos); updates the layer's state. */
   int (*run)(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e);
-  /* The part of a layer's state (ctx tokens) a continuation after n_past
-   * tokens reads: up to 2 spans [off, off + n) of floats into L->state, in
-   * order; returns how many. What a saved session holds (spill_session.c). */
-  int (*live_state)(const spill_arch *a, uint64_t ctx, uint64_t n_past, uint64_t off[2],
-                    uint64_t n[2]);
+  /* The part of a layer's state (geometry g) a continuation after n_past
+   * tokens reads: up to SPILL_MODEL_STATE_SPANS spans [off, off + n) of
+   * floats into L->state, in order; returns how many. What a saved session
+   * holds (spill_session.c). */
+  int (*live_state)(const spill_arch *a, const spill_state_geom *g, uint64_t n_past,
+                    uint64_t off[SPILL_MODEL_STATE_SPANS], uint64_t n[SPILL_MODEL_STATE_SPANS]);
 };
 extern const spill_attn_ops spill_attn_gqa_ops, spill_attn_mla_ops, spill_attn_kda_ops,
     spill_attn_gdn_ops;

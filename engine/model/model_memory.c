@@ -77,7 +77,8 @@ static void plan_spec(const spill_arch *a, const spill_model_mem_opts *o, carver
     const spill_attn_ops *k = spill_attn_kind_ops(a->layer_attn[l]);
     if (!k || !k->reset_zero) continue;
     uint64_t part[2] = {0, 0};
-    k->state_floats(a, (uint64_t)o->ctx, part);
+    const spill_state_geom g = {l, (uint64_t)o->ctx, (uint64_t)o->max_chunk};
+    k->state_floats(a, &g, part);
     rec_floats = sat_add(rec_floats, sat_add(part[0], part[1]));
     n_rec++;
   }
@@ -215,7 +216,8 @@ void spill_model_memory(const spill_arch *a, const spill_model_mem_opts *o, spil
     const spill_attn_ops *k = spill_attn_kind_ops(a->layer_attn[l]);
     if (!k) continue;
     uint64_t part[2] = {0, 0};
-    k->state_floats(a, (uint64_t)r.ctx, part);
+    const spill_state_geom g = {l, (uint64_t)r.ctx, (uint64_t)r.max_chunk};
+    k->state_floats(a, &g, part);
     for (int i = 0; i < 2; i++) {
       uint64_t *t = &out->state[a->layer_attn[l]][i];
       *t = sat_add(*t, sat_mul(part[i], sizeof(float)));
@@ -238,9 +240,9 @@ uint64_t spill_model_carve_scratch(spill_model *m, void *base) {
   return cv.off;
 }
 
-uint64_t spill_model_state_bytes(const spill_arch *a, int ctx) {
+uint64_t spill_model_state_bytes(const spill_arch *a, int ctx, int max_chunk) {
   if (!a || ctx < 0) return 0;
-  const spill_model_mem_opts o = {ctx, 1, 1, 0, 0, 0};
+  const spill_model_mem_opts o = {ctx, 1, max_chunk, 0, 0, 0}; /* max_chunk <= 0: 16 */
   spill_model_mem mem;
   spill_model_memory(a, &o, &mem);
   return mem.state_total;

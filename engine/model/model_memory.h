@@ -25,7 +25,7 @@ extern "C" {
 typedef struct spill_model_mem_opts {
   int ctx;       /* tokens of state and of the attention score row */
   int n_threads; /* pool threads (one score row and temporaries each); <= 0: 1 */
-  int max_chunk; /* tokens per prefill chunk; <= 0: 16 */
+  int max_chunk; /* tokens per prefill chunk (and the slack of sliding-window rings); <= 0: 16 */
   int act_q8;    /* 1: buffers of the quantised matvec inputs (act_q8) */
   int rvq3_qlut; /* 1: the int16 LUTs of rvq3 experts (spill_model_rvq3_qlut) */
   int spec_max;  /* speculation: most tokens of a verify chunk (<= max_chunk); 0 = none */
@@ -44,7 +44,8 @@ enum {
 
 typedef struct spill_model_mem {
   /* state bytes of all layers of each attention kind (spill_attn_kind):
-   * [kind][0] the cache or recurrent state, [kind][1] the conv rings */
+   * [kind][0] the cache or recurrent state, [kind][1] the rings: KDA/GDN conv
+   * rings, GQA sliding-window layers' key/value rings (W - 1 + max_chunk rows) */
   uint64_t state[4][2]; /* SPILL_ATTN_KINDS */
   uint64_t state_total;
   uint64_t scratch[SPILL_MEM_GROUPS]; /* bytes, every buffer 64-byte aligned */

@@ -31,6 +31,10 @@ TEST(ModelMemoryTest, PlanEqualsWhatTheModelAllocates) {
       {"k3", SPILL_DT_F32, 1, 1, 0, 1},
       {"gqa", SPILL_DT_Q8, 2, 5, 1, 100, 5},  {"kda", SPILL_DT_RVQ3, 1, 16, 0, 64, 9},
       {"k3", SPILL_DT_Q4, 2, 9, 1, 128, 4},
+      // sliding-window layers: rings of W - 1 + chunk rows (W = 8), one wider
+      // than ctx (then ctx rows), with and without speculation
+      {"gqa-swa", SPILL_DT_Q8, 2, 5, 1, 100}, {"gqa-swa", SPILL_DT_RVQ3, 1, 16, 0, 20},
+      {"gqa-swa", SPILL_DT_Q8, 1, 4, 1, 64, 4},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(std::string(c.mix) + " " + spill_dtype_name(c.edt) + " threads " +
@@ -68,11 +72,20 @@ TEST(ModelMemoryTest, PlanEqualsWhatTheModelAllocates) {
     spill_plan p;
     ASSERT_EQ(spill_plan_compute_run(&arch, rec, trunk, &mo, &p, &e), SPILL_OK) << e.msg;
     EXPECT_EQ(p.state.total + p.scratch.total, allocated);
-    EXPECT_EQ(p.state.total, spill_model_state_bytes(&arch, c.ctx));
+    EXPECT_EQ(p.state.total, spill_model_state_bytes(&arch, c.ctx, c.chunk));
     EXPECT_EQ(p.scratch.total, p.scratch.activations + p.scratch.attn_scores +
                                    p.scratch.moe_buffers + p.scratch.rvq_luts + p.scratch.logits);
     EXPECT_EQ(p.state.total,
-              p.state.mla_latent + p.state.kda_state + p.state.kda_conv + p.state.gqa_kv);
+              p.state.mla_latent + p.state.kda_state + p.state.kda_conv + p.state.gqa_kv +
+                  p.state.gqa_swa_kv + p.state.gdn_state);
+    const uint64_t row = 4ull * 2 * 2 * 16; /* keys and values, 2 kv heads x 16, f32 */
+    if (!strcmp(c.mix, "gqa-swa")) { /* layers 0, 2 sliding (W = 8), 1, 3 full */
+      const uint64_t rows = std::min<uint64_t>((uint64_t)c.ctx, 8 - 1 + (uint64_t)c.chunk);
+      EXPECT_EQ(p.state.gqa_swa_kv, 2 * rows * row);
+      EXPECT_EQ(p.state.gqa_kv, 2ull * (uint64_t)c.ctx * row);
+    } else {
+      EXPECT_EQ(p.state.gqa_swa_kv, 0u);
+    }
   }
 }
 

@@ -7,7 +7,9 @@
  * adds the lm head of every position. Rolling back to the first n_keep
  * tokens:
  * - positional caches (GQA keys/values, MLA latents) are written at their
- *   position and read only below n_past, so lowering n_past is exact;
+ *   position and read only below n_past, so lowering n_past is exact (a
+ *   sliding-window ring of W - 1 + max_chunk rows, spill_gqa_kv_rows, still
+ *   holds the window of any kept prefix of a chunk);
  * - AttnRes keeps no state across positions (its bank is per-chunk scratch);
  * - recurrent layers (KDA: S and the conv rings) cannot be run backwards.
  *   Their state is copied before the chunk, and the chunk records each such

@@ -90,9 +90,12 @@ TEST_P(SpecVerify, KeepingAnyPrefixIsBitIdenticalToRunningOnlyThatPrefix) {
 INSTANTIATE_TEST_SUITE_P(AllKinds, SpecVerify,
                          ::testing::Values(Case{"gqa", 0}, Case{"mla", 0}, Case{"kda", 0},
                                            Case{"k3", 0}, Case{"gqa", 1}, Case{"k3", 1},
-                                           Case{"qwen35", 0}, Case{"qwen35", 1}),
+                                           Case{"qwen35", 0}, Case{"qwen35", 1},
+                                           Case{"gqa-swa", 0}, Case{"gqa-swa", 1}),
                          [](const ::testing::TestParamInfo<Case> &i) {
-                           return std::string(i.param.mix) + (i.param.act_q8 ? "_q8" : "_f32");
+                           std::string n = std::string(i.param.mix) + (i.param.act_q8 ? "_q8" : "_f32");
+                           for (char &ch : n) ch = ch == '-' ? '_' : ch;  // gqa-swa: a valid name
+                           return n;
                          });
 
 TEST(SpecVerifyTest, RefusesChunksBeyondSpecMaxAndKeepsWithoutAVerify) {

@@ -21,17 +21,17 @@ spill_arch PlanArch(const char *mix) {
 TEST(StateTest, MlaTokenCostsLatentPlusRopeFloatsPerLayer) {
   const spill_arch a = PlanArch("mla");
   const uint64_t per_tok = (uint64_t)a.n_layers * (a.mla.kv_lora_rank + a.mla.qk_rope_dim) * 4;
-  EXPECT_EQ(spill_model_state_bytes(&a, 1), per_tok);
-  EXPECT_EQ(spill_model_state_bytes(&a, 1001) - spill_model_state_bytes(&a, 1000), per_tok);
-  EXPECT_EQ(spill_model_state_bytes(&a, 4096), 4096 * per_tok);
+  EXPECT_EQ(spill_model_state_bytes(&a, 1, 16), per_tok);
+  EXPECT_EQ(spill_model_state_bytes(&a, 1001, 16) - spill_model_state_bytes(&a, 1000, 16), per_tok);
+  EXPECT_EQ(spill_model_state_bytes(&a, 4096, 16), 4096 * per_tok);
 }
 
 TEST(StateTest, KdaStateIsIndependentOfContext) {
   const spill_arch a = PlanArch("kda");
   const uint64_t H = a.kda.n_heads, d = a.kda.head_dim, K = a.kda.conv_kernel;
   const uint64_t per_layer = (H * d * d + 3 * (K - 1) * H * d) * 4;
-  EXPECT_EQ(spill_model_state_bytes(&a, 1), a.n_layers * per_layer);
-  EXPECT_EQ(spill_model_state_bytes(&a, 1 << 20), a.n_layers * per_layer);
+  EXPECT_EQ(spill_model_state_bytes(&a, 1, 16), a.n_layers * per_layer);
+  EXPECT_EQ(spill_model_state_bytes(&a, 1 << 20, 16), a.n_layers * per_layer);
 }
 
 TEST(StateTest, MixedModelAddsMlaAndKdaParts) {
@@ -39,7 +39,7 @@ TEST(StateTest, MixedModelAddsMlaAndKdaParts) {
   int n_mla = 0;
   for (int l = 0; l < a.n_layers; l++) n_mla += a.layer_attn[l] == SPILL_ATTN_MLA;
   ASSERT_GT(n_mla, 0);
-  EXPECT_EQ(spill_model_state_bytes(&a, 101) - spill_model_state_bytes(&a, 100),
+  EXPECT_EQ(spill_model_state_bytes(&a, 101, 16) - spill_model_state_bytes(&a, 100, 16),
             (uint64_t)n_mla * (a.mla.kv_lora_rank + a.mla.qk_rope_dim) * 4);
 }
 
@@ -60,7 +60,7 @@ TEST(StateTest, ReproducesK3PublishedStateAt4K) {
   const double mla = 24.0 * 4096 * 576 * 4 / mib, kda = 69.0 * 96 * 128 * 128 * 4 / mib;
   EXPECT_NEAR(mla, 216, 0.5);
   EXPECT_NEAR(kda, 414, 0.5);
-  const double total = spill_model_state_bytes(&a, 4096) / mib;
+  const double total = spill_model_state_bytes(&a, 4096, 16) / mib;
   EXPECT_NEAR(total, 659, 1.5);
 }
 

@@ -68,7 +68,8 @@ int spill_plan_compute_run(const spill_arch *a, uint64_t record_bytes, uint64_t 
   spill_model_mem mem;
   spill_model_memory(a, o, &mem);
   if (mem.overflow) ac.overflow = 1;
-  p->state.gqa_kv = mem.state[SPILL_ATTN_GQA][0] + mem.state[SPILL_ATTN_GQA][1];
+  p->state.gqa_kv = mem.state[SPILL_ATTN_GQA][0];
+  p->state.gqa_swa_kv = mem.state[SPILL_ATTN_GQA][1]; /* the sliding-window rings */
   p->state.mla_latent = mem.state[SPILL_ATTN_MLA][0] + mem.state[SPILL_ATTN_MLA][1];
   p->state.kda_state = mem.state[SPILL_ATTN_KDA][0];
   p->state.kda_conv = mem.state[SPILL_ATTN_KDA][1];

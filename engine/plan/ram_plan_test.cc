@@ -209,6 +209,53 @@ TEST(RamPlanTest, OverflowingArchIsAnErrorNotAWrap) {
   EXPECT_EQ(spill_plan_compute(&a, 1ull << 40, 1ull << 40, 1 << 30, 1, &p, &e), SPILL_E_RANGE);
 }
 
+// gpt-oss-120b's attention (36 layers, 8 kv heads of 64, a 128-token window
+// on the even layers): a sliding-window layer's KV is a ring of
+// W - 1 + prefill_chunk rows whatever ctx, so only the 18 full layers' KV
+// grows with the context (model_memory_test: the rings are what a model
+// allocates).
+TEST(RamPlanTest, SlidingWindowKvDoesNotGrowWithContext) {
+  spill_arch a = {};
+  a.n_layers = 36;
+  a.n_dense_layers = 0;
+  a.d_model = 2880;
+  a.vocab_size = 201088;
+  for (int l = 0; l < a.n_layers; l++) a.layer_attn[l] = SPILL_ATTN_GQA;
+  a.gqa.n_heads = 64;
+  a.gqa.n_kv_heads = 8;
+  a.gqa.head_dim = 64;
+  a.gqa.rope_theta = 150000.0;
+  a.gqa.sinks = 1;
+  a.gqa.swa_window = 128;
+  a.gqa.swa_pattern = 2;
+  a.moe.n_experts = 128;
+  a.moe.top_k = 4;
+  a.moe.d_expert = 2880;
+  const uint64_t row = 2ull * 8 * 64 * 4; /* keys and values of a position, f32 */
+  spill_err e = {};
+  uint64_t swa_prev = 0, total_prev = 0;
+  for (int ctx : {256, 4096, 131072}) {
+    SCOPED_TRACE(ctx);
+    spill_plan p;
+    ASSERT_EQ(spill_plan_compute(&a, 1 << 20, 1 << 30, ctx, 2, &p, &e), SPILL_OK) << e.msg;
+    EXPECT_EQ(p.state.gqa_swa_kv, 18 * (128 - 1 + 16) * row); /* prefill chunk 16 */
+    EXPECT_EQ(p.state.gqa_kv, 18 * (uint64_t)ctx * row);
+    EXPECT_EQ(p.state.total, p.state.gqa_kv + p.state.gqa_swa_kv);
+    if (swa_prev) EXPECT_EQ(p.state.gqa_swa_kv, swa_prev);
+    EXPECT_GT(p.state.total, total_prev);
+    swa_prev = p.state.gqa_swa_kv;
+    total_prev = p.state.total;
+  }
+  // the ring follows the prefill chunk (its slack for a verify's rollback)
+  const spill_model_mem_opts o = {4096, 2, 5, 1, 1, 0};
+  spill_plan p;
+  ASSERT_EQ(spill_plan_compute_run(&a, 1 << 20, 1 << 30, &o, &p, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(p.state.gqa_swa_kv, 18 * (128 - 1 + 5) * row);
+  // a context shorter than the ring: ctx rows, as a full layer
+  ASSERT_EQ(spill_plan_compute(&a, 1 << 20, 1 << 30, 100, 2, &p, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(p.state.gqa_swa_kv, 18 * 100 * row);
+}
+
 // MemAvailable read from a meminfo file: the value in bytes, 0 when the line
 // is missing, the file is absent, or the value would overflow.
 TEST(RamPlanTest, AvailableRamReadsMemAvailable) {

@@ -23,7 +23,8 @@ typedef struct spill_gen_request {
   uint64_t disk_bytes;  /* twin: container size cap (default 40e9) */
   uint64_t seed;        /* default 1 */
   const char *attn_mix; /* "k3" (default: Kimi K3 as released), "k3-family" (the
-                           earlier reconstruction), "mla", "kda", "gqa", "qwen35"
+                           earlier reconstruction), "mla", "kda", "gqa", "gqa-swa"
+                           (gqa with gpt-oss's sliding window and sinks), "qwen35"
                            (3 GDN : 1 gated GQA) */
   const char *trunk_dtype;  /* "q4" (default: q4 bulk, q8 embeddings) or "f32" */
   const char *expert_dtype; /* "rvq3" (default), "f32", "q8", "q4", "mxfp4" */

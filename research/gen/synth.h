@@ -45,7 +45,9 @@ typedef struct spill_gen_opts {
   uint64_t seed;
   const char *attn_mix;   /* "k3" (Kimi K3 as released, 3 KDA : 1 MLA), "k3-family"
                              (the earlier reconstruction, same pattern), "mla", "kda", "gqa",
-                             "qwen35" (3 GDN : 1 gated GQA) */
+                             "gqa-swa" (gqa with gpt-oss's sliding window: 8 tokens on
+                             nano (128 otherwise) on the even layers, a sink logit per
+                             head), "qwen35" (3 GDN : 1 gated GQA) */
   spill_gen_trunk trunk;
   spill_dtype expert_dtype; /* rvq3 (default), f32, q8, q4, mxfp4 */
   double skew;            /* popularity skew, 0 = uniform bias; < 0 = default */

@@ -35,6 +35,7 @@ typedef struct gen_shape {
   int gate_rank, out_gate_rank;
   int n_experts, top_k, d_expert, n_shared, d_shared, d_latent;
   int softmax_router;
+  int swa_window; /* gqa-swa: gpt-oss's sliding window on the even layers, a sink per head */
   uint32_t trunk_group;
 } gen_shape;
 
@@ -247,6 +248,7 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
       M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_k", l);
       M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_v", l);
       M(CLS_BULK, D, H * hd, ro / sqrtf((float)(H * hd)), "blk.%d.attn_output", l);
+      if (s->swa_window > 0) VEC(H, 1.0f, "blk.%d.attn_sinks", l); /* a logit per head */
       if (q35) {
         NORM(hd, "blk.%d.attn_q_norm", l);
         NORM(hd, "blk.%d.attn_k_norm", l);
@@ -372,6 +374,11 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
     a->gqa.head_dim = s->head_dim;
     a->gqa.rope_theta = 10000.0;
   }
+  if (s->swa_window > 0) { /* gpt-oss's attention: llama.cpp's pattern 2, sinks */
+    a->gqa.swa_window = s->swa_window;
+    a->gqa.swa_pattern = 2;
+    a->gqa.sinks = 1;
+  }
   if (s->mix == MIX_QWEN35) { /* gated GQA with head q/k norms and a quarter of each head rotated */
     a->gqa.qk_norm = SPILL_QK_NORM_HEAD;
     a->gqa.out_gate = 1;
@@ -400,7 +407,7 @@ static int parse_mix(const char *m) {
   if (!strcmp(m, "k3-family")) return MIX_K3_FAMILY;
   if (!strcmp(m, "mla")) return MIX_MLA;
   if (!strcmp(m, "kda")) return MIX_KDA;
-  if (!strcmp(m, "gqa")) return MIX_GQA;
+  if (!strcmp(m, "gqa") || !strcmp(m, "gqa-swa")) return MIX_GQA; /* -swa: gen_shape.swa_window */
   if (!strcmp(m, "qwen35")) return MIX_QWEN35;
   return -1;
 }
@@ -919,7 +926,7 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   memset(p, 0, sizeof *p);
   SPILL_FAIL_IF(e, !o, SPILL_E_INVALID_ARG, "gen: no options");
   int mix = parse_mix(o->attn_mix);
-  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, k3-family, mla, kda, gqa, qwen35)",
+  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, k3-family, mla, kda, gqa, gqa-swa, qwen35)",
                 o->attn_mix);
   spill_dtype edt = o->expert_dtype;
   SPILL_FAIL_IF(e,
@@ -935,6 +942,8 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   gen_shape s;
   memset(&s, 0, sizeof s);
   SPILL_TRY(plan_shape(o, mix, &s, &p->sum, e));
+  if (o->attn_mix && !strcmp(o->attn_mix, "gqa-swa")) /* short enough for a test to pass it often */
+    s.swa_window = !strcmp(s.name, "nano") ? 8 : 128;
   float cal = 0.0f;
   if (!s.softmax_router && s.n_layers > s.n_dense && !o->shape_only)
     SPILL_TRY(spill_gen_calibrate_bias(s.n_experts, s.top_k, &cal, e));
