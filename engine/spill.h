@@ -116,6 +116,11 @@ typedef struct spill_config {
    * (the output is unchanged: rejected drafts are rolled back); -1 (off):
    * the model decides. Live. */
   int draft_accept_max;
+  /* swa_kv: a sliding-window GQA layer's keys and values (gpt-oss): 0 ring,
+   * W - 1 + prefill_chunk rows whatever ctx; 1 full, ctx rows, so a prompt
+   * that leaves the held conversation anywhere keeps its prefix (docs/MODEL.md
+   * "Sliding-window KV"). The logits are the same. */
+  int swa_kv;
 } spill_config;
 
 /* Fills the defaults above. */

@@ -472,4 +472,52 @@ TEST(SessionSlidingWindow, RingsCutBackWithinThemselvesAndSessionsHoldPositions)
   spill_engine_close(f);
 }
 
+// swa_kv full: the sliding-window layers keep ctx rows, so a prompt leaving
+// the held conversation 30 tokens back keeps its prefix (the ring does not),
+// with the logits of a full prefill; and it loads a session a ring engine
+// saved (the file holds positions) and continues as that engine does.
+TEST(SessionSlidingWindow, FullKvKeepsAnyPrefixAndLoadsRingSessions) {
+  spill_sampling greedy;
+  spill_sampling_default(&greedy);
+  spill_config cfg;
+  spill_config_default(&cfg);
+  cfg.ctx = 256;
+  cfg.prefill_chunk = 5;
+  spill_err e = {};
+  ASSERT_EQ(spill_config_set(&cfg, "swa_kv", "full", &e), SPILL_OK) << e.msg;
+  spill_engine *a = nullptr, *f = Open("gqa-swa"), *r = Open("gqa-swa");
+  ASSERT_EQ(spill_engine_open(Nano("gqa-swa").c_str(), &cfg, &a, &e), SPILL_OK) << e.msg;
+  ASSERT_NE(f, nullptr);
+  ASSERT_NE(r, nullptr);
+  const std::vector<int> p1 = Tokens(a, "A sliding window sees eight tokens; this prompt is longer.", 1);
+  RunTurn(a, p1, 10, greedy, SPILL_GEN_REUSE);
+  const std::vector<int> held = Held(a);
+  std::vector<int> p(held.begin(), held.end() - 30);
+  const std::vector<int> more = Tokens(a, " Elsewhere.", 0);
+  p.insert(p.end(), more.begin(), more.end());
+  size_t k = 0;
+  while (k < held.size() && k < p.size() && held[k] == p[k]) k++;
+  const Turn ar = RunTurn(a, p, 5, greedy, SPILL_GEN_REUSE);
+  const Turn fr = RunTurn(f, p, 5, greedy, 0);
+  EXPECT_EQ(ar.st.tokens_cached, (int)k);
+  EXPECT_EQ(ar.toks, fr.toks);
+  EXPECT_EQ(ar.logit_crcs, fr.logit_crcs);
+  // a ring engine's session (past the window) into the full one
+  RunTurn(r, p1, 10, greedy, SPILL_GEN_REUSE);
+  const std::string file = TmpDir() + "/swa-ring-to-full.session";
+  ASSERT_EQ(spill_session_save(r, file.c_str(), &e), SPILL_OK) << e.msg;
+  std::vector<int> p2 = Held(r);
+  const std::vector<int> tail = Tokens(r, " and on", 0);
+  p2.insert(p2.end(), tail.begin(), tail.end());
+  const Turn r2 = RunTurn(r, p2, 8, greedy, SPILL_GEN_REUSE);
+  ASSERT_EQ(spill_session_load(a, file.c_str(), &e), SPILL_OK) << e.msg;
+  const Turn a2 = RunTurn(a, p2, 8, greedy, SPILL_GEN_REUSE);
+  EXPECT_EQ(a2.st.tokens_cached, r2.st.tokens_cached);
+  EXPECT_EQ(a2.toks, r2.toks);
+  EXPECT_EQ(a2.logit_crcs, r2.logit_crcs);
+  spill_engine_close(a);
+  spill_engine_close(f);
+  spill_engine_close(r);
+}
+
 }  // namespace

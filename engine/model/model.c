@@ -20,7 +20,11 @@
 /* ---- state ---- */
 
 static int alloc_state(spill_model *m, spill_err *e) {
-  const uint64_t bytes = spill_model_state_bytes(&m->a, m->o.ctx, m->o.max_chunk);
+  /* the one memory formula (model_memory.h), for these options */
+  const spill_model_mem_opts mo = {m->o.ctx, 1, m->o.max_chunk, 0, 0, 0, m->o.swa_full_kv};
+  spill_model_mem mem;
+  spill_model_memory(&m->a, &mo, &mem);
+  const uint64_t bytes = mem.state_total;
   SPILL_FAIL_IF(e, bytes == UINT64_MAX || bytes > SIZE_MAX, SPILL_E_NOMEM,
                 "state for ctx %d overflows", m->o.ctx);
   m->state_bytes = (size_t)bytes;
@@ -30,7 +34,7 @@ static int alloc_state(spill_model *m, spill_err *e) {
   float *p = m->state;
   for (int l = 0; l < m->a.n_layers; l++) {
     spill_layer_weights *L = &m->L[l];
-    const spill_state_geom g = {l, (uint64_t)m->o.ctx, (uint64_t)m->o.max_chunk};
+    const spill_state_geom g = {l, (uint64_t)m->o.ctx, (uint64_t)m->o.max_chunk, m->o.swa_full_kv};
     uint64_t part[2] = {0, 0};
     L->attn->state_floats(&m->a, &g, part);
     L->state = p;
@@ -50,7 +54,7 @@ int spill_model_state_spans(spill_model *m, int l, int n_past, float *ptr[SPILL_
                             uint64_t n[SPILL_MODEL_STATE_SPANS]) {
   if (!m || l < 0 || l >= m->a.n_layers || n_past < 0 || n_past > m->o.ctx || !m->state) return 0;
   const spill_layer_weights *L = &m->L[l];
-  const spill_state_geom g = {l, (uint64_t)m->o.ctx, (uint64_t)m->o.max_chunk};
+  const spill_state_geom g = {l, (uint64_t)m->o.ctx, (uint64_t)m->o.max_chunk, m->o.swa_full_kv};
   uint64_t off[SPILL_MODEL_STATE_SPANS] = {0};
   for (int i = 0; i < SPILL_MODEL_STATE_SPANS; i++) n[i] = 0;
   const int k = L->attn->live_state(&m->a, &g, (uint64_t)n_past, off, n);

@@ -86,6 +86,10 @@ typedef struct spill_model_opts {
    * they did before they became tasks of it; 0 (the default): tasks of the
    * region. The same bits either way (forward_test compares them). */
   int shared_outside_region;
+  /* 1: sliding-window GQA layers keep ctx rows of keys and values (every
+   * position: the held sequence can be cut back anywhere); 0: a ring of
+   * W - 1 + max_chunk rows (spill_gqa_kv_rows). The logits are the same. */
+  int swa_full_kv;
 } spill_model_opts;
 
 /* Time split and counters of the last spill_model_forward call (all tokens

@@ -345,23 +345,25 @@ typedef struct spill_attn_dims {
 
 /* What a layer's sequence state is sized for: the layer (a kind's row may
  * size by it: GQA's sliding-window layers), the tokens of context and the
- * most tokens of one forward chunk (max_chunk >= 1; spec_max <= max_chunk). */
+ * most tokens of one forward chunk (max_chunk >= 1; spec_max <= max_chunk);
+ * swa_full: sliding-window layers keep ctx rows (spill_model_opts.swa_full_kv). */
 typedef struct spill_state_geom {
   int layer;
   uint64_t ctx;
   uint64_t chunk;
+  int swa_full;
 } spill_state_geom;
 
 /* Rows of a GQA layer's key cache (and of its value cache): ctx, or for a
- * sliding-window layer (spill_gqa_layer_swa) a ring of min(ctx, swa_window
- * - 1 + chunk) rows holding position p in row p mod rows. Why that many: a
- * chunk of T <= chunk tokens at pos0 writes rows of pos0..pos0+T-1, and
- * after it the sequence may be cut back to any n >= pos0 (a verify chunk's
- * rollback, spec_verify.c), whose next token reads keys n+1-W..n; so the
- * W - 1 positions before pos0 and the chunk's own T must all still be there
- * (attention_gqa.c, docs/MODEL.md "Sliding-window KV"). */
+ * sliding-window layer (spill_gqa_layer_swa; unless g->swa_full) a ring of
+ * min(ctx, swa_window - 1 + chunk) rows holding position p in row p mod
+ * rows. Why that many: a chunk of T <= chunk tokens at pos0 writes rows of
+ * pos0..pos0+T-1, and after it the sequence may be cut back to any n >= pos0
+ * (a verify chunk's rollback, spec_verify.c), whose next token reads keys
+ * n+1-W..n; so the W - 1 positions before pos0 and the chunk's own T must
+ * all still be there (attention_gqa.c, docs/MODEL.md "Sliding-window KV"). */
 static inline uint64_t spill_gqa_kv_rows(const spill_arch *a, const spill_state_geom *g) {
-  if (!spill_gqa_layer_swa(&a->gqa, g->layer)) return g->ctx;
+  if (g->swa_full || !spill_gqa_layer_swa(&a->gqa, g->layer)) return g->ctx;
   const uint64_t r = (uint64_t)a->gqa.swa_window - 1 + (g->chunk > 0 ? g->chunk : 1);
   return r < g->ctx ? r : g->ctx;
 }

@@ -77,7 +77,7 @@ static void plan_spec(const spill_arch *a, const spill_model_mem_opts *o, carver
     const spill_attn_ops *k = spill_attn_kind_ops(a->layer_attn[l]);
     if (!k || !k->reset_zero) continue;
     uint64_t part[2] = {0, 0};
-    const spill_state_geom g = {l, (uint64_t)o->ctx, (uint64_t)o->max_chunk};
+    const spill_state_geom g = {l, (uint64_t)o->ctx, (uint64_t)o->max_chunk, o->swa_full_kv};
     k->state_floats(a, &g, part);
     rec_floats = sat_add(rec_floats, sat_add(part[0], part[1]));
     n_rec++;
@@ -216,7 +216,7 @@ void spill_model_memory(const spill_arch *a, const spill_model_mem_opts *o, spil
     const spill_attn_ops *k = spill_attn_kind_ops(a->layer_attn[l]);
     if (!k) continue;
     uint64_t part[2] = {0, 0};
-    const spill_state_geom g = {l, (uint64_t)r.ctx, (uint64_t)r.max_chunk};
+    const spill_state_geom g = {l, (uint64_t)r.ctx, (uint64_t)r.max_chunk, r.swa_full_kv};
     k->state_floats(a, &g, part);
     for (int i = 0; i < 2; i++) {
       uint64_t *t = &out->state[a->layer_attn[l]][i];
@@ -234,7 +234,7 @@ void spill_model_memory(const spill_arch *a, const spill_model_mem_opts *o, spil
 
 uint64_t spill_model_carve_scratch(spill_model *m, void *base) {
   const spill_model_mem_opts o = {m->o.ctx, m->o.n_threads, m->o.max_chunk, m->o.act_q8,
-                                  m->rvq_q, m->o.spec_max};
+                                  m->rvq_q, m->o.spec_max, m->o.swa_full_kv};
   carver cv = {base, 0, {0}};
   plan_scratch(&m->a, &o, &cv, &m->s);
   return cv.off;

@@ -2,17 +2,19 @@
 // W - 1 + max_chunk key/value rows (attention_gqa.c, docs/MODEL.md
 // "Sliding-window KV"), and their logits are those of a cache of every
 // position bit for bit. The reference is the same nano gqa-swa container
-// (W = 8 on layers 0 and 2, sinks) opened with max_chunk = ctx, whose
-// windowed layers then get ctx rows (position t in row t: the full-cache
-// path), run one token at a time. Against it, over 64 positions (8
-// windows): prefill in chunks of every size the rings allow and decode, on
-// 1 and 2 threads; verify chunks cut back at every position, over and over
-// (the rollback the ring's max_chunk - 1 spare rows are for); cuts back
-// through spill_model_rewind exactly as far as the rings hold the window.
+// (W = 8 on layers 0 and 2, sinks) opened with swa_full_kv, whose windowed
+// layers then keep ctx rows (position t in row t: the full-cache path as it
+// was before the rings), run one token at a time. Against it, over 64
+// positions (8 windows): prefill in chunks of every size the rings allow and
+// decode, on 1 and 2 threads, f32 and q8 inputs; verify chunks cut back at
+// every position, over and over (the rollback the ring's max_chunk - 1
+// spare rows are for); cuts back through spill_model_rewind exactly as far
+// as the rings hold the window, and anywhere with swa_full_kv.
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "engine/model/model_memory.h"
 #include "engine/model/model_test_util.h"
 
 namespace {
@@ -21,7 +23,7 @@ using spill_test::Nano;
 
 constexpr int kCtx = 64, kW = 8;
 
-spill_model *OpenSwa(int threads, int max_chunk, int spec_max = 0, int act_q8 = 0) {
+spill_model *OpenSwa(int threads, int max_chunk, int spec_max = 0, int act_q8 = 0, int full = 0) {
   spill_model_opts o = {};
   o.par_min_weights = 1;
   o.task_max_weights = 256;
@@ -30,6 +32,7 @@ spill_model *OpenSwa(int threads, int max_chunk, int spec_max = 0, int act_q8 = 
   o.max_chunk = max_chunk;
   o.spec_max = spec_max;
   o.act_q8 = act_q8;
+  o.swa_full_kv = full;
   spill_model *m = nullptr;
   spill_err e = {};
   EXPECT_EQ(spill_model_open(Nano("gqa-swa", SPILL_GEN_TRUNK_Q4, SPILL_DT_Q8).c_str(), &o, &m, &e),
@@ -44,10 +47,11 @@ std::vector<int> Seq() {
   return s;
 }
 
-// Logits of every position, one token at a time, on the full-cache path.
+// Logits of every position, one token at a time, on the full-cache path
+// (swa_full_kv: ctx rows, position t in row t, as before the rings).
 std::vector<float> Reference(int act_q8) {
   spill_test::ModelHandle h;
-  h.m = OpenSwa(1, kCtx, 0, act_q8);
+  h.m = OpenSwa(1, 16, 0, act_q8, 1);
   EXPECT_NE(h.m, nullptr);
   if (!h.m) return {};
   const int V = spill_model_arch(h.m)->vocab_size;
@@ -76,7 +80,12 @@ TEST(SwaRingTest, TheFixtureHasWindowsAndTheirRingsDoNotGrowWithContext) {
   EXPECT_EQ(spill_model_state_bytes(a, kCtx, 4), (2 * kCtx + 2 * (kW - 1 + 4)) * row);
   EXPECT_EQ(spill_model_state_bytes(a, 4 * kCtx, 4) - spill_model_state_bytes(a, kCtx, 4),
             2 * 3 * kCtx * row);  // only the full layers grow
-  EXPECT_EQ(spill_model_state_bytes(a, kCtx, kCtx), 4 * kCtx * row);  // the reference's
+  EXPECT_EQ(spill_model_state_bytes(a, kCtx, kCtx), 4 * kCtx * row);  // a ring as long as ctx
+  spill_model_mem mem;
+  const spill_model_mem_opts mo = {kCtx, 1, 4, 0, 0, 0, 1};  // swa_full_kv: ctx rows
+  spill_model_memory(a, &mo, &mem);
+  EXPECT_EQ(mem.state_total, 4 * kCtx * row);
+  EXPECT_EQ(mem.state[SPILL_ATTN_GQA][1], 2 * kCtx * row);
 }
 
 TEST(SwaRingTest, ChunkedPrefillAndDecodeEqualAFullCacheOnOneAndTwoThreads) {
@@ -177,6 +186,17 @@ TEST(SwaRingTest, RewindGoesExactlyAsFarAsTheRingsHoldTheWindow) {
   for (int pos = 35; pos < kCtx; pos++) {
     ASSERT_EQ(spill_model_forward(h.m, &s[pos], 1, pos, lg.data(), &e), SPILL_OK) << e.msg;
     ASSERT_TRUE(Same(lg.data(), want.data() + (size_t)pos * V, V)) << "position " << pos;
+  }
+  // swa_full_kv: ctx rows, so any cut back is possible, with the same logits
+  spill_test::ModelHandle fk;
+  fk.m = OpenSwa(2, 5, 0, 0, 1);
+  ASSERT_NE(fk.m, nullptr);
+  ASSERT_EQ(spill_model_forward(fk.m, s.data(), 40, 0, lg.data(), &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_model_rewind_min(fk.m), 0);
+  ASSERT_EQ(spill_model_rewind(fk.m, 2, &e), SPILL_OK) << e.msg;
+  for (int pos = 2; pos < 12; pos++) {
+    ASSERT_EQ(spill_model_forward(fk.m, &s[pos], 1, pos, lg.data(), &e), SPILL_OK) << e.msg;
+    ASSERT_TRUE(Same(lg.data(), want.data() + (size_t)pos * V, V)) << "full, position " << pos;
   }
   // a full-attention model cuts back anywhere; a recurrent one nowhere
   spill_test::ModelHandle g, k;
