@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Agreement of the C engine with the independent numpy reference (f64):
 # for each attention mix of the K3 family (k3-family = 3 KDA : 1 MLA, mla,
-# kda, gqa), qwen35 (3 GDN : 1 gated GQA) (the default mix k3, Kimi K3 as
+# kda, gqa), qwen35 (3 GDN : 1 gated GQA), gqa-swa (gqa with a sliding window
+# of 8 on the even layers and sinks: its ring of W - 1 + prefill_chunk rows
+# wraps in the chunked case) (the default mix k3, Kimi K3 as
 # released, is held to kimi_k3_ref.py by kimi_k3_import_test, since
 # spill_ref.py refuses its parts by name) and each weight
 # format pair (trunk/experts: f32/f32, q4/rvq3, f32/q8, q4/q4), a nano
@@ -18,7 +20,7 @@ TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 TOKENS="256,72,101,108,108,111,32,119,111,114,108,100,33,32,84,104,101,32,113"
 fail=0
 cases=0
-for mix in k3-family mla kda gqa qwen35; do
+for mix in k3-family mla kda gqa qwen35 gqa-swa; do
   for pair in f32/f32 q4/rvq3 f32/q8 q4/q4; do
     trunk=${pair%/*}
     experts=${pair#*/}
