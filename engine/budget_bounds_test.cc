@@ -89,7 +89,7 @@ TEST(BudgetBoundsTest, PlanCountsTheScratchOfTheEnginesKnobs) {
   spill_engine_close(eng);
   spill_container ct;
   ASSERT_EQ(spill_container_open(Nano().c_str(), &ct, &e), SPILL_OK) << e.msg;
-  const spill_model_mem_opts mo = {c.ctx, 2, 64, 1, spill_model_rvq3_qlut(ct.m.expert_dtype), 0};
+  const spill_model_mem_opts mo = {c.ctx, 2, 64, 1, spill_model_rvq3_qlut(ct.m.expert_dtype), 0, 0};
   spill_model_mem mem;
   spill_model_memory(&ct.m.arch, &mo, &mem);
   spill_container_close(&ct);

@@ -90,7 +90,7 @@ int spill_plan_model_run(const char *model_dir, const spill_model_mem_opts *o,
 
 int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e) {
-  const spill_model_mem_opts o = {ctx, threads, 16, 1, 0, 0}; /* the knobs' defaults (act_quant q8) */
+  const spill_model_mem_opts o = {ctx, threads, 16, 1, 0, 0, 0}; /* the knobs' defaults (act_quant q8) */
   return spill_plan_model_run(model_dir, &o, budget_bytes, usable_ram, plan, e);
 }
 

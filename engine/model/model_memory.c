@@ -242,7 +242,7 @@ uint64_t spill_model_carve_scratch(spill_model *m, void *base) {
 
 uint64_t spill_model_state_bytes(const spill_arch *a, int ctx, int max_chunk) {
   if (!a || ctx < 0) return 0;
-  const spill_model_mem_opts o = {ctx, 1, max_chunk, 0, 0, 0}; /* max_chunk <= 0: 16 */
+  const spill_model_mem_opts o = {ctx, 1, max_chunk, 0, 0, 0, 0}; /* max_chunk <= 0: 16 */
   spill_model_mem mem;
   spill_model_memory(a, &o, &mem);
   return mem.state_total;
@@ -250,7 +250,7 @@ uint64_t spill_model_state_bytes(const spill_arch *a, int ctx, int max_chunk) {
 
 uint64_t spill_model_scratch_bytes(const spill_arch *a, int ctx, int n_threads, int max_chunk) {
   if (!a || ctx < 0) return 0;
-  const spill_model_mem_opts o = {ctx, n_threads, max_chunk, 1, 1, 0}; /* upper bound */
+  const spill_model_mem_opts o = {ctx, n_threads, max_chunk, 1, 1, 0, 0}; /* upper bound */
   spill_model_mem mem;
   spill_model_memory(a, &o, &mem);
   return mem.scratch_total;

@@ -68,7 +68,7 @@ TEST(ModelMemoryTest, PlanEqualsWhatTheModelAllocates) {
     if (spill_arch_n_moe(&arch) > 0) allocated -= n_buf * rec;
 
     const spill_model_mem_opts mo = {c.ctx, c.threads, c.chunk, c.act_q8,
-                                     spill_model_rvq3_qlut(edt), c.spec};
+                                     spill_model_rvq3_qlut(edt), c.spec, 0};
     spill_plan p;
     ASSERT_EQ(spill_plan_compute_run(&arch, rec, trunk, &mo, &p, &e), SPILL_OK) << e.msg;
     EXPECT_EQ(p.state.total + p.scratch.total, allocated);
@@ -142,7 +142,7 @@ TEST(ModelMemoryTest, StateTermsByKindForEveryFamily) {
     EXPECT_EQ(p.state.kda_state, 4ull * f.n_kda * 4 * 16 * 16);
     EXPECT_EQ(p.state.kda_conv, 4ull * f.n_kda * 3 * 3 * 4 * 16);
     spill_model_mem mem;
-    const spill_model_mem_opts mo = {ctx, 2, 16, 1, 1, 0}; /* spill_plan_compute's upper bound */
+    const spill_model_mem_opts mo = {ctx, 2, 16, 1, 1, 0, 0}; /* spill_plan_compute's upper bound */
     spill_model_memory(&a, &mo, &mem);
     EXPECT_EQ(p.scratch.total, mem.scratch_total);
     EXPECT_EQ(p.scratch.attn_scores, 2ull * ctx * 4 + (64 - (2 * ctx * 4) % 64) % 64);

@@ -46,7 +46,7 @@ int spill_plan_compute(const spill_arch *a, uint64_t record_bytes, uint64_t trun
   /* the engine's defaults (prefill_chunk 16, act_quant q8); the q8 input
    * buffers and the int16 LUTs counted, as the dtypes are not known here
    * (an upper bound) */
-  const spill_model_mem_opts o = {ctx, n_threads, 16, 1, 1, 0};
+  const spill_model_mem_opts o = {ctx, n_threads, 16, 1, 1, 0, 0};
   return spill_plan_compute_run(a, record_bytes, trunk_bytes, &o, p, e);
 }
 

@@ -247,7 +247,7 @@ TEST(RamPlanTest, SlidingWindowKvDoesNotGrowWithContext) {
     total_prev = p.state.total;
   }
   // the ring follows the prefill chunk (its slack for a verify's rollback)
-  const spill_model_mem_opts o = {4096, 2, 5, 1, 1, 0};
+  const spill_model_mem_opts o = {4096, 2, 5, 1, 1, 0, 0};
   spill_plan p;
   ASSERT_EQ(spill_plan_compute_run(&a, 1 << 20, 1 << 30, &o, &p, &e), SPILL_OK) << e.msg;
   EXPECT_EQ(p.state.gqa_swa_kv, 18 * (128 - 1 + 5) * row);
