@@ -46,7 +46,8 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
          "\"major_faults\": %llu, "
          "\"storage\": \"%s\", \"io_backend\": \"%s\", \"policy\": \"%s\", \"lookahead\": %d, "
          "\"cache_slots\": %llu, \"budget\": %llu, \"threads\": %d, "
-         "\"parallel_sections\": %llu, \"ctx_switches_voluntary\": %llu, "
+         "\"parallel_sections\": %llu, \"parallel_sections_moe\": %llu, "
+         "\"ctx_switches_voluntary\": %llu, "
          "\"ctx_switches_involuntary\": %llu, \"max_reads_in_flight\": %llu, \"io_throttle\": %llu, \"emulated_device\": %s, "
          "\"routing_trace\": %s%s%s, \"lookahead_precision_by_rank\": [",
          model, st->tokens_prefill, st->tokens_decode, st->decode_tok_per_s, st->decode_s,
@@ -61,6 +62,7 @@ static void print_single_json(const char *model, spill_engine *eng, const spill_
                                                             : spill_engine_plan(eng)->cache_slots),
          (unsigned long long)spill_engine_plan(eng)->budget, c->threads,
          (unsigned long long)st->compute_parallel_sections,
+         (unsigned long long)st->compute_parallel_sections_moe,
          (unsigned long long)st->ctx_switches_voluntary,
          (unsigned long long)st->ctx_switches_involuntary,
          (unsigned long long)st->max_reads_in_flight, (unsigned long long)c->io_throttle,

@@ -484,11 +484,12 @@ typedef struct spill_run_stats {
   /* How the run really ran (so a knob that is ignored shows): the bytes the
    * reader delivered by path (O_DIRECT into the cache, through the page
    * cache, copied from a mapping of the banks), the forward-pass sections
-   * split across the compute threads (0 with one thread), and how the trunk
+   * split across the compute threads (fork-joins; 0 with one thread), of
+   * them those inside MoE layers (router to output), and how the trunk
    * is held (spill_trunk_mode: read into anonymous memory, a file-backed
    * mapping, or read and mlocked). */
   uint64_t bytes_read_direct, bytes_read_buffered, bytes_read_mapped;
-  uint64_t compute_parallel_sections;
+  uint64_t compute_parallel_sections, compute_parallel_sections_moe;
   int trunk_mode;
   /* Paging detection (SPILL_PAGING_*), updated while the run goes: in a
    * token callback's stats, paging = 1 from the token that completes the

@@ -557,7 +557,7 @@ typedef struct snap {
   uint64_t majflt;
   uint64_t nvcsw, nivcsw; /* the process's context switches (all threads) */
   uint64_t io_direct, io_buffered, io_mmap; /* reader bytes by path */
-  uint64_t par;                             /* pool dispatches */
+  uint64_t par, par_moe;                    /* pool dispatches: all, inside MoE layers */
   uint64_t wait_threads_ns;                 /* compute threads' waits in MoE regions */
 } snap;
 
@@ -596,6 +596,7 @@ static void take(spill_engine *g, snap *s) {
   s->io_buffered = io.bytes_buffered;
   s->io_mmap = io.bytes_mmap;
   s->par = spill_model_parallel_runs(g->m);
+  s->par_moe = spill_model_parallel_runs_moe(g->m);
   s->wait_threads_ns = spill_model_moe_wait_threads_ns(g->m);
 }
 
@@ -621,6 +622,7 @@ static void accumulate(spill_run_stats *st, const snap *a, const snap *b) {
   st->bytes_read_buffered += b->io_buffered - a->io_buffered;
   st->bytes_read_mapped += b->io_mmap - a->io_mmap;
   st->compute_parallel_sections += b->par - a->par;
+  st->compute_parallel_sections_moe += b->par_moe - a->par_moe;
   if (b->k.max_waiting > st->max_reads_in_flight) st->max_reads_in_flight = b->k.max_waiting;
 }
 
@@ -661,6 +663,8 @@ static void write_profile(spill_engine *g, int pos, int n_tok, int prefill, cons
       .generated = (uint64_t)generated,
       .ctx_switches_voluntary = b->nvcsw - a->nvcsw,
       .ctx_switches_involuntary = b->nivcsw - a->nivcsw,
+      .parallel_regions = b->par - a->par,
+      .parallel_regions_moe = b->par_moe - a->par_moe,
   };
   snprintf(row.io_backend, sizeof row.io_backend, "%s",
            spill_io_backend_kind_name(g->cfg.io_backend));

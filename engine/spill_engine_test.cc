@@ -687,6 +687,57 @@ TEST(EngineTest, ProfileAndTraceHaveOneRowPerTokenAndLayer) {
   EXPECT_GT(with_pred, 0);  // decode rows of layers 2 and 3 carry predictions
 }
 
+// The profile counts each call's fork-joins (work handed to the pool's
+// workers), all and those inside MoE layers: with 2 compute threads a decode
+// token's MoE layer is one (its router, latent projections, LUT builds,
+// shared and routed experts are tasks of one region; mini-small has one MoE
+// layer), a prefill chunk's at least one; with 1 thread none. The run's
+// stats are the rows' sums.
+TEST(EngineTest, ProfileCountsOneForkJoinPerMoeLayerOfADecodeToken) {
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    std::string prof = TmpDir() + "/forkjoin-profile-" + std::to_string(threads) + ".jsonl";
+    spill_config cfg = Cfg();
+    cfg.threads = threads;
+    cfg.lookahead = 2;
+    cfg.prefill_chunk = 4;
+    cfg.profile_path = prof.c_str();
+    spill_engine *eng = nullptr;
+    spill_err e = {};
+    ASSERT_EQ(spill_engine_open(MiniSmall("k3").c_str(), &cfg, &eng, &e), SPILL_OK) << e.msg;
+    const int n_moe = spill_engine_info(eng)->n_moe_layers;
+    int toks[8] = {256, 'a', 'b', 'c', 'd', 'e'};
+    spill_sampling smp = {0.0f, 0, 1.0f, 1};
+    spill_run_stats st;
+    ASSERT_EQ(spill_generate(eng, toks, 6, 5, &smp, nullptr, nullptr, nullptr, &st, &e), SPILL_OK)
+        << e.msg;
+    spill_engine_close(eng);
+    std::ifstream pf(prof);
+    std::string line;
+    int decode = 0;
+    uint64_t all = 0, moe = 0;
+    while (std::getline(pf, line)) {
+      spill_profile_row row;
+      ASSERT_EQ(spill_profile_parse_row(line.data(), line.size(), "profile", &row, &e), SPILL_OK)
+          << e.msg;
+      all += row.parallel_regions;
+      moe += row.parallel_regions_moe;
+      if (threads == 1) {
+        EXPECT_EQ(row.parallel_regions, 0u);
+      } else if (row.phase == SPILL_TRACE_PHASE_DECODE) {
+        decode++;
+        EXPECT_EQ(row.parallel_regions_moe, (uint64_t)n_moe) << line;
+        EXPECT_GT(row.parallel_regions, row.parallel_regions_moe) << line;  // attention, lm head
+      } else {
+        EXPECT_GE(row.parallel_regions_moe, (uint64_t)n_moe) << line;
+      }
+    }
+    if (threads > 1) EXPECT_EQ(decode, 5);
+    EXPECT_EQ(st.compute_parallel_sections, all);
+    EXPECT_EQ(st.compute_parallel_sections_moe, moe);
+  }
+}
+
 // A profile or trace path that is a symlink is refused by name, and the file
 // it points to keeps its bytes (docs/RELIABILITY.md, "Opening files": spill
 // never writes through a link; a shared results directory could point a

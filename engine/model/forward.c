@@ -97,7 +97,12 @@ int spill_model_forward_chunk(spill_model *m, const int *tokens, int T, int pos0
         dense_ffn(m, l, h + (size_t)t * D, ffn_out + (size_t)t * D);
       m->stats.ns_expert += spill_clock_ns() - t0;
     } else {
-      SPILL_TRY(spill_model_moe(m, l, x, h, T, pos0, ffn_out, e));
+      const uint64_t p0 = spill_pool_dispatches(m->pool);
+      const int rc = spill_model_moe(m, l, x, h, T, pos0, ffn_out, e);
+      const uint64_t dp = spill_pool_dispatches(m->pool) - p0;
+      m->par_moe += dp;
+      m->stats.n_parallel_moe += dp;
+      if (rc < 0) return rc;
     }
     for (size_t i = 0; i < (size_t)T * D; i++) x[i] += ffn_out[i];
   }
@@ -137,7 +142,7 @@ int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float
                   m->a.vocab_size);
   if (pos == 0) spill_model_reset(m);
   memset(&m->stats, 0, sizeof m->stats);
-  const uint64_t t_start = spill_clock_ns();
+  const uint64_t t_start = spill_clock_ns(), par0 = spill_pool_dispatches(m->pool);
   m->spec_n = 0; /* a verify's chunk is no longer the last one */
 
   int T = 0;
@@ -157,6 +162,7 @@ int spill_model_forward(spill_model *m, const int *tokens, int n, int pos, float
     m->stats.ns_lm_head += spill_clock_ns() - t0;
   }
   m->stats.n_tokens = n;
+  m->stats.n_parallel = spill_pool_dispatches(m->pool) - par0;
   m->stats.ns_total = spill_clock_ns() - t_start;
   const uint64_t named = m->stats.ns_attn + m->stats.ns_router + m->stats.ns_lut +
                          m->stats.ns_expert + m->stats.ns_expert_wait + m->stats.ns_lm_head;

@@ -2,6 +2,7 @@
 // every attention mix and expert dtype loads and runs, thread count never
 // changes a bit, chunked prefill equals token-by-token, stats add up, the
 // KDA l2norm eps key is read, and the caller's misuse gets clear errors.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -167,6 +168,93 @@ TEST(ForwardTest, SharedExpertsInTheRegionGiveTheRowSplitBits) {
         // 4 decode steps (the prompt goes in as chunks of 4 and 2: unchanged)
         const uint64_t fewer = threads == 1 ? 0 : (uint64_t)4 * n_moe * 2;
         EXPECT_EQ(runs[1] - runs[0], fewer);
+      }
+    }
+  }
+}
+
+// The steps around a MoE layer's routed experts are tasks of its region
+// (moe.c): a decode token's router, latent down and up projections, and
+// every token's rvq3 gate/up LUT builds (prefill chunks' too). The logits
+// equal those of the steps run as their own row-split fork-joins
+// (steps_outside_region), bit for bit, and with the steps inside and the
+// shared experts outside, for every attention mix (k3/mla: the latent
+// projections and their norm on either side; gqa/qwen35: none), expert
+// dtype, f32 and act_q8 inputs, both trunks and 1/2/3 threads. With 2 and
+// 3 threads a decode token's MoE layer is exactly one fork-join
+// (n_parallel_moe), where the steps outside made more wherever a step was
+// big enough to split; with one thread none.
+TEST(ForwardTest, StepsInTheRegionGiveTheRowSplitBits) {
+  struct Case {
+    const char *mix;
+    spill_dtype dt;
+    spill_gen_trunk tr;
+  };
+  const Case cases[] = {{"k3", SPILL_DT_RVQ3, SPILL_GEN_TRUNK_Q4},
+                        {"k3", SPILL_DT_Q4, SPILL_GEN_TRUNK_F32},
+                        {"mla", SPILL_DT_Q8, SPILL_GEN_TRUNK_Q4},
+                        {"mla", SPILL_DT_RVQ3, SPILL_GEN_TRUNK_F32},
+                        {"gqa", SPILL_DT_RVQ3, SPILL_GEN_TRUNK_Q4},
+                        {"gqa", SPILL_DT_F32, SPILL_GEN_TRUNK_F32},
+                        {"qwen35", SPILL_DT_Q4, SPILL_GEN_TRUNK_Q4}};
+  for (const Case &c : cases) {
+    for (int q8 : {0, 1}) {
+      for (int threads : {1, 2, 3}) {
+        const std::string name = std::string(c.mix) + " " + spill_dtype_name(c.dt) +
+                                 (c.tr == SPILL_GEN_TRUNK_F32 ? " f32 trunk" : " q4 trunk") +
+                                 (q8 ? " act_q8 " : " f32 inputs ") + std::to_string(threads) +
+                                 " threads";
+        // outside the region a step splits (par_min_weights 1, 16-row tasks)
+        // where nano has one: rvq3's LUTs, k3/mla's latent projections (the
+        // router's 16 rows are one task, run inline)
+        const bool splits = c.dt == SPILL_DT_RVQ3 || !strcmp(c.mix, "k3") || !strcmp(c.mix, "mla");
+        std::vector<float> want;
+        for (int arm = 0; arm < 3; arm++) {
+          const int steps_out = arm & 1, shared_out = arm >> 1;
+          SCOPED_TRACE(name + (steps_out ? " steps outside" : " steps inside") +
+                       (shared_out ? ", shared outside" : ", shared inside"));
+          spill_model_opts o = {};
+          o.par_min_weights = 1;
+          o.task_max_weights = 256;
+          o.n_threads = threads;
+          o.ctx = 256;
+          o.max_chunk = 4;
+          o.act_q8 = q8;
+          o.steps_outside_region = steps_out;
+          o.shared_outside_region = shared_out;
+          spill_test::ModelHandle h;
+          spill_err e = {};
+          ASSERT_EQ(spill_model_open(Nano(c.mix, c.tr, c.dt).c_str(), &o, &h.m, &e), SPILL_OK)
+              << e.msg;
+          const int n_moe = spill_arch_n_moe(spill_model_arch(h.m));
+          const std::vector<int> prompt = Prompt(6);
+          const int V = spill_model_arch(h.m)->vocab_size;
+          std::vector<float> lg(V), got;
+          ASSERT_EQ(spill_model_forward(h.m, prompt.data(), 6, 0, lg.data(), &e), SPILL_OK)
+              << e.msg;
+          got.insert(got.end(), lg.begin(), lg.end());
+          for (int pos = 6; pos < 10; pos++) {  // 4 greedy decode tokens
+            const int tok = (int)(std::max_element(lg.begin(), lg.end()) - lg.begin());
+            ASSERT_EQ(spill_model_forward(h.m, &tok, 1, pos, lg.data(), &e), SPILL_OK) << e.msg;
+            got.insert(got.end(), lg.begin(), lg.end());
+            const spill_model_stats *st = spill_model_last_stats(h.m);
+            EXPECT_LE(st->n_parallel_moe, st->n_parallel);
+            if (threads == 1) {
+              EXPECT_EQ(st->n_parallel, 0u);
+            } else if (shared_out || (steps_out && splits)) {
+              EXPECT_GT(st->n_parallel_moe, (uint64_t)n_moe) << "pos " << pos;
+            } else {  // all inside, or only steps too small to split outside
+              EXPECT_EQ(st->n_parallel_moe, (uint64_t)n_moe) << "pos " << pos;
+            }
+          }
+          if (arm == 0) {
+            want = got;
+            continue;
+          }
+          ASSERT_EQ(got.size(), want.size());
+          EXPECT_EQ(0, memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+              << "steps/shared outside the region vs inside";
+        }
       }
     }
   }

@@ -294,5 +294,6 @@ int spill_model_trunk_residency(const spill_model *m) {
 
 uint64_t spill_model_parallel_runs(const spill_model *m) { return spill_pool_dispatches(m->pool); }
 uint64_t spill_model_moe_regions(const spill_model *m) { return m->sched_regions; }
+uint64_t spill_model_parallel_runs_moe(const spill_model *m) { return m->par_moe; }
 uint64_t spill_model_moe_sleeps(const spill_model *m) { return m->sched_sleeps; }
 uint64_t spill_model_moe_wait_threads_ns(const spill_model *m) { return m->sched_wait_threads_ns; }

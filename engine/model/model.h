@@ -90,6 +90,13 @@ typedef struct spill_model_opts {
    * position: the held sequence can be cut back anywhere); 0: a ring of
    * W - 1 + max_chunk rows (spill_gqa_kv_rows). The logits are the same. */
   int swa_full_kv;
+  /* 1: a MoE layer's steps around the routed experts run as their own
+   * row-split fork-joins outside its parallel region, as they did before
+   * they became tasks of it: a decode token's router and latent down/up
+   * projections, and every token's rvq3 gate/up LUT builds. 0 (the
+   * default): tasks of the region, so a decode token's MoE layer is one
+   * fork-join. The same bits either way (forward_test compares them). */
+  int steps_outside_region;
 } spill_model_opts;
 
 /* Time split and counters of the last spill_model_forward call (all tokens
@@ -112,6 +119,11 @@ typedef struct spill_model_stats {
   uint64_t ns_other;
   uint64_t n_expert_requests; /* ids passed to request() (distinct per layer & chunk) */
   uint64_t n_expert_uses;     /* (token, expert) pairs computed */
+  /* fork-joins (work handed to the pool's workers, spill_pool_dispatches):
+   * all of the call's, and those of its MoE layers (router to output);
+   * deterministic for a given model, input and thread count, 0 with one
+   * thread */
+  uint64_t n_parallel, n_parallel_moe;
 } spill_model_stats;
 
 /* Opens the container in `dir`, reads the trunk, resolves and checks every
@@ -248,6 +260,8 @@ int spill_model_trunk_residency(const spill_model *m);
 /* Forward-pass sections split across the thread pool since open (0 with
  * one thread). */
 uint64_t spill_model_parallel_runs(const spill_model *m);
+/* Those made inside MoE layers (router to output) since open. */
+uint64_t spill_model_parallel_runs_moe(const spill_model *m);
 /* MoE regions run on the pool since open: one per MoE layer and forward
  * chunk with n_threads > 1 (moe.c), 0 with one thread. */
 uint64_t spill_model_moe_regions(const spill_model *m);

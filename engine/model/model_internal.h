@@ -186,6 +186,7 @@ struct spill_model {
   pthread_cond_t sched_cv;
   int sched_init;
   uint64_t sched_regions; /* MoE regions run on the pool */
+  uint64_t par_moe;       /* pool dispatches made inside spill_model_moe */
   uint64_t sched_sleeps;  /* idle threads in a region that slept after their spin */
   uint64_t sched_wait_threads_ns; /* every thread's waits in the regions, since open */
   spill_expert_source builtin;  /* sync source over c */

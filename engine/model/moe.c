@@ -19,6 +19,9 @@
  * 4. Per token the slots are summed in selection order (then, for Kimi K3,
  *    RMS-normalised before up_proj), so arrival order,
  *    placement and thread count never change a bit of the result.
+ * The LUT builds of 2. are tasks of the region of 3.; for a decode token so
+ * are 1., the latent projections of 2. and 4. (its layer is one fork-join);
+ * a chunk routes, projects and combines with row-split matvecs around it.
  * No allocation: all buffers are scratch sized at open for max_chunk tokens.
  */
 #include <math.h>
@@ -87,16 +90,16 @@ static void router_select(const spill_moe_cfg *c, const float *bias, float *s, f
   spill_k_topk(sel, (uint32_t)E, (uint32_t)k, ids);
 }
 
-/* Router of one token: ids/w (K) from h (D). forced (K) != NULL replaces the
- * top-k selection (forced routing): the forced ids take their own scores as
- * weights, then the same renormalisation and routed_scale. A selected id's
- * weight is its score s[id] (never the biased selection score). */
-static void route(spill_model *m, const spill_layer_weights *L, const float *h, float *s,
-                  const uint32_t *forced, uint32_t *ids, float *w) {
+/* Router of one token: ids/w (K) from its logits s (E; the scores after).
+ * forced (K) != NULL replaces the top-k selection (forced routing): the
+ * forced ids take their own scores as weights, then the same
+ * renormalisation and routed_scale. A selected id's weight is its score
+ * s[id] (never the biased selection score). */
+static void route_logits(spill_model *m, const spill_layer_weights *L, float *s,
+                         const uint32_t *forced, uint32_t *ids, float *w) {
   const spill_moe_cfg *c = &m->a.moe;
   const int K = c->top_k;
-  spill_model_matvec(m, &L->ffn_gate_inp, h, s); /* (E) router logits */
-  router_scores(c, L->ffn_gate_inp_bias, s);     /* (E) scores */
+  router_scores(c, L->ffn_gate_inp_bias, s); /* (E) scores */
   if (forced)
     memcpy(ids, forced, (size_t)K * sizeof *ids);
   else
@@ -115,6 +118,13 @@ static void route(spill_model *m, const spill_layer_weights *L, const float *h, 
   }
   const float rs = (float)c->routed_scale;
   for (int i = 0; i < K; i++) w[i] *= rs;
+}
+
+/* Router of one token from h (D), the logits as one row-split matvec. */
+static void route(spill_model *m, const spill_layer_weights *L, const float *h, float *s,
+                  const uint32_t *forced, uint32_t *ids, float *w) {
+  spill_model_matvec(m, &L->ffn_gate_inp, h, s); /* (E) router logits */
+  route_logits(m, L, s, forced, ids, w);
 }
 
 int spill_model_router_topk(spill_model *m, int layer, const float *hidden, int tok, int k,
@@ -230,12 +240,15 @@ static void shared_experts(spill_model *m, const spill_layer_weights *L, const f
   for (int i = 0; i < m->a.d_model; i++) out[i] += tmp[i];
 }
 
-/* While the reads fly: the shared experts (they need no routed expert;
- * unless the region runs them: a decode token's, shared_in_region)
- * and, for rvq3 experts, the gate/up LUTs of every token's input; with
- * act_q8, every token's input quantised (once per layer, for all experts). */
+/* While the reads fly, before the region: the shared experts (they need no
+ * routed expert; unless the region runs them: a decode token's,
+ * shared_in_region), for rvq3 experts the gate/up LUTs of every token's
+ * input (unless the region builds them, lut_in_region), and with act_q8
+ * every token's input quantised once per layer for all experts (unless the
+ * region projects a decode token's latent input itself, u_in_region). */
 static void overlap_work(spill_model *m, const spill_layer_weights *L, const float *h,
-                         const float *u, int T, int shared_in_region) {
+                         const float *u, int T, int shared_in_region, int lut_in_region,
+                         int u_in_region) {
   const spill_moe_cfg *c = &m->a.moe;
   spill_model_scratch *s = &m->s;
   const int D = m->a.d_model, din = m->d_in;
@@ -253,7 +266,7 @@ static void overlap_work(spill_model *m, const spill_layer_weights *L, const flo
     }
     m->stats.ns_expert += spill_clock_ns() - t0;
   }
-  if (rvq3) {
+  if (rvq3 && !lut_in_region) {
     t0 = spill_clock_ns();
     for (int t = 0; t < T; t++) {
       const float *ut = u + (size_t)t * din;
@@ -268,7 +281,7 @@ static void overlap_work(spill_model *m, const spill_layer_weights *L, const flo
       }
     }
     m->stats.ns_lut += spill_clock_ns() - t0;
-  } else if (m->o.act_q8) {
+  } else if (!rvq3 && m->o.act_q8 && !u_in_region) {
     for (int t = 0; t < T; t++) {
       spill_k_xq xq;
       spill_k_xq_init(&xq, s->xq_u + (size_t)t * s->xq_u_bytes, (uint32_t)din);
@@ -294,6 +307,18 @@ static void overlap_work(spill_model *m, const spill_layer_weights *L, const flo
  * Each row is computed whole by one thread with the kernel's fixed order and
  * every use writes only its own slot, summed in selection order afterwards
  * (combine): arrival order, split and thread count never change a bit.
+ * The steps around the experts are tasks of the same region ("steps",
+ * taken before anything else; not with steps_outside_region): every
+ * token's rvq3 gate/up LUT builds, split by groups (a group's entries
+ * depend on that group alone), which gate the experts' tasks (those of
+ * records that arrive earlier wait in the queue); and for a decode token
+ * also the router's and the latent down-projection's rows, then on the
+ * thread finishing the router's last part the selection, the request and
+ * the observer (only then is the source polled), on the thread finishing
+ * the latent's last part its norm (and act_q8 quantisation), and once
+ * every use is done the slots' sum in selection order and the latent
+ * up-projection's rows into the output. A decode token's whole MoE layer
+ * is one fork-join (spill_model_stats.n_parallel_moe counts them).
  * Releases are queued and made by the thread holding the source. Idle
  * threads spin at most SCHED_SPIN polls, then sleep on the model's condition
  * variable (a core the reader's threads need is never spun on for long).
@@ -332,11 +357,31 @@ typedef struct moe_run {
   int sh;
   const float *sh_h; /* (D) the token's FFN input */
   float *sh_out;     /* (D) its shared_out row */
-  const spill_k_xq *sh_xh, *sh_xg; /* h and the activation quantised (act_q8), or NULL */
-  spill_k_xq sh_xh_v, sh_xg_v;
+  const spill_k_xq *sh_xg; /* the activation quantised (act_q8), or NULL; h is xh */
+  spill_k_xq sh_xg_v;
   uint32_t sh_rows_a, sh_rows_b;
   int sh_parts_a, sh_parts_b, sh_left, sh_done;
   int sh_tasks[2 * SPILL_MOE_MAX_PARTS], sh_head, sh_tail;
+  /* the steps (see above); route: a decode token's router, latent down and
+   * up projections are steps too. Under m->sched_mu but their inputs. */
+  int route;
+  const float *h, *x;      /* (T, D) the FFN input; the residual stream (observer) */
+  float *out;              /* (T, D) the layer's output (route: the up rows) */
+  int pos0;
+  const uint32_t *forced;  /* (K) forced ids, or NULL */
+  const spill_k_xq *xh;    /* h quantised (act_q8, in xq0), or NULL */
+  spill_k_xq xh_v;
+  uint32_t rt_rows, lt_rows, up_rows; /* rows per part: router, latent down, up */
+  int rt_parts, lt_parts, up_parts;
+  int pre_next, rt_left, lt_left; /* router then latent parts handed out; not done */
+  int routed;  /* the experts are requested: n_u is final, the source may be polled */
+  int u_ready; /* u (act_q8: its quantised form) is final: the LUT builds may start */
+  int lut_parts, lut_total, lut_next, lut_left; /* LUT build parts (T x 2 x lut_parts) */
+  uint32_t lut_groups;                          /* groups per LUT part */
+  const spill_k_xq *xy;    /* the slots' sum quantised for up (act_q8, in xq_u), or NULL */
+  spill_k_xq xy_v;
+  int up_started, up_open, up_next, up_left, up_done;
+  uint64_t ns_router0; /* the caller's router and latent steps */
   atomic_uint version;     /* bumped on every change an idle thread may act on */
   uint64_t ns_wait0, ns_lut0; /* the caller's (thread 0's) waits and LUT builds */
   uint64_t ns_wait_all;       /* every thread's waits, summed (under the lock) */
@@ -470,8 +515,8 @@ static void sh_gate_up(moe_run *R, int p) {
   spill_model_scratch *s = &R->m->s;
   const uint32_t F = L->ffn_gate_shexp.rows, r0 = (uint32_t)p * R->sh_rows_a;
   const uint32_t r1 = r0 + R->sh_rows_a < F ? r0 + R->sh_rows_a : F;
-  spill_model_matvec_rows(&L->ffn_gate_shexp, R->sh_h, R->sh_xh, s->ff_g, r0, r1);
-  spill_model_matvec_rows(&L->ffn_up_shexp, R->sh_h, R->sh_xh, s->ff_u, r0, r1);
+  spill_model_matvec_rows(&L->ffn_gate_shexp, R->sh_h, R->xh, s->ff_g, r0, r1);
+  spill_model_matvec_rows(&L->ffn_up_shexp, R->sh_h, R->xh, s->ff_u, r0, r1);
 }
 
 /* Shared experts, phase B part p: rows [r0, r1) of down into attn_out. */
@@ -506,7 +551,7 @@ static void sh_finish(moe_run *R) {
   const int D = m->a.d_model;
   if (m->a.moe.shared_gate) {
     float gs;
-    spill_model_matvec_rows(&L->ffn_gate_inp_shexp, R->sh_h, R->sh_xh, &gs, 0, 1);
+    spill_model_matvec_rows(&L->ffn_gate_inp_shexp, R->sh_h, R->xh, &gs, 0, 1);
     gs = spill_model_sigmoid(gs);
     for (int i = 0; i < D; i++) tmp[i] *= gs;
   }
@@ -659,24 +704,269 @@ static void poll_source(moe_run *R, int wait, uint64_t *waited) {
   sched_notify(m, R);
 }
 
+/* ---- the steps around the experts, as tasks of the region ---- */
+
+/* The slots of token t summed in selection order (with expert_bias) into
+ * y (d_in), then, for Kimi K3, RMS-normalised: combine's first half. */
+static void sum_slots(spill_model *m, const spill_layer_weights *L, const float *slot, int t,
+                      float *y) {
+  const spill_moe_cfg *c = &m->a.moe;
+  spill_model_scratch *s = &m->s;
+  const int K = c->top_k, din = m->d_in;
+  const float *wt = s->selw + (size_t)t * K;
+  memset(y, 0, (size_t)din * sizeof(float));
+  for (int i = 0; i < K; i++) {
+    const float *st = slot + ((size_t)t * K + i) * din;
+    const float wi = wt[i];
+    const float *bd = L->exps_bias[SPILL_SEC_DOWN]; /* expert_bias: (E, d_in) */
+    if (bd) {
+      bd += (size_t)s->sel[(size_t)t * K + i] * din;
+      for (int j = 0; j < din; j++) y[j] += wi * (st[j] + bd[j]);
+    } else {
+      for (int j = 0; j < din; j++) y[j] += wi * st[j];
+    }
+  }
+  if (c->d_latent > 0 && c->latent_norm == SPILL_LATENT_NORM_OUTPUT) /* Kimi K3: the sum is normed */
+    spill_k_rmsnorm(y, L->moe_latent_norm, y, (uint32_t)din, (float)m->a.norm_eps);
+}
+
+/* Experts' tasks may run: u is final and its LUTs are built. */
+static int experts_open(const moe_run *R) { return R->u_ready && R->lut_left == 0; }
+
+/* Under the lock: steps any thread may take now. */
+static int steps_queued(const moe_run *R) {
+  return R->rt_parts + R->lt_parts - R->pre_next + (R->u_ready ? R->lut_total - R->lut_next : 0) +
+         (R->up_open ? R->up_parts - R->up_next : 0);
+}
+
+enum { STEP_PRE = 1, STEP_LUT = 2, STEP_UP = 3 };
+#define STEP(kind, i) ((kind) << 24 | (i))
+
+/* Under the lock: takes the next step, or returns -1. */
+static int pick_step(moe_run *R) {
+  if (R->pre_next < R->rt_parts + R->lt_parts) return STEP(STEP_PRE, R->pre_next++);
+  if (R->u_ready && R->lut_next < R->lut_total) return STEP(STEP_LUT, R->lut_next++);
+  if (R->up_open && R->up_next < R->up_parts) return STEP(STEP_UP, R->up_next++);
+  return -1;
+}
+
+/* After the router's last part (route): the selection from the logits, the
+ * distinct experts, their request and the observer, as route_chunk does
+ * them; then the source may be polled. Returns the observer's time (not the
+ * router's: route_chunk leaves it out of ns_router too). */
+static uint64_t route_finish(moe_run *R) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int K = m->a.moe.top_k;
+  route_logits(m, R->L, s->router, R->forced, s->sel, s->selw);
+  const int n_u = group_uses(m, s->sel, K);
+  memset(s->delivered, 0, (size_t)n_u);
+  spill_err e = {0};
+  int rc = m->src.request(m->src.ctx, R->l, s->uniq, n_u, &e);
+  const int requested = rc >= 0;
+  /* after the demand request (lookahead prefetches queue behind it), before
+   * any record is consumed */
+  uint64_t ns_obs = 0;
+  if (requested && m->has_obs && m->obs.on_route) {
+    const uint64_t t0 = spill_clock_ns();
+    rc = m->obs.on_route(m->obs.ctx, R->l, R->pos0, 1, R->x, s->sel, s->selw, K);
+    ns_obs = spill_clock_ns() - t0;
+    if (rc < 0) spill_err_set(&e, rc, "layer %d: stopped by the route observer", R->l);
+  }
+  pthread_mutex_lock(&m->sched_mu);
+  if (requested) { /* a failed request leaves nothing to drain */
+    R->n_u = n_u;
+    m->stats.n_expert_requests += (uint64_t)n_u;
+  }
+  if (rc < 0 && R->rc == SPILL_OK) {
+    R->rc = rc;
+    R->err = e;
+  }
+  R->routed = 1;
+  sched_notify(m, R);
+  pthread_mutex_unlock(&m->sched_mu);
+  return ns_obs;
+}
+
+/* After the latent down-projection's last part: its norm (latent norm on
+ * the input) and, act_q8 without rvq3, u quantised for the experts. */
+static void latent_finish(moe_run *R) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int din = m->d_in;
+  if (m->a.moe.latent_norm == SPILL_LATENT_NORM_INPUT)
+    spill_k_rmsnorm(s->u, R->L->moe_latent_norm, s->u, (uint32_t)din, (float)m->a.norm_eps);
+  if (!R->rvq3 && m->o.act_q8) {
+    spill_k_xq xq;
+    spill_k_xq_init(&xq, s->xq_u, (uint32_t)din);
+    spill_k_xq_quantize(s->u, &xq);
+  }
+  pthread_mutex_lock(&m->sched_mu);
+  R->u_ready = 1;
+  sched_notify(m, R);
+  pthread_mutex_unlock(&m->sched_mu);
+}
+
+/* LUT part i: token i / (2 parts), gate or up, groups of part i % parts;
+ * built then quantised (int16 path) as spill_model_lut(_q) builds them. */
+static void lut_part(moe_run *R, int i) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const uint32_t din = (uint32_t)m->d_in, ng = din / SPILL_RVQ_DIM;
+  const int t = i / (2 * R->lut_parts), up = (i / R->lut_parts) % 2, p = i % R->lut_parts;
+  const uint32_t g0 = (uint32_t)p * R->lut_groups;
+  const uint32_t g1 = g0 + R->lut_groups < ng ? g0 + R->lut_groups : ng;
+  float *lut = (up ? s->lut_u : s->lut_g) + (size_t)t * R->lut_n;
+  spill_k_lut_rvq3_f32(R->L->codebook[up ? SPILL_SEC_UP : SPILL_SEC_GATE], R->u + (size_t)t * din,
+                       din, lut, g0, g1);
+  if (R->rq)
+    spill_k_qlut_rvq3_i16(lut, din, (up ? s->qlut_u : s->qlut_g) + (size_t)t * R->qlut_n, g0, g1);
+}
+
+/* Runs step `step` (from pick_step); called and returns without the lock. */
+static void run_step(moe_run *R, int step, uint64_t *ns_lut, uint64_t *ns_router) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const spill_layer_weights *L = R->L;
+  const int kind = step >> 24, i = step & 0xffffff;
+  const uint64_t t0 = spill_clock_ns();
+  if (kind == STEP_LUT) {
+    lut_part(R, i);
+    *ns_lut += spill_clock_ns() - t0;
+    pthread_mutex_lock(&m->sched_mu);
+    R->lut_left--;
+  } else if (kind == STEP_UP) {
+    const uint32_t r0 = (uint32_t)i * R->up_rows, D = L->moe_up_proj.rows;
+    spill_model_matvec_rows(&L->moe_up_proj, s->y, R->xy, R->out, r0,
+                            r0 + R->up_rows < D ? r0 + R->up_rows : D);
+    pthread_mutex_lock(&m->sched_mu);
+    R->up_done = --R->up_left == 0;
+  } else { /* the router's rows, then the latent down-projection's */
+    const int router = i < R->rt_parts, p = router ? i : i - R->rt_parts;
+    const spill_qmat *w = router ? &L->ffn_gate_inp : &L->moe_down_proj;
+    const uint32_t rows = router ? R->rt_rows : R->lt_rows, r0 = (uint32_t)p * rows;
+    spill_model_matvec_rows(w, R->h, R->xh, router ? s->router : s->u, r0,
+                            r0 + rows < w->rows ? r0 + rows : w->rows);
+    pthread_mutex_lock(&m->sched_mu);
+    const int last = router ? --R->rt_left == 0 : --R->lt_left == 0;
+    pthread_mutex_unlock(&m->sched_mu);
+    const uint64_t ns_obs = last && router ? route_finish(R) : 0;
+    if (last && !router) latent_finish(R);
+    *ns_router += spill_clock_ns() - t0 - ns_obs;
+    pthread_mutex_lock(&m->sched_mu);
+  }
+  sched_notify(m, R);
+  pthread_mutex_unlock(&m->sched_mu);
+}
+
+/* Under the lock, once every use is done (route): the slots' sum, then the
+ * latent up-projection's rows as steps (without a latent the sum is the
+ * output). Returns with the lock held. */
+static void open_up(moe_run *R) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int lat = m->a.moe.d_latent > 0;
+  R->up_started = 1;
+  pthread_mutex_unlock(&m->sched_mu);
+  sum_slots(m, R->L, R->slot, 0, s->y); /* (d_in) */
+  if (lat) /* quantised as spill_model_matvec would (xq_u is free: every use is done) */
+    R->xy = spill_model_xq_input(m, &R->L->moe_up_proj, s->y, s->xq_u, &R->xy_v);
+  else
+    memcpy(R->out, s->y, (size_t)m->a.d_model * sizeof(float));
+  pthread_mutex_lock(&m->sched_mu);
+  if (lat) {
+    R->up_open = 1;
+    R->up_left = R->up_parts;
+  } else {
+    R->up_done = 1;
+  }
+  sched_notify(m, R);
+}
+
+/* Under the lock: takes the next expert task and runs it (without the
+ * lock); returns with the lock held. */
+static void run_expert_task(moe_run *R, int tid, uint64_t *ns_lut) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int task = s->tasks[R->q_head++];
+  R->active++;
+  pthread_mutex_unlock(&m->sched_mu);
+  const int p = task % SPILL_MOE_MAX_PARTS, ph = (task / SPILL_MOE_MAX_PARTS) % 2;
+  const int k = task / SPILL_MOE_MAX_PARTS / 2;
+  int complete = 0, last_a = 0;
+  if (ph == 0) {
+    task_gate_up(R, k, p);
+    pthread_mutex_lock(&m->sched_mu);
+    last_a = --s->parts_left[k] == 0;
+    pthread_mutex_unlock(&m->sched_mu);
+    if (last_a) complete = finish_gate_up(R, k, tid, ns_lut);
+  } else {
+    task_down(R, k, p);
+  }
+  pthread_mutex_lock(&m->sched_mu);
+  R->active--;
+  if (ph == 1) complete = --s->parts_left[k] == 0;
+  if (last_a && !complete) {
+    s->parts_left[k] = R->parts_b;
+    for (int q = 0; q < R->parts_b; q++) s->tasks[R->q_tail++] = TASK(k, 1, q);
+  }
+  if (complete) use_done(R, k);
+  if (R->route && R->uses_done == R->n_uses && !R->up_started) open_up(R);
+  sched_notify(m, R);
+}
+
+/* Under the lock: nothing to run, a short spin, then sleep until something
+ * changes; the time is added to *waited. Returns with the lock held. */
+static void idle_wait(moe_run *R, uint64_t *waited) {
+  spill_model *m = R->m;
+  const unsigned v = atomic_load_explicit(&R->version, memory_order_acquire);
+  pthread_mutex_unlock(&m->sched_mu);
+  const uint64_t t0 = spill_clock_ns();
+  int i = 0;
+  while (i < SCHED_SPIN && atomic_load_explicit(&R->version, memory_order_acquire) == v) {
+    SCHED_RELAX();
+    i++;
+  }
+  pthread_mutex_lock(&m->sched_mu);
+  if (i == SCHED_SPIN) {
+    m->sched_sleeps++;
+    R->waiters++;
+    while (atomic_load_explicit(&R->version, memory_order_acquire) == v)
+      pthread_cond_wait(&m->sched_cv, &m->sched_mu);
+    R->waiters--;
+  }
+  *waited += spill_clock_ns() - t0;
+}
+
+static int region_done(const moe_run *R) {
+  return R->rc < 0 || (R->routed && R->uses_done == R->n_uses && (!R->sh || R->sh_done) &&
+                       (!R->route || R->up_done));
+}
+
 static void moe_region(void *ctx, int task_index, int tid) {
   (void)task_index;
   moe_run *R = ctx;
   spill_model *m = R->m;
-  spill_model_scratch *s = &m->s;
   const int nt = m->o.n_threads;
-  uint64_t ns_lut = 0, waited = 0; /* this thread's LUT builds and waits */
+  uint64_t ns_lut = 0, ns_router = 0, waited = 0; /* this thread's steps and waits */
   pthread_mutex_lock(&m->sched_mu);
-  for (;;) {
-    if (R->rc < 0 || (R->uses_done == R->n_uses && (!R->sh || R->sh_done))) break;
+  while (!region_done(R)) {
     const int sh_queued = R->sh_tail - R->sh_head;
-    const int queued = R->q_tail - R->q_head + sh_queued;
-    if (!R->polling && !R->stalled && R->received < R->n_u && queued < nt) {
+    const int ex_queued = experts_open(R) ? R->q_tail - R->q_head : 0;
+    const int queued = ex_queued + sh_queued + steps_queued(R);
+    if (R->routed && !R->polling && !R->stalled && R->received < R->n_u && queued < nt) {
       R->polling = 1;
       poll_source(R, queued == 0, &waited);
       continue;
     }
-    if (sh_queued > 0) { /* the shared experts first: they need no read */
+    const int step = pick_step(R); /* steps first: everything else waits on them */
+    if (step >= 0) {
+      pthread_mutex_unlock(&m->sched_mu);
+      run_step(R, step, &ns_lut, &ns_router);
+      pthread_mutex_lock(&m->sched_mu);
+      continue;
+    }
+    if (sh_queued > 0) { /* the shared experts next: they need no read */
       const int task = R->sh_tasks[R->sh_head++];
       R->active++;
       pthread_mutex_unlock(&m->sched_mu);
@@ -686,54 +976,15 @@ static void moe_region(void *ctx, int task_index, int tid) {
       sched_notify(m, R);
       continue;
     }
-    if (queued > 0) {
-      const int task = s->tasks[R->q_head++];
-      R->active++;
-      pthread_mutex_unlock(&m->sched_mu);
-      const int p = task % SPILL_MOE_MAX_PARTS, ph = (task / SPILL_MOE_MAX_PARTS) % 2;
-      const int k = task / SPILL_MOE_MAX_PARTS / 2;
-      int complete = 0, last_a = 0;
-      if (ph == 0) {
-        task_gate_up(R, k, p);
-        pthread_mutex_lock(&m->sched_mu);
-        last_a = --s->parts_left[k] == 0;
-        pthread_mutex_unlock(&m->sched_mu);
-        if (last_a) complete = finish_gate_up(R, k, tid, &ns_lut);
-      } else {
-        task_down(R, k, p);
-      }
-      pthread_mutex_lock(&m->sched_mu);
-      R->active--;
-      if (ph == 1) complete = --s->parts_left[k] == 0;
-      if (last_a && !complete) {
-        s->parts_left[k] = R->parts_b;
-        for (int q = 0; q < R->parts_b; q++) s->tasks[R->q_tail++] = TASK(k, 1, q);
-      }
-      if (complete) use_done(R, k);
-      sched_notify(m, R);
+    if (ex_queued > 0) {
+      run_expert_task(R, tid, &ns_lut);
       continue;
     }
-    /* nothing to run: a short spin, then sleep until something changes */
-    const unsigned v = atomic_load_explicit(&R->version, memory_order_acquire);
-    pthread_mutex_unlock(&m->sched_mu);
-    const uint64_t t0 = spill_clock_ns();
-    int i = 0;
-    while (i < SCHED_SPIN && atomic_load_explicit(&R->version, memory_order_acquire) == v) {
-      SCHED_RELAX();
-      i++;
-    }
-    pthread_mutex_lock(&m->sched_mu);
-    if (i == SCHED_SPIN) {
-      m->sched_sleeps++;
-      R->waiters++;
-      while (atomic_load_explicit(&R->version, memory_order_acquire) == v)
-        pthread_cond_wait(&m->sched_cv, &m->sched_mu);
-      R->waiters--;
-    }
-    waited += spill_clock_ns() - t0;
+    idle_wait(R, &waited);
   }
   if (tid == 0) {
     R->ns_lut0 += ns_lut;
+    R->ns_router0 += ns_router;
     R->ns_wait0 += waited;
   }
   R->ns_wait_all += waited;
@@ -748,111 +999,135 @@ static uint32_t part_rows(uint32_t rows, int parts) {
   return r ? r : 16;
 }
 
-/* Computes the n_u requested experts' uses into their slots (the region
- * above), then releases every record. On an error the outstanding experts
- * are drained and the first error is returned. */
-static int consume_experts(spill_model *m, int l, const spill_layer_weights *L, const float *u,
-                           const float *h, float *slot, int n_u, int T, int shared_in_region,
-                           spill_err *e) {
+/* Parts a matrix of rows x cols is split into: one per thread (at most
+ * SPILL_MOE_MAX_PARTS) when it has par_min_weights, else one. */
+static int split_parts(const spill_model *m, uint64_t rows, uint64_t cols, uint32_t *rows_per) {
+  const int nt = m->o.n_threads;
+  int sp = 1;
+  if (nt > 1 && rows * cols >= (uint64_t)m->o.par_min_weights)
+    sp = nt < SPILL_MOE_MAX_PARTS ? nt : SPILL_MOE_MAX_PARTS;
+  *rows_per = part_rows((uint32_t)rows, sp);
+  return rows ? (int)(((uint32_t)rows + *rows_per - 1) / *rows_per) : 0;
+}
+
+/* The routed experts' split, and (shared_in_region) the shared experts' tasks. */
+static void plan_experts(moe_run *R, int T, int shared_in_region) {
+  spill_model *m = R->m;
   spill_model_scratch *s = &m->s;
+  const spill_layer_weights *L = R->L;
   const int K = m->a.moe.top_k, din = m->d_in, de = m->a.moe.d_expert;
   const int nt = m->o.n_threads;
-  moe_run R;
-  memset(&R, 0, sizeof R);
-  R.m = m;
-  R.l = l;
-  R.L = L;
-  R.u = u;
-  R.slot = slot;
-  R.n_u = n_u;
-  R.n_uses = T * K;
-  R.rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
-  R.rq = R.rvq3 && m->rvq_q;
-  R.lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
-  R.qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
-  atomic_init(&R.version, 0);
+  R->n_uses = T * K;
+  R->rvq3 = m->expert_dtype == SPILL_DT_RVQ3;
+  R->rq = R->rvq3 && m->rvq_q;
+  R->lut_n = (size_t)(din / SPILL_RVQ_DIM) * SPILL_RVQ_STAGES * SPILL_RVQ_ENTRIES;
+  R->qlut_n = spill_k_qlut_rvq3_i16_bytes((uint32_t)din);
   /* split each use's rows when there are fewer than 8 uses per thread and
    * the expert is large enough to be worth a task (par_min_weights) */
   int parts = 1;
-  if (nt > 1 && R.n_uses < 8 * nt && (uint64_t)de * (uint64_t)din >= (uint64_t)m->o.par_min_weights)
+  if (nt > 1 && R->n_uses < 8 * nt && (uint64_t)de * (uint64_t)din >= (uint64_t)m->o.par_min_weights)
     parts = nt < SPILL_MOE_MAX_PARTS ? nt : SPILL_MOE_MAX_PARTS;
-  R.rows_a = part_rows((uint32_t)de, parts);
-  R.parts_a = (int)(((uint32_t)de + R.rows_a - 1) / R.rows_a);
-  R.rows_b = part_rows((uint32_t)din, R.rvq3 ? 1 : parts);
-  R.parts_b = R.rvq3 ? 1 : (int)(((uint32_t)din + R.rows_b - 1) / R.rows_b);
-  R.xq_d_bytes = s->xq_d_bytes;
+  R->rows_a = part_rows((uint32_t)de, parts);
+  R->parts_a = (int)(((uint32_t)de + R->rows_a - 1) / R->rows_a);
+  R->rows_b = part_rows((uint32_t)din, R->rvq3 ? 1 : parts);
+  R->parts_b = R->rvq3 ? 1 : (int)(((uint32_t)din + R->rows_b - 1) / R->rows_b);
+  R->xq_d_bytes = s->xq_d_bytes;
   if (shared_in_region) { /* one token (T == 1): its shared experts as tasks */
-    const uint32_t F = L->ffn_gate_shexp.rows, Dd = L->ffn_down_shexp.rows;
-    int sp = 1;
-    if (nt > 1 && (uint64_t)F * L->ffn_gate_shexp.cols >= (uint64_t)m->o.par_min_weights)
-      sp = nt < SPILL_MOE_MAX_PARTS ? nt : SPILL_MOE_MAX_PARTS;
-    R.sh = 1;
-    R.sh_h = h;
-    R.sh_out = s->shared_out;
-    R.sh_xh = spill_model_xq_input(m, &L->ffn_gate_shexp, h, s->xq0, &R.sh_xh_v);
-    if (!R.sh_xh) R.sh_xh = spill_model_xq_input(m, &L->ffn_up_shexp, h, s->xq0, &R.sh_xh_v);
-    if (!R.sh_xh && m->a.moe.shared_gate)
-      R.sh_xh = spill_model_xq_input(m, &L->ffn_gate_inp_shexp, h, s->xq0, &R.sh_xh_v);
-    R.sh_rows_a = part_rows(F, sp);
-    R.sh_parts_a = (int)((F + R.sh_rows_a - 1) / R.sh_rows_a);
-    R.sh_rows_b = part_rows(Dd, sp);
-    R.sh_parts_b = (int)((Dd + R.sh_rows_b - 1) / R.sh_rows_b);
-    R.sh_left = R.sh_parts_a;
-    for (int p = 0; p < R.sh_parts_a; p++) R.sh_tasks[R.sh_tail++] = p;
+    R->sh = 1;
+    R->sh_h = R->h;
+    R->sh_out = s->shared_out;
+    R->sh_parts_a = split_parts(m, L->ffn_gate_shexp.rows, L->ffn_gate_shexp.cols, &R->sh_rows_a);
+    R->sh_parts_b = split_parts(m, L->ffn_down_shexp.rows, L->ffn_gate_shexp.rows, &R->sh_rows_b);
+    R->sh_left = R->sh_parts_a;
+    for (int p = 0; p < R->sh_parts_a; p++) R->sh_tasks[R->sh_tail++] = p;
   }
-  memset(s->delivered, 0, (size_t)n_u);
-  const uint64_t t0 = spill_clock_ns();
-  if (n_u > 0) {
-    if (nt == 1 || spill_pool_n_threads(m->pool) == 1) {
-      moe_region(&R, 0, 0);
-    } else {
-      spill_pool_run(m->pool, moe_region, &R, nt);
-      m->sched_regions++;
+}
+
+/* The steps' split: LUT builds (lut_in_region), a decode token's router,
+ * latent down and up (route); h quantised once for every matrix reading it. */
+static void plan_steps(moe_run *R, int T, int lut_in_region) {
+  spill_model *m = R->m;
+  const spill_layer_weights *L = R->L;
+  const spill_moe_cfg *c = &m->a.moe;
+  const uint32_t ng = (uint32_t)m->d_in / SPILL_RVQ_DIM;
+  const int nt = m->o.n_threads;
+  R->u_ready = 1;
+  if (R->route || R->sh) { /* act_q8: h as spill_model_matvec would quantise it */
+    const spill_qmat *ws[] = {&L->ffn_gate_inp, &L->moe_down_proj, &L->ffn_gate_shexp,
+                              &L->ffn_up_shexp, &L->ffn_gate_inp_shexp};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !R->xh; i++)
+      if (ws[i]->rows > 0 && ws[i]->cols == (uint32_t)m->a.d_model)
+        R->xh = spill_model_xq_input(m, ws[i], R->h, m->s.xq0, &R->xh_v);
+  }
+  if (R->route) {
+    R->rt_parts = R->rt_left =
+        split_parts(m, L->ffn_gate_inp.rows, L->ffn_gate_inp.cols, &R->rt_rows);
+    if (c->d_latent > 0) {
+      R->lt_parts = R->lt_left =
+          split_parts(m, L->moe_down_proj.rows, L->moe_down_proj.cols, &R->lt_rows);
+      R->up_parts = split_parts(m, L->moe_up_proj.rows, L->moe_up_proj.cols, &R->up_rows);
+      R->u_ready = 0;
     }
+  } else {
+    R->routed = 1;
+  }
+  if (R->rvq3 && lut_in_region) { /* the rule of spill_model_lut: split when worth it */
+    int lp = 1;
+    if (nt > 1 && (uint64_t)ng * 6144u >= (uint64_t)m->o.par_min_weights && ng >= 2)
+      lp = (uint32_t)nt < ng ? nt : (int)ng;
+    R->lut_groups = (ng + (uint32_t)lp - 1) / (uint32_t)lp;
+    R->lut_parts = (int)((ng + R->lut_groups - 1) / R->lut_groups);
+    R->lut_total = R->lut_left = T * 2 * R->lut_parts;
+  }
+}
+
+/* Runs the region over the planned R (one pool run, or inline with one
+ * thread), then releases every record. On an error the outstanding experts
+ * are drained and the first error is returned. */
+static int run_region(moe_run *R, spill_err *e) {
+  spill_model *m = R->m;
+  spill_model_scratch *s = &m->s;
+  const int l = R->l;
+  atomic_init(&R->version, 0);
+  if (R->routed) memset(s->delivered, 0, (size_t)R->n_u);
+  const uint64_t t0 = spill_clock_ns();
+  if (m->o.n_threads == 1 || spill_pool_n_threads(m->pool) == 1) {
+    moe_region(R, 0, 0);
+  } else {
+    spill_pool_run(m->pool, moe_region, R, m->o.n_threads);
+    m->sched_regions++;
   }
   /* release what is still held (the queued releases; after an error also
    * the records whose tasks were abandoned), then drain the rest */
-  for (int i = 0; i < n_u; i++)
+  for (int i = 0; i < R->n_u; i++)
     if (s->delivered[i] == 1) m->src.release(m->src.ctx, l, s->uniq[i]);
   const uint64_t wall = spill_clock_ns() - t0;
-  m->stats.ns_expert_wait += R.ns_wait0;
-  m->stats.ns_expert_wait_threads += R.ns_wait_all;
-  m->sched_wait_threads_ns += R.ns_wait_all;
-  m->stats.ns_lut += R.ns_lut0;
-  m->stats.ns_expert += wall > R.ns_wait0 + R.ns_lut0 ? wall - R.ns_wait0 - R.ns_lut0 : 0;
-  if (R.rc < 0) {
-    drain(m, l, s->uniq, n_u - R.received);
-    if (e) *e = R.err;
-    return R.rc;
+  m->stats.ns_expert_wait += R->ns_wait0;
+  m->stats.ns_expert_wait_threads += R->ns_wait_all;
+  m->sched_wait_threads_ns += R->ns_wait_all;
+  m->stats.ns_lut += R->ns_lut0;
+  m->stats.ns_router += R->ns_router0;
+  const uint64_t named = R->ns_wait0 + R->ns_lut0 + R->ns_router0;
+  m->stats.ns_expert += wall > named ? wall - named : 0;
+  if (R->rc < 0) {
+    drain(m, l, s->uniq, R->n_u - R->received);
+    if (e) *e = R->err;
+    return R->rc;
   }
   return SPILL_OK;
 }
 
 /* 4. combine in selection order, latent up-projection, shared experts */
-static void combine(spill_model *m, const spill_layer_weights *L, const float *slot,
-                    const uint32_t *sel, const float *selw, int T, float *out) {
+static void combine(spill_model *m, const spill_layer_weights *L, const float *slot, int T,
+                    float *out) {
   const spill_moe_cfg *c = &m->a.moe;
   spill_model_scratch *s = &m->s;
-  const int D = m->a.d_model, K = c->top_k, din = m->d_in;
+  const int D = m->a.d_model;
   float *y = s->y; /* (d_in) */
   uint64_t t0 = spill_clock_ns();
   for (int t = 0; t < T; t++) {
-    const float *wt = selw + (size_t)t * K;
-    memset(y, 0, (size_t)din * sizeof(float));
-    for (int i = 0; i < K; i++) {
-      const float *st = slot + ((size_t)t * K + i) * din;
-      const float wi = wt[i];
-      const float *bd = L->exps_bias[SPILL_SEC_DOWN]; /* expert_bias: (E, d_in) */
-      if (bd) {
-        bd += (size_t)sel[(size_t)t * K + i] * din;
-        for (int j = 0; j < din; j++) y[j] += wi * (st[j] + bd[j]);
-      } else {
-        for (int j = 0; j < din; j++) y[j] += wi * st[j];
-      }
-    }
+    sum_slots(m, L, slot, t, y);
     float *ot = out + (size_t)t * D; /* (D) */
-    if (c->d_latent > 0 && c->latent_norm == SPILL_LATENT_NORM_OUTPUT) /* Kimi K3: the sum is normed */
-      spill_k_rmsnorm(y, L->moe_latent_norm, y, (uint32_t)din, (float)m->a.norm_eps);
     if (c->d_latent > 0)
       spill_model_matvec(m, &L->moe_up_proj, y, ot);
     else
@@ -865,28 +1140,21 @@ static void combine(spill_model *m, const spill_layer_weights *L, const float *s
   m->stats.ns_expert += spill_clock_ns() - t0;
 }
 
-int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
-                    float *out, spill_err *e) {
+/* 1-3 for a chunk (or a decode token with steps_outside_region): every
+ * token routed and its expert input made as row-split matvecs, the
+ * distinct experts requested, the observer told; returns their count. */
+static int route_chunk(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
+                       const uint32_t *forced, size_t forced_stride, spill_err *e) {
   const spill_moe_cfg *c = &m->a.moe;
   const spill_layer_weights *L = &m->L[l];
   spill_model_scratch *s = &m->s;
   const int D = m->a.d_model, E = c->n_experts, K = c->top_k, din = m->d_in;
-  float *router = s->router; /* (T, E) */
-  uint32_t *sel = s->sel;    /* (T, K) */
-  float *selw = s->selw;     /* (T, K) */
-  float *u = s->u;           /* (T, d_in) */
-  float *slot = s->slot;     /* (T, K, d_in) */
-  const uint32_t *forced;
-  size_t forced_stride;
-  SPILL_TRY(forced_rows(m, l, T, pos0, &forced, &forced_stride, e));
-
-  /* 1-2. routing and expert input */
   uint64_t t0 = spill_clock_ns();
   for (int t = 0; t < T; t++) {
     const float *ht = h + (size_t)t * D;
-    route(m, L, ht, router + (size_t)t * E, forced ? forced + (size_t)t * forced_stride : NULL,
-          sel + (size_t)t * K, selw + (size_t)t * K);
-    float *ut = u + (size_t)t * din;
+    route(m, L, ht, s->router + (size_t)t * E, forced ? forced + (size_t)t * forced_stride : NULL,
+          s->sel + (size_t)t * K, s->selw + (size_t)t * K);
+    float *ut = s->u + (size_t)t * din;
     if (c->d_latent > 0) {
       spill_model_matvec(m, &L->moe_down_proj, ht, ut);
       if (c->latent_norm == SPILL_LATENT_NORM_INPUT)
@@ -895,31 +1163,67 @@ int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T
       memcpy(ut, ht, (size_t)D * sizeof(float));
     }
   }
-
   /* 3. distinct experts in first-use order, with their (token, slot) uses (CSR) */
-  const int n_u = group_uses(m, sel, T * K);
+  const int n_u = group_uses(m, s->sel, T * K);
   m->stats.ns_router += spill_clock_ns() - t0;
-
-  /* 3'. request everything at once, build the shared LUTs while the reads
-   * are in flight, then apply experts in arrival order */
+  /* 3'. request everything at once; the LUTs are built while the reads fly */
   int rc = m->src.request(m->src.ctx, l, s->uniq, n_u, e);
   if (rc < 0) return rc;
   m->stats.n_expert_requests += (uint64_t)n_u;
   /* The observer runs after the demand request (so lookahead prefetches it
    * issues queue behind it) and before the experts are consumed. */
   if (m->has_obs && m->obs.on_route) {
-    rc = m->obs.on_route(m->obs.ctx, l, pos0, T, x, sel, selw, K);
+    rc = m->obs.on_route(m->obs.ctx, l, pos0, T, x, s->sel, s->selw, K);
     if (rc < 0) {
       drain(m, l, s->uniq, n_u);
       return spill_err_set(e, rc, "layer %d: stopped by the route observer", l);
     }
   }
-  /* a decode token's shared experts run as tasks of the experts' region
-   * (no fork-joins of their own); a chunk's before it, row-split */
-  const int shared_in_region =
-      c->n_shared > 0 && T == 1 && n_u > 0 && !m->o.shared_outside_region;
-  overlap_work(m, L, h, u, T, shared_in_region);
-  SPILL_TRY(consume_experts(m, l, L, u, h, slot, n_u, T, shared_in_region, e));
-  combine(m, L, slot, sel, selw, T, out);
+  return n_u;
+}
+
+int spill_model_moe(spill_model *m, int l, const float *x, const float *h, int T, int pos0,
+                    float *out, spill_err *e) {
+  const spill_moe_cfg *c = &m->a.moe;
+  spill_model_scratch *s = &m->s;
+  const int D = m->a.d_model;
+  const uint32_t *forced;
+  size_t forced_stride;
+  SPILL_TRY(forced_rows(m, l, T, pos0, &forced, &forced_stride, e));
+  moe_run R;
+  memset(&R, 0, sizeof R);
+  R.m = m;
+  R.l = l;
+  R.L = &m->L[l];
+  R.u = s->u;       /* (T, d_in) */
+  R.slot = s->slot; /* (T, K, d_in) */
+  R.h = h;
+  R.x = x;
+  R.out = out;
+  R.pos0 = pos0;
+  R.forced = forced;
+  /* a decode token's router, latent projections and shared experts run as
+   * tasks of the experts' region (no fork-joins of their own); a chunk's
+   * before and after it, row-split */
+  R.route = T == 1 && !m->o.steps_outside_region;
+  const int shared_in_region = c->n_shared > 0 && T == 1 && !m->o.shared_outside_region;
+  if (!R.route) {
+    R.n_u = route_chunk(m, l, x, h, T, pos0, forced, forced_stride, e);
+    if (R.n_u < 0) return R.n_u;
+  } else if (c->d_latent == 0) {
+    memcpy(s->u, h, (size_t)D * sizeof(float)); /* u = h */
+  }
+  /* before plan_steps: shared experts run here use xq0, where h is then
+   * quantised for the region */
+  overlap_work(m, R.L, h, s->u, T, shared_in_region, !m->o.steps_outside_region,
+               R.route && c->d_latent > 0);
+  plan_experts(&R, T, shared_in_region);
+  plan_steps(&R, T, !m->o.steps_outside_region);
+  SPILL_TRY(run_region(&R, e));
+  if (!R.route) {
+    combine(m, R.L, s->slot, T, out);
+  } else if (c->n_shared > 0) { /* combine's last step: out += the shared experts */
+    for (int i = 0; i < D; i++) out[i] += s->shared_out[i];
+  }
   return SPILL_OK;
 }

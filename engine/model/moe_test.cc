@@ -36,8 +36,10 @@ struct TestSource {
   size_t rec_bytes = 0;
   std::vector<std::pair<int, std::vector<uint32_t>>> requests;
   int errors = 0;
+  int calls = 0, fail_request_at = -1;  // request calls; the one (0-based) refused
 
   ~TestSource() { FreeBufs(); }
+  int Pinned() const { return (int)std::count(pinned.begin(), pinned.end(), true); }
   void FreeBufs() {
     for (uint8_t *b : bufs) spill_free(b, rec_bytes);
     bufs.clear();
@@ -47,6 +49,8 @@ struct TestSource {
     TestSource *s = static_cast<TestSource *>(ctx);
     for (bool p : s->pinned)
       if (p) s->errors++;  // previous request not fully released
+    if (s->calls++ == s->fail_request_at)
+      return spill_err_set(e, SPILL_E_IO, "test source: request %d refused", s->fail_request_at);
     s->FreeBufs();
     s->rec_bytes = s->c->m.record_bytes;
     s->layer = layer;
@@ -289,6 +293,78 @@ TEST(MoeTest, ChunkRequestsEachDistinctExpertOncePerLayer) {
   spill_model_set_expert_source(h.m, nullptr);
   spill_model_set_observer(h.m, nullptr);
   spill_expert_source_sync_close(&cs.inner);
+}
+
+// An observer that fails on its n-th call (0-based), else does nothing.
+struct FailingObserver {
+  int calls = 0, fail_at = -1;
+  static int OnRoute(void *ctx, int, int, int, const float *, const uint32_t *, const float *,
+                     int) {
+    FailingObserver *o = static_cast<FailingObserver *>(ctx);
+    return o->calls++ == o->fail_at ? SPILL_E_INTERRUPTED : SPILL_OK;
+  }
+};
+
+// A decode token (and a one-token chunk) routes inside the MoE region, on
+// whichever thread finishes the router's rows: the observer still sees the
+// layer's own selection (the lookahead hook reproduces it, called from that
+// thread), and a request or observer failing there returns its error with
+// every record released or drained, so the model runs on after a reset
+// with the logits of a clean run. 1 and 2 threads, sources with and
+// without the readiness call.
+TEST(MoeTest, RoutingInTheRegionKeepsTheObserverAndFailuresClean) {
+  for (int threads : {1, 2}) {
+    for (bool poll : {false, true}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads" + (poll ? ", poll_ready" : ""));
+      spill_test::ModelHandle h;
+      h.m = Open(Nano("k3"), threads, 4);
+      ASSERT_NE(h.m, nullptr);
+      const int n_moe = spill_arch_n_moe(spill_model_arch(h.m));
+      TestSource ts;
+      ts.c = spill_model_container(h.m);
+      ts.mode = 2;
+      spill_expert_source src = ts.Make(poll);
+      spill_model_set_expert_source(h.m, &src);
+      // the observer of a clean run: 5 prompt tokens (chunks of 4 and 1), 3 decode
+      RouteLog log;
+      log.m = h.m;
+      spill_model_observer obs = {&log, RouteLog::OnRoute};
+      spill_model_set_observer(h.m, &obs);
+      const std::vector<float> want = RunSeq(h.m, Prompt(5), 3);
+      EXPECT_EQ(log.calls, 5 * n_moe);
+      EXPECT_EQ(log.tokens, 8 * n_moe);
+      EXPECT_EQ(log.mismatches, 0);
+      // the observer fails in the one-token chunk's second MoE layer
+      FailingObserver fo;
+      fo.fail_at = n_moe + 1;
+      spill_model_observer fobs = {&fo, FailingObserver::OnRoute};
+      spill_model_set_observer(h.m, &fobs);
+      const std::vector<int> p = Prompt(5);
+      std::vector<float> lg(spill_model_arch(h.m)->vocab_size);
+      spill_err e = {};
+      EXPECT_EQ(spill_model_forward(h.m, p.data(), 5, 0, lg.data(), &e), SPILL_E_INTERRUPTED);
+      EXPECT_NE(std::string(e.msg).find("stopped by the route observer"), std::string::npos)
+          << e.msg;
+      EXPECT_EQ(ts.Pinned(), 0);
+      // the request of a decode token's first MoE layer fails
+      spill_model_set_observer(h.m, nullptr);
+      ts.fail_request_at = ts.calls + n_moe + n_moe;  // chunk of 4, chunk of 1, then decode
+      ASSERT_EQ(spill_model_forward(h.m, p.data(), 5, 0, lg.data(), &e), SPILL_OK) << e.msg;
+      int tok = 1;
+      e = {};
+      EXPECT_EQ(spill_model_forward(h.m, &tok, 1, 5, lg.data(), &e), SPILL_E_IO);
+      EXPECT_NE(std::string(e.msg).find("request"), std::string::npos) << e.msg;
+      EXPECT_EQ(ts.Pinned(), 0);
+      // a clean run after both: the same logits
+      spill_model_set_observer(h.m, &obs);
+      const std::vector<float> again = RunSeq(h.m, Prompt(5), 3);
+      ASSERT_EQ(again.size(), want.size());
+      EXPECT_EQ(0, memcmp(again.data(), want.data(), want.size() * sizeof(float)));
+      EXPECT_EQ(ts.errors, 0);
+      spill_model_set_observer(h.m, nullptr);
+      spill_model_set_expert_source(h.m, nullptr);
+    }
+  }
 }
 
 TEST(MoeTest, RouterTopkRejectsDenseLayerAndBadK) {

@@ -51,7 +51,7 @@ int spill_model_forward_verify(spill_model *m, const int *tokens, int n, spill_e
                   "verify: token %d at index %d out of range (vocab %d)", tokens[i], i,
                   m->a.vocab_size);
   memset(&m->stats, 0, sizeof m->stats);
-  const uint64_t t_start = spill_clock_ns();
+  const uint64_t t_start = spill_clock_ns(), par0 = spill_pool_dispatches(m->pool);
   const int rec = m->s.spec_snap != NULL;
   if (rec) snap_recurrent(m, 1);
   m->spec_rec = rec;
@@ -70,6 +70,7 @@ int spill_model_forward_verify(spill_model *m, const int *tokens, int n, spill_e
   for (int t = 0; t < n; t++) spill_model_lm_head(m, t, n, m->s.spec_logits + (size_t)t * V);
   m->stats.ns_lm_head += spill_clock_ns() - t0;
   m->stats.n_tokens = n;
+  m->stats.n_parallel = spill_pool_dispatches(m->pool) - par0;
   m->stats.ns_total = spill_clock_ns() - t_start;
   const uint64_t named = m->stats.ns_attn + m->stats.ns_router + m->stats.ns_lut +
                          m->stats.ns_expert + m->stats.ns_expert_wait + m->stats.ns_lm_head;

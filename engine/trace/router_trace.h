@@ -181,6 +181,11 @@ typedef struct spill_profile_row {
    * reader, checker) during the call, getrusage's ru_nvcsw and ru_nivcsw;
    * rows of older files without them read as 0 */
   uint64_t ctx_switches_voluntary, ctx_switches_involuntary;
+  /* fork-joins of the call (work handed to the compute pool's workers; 0
+   * with one thread): all, and those inside MoE layers (router to output).
+   * Deterministic for a model, input and thread count. Rows of older files
+   * without them read as 0. */
+  uint64_t parallel_regions, parallel_regions_moe;
   /* the expert read backend ("pread" or "uring") and why it was chosen
    * (spill_engine_io_backend_why: "auto: io_uring available", "auto: io_uring
    * refused: ...", "set: io_backend pread"); "" in rows of older files.

@@ -110,6 +110,7 @@ int spill_profile_write_row(FILE *f, const spill_profile_row *p) {
           "\"read_p50_ms\": %.3f, \"read_p99_ms\": %.3f, \"major_faults\": %llu, "
           "\"rss_bytes\": %llu, \"drafted\": %llu, \"accepted\": %llu, \"generated\": %llu, "
           "\"ctx_switches_voluntary\": %llu, \"ctx_switches_involuntary\": %llu, "
+          "\"parallel_regions\": %llu, \"parallel_regions_moe\": %llu, "
           "\"io_backend\": \"%s\", \"io_backend_why\": \"%s\"}\n",
           p->pos, p->phase == SPILL_TRACE_PHASE_PREFILL ? "prefill" : "decode", p->n_tokens,
           p->wall_ms, p->attention_ms, p->router_ms, p->expert_matmul_ms, p->table_build_ms,
@@ -121,7 +122,9 @@ int spill_profile_write_row(FILE *f, const spill_profile_row *p) {
           p->read_p99_ms, (unsigned long long)p->major_faults, (unsigned long long)p->rss_bytes,
           (unsigned long long)p->drafted, (unsigned long long)p->accepted,
           (unsigned long long)p->generated, (unsigned long long)p->ctx_switches_voluntary,
-          (unsigned long long)p->ctx_switches_involuntary, backend, why);
+          (unsigned long long)p->ctx_switches_involuntary,
+          (unsigned long long)p->parallel_regions, (unsigned long long)p->parallel_regions_moe,
+          backend, why);
   fflush(f);
   return 1;
 }
@@ -218,6 +221,15 @@ int spill_profile_parse_row(const char *buf, size_t len, const char *name, spill
        (rc = prof_u64(o, "ctx_switches_involuntary", name, &p->ctx_switches_involuntary, e)) <
            0))
     goto out;
+  if ((cJSON_HasObjectItem(o, "parallel_regions") &&
+       (rc = prof_u64(o, "parallel_regions", name, &p->parallel_regions, e)) < 0) ||
+      (cJSON_HasObjectItem(o, "parallel_regions_moe") &&
+       (rc = prof_u64(o, "parallel_regions_moe", name, &p->parallel_regions_moe, e)) < 0))
+    goto out;
+  if (p->parallel_regions_moe > p->parallel_regions) {
+    rc = spill_err_set(e, SPILL_E_TRACE, "%s: parallel_regions_moe above parallel_regions", name);
+    goto out;
+  }
   if (cJSON_HasObjectItem(o, "io_backend") || cJSON_HasObjectItem(o, "io_backend_why")) {
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "io_backend");
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "io_backend_why");

@@ -188,6 +188,8 @@ spill_profile_row SampleProfile() {
   p.expert_wait_threads_ms = 2.625;
   p.ctx_switches_voluntary = 41;
   p.ctx_switches_involuntary = 5;
+  p.parallel_regions = 130;
+  p.parallel_regions_moe = 15;
   snprintf(p.io_backend, sizeof p.io_backend, "uring");
   snprintf(p.io_backend_why, sizeof p.io_backend_why, "auto: io_uring refused: \"x\"");
   return p;
@@ -236,6 +238,8 @@ TEST(TraceRecordTest, ProfileRowRoundTrip) {
   EXPECT_EQ(q.expert_wait_threads_ms, 2.625);
   EXPECT_EQ(q.ctx_switches_voluntary, 41u);
   EXPECT_EQ(q.ctx_switches_involuntary, 5u);
+  EXPECT_EQ(q.parallel_regions, 130u);
+  EXPECT_EQ(q.parallel_regions_moe, 15u);
   EXPECT_STREQ(q.io_backend, "uring");
   EXPECT_STREQ(q.io_backend_why, p.io_backend_why);  // quotes escaped and read back
   EXPECT_EQ(spill_profile_write_row(nullptr, &p), 0);
@@ -306,6 +310,8 @@ TEST(TraceRecordTest, ProfileReaderNamesTheBadKey) {
   EXPECT_EQ(q.accepted, 0u);
   EXPECT_EQ(q.generated, 4u);
   EXPECT_EQ(q.ctx_switches_voluntary, 0u);
+  EXPECT_EQ(q.parallel_regions, 0u);
+  EXPECT_EQ(q.parallel_regions_moe, 0u);
   EXPECT_STREQ(q.io_backend, "");
   EXPECT_STREQ(q.io_backend_why, "");
   // expert_wait_threads_ms is optional too (rows before it)
@@ -315,6 +321,11 @@ TEST(TraceRecordTest, ProfileReaderNamesTheBadKey) {
   EXPECT_EQ(q.expert_wait_threads_ms, 0.0);
   EXPECT_EQ(ParseError(edit("\"expert_wait_threads_ms\": 2.625", "\"expert_wait_threads_ms\": -1")),
             "p.jsonl: expert_wait_threads_ms: expected a number >= 0");
+  // fork-join counters: integers, the MoE layers' share at most the whole
+  EXPECT_EQ(ParseError(edit("\"parallel_regions\": 130", "\"parallel_regions\": 1.5")),
+            "p.jsonl: parallel_regions: expected an integer");
+  EXPECT_EQ(ParseError(edit("\"parallel_regions_moe\": 15", "\"parallel_regions_moe\": 131")),
+            "p.jsonl: parallel_regions_moe above parallel_regions");
 }
 
 }  // namespace
