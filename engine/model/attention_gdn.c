@@ -81,14 +81,16 @@ static int gdn_run(spill_model *m, int l, const float *h, int pos, float *out, s
   float *alpha = s->kalpha; /* (Hv) */
   float *beta = s->kbeta;  /* (Hv) */
 
-  spill_model_matvec2(m, &L->attn_qkv, h, NULL, qkv, &L->attn_gate, h, NULL, z);
+  /* the projections of h in one dispatch: qkv, z, alpha, beta */
+  const spill_qmat *ws[4] = {&L->attn_qkv, &L->attn_gate, &L->ssm_alpha, &L->attn_b};
+  float *const ys[4] = {qkv, z, alpha, beta};
+  spill_model_matvec_n(m, 4, ws, h, ys);
   gdn_conv(qkv, L->ssm_conv, L->gdn_ring, C, K, pos, cv);
   const float eps = (float)m->a.norm_eps, qs = 1.0f / sqrtf((float)d);
   for (int j = 0; j < Hk; j++) {
     l2norm_scaled(cv + (size_t)j * d, d, eps, qs);
     l2norm_scaled(cv + nk + (size_t)j * d, d, eps, 1.0f);
   }
-  spill_model_matvec2(m, &L->ssm_alpha, h, NULL, alpha, &L->attn_b, h, NULL, beta);
   for (int j = 0; j < Hv; j++) {
     alpha[j] = expf(softplus(alpha[j] + L->attn_dt_bias[j]) * L->ssm_a[j]);
     beta[j] = spill_model_sigmoid(beta[j]);

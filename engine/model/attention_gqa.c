@@ -73,8 +73,9 @@ static int gqa_run(spill_model *m, int l, const float *h, int pos, float *out, s
   float *cs = m->s.rope_cs;                    /* (rd/2 cos, rd/2 sin) */
   float *o = m->s.o;                           /* (H*d) */
 
-  spill_model_matvec(m, &L->attn_q, h, q);
-  spill_model_matvec2(m, &L->attn_k, h, NULL, kc, &L->attn_v, h, NULL, vc);
+  const spill_qmat *ws[3] = {&L->attn_q, &L->attn_k, &L->attn_v};
+  float *const ys[3] = {q, kc, vc};
+  spill_model_matvec_n(m, 3, ws, h, ys); /* q, k, v in one dispatch */
   if (c->qkv_bias) {
     for (int i = 0; i < H * qs; i++) q[i] += L->attn_q_bias[i];
     for (int i = 0; i < kvw; i++) kc[i] += L->attn_k_bias[i];

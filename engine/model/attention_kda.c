@@ -110,14 +110,17 @@ static int kda_run(spill_model *m, int l, const float *h, int pos, float *out, s
   float *beta = s->kbeta;                    /* (H) */
   float *gate = s->qa;                       /* (H*d) */
 
-  spill_model_matvec(m, &L->attn_q, h, q);
-  spill_model_matvec2(m, &L->attn_k, h, NULL, k, &L->attn_v, h, NULL, v);
+  /* the projections of h in one dispatch: q, k, v, f_a, b and (without the
+   * low-rank output gate) g; g_a would share fa with f_a: it runs below */
+  const spill_qmat *ws[6] = {&L->attn_q,   &L->attn_k, &L->attn_v,
+                             &L->attn_f_a, &L->attn_b, &L->attn_g};
+  float *const ys[6] = {q, k, v, fa, beta, gate};
+  spill_model_matvec_n(m, c->out_gate_rank == 0 ? 6 : 5, ws, h, ys);
   causal_conv(q, L->attn_q_conv, L->kda_ring, n, K, pos, qc);
   causal_conv(k, L->attn_k_conv, L->kda_ring + ring_n, n, K, pos, kc);
   causal_conv(v, L->attn_v_conv, L->kda_ring + 2 * ring_n, n, K, pos, vc);
 
   /* decay: alpha = exp(max(-exp(A_log_j) * softplus(f_b f_a h + dt_bias), floor)) */
-  spill_model_matvec(m, &L->attn_f_a, h, fa);
   spill_model_matvec(m, &L->attn_f_b, fa, alpha);
   if (c->gate_lower_bound < 0) { /* Kimi K3: g = lb * sigmoid(exp(A_log) f), no softplus, no floor */
     const float lb = (float)c->gate_lower_bound;
@@ -138,11 +141,8 @@ static int kda_run(spill_model *m, int l, const float *h, int pos, float *out, s
       alpha[ch] = expf(g);
     }
   }
-  spill_model_matvec(m, &L->attn_b, h, beta);
   for (int j = 0; j < H; j++) beta[j] = spill_model_sigmoid(beta[j]);
-  if (c->out_gate_rank == 0) {
-    spill_model_matvec(m, &L->attn_g, h, gate);
-  } else {
+  if (c->out_gate_rank > 0) { /* else g came with the projections above */
     spill_model_matvec(m, &L->attn_g_a, h, fa);
     spill_model_matvec(m, &L->attn_g_b, fa, gate);
   }

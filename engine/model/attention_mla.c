@@ -140,15 +140,16 @@ static int mla_run(spill_model *m, int l, const float *h, int pos, float *out, s
   float *cache_t = L->cache + (size_t)pos * w; /* (dc+dr) this token's slot: [c, kr] */
   float *cs = m->s.rope_cs;               /* (dr/2 cos, dr/2 sin) */
 
+  /* the projections of h (q_a or q, and kv_a) in one dispatch; the output
+   * gate (Kimi K3) writes into q's buffer, so it waits for the heads */
+  float *cq = m->s.cq; /* (q_lora) */
+  const spill_qmat *ws[2] = {c->q_lora_rank > 0 ? &L->attn_q_a : &L->attn_q, &L->attn_kv_a};
+  float *const ys[2] = {c->q_lora_rank > 0 ? cq : q, kv};
+  spill_model_matvec_n(m, 2, ws, h, ys);
   if (c->q_lora_rank > 0) {
-    float *cq = m->s.cq; /* (q_lora) */
-    spill_model_matvec(m, &L->attn_q_a, h, cq);
     spill_k_rmsnorm(cq, L->attn_q_a_norm, cq, (uint32_t)c->q_lora_rank, eps);
     spill_model_matvec(m, &L->attn_q_b, cq, q);
-  } else {
-    spill_model_matvec(m, &L->attn_q, h, q);
   }
-  spill_model_matvec(m, &L->attn_kv_a, h, kv);
   const float kv_eps = c->kv_norm_eps != 0 ? (float)c->kv_norm_eps : eps;
   spill_k_rmsnorm(kv, L->attn_kv_a_norm, cache_t, (uint32_t)dc, kv_eps); /* c: the cached latent */
   memcpy(cache_t + dc, kv + dc, (size_t)dr * sizeof(float));           /* kr: shared rope key */

@@ -261,6 +261,13 @@ void spill_model_matvec2(spill_model *m, const spill_qmat *w0, const float *x0, 
 void spill_model_matvec2_xq(spill_model *m, const spill_qmat *w0, const float *x0,
                             const spill_k_xq *xq0, float *y0, const spill_qmat *w1,
                             const float *x1, const spill_k_xq *xq1, float *y1);
+/* y[i] = w[i] x for n (1..SPILL_MODEL_MV_MAX) matrices of one input x (the
+ * projections of one attention input), in one pool dispatch instead of
+ * one per matrix; with act_q8 x is quantised once (in s.xq0). The bits
+ * spill_model_matvec gives each matrix. */
+#define SPILL_MODEL_MV_MAX 6
+void spill_model_matvec_n(spill_model *m, int n, const spill_qmat *const *w, const float *x,
+                          float *const *y);
 /* Runs fn over n_tasks independent tasks (e.g. attention heads) on the pool,
  * or inline when the total work (MACs) is below par_min_weights. */
 void spill_model_run_tasks(spill_model *m, spill_pool_fn fn, void *ctx, int n_tasks,

@@ -130,6 +130,58 @@ void spill_model_rvq3_apply2_q(spill_model *m, const spill_qmat *w0, const void 
   run_mv(m, &j);
 }
 
+/* Up to SPILL_MODEL_MV_MAX matrices reading one input, in one dispatch:
+ * task t of the job is rows [r0, r1) of the matrix whose task range holds
+ * it (start[i] <= t < start[i + 1]). */
+typedef struct mvn_job {
+  int n;
+  const spill_qmat *const *w;
+  const float *x;
+  const spill_k_xq *xq[SPILL_MODEL_MV_MAX]; /* x quantised for matrix i, or NULL */
+  float *const *y;
+  uint32_t rows_per_task;
+  int start[SPILL_MODEL_MV_MAX + 1];
+} mvn_job;
+
+static void mvn_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const mvn_job *j = ctx;
+  int i = 0;
+  while (task >= j->start[i + 1]) i++;
+  const spill_qmat *w = j->w[i];
+  const uint32_t r0 = (uint32_t)(task - j->start[i]) * j->rows_per_task;
+  const uint32_t r1 = r0 + j->rows_per_task < w->rows ? r0 + j->rows_per_task : w->rows;
+  spill_model_matvec_rows(w, j->x, j->xq[i], j->y[i], r0, r1);
+}
+
+void spill_model_matvec_n(spill_model *m, int n, const spill_qmat *const *w, const float *x,
+                          float *const *y) {
+  mvn_job j = {n, w, x, {NULL}, y, 0, {0}};
+  /* act_q8: x quantised once (into xq0), used by every matrix with the
+   * integer path: quantise_inputs' rule, so each matrix gets the input
+   * spill_model_matvec would give it */
+  spill_k_xq xq;
+  const spill_k_xq *q = NULL;
+  uint64_t work = 0;
+  uint32_t rows = 0, cols = 0;
+  for (int i = 0; i < n; i++) {
+    if (!q) q = spill_model_xq_input(m, w[i], x, m->s.xq0, &xq);
+    work += (uint64_t)w[i]->rows * w[i]->cols;
+    if (w[i]->rows > rows) rows = w[i]->rows;
+    if (w[i]->cols > cols) cols = w[i]->cols;
+  }
+  for (int i = 0; i < n; i++)
+    j.xq[i] = q && q->n == w[i]->cols && spill_k_matvec_xq_ok(w[i]) ? q : NULL;
+  if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
+    for (int i = 0; i < n; i++) spill_model_matvec_rows(w[i], x, j.xq[i], y[i], 0, w[i]->rows);
+    return;
+  }
+  j.rows_per_task = rows_per_task(m, rows, cols);
+  for (int i = 0; i < n; i++)
+    j.start[i + 1] = j.start[i] + (int)((w[i]->rows + j.rows_per_task - 1) / j.rows_per_task);
+  spill_pool_run(m->pool, mvn_task, &j, j.start[n]);
+}
+
 void spill_model_run_tasks(spill_model *m, spill_pool_fn fn, void *ctx, int n_tasks,
                            uint64_t work) {
   if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
