@@ -954,7 +954,10 @@ static void moe_region(void *ctx, int task_index, int tid) {
     const int sh_queued = R->sh_tail - R->sh_head;
     const int ex_queued = experts_open(R) ? R->q_tail - R->q_head : 0;
     const int queued = ex_queued + sh_queued + steps_queued(R);
-    if (R->routed && !R->polling && !R->stalled && R->received < R->n_u && queued < nt) {
+    /* records are taken only once the experts may run (the steps done), as
+     * before the steps were tasks: the cache sees the same claims and releases */
+    if (R->routed && experts_open(R) && !R->polling && !R->stalled && R->received < R->n_u &&
+        queued < nt) {
       R->polling = 1;
       poll_source(R, queued == 0, &waited);
       continue;
