@@ -12,7 +12,7 @@
 
 const char cmd_gen_usage[] =
     "usage: spill gen --preset nano|mini|twin | --like k3 --ram SIZE [--disk SIZE]\n"
-    "                 [--seed N] [--attn k3|k3-family|mla|kda|gqa|gqa-swa|qwen35]\n"
+    "                 [--seed N] [--attn k3|k3-family|mla|kda|gqa|gqa-swa|qwen35|gptoss|glm4moe]\n"
     "                 [--trunk-dtype q4|f32] [--expert-dtype rvq3|f32|q8|q4|mxfp4] [--experts N]\n"
     "                 [--lookahead-precision P] [--coact C] [--reuse R] OUT_DIR\n"
     "       spill gen --like-trace TRACE [--preset nano|mini] [other options] OUT_DIR\n"
@@ -26,7 +26,12 @@ const char cmd_gen_usage[] =
     "layers only). See docs/GEN.md for what they set and how close a model gets.\n"
     "--attn k3 (default) is Kimi K3 as released (AttnRes, SiTU, gated MLA, KDA gate\n"
     "lower bound, normed routed sum; docs/MODEL.md); k3-family the earlier\n"
-    "reconstruction (plain residuals, SwiGLU), as containers written before.\n";
+    "reconstruction (plain residuals, SwiGLU), as containers written before.\n"
+    "--attn gptoss: gpt-oss's graph (sinks, 128-token window on even layers, biases, YaRN,\n"
+    "softmax over the chosen top-k, clamped SwiGLU, MXFP4 experts by default, no dense layer);\n"
+    "glm4moe: GLM-4.5's (q/k/v biases, RoPE on half of each head, sigmoid router, one shared\n"
+    "expert); qwen35: Qwen3.5-MoE's. With --like-trace they take the trace's layers, experts\n"
+    "and top-k.\n";
 
 int cmd_gen(int argc, char **argv) {
   spill_gen_request r;

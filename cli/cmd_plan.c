@@ -11,8 +11,8 @@
 
 const char cmd_plan_usage[] =
     "usage: spill plan [--json] [--budget SIZE] [--ctx N] [--threads N] [--usable-ram SIZE] MODEL\n"
-    "       spill plan --shape k3|k3-mxfp4 [same options]   (Kimi K3 as released, no container:\n"
-    "                                  rvq3 experts as published, or MXFP4 as shipped)\n"
+    "       spill plan --shape NAME [same options]   (a published shape, no container)\n"
+    "       spill plan --shapes                      (the shapes: name, model, expert dtype)\n"
     "--usable-ram: the machine's usable RAM for the default rule (default: this machine;\n"
     "--ram is an alias, kept for published commands)\n";
 
@@ -40,6 +40,24 @@ static void row(const char *name, uint64_t b, const char *note) {
   printf("%-22s %14llu B  %10.3f GiB  %s\n", name, (unsigned long long)b, b / 1073741824.0, note);
 }
 
+/* `spill plan --shapes`: the table of published shapes as Markdown (docs/PLAN.md holds it,
+ * //cli:plan_shapes_doc_test compares), with each one's record and working set. */
+static int list_shapes(void) {
+  printf("| shape | model, and the experts its figures assume | expert record | per-token experts |\n"
+         "|---|---|---|---|\n");
+  const char *name, *about;
+  for (int i = 0; spill_plan_shape_at(i, &name, &about) == 0; i++) {
+    spill_plan p;
+    spill_err e = {0};
+    int rc = spill_plan_shape(name, 4096, 1, 0, 64ull << 30, &p, &e);
+    if (rc) return cli_fail("plan", rc, e.msg);
+    printf("| `%s` | %s | %llu B | %.3f GiB (%llu records) |\n", name, about,
+           (unsigned long long)p.record_bytes, p.ws / 1073741824.0,
+           (unsigned long long)(p.ws / p.record_bytes));
+  }
+  return 0;
+}
+
 int cmd_plan(int argc, char **argv) {
   int json = 0;
   spill_config cfg;
@@ -51,7 +69,10 @@ int cmd_plan(int argc, char **argv) {
     if (k < 0) return 2;
     if (k) continue;
     if (!strcmp(a, "--json")) json = 1;
-    else if (!strcmp(a, "--shape")) {
+    else if (!strcmp(a, "--shapes")) {
+      if (argc != 2) return cli_usage_error("--shapes takes no other argument");
+      return list_shapes();
+    } else if (!strcmp(a, "--shape")) {
       if (!(shape = cli_value(argc, argv, &i))) return 2;
     } else if (a[0] == '-') {
       return cli_usage_error("unknown option %s", a);

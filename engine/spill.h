@@ -333,11 +333,19 @@ int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budge
                      uint64_t usable_ram, spill_plan *plan, spill_err *e);
 /* (threads <= 0 here and in spill_plan_shape: the physical cores, as the
  * engine resolves the threads knob's auto.) */
-/* The same for a published shape without a container: "k3" (Kimi K3 as
- * released, rvq3 experts as in the published container) or "k3-mxfp4" (its
- * MXFP4 experts as shipped); usable_ram 0 = this machine. */
+/* The same for a published shape without a container (docs/PLAN.md
+ * "Published shapes"): "k3" (Kimi K3 as released, rvq3 experts as in the
+ * published container), "k3-mxfp4" (its MXFP4 experts as shipped),
+ * "gpt-oss-20b", "gpt-oss-120b", "glm-4.5-air", "glm-4.5", "qwen3.5-35b-a3b",
+ * "qwen3.5-397b-a17b" (spill_plan_shape_at lists them with the expert dtype
+ * each assumes); the trunk is estimated with spill's q4/q8/f32 formats.
+ * usable_ram 0 = this machine. SPILL_E_INVALID_ARG for an unknown shape. */
 int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e);
+/* Row i (from 0) of the table of published shapes: its name (for
+ * spill_plan_shape) and what it is (the model and the expert dtype its
+ * figures assume), static strings; SPILL_E_RANGE past the last row. */
+int spill_plan_shape_at(int i, const char **name, const char **about);
 
 /* ------------------------------------------------------------------------ */
 /* Forced routing from a recorded router trace (docs/MODEL.md "Forced

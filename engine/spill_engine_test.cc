@@ -40,9 +40,9 @@ std::string TmpDir() {
 
 // One nano container per attention mix, generated once per test binary.
 const std::string &Nano(const char *mix = "k3") {
-  static std::string dirs[5];
-  static const char *mixes[5] = {"k3", "mla", "kda", "gqa", "qwen35"};
-  for (int i = 0; i < 5; i++) {
+  static std::string dirs[7];
+  static const char *mixes[7] = {"k3", "mla", "kda", "gqa", "qwen35", "gptoss", "glm4moe"};
+  for (int i = 0; i < 7; i++) {
     if (strcmp(mix, mixes[i]) != 0) continue;
     if (dirs[i].empty()) {
       std::string d = TmpDir() + "/engine-nano-" + mix;
@@ -242,6 +242,31 @@ TEST(EngineTest, Qwen35CacheStorageAndLookaheadGiveIdenticalLogits) {
   ExpectIdentical(a, b, "qwen35: lookahead 0 vs 6");
   EXPECT_GT(b.st.spec_issued, 0u);
   EXPECT_GT(a.st.demand_hits, 0u);
+}
+
+// The gpt-oss and GLM-4.5 nanos of `spill gen --attn gptoss|glm4moe` (sinks,
+// the sliding window, biases, clamped SwiGLU and MXFP4 experts; half-head
+// RoPE, biases, sigmoid router, shared expert): finite logits, and cached,
+// read, prefetched and every storage mode give the same logits bit for bit.
+TEST(EngineTest, GptOssAndGlmNanosCacheStorageAndLookaheadGiveIdenticalLogits) {
+  for (const char *mix : {"gptoss", "glm4moe"}) {
+    SCOPED_TRACE(mix);
+    const std::string &m = Nano(mix);
+    spill_config on = Cfg(), off = Cfg(), page = Cfg(), la = Cfg();
+    off.cache_slots = 0;
+    page.storage = SPILL_STORAGE_PAGECACHE;
+    la.cache_slots = 24;
+    la.lookahead = 6;
+    Outcome a = Generate(on, m);
+    ASSERT_EQ(a.rc, SPILL_OK) << a.err;
+    ASSERT_FALSE(a.logits.empty());
+    for (float x : a.logits) ASSERT_TRUE(std::isfinite(x));
+    ExpectIdentical(a, Generate(off, m), (std::string(mix) + ": cache on vs off").c_str());
+    ExpectIdentical(a, Generate(page, m), (std::string(mix) + ": direct vs pagecache").c_str());
+    Outcome b = Generate(la, m);
+    ExpectIdentical(a, b, (std::string(mix) + ": lookahead 0 vs 6").c_str());
+    EXPECT_GT(b.st.spec_issued, 0u);
+  }
 }
 
 TEST(EngineTest, PreadPoolAndIoUringGiveIdenticalLogits) {

@@ -96,16 +96,15 @@ int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budge
 
 int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e) {
-  const int mx = shape && !strcmp(shape, "k3-mxfp4");
-  SPILL_FAIL_IF(e, !shape || (strcmp(shape, "k3") != 0 && !mx), SPILL_E_INVALID_ARG,
-                "unknown shape '%s' (known: k3, k3-mxfp4)", shape ? shape : "");
   spill_arch a;
-  uint64_t rec, trunk;
-  SPILL_TRY(spill_plan_k3_shape_dtype(mx ? SPILL_DT_MXFP4 : SPILL_DT_RVQ3, &a, &rec, &trunk, e));
   if (threads <= 0) threads = spill_cpu_physical_cores(); /* threads auto */
-  SPILL_TRY(spill_plan_compute(&a, rec, trunk, ctx, threads, plan, e));
+  SPILL_TRY(spill_plan_shape_compute(shape, ctx, threads, &a, plan, e));
   return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
                            0, e);
+}
+
+int spill_plan_shape_at(int i, const char **name, const char **about) {
+  return spill_plan_shape_info(i, name, about, NULL);
 }
 
 uint64_t spill_usable_ram(void) { return spill_plan_usable_ram(); }

@@ -285,8 +285,8 @@ static int parse_model(ctx *c, const cJSON *m, spill_exp_config *cfg) {
                     sizeof cfg->recipe_expert_dtype));
   SPILL_TRY(get_str(c, m, "model", "trunk_dtype", 0, cfg->recipe_trunk_dtype,
                     sizeof cfg->recipe_trunk_dtype));
-  static const char *const mixes[] = {"k3",  "k3-family", "mla",    "kda",
-                                      "gqa", "gqa-swa",   "qwen35", NULL};
+  static const char *const mixes[] = {"k3",     "k3-family", "mla",    "kda",    "gqa",
+                                      "gqa-swa", "qwen35",   "gptoss", "glm4moe", NULL};
   static const char *const edt[] = {"rvq3", "f32", "q8", "q4", "mxfp4", NULL};
   static const char *const tdt[] = {"q4", "f32", NULL};
   struct {

@@ -85,6 +85,25 @@ int spill_plan_k3_shape_dtype(int expert_dtype, spill_arch *a, uint64_t *record_
  * the bulk, q8 groups of 32 for embeddings and lm_head, f32 norms, routers
  * and small vectors). Used for --shape k3 where there is no container. */
 uint64_t spill_plan_trunk_estimate(const spill_arch *a);
+/* The same, with the rvq3 codebooks counted only for rvq3 experts (the
+ * published shapes other than K3's, whose two rows keep them either way). */
+uint64_t spill_plan_trunk_estimate_dtype(const spill_arch *a, int expert_dtype);
+
+/* The table of published shapes (engine/plan/plan_shapes.c; docs/PLAN.md
+ * "Published shapes"): row i's name (for --shape and the simulator's
+ * "model.shape"), what it is (the model and the expert dtype its figures
+ * assume) and its experts' dtypes (gate, up, down); any output may be NULL.
+ * SPILL_E_RANGE past the last row. */
+int spill_plan_shape_info(int i, const char **name, const char **about, spill_dtype dt[3]);
+/* The arch, expert record size, estimated trunk bytes and expert (gate)
+ * dtype (expert_dtype may be NULL) of the shape called name; SPILL_E_INVALID_ARG naming the known shapes otherwise. */
+int spill_plan_shape_arch(const char *name, spill_arch *a, uint64_t *record_bytes,
+                          uint64_t *trunk_bytes, spill_dtype *expert_dtype, spill_err *e);
+/* spill_plan_compute_run of the shape called name (its arch in *a) with the
+ * knobs' defaults, as spill_plan_model plans a container of that arch (K3's
+ * rows: spill_plan_compute, the rvq3 LUTs counted, as published). */
+int spill_plan_shape_compute(const char *name, int ctx, int threads, spill_arch *a,
+                             spill_plan *p, spill_err *e);
 
 /* Parses "24G", "512M", "8GiB", "1.5G" (binary units) into bytes; 0 on error. */
 uint64_t spill_plan_parse_size(const char *s);

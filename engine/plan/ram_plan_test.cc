@@ -67,6 +67,95 @@ TEST(K3ShapeTest, Mxfp4RecordIsTheShippedBytesPlusOurHeaderPage) {
   EXPECT_EQ(spill_plan_k3_shape_dtype(SPILL_DT_Q8, &a, &rec, &trunk, &e), SPILL_E_INVALID_ARG);
 }
 
+
+// gpt-oss-120b (config.json: hidden 2880, 36 layers, 64 heads x 64, 8 kv
+// heads, 128 experts of 2880, top-4, vocab 201088), computed by hand here
+// rather than through the estimator. Expert record: three 2880 x 2880 MXFP4
+// matrices, 90 blocks of 17 B per row = 4,406,400 B each, at offsets 64,
+// 4,406,464 and 8,812,864 (64-aligned), ending at 13,219,264: 3228 pages.
+TEST(PublishedShapeTest, GptOss120bRecordAndTrunkByHand) {
+  spill_arch a;
+  uint64_t rec = 0, trunk = 0;
+  spill_dtype dt = SPILL_DT_F32;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_shape_arch("gpt-oss-120b", &a, &rec, &trunk, &dt, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(dt, SPILL_DT_MXFP4);
+  EXPECT_EQ(rec, 3228u * 4096u);
+  EXPECT_EQ(rec, 13221888u);
+  // Trunk: tok_embd and output in q8 (groups of 32: 2880 + 90 x 2 B per row),
+  // output_norm f32; per layer two norms, q (4096 x 2880) k, v (512 x 2880)
+  // in q4 with groups of 64 (2880 is not a multiple of 128: 1440 + 45 x 2 B
+  // per row), attn_output (2880 x 4096) in q4 groups of 128 (2048 + 32 x 2),
+  // f32 q/k/v biases (4096 + 512 + 512), output bias (2880), sinks (64),
+  // router (128 x 2880) and its bias (128), expert biases 128 x (2880 x 3).
+  const uint64_t embd = 201088ull * (2880 + 90 * 2);
+  const uint64_t layer = 2 * 2880 * 4 + 4096ull * 1530 + 2 * 512ull * 1530 + 2880ull * 2112 +
+                         (4096 + 512 + 512) * 4 + 2880 * 4 + 64 * 4 + 128ull * 2880 * 4 +
+                         128 * 4 + 128ull * 2880 * 3 * 4;
+  EXPECT_EQ(layer, 19870208u);
+  EXPECT_EQ(trunk, 2 * embd + 2880 * 4 + 36 * layer);
+  EXPECT_EQ(trunk, 1945997568u);
+  // the graph the engine runs for it (docs/MODEL.md "gpt-oss")
+  EXPECT_EQ(a.n_layers, 36);
+  EXPECT_EQ(a.n_dense_layers, 0);
+  EXPECT_EQ(a.moe.n_experts, 128);
+  EXPECT_EQ(a.moe.top_k, 4);
+  EXPECT_EQ(a.moe.router, SPILL_ROUTER_SOFTMAX_TOPK);
+  EXPECT_EQ(a.activation, SPILL_ACT_SWIGLU_OAI);
+  EXPECT_EQ(a.gqa.sinks, 1);
+  EXPECT_EQ(a.gqa.swa_window, 128);
+}
+
+// Q4_K_M experts: Q4_K gate and up, a Q6_K-sized down section (the layers
+// llama.cpp gives Q6_K set the shared layout). Qwen3.5-35B-A3B: gate and up
+// 512 x 2048 in Q4_K (8 x 144 B per row) = 589,824 B, down 2048 x 512 in
+// Q6_K (2 x 210 B per row) = 860,160 B: payload ends at 2,039,872, 499 pages.
+// GLM-4.5-Air in q4 groups of 32: 1408 x 4096 (2048 + 128 x 2 B per row) and
+// 4096 x 1408 (704 + 44 x 2 B per row), 3,244,032 B each: ends at 9,732,160.
+TEST(PublishedShapeTest, KQuantAndQ4RecordsByHand) {
+  spill_arch a;
+  uint64_t rec = 0, trunk = 0;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_shape_arch("qwen3.5-35b-a3b", &a, &rec, &trunk, nullptr, &e), SPILL_OK)
+      << e.msg;
+  EXPECT_EQ(rec, 499u * 4096u);
+  int gdn = 0;
+  for (int l = 0; l < a.n_layers; l++) gdn += a.layer_attn[l] == SPILL_ATTN_GDN;
+  EXPECT_EQ(gdn, 30);  // 40 layers, every 4th gated attention
+  EXPECT_EQ(a.moe.shared_gate, 1);
+  ASSERT_EQ(spill_plan_shape_arch("glm-4.5-air", &a, &rec, &trunk, nullptr, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(rec, 2377u * 4096u);
+  EXPECT_EQ(a.n_dense_layers, 1);
+  EXPECT_EQ(a.gqa.rope_dim, 64);
+}
+
+// Every row of the table plans, K3's rows keep the figures of the K3 planner,
+// and an unknown name is refused with the known ones listed.
+TEST(PublishedShapeTest, EveryRowPlansAndUnknownNamesAreRefused) {
+  const char *name = nullptr, *about = nullptr;
+  int n = 0;
+  for (; spill_plan_shape_info(n, &name, &about, nullptr) == SPILL_OK; n++) {
+    spill_arch a;
+    spill_plan p;
+    spill_err e = {};
+    ASSERT_EQ(spill_plan_shape_compute(name, 4096, 1, &a, &p, &e), SPILL_OK) << name << ": " << e.msg;
+    EXPECT_GT(p.floor, p.trunk) << name;
+    EXPECT_EQ(p.ws, p.record_bytes * (uint64_t)a.moe.top_k * (uint64_t)spill_arch_n_moe(&a)) << name;
+    EXPECT_NE(std::string(about), "") << name;
+  }
+  EXPECT_EQ(n, 8);
+  spill_arch a, k;
+  uint64_t rec = 0, trunk = 0, krec = 0, ktrunk = 0;
+  spill_err e = {};
+  ASSERT_EQ(spill_plan_shape_arch("k3", &a, &rec, &trunk, nullptr, &e), SPILL_OK);
+  ASSERT_EQ(spill_plan_k3_shape(&k, &krec, &ktrunk, &e), SPILL_OK);
+  EXPECT_EQ(rec, krec);
+  EXPECT_EQ(trunk, ktrunk);
+  EXPECT_EQ(spill_plan_shape_arch("gpt-oss-7b", &a, &rec, &trunk, nullptr, &e), SPILL_E_INVALID_ARG);
+  EXPECT_NE(std::string(e.msg).find("gpt-oss-120b"), std::string::npos) << e.msg;
+  EXPECT_EQ(spill_plan_shape_info(n, &name, &about, nullptr), SPILL_E_RANGE);
+}
+
 TEST_F(K3PlanTest, WorkingSetWithinOnePercentOfPublished) {
   // Published true per-token set over 92 MoE layers: 17.0 GiB.
   spill_plan p = Plan(4096);

@@ -37,6 +37,8 @@ static int gen_opts(const spill_gen_request *req, spill_gen_opts *o, spill_err *
       return spill_err_set(e, SPILL_E_CONFIG, "expert dtype '%s': expected rvq3, f32, q8, q4 or mxfp4",
                            req->expert_dtype);
     o->expert_dtype = dt;
+  } else if (req->attn_mix && !strcmp(req->attn_mix, "gptoss")) {
+    o->expert_dtype = SPILL_DT_MXFP4; /* gpt-oss ships its experts in MXFP4 */
   }
   if (req->experts > 0) o->n_experts = req->experts;
   if (req->moe_layers > 0) o->n_moe_layers = req->moe_layers;

@@ -25,9 +25,12 @@ typedef struct spill_gen_request {
   const char *attn_mix; /* "k3" (default: Kimi K3 as released), "k3-family" (the
                            earlier reconstruction), "mla", "kda", "gqa", "gqa-swa"
                            (gqa with gpt-oss's sliding window and sinks), "qwen35"
-                           (3 GDN : 1 gated GQA) */
+                           (3 GDN : 1 gated GQA), "gptoss" (gpt-oss: sinks, sliding
+                           window, biases, clamped SwiGLU; no dense layer), "glm4moe"
+                           (GLM-4.5: biases, half-head RoPE, sigmoid router) */
   const char *trunk_dtype;  /* "q4" (default: q4 bulk, q8 embeddings) or "f32" */
-  const char *expert_dtype; /* "rvq3" (default), "f32", "q8", "q4", "mxfp4" */
+  const char *expert_dtype; /* "rvq3" (default; "mxfp4" for attn_mix gptoss), "f32", "q8", "q4",
+                               "mxfp4" */
   int experts;          /* > 0: experts per MoE layer instead of the preset's */
   int moe_layers;       /* > 0: MoE layers (after the preset's dense layer); nano/mini */
   int top_k;            /* > 0: routed experts per token; nano/mini */

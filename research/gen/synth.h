@@ -47,7 +47,8 @@ typedef struct spill_gen_opts {
                              (the earlier reconstruction, same pattern), "mla", "kda", "gqa",
                              "gqa-swa" (gqa with gpt-oss's sliding window: 8 tokens on
                              nano (128 otherwise) on the even layers, a sink logit per
-                             head), "qwen35" (3 GDN : 1 gated GQA) */
+                             head), "qwen35" (3 GDN : 1 gated GQA), "gptoss", "glm4moe"
+                             (every layer GQA: docs/GEN.md) */
   spill_gen_trunk trunk;
   spill_dtype expert_dtype; /* rvq3 (default), f32, q8, q4, mxfp4 */
   double skew;            /* popularity skew, 0 = uniform bias; < 0 = default */

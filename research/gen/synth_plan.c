@@ -45,7 +45,22 @@ typedef struct gen_shape {
  * ("the K3 family": plain residual adds, SwiGLU, a normed latent input), the
  * layer pattern of both 3 KDA : 1 MLA. mla / kda / gqa are the family's
  * single-kind variants; qwen35 is Qwen3.5-MoE's 3 GDN : 1 gated GQA. */
-enum { MIX_K3 = 0, MIX_MLA = 1, MIX_KDA = 2, MIX_GQA = 3, MIX_QWEN35 = 4, MIX_K3_FAMILY = 5 };
+enum {
+  MIX_K3 = 0,
+  MIX_MLA = 1,
+  MIX_KDA = 2,
+  MIX_GQA = 3,
+  MIX_QWEN35 = 4,
+  MIX_K3_FAMILY = 5,
+  MIX_GPTOSS = 6, /* gpt-oss (openai-moe): sinks, sliding window on even layers, biases, YaRN,
+                     softmax over the chosen top-k, expert biases, clamped SwiGLU; no dense layer */
+  MIX_GLM4 = 7,   /* GLM-4.5: q/k/v biases, half-head RoPE, sigmoid router, one shared expert */
+};
+
+/* Mixes whose every layer is GQA-style attention with a plain MoE (no latent). */
+static int plain_moe(int mix) {
+  return mix == MIX_GQA || mix == MIX_QWEN35 || mix == MIX_GPTOSS || mix == MIX_GLM4;
+}
 
 static int k3_pattern(int mix) { return mix == MIX_K3 || mix == MIX_K3_FAMILY; }
 
@@ -93,7 +108,9 @@ static spill_attn_kind layer_kind(int mix, int l, int n_layers) {
   switch (mix) {
     case MIX_MLA: return SPILL_ATTN_MLA;
     case MIX_KDA: return SPILL_ATTN_KDA;
-    case MIX_GQA: return SPILL_ATTN_GQA;
+    case MIX_GQA:
+    case MIX_GPTOSS:
+    case MIX_GLM4: return SPILL_ATTN_GQA;
     case MIX_QWEN35: /* Qwen3.5-MoE: every 4th layer gated GQA, the others Gated DeltaNet */
       return (l + 1) % 4 == 0 ? SPILL_ATTN_GQA : SPILL_ATTN_GDN;
     default: /* K3 (both): every 4th layer and the last are MLA (93 -> 69 KDA + 24 MLA) */
@@ -215,6 +232,34 @@ static void gdn_tensors(const gen_shape *s, const spill_gen_opts *o, uint32_t g,
   M(CLS_BULK, D, nv, 2.0f * ro / sqrtf((float)nv), "blk.%d.attn_output", l);
 }
 
+/* GQA attention of layer l, output writing with rms ro: Qwen3.5's query +
+ * gate rows and head q/k norms, GLM-4.5's and gpt-oss's q/k/v biases, gpt-oss's
+ * output bias and per-head sink logits. */
+static void gqa_tensors(const gen_shape *s, const spill_gen_opts *o, uint32_t g, float ro, int l,
+                        tlist *tl) {
+  const int D = s->d_model, H = s->heads, hd = s->head_dim;
+  const int q35 = s->mix == MIX_QWEN35;
+  const float inD = 1.0f / sqrtf((float)D);
+  M(CLS_BULK, (q35 ? 2 : 1) * H * hd, D, inD, "blk.%d.attn_q", l); /* qwen35: query + gate */
+  M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_k", l);
+  M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_v", l);
+  M(CLS_BULK, D, H * hd, ro / sqrtf((float)(H * hd)), "blk.%d.attn_output", l);
+  if (q35) {
+    NORM(hd, "blk.%d.attn_q_norm", l);
+    NORM(hd, "blk.%d.attn_k_norm", l);
+  }
+  if (s->mix == MIX_GPTOSS || s->mix == MIX_GLM4) { /* q/k/v biases */
+    VEC(H * hd, 0.05f, "blk.%d.attn_q_bias", l);
+    VEC(s->kv_heads * hd, 0.05f, "blk.%d.attn_k_bias", l);
+    VEC(s->kv_heads * hd, 0.05f, "blk.%d.attn_v_bias", l);
+  }
+  if (s->mix == MIX_GPTOSS) { /* output bias (a residual writer), sink logits per head */
+    VEC(D, 0.1f * ro, "blk.%d.attn_output_bias", l);
+    VEC(H, 0.5f, "blk.%d.attn_sinks", l);
+  }
+  if (s->swa_window > 0) VEC(H, 1.0f, "blk.%d.attn_sinks", l); /* gqa-swa: a logit per head */
+}
+
 static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bias_spread,
                           float rho, float base, tlist *tl) {
   const uint32_t g = s->trunk_group;
@@ -241,18 +286,9 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
       VEC(D, res_a, "blk.%d.ffn_res_score", l);
     }
     spill_attn_kind k = layer_kind(s->mix, l, L);
-    const int H = s->heads, hd = s->head_dim;
-    const int q35 = s->mix == MIX_QWEN35;
+    const int H = s->heads;
     if (k == SPILL_ATTN_GQA) {
-      M(CLS_BULK, (q35 ? 2 : 1) * H * hd, D, inD, "blk.%d.attn_q", l); /* qwen35: query + gate */
-      M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_k", l);
-      M(CLS_BULK, s->kv_heads * hd, D, inD, "blk.%d.attn_v", l);
-      M(CLS_BULK, D, H * hd, ro / sqrtf((float)(H * hd)), "blk.%d.attn_output", l);
-      if (s->swa_window > 0) VEC(H, 1.0f, "blk.%d.attn_sinks", l); /* a logit per head */
-      if (q35) {
-        NORM(hd, "blk.%d.attn_q_norm", l);
-        NORM(hd, "blk.%d.attn_k_norm", l);
-      }
+      gqa_tensors(s, o, g, ro, l, tl);
     } else if (k == SPILL_ATTN_GDN) {
       gdn_tensors(s, o, g, ro, l, tl);
     } else if (k == SPILL_ATTN_MLA) {
@@ -288,6 +324,15 @@ static void build_tensors(const gen_shape *s, const spill_gen_opts *o, float bia
     if (!s->softmax_router)
       tl_add(tl, o, g, CLS_F32, 1, E, 1, SPILL_GEN_INIT_PROBS_B, bias_spread,
              "blk.%d.exp_probs_b", l);
+    if (s->mix == MIX_GPTOSS) { /* router bias; per-expert biases after gate, up and down */
+      VEC(E, 0.1f, "blk.%d.ffn_gate_inp_bias", l);
+      tl_add(tl, o, g, CLS_F32, 2, E, s->d_expert, SPILL_GEN_INIT_GAUSS, 0.05f,
+             "blk.%d.ffn_gate_exps_bias", l);
+      tl_add(tl, o, g, CLS_F32, 2, E, s->d_expert, SPILL_GEN_INIT_GAUSS, 0.05f,
+             "blk.%d.ffn_up_exps_bias", l);
+      tl_add(tl, o, g, CLS_F32, 2, E, D, SPILL_GEN_INIT_GAUSS, 0.1f * ro,
+             "blk.%d.ffn_down_exps_bias", l);
+    }
     if (s->d_latent > 0) {
       M(CLS_BULK, s->d_latent, D, inD, "blk.%d.moe_down_proj", l);
       NORM(s->d_latent, "blk.%d.moe_latent_norm", l);
@@ -328,6 +373,8 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
   snprintf(a->family, sizeof a->family, "%s",
            s->mix == MIX_GQA      ? "olmoe"
            : s->mix == MIX_QWEN35 ? "qwen35moe"
+           : s->mix == MIX_GPTOSS ? "gpt-oss"
+           : s->mix == MIX_GLM4   ? "glm4moe"
            : s->mix == MIX_K3     ? "kimi-k3"
                                   : "k3");
   a->vocab_size = s->vocab;
@@ -368,7 +415,7 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
     a->kda.out_gate_rank = s->out_gate_rank;
     a->kda.decay_floor = s->mix == MIX_K3 ? 0.0 : -5.0; /* released: the lower bound instead */
   }
-  if (s->mix == MIX_GQA || s->mix == MIX_QWEN35) {
+  if (plain_moe(s->mix)) {
     a->gqa.n_heads = s->heads;
     a->gqa.n_kv_heads = s->kv_heads;
     a->gqa.head_dim = s->head_dim;
@@ -389,13 +436,35 @@ static void fill_arch(const gen_shape *s, spill_arch *a) {
     a->gdn.conv_kernel = 4;
     a->moe.shared_gate = 1;
   }
+  if (s->mix == MIX_GPTOSS) { /* docs/MODEL.md "gpt-oss", with the released model's constants */
+    a->activation = SPILL_ACT_SWIGLU_OAI;
+    a->gqa.qkv_bias = 1;
+    a->gqa.o_bias = 1;
+    a->gqa.sinks = 1;
+    a->gqa.swa_window = 128; /* on the even layers (pattern 2) */
+    a->gqa.swa_pattern = 2;
+    a->gqa.rope_theta = 150000.0;
+    a->gqa.yarn_factor = 32.0;
+    a->gqa.yarn_orig_ctx = 4096;
+    a->gqa.yarn_beta_fast = 32.0;
+    a->gqa.yarn_beta_slow = 1.0;
+    a->gqa.rope_mscale = 1.0 + 0.1 * log(32.0);
+    a->moe.router_bias = 1;
+    a->moe.expert_bias = 1;
+  }
+  if (s->mix == MIX_GLM4) { /* docs/MODEL.md "GLM-4.5": biases, RoPE on half of each head */
+    a->gqa.qkv_bias = 1;
+    a->gqa.rope_dim = s->head_dim / 2;
+  }
   a->moe.n_experts = s->n_experts;
   a->moe.top_k = s->top_k;
   a->moe.d_expert = s->d_expert;
   a->moe.n_shared = s->n_shared;
   a->moe.d_shared = s->d_shared;
   a->moe.d_latent = s->d_latent;
-  a->moe.router = s->softmax_router ? SPILL_ROUTER_SOFTMAX : SPILL_ROUTER_SIGMOID;
+  a->moe.router = s->mix == MIX_GPTOSS ? SPILL_ROUTER_SOFTMAX_TOPK
+                  : s->softmax_router    ? SPILL_ROUTER_SOFTMAX
+                                         : SPILL_ROUTER_SIGMOID;
   a->moe.norm_topk = s->softmax_router && s->mix != MIX_QWEN35 ? 0 : 1;
   a->moe.routed_scale = 1.0;
 }
@@ -409,7 +478,22 @@ static int parse_mix(const char *m) {
   if (!strcmp(m, "kda")) return MIX_KDA;
   if (!strcmp(m, "gqa") || !strcmp(m, "gqa-swa")) return MIX_GQA; /* -swa: gen_shape.swa_window */
   if (!strcmp(m, "qwen35")) return MIX_QWEN35;
+  if (!strcmp(m, "gptoss")) return MIX_GPTOSS;
+  if (!strcmp(m, "glm4moe")) return MIX_GLM4;
   return -1;
+}
+
+/* The family mixes' own layer pattern: gpt-oss has no dense layer and no
+ * shared expert, GLM-4.5 one shared expert (its leading dense layer is the
+ * presets'). */
+static void family_parts(gen_shape *s) {
+  if (s->mix == MIX_GPTOSS) {
+    s->n_dense = 0;
+    s->n_shared = 0;
+    s->d_shared = 0;
+  } else if (s->mix == MIX_GLM4) {
+    s->n_shared = 1;
+  }
 }
 
 static void shape_nano(gen_shape *s, int mix) {
@@ -437,9 +521,10 @@ static void shape_nano(gen_shape *s, int mix) {
   s->d_expert = 32;
   s->n_shared = 1;
   s->d_shared = 32;
-  s->d_latent = mix == MIX_GQA || mix == MIX_QWEN35 ? 0 : 32;
-  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35;
+  s->d_latent = plain_moe(mix) ? 0 : 32;
+  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35 || mix == MIX_GPTOSS;
   s->trunk_group = 32;
+  family_parts(s);
 }
 
 static void shape_mini(gen_shape *s, int mix) {
@@ -467,9 +552,10 @@ static void shape_mini(gen_shape *s, int mix) {
   s->d_expert = 448;
   s->n_shared = 2;
   s->d_shared = 448;
-  s->d_latent = mix == MIX_GQA || mix == MIX_QWEN35 ? 0 : 512;
-  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35;
+  s->d_latent = plain_moe(mix) ? 0 : 512;
+  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35 || mix == MIX_GPTOSS;
   s->trunk_group = 128;
+  family_parts(s);
 }
 
 /* The twin's dims for a given d_latent and head count (n_experts set later). */
@@ -500,8 +586,8 @@ static void shape_twin(gen_shape *s, int mix, int d_latent, int heads) {
   s->d_expert = round64((double)d_latent * 3072.0 / 3584.0);
   s->n_shared = 2;
   s->d_shared = s->d_expert;
-  s->d_latent = mix == MIX_GQA || mix == MIX_QWEN35 ? 0 : d_latent;
-  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35;
+  s->d_latent = plain_moe(mix) ? 0 : d_latent;
+  s->softmax_router = mix == MIX_GQA || mix == MIX_QWEN35 || mix == MIX_GPTOSS;
   s->trunk_group = 128;
   s->n_experts = s->top_k;
   k3_released(s);
@@ -714,6 +800,9 @@ static int plan_shape(const spill_gen_opts *o, int mix, gen_shape *s, spill_gen_
   } else if (!strcmp(preset, "mini")) {
     shape_mini(s, mix);
   } else if (!strcmp(preset, "twin") || !strcmp(preset, "k3")) {
+    SPILL_FAIL_IF(e, mix == MIX_GPTOSS || mix == MIX_GLM4, SPILL_E_CONFIG,
+                  "gen: the twin scales Kimi K3's shape; mix %s takes preset nano or mini",
+                  o->attn_mix);
     SPILL_TRY(plan_twin(o, mix, s, sum, e));
   } else {
     return spill_err_set(e, SPILL_E_CONFIG, "gen: unknown preset '%s' (nano, mini, twin)",
@@ -926,7 +1015,9 @@ int spill_gen_plan_full_make(const spill_gen_opts *o, spill_gen_plan_full *p, sp
   memset(p, 0, sizeof *p);
   SPILL_FAIL_IF(e, !o, SPILL_E_INVALID_ARG, "gen: no options");
   int mix = parse_mix(o->attn_mix);
-  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG, "gen: unknown attention mix '%s' (k3, k3-family, mla, kda, gqa, gqa-swa, qwen35)",
+  SPILL_FAIL_IF(e, mix < 0, SPILL_E_CONFIG,
+                "gen: unknown attention mix '%s' (k3, k3-family, mla, kda, gqa, gqa-swa, qwen35, "
+                "gptoss, glm4moe)",
                 o->attn_mix);
   spill_dtype edt = o->expert_dtype;
   SPILL_FAIL_IF(e,

@@ -224,6 +224,84 @@ TEST(SynthPlanTest, NanoHasExactlyTheModelTensorsForEachAttentionMix) {
   }
 }
 
+// The family mixes of issue 30 (docs/GEN.md): gpt-oss's graph (every layer
+// GQA with q/k/v/o biases and sinks, the 128-token window on even layers,
+// YaRN, router bias with softmax over the chosen top-k, expert biases, the
+// clamped SwiGLU, no dense layer, no shared expert) and GLM-4.5's (q/k/v
+// biases, RoPE on half of each head, sigmoid router with its selection bias,
+// one shared expert, the leading dense layer). Shaped like the gpt-oss-20b
+// trace (24 MoE layers x 32 experts, top-4) as `spill gen --like-trace` does.
+TEST(SynthPlanTest, GptOssAndGlmMixesHaveTheirFamiliesGraph) {
+  spill_gen_opts o = Nano("gptoss");
+  o.expert_dtype = SPILL_DT_MXFP4;
+  o.n_moe_layers = 24;
+  o.n_experts = 32;
+  o.top_k = 4;
+  spill_manifest m;
+  spill_err e = {};
+  ASSERT_EQ(spill_gen_plan(&o, &m, &e), SPILL_OK) << e.msg;
+  const spill_arch &a = m.arch;
+  EXPECT_STREQ(a.family, "gpt-oss");
+  EXPECT_EQ(a.n_layers, 24);
+  EXPECT_EQ(a.n_dense_layers, 0);
+  EXPECT_EQ(spill_arch_n_moe(&a), 24);
+  EXPECT_EQ(a.moe.n_experts, 32);
+  EXPECT_EQ(a.moe.top_k, 4);
+  EXPECT_EQ(a.moe.n_shared, 0);
+  EXPECT_EQ(a.moe.d_latent, 0);
+  EXPECT_EQ(a.moe.router, SPILL_ROUTER_SOFTMAX_TOPK);
+  EXPECT_EQ(a.moe.norm_topk, 0);
+  EXPECT_EQ(a.moe.router_bias, 1);
+  EXPECT_EQ(a.moe.expert_bias, 1);
+  EXPECT_EQ(a.activation, SPILL_ACT_SWIGLU_OAI);
+  EXPECT_EQ(m.expert_dtype, SPILL_DT_MXFP4);
+  for (int l = 0; l < a.n_layers; l++) EXPECT_EQ(a.layer_attn[l], SPILL_ATTN_GQA) << l;
+  EXPECT_EQ(a.gqa.sinks, 1);
+  EXPECT_EQ(a.gqa.qkv_bias, 1);
+  EXPECT_EQ(a.gqa.o_bias, 1);
+  EXPECT_EQ(a.gqa.swa_window, 128);
+  EXPECT_EQ(a.gqa.swa_pattern, 2);
+  EXPECT_EQ(a.gqa.yarn_factor, 32.0);
+  EXPECT_NEAR(a.gqa.rope_mscale, 1.0 + 0.1 * log(32.0), 1e-12);
+  ExpectShape(m, "blk.0.attn_q_bias", 4 * 16, 1);
+  ExpectShape(m, "blk.0.attn_k_bias", 2 * 16, 1);
+  ExpectShape(m, "blk.0.attn_output_bias", 64, 1);
+  ExpectShape(m, "blk.5.attn_sinks", 4, 1);
+  ExpectShape(m, "blk.23.ffn_gate_inp", 32, 64);
+  ExpectShape(m, "blk.23.ffn_gate_inp_bias", 32, 1);
+  ExpectShape(m, "blk.23.ffn_gate_exps_bias", 32, 32);
+  ExpectShape(m, "blk.23.ffn_up_exps_bias", 32, 32);
+  ExpectShape(m, "blk.23.ffn_down_exps_bias", 32, 64);
+  EXPECT_EQ(Find(m, "blk.0.ffn_down"), nullptr);       // no dense layer
+  EXPECT_EQ(Find(m, "blk.1.exp_probs_b"), nullptr);    // softmax router: no selection bias
+  EXPECT_EQ(Find(m, "blk.1.ffn_gate_shexp"), nullptr);  // no shared expert
+  EXPECT_EQ(m.n_banks, 24);
+  spill_manifest_free(&m);
+
+  spill_gen_opts g = Nano("glm4moe");
+  ASSERT_EQ(spill_gen_plan(&g, &m, &e), SPILL_OK) << e.msg;
+  EXPECT_STREQ(m.arch.family, "glm4moe");
+  EXPECT_EQ(m.arch.n_dense_layers, 1);
+  EXPECT_EQ(m.arch.moe.router, SPILL_ROUTER_SIGMOID);
+  EXPECT_EQ(m.arch.moe.norm_topk, 1);
+  EXPECT_EQ(m.arch.moe.n_shared, 1);
+  EXPECT_EQ(m.arch.gqa.qkv_bias, 1);
+  EXPECT_EQ(m.arch.gqa.o_bias, 0);
+  EXPECT_EQ(m.arch.gqa.rope_dim, 8);  // half of head_dim 16
+  EXPECT_EQ(m.arch.activation, SPILL_ACT_SWIGLU);
+  ExpectShape(m, "blk.2.attn_v_bias", 2 * 16, 1);
+  ExpectShape(m, "blk.2.exp_probs_b", 16, 1);
+  ExpectShape(m, "blk.2.ffn_down_shexp", 64, 32);
+  EXPECT_EQ(Find(m, "blk.2.attn_sinks"), nullptr);
+  spill_manifest_free(&m);
+
+  // the twin scales K3's shape: the family mixes are refused there by name
+  spill_gen_opts t = Nano("gptoss");
+  t.preset = "twin";
+  EXPECT_EQ(spill_gen_plan(&t, &m, &e), SPILL_E_CONFIG);
+  EXPECT_NE(std::string(e.msg).find("gptoss"), std::string::npos) << e.msg;
+}
+
 TEST(SynthPlanTest, F32TrunkHasOnlyF32Tensors) {
   spill_gen_opts o = Nano("k3");
   o.trunk = SPILL_GEN_TRUNK_F32;

@@ -148,7 +148,7 @@ static int parse_model(pctx *p, const cJSON *m, spill_sim_config *c) {
                                      "trunk_bytes", "floor_bytes", "min_cache_bytes", NULL};
   SPILL_TRY(wrap(p, spill_json_only_keys(m, "model", keys, CFG, p->e)));
   const char *shape = NULL, *dir = NULL;
-  SPILL_TRY(wrap(p, spill_json_str_opt(m, "shape", "model", 16, NULL, &shape, CFG, p->e)));
+  SPILL_TRY(wrap(p, spill_json_str_opt(m, "shape", "model", 32, NULL, &shape, CFG, p->e)));
   SPILL_TRY(wrap(p, spill_json_str_opt(m, "dir", "model", SPILL_SIM_PATH_MAX - 1, NULL, &dir,
                                        CFG, p->e)));
   if (shape && dir) return fail(p, "model", "give one of \"shape\" and \"dir\"");
@@ -158,14 +158,14 @@ static int parse_model(pctx *p, const cJSON *m, spill_sim_config *c) {
   c->ctx = (int)ctx;
   c->threads = (int)threads;
   if (shape) {
-    if (strcmp(shape, "k3")) return fail(p, "model.shape", "\"%s\": only \"k3\" is known", shape);
     spill_arch a;
-    uint64_t rec = 0, trunk = 0;
     spill_plan pl;
-    SPILL_TRY(spill_plan_k3_shape(&a, &rec, &trunk, p->e));
-    SPILL_TRY(spill_plan_compute(&a, rec, trunk, (int)ctx, (int)threads, &pl, p->e));
-    spill_sim_set_plan(c, (uint32_t)spill_arch_n_moe(&a), a.moe.n_experts, a.moe.top_k, rec,
-                       trunk, pl.floor, pl.min_cache);
+    spill_err se = {0};
+    /* the plan `spill plan --shape` prints (engine/plan's table of shapes) */
+    if (spill_plan_shape_compute(shape, (int)ctx, (int)threads, &a, &pl, &se) < 0)
+      return fail(p, "model.shape", "%s", se.msg); /* names the known shapes */
+    spill_sim_set_plan(c, (uint32_t)spill_arch_n_moe(&a), a.moe.n_experts, a.moe.top_k,
+                       pl.record_bytes, pl.trunk, pl.floor, pl.min_cache);
   }
   if (dir) snprintf(c->model_dir, sizeof c->model_dir, "%s", dir);
   /* explicit numbers override (or, without shape/dir, define) the shape */

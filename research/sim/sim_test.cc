@@ -66,6 +66,38 @@ TEST(SimConfigTest, ErrorsNameTheJsonPath) {
   EXPECT_NE(Parse("[]", &c).find("expected an object"), std::string::npos);
 }
 
+
+// "model": {"shape": NAME} takes engine/plan's table of published shapes: the
+// gpt-oss-120b row gives its 36 MoE layers of 128 experts, top-4 and the
+// MXFP4 record (13,221,888 B: ram_plan_test computes it by hand), so reads
+// are counted in the bytes the engine reads for that model; a K-quant row
+// its mixed record; an unknown name is refused with the known ones.
+TEST(SimConfigTest, PublishedFamilyShapesGiveTheirRecordBytes) {
+  spill_sim_config c;
+  const std::string g = R"({"model": {"shape": "gpt-oss-120b"},
+       "routing": {"synthetic": {"tokens": 50, "seed": 3}}, "cache": {"policy": "lru"},
+       "budgets": ["3G"]})";
+  ASSERT_EQ(Parse(g, &c), "");
+  EXPECT_EQ(c.moe_layers, 36u);
+  EXPECT_EQ(c.n_experts, 128u);
+  EXPECT_EQ(c.top_k, 4u);
+  EXPECT_EQ(c.record_bytes, 13221888u);
+  EXPECT_EQ(c.trunk_bytes, 1945997568u);
+  EXPECT_EQ(c.min_cache_bytes, 2ull * 4 * 13221888);
+  std::string q = g;
+  q.replace(q.find("gpt-oss-120b"), 12, "qwen3.5-397b-a17b");
+  q.replace(q.find("\"3G\""), 4, "\"40G\"");
+  ASSERT_EQ(Parse(q, &c), "");
+  EXPECT_EQ(c.moe_layers, 60u);
+  EXPECT_EQ(c.n_experts, 512u);
+  EXPECT_EQ(c.top_k, 10u);
+  std::string bad = g;
+  bad.replace(bad.find("gpt-oss-120b"), 12, "gpt-oss-7b");
+  const std::string err = Parse(bad, &c);
+  EXPECT_NE(err.find("model.shape"), std::string::npos) << err;
+  EXPECT_NE(err.find("qwen3.5-35b-a3b"), std::string::npos) << err;
+}
+
 // The one JSON reading layer (docs/RELIABILITY.md): a repeated key (cJSON
 // kept the first copy, Python the last), a \u0000 and a raw NUL in the file
 // are refused by name.
