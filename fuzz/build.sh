@@ -19,7 +19,7 @@ CFLAGS="-std=c11 -O1 -g -I$ROOT $SAN -DSPILL_FUZZ_MANIFEST=\"$ROOT/fuzz/data/nan
 SRCS=(
   research/trace/trace_convert.c engine/trace/trace_read.c research/trace/trace_replay.c
   research/trace/trace_stats.c engine/trace/trace_write.c
-  engine/plan/ram_plan.c engine/plan/k3_shape.c engine/spill_config.c engine/spill_routing.c
+  engine/spill_config.c engine/spill_routing.c
   engine/spill_info.c
   harness/exp_config.c harness/exp_metrics.c harness/exp_rows.c harness/exp_report.c
   harness/exp_files.c harness/exp_env.c harness/stats.c harness/gnuplot_text.c
@@ -28,8 +28,8 @@ SRCS=(
   engine/quant/kernels_kquant_ref.c
   server/request_parse.c server/completion_text.c server/chat_prompt.c server/reply_channels.c
 )
-# engine/base, engine/format, engine/cache, engine/tok, engine/model and
-# engine/quant: every library source of the package (their tests are C++),
+# engine/base, engine/format, engine/cache, engine/tok, engine/model,
+# engine/quant and engine/plan: every library source of the package (their tests are C++),
 # so a file added there cannot be left out of the archive (the dtype table's
 # dtype_traits.c and the manifest's field table once were, and every target
 # failed to link). engine/model and engine/quant come with the planner: its
@@ -37,7 +37,8 @@ SRCS=(
 # sizes attention state through the attention-kind table and the kernels'
 # scratch sizes).
 for s in "$ROOT"/engine/base/*.c "$ROOT"/engine/format/*.c "$ROOT"/engine/cache/*.c \
-         "$ROOT"/engine/tok/*.c "$ROOT"/engine/model/*.c "$ROOT"/engine/quant/*.c; do
+         "$ROOT"/engine/tok/*.c "$ROOT"/engine/model/*.c "$ROOT"/engine/quant/*.c \
+         "$ROOT"/engine/plan/*.c; do
   case "$s" in *_test.c) continue ;; esac
   SRCS+=("${s#"$ROOT"/}")
 done
