@@ -1332,28 +1332,40 @@ static void peer_metrics(cJSON *row, const spill_exp_peer_result *p) {
   cJSON_AddNumberToObject(m, "preload_s", p->load_s);
 }
 
+/* What every peer run does first: the cell's prompt and engine knobs (the
+ * peer's thread default), spill's engine closed (its memory must not
+ * squeeze the peer), and the run's files (warmups keep none but the
+ * peer's own, in the results directory). */
+static int peer_run_begin(runner *R, const spill_exp_run *run, int measured, int *threads, run_files *f) {
+  SPILL_TRY(ensure_prompt(R, run->cell));
+  spill_config ctl;
+  SPILL_TRY(spill_exp_config_engine(R->cfg, run->cell, 0, &ctl, R->e));
+  const spill_exp_peer *pa = &R->cfg->arms[run->arm].peer;
+  *threads = pa->threads ? pa->threads : ctl.threads;
+  spill_engine_close(R->eng);
+  R->eng = NULL;
+  malloc_trim(0);
+  memset(f, 0, sizeof *f);
+  if (measured) SPILL_TRY(make_run_files(R, run, 0, f));
+  else snprintf(f->rundir, sizeof f->rundir, "%s", R->dir);
+  return SPILL_OK;
+}
+
 /* One peer run (docs/PEERS.md): the spill engine is closed first (its
  * memory must not squeeze the peer), both engines' files are evicted when
  * cold, and the child is measured from outside (harness/exp_peer.h). */
 static int do_peer_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   const spill_exp_config *cfg = R->cfg;
   const spill_exp_peer *pa = &cfg->arms[run->arm].peer;
-  SPILL_TRY(ensure_prompt(R, run->cell));
-  spill_config ctl;
-  SPILL_TRY(spill_exp_config_engine(cfg, run->cell, 0, &ctl, R->e));
-  spill_engine_close(R->eng);
-  R->eng = NULL;
-  malloc_trim(0);
+  int threads;
   run_files f;
-  memset(&f, 0, sizeof f);
-  if (measured) SPILL_TRY(make_run_files(R, run, 0, &f));
-  else snprintf(f.rundir, sizeof f.rundir, "%s", R->dir); /* warmups keep no files but these */
+  SPILL_TRY(peer_run_begin(R, run, measured, &threads, &f));
   char ids[SPILL_PATH_MAX], log[SPILL_PATH_MAX];
   snprintf(ids, sizeof ids, "%s/peer-prompt.ids", f.rundir);
   snprintf(log, sizeof log, "%s/peer%s.log", f.rundir, measured ? "" : "-warmup");
   SPILL_TRY(evict_cold(R));
   spill_exp_peer_req q = {R->peer_exe, cfg->model_gguf, pa->load,
-                          pa->threads ? pa->threads : ctl.threads, pa->batch, cfg->decode_tokens,
+                          threads, pa->batch, cfg->decode_tokens,
                           pa->repack, R->prompt, R->n_prompt, ids, log, R->o->stop, 0};
   spill_exp_peer_result p;
   int rc = spill_exp_peer_run(&q, &p, R->e);
@@ -1436,21 +1448,13 @@ static cJSON *peer_process_json(const runner *R, const char *prompt, const spill
 static int do_bench_peer_run(runner *R, const spill_exp_run *run, int measured, int seq) {
   const spill_exp_config *cfg = R->cfg;
   const spill_exp_peer *pa = &cfg->arms[run->arm].peer;
-  SPILL_TRY(ensure_prompt(R, run->cell));
-  spill_config ctl;
-  SPILL_TRY(spill_exp_config_engine(cfg, run->cell, 0, &ctl, R->e));
-  spill_engine_close(R->eng);
-  R->eng = NULL;
-  malloc_trim(0);
+  int threads;
   run_files f;
-  memset(&f, 0, sizeof f);
-  if (measured) SPILL_TRY(make_run_files(R, run, 0, &f));
-  else snprintf(f.rundir, sizeof f.rundir, "%s", R->dir); /* warmups keep no files but these */
+  SPILL_TRY(peer_run_begin(R, run, measured, &threads, &f));
   const int np = cfg->bench_n_prompts, nph = spill_exp_config_bench_n_phases(cfg);
   spill_bench_sample s[SPILL_EXP_MAX_BENCH_PROMPTS * SPILL_BENCH_N_PHASES];
   memset(s, 0, sizeof s);
   spill_exp_bench_run b = {s, 1, 0, 0};
-  const int threads = pa->threads ? pa->threads : ctl.threads;
   cJSON *procs = cJSON_CreateArray();
   double wall = 0;
   int rc = SPILL_OK;
