@@ -116,6 +116,33 @@ int spill_ramlock_start(uint64_t lock_bytes, spill_ramlock *out, spill_err *e) {
   return SPILL_OK;
 }
 
+int spill_ramlock_check(spill_ramlock *r, spill_err *e) {
+  if (!r || !r->pid) return SPILL_OK;
+  int status = 0;
+  pid_t w;
+  do w = waitpid(r->pid, &status, WNOHANG);
+  while (w < 0 && errno == EINTR);
+  if (w <= 0) return SPILL_OK; /* running, or not our child (ECHILD): nothing to tell */
+  const double gib = r->locked / 1073741824.0;
+  close(r->fd);
+  r->pid = 0;
+  r->fd = -1;
+  r->locked = 0;
+  if (WIFSIGNALED(status))
+    return spill_err_set(e, SPILL_E_IO,
+                         "emulate_ram: the helper holding %.2f GiB locked was killed by signal "
+                         "%d (%s)%s, so the machine no longer emulates the cell's RAM",
+                         gib, WTERMSIG(status), strsignal(WTERMSIG(status)),
+                         WTERMSIG(status) == SIGKILL
+                             ? "; most likely the kernel's OOM killer (dmesg): other processes "
+                               "need the memory the lock assumed free"
+                             : "");
+  return spill_err_set(e, SPILL_E_IO,
+                       "emulate_ram: the helper holding %.2f GiB locked exited (status %d), so "
+                       "the machine no longer emulates the cell's RAM",
+                       gib, WIFEXITED(status) ? WEXITSTATUS(status) : status);
+}
+
 void spill_ramlock_release(spill_ramlock *r) {
   if (!r || !r->pid) return;
   close(r->fd);

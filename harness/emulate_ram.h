@@ -35,6 +35,12 @@ int spill_ramlock_plan(uint64_t emulate, uint64_t *lock_bytes, spill_err *e);
 /* Starts the helper and waits until the memory is locked (or the helper
  * reports why it could not lock it: e.g. RLIMIT_MEMLOCK). */
 int spill_ramlock_start(uint64_t lock_bytes, spill_ramlock *out, spill_err *e);
+/* Whether the helper still holds its memory: SPILL_OK while it runs (or when
+ * r holds no helper, or the helper is not this process's child); when it has
+ * died (the kernel's OOM killer picks it first: it is the largest process),
+ * reaps it, clears r and returns SPILL_E_IO naming the signal or status. A
+ * run measured after that died had more RAM than it was meant to emulate. */
+int spill_ramlock_check(spill_ramlock *r, spill_err *e);
 /* Releases the memory: closes the pipe and reaps the helper. NULL fine. */
 void spill_ramlock_release(spill_ramlock *r);
 

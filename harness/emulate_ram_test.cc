@@ -131,3 +131,38 @@ TEST(EmulateRamTest, RefusesToLeaveTheMachineWithoutMemory) {
   EXPECT_EQ(spill_ramlock_plan(1ull << 50, &lock, &e), SPILL_E_CONFIG);
   EXPECT_NE(std::string(e.msg).find("not below"), std::string::npos) << e.msg;
 }
+
+// A helper that dies (here SIGKILL, as the kernel's OOM killer sends it: the
+// lock is the machine's largest process) is noticed: the check names the
+// signal and clears the lock, so the runner records no run made without it.
+TEST(EmulateRamTest, CheckNoticesAKilledHelper) {
+  spill_ramlock r;
+  spill_err e = {};
+  // 4 MiB: under the 8 MiB mlock cap of Bazel's sandbox
+  int rc = spill_ramlock_start(4ull << 20, &r, &e);
+  if (rc == SPILL_E_IO && strstr(e.msg, "locking")) GTEST_SKIP() << "cannot mlock here: " << e.msg;
+  ASSERT_EQ(rc, 0) << e.msg;
+  EXPECT_EQ(spill_ramlock_check(&r, &e), 0) << e.msg;  // alive
+  EXPECT_NE(r.pid, 0);
+  pid_t pid = r.pid;
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int got = 0;
+  for (int i = 0; i < 500 && got == 0; i++) {  // the kill is asynchronous
+    got = spill_ramlock_check(&r, &e);
+    if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(got, SPILL_E_IO);
+  EXPECT_NE(strstr(e.msg, "killed by signal 9"), nullptr) << e.msg;
+  EXPECT_NE(strstr(e.msg, "OOM killer"), nullptr) << e.msg;
+  EXPECT_EQ(r.pid, 0);
+  EXPECT_EQ(VmLckKb(pid), -1);                 // reaped: no zombie left
+  EXPECT_EQ(spill_ramlock_check(&r, &e), 0);  // nothing held: nothing to tell
+  spill_ramlock_release(&r);                   // and releasing it is a no-op
+}
+
+TEST(EmulateRamTest, CheckWithoutAHelperIsQuiet) {
+  spill_ramlock r = {};
+  spill_err e = {};
+  EXPECT_EQ(spill_ramlock_check(&r, &e), 0);
+  EXPECT_EQ(spill_ramlock_check(nullptr, &e), 0);
+}

@@ -859,6 +859,11 @@ static int ensure_machine(runner *R, int cell) {
 static int ensure_lock(runner *R, int cell) {
   SPILL_TRY(ensure_machine(R, cell));
   uint64_t want = spill_exp_config_emulate_ram(R->cfg, cell);
+  if (want && want == R->lock_emulate) {
+    int rc = spill_ramlock_check(&R->lock, R->e);
+    if (rc < 0) R->lock_emulate = 0;
+    return rc;
+  }
   if (want == R->lock_emulate) return SPILL_OK;
   spill_engine_close(R->eng);
   R->eng = NULL;
@@ -1039,7 +1044,17 @@ static int finish_row(runner *R, const spill_exp_run *run, cJSON *row, uint64_t 
     free(line);
     return rc;
   }
-  int rc = spill_exp_append_line(R->rows_file, line, R->e);
+  /* a row is recorded only while the cell's RAM is still emulated: the lock's
+   * helper may have been killed during the run (the OOM killer picks it) */
+  int rc = spill_ramlock_check(&R->lock, R->e);
+  if (rc < 0) {
+    free(line);
+    R->lock_emulate = 0; /* the next run of a cell with emulated RAM locks again */
+    spill_err_prefix(R->e, "run %s, not recorded (continue with --resume once the memory is free)",
+                     run->key);
+    return rc;
+  }
+  rc = spill_exp_append_line(R->rows_file, line, R->e);
   free(line);
   SPILL_TRY(rc);
   SPILL_TRY(add_done(R, run->key, hash, run->cell, run->arm, oom));
