@@ -20,10 +20,10 @@ static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* y[c] = silu(sum_{i<K} w[c][i] * x_{pos-K+1+i}[c]) with the ring holding
  * the K-1 previous inputs (slot = position mod (K-1)); then stores x. */
-static void causal_conv(const float *x, const float *w, float *ring, int n, int K, int pos,
-                        float *y) {
+static void causal_conv_range(const float *x, const float *w, float *ring, int n, int K, int pos,
+                              float *y, int c0, int c1) {
   const int K1 = K - 1;
-  for (int c = 0; c < n; c++) {
+  for (int c = c0; c < c1; c++) {
     float acc = 0.0f;
     for (int i = 0; i < K1; i++) {
       const int t = pos - K1 + i;
@@ -32,7 +32,36 @@ static void causal_conv(const float *x, const float *w, float *ring, int n, int 
     acc += w[(size_t)c * K + K1] * x[c];
     y[c] = spill_model_silu(acc);
   }
-  if (K1 > 0) memcpy(ring + (size_t)(pos % K1) * n, x, (size_t)n * sizeof(float));
+  /* channel c reads only channel c of the ring: a range can be stored as
+   * soon as it is convolved (any split of the channels gives these bits) */
+  if (K1 > 0)
+    memcpy(ring + (size_t)(pos % K1) * n + c0, x + c0, (size_t)(c1 - c0) * sizeof(float));
+}
+
+static void causal_conv(const float *x, const float *w, float *ring, int n, int K, int pos,
+                        float *y) {
+  causal_conv_range(x, w, ring, n, K, pos, y, 0, n);
+}
+
+/* alpha[ch] for ch in [c0, c1) from f_b f_a h (in alpha): the decay of
+ * kda_run, channel by channel */
+static void kda_decay(const spill_kda_cfg *c, const spill_layer_weights *L, float *alpha, int c0,
+                      int c1) {
+  const int d = c->head_dim;
+  if (c->gate_lower_bound < 0) { /* Kimi K3: g = lb * sigmoid(exp(A_log) f), no softplus, no floor */
+    const float lb = (float)c->gate_lower_bound;
+    for (int ch = c0; ch < c1; ch++) {
+      const float nA = expf(L->attn_a_log[ch / d]); /* -A */
+      alpha[ch] = expf(lb * spill_model_sigmoid(nA * (alpha[ch] + L->attn_dt_bias[ch])));
+    }
+    return;
+  }
+  for (int ch = c0; ch < c1; ch++) {
+    const float A = -expf(L->attn_a_log[ch / d]);
+    float g = A * softplus(alpha[ch] + L->attn_dt_bias[ch]);
+    if (c->decay_floor < 0 && g < (float)c->decay_floor) g = (float)c->decay_floor;
+    alpha[ch] = expf(g);
+  }
 }
 
 typedef struct kda_job {
@@ -96,8 +125,9 @@ static void kda_head(void *ctx, int j, int thread) {
   for (int b = 0; b < d; b++) o[b] *= spill_model_sigmoid(g->gate[off + b]);
 }
 
-static int kda_run(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
-  (void)e;
+/* The layer as row-split fork-joins, one per matvec set and one for the
+ * heads (o.attn_outside_region; kda_run's bits). */
+static int kda_run_split(spill_model *m, int l, const float *h, int pos, float *out) {
   const spill_kda_cfg *c = &m->a.kda;
   const spill_layer_weights *L = &m->L[l];
   const int H = c->n_heads, d = c->head_dim, K = c->conv_kernel, n = H * d;
@@ -153,6 +183,126 @@ static int kda_run(spill_model *m, int l, const float *h, int pos, float *out, s
                (float)m->a.norm_eps, l2_eps};
   spill_model_run_tasks(m, kda_head, &g, H, (uint64_t)H * 4u * (uint64_t)d * (uint64_t)d);
   spill_model_matvec(m, &L->attn_output, s->o, out); /* (D) from (H*d) */
+  return SPILL_OK;
+}
+
+/* ---- the layer as one parallel region ----
+ * Steps (spill_model_run_steps; each waits for the one before):
+ *   0 proj   q, k, v, f_a, b (and g) rows of h (quantised before the region)
+ *   1 prep   one task: f_a quantised for f_b (act_q8), beta = sigmoid(b)
+ *   2 mix    f_b rows, each task's channels' decay right after its rows;
+ *            the causal conv of q, k and v by channel blocks
+ *   3 heads  one task per head (kda_head)
+ *   4 oq     one task: the head outputs quantised for the output matrix
+ *   5 out    the output matrix's rows
+ * Every row and channel is computed whole by one thread with the operations
+ * of kda_run_split, so the bits are its bits. The low-rank output gate
+ * (out_gate_rank > 0) would share f_a's scratch: it runs before the region. */
+#define KDA_CONV_BLOCK 256 /* channels of one conv task */
+
+typedef struct kda_region {
+  spill_model *m;
+  const spill_kda_cfg *c;
+  const spill_layer_weights *L;
+  spill_model_mvs proj, fb, outp;
+  const float *beta_in; /* (H) b h, made sigmoid in place */
+  float *beta;
+  const float *pre[3]; /* (H*d) q, k, v before the conv */
+  float *post[3];      /* (H*d) after conv + silu */
+  int n, K, pos, conv_tasks;
+  kda_job heads;
+} kda_region;
+
+static void kda_prep_task(void *ctx, int task, int thread) {
+  (void)task;
+  (void)thread;
+  kda_region *r = ctx;
+  spill_model_mvs_quantise(&r->fb);
+  for (int j = 0; j < r->c->n_heads; j++) r->beta[j] = spill_model_sigmoid(r->beta[j]);
+}
+
+static void kda_mix_task(void *ctx, int task, int thread) {
+  const kda_region *r = ctx;
+  if (task < r->conv_tasks) {
+    const int per = (r->n + KDA_CONV_BLOCK - 1) / KDA_CONV_BLOCK;
+    const int vec = task / per, c0 = (task % per) * KDA_CONV_BLOCK;
+    const int c1 = c0 + KDA_CONV_BLOCK < r->n ? c0 + KDA_CONV_BLOCK : r->n;
+    const float *conv = vec == 0 ? r->L->attn_q_conv : vec == 1 ? r->L->attn_k_conv : r->L->attn_v_conv;
+    causal_conv_range(r->pre[vec], conv, r->L->kda_ring + (size_t)vec * (size_t)(r->K - 1) * r->n,
+                      r->n, r->K, r->pos, r->post[vec], c0, c1);
+    return;
+  }
+  const int t = task - r->conv_tasks;
+  spill_model_mvs_task((void *)&r->fb, t, thread);
+  if (r->fb.whole) {
+    kda_decay(r->c, r->L, r->fb.y[0], 0, r->n);
+  } else {
+    int mi;
+    uint32_t r0, r1;
+    spill_model_mvs_task_rows(&r->fb, t, &mi, &r0, &r1);
+    kda_decay(r->c, r->L, r->fb.y[0], (int)r0, (int)r1);
+  }
+}
+
+static void kda_oq_task(void *ctx, int task, int thread) {
+  (void)task;
+  (void)thread;
+  spill_model_mvs_quantise(&((kda_region *)ctx)->outp);
+}
+
+static int kda_run(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
+  (void)e;
+  if (m->o.attn_outside_region) return kda_run_split(m, l, h, pos, out);
+  const spill_kda_cfg *c = &m->a.kda;
+  const spill_layer_weights *L = &m->L[l];
+  const int H = c->n_heads, d = c->head_dim, n = H * d;
+  spill_model_scratch *s = &m->s;
+  float *gate = s->qa; /* (H*d) */
+  if (c->out_gate_rank > 0) { /* g_a would overwrite f_a's output (s->kfa) */
+    spill_model_matvec(m, &L->attn_g_a, h, s->kfa);
+    spill_model_matvec(m, &L->attn_g_b, s->kfa, gate);
+  }
+  kda_region r;
+  r.m = m;
+  r.c = c;
+  r.L = L;
+  r.n = n;
+  r.K = c->conv_kernel;
+  r.pos = pos;
+  r.beta = s->kbeta;
+  r.pre[0] = s->q, r.pre[1] = s->k, r.pre[2] = s->v;
+  r.post[0] = s->kq, r.post[1] = s->kk, r.post[2] = s->kv;
+  r.conv_tasks = r.K > 0 ? 3 * ((n + KDA_CONV_BLOCK - 1) / KDA_CONV_BLOCK) : 0;
+
+  const spill_qmat *ws[6] = {&L->attn_q,   &L->attn_k, &L->attn_v,
+                             &L->attn_f_a, &L->attn_b, &L->attn_g};
+  float *const ys[6] = {s->q, s->k, s->v, s->kfa, s->kbeta, gate};
+  spill_pool_step st[6];
+  st[0].n_tasks = spill_model_mvs_plan(m, &r.proj, c->out_gate_rank == 0 ? 6 : 5, ws, h, ys, s->xq0);
+  spill_model_mvs_quantise(&r.proj); /* h is ready */
+  const spill_qmat *wfb = &L->attn_f_b;
+  float *yfb = s->kalpha;
+  const int fb_tasks = spill_model_mvs_plan(m, &r.fb, 1, &wfb, s->kfa, &yfb, s->xq1);
+  const spill_qmat *wo = &L->attn_output;
+  float *yo = out;
+  const int out_tasks = spill_model_mvs_plan(m, &r.outp, 1, &wo, s->o, &yo, s->xq1);
+  /* l2norm eps: 0 = 1e-6 (fla / the HF code; a GGUF import writes llama.cpp's) */
+  const float l2_eps = c->l2norm_eps > 0 ? (float)c->l2norm_eps : 1e-6f;
+  kda_job g = {s->kq, s->kk, s->kv, s->kalpha, s->kbeta, gate, L->attn_o_norm, L->kda_s, s->ku, s->o, d,
+               (float)m->a.norm_eps, l2_eps};
+  r.heads = g;
+  /* heads split only where spill_model_run_tasks would split them */
+  const int head_par = m->o.n_threads > 1 &&
+                       (uint64_t)H * 4u * (uint64_t)d * (uint64_t)d >= (uint64_t)m->o.par_min_weights;
+  st[0].fn = spill_model_mvs_task, st[0].ctx = &r.proj;
+  st[1] = (spill_pool_step){kda_prep_task, &r, 1};
+  st[2] = (spill_pool_step){kda_mix_task, &r, r.conv_tasks + fb_tasks};
+  st[3] = (spill_pool_step){kda_head, &r.heads, H};
+  st[4] = (spill_pool_step){kda_oq_task, &r, spill_model_mvs_needs_xq(&r.outp)};
+  st[5] = (spill_pool_step){spill_model_mvs_task, &r.outp, out_tasks};
+  /* a layer whose matvecs and heads are all too small to split (tiny
+   * models) runs on the caller, as kda_run_split would */
+  spill_model_run_steps(m, st, 6, !r.proj.whole || !r.fb.whole || !r.outp.whole || head_par);
   return SPILL_OK;
 }
 

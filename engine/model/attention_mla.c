@@ -128,8 +128,9 @@ static void mla_rope_table(float *cs, const spill_mla_cfg *c, int pos) {
   }
 }
 
-static int mla_run(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
-  (void)e;
+/* The layer as row-split fork-joins, one per matvec and one for the heads
+ * (o.attn_outside_region; mla_run's bits). */
+static int mla_run_split(spill_model *m, int l, const float *h, int pos, float *out) {
   const spill_mla_cfg *c = &m->a.mla;
   const spill_layer_weights *L = &m->L[l];
   const int H = c->n_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim, dv = c->v_head_dim,
@@ -170,6 +171,128 @@ static int mla_run(spill_model *m, int l, const float *h, int pos, float *out, s
     for (int i = 0; i < H * dv; i++) m->s.o[i] *= spill_model_sigmoid(gt[i]);
   }
   spill_model_matvec(m, &L->attn_output, m->s.o, out); /* (D) from (H*dv) */
+  return SPILL_OK;
+}
+
+/* ---- the layer as one parallel region ----
+ * Steps (spill_model_run_steps; each waits for the one before):
+ *   0 proj   q_a (or q) and kv_a rows of h (quantised before the region)
+ *   1 prep   one task: q_a's rmsnorm and its act_q8 form for q_b; the
+ *            latent's rmsnorm into the cache, the rope key, its RoPE
+ *   2 q_b    q_b's rows (q_lora_rank > 0)
+ *   3 heads  one task per head (its query's RoPE first, then mla_head)
+ *   4 gate   the output gate's rows of h (mla.out_gate; into q's buffer,
+ *            free once the heads are done; h's act_q8 form of step 0)
+ *   5 oq     one task: o *= sigmoid(gate); o's act_q8 form for the output
+ *   6 out    the output matrix's rows
+ * Each row, head and element is computed whole by one thread with the
+ * operations of mla_run_split, so the bits are its bits. */
+typedef struct mla_region {
+  spill_model *m;
+  const spill_mla_cfg *c;
+  const spill_layer_weights *L;
+  spill_model_mvs proj, qb, gate, outp;
+  float *cache_t; /* (dc+dr) */
+  float *kv;      /* (dc+dr) */
+  int pos;
+  mla_job heads;
+} mla_region;
+
+static void mla_prep_task(void *ctx, int task, int thread) {
+  (void)task;
+  (void)thread;
+  mla_region *r = ctx;
+  const spill_mla_cfg *c = r->c;
+  const float eps = (float)r->m->a.norm_eps;
+  const int dc = c->kv_lora_rank, dr = c->qk_rope_dim;
+  if (c->q_lora_rank > 0) {
+    float *cq = r->m->s.cq;
+    spill_k_rmsnorm(cq, r->L->attn_q_a_norm, cq, (uint32_t)c->q_lora_rank, eps);
+    spill_model_mvs_quantise(&r->qb);
+  }
+  const float kv_eps = c->kv_norm_eps != 0 ? (float)c->kv_norm_eps : eps;
+  spill_k_rmsnorm(r->kv, r->L->attn_kv_a_norm, r->cache_t, (uint32_t)dc, kv_eps);
+  memcpy(r->cache_t + dc, r->kv + dc, (size_t)dr * sizeof(float));
+  if (c->use_rope && dr > 0) {
+    mla_rope_table(r->m->s.rope_cs, c, r->pos);
+    spill_model_rope_apply(r->cache_t + dc, dr, r->m->s.rope_cs);
+  }
+}
+
+static void mla_head_task(void *ctx, int j, int thread) {
+  mla_region *r = ctx;
+  const spill_mla_cfg *c = r->c;
+  if (c->use_rope && c->qk_rope_dim > 0)
+    spill_model_rope_apply(r->m->s.q + (size_t)j * (c->qk_nope_dim + c->qk_rope_dim) + c->qk_nope_dim,
+                           c->qk_rope_dim, r->m->s.rope_cs);
+  mla_head(&r->heads, j, thread);
+}
+
+static void mla_oq_task(void *ctx, int task, int thread) {
+  (void)task;
+  (void)thread;
+  mla_region *r = ctx;
+  if (r->c->out_gate) {
+    const int n = r->c->n_heads * r->c->v_head_dim;
+    const float *gt = r->m->s.q;
+    for (int i = 0; i < n; i++) r->m->s.o[i] *= spill_model_sigmoid(gt[i]);
+  }
+  spill_model_mvs_quantise(&r->outp);
+}
+
+static int mla_run(spill_model *m, int l, const float *h, int pos, float *out, spill_err *e) {
+  (void)e;
+  if (m->o.attn_outside_region) return mla_run_split(m, l, h, pos, out);
+  const spill_mla_cfg *c = &m->a.mla;
+  const spill_layer_weights *L = &m->L[l];
+  const int H = c->n_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim, dv = c->v_head_dim,
+            dc = c->kv_lora_rank, w = dc + dr;
+  spill_model_scratch *s = &m->s;
+  mla_region r;
+  r.m = m;
+  r.c = c;
+  r.L = L;
+  r.kv = s->k;
+  r.cache_t = L->cache + (size_t)pos * w;
+  r.pos = pos;
+  const int ql = c->q_lora_rank > 0;
+  const spill_qmat *ws[2] = {ql ? &L->attn_q_a : &L->attn_q, &L->attn_kv_a};
+  float *const ys[2] = {ql ? s->cq : s->q, s->k};
+  spill_pool_step st[7];
+  st[0] = (spill_pool_step){spill_model_mvs_task, &r.proj,
+                            spill_model_mvs_plan(m, &r.proj, 2, ws, h, ys, s->xq0)};
+  spill_model_mvs_quantise(&r.proj); /* h is ready */
+  int qb_tasks = 0;
+  if (ql) {
+    const spill_qmat *wq = &L->attn_q_b;
+    float *yq = s->q;
+    qb_tasks = spill_model_mvs_plan(m, &r.qb, 1, &wq, s->cq, &yq, s->xq1);
+  }
+  int gate_tasks = 0;
+  if (c->out_gate) {
+    const spill_qmat *wg = &L->attn_gate;
+    float *yg = s->q; /* (H*dv) */
+    gate_tasks = spill_model_mvs_plan(m, &r.gate, 1, &wg, h, &yg, s->xq0);
+    spill_model_mvs_share_xq(&r.gate, &r.proj);
+  }
+  const spill_qmat *wo = &L->attn_output;
+  float *yo = out;
+  const int out_tasks = spill_model_mvs_plan(m, &r.outp, 1, &wo, s->o, &yo, s->xq1);
+  mla_job g = {m, L, s->q, L->cache, s->qa, s->att, s->ol, s->o, s->rowtmp,
+               dn, dr, dv, dc, pos + 1, m->o.ctx,
+               c->softmax_scale != 0 ? (float)c->softmax_scale : 1.0f / sqrtf((float)(dn + dr))};
+  r.heads = g;
+  const uint64_t per_head = (uint64_t)dn * dc + (uint64_t)(pos + 1) * (2u * dc + dr) + (uint64_t)dv * dc;
+  const int head_par = m->o.n_threads > 1 && (uint64_t)H * per_head >= (uint64_t)m->o.par_min_weights;
+  st[1] = (spill_pool_step){mla_prep_task, &r, 1};
+  st[2] = (spill_pool_step){spill_model_mvs_task, &r.qb, qb_tasks};
+  st[3] = (spill_pool_step){mla_head_task, &r, H};
+  st[4] = (spill_pool_step){spill_model_mvs_task, &r.gate, gate_tasks};
+  st[5] = (spill_pool_step){mla_oq_task, &r, c->out_gate || spill_model_mvs_needs_xq(&r.outp)};
+  st[6] = (spill_pool_step){spill_model_mvs_task, &r.outp, out_tasks};
+  const int split = !r.proj.whole || (ql && !r.qb.whole) || (c->out_gate && !r.gate.whole) ||
+                    !r.outp.whole || head_par;
+  spill_model_run_steps(m, st, 7, split);
   return SPILL_OK;
 }
 

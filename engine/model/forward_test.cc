@@ -260,6 +260,101 @@ TEST(ForwardTest, StepsInTheRegionGiveTheRowSplitBits) {
   }
 }
 
+// An MLA or KDA layer is one parallel region (spill_pool_run_steps): its
+// projections, the prep between them, the heads and the output projection
+// are steps of one fork-join. The logits equal those of the layer run as
+// its own row-split fork-joins (attn_outside_region), bit for bit, over a
+// chunked prefill (6 tokens in chunks of 4) and 4 decode tokens, for the
+// mixes with MLA or KDA layers (k3: both, with K3's output gate, KDA's
+// low-rank output gate and the gate lower bound; mla: RoPE, q without
+// q_lora; kda: plain residuals), expert dtypes, both trunks, f32 and act_q8
+// inputs, 1/2/3 threads. The fork-join count of a decode token is exact:
+// one per MLA/KDA layer (plus KDA's low-rank output gate, g_a and g_b, run
+// before the region where they split), one per MoE layer, two per dense FFN
+// (gate/up, down), one for the output matrix; with one thread none.
+TEST(ForwardTest, AttentionRegionGivesTheRowSplitBits) {
+  struct Case {
+    const char *mix;
+    spill_dtype dt;
+    spill_gen_trunk tr;
+  };
+  const Case cases[] = {{"k3", SPILL_DT_RVQ3, SPILL_GEN_TRUNK_Q4},
+                        {"k3", SPILL_DT_Q8, SPILL_GEN_TRUNK_F32},
+                        {"mla", SPILL_DT_Q4, SPILL_GEN_TRUNK_Q4},
+                        {"mla", SPILL_DT_RVQ3, SPILL_GEN_TRUNK_F32},
+                        {"kda", SPILL_DT_Q4, SPILL_GEN_TRUNK_Q4},
+                        {"kda", SPILL_DT_F32, SPILL_GEN_TRUNK_F32}};
+  int regions_seen = 0;
+  for (const Case &c : cases) {
+    for (int q8 : {0, 1}) {
+      for (int threads : {1, 2, 3}) {
+        const std::string name = std::string(c.mix) + " " + spill_dtype_name(c.dt) +
+                                 (c.tr == SPILL_GEN_TRUNK_F32 ? " f32 trunk" : " q4 trunk") +
+                                 (q8 ? " act_q8 " : " f32 inputs ") + std::to_string(threads) +
+                                 " threads";
+        std::vector<float> want;
+        uint64_t decode_runs[2] = {0, 0};
+        for (int outside : {1, 0}) {
+          SCOPED_TRACE(name + (outside ? " row-split" : " region"));
+          spill_model_opts o = {};
+          o.par_min_weights = 1;
+          o.task_max_weights = 256;
+          o.n_threads = threads;
+          o.ctx = 256;
+          o.max_chunk = 4;
+          o.act_q8 = q8;
+          o.attn_outside_region = outside;
+          spill_test::ModelHandle h;
+          spill_err e = {};
+          ASSERT_EQ(spill_model_open(Nano(c.mix, c.tr, c.dt).c_str(), &o, &h.m, &e), SPILL_OK)
+              << e.msg;
+          const spill_arch *a = spill_model_arch(h.m);
+          int expect = spill_arch_n_moe(a) + 2 * a->n_dense_layers + 1, n_region = 0;
+          for (int l = 0; l < a->n_layers; l++) {
+            const spill_attn_kind k = a->layer_attn[l];
+            ASSERT_TRUE(k == SPILL_ATTN_MLA || k == SPILL_ATTN_KDA) << "layer " << l;
+            n_region++;
+            // KDA's low-rank output gate before the region: g_b (H*d rows) is
+            // split, g_a only with more than one task's 16 rows
+            const int og = k == SPILL_ATTN_KDA ? a->kda.out_gate_rank : 0;
+            expect += 1 + (og > 0) + (og > 16);
+          }
+          const std::vector<int> prompt = Prompt(6);
+          std::vector<float> lg(a->vocab_size), got;
+          ASSERT_EQ(spill_model_forward(h.m, prompt.data(), 6, 0, lg.data(), &e), SPILL_OK)
+              << e.msg;
+          got.insert(got.end(), lg.begin(), lg.end());
+          for (int pos = 6; pos < 10; pos++) {  // 4 greedy decode tokens
+            const int tok = (int)(std::max_element(lg.begin(), lg.end()) - lg.begin());
+            ASSERT_EQ(spill_model_forward(h.m, &tok, 1, pos, lg.data(), &e), SPILL_OK) << e.msg;
+            got.insert(got.end(), lg.begin(), lg.end());
+            const spill_model_stats *st = spill_model_last_stats(h.m);
+            decode_runs[outside] += st->n_parallel;
+            if (threads == 1) {
+              EXPECT_EQ(st->n_parallel, 0u);
+            } else if (!outside) {
+              EXPECT_EQ(st->n_parallel, (uint64_t)expect) << "pos " << pos;
+              EXPECT_EQ(st->n_parallel_moe, (uint64_t)spill_arch_n_moe(a)) << "pos " << pos;
+            }
+          }
+          regions_seen += !outside && threads > 1 ? n_region : 0;
+          if (outside) {
+            want = got;
+            continue;
+          }
+          ASSERT_EQ(got.size(), want.size());
+          EXPECT_EQ(0, memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+              << "attention as one region vs row-split fork-joins";
+        }
+        // every MLA/KDA layer made at least 3 fork-joins row-split (projections,
+        // heads, output), so the region saves at least 2 per layer and token
+        if (threads > 1) EXPECT_GT(decode_runs[1], decode_runs[0] + 8);
+      }
+    }
+  }
+  EXPECT_GT(regions_seen, 0);
+}
+
 TEST(ForwardTest, ChunkedPrefillMatchesTokenByToken) {
   for (const char *mix : kMixes) {
     SCOPED_TRACE(mix);

@@ -97,6 +97,12 @@ typedef struct spill_model_opts {
    * default): tasks of the region, so a decode token's MoE layer is one
    * fork-join. The same bits either way (forward_test compares them). */
   int steps_outside_region;
+  /* 1: an MLA or KDA layer runs its projections, heads and output
+   * projection as their own row-split fork-joins (the code before they
+   * became steps of one parallel region per layer); 0 (the default): one
+   * fork-join per layer. The same bits either way (forward_test compares
+   * them). */
+  int attn_outside_region;
 } spill_model_opts;
 
 /* Time split and counters of the last spill_model_forward call (all tokens

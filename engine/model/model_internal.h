@@ -268,6 +268,46 @@ void spill_model_matvec2_xq(spill_model *m, const spill_qmat *w0, const float *x
 #define SPILL_MODEL_MV_MAX 6
 void spill_model_matvec_n(spill_model *m, int n, const spill_qmat *const *w, const float *x,
                           float *const *y);
+/* A matvec set as a step of one parallel region (spill_model_run_steps):
+ * y[i] = w[i] x for n (1..SPILL_MODEL_MV_MAX) matrices of one input, split
+ * into the row tasks spill_model_matvec_n would run (one task for all when
+ * the work is below par_min_weights or with one thread), each row through
+ * the kernel and act_q8 input spill_model_matvec gives it: the same bits.
+ * x need not hold its values at planning time: where act_q8 applies it is
+ * quantised into xq_buf (xq_cap bytes) by spill_model_mvs_quantise, which
+ * must run before the row tasks (a step of its own, or at planning time
+ * when x is ready). */
+typedef struct spill_model_mvs {
+  int n;
+  const spill_qmat *w[SPILL_MODEL_MV_MAX];
+  const float *x;
+  float *y[SPILL_MODEL_MV_MAX];
+  uint8_t *xq_buf;   /* act_q8 form of x, or NULL: every matrix reads x in f32 */
+  spill_k_xq xq;
+  int use_xq[SPILL_MODEL_MV_MAX];
+  int whole;         /* one task computes every row of every matrix */
+  uint32_t rows_per_task;
+  int start[SPILL_MODEL_MV_MAX + 1];
+} spill_model_mvs;
+/* Plans j; returns its task count (>= 1). */
+int spill_model_mvs_plan(spill_model *m, spill_model_mvs *j, int n, const spill_qmat *const *w,
+                         const float *x, float *const *y, uint8_t *xq_buf);
+/* 1 when some matrix of j reads x's act_q8 form (spill_model_mvs_quantise has work). */
+int spill_model_mvs_needs_xq(const spill_model_mvs *j);
+/* Quantises x for the matrices that take it (no-op when none does). */
+void spill_model_mvs_quantise(spill_model_mvs *j);
+/* j's x, ready now, as src (planned and quantised on the same x) has it
+ * quantised, or quantised here when src has no act_q8 form of it. */
+void spill_model_mvs_share_xq(spill_model_mvs *j, const spill_model_mvs *src);
+/* Task t of j (a spill_pool_fn); *r0, *r1 get the rows of matrix *mi it
+ * computed (the whole task when j->whole: mi 0..n-1 all rows). */
+void spill_model_mvs_task(void *ctx, int task, int thread);
+void spill_model_mvs_task_rows(const spill_model_mvs *j, int task, int *mi, uint32_t *r0,
+                               uint32_t *r1);
+/* Runs the steps of one attention layer (or any dependent steps) as one
+ * parallel region (spill_pool_run_steps: one fork-join), or on the caller
+ * with one thread or split 0 (nothing in it worth a dispatch). */
+void spill_model_run_steps(spill_model *m, const spill_pool_step *steps, int n, int split);
 /* Runs fn over n_tasks independent tasks (e.g. attention heads) on the pool,
  * or inline when the total work (MACs) is below par_min_weights. */
 void spill_model_run_tasks(spill_model *m, spill_pool_fn fn, void *ctx, int n_tasks,

@@ -402,3 +402,84 @@ void spill_model_res_mix(const spill_model *m, const float *entries, size_t stri
     out[j] = acc + p[n] * v[j];
   }
 }
+
+/* ---- matvec sets as steps of one region (attention layers) ---- */
+
+int spill_model_mvs_plan(spill_model *m, spill_model_mvs *j, int n, const spill_qmat *const *w,
+                         const float *x, float *const *y, uint8_t *xq_buf) {
+  memset(j, 0, sizeof *j);
+  j->n = n;
+  j->x = x;
+  uint64_t work = 0;
+  uint32_t rows = 0, cols = 0;
+  int any_xq = 0;
+  for (int i = 0; i < n; i++) {
+    j->w[i] = w[i];
+    j->y[i] = y[i];
+    /* quantise_inputs' rule, as spill_model_xq_input applies it */
+    j->use_xq[i] = m->o.act_q8 && spill_k_matvec_xq_ok(w[i]) &&
+                   spill_k_xq_bytes(w[i]->cols) <= m->s.xq_cap && xq_buf;
+    any_xq |= j->use_xq[i];
+    work += (uint64_t)w[i]->rows * w[i]->cols;
+    if (w[i]->rows > rows) rows = w[i]->rows;
+    if (w[i]->cols > cols) cols = w[i]->cols;
+  }
+  j->xq_buf = any_xq ? xq_buf : NULL;
+  if (j->xq_buf) spill_k_xq_init(&j->xq, j->xq_buf, cols);
+  if (m->o.n_threads == 1 || work < (uint64_t)m->o.par_min_weights) {
+    j->whole = 1;
+    return 1;
+  }
+  j->rows_per_task = rows_per_task(m, rows, cols);
+  for (int i = 0; i < n; i++)
+    j->start[i + 1] = j->start[i] + (int)((w[i]->rows + j->rows_per_task - 1) / j->rows_per_task);
+  return j->start[n];
+}
+
+int spill_model_mvs_needs_xq(const spill_model_mvs *j) { return j->xq_buf != NULL; }
+
+void spill_model_mvs_quantise(spill_model_mvs *j) {
+  if (j->xq_buf) spill_k_xq_quantize(j->x, &j->xq);
+}
+
+void spill_model_mvs_share_xq(spill_model_mvs *j, const spill_model_mvs *src) {
+  /* the same input of the same width: src's quantised form is the one
+   * spill_model_matvec would make for j's matrices; where src has none
+   * (its matrices read f32) j quantises its own */
+  if (!j->xq_buf) return;
+  if (src->xq_buf && src->xq.n == j->xq.n) j->xq = src->xq;
+  else spill_model_mvs_quantise(j);
+}
+
+void spill_model_mvs_task_rows(const spill_model_mvs *j, int task, int *mi, uint32_t *r0,
+                               uint32_t *r1) {
+  int i = 0;
+  while (task >= j->start[i + 1]) i++;
+  *mi = i;
+  *r0 = (uint32_t)(task - j->start[i]) * j->rows_per_task;
+  *r1 = *r0 + j->rows_per_task < j->w[i]->rows ? *r0 + j->rows_per_task : j->w[i]->rows;
+}
+
+void spill_model_mvs_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const spill_model_mvs *j = ctx;
+  if (j->whole) {
+    for (int i = 0; i < j->n; i++)
+      spill_model_matvec_rows(j->w[i], j->x, j->use_xq[i] ? &j->xq : NULL, j->y[i], 0,
+                              j->w[i]->rows);
+    return;
+  }
+  int i;
+  uint32_t r0, r1;
+  spill_model_mvs_task_rows(j, task, &i, &r0, &r1);
+  spill_model_matvec_rows(j->w[i], j->x, j->use_xq[i] ? &j->xq : NULL, j->y[i], r0, r1);
+}
+
+void spill_model_run_steps(spill_model *m, const spill_pool_step *steps, int n, int split) {
+  if (split && m->o.n_threads > 1) {
+    spill_pool_run_steps(m->pool, steps, n);
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    for (int t = 0; t < steps[i].n_tasks; t++) steps[i].fn(steps[i].ctx, t, 0);
+}

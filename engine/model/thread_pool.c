@@ -7,8 +7,9 @@
  * once every task has run. Before publishing the next job the caller waits
  * until no worker still holds the previous one (busy == 0), so a late worker
  * can never run an old fn on a new task index. A short spin catches the
- * next job of a burst (attention's matvecs); each worker spins at most
- * SPIN_ITERS polls before sleeping.
+ * next job of a burst; each worker spins at most SPIN_ITERS polls before
+ * sleeping. spill_pool_run_steps runs several dependent steps (an
+ * attention layer's) as one job with barriers inside it (below).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -51,6 +52,11 @@ struct spill_pool {
   int busy; /* workers holding the current job (under mu) */
   int stop;
   uint64_t dispatches; /* runs handed to the workers (caller's thread only) */
+  /* spill_pool_run_steps: threads waiting for a step's last task sleep on
+   * step_cv (under step_mu) after their spin */
+  pthread_mutex_t step_mu;
+  pthread_cond_t step_cv;
+  atomic_int step_waiters;
 };
 
 static void run_tasks(spill_pool_fn fn, void *ctx, int n, atomic_int *next, int tid, int *ran) {
@@ -105,6 +111,9 @@ int spill_pool_open(int n_threads, spill_pool **out, spill_err *e) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv_work, NULL);
   pthread_cond_init(&p->cv_done, NULL);
+  pthread_mutex_init(&p->step_mu, NULL);
+  pthread_cond_init(&p->step_cv, NULL);
+  atomic_init(&p->step_waiters, 0);
   atomic_init(&p->next, 0);
   atomic_init(&p->done, 0);
   atomic_init(&p->gen, 0);
@@ -139,6 +148,8 @@ void spill_pool_close(spill_pool *p) {
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv_work);
   pthread_cond_destroy(&p->cv_done);
+  pthread_mutex_destroy(&p->step_mu);
+  pthread_cond_destroy(&p->step_cv);
   free(p->th);
   free(p->args);
   free(p);
@@ -176,4 +187,91 @@ void spill_pool_run(spill_pool *p, spill_pool_fn fn, void *ctx, int n_tasks) {
   pthread_mutex_lock(&p->mu);
   while (atomic_load(&p->done) < n_tasks) pthread_cond_wait(&p->cv_done, &p->mu);
   pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- steps: several barrier-separated steps as one job ----
+ *
+ * The job is n_threads copies of one runner (spill_pool_run's tasks), each
+ * walking the steps in order: claim the step's tasks from its counter until
+ * none is left, add what it ran to the step's done count, and wait until
+ * that count is the step's n_tasks before going on. A runner that starts
+ * late (a worker still waking) finds the earlier steps done and joins
+ * where the others are; one thread alone runs every task, so nothing waits
+ * on a thread that never comes. The wait spins STEP_SPIN polls, then
+ * sleeps on step_cv; the thread finishing a step's last task broadcasts
+ * when someone sleeps (done and step_waiters are both seq_cst, so either
+ * the sleeper sees the count or the finisher sees the sleeper). */
+
+/* ~1000 pauses (~20-40 us): attention's steps wait for a few heads or a
+ * short serial step; longer waits (a descheduled thread) sleep */
+#define STEP_SPIN 1000
+
+typedef struct steps_job {
+  spill_pool *p;
+  const spill_pool_step *steps;
+  int n;
+  atomic_int next[SPILL_POOL_STEPS_MAX];
+  atomic_int done[SPILL_POOL_STEPS_MAX];
+} steps_job;
+
+static void steps_runner(void *ctx, int task, int thread) {
+  (void)task;
+  steps_job *j = ctx;
+  spill_pool *p = j->p;
+  for (int s = 0; s < j->n; s++) {
+    const spill_pool_step *st = &j->steps[s];
+    const int n = st->n_tasks;
+    if (n <= 0) continue;
+    int ran = 0;
+    for (;;) {
+      const int t = atomic_fetch_add_explicit(&j->next[s], 1, memory_order_relaxed);
+      if (t >= n) break;
+      st->fn(st->ctx, t, thread);
+      ran++;
+    }
+    if (ran && atomic_fetch_add(&j->done[s], ran) + ran == n) {
+      if (atomic_load(&p->step_waiters) > 0) {
+        pthread_mutex_lock(&p->step_mu);
+        pthread_cond_broadcast(&p->step_cv);
+        pthread_mutex_unlock(&p->step_mu);
+      }
+      continue;
+    }
+    int i = 0;
+    while (atomic_load_explicit(&j->done[s], memory_order_acquire) < n && i < STEP_SPIN) {
+      CPU_RELAX();
+      i++;
+    }
+    if (atomic_load(&j->done[s]) < n) {
+      pthread_mutex_lock(&p->step_mu);
+      atomic_fetch_add(&p->step_waiters, 1);
+      while (atomic_load(&j->done[s]) < n) pthread_cond_wait(&p->step_cv, &p->step_mu);
+      atomic_fetch_sub(&p->step_waiters, 1);
+      pthread_mutex_unlock(&p->step_mu);
+    }
+  }
+}
+
+void spill_pool_run_steps(spill_pool *p, const spill_pool_step *steps, int n_steps) {
+  if (n_steps <= 0) return;
+  int split = 0;
+  for (int s = 0; s < n_steps; s++) split |= steps[s].n_tasks > 1;
+  if (n_steps > SPILL_POOL_STEPS_MAX) { /* a caller's bug: still right, one run per step */
+    for (int s = 0; s < n_steps; s++) spill_pool_run(p, steps[s].fn, steps[s].ctx, steps[s].n_tasks);
+    return;
+  }
+  if (p->n_threads == 1 || !split) {
+    for (int s = 0; s < n_steps; s++)
+      for (int t = 0; t < steps[s].n_tasks; t++) steps[s].fn(steps[s].ctx, t, 0);
+    return;
+  }
+  steps_job j;
+  j.p = p;
+  j.steps = steps;
+  j.n = n_steps;
+  for (int s = 0; s < n_steps; s++) {
+    atomic_init(&j.next[s], 0);
+    atomic_init(&j.done[s], 0);
+  }
+  spill_pool_run(p, steps_runner, &j, p->n_threads);
 }

@@ -34,6 +34,24 @@ uint64_t spill_pool_dispatches(const spill_pool *p);
 /* Runs all tasks; fn must not call spill_pool_run on the same pool. */
 void spill_pool_run(spill_pool *p, spill_pool_fn fn, void *ctx, int n_tasks);
 
+/* One step of a spill_pool_run_steps job: n_tasks (0: none) of fn(ctx, task,
+ * thread), independent of each other. */
+typedef struct spill_pool_step {
+  spill_pool_fn fn;
+  void *ctx;
+  int n_tasks;
+} spill_pool_step;
+#define SPILL_POOL_STEPS_MAX 12
+/* Runs n_steps (<= SPILL_POOL_STEPS_MAX) steps in order as one job, one
+ * dispatch (one fork-join) instead of one per step: no task of step s + 1
+ * starts before every task of step s has returned (a barrier inside the
+ * job: a thread with no task left to claim spins briefly on the step's
+ * count, then sleeps until its last task is done). A step's tasks may read
+ * what earlier steps wrote. Inline (no dispatch) with one thread or when
+ * no step has more than one task. The thread argument is unique to one
+ * thread within the job, as in spill_pool_run. */
+void spill_pool_run_steps(spill_pool *p, const spill_pool_step *steps, int n_steps);
+
 #ifdef __cplusplus
 }
 #endif
