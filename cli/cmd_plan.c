@@ -99,7 +99,7 @@ int cmd_plan(int argc, char **argv) {
            "\"recommended\": %llu, \"usable_ram\": %llu, \"cap\": %llu, \"budget\": %llu, "
            "\"budget_explicit\": %s, \"budget_ws\": %d, \"budget_all\": %s, "
            "\"model_max\": %llu, \"expert_cache\": %llu, "
-           "\"cache_slots\": %llu}\n",
+           "\"cache_slots\": %llu, \"swa_kv\": \"%s\", \"swa_full_extra\": %llu}\n",
            model ? model : shape, p.ctx, threads, (unsigned long long)p.trunk,
            (unsigned long long)p.state.mla_latent, (unsigned long long)p.state.kda_state,
            (unsigned long long)p.state.kda_conv, (unsigned long long)p.state.gqa_kv,
@@ -113,7 +113,9 @@ int cmd_plan(int argc, char **argv) {
            (unsigned long long)p.usable_ram, (unsigned long long)p.cap,
            (unsigned long long)p.budget, p.budget_explicit ? "true" : "false", p.budget_ws,
            p.budget_all ? "true" : "false", (unsigned long long)p.model_max,
-           (unsigned long long)p.expert_cache, (unsigned long long)p.cache_slots);
+           (unsigned long long)p.expert_cache, (unsigned long long)p.cache_slots,
+           p.swa_kv == SPILL_SWA_KV_FULL ? "full" : "ring",
+           (unsigned long long)p.swa_full_extra);
     return 0;
   }
   printf("RAM plan for %s at ctx %d (%ld threads)\n", model ? model : shape, p.ctx, threads);
@@ -123,7 +125,10 @@ int cmd_plan(int argc, char **argv) {
   row("state.kda_conv", p.state.kda_conv, "3 (K-1) H d f32 x KDA layers");
   row("state.gqa_kv", p.state.gqa_kv, "2 Hk d f32 x ctx x GQA layers");
   if (p.state.gqa_swa_kv)
-    row("state.gqa_swa_kv", p.state.gqa_swa_kv, "2 Hk d f32 x (W - 1 + chunk) x sliding-window layers");
+    row("state.gqa_swa_kv", p.state.gqa_swa_kv,
+        p.swa_kv == SPILL_SWA_KV_FULL
+            ? "2 Hk d f32 x ctx x sliding-window layers (swa_kv full)"
+            : "2 Hk d f32 x (W - 1 + chunk) x sliding-window layers (ring)");
   if (p.state.gdn_state) row("state.gdn_state", p.state.gdn_state, "Hv d^2 + (K-1)(2 Hk + Hv) d f32 x GDN layers");
   row("scratch.activations", p.scratch.activations, "a prefill chunk's vectors (16 tokens)");
   row("scratch.attn_scores", p.scratch.attn_scores, "threads x ctx f32 score rows");

@@ -60,6 +60,19 @@ typedef enum spill_io_backend_kind {
  * CPU backend (engine/quant/kernels_xq.h); other weight dtypes stay f32. */
 typedef enum spill_act_quant { SPILL_ACT_F32 = 0, SPILL_ACT_Q8 = 1 } spill_act_quant;
 
+/* Sliding-window GQA layers' keys and values (gpt-oss; docs/MODEL.md
+ * "Sliding-window KV"). The logits are the same either way. */
+typedef enum spill_swa_kv {
+  SPILL_SWA_KV_RING = 0, /* a ring of W - 1 + prefill_chunk rows whatever ctx: a prompt
+                            that leaves the held conversation more than prefill_chunk
+                            tokens before its end is prefilled whole */
+  SPILL_SWA_KV_FULL = 1, /* ctx rows, as a full layer: any prefix is kept */
+  SPILL_SWA_KV_AUTO = 2, /* full when those ctx rows cost at most 1/8 of the budget
+                            (spill_plan.swa_full_extra <= budget / 8), else ring;
+                            resolved at spill_engine_open by the planner (the
+                            engine's config and plan then hold the choice) */
+} spill_swa_kv;
+
 /* Expert preload: none, or every expert record of the model read into the
  * cache before the first token, with large direct reads overlapped across
  * the I/O queue (so decode starts with no expert read left, as an engine
@@ -116,10 +129,9 @@ typedef struct spill_config {
    * (the output is unchanged: rejected drafts are rolled back); -1 (off):
    * the model decides. Live. */
   int draft_accept_max;
-  /* swa_kv: a sliding-window GQA layer's keys and values (gpt-oss): 0 ring,
-   * W - 1 + prefill_chunk rows whatever ctx; 1 full, ctx rows, so a prompt
-   * that leaves the held conversation anywhere keeps its prefix (docs/MODEL.md
-   * "Sliding-window KV"). The logits are the same. */
+  /* swa_kv: a sliding-window GQA layer's keys and values (gpt-oss), a
+   * spill_swa_kv: ring, full, or auto (the default: full when it costs at
+   * most 1/8 of the budget). */
   int swa_kv;
 } spill_config;
 
@@ -270,7 +282,8 @@ typedef struct spill_plan_state {
   uint64_t kda_conv;    /* 3 (K-1) H d floats x KDA layers */
   uint64_t gqa_kv;      /* 2 Hk d floats x ctx x GQA layers (full attention) */
   uint64_t gqa_swa_kv;  /* 2 Hk d floats x min(ctx, W - 1 + prefill_chunk) x sliding-window
-                         * GQA layers (a ring: does not grow with ctx past W - 1 + chunk) */
+                         * GQA layers (a ring: does not grow with ctx past W - 1 + chunk);
+                         * ctx rows when swa_kv is full (spill_plan.swa_kv) */
   uint64_t gdn_state;   /* Hv d^2 + (K-1)(2 Hk + Hv) d floats x GDN layers */
   uint64_t total;
 } spill_plan_state;
@@ -310,6 +323,13 @@ typedef struct spill_plan {
   int budget_forced;      /* explicit budget above the cap, accepted by force */
   uint64_t expert_cache; /* min(budget, model_max) - (floor - min_cache) */
   uint64_t cache_slots;  /* expert_cache / record_bytes */
+  /* sliding-window layers: the KV planned (SPILL_SWA_KV_RING or _FULL;
+   * SPILL_SWA_KV_AUTO only between counting and the budget, which decides:
+   * full when swa_full_extra <= budget / 8, decided once), and the bytes ctx
+   * rows on those layers take beyond the rings (0 without sliding layers or
+   * when ctx fits a ring; included in state when swa_kv is full) */
+  int swa_kv;
+  uint64_t swa_full_extra;
 } spill_plan;
 
 /* Usable RAM of this machine: min(physical RAM, the memory limit of our
@@ -328,7 +348,8 @@ int spill_physical_cores(void);
  * usable_ram (after capping the cache at every expert record of the model:
  * plan->budget_above_model), fails with SPILL_E_RAM_BUDGET (the plan is still
  * filled, so the numbers can be reported). The engine accepts the latter with
- * the force_budget knob. */
+ * the force_budget knob. The other knobs are their defaults (prefill_chunk 16,
+ * act_quant q8, swa_kv auto). */
 int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e);
 /* (threads <= 0 here and in spill_plan_shape: the physical cores, as the

@@ -71,9 +71,10 @@ static const knob_row k_knobs[] = {
     {{"prefill_chunk", C, SPILL_KNOB_INT, OPEN, 1, 4096, NULL, 0, NULL, "N",
       "prompt tokens per prefill chunk (1: sequential)", "16"},
      CFG(prefill_chunk, ST_INT), KA_NONE},
-    {{"swa_kv", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "ring|full", NULL,
-      "sliding-window layers' KV: a ring of W-1+prefill_chunk rows, or ctx rows (any prefix reusable)",
-      "ring"},
+    {{"swa_kv", C, SPILL_KNOB_CHOICE, OPEN, 0, 0, NULL, 0, "ring|full|auto", NULL,
+      "sliding-window layers' KV: a ring of W-1+prefill_chunk rows, or ctx rows (any prefix "
+      "reusable); auto: full when it takes at most 1/8 of the budget",
+      "auto"},
      CFG(swa_kv, ST_INT), KA_NONE},
     {{"io_threads", C, SPILL_KNOB_INT, OPEN, 1, 256, NULL, 0, NULL, "N", "pread workers", "4"},
      CFG(io_threads, ST_INT), KA_NONE},

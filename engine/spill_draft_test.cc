@@ -120,6 +120,7 @@ spill_engine *Open(const std::string &mix, int draft, int adaptive = 0, int chun
   cfg.act_quant = SPILL_ACT_F32; // compared with itself, but say which
   cfg.draft = draft;
   cfg.draft_adaptive = adaptive;
+  cfg.swa_kv = SPILL_SWA_KV_RING; // gqa-swa: the rings are what a rollback must keep right
   spill_engine *g = nullptr;
   spill_err e = {};
   EXPECT_EQ(spill_engine_open(Nano(mix).c_str(), &cfg, &g, &e), SPILL_OK) << e.msg;

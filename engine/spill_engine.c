@@ -403,7 +403,7 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
    * these knobs (model_memory.h) */
   const int spec_max = g->cfg.draft > 0 ? g->cfg.draft + 1 : 0;
   const spill_model_mem_opts mem = {g->cfg.ctx, g->cfg.threads, g->cfg.prefill_chunk,
-                                    g->cfg.act_quant == SPILL_ACT_Q8, 0, spec_max, g->cfg.swa_kv == 1};
+                                    g->cfg.act_quant == SPILL_ACT_Q8, 0, spec_max, g->cfg.swa_kv};
   rc = spill_plan_model_run(model_dir, &mem, g->cfg.budget_bytes, g->cfg.usable_ram, &g->plan, e);
   /* above the machine's cap: refused unless forced (the plan is filled) */
   if (rc == SPILL_E_RAM_BUDGET && g->cfg.force_budget && g->plan.budget >= g->plan.floor)
@@ -431,7 +431,9 @@ int spill_engine_open(const char *model_dir, const spill_config *cfg, spill_engi
   mo.trunk_mode = (int)g->cfg.trunk;
   mo.act_q8 = g->cfg.act_quant == SPILL_ACT_Q8;
   mo.spec_max = spec_max;
-  mo.swa_full_kv = g->cfg.swa_kv == 1; /* swa_kv full */
+  /* swa_kv: the plan's (auto is decided there, by the budget) */
+  g->cfg.swa_kv = g->plan.swa_kv;
+  mo.swa_full_kv = g->plan.swa_kv == SPILL_SWA_KV_FULL;
   if ((rc = spill_model_open(model_dir, &mo, &g->m, e)) < 0) goto fail;
   g->a = spill_model_arch(g->m);
   if ((rc = open_routing_trace(g, e)) < 0) goto fail;

@@ -90,7 +90,8 @@ int spill_plan_model_run(const char *model_dir, const spill_model_mem_opts *o,
 
 int spill_plan_model(const char *model_dir, int ctx, int threads, uint64_t budget_bytes,
                      uint64_t usable_ram, spill_plan *plan, spill_err *e) {
-  const spill_model_mem_opts o = {ctx, threads, 16, 1, 0, 0, 0}; /* the knobs' defaults (act_quant q8) */
+  /* the knobs' defaults (act_quant q8, swa_kv auto) */
+  const spill_model_mem_opts o = {ctx, threads, 16, 1, 0, 0, SPILL_SWA_KV_AUTO};
   return spill_plan_model_run(model_dir, &o, budget_bytes, usable_ram, plan, e);
 }
 
@@ -99,6 +100,9 @@ int spill_plan_shape(const char *shape, int ctx, int threads, uint64_t budget_by
   spill_arch a;
   if (threads <= 0) threads = spill_cpu_physical_cores(); /* threads auto */
   SPILL_TRY(spill_plan_shape_compute(shape, ctx, threads, &a, plan, e));
+  /* counted with rings; the budget decides swa_kv as the knob's default
+   * (auto) does */
+  plan->swa_kv = SPILL_SWA_KV_AUTO;
   return spill_plan_budget(plan, usable_ram ? usable_ram : spill_plan_usable_ram(), budget_bytes,
                            0, e);
 }

@@ -57,11 +57,14 @@ const std::string &Nano(const char *mix) {
   return none;
 }
 
+// (gqa-swa: rings, whose cut-backs these tests check; swa_kv auto would
+// give this small ctx full rows)
 spill_engine *Open(const char *mix, int ctx = 256) {
   spill_config cfg;
   spill_config_default(&cfg);
   cfg.ctx = ctx;
   cfg.prefill_chunk = 5;
+  cfg.swa_kv = SPILL_SWA_KV_RING;
   spill_engine *g = nullptr;
   spill_err e = {};
   EXPECT_EQ(spill_engine_open(Nano(mix).c_str(), &cfg, &g, &e), SPILL_OK) << e.msg;
@@ -450,6 +453,7 @@ TEST(SessionSlidingWindow, RingsCutBackWithinThemselvesAndSessionsHoldPositions)
   spill_config_default(&cfg);
   cfg.ctx = 256;
   cfg.prefill_chunk = 3;
+  cfg.swa_kv = SPILL_SWA_KV_RING;
   spill_engine *c = nullptr;
   ASSERT_EQ(spill_engine_open(Nano("gqa-swa").c_str(), &cfg, &c, &e), SPILL_OK) << e.msg;
   ASSERT_EQ(spill_session_load(c, file.c_str(), &e), SPILL_OK) << e.msg;
@@ -518,6 +522,58 @@ TEST(SessionSlidingWindow, FullKvKeepsAnyPrefixAndLoadsRingSessions) {
   spill_engine_close(a);
   spill_engine_close(f);
   spill_engine_close(r);
+}
+
+// swa_kv auto (the default) is decided by the planner at open and held in
+// the engine's plan and config: at ctx 256 the sliding layers' extra rows
+// (2 x 244 x 256 B) are far below 1/8 of a 64 MiB budget, so full, and a
+// prompt leaving the conversation 30 tokens back keeps its prefix; at ctx
+// 65536 with a budget of 8 x the extra rows less one byte, rings, and at
+// exactly 8 x, full.
+TEST(SessionSlidingWindow, AutoIsFullWhenItFitsAnEighthOfTheBudget) {
+  spill_sampling greedy;
+  spill_sampling_default(&greedy);
+  spill_config cfg;
+  spill_config_default(&cfg);
+  ASSERT_EQ(cfg.swa_kv, SPILL_SWA_KV_AUTO);
+  cfg.ctx = 256;
+  cfg.prefill_chunk = 5;
+  cfg.budget_bytes = 64ull << 20;
+  spill_err e = {};
+  spill_engine *a = nullptr;
+  ASSERT_EQ(spill_engine_open(Nano("gqa-swa").c_str(), &cfg, &a, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_engine_plan(a)->swa_full_extra, 2u * (256 - 12) * 256);
+  EXPECT_EQ(spill_engine_plan(a)->swa_kv, SPILL_SWA_KV_FULL);
+  char v[16];
+  ASSERT_EQ(spill_config_get(spill_engine_config(a), "swa_kv", v, sizeof v, &e), SPILL_OK) << e.msg;
+  EXPECT_STREQ(v, "full");
+  const std::vector<int> p1 = Tokens(a, "A sliding window sees eight tokens; this prompt is longer.", 1);
+  RunTurn(a, p1, 10, greedy, SPILL_GEN_REUSE);
+  const std::vector<int> held = Held(a);
+  std::vector<int> p(held.begin(), held.end() - 30);
+  const std::vector<int> more = Tokens(a, " Elsewhere.", 0);
+  p.insert(p.end(), more.begin(), more.end());
+  const Turn ar = RunTurn(a, p, 5, greedy, SPILL_GEN_REUSE);
+  EXPECT_EQ(ar.st.tokens_cached, (int)held.size() - 30);
+  spill_engine_close(a);
+
+  const uint64_t row = 2 * 2 * 16 * 4; /* keys and values of a position */
+  cfg.ctx = 65536;
+  const uint64_t extra = 2 * (65536 - (8 - 1 + 5)) * row; /* 2 sliding layers */
+  spill_engine *b = nullptr;
+  ASSERT_EQ(spill_engine_open(Nano("gqa-swa").c_str(), &cfg, &b, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_engine_plan(b)->swa_full_extra, extra);
+  const uint64_t budget = 8 * extra - 1;
+  spill_engine_close(b);
+  cfg.budget_bytes = budget;
+  ASSERT_EQ(spill_engine_open(Nano("gqa-swa").c_str(), &cfg, &b, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_engine_plan(b)->swa_kv, SPILL_SWA_KV_RING);
+  EXPECT_EQ(spill_engine_plan(b)->budget, budget);
+  spill_engine_close(b);
+  cfg.budget_bytes = budget + 1; /* exactly 8 x: full */
+  ASSERT_EQ(spill_engine_open(Nano("gqa-swa").c_str(), &cfg, &b, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_engine_plan(b)->swa_kv, SPILL_SWA_KV_FULL);
+  spill_engine_close(b);
 }
 
 }  // namespace

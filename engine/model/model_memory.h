@@ -29,7 +29,8 @@ typedef struct spill_model_mem_opts {
   int act_q8;    /* 1: buffers of the quantised matvec inputs (act_q8) */
   int rvq3_qlut; /* 1: the int16 LUTs of rvq3 experts (spill_model_rvq3_qlut) */
   int spec_max;  /* speculation: most tokens of a verify chunk (<= max_chunk); 0 = none */
-  int swa_full_kv; /* 1: sliding-window layers keep ctx rows, not a ring (spill_model_opts) */
+  int swa_full_kv; /* 1: sliding-window layers keep ctx rows, not a ring (spill_model_opts);
+                    * engine/plan also takes SPILL_SWA_KV_AUTO (2) and decides */
 } spill_model_mem_opts;
 
 /* Scratch groups (spill_plan_scratch's terms). */

@@ -65,9 +65,21 @@ int spill_plan_compute_run(const spill_arch *a, uint64_t record_bytes, uint64_t 
 
   /* ---- state and scratch: engine/model's memory formula, the bytes
    * spill_model_open allocates (model_memory.h) ---- */
-  spill_model_mem mem;
-  spill_model_memory(a, o, &mem);
-  if (mem.overflow) ac.overflow = 1;
+  /* swa_kv: ring or full as asked; auto is counted as a ring here and
+   * decided by spill_plan_budget, which needs the budget. swa_full_extra is
+   * what full takes beyond the rings either way. */
+  spill_model_mem_opts mo = *o;
+  spill_model_mem ring, full;
+  mo.swa_full_kv = 0;
+  spill_model_memory(a, &mo, &ring);
+  mo.swa_full_kv = 1;
+  spill_model_memory(a, &mo, &full);
+  p->swa_kv = o->swa_full_kv == SPILL_SWA_KV_FULL || o->swa_full_kv == SPILL_SWA_KV_AUTO
+                  ? o->swa_full_kv
+                  : SPILL_SWA_KV_RING;
+  const spill_model_mem mem = p->swa_kv == SPILL_SWA_KV_FULL ? full : ring;
+  if (ring.overflow || full.overflow) ac.overflow = 1;
+  p->swa_full_extra = full.state_total - ring.state_total;
   p->state.gqa_kv = mem.state[SPILL_ATTN_GQA][0];
   p->state.gqa_swa_kv = mem.state[SPILL_ATTN_GQA][1]; /* the sliding-window rings */
   p->state.mla_latent = mem.state[SPILL_ATTN_MLA][0] + mem.state[SPILL_ATTN_MLA][1];
@@ -109,8 +121,46 @@ static const char *fmt_size(char *buf, size_t n, uint64_t b) {
   return buf;
 }
 
+static int apply_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budget, int force,
+                        spill_err *e);
+
+/* Adds the ctx rows of the sliding-window layers beyond their rings: state
+ * is a term of the floor, and recommended and model_max are the floor plus
+ * expert bytes, so each grows by the same bytes (scratch does not depend on
+ * the rows). 0 if a term would overflow. */
+static int add_swa_full(spill_plan *p) {
+  uint64_t *t[] = {&p->state.gqa_swa_kv, &p->state.total, &p->floor, &p->recommended,
+                   &p->model_max};
+  const uint64_t x = p->swa_full_extra;
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+    if (*t[i] > UINT64_MAX - x) return 0;
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++) *t[i] += x;
+  return 1;
+}
+
 int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budget, int force,
                       spill_err *e) {
+  if (p->swa_kv != SPILL_SWA_KV_AUTO) return apply_budget(p, usable_ram, explicit_budget, force, e);
+  /* swa_kv auto, decided once (a later budget keeps the choice: the model is
+   * open with it): the budget with rings; full when its extra rows take at
+   * most 1/8 of that budget and the budget still holds with them (a chat's
+   * prefix reuse for a small share of RAM; docs/MODEL.md "Sliding-window KV") */
+  p->swa_kv = SPILL_SWA_KV_RING;
+  SPILL_TRY(apply_budget(p, usable_ram, explicit_budget, force, e));
+  if (p->swa_full_extra == 0) return SPILL_OK; /* no sliding layers, or ctx fits a ring */
+  if (p->swa_full_extra > p->budget / 8) return SPILL_OK;
+  const spill_plan ring = *p;
+  spill_err fe = {0};
+  if (add_swa_full(p) && apply_budget(p, usable_ram, explicit_budget, force, &fe) == SPILL_OK) {
+    p->swa_kv = SPILL_SWA_KV_FULL;
+    return SPILL_OK;
+  }
+  *p = ring; /* full does not fit the budget: rings */
+  return SPILL_OK;
+}
+
+static int apply_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budget, int force,
+                        spill_err *e) {
   p->usable_ram = usable_ram;
   p->cap = usable_ram / 8 * 7 + (usable_ram % 8) * 7 / 8;
   p->budget_explicit = explicit_budget > 0;

@@ -40,7 +40,8 @@ extern "C" {
 
 /* Counts state, scratch, floor, ws and recommended for (arch, record, trunk)
  * and what the model runs with (o: ctx, threads, prefill chunk, act_q8,
- * int16 LUTs). Fails with SPILL_E_INVALID_ARG on impossible inputs and
+ * int16 LUTs, sliding-window KV: a spill_swa_kv, auto counted as rings until
+ * spill_plan_budget decides). Fails with SPILL_E_INVALID_ARG on impossible inputs and
  * SPILL_E_RANGE on overflow. */
 int spill_plan_compute_run(const spill_arch *a, uint64_t record_bytes, uint64_t trunk_bytes,
                            const spill_model_mem_opts *o, spill_plan *p, spill_err *e);
@@ -53,7 +54,11 @@ int spill_plan_compute(const spill_arch *a, uint64_t record_bytes, uint64_t trun
  * An explicit budget below the floor is refused with SPILL_E_RAM_BUDGET and a
  * message giving the floor; so is one whose RAM use min(budget, model_max)
  * is above the cap, unless force (then budget_forced is set). p is filled
- * either way, so the numbers can be reported. */
+ * either way, so the numbers can be reported. A plan counted with swa_kv
+ * auto (o->swa_full_kv = SPILL_SWA_KV_AUTO) is decided here, once: full
+ * (p->swa_full_extra added to state, floor, recommended and model_max) when
+ * that extra is at most 1/8 of the budget planned with rings and the budget
+ * still holds with it, else rings (also when the rings' budget fails). */
 int spill_plan_budget(spill_plan *p, uint64_t usable_ram, uint64_t explicit_budget, int force,
                       spill_err *e);
 /* Usable RAM of this machine: min(physical RAM, cgroup v2 memory.max or v1

@@ -345,6 +345,94 @@ TEST(RamPlanTest, SlidingWindowKvDoesNotGrowWithContext) {
   EXPECT_EQ(p.state.gqa_swa_kv, 18 * 100 * row);
 }
 
+// swa_kv auto (the knob's default): the budget decides, once. With rings
+// counted, full is taken when its extra rows (18 layers x (ctx - 143) rows)
+// are at most 1/8 of the budget, and the plan is then the one swa_kv full
+// counts, field for field; above 1/8 (a long context, or a small explicit
+// budget) the rings stay; a later budget keeps the choice.
+TEST(RamPlanTest, SwaKvAutoTakesFullWhenItFitsAnEighthOfTheBudget) {
+  spill_arch a = {};
+  a.n_layers = 36;
+  a.d_model = 2880;
+  a.vocab_size = 201088;
+  for (int l = 0; l < a.n_layers; l++) a.layer_attn[l] = SPILL_ATTN_GQA;
+  a.gqa.n_heads = 64;
+  a.gqa.n_kv_heads = 8;
+  a.gqa.head_dim = 64;
+  a.gqa.swa_window = 128;
+  a.gqa.swa_pattern = 2;
+  a.moe.n_experts = 128;
+  a.moe.top_k = 4;
+  a.moe.d_expert = 2880;
+  const uint64_t row = 2ull * 8 * 64 * 4, rec = 13221888, trunk = 256ull << 20;
+  const uint64_t ram = 64ull << 30;
+  spill_err e = {};
+  auto plan = [&](int ctx, int swa, uint64_t budget, spill_plan *p) {
+    const spill_model_mem_opts o = {ctx, 1, 16, 1, 0, 0, swa};
+    ASSERT_EQ(spill_plan_compute_run(&a, rec, trunk, &o, p, &e), SPILL_OK) << e.msg;
+    ASSERT_EQ(spill_plan_budget(p, ram, budget, 0, &e), SPILL_OK) << e.msg;
+  };
+  auto same = [](const spill_plan &x, const spill_plan &y) {
+    EXPECT_EQ(x.state.gqa_kv, y.state.gqa_kv);
+    EXPECT_EQ(x.state.gqa_swa_kv, y.state.gqa_swa_kv);
+    EXPECT_EQ(x.state.total, y.state.total);
+    EXPECT_EQ(x.scratch.total, y.scratch.total);
+    EXPECT_EQ(x.floor, y.floor);
+    EXPECT_EQ(x.recommended, y.recommended);
+    EXPECT_EQ(x.model_max, y.model_max);
+    EXPECT_EQ(x.budget, y.budget);
+    EXPECT_EQ(x.budget_ws, y.budget_ws);
+    EXPECT_EQ(x.budget_all, y.budget_all);
+    EXPECT_EQ(x.expert_cache, y.expert_cache);
+    EXPECT_EQ(x.cache_slots, y.cache_slots);
+    EXPECT_EQ(x.swa_kv, y.swa_kv);
+    EXPECT_EQ(x.swa_full_extra, y.swa_full_extra);
+  };
+  spill_plan ring, full, aut;
+  // ctx 4096, default budget (floor + 3 ws, 7.6 GiB): 278 MiB of extra rows
+  plan(4096, SPILL_SWA_KV_RING, 0, &ring);
+  plan(4096, SPILL_SWA_KV_FULL, 0, &full);
+  plan(4096, SPILL_SWA_KV_AUTO, 0, &aut);
+  EXPECT_EQ(ring.swa_kv, SPILL_SWA_KV_RING);
+  EXPECT_EQ(full.swa_kv, SPILL_SWA_KV_FULL);
+  EXPECT_EQ(ring.swa_full_extra, 18 * (4096 - 143) * row);
+  EXPECT_EQ(full.swa_full_extra, ring.swa_full_extra);
+  EXPECT_EQ(full.state.total - ring.state.total, ring.swa_full_extra);
+  EXPECT_LE(ring.swa_full_extra, ring.budget / 8);
+  EXPECT_EQ(aut.swa_kv, SPILL_SWA_KV_FULL);
+  same(aut, full);
+  // ctx 32768: 2.2 GiB of extra rows, above 1/8 of the budget: rings
+  plan(32768, SPILL_SWA_KV_RING, 0, &ring);
+  plan(32768, SPILL_SWA_KV_AUTO, 0, &aut);
+  EXPECT_GT(ring.swa_full_extra, ring.budget / 8);
+  EXPECT_EQ(aut.swa_kv, SPILL_SWA_KV_RING);
+  same(aut, ring);
+  // an explicit budget: full at 8 x the extra rows, rings one byte below it
+  plan(4096, SPILL_SWA_KV_RING, 0, &ring);
+  const uint64_t b = 8 * ring.swa_full_extra;
+  plan(4096, SPILL_SWA_KV_AUTO, b, &aut);
+  EXPECT_EQ(aut.swa_kv, SPILL_SWA_KV_FULL);
+  plan(4096, SPILL_SWA_KV_FULL, b, &full);
+  same(aut, full);
+  plan(4096, SPILL_SWA_KV_AUTO, b - 8, &aut);
+  EXPECT_EQ(aut.swa_kv, SPILL_SWA_KV_RING);
+  // decided once: a smaller budget later keeps full
+  plan(4096, SPILL_SWA_KV_AUTO, 0, &aut);
+  ASSERT_EQ(aut.swa_kv, SPILL_SWA_KV_FULL);
+  ASSERT_EQ(spill_plan_budget(&aut, ram, aut.floor, 0, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(aut.swa_kv, SPILL_SWA_KV_FULL);
+  // a budget below the rings' floor fails as it does with rings, planned as rings
+  const spill_model_mem_opts o = {4096, 1, 16, 1, 0, 0, SPILL_SWA_KV_AUTO};
+  ASSERT_EQ(spill_plan_compute_run(&a, rec, trunk, &o, &aut, &e), SPILL_OK) << e.msg;
+  EXPECT_EQ(spill_plan_budget(&aut, ram, aut.floor - 1, 0, &e), SPILL_E_RAM_BUDGET);
+  EXPECT_EQ(aut.swa_kv, SPILL_SWA_KV_RING);
+  // no sliding layers: nothing to decide
+  a.gqa.swa_window = 0;
+  plan(4096, SPILL_SWA_KV_AUTO, 0, &aut);
+  EXPECT_EQ(aut.swa_full_extra, 0u);
+  EXPECT_EQ(aut.swa_kv, SPILL_SWA_KV_RING);
+}
+
 // MemAvailable read from a meminfo file: the value in bytes, 0 when the line
 // is missing, the file is absent, or the value would overflow.
 TEST(RamPlanTest, AvailableRamReadsMemAvailable) {

@@ -101,7 +101,7 @@ int spill_plan_recipe(const spill_gen_request *req, int ctx, int threads, uint64
    * spill_plan_model plans the written container */
   if (threads <= 0) threads = spill_cpu_physical_cores(); /* threads auto, as the engine */
   const spill_model_mem_opts mo = {ctx, threads, 16, spill_model_act_q8(&m, 1),
-                                   spill_model_rvq3_qlut(m.expert_dtype), 0, 0};
+                                   spill_model_rvq3_qlut(m.expert_dtype), 0, SPILL_SWA_KV_AUTO};
   if (rc == SPILL_OK) rc = spill_plan_compute_run(&m.arch, m.record_bytes, trunk, &mo, plan, e);
   if (bos_id) *bos_id = m.arch.bos_id;
   spill_manifest_free(&m);
