@@ -81,6 +81,12 @@ inline std::vector<std::string> EdgeCases() {
       "\x01\x02\x7f control \x1b[31mred\x1b[0m",
       "Mixed: naïve café résumé Straße ǅ ǈ ß ﬀ İstanbul ıi",
       "数学 ∀x∈ℝ: x²≥0 ∑ᵢ aᵢ → ∞ ½ ⅔ № ™ © ®",
+      // combining marks NFC leaves in place (after x, q, punctuation, a digit,
+      // a space, at the start; Hebrew points, Zalgo): Qwen3.5's split keeps
+      // them in the word, Qwen2's cuts there
+      "\xcc\x81 Marks: ax\xcc\x81y q\xcc\x88q !\xcc\x81x 1\xcc\x81 2 \xcc\x81\xcc\x81 x\xe2\x83\x9d "
+      "\xd7\x91\xd6\xbc\xd6\xb0\xd7\xa8\xd6\xb5 Z\xcd\x91\xcd\xab\xcc\x83" "A\xcc\xb4\xcc\x9c L\xcc\xa0\xcd\xa8",
+      "ภาษาไทยเป็นภาษาราชการของประเทศไทย ที่นี่มีคนพูดภาษาไทยมากกว่า น้ำ ผู้ใหญ่ เด็ก ๆ",
   };
   return d;
 }

