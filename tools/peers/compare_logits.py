@@ -39,7 +39,9 @@ same dequantised values: tools/reference check-weights):
   amplified); every argmax equal. BULK 1e-4 and TIE 2e-4 (as F16). spill
   itself is held to the plain reference at 1e-4 (llama_oracle_test.sh).
   kimi_k3_oracle_test.sh uses the same rule for MXFP4 experts (Q8_0
-  activation rounding, emulated by `kimi_k3_ref.py logits --ggml-act`).
+  activation rounding, emulated by `kimi_k3_ref.py logits --ggml-act`), and
+  llama_oracle_test.sh for the glm4moe and qwen35moe Q4_K cases (held out:
+  docs/PEERS.md "qwen35moe").
 
 --arch deepseek2 (MLA, YaRN, sigmoid + bias + group routing): more rounded
 activations per layer (q_a, q_b, kv_a, k_b, v_b, shared experts) and group

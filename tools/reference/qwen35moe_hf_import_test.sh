@@ -8,7 +8,8 @@
 #   A_log / conv / out_proj) and bit-identical logits; so do the flat form
 #   and per-expert tensors instead of the fused gate_up_proj / down_proj;
 # - the logits agree with qwen35moe_ref.py's float64 forward pass of the HF
-#   files in transformers' own conventions (F32 and BF16);
+#   files in transformers' own conventions (F32 and BF16), and that forward
+#   of the GGUF (the reference's own reader) gives the same logits;
 # - the MTP layer and the vision tower are skipped and named; a kill -9
 #   resumes to a byte-identical container; hostile configs and tensors are
 #   refused by name.
@@ -44,6 +45,11 @@ cmp -s "$TMP/g.spill/trunk.bin" "$TMP/h.spill/trunk.bin" && ok "HF and GGUF impo
 cmp -s "$TMP/g.f32" "$TMP/h.f32" && ok "HF and GGUF imports: logits bit-identical" || bad "HF vs GGUF logits differ"
 out=$($PY "$QW" logits "$TMP/hf" --tokens "$TOK" --compare "$TMP/h.f32" --tol 1e-4 2>&1) &&
   ok "F32 HF import vs float64 HF forward: $out" || bad "F32 HF import vs float64 HF forward: $out"
+# the reference's own GGUF reader (dequantise, tiled -> grouped v heads,
+# w + 1 -> w, ssm_a -> A_log, in float64) gives the HF forward's logits
+out=$($PY "$QW" logits "$TMP/m.gguf" --tokens "$TOK" --out "$TMP/r.f32" 2>&1 &&
+  $PY "$QW" logits "$TMP/hf" --tokens "$TOK" --compare "$TMP/r.f32" --tol 1e-6 2>&1) &&
+  ok "float64 forward of the GGUF vs of the HF files (1e-6): $out" || bad "GGUF vs HF float64 forward: $out"
 
 for v in flat per-expert; do
   $PY "$QW" make-hf "$TMP/hf-$v" --seed 5 --$v && imp "$TMP/hf-$v" "$TMP/$v.spill" &&

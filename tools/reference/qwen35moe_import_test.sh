@@ -3,6 +3,9 @@
 # - the imported container evaluated by spill (act_quant f32) and by the
 #   float64 numpy reference of the container (spill_ref.py) agree within 1e-4
 #   of the largest |logit| at every position, argmax equal, F32 and Q8_0;
+# - K-quants (Q4_K, Q6_K: random super-blocks, rows of 256): spill
+#   (act_quant f32) within 1e-4 of qwen35moe_ref.py's float64 forward of the
+#   GGUF (its own dequantisation of the same blocks), argmax equal;
 # - the layer kinds read from full_attention_interval and from the
 #   attention.recurrent_layers array give byte-identical containers;
 # - hostile GGUFs are refused by name.
@@ -25,6 +28,16 @@ for ty in F32 Q8_0; do
   out=$($PY "$REF" "$g.spill" --tokens "$TOK" --compare "$TMP/s.f32" --tol 1e-4 2>&1) &&
     echo "ok   $ty: spill vs spill_ref.py: $(printf '%s\n' "$out" | grep max_abs_diff | head -1)" ||
     { echo "FAIL $ty: spill vs spill_ref.py: $out"; fail=1; }
+done
+for ty in Q4_K Q6_K; do
+  g="$TMP/m-$ty.gguf"
+  $PY "$QW" make-gguf "$g" --type "$ty" --seed 5 || { echo "FAIL $ty: make-gguf"; fail=1; continue; }
+  "$SPILL" import "$g" "$g.spill" >/dev/null 2>"$TMP/err" || { echo "FAIL $ty: import: $(tail -1 "$TMP/err")"; fail=1; continue; }
+  "$SPILL" eval "$g.spill" --tokens "$TOK" --all-positions --logits-out "$TMP/s.f32" --act-quant f32 >/dev/null 2>"$TMP/err" ||
+    { echo "FAIL $ty: eval: $(tail -1 "$TMP/err")"; fail=1; continue; }
+  out=$($PY "$QW" logits "$g" --tokens "$TOK" --compare "$TMP/s.f32" --tol 1e-4 2>&1) &&
+    echo "ok   $ty: spill vs qwen35moe_ref.py's forward of the GGUF: $out" ||
+    { echo "FAIL $ty: spill vs qwen35moe_ref.py: $out"; fail=1; }
 done
 # the same model with its layer kinds as a bool array: the same container
 $PY "$QW" make-gguf "$TMP/arr.gguf" --type F32 --seed 5 --recurrent-array &&

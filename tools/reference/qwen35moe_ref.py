@@ -13,7 +13,18 @@ then its gate, per-head q/k norms, IMRoPE sections that rotate every pair
 for text; softmax-routed experts and a shared expert with its sigmoid gate
 (ffn_gate_inp_shexp). Hostile fixtures: --set-kv KEY=JSON (null drops the
 key) and --drop TENSOR. The numbers are random; the maths is judged by
-running llama.cpp and spill on the same file.
+running llama.cpp and spill on the same file. K-quant types (Q4_K, Q5_K,
+Q6_K) widen the model so every matrix row is whole 256-element
+super-blocks (KQ_DIMS) and write random super-blocks (ckpt_io.random_kquant)
+in place of the quantised f32 values.
+
+`make-hf` writes the same model as the released HF checkpoint stores it.
+`logits` is a float64 forward pass in transformers' Qwen3_5Moe conventions,
+of a make-hf directory or of a GGUF (its tensors dequantised with ckpt_io's
+own dequantisers, then reordered into the checkpoint's layout exactly as
+make-hf does); with --ggml-act the input of every K-quant matrix is first
+rounded to Q8_K blocks as ggml's CPU backend does (import_ref.q8_k_round),
+which explains llama.cpp's logits rather than spill's.
 """
 
 import argparse
@@ -30,6 +41,10 @@ import import_ref as ir  # noqa: E402
 # attention: 4 heads of 16, 2 kv heads, RoPE on 8 dims (sections 2,1,1,0 = 4 pairs);
 # GDN: 2 k heads, 4 v heads of 16, conv 4; 8 experts top-3 of 32, shared expert 64
 DIMS = dict(V=300, D=64, L=4, H=4, Hk=2, d=16, rd=8, lk=2, lv=4, ld=16, K=4, E=8, k=3, F=32, Fs=64)
+# K-quant rows are whole 256-element super-blocks: d_model, the GDN value width
+# (lv ld), the attention output (H d) and the expert widths are 256
+KQ_DIMS = dict(D=256, d=64, ld=64, F=256, Fs=256)
+KQ_TYPES = ("Q4_K", "Q5_K", "Q6_K")
 
 
 def zc(w):
@@ -42,9 +57,10 @@ def neg_exp(a_log):
     return (-np.exp(np.asarray(a_log, dtype=np.float32).astype(np.float64))).astype(np.float32)
 
 
-def random_tensors(seed, L):
-    """[(gguf name, numpy f32 array)] in file order (numpy shapes = ggml reversed)."""
-    c = dict(DIMS, L=L)
+def random_tensors(seed, L, kq=False):
+    """[(gguf name, numpy f32 array)] in file order (numpy shapes = ggml reversed);
+    kq: the K-quant sizes (KQ_DIMS)."""
+    c = dict(DIMS, L=L, **(KQ_DIMS if kq else {}))
     r = np.random.default_rng(seed)
     D, H, Hk, d, E, F, Fs = (c[x] for x in ("D", "H", "Hk", "d", "E", "F", "Fs"))
     nv, C = c["lv"] * c["ld"], (2 * c["lk"] + c["lv"]) * c["ld"]
@@ -104,7 +120,9 @@ def qwen35_tokenizer(n):
 
 
 def make_gguf(out, ty, seed, L=4, vocab=False, recurrent_array=False, set_kv=(), drop=()):
-    t, c = random_tensors(seed, L)
+    kq = ty in KQ_TYPES
+    t, c = random_tensors(seed, L, kq)
+    krng = np.random.default_rng(seed + 1000)
     a = "qwen35moe"
     kv = [("general.architecture", a), ("general.name", "tiny-qwen35moe"), ("general.alignment", 32),
           (a + ".context_length", 4096), (a + ".embedding_length", c["D"]), (a + ".block_count", L),
@@ -130,7 +148,12 @@ def make_gguf(out, ty, seed, L=4, vocab=False, recurrent_array=False, set_kv=(),
     for name, arr in t:
         # norms, biases, ssm_a, the conv and the shared gate stay F32 (llama.cpp's converter)
         small = arr.ndim == 1 or "ssm_conv1d" in name
-        T.append((name, ck.GGML_F32 if small else gt, arr))
+        if small:
+            T.append((name, ck.GGML_F32, arr))
+        elif kq:  # random super-blocks of the array's shape: the reference dequantises the same blocks
+            T.append((name, gt, ck.random_kquant(gt, arr.shape, krng, 1.0 / np.sqrt(arr.shape[-1]))))
+        else:
+            T.append((name, gt, arr))
     ck.write_gguf(out, kv, [x for x in T if x[0] not in drop])
 
 
@@ -150,46 +173,7 @@ def hf_tensors(seed, L, flat=False, per_expert=False):
     """The same model as make_gguf's, as the released HF checkpoint stores
     it: [(name, f32 array)]."""
     t, c = random_tensors(seed, L)
-    g = dict(t)
-    one = np.float32(1.0)
-    m = "model." if flat else "model.language_model."
-    qk = 2 * c["lk"] * c["ld"]
-    out = [(m + "embed_tokens.weight", g["token_embd.weight"]), (m + "norm.weight", g["output_norm.weight"] - one),
-           ("lm_head.weight", g["output.weight"])]
-    for l in range(L):
-        b, p = f"blk.{l}.", f"{m}layers.{l}."
-        out.append((p + "input_layernorm.weight", g[b + "attn_norm.weight"] - one))
-        if (l + 1) % 4 != 0:
-            la = p + "linear_attn."
-            out += [(la + "in_proj_qkv.weight", grouped(g[b + "attn_qkv.weight"], c, off=qk)),
-                    (la + "in_proj_z.weight", grouped(g[b + "attn_gate.weight"], c)),
-                    (la + "conv1d.weight", grouped(g[b + "ssm_conv1d.weight"], c, off=qk)[:, None, :]),
-                    (la + "dt_bias", grouped(g[b + "ssm_dt.bias"], c, hd=1)),
-                    (la + "A_log", grouped(np.log(-g[b + "ssm_a"].astype(np.float64)).astype(np.float32), c, hd=1)),
-                    (la + "in_proj_a.weight", grouped(g[b + "ssm_alpha.weight"], c, hd=1)),
-                    (la + "in_proj_b.weight", grouped(g[b + "ssm_beta.weight"], c, hd=1)),
-                    (la + "norm.weight", g[b + "ssm_norm.weight"]),  # the gated norm: not zero-centred
-                    (la + "out_proj.weight", grouped(g[b + "ssm_out.weight"], c, axis=1))]
-        else:
-            sa = p + "self_attn."
-            out += [(sa + "q_proj.weight", g[b + "attn_q.weight"]), (sa + "k_proj.weight", g[b + "attn_k.weight"]),
-                    (sa + "v_proj.weight", g[b + "attn_v.weight"]),
-                    (sa + "q_norm.weight", g[b + "attn_q_norm.weight"] - one),
-                    (sa + "k_norm.weight", g[b + "attn_k_norm.weight"] - one),
-                    (sa + "o_proj.weight", g[b + "attn_output.weight"])]
-        out += [(p + "post_attention_layernorm.weight", g[b + "post_attention_norm.weight"] - one),
-                (p + "mlp.gate.weight", g[b + "ffn_gate_inp.weight"]),
-                (p + "mlp.shared_expert_gate.weight", g[b + "ffn_gate_inp_shexp.weight"][None, :])]
-        for x, h in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-            out.append((p + f"mlp.shared_expert.{h}.weight", g[b + f"ffn_{x}_shexp.weight"]))
-        ge, ue, de = (g[b + f"ffn_{x}_exps.weight"] for x in ("gate", "up", "down"))
-        if per_expert:
-            for e in range(c["E"]):
-                out += [(p + f"mlp.experts.{e}.gate_proj.weight", ge[e]), (p + f"mlp.experts.{e}.up_proj.weight", ue[e]),
-                        (p + f"mlp.experts.{e}.down_proj.weight", de[e])]
-        else:
-            out += [(p + "mlp.experts.gate_up_proj", np.concatenate([ge, ue], axis=1)),
-                    (p + "mlp.experts.down_proj", de)]
+    out = [(n, a) for n, a, _ in to_hf(dict(t), c, L, flat, per_expert)]
     # the MTP layer and (released form) the vision tower: skipped by the import
     r = np.random.default_rng(seed + 7)
     out += [("mtp.fc.weight", r.standard_normal((c["D"], 2 * c["D"])).astype(np.float32)),
@@ -198,6 +182,63 @@ def hf_tensors(seed, L, flat=False, per_expert=False):
     if not flat:
         out.append(("model.visual.blocks.0.attn.qkv.weight", r.standard_normal((24, 8)).astype(np.float32)))
     return out, c
+
+
+def to_hf(g, c, L, flat=False, per_expert=False):
+    """GGUF tensors {name: array} (llama.cpp's layout: tiled v heads, norms
+    w + 1, ssm_a) -> [(HF name, array, GGUF name it came from)] in the
+    checkpoint's layout. Exact in float64 (f32 arrays stay f32: make-hf)."""
+    one = np.float32(1.0)
+    m = "model." if flat else "model.language_model."
+    qk = 2 * c["lk"] * c["ld"]
+    out = [(m + "embed_tokens.weight", g["token_embd.weight"], "token_embd.weight"),
+           (m + "norm.weight", g["output_norm.weight"] - one, "output_norm.weight"),
+           ("lm_head.weight", g["output.weight"], "output.weight")]
+
+    def a_log(x):  # -exp(A_log) -> A_log, in the array's own precision
+        return np.log(-x.astype(np.float64)).astype(x.dtype)
+    for l in range(L):
+        b, p = f"blk.{l}.", f"{m}layers.{l}."
+        out.append((p + "input_layernorm.weight", g[b + "attn_norm.weight"] - one, b + "attn_norm.weight"))
+        if b + "attn_qkv.weight" in g:  # Gated DeltaNet
+            la = p + "linear_attn."
+            out += [(la + "in_proj_qkv.weight", grouped(g[b + "attn_qkv.weight"], c, off=qk), b + "attn_qkv.weight"),
+                    (la + "in_proj_z.weight", grouped(g[b + "attn_gate.weight"], c), b + "attn_gate.weight"),
+                    (la + "conv1d.weight", grouped(g[b + "ssm_conv1d.weight"], c, off=qk)[:, None, :],
+                     b + "ssm_conv1d.weight"),
+                    (la + "dt_bias", grouped(g[b + "ssm_dt.bias"], c, hd=1), b + "ssm_dt.bias"),
+                    (la + "A_log", grouped(a_log(g[b + "ssm_a"]), c, hd=1), b + "ssm_a"),
+                    (la + "in_proj_a.weight", grouped(g[b + "ssm_alpha.weight"], c, hd=1), b + "ssm_alpha.weight"),
+                    (la + "in_proj_b.weight", grouped(g[b + "ssm_beta.weight"], c, hd=1), b + "ssm_beta.weight"),
+                    # the gated norm: not zero-centred
+                    (la + "norm.weight", g[b + "ssm_norm.weight"], b + "ssm_norm.weight"),
+                    (la + "out_proj.weight", grouped(g[b + "ssm_out.weight"], c, axis=1), b + "ssm_out.weight")]
+        else:
+            sa = p + "self_attn."
+            out += [(sa + "q_proj.weight", g[b + "attn_q.weight"], b + "attn_q.weight"),
+                    (sa + "k_proj.weight", g[b + "attn_k.weight"], b + "attn_k.weight"),
+                    (sa + "v_proj.weight", g[b + "attn_v.weight"], b + "attn_v.weight"),
+                    (sa + "q_norm.weight", g[b + "attn_q_norm.weight"] - one, b + "attn_q_norm.weight"),
+                    (sa + "k_norm.weight", g[b + "attn_k_norm.weight"] - one, b + "attn_k_norm.weight"),
+                    (sa + "o_proj.weight", g[b + "attn_output.weight"], b + "attn_output.weight")]
+        out += [(p + "post_attention_layernorm.weight", g[b + "post_attention_norm.weight"] - one,
+                 b + "post_attention_norm.weight"),
+                (p + "mlp.gate.weight", g[b + "ffn_gate_inp.weight"], b + "ffn_gate_inp.weight"),
+                (p + "mlp.shared_expert_gate.weight", g[b + "ffn_gate_inp_shexp.weight"][None, :],
+                 b + "ffn_gate_inp_shexp.weight")]
+        for x, h in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            src = b + f"ffn_{x}_shexp.weight"
+            out.append((p + f"mlp.shared_expert.{h}.weight", g[src], src))
+        ge, ue, de = (g[b + f"ffn_{x}_exps.weight"] for x in ("gate", "up", "down"))
+        if per_expert:
+            for e in range(c["E"]):
+                out += [(p + f"mlp.experts.{e}.gate_proj.weight", ge[e], b + "ffn_gate_exps.weight"),
+                        (p + f"mlp.experts.{e}.up_proj.weight", ue[e], b + "ffn_up_exps.weight"),
+                        (p + f"mlp.experts.{e}.down_proj.weight", de[e], b + "ffn_down_exps.weight")]
+        else:
+            out += [(p + "mlp.experts.gate_up_proj", np.concatenate([ge, ue], axis=1), b + "ffn_gate_exps.weight"),
+                    (p + "mlp.experts.down_proj", de, b + "ffn_down_exps.weight")]
+    return out
 
 
 def hf_config(c, L, flat=False):
@@ -254,14 +295,71 @@ def make_hf(out, dtype, seed, L=4, flat=False, per_expert=False, set_cfg=(), dro
 
 def hf_logits(d, tokens):
     """float64 forward pass of an HF checkpoint directory written by
-    make-hf, as transformers' Qwen3_5Moe modelling code computes it (its own
-    conventions: grouped v heads repeat_interleave'd over the k heads,
-    zero-centred norms (1 + w), g = -exp(A_log) softplus(a + dt_bias), l2
-    norms with eps 1e-6): an independent check of the import's reorders and
-    transforms. -> (n_tokens, V)."""
+    make-hf (forward()). -> (n_tokens, V)."""
     cfg = json.load(open(os.path.join(d, "config.json")))
     tc = dict(cfg, **cfg.get("text_config", {}))
     w = {k: v.astype(np.float64) for k, v in ck.read_checkpoint_dir(d).items()}
+    return forward(tc, w, tokens)
+
+
+class GgmlAct:
+    """A K-quant matrix applied the way ggml's CPU backend applies it: the
+    input rounded to Q8_K blocks of 256 first (vec_dot_type of Q4_K, Q5_K,
+    Q6_K). Only for `logits --ggml-act`, which explains llama.cpp's logits;
+    the plain reference (what spill with act_quant f32 must match) keeps
+    float64 inputs. The rounding is per 256-block, so it is the same in the
+    checkpoint's v-head order as in llama.cpp's tiled one when a matrix's
+    input is one block (ssm_out's lv ld = 256 in KQ_DIMS)."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def __matmul__(self, x):
+        return self.w @ ir.q8_k_round(x)
+
+
+def gguf_model(path, ggml_act=False):
+    """A qwen35moe GGUF as forward() takes it: (text config, {HF name:
+    float64 array or GgmlAct}). The tensors are dequantised by ckpt_io
+    (the GGUF's own blocks), then reordered into the checkpoint's layout by
+    to_hf (exact in float64); the sizes and layer kinds come from the
+    file's keys and tensors."""
+    kv, t = ck.read_gguf(path)
+    a = kv["general.architecture"]
+    L = kv[a + ".block_count"] - kv.get(a + ".nextn_predict_layers", 0)
+    g = {n: ck.gguf_tensor_f32(x).astype(np.float64) for n, x in t.items()}
+    hd = kv[a + ".attention.key_length"]
+    c = dict(lk=kv[a + ".ssm.group_count"], lv=kv[a + ".ssm.time_step_rank"], ld=kv[a + ".ssm.state_size"],
+             E=kv[a + ".expert_count"])
+    kinds = ["linear_attention" if f"blk.{l}.attn_qkv.weight" in t else "full_attention" for l in range(L)]
+    tc = {"rms_norm_eps": kv[a + ".attention.layer_norm_rms_epsilon"],
+          "num_attention_heads": kv[a + ".attention.head_count"],
+          "num_key_value_heads": kv[a + ".attention.head_count_kv"], "head_dim": hd,
+          "rope_parameters": {"rope_theta": kv[a + ".rope.freq_base"],
+                              "partial_rotary_factor": kv[a + ".rope.dimension_count"] / hd},
+          "linear_num_key_heads": c["lk"], "linear_num_value_heads": c["lv"], "linear_key_head_dim": c["ld"],
+          "linear_conv_kernel_dim": kv[a + ".ssm.conv_kernel"], "num_experts": c["E"],
+          "num_experts_per_tok": kv[a + ".expert_used_count"], "num_hidden_layers": L, "layer_types": kinds,
+          "moe_intermediate_size": kv[a + ".expert_feed_forward_length"],
+          "tie_word_embeddings": "output.weight" not in t}
+    if tc["tie_word_embeddings"]:
+        g["output.weight"] = g["token_embd.weight"]
+    kq = (ck.GGML_Q4_K, ck.GGML_Q5_K, ck.GGML_Q6_K)
+    w = {}
+    for name, arr, src in to_hf(g, c, L, flat=True, per_expert=True):
+        # the embedding is a row lookup (ggml_get_rows: no rounding)
+        rounds = ggml_act and src != "token_embd.weight" and arr.ndim == 2 and t[src][0] in kq
+        w[name] = GgmlAct(arr) if rounds else arr
+    return tc, w
+
+
+def forward(tc, w, tokens):
+    """float64 forward pass as transformers' Qwen3_5Moe modelling code
+    computes it (its own conventions: grouped v heads repeat_interleave'd
+    over the k heads, zero-centred norms (1 + w), g = -exp(A_log) softplus(a
+    + dt_bias), l2 norms with eps 1e-6): an independent check of the
+    import's reorders and transforms. tc: the text config; w: {HF name:
+    array}. -> (n_tokens, V)."""
     m = "model.language_model." if "model.language_model.embed_tokens.weight" in w else "model."
     eps, H, Hk, hd = tc["rms_norm_eps"], tc["num_attention_heads"], tc["num_key_value_heads"], tc["head_dim"]
     rp = tc.get("rope_parameters", {})
@@ -356,7 +454,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("make-gguf")
     g.add_argument("out")
-    g.add_argument("--type", default="F32", choices=["F32", "F16", "Q8_0"])
+    g.add_argument("--type", default="F32", choices=["F32", "F16", "Q8_0"] + list(KQ_TYPES))
     g.add_argument("--layers", type=int, default=4)
     g.add_argument("--vocab", action="store_true", help="a byte-level BPE vocabulary (pre qwen35) llama.cpp loads")
     g.add_argument("--recurrent-array", action="store_true", help="attention.recurrent_layers, not the interval")
@@ -373,15 +471,28 @@ def main(argv=None):
     h.add_argument("--set-cfg", action="append", default=[], metavar="KEY=JSON", help="hostile fixture")
     h.add_argument("--drop", action="append", default=[], metavar="TENSOR", help="hostile fixture")
     h.add_argument("--add", action="append", default=[], metavar="TENSOR", help="hostile fixture")
-    lg = sub.add_parser("logits", help="float64 forward of a make-hf directory, compared with spill's logits")
-    lg.add_argument("hf")
+    lg = sub.add_parser("logits", help="float64 forward of a make-hf directory or a GGUF, compared with "
+                        "spill's logits or written out")
+    lg.add_argument("src", help="a make-hf directory or a .gguf")
     lg.add_argument("--tokens", required=True)
-    lg.add_argument("--compare", required=True, metavar="FILE", help="raw f32 logits, all positions")
+    lg.add_argument("--ggml-act", action="store_true",
+                    help="GGUF: round K-quant matrices' inputs to Q8_K as ggml's CPU backend does")
+    lg.add_argument("--out", metavar="FILE", help="write the logits, raw f32, all positions")
+    lg.add_argument("--compare", metavar="FILE", help="raw f32 logits, all positions")
     lg.add_argument("--tol", type=float, default=1e-4, help="max |diff| / max |ref logit|")
     a = ap.parse_args(argv)
     if a.cmd == "logits":
         toks = [int(t) for t in a.tokens.split(",")]
-        ref = hf_logits(a.hf, toks)
+        if a.src.endswith(".gguf"):
+            ref = forward(*gguf_model(a.src, a.ggml_act), toks)
+        elif a.ggml_act:
+            sys.exit("--ggml-act needs a GGUF")
+        else:
+            ref = hf_logits(a.src, toks)
+        if a.out:
+            ref.astype("<f4").tofile(a.out)
+        if not a.compare:
+            return
         got = np.fromfile(a.compare, dtype="<f4").reshape(ref.shape)
         rel = float(np.max(np.abs(ref - got)) / np.max(np.abs(ref)))
         same = int(np.sum(np.argmax(ref, 1) == np.argmax(got, 1)))
