@@ -8,14 +8,19 @@
 #include "cli/commands.h"
 #include "harness/refuted.h"
 
-const char cmd_refuted_list_usage[] = "usage: spill refuted list [--json] [--dir DIR]\n";
+const char cmd_refuted_list_usage[] =
+    "usage: spill refuted list [--json] [--dir DIR] [--index]\n"
+    "Lists the refuted hypotheses of DIR (default refuted/). --index also rewrites\n"
+    "DIR/README.md, the index (spill exp writes it with every entry it adds; an entry\n"
+    "written by hand needs --index).\n";
 
 int cmd_refuted_list(int argc, char **argv) {
   cli_enter_workspace();
-  int json = 0;
+  int json = 0, index = 0;
   const char *dir = "refuted";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
+    else if (!strcmp(argv[i], "--index")) index = 1;
     else if (!strcmp(argv[i], "--dir")) {
       if (!(dir = cli_value(argc, argv, &i))) return 2;
     } else if (argv[i][0] == '-') {
@@ -27,7 +32,12 @@ int cmd_refuted_list(int argc, char **argv) {
   spill_refuted_entry *v;
   int n;
   spill_err e = {0};
-  /* listing only reads: the index is regenerated when an entry is written */
+  /* listing only reads unless --index: spill exp regenerates the index when it
+   * writes an entry */
+  if (index && spill_refuted_index(dir, &e) < 0) {
+    fprintf(stderr, "spill refuted: %s\n", e.msg);
+    return 1;
+  }
   if (spill_refuted_list(dir, &v, &n, &e) < 0) {
     fprintf(stderr, "spill refuted: %s\n", e.msg);
     return 1;

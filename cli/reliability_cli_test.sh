@@ -18,6 +18,10 @@ run refuted list --dir "$tmp/ref"
 [ "$rc" = 0 ] || fail "refuted list: exit $rc: $err"
 [ "$(cat "$tmp/ref/README.md")" = "my own notes" ] || fail "refuted list rewrote README.md"
 [ "$(ls "$tmp/ref")" = "README.md" ] || fail "refuted list wrote files: $(ls "$tmp/ref")"
+# ... unless asked: --index rewrites the index (an entry written by hand)
+run refuted list --dir "$tmp/ref" --index
+[ "$rc" = 0 ] || fail "refuted list --index: exit $rc: $err"
+head -n 1 "$tmp/ref/README.md" | grep -qx '# Refuted hypotheses' || fail "refuted list --index did not write the index"
 
 # item 12: a --tokens window past the end of the trace
 cat >"$tmp/t.jsonl" <<'T'

@@ -124,7 +124,7 @@ int spill_refuted_index(const char *dir, spill_err *e) {
                           "marked `hand` were written by "
                           "people from measurements made outside the runner (prototypes, "
                           "tests); each names how it was measured. This index is regenerated "
-                          "by `spill refuted list`: do not edit it; add notes in an entry's "
+                          "by `spill exp` and `spill refuted list --index`: do not edit it; add notes in an entry's "
                           "Notes section.\n\n"
                           "| id | date | written by | hypothesis | result | results |\n"
                           "|---|---|---|---|---|---|\n");
