@@ -19,6 +19,8 @@ static const spill_dtype_traits kTraits[] = {
     [SPILL_DT_Q5_K] = {"q5_k", 256, 176, SPILL_DT_SCALES_IN_BLOCK, 0},
     [SPILL_DT_Q6_K] = {"q6_k", 256, 210, SPILL_DT_SCALES_IN_BLOCK, 0},
     [SPILL_DT_MXFP4] = {"mxfp4", 32, 17, SPILL_DT_SCALES_IN_BLOCK, 0, 1},
+    [SPILL_DT_Q5_0] = {"q5_0", 32, 22, SPILL_DT_SCALES_IN_BLOCK, 0, 0},
+    [SPILL_DT_Q5_1] = {"q5_1", 32, 24, SPILL_DT_SCALES_IN_BLOCK, 0, 0},
 };
 
 _Static_assert(sizeof kTraits / sizeof kTraits[0] == SPILL_DT_COUNT,

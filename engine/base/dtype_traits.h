@@ -32,6 +32,8 @@ typedef enum spill_dtype {
   SPILL_DT_Q5_K = 7, /* ggml Q5_K (176 bytes per 256) */
   SPILL_DT_Q6_K = 8, /* ggml Q6_K (210 bytes per 256) */
   SPILL_DT_MXFP4 = 9, /* ggml MXFP4: e8m0 exponent + 16 bytes of e2m1 codes per 32 (17 bytes) */
+  SPILL_DT_Q5_0 = 10, /* ggml Q5_0: f16 d, 4 bytes of 5th bits, 16 nibble bytes per 32 (22 bytes) */
+  SPILL_DT_Q5_1 = 11, /* ggml Q5_1: f16 d, f16 m, 4 bytes of 5th bits, 16 nibble bytes (24 bytes) */
   SPILL_DT_COUNT
 } spill_dtype;
 

@@ -43,6 +43,7 @@ TEST(DtypeTraitsTest, RowLayoutsAreFormatsFormulas) {
       {SPILL_DT_Q8, c, c / g},         {SPILL_DT_Q4, c / 2, c / g},     {SPILL_DT_RVQ3, 3 * (c / 8), 1},
       {SPILL_DT_Q4_K, 144 * (c / 256), 0}, {SPILL_DT_Q5_K, 176 * (c / 256), 0},
       {SPILL_DT_Q6_K, 210 * (c / 256), 0}, {SPILL_DT_MXFP4, 17 * (c / 32), 0},
+      {SPILL_DT_Q5_0, 22 * (c / 32), 0},   {SPILL_DT_Q5_1, 24 * (c / 32), 0},
   };
   for (const Row &r : rows) {
     uint64_t b = 0, s = 0;
@@ -56,6 +57,9 @@ TEST(DtypeTraitsTest, RowLayoutsAreFormatsFormulas) {
   EXPECT_FALSE(spill_dtype_row_layout(SPILL_DT_Q8, 500, 32, &b, &s));   // cols % group
   EXPECT_FALSE(spill_dtype_row_layout(SPILL_DT_RVQ3, 12, 0, &b, &s));   // cols % 8
   EXPECT_FALSE(spill_dtype_row_layout(SPILL_DT_Q6_K, 384, 0, &b, &s));  // cols % 256
+  EXPECT_FALSE(spill_dtype_row_layout(SPILL_DT_Q5_0, 48, 0, &b, &s));   // cols % 32
+  EXPECT_TRUE(spill_dtype_row_layout(SPILL_DT_Q5_1, 1408, 0, &b, &s));  // GLM-4.5-Air's d_expert
+  EXPECT_EQ(b, 24u * 44);
   EXPECT_FALSE(spill_dtype_row_layout(SPILL_DT_COUNT, 512, 0, &b, &s));
   EXPECT_FALSE(spill_dtype_row_layout(SPILL_DT_F32, UINT64_MAX, 0, &b, &s));  // overflow
 }

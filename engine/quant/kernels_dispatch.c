@@ -27,6 +27,7 @@
 #include "engine/quant/kernels.h"
 #include "engine/quant/kernels_isa.h"
 #include "engine/quant/kernels_mxfp4.h"
+#include "engine/quant/kernels_q5.h"
 #include "engine/quant/kernels_xq.h"
 
 /* ------------------------------------------------- the dtype x ISA table */
@@ -93,6 +94,14 @@ static const k_dtype_kernels k_dtypes[SPILL_DT_COUNT] = {
                         {{spill_k_matvec_mxfp4_f32__ref, NULL, spill_k_matvec_mxfp4_xq__ref},
                          {X86(spill_k_matvec_mxfp4_f32__avx2), NULL, X86(spill_k_matvec_mxfp4_xq__avx2)},
                          {NULL, NULL, NULL}}},
+    [SPILL_DT_Q5_0] = {spill_k_dequant_row_q5__ref, spill_k_fits_q5_xq,
+                       {{spill_k_matvec_q5_f32__ref, NULL, spill_k_matvec_q5_0_xq__ref},
+                        {X86(spill_k_matvec_q5_f32__avx2), NULL, X86(spill_k_matvec_q5_0_xq__avx2)},
+                        {NULL, NULL, NULL}}},
+    [SPILL_DT_Q5_1] = {spill_k_dequant_row_q5__ref, spill_k_fits_q5_xq,
+                       {{spill_k_matvec_q5_f32__ref, NULL, spill_k_matvec_q5_1_xq__ref},
+                        {X86(spill_k_matvec_q5_f32__avx2), NULL, X86(spill_k_matvec_q5_1_xq__avx2)},
+                        {NULL, NULL, NULL}}},
 };
 
 static const k_dtype_kernels *k_dtype(int dt) {

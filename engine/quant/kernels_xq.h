@@ -2,8 +2,8 @@
  *
  * The input vector is quantised once (spill_k_xq_quantize) the way ggml's
  * CPU backend quantises it: Q8_0 blocks of 32 (x86 quantize_row_q8_0: amax,
- * d = amax/127 stored as f16, q = round-half-even(x * 127/amax)) for q4/q8
- * weights, and Q8_K blocks of 256 (quantize_row_q8_K_ref: the element of
+ * d = amax/127 stored as f16, q = round-half-even(x * 127/amax)) for q4/q8/
+ * mxfp4/q5_0 weights, with the Q8_1 block sums for q5_1 (kernels_q5.h), and Q8_K blocks of 256 (quantize_row_q8_K_ref: the element of
  * largest |x| gives iscale = -127/x, q = min(127, rint(iscale x)), d =
  * 1/iscale, 16-element sums) for q4_k/q5_k/q6_k. The dot products then run in
  * integers, exact, and are scaled in f32 in an order fixed here, so the
@@ -46,6 +46,9 @@ typedef struct spill_k_xq {
   uint32_t n;
   int8_t *q32;     /* Q8_0 values (n), NULL unless n % 32 == 0 */
   float *d32;      /* Q8_0 scales (n/32), f16-rounded */
+  float *s32;      /* Q8_1 sums (n/32): f16(d * sum of the block's q), d = amax/127
+                    * before rounding (ggml's x86 quantize_row_q8_1; the values are
+                    * q32's), f16-rounded; for q5_1 weights */
   int8_t *q256;    /* Q8_K values (n), NULL unless n % 256 == 0 */
   float *d256;     /* Q8_K scales (n/256) */
   int16_t *bsum;   /* Q8_K sums of 16 consecutive values (n/16) */

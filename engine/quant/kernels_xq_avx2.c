@@ -253,16 +253,23 @@ static __m256i round32(const float *x, float s, int top) {
   return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* Q8_0 as kernels_xq_ref.c's quant_q8_0. */
-static void quant_q8_0(const float *x, int8_t *q, float *d) {
+/* Q8_0 as kernels_xq_ref.c's quant_q8_0 (and the Q8_1 sum). */
+static void quant_q8_0(const float *x, int8_t *q, float *d, float *s) {
   const float amax = amax_finite(x, 32);
   if (amax < 0.0f) {
     memset(q, 0, 32);
     *d = NAN;
+    *s = NAN;
     return;
   }
   *d = spill_f16_to_f32(spill_f32_to_f16(amax / 127.0f));
-  _mm256_storeu_si256((__m256i *)(void *)q, round32(x, amax != 0.0f ? 127.0f / amax : 0.0f, 0));
+  const __m256i v = round32(x, amax != 0.0f ? 127.0f / amax : 0.0f, 0);
+  _mm256_storeu_si256((__m256i *)(void *)q, v);
+  /* sum of 32 int8: vpsadbw on the biased bytes, minus 32 x 128 */
+  const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+  const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+  const int sum = (int)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 32 * 128;
+  *s = spill_q8_1_sum(amax, sum);
 }
 
 /* Q8_K as kernels_xq_ref.c's quant_q8_k: the first element of largest |x|

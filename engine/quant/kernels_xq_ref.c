@@ -16,7 +16,7 @@ static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); 
 
 size_t spill_k_xq_bytes(uint32_t n) {
   size_t b = 0;
-  if (n % 32 == 0) b += (size_t)n + (size_t)(n / 32) * sizeof(float);
+  if (n % 32 == 0) b += (size_t)n + (size_t)(n / 32) * 2 * sizeof(float);
   if (n % 256 == 0) b += (size_t)n + (size_t)(n / 256) * sizeof(float) + (size_t)(n / 16) * 2;
   return b + 16; /* alignment slack for the float/int16 arrays */
 }
@@ -27,6 +27,8 @@ void spill_k_xq_init(spill_k_xq *xq, void *buf, uint32_t n) {
   xq->n = n;
   if (n % 32 == 0) {
     xq->d32 = (float *)p;
+    p += (size_t)(n / 32) * sizeof(float);
+    xq->s32 = (float *)p;
     p += (size_t)(n / 32) * sizeof(float);
   }
   if (n % 256 == 0) {
@@ -49,8 +51,8 @@ static int8_t sat8(float v) {
 }
 
 /* Q8_0 as ggml's x86 quantize_row_q8_0: d = amax/127 kept as f16, values
- * round-half-even(x * (127/amax)). */
-static void quant_q8_0(const float *x, int8_t *q, float *d) {
+ * round-half-even(x * (127/amax)); *s the Q8_1 sum (kernels_xq.h). */
+static void quant_q8_0(const float *x, int8_t *q, float *d, float *s) {
   float amax = 0.0f;
   int finite = 1;
   for (int i = 0; i < 32; i++) {
@@ -61,11 +63,17 @@ static void quant_q8_0(const float *x, int8_t *q, float *d) {
   if (!finite) {
     memset(q, 0, 32);
     *d = NAN;
+    *s = NAN;
     return;
   }
   *d = spill_f16_to_f32(spill_f32_to_f16(amax / 127.0f));
   const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  for (int i = 0; i < 32; i++) q[i] = sat8(rintf(x[i] * id));
+  int sum = 0;
+  for (int i = 0; i < 32; i++) {
+    q[i] = sat8(rintf(x[i] * id));
+    sum += q[i];
+  }
+  *s = spill_q8_1_sum(amax, sum);
 }
 
 /* Q8_K as ggml's quantize_row_q8_K_ref (the first element of largest |x|
