@@ -179,7 +179,7 @@ typedef struct ggml_tt {
 static const ggml_tt k_ggml[] = {
     [0] = {"F32", 1, 4, SPILL_SRC_F32},       [1] = {"F16", 1, 2, SPILL_SRC_F16},
     [2] = {"Q4_0", 32, 18, SPILL_SRC_Q4_0},   [3] = {"Q4_1", 32, 20, SPILL_SRC_OTHER},
-    [6] = {"Q5_0", 32, 22, SPILL_SRC_OTHER},  [7] = {"Q5_1", 32, 24, SPILL_SRC_OTHER},
+    [6] = {"Q5_0", 32, 22, SPILL_SRC_Q5_0},   [7] = {"Q5_1", 32, 24, SPILL_SRC_Q5_1},
     [8] = {"Q8_0", 32, 34, SPILL_SRC_Q8_0},   [9] = {"Q8_1", 32, 36, SPILL_SRC_OTHER},
     [10] = {"Q2_K", 256, 84, SPILL_SRC_OTHER}, [11] = {"Q3_K", 256, 110, SPILL_SRC_OTHER},
     [12] = {"Q4_K", 256, 144, SPILL_SRC_Q4_K}, [13] = {"Q5_K", 256, 176, SPILL_SRC_Q5_K},

@@ -92,6 +92,52 @@ TEST(GgufTest, ParsesMetadataAndTensors) {
   spill_gguf_close(&g);
 }
 
+// ggml Q5_0 (type 6) and Q5_1 (type 7), which llama-quantize writes for
+// matrices whose columns are not whole 256-blocks: read with their sizes and
+// dequantised as ggml does. The block holds u = e for element e (nibbles in
+// qs, fifth bits in the qh word).
+std::string Q5Block(bool one, float d, float m) {
+  std::string s;
+  uint16_t h = spill_f32_to_f16(d);
+  Put(s, &h, 2);
+  if (one) {
+    h = spill_f32_to_f16(m);
+    Put(s, &h, 2);
+  }
+  uint32_t qh = 0xFFFF0000u;  // elements 16..31 have the fifth bit
+  Put(s, &qh, 4);
+  for (int j = 0; j < 16; j++) s.push_back((char)(j | (j << 4)));
+  return s;
+}
+
+TEST(GgufTest, ReadsQ5_0AndQ5_1) {
+  Gguf w;
+  w.KvStr("general.architecture", "qwen3moe");
+  w.t.push_back({"a", {32, 1}, 6, Q5Block(false, 0.5f, 0)});
+  w.t.push_back({"b", {32, 1}, 7, Q5Block(true, 0.25f, -1.0f)});
+  std::string b = w.Bytes();
+  spill_gguf g;
+  spill_err e = {};
+  ASSERT_EQ(Parse(b, &g, &e), SPILL_OK) << e.msg;
+  const spill_src_tensor *a = spill_gguf_find(&g, "a"), *c = spill_gguf_find(&g, "b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(a->dtype, SPILL_SRC_Q5_0);
+  EXPECT_EQ(a->bytes, 22u);
+  EXPECT_EQ(c->dtype, SPILL_SRC_Q5_1);
+  EXPECT_EQ(c->bytes, 24u);
+  float v[32];
+  ASSERT_EQ(spill_src_dequant(a->dtype, b.data() + a->begin, 32, v, &e), SPILL_OK);
+  for (int j = 0; j < 32; j++) EXPECT_EQ(v[j], 0.5f * (j - 16)) << j;
+  ASSERT_EQ(spill_src_dequant(c->dtype, b.data() + c->begin, 32, v, &e), SPILL_OK);
+  for (int j = 0; j < 32; j++) EXPECT_EQ(v[j], 0.25f * j - 1.0f) << j;
+  uint64_t n = 0;
+  EXPECT_EQ(spill_src_bytes(SPILL_SRC_Q5_1, 1408, &n, &e), SPILL_OK);
+  EXPECT_EQ(n, 44u * 24);
+  EXPECT_EQ(spill_src_bytes(SPILL_SRC_Q5_0, 48, &n, &e), SPILL_E_FORMAT);  // not whole blocks
+  spill_gguf_close(&g);
+}
+
 TEST(GgufTest, OpensFilesAndSplits) {
   std::string d = TmpDir();
   WriteFile(d + "/one.gguf", Valid().Bytes());

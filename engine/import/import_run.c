@@ -107,6 +107,8 @@ static int keep_dtype(spill_src_dtype s, spill_dtype *dt, uint32_t *group) {
     case SPILL_SRC_Q5_K: *dt = SPILL_DT_Q5_K; return 0;
     case SPILL_SRC_Q6_K: *dt = SPILL_DT_Q6_K; return 0;
     case SPILL_SRC_MXFP4: *dt = SPILL_DT_MXFP4; return 0; /* ggml blocks kept verbatim */
+    case SPILL_SRC_Q5_0: *dt = SPILL_DT_Q5_0; return 0;   /* ggml blocks kept verbatim */
+    case SPILL_SRC_Q5_1: *dt = SPILL_DT_Q5_1; return 0;
     default: return -1;
   }
 }
@@ -218,7 +220,7 @@ static int convert(conv *cv, spill_src_dtype sd, const float *scale, const uint3
   if (direct) SPILL_TRY(check_src_rows(cv, sd, rows, cols, rb, what, e));
   if (direct && (dt == SPILL_DT_F32 || dt == SPILL_DT_F16 || dt == SPILL_DT_BF16 ||
                  dt == SPILL_DT_Q4_K || dt == SPILL_DT_Q5_K || dt == SPILL_DT_Q6_K ||
-                 dt == SPILL_DT_MXFP4)) {
+                 dt == SPILL_DT_MXFP4 || dt == SPILL_DT_Q5_0 || dt == SPILL_DT_Q5_1)) {
     for (uint64_t r = 0; r < rows; r++)
       memcpy(out + r * rb, cv->src + src_row(r, rows, heads) * rb, (size_t)rb);
     return SPILL_OK;

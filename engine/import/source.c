@@ -16,6 +16,7 @@
 
 #include "engine/base/half.h"
 #include "engine/quant/kernels_mxfp4.h"
+#include "engine/quant/kernels_q5.h"
 
 static const spill_src_traits k_traits[SPILL_SRC_COUNT] = {
     [SPILL_SRC_F32] = {"F32", 1, 4},        [SPILL_SRC_F16] = {"F16", 1, 2},
@@ -23,6 +24,7 @@ static const spill_src_traits k_traits[SPILL_SRC_COUNT] = {
     [SPILL_SRC_Q8_0] = {"Q8_0", 32, 34},    [SPILL_SRC_Q4_0] = {"Q4_0", 32, 18},
     [SPILL_SRC_Q4_K] = {"Q4_K", 256, 144},  [SPILL_SRC_Q5_K] = {"Q5_K", 256, 176},
     [SPILL_SRC_Q6_K] = {"Q6_K", 256, 210},  [SPILL_SRC_MXFP4] = {"MXFP4", 32, 17},
+    [SPILL_SRC_Q5_0] = {"Q5_0", 32, 22},    [SPILL_SRC_Q5_1] = {"Q5_1", 32, 24},
     [SPILL_SRC_OTHER] = {"other", 1, 1},
 };
 
@@ -108,6 +110,12 @@ int spill_src_dequant(spill_src_dtype dt, const void *src, uint64_t n, float *ds
       return SPILL_OK;
     case SPILL_SRC_MXFP4: /* the quant module's dequantiser (ggml's values) */
       for (uint64_t b = 0; b < n / 32; b++) spill_k_mxfp4_dequant_block(s + b * 17, dst + b * 32);
+      return SPILL_OK;
+    case SPILL_SRC_Q5_0: /* the quant module's dequantiser (ggml's operations) */
+      spill_k_q5_dequant_blocks(SPILL_DT_Q5_0, s, n / 32, dst);
+      return SPILL_OK;
+    case SPILL_SRC_Q5_1:
+      spill_k_q5_dequant_blocks(SPILL_DT_Q5_1, s, n / 32, dst);
       return SPILL_OK;
     default:
       return spill_err_set(e, SPILL_E_UNSUPPORTED, "source dtype not readable");

@@ -34,6 +34,8 @@ typedef enum spill_src_dtype {
   SPILL_SRC_Q5_K,
   SPILL_SRC_Q6_K,
   SPILL_SRC_MXFP4,   /* ggml block_mxfp4: blocks of 32: e8m0 e, 16 bytes (j low, j+16 high) */
+  SPILL_SRC_Q5_0,    /* ggml: blocks of 32: f16 d, 4 bytes of fifth bits, 16 bytes (j low, j+16 high) */
+  SPILL_SRC_Q5_1,    /* ggml: blocks of 32: f16 d, f16 m, then as Q5_0 */
   /* formats whose size is known (so a file holding them can be validated)
    * but whose values spill does not read: importing them is
    * SPILL_E_UNSUPPORTED naming the tensor */

@@ -120,7 +120,7 @@ static const shape_row k_shapes[] = {
      DT3(MXFP4), 0},
     {"glm-4.5-air",
      "zai-org/GLM-4.5-Air, q4 experts in groups of 32 (spill import --experts q4; its Q4_K_M "
-     "GGUF holds Q5_0/Q8_0 down experts, which spill does not read)",
+     "GGUF, Q5_0/Q8_0 down experts kept, is not this row)",
      glm45_air, DT3(Q4), 32},
     {"glm-4.5", "zai-org/GLM-4.5 (355B-A32B), Q4_K_M experts (Q4_K gate/up, Q6_K down) kept",
      glm45_full, Q4_K_M, 0},

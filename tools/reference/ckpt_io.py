@@ -10,7 +10,8 @@ below and its own dequantisers, never through the C engine or the container.
 GGUF layout written: magic, version 3, tensor count, kv count, kvs, tensor
 infos (ggml dims = numpy shape reversed), zero padding to general.alignment
 (32), then each tensor's data padded to the alignment, offsets relative to
-the data start. Quantisers follow ggml's *_ref functions (Q8_0, Q4_0).
+the data start. Quantisers follow ggml's *_ref functions (Q8_0, Q4_0, Q5_0,
+Q5_1), written here from their definitions.
 """
 
 import json
@@ -127,9 +128,10 @@ def read_checkpoint_dir(d):
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
 GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 12, 13, 14
 GGML_MXFP4 = 39
+GGML_Q5_0, GGML_Q5_1 = 6, 7
 GGML_BLOCK = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q4_0: (32, 18), GGML_Q8_0: (32, 34),
               GGML_BF16: (1, 2), GGML_Q4_K: (256, 144), GGML_Q5_K: (256, 176), GGML_Q6_K: (256, 210),
-              GGML_MXFP4: (32, 17)}
+              GGML_MXFP4: (32, 17), GGML_Q5_0: (32, 22), GGML_Q5_1: (32, 24)}
 # ggml's kvalues_mxfp4: the e2m1 values doubled (the e8m0 scale is halved to match)
 MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
 GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY, GGUF_U64, GGUF_F64 = 4, 5, 6, 7, 8, 9, 10, 12
@@ -189,6 +191,48 @@ def quantize_q4_0(x):
     return out.tobytes()
 
 
+def _q5_pack(u, d, m=None):
+    """block_q5_0 (m None) / block_q5_1 bytes from 5-bit values u (nb, 32)
+    and f32 d (and m): f16 d [m], qh (bit j = fifth bit of element j, a
+    little-endian word), qs (element j low nibble, j + 16 high)."""
+    u = u.astype(np.uint32)
+    qh = ((u >> 4) & 1) << np.arange(32, dtype=np.uint32)[None, :]
+    qh = np.bitwise_or.reduce(qh, axis=1).astype("<u4")
+    head = 2 if m is None else 4
+    out = np.zeros((u.shape[0], head + 20), dtype=np.uint8)
+    out[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if m is not None:
+        out[:, 2:4] = m.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, head:head + 4] = qh.view(np.uint8).reshape(-1, 4)
+    out[:, head + 4:] = ((u[:, :16] & 0xF) | ((u[:, 16:] & 0xF) << 4)).astype(np.uint8)
+    return out.tobytes()
+
+
+def quantize_q5_0(x):
+    """ggml quantize_row_q5_0_ref in f32 (our code): per block of 32, the
+    first element of largest |x| gives d = max / -16, id = 1/d (0 if d is
+    0); u = min(31, trunc(x id + 16.5)) -> bytes."""
+    x = np.asarray(x, dtype=np.float32).reshape(-1, 32)
+    i = np.argmax(np.abs(x), axis=1)
+    mx = x[np.arange(x.shape[0]), i]
+    d = (mx / np.float32(-16.0)).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1.0) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    u = np.minimum(31, np.trunc(x * idv[:, None] + np.float32(16.5)).astype(np.int32))
+    return _q5_pack(u, d)
+
+
+def quantize_q5_1(x):
+    """ggml quantize_row_q5_1_ref in f32 (our code): per block of 32, min and
+    max, d = (max - min) / 31, id = 1/d (0 if d is 0); u = trunc((x - min)
+    id + 0.5); d and m = min stored as f16 -> bytes."""
+    x = np.asarray(x, dtype=np.float32).reshape(-1, 32)
+    mn, mx = x.min(axis=1), x.max(axis=1)
+    d = ((mx - mn) / np.float32(31.0)).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1.0) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    u = np.trunc((x - mn[:, None]) * idv[:, None] + np.float32(0.5)).astype(np.int32)
+    return _q5_pack(u, d, mn)
+
+
 def _f16(b):
     return np.frombuffer(b, dtype=np.float16).astype(np.float32)
 
@@ -219,6 +263,17 @@ def dequant_ggml(ty, raw, n):
         lo = ((b[:, 2:] & 0xF).astype(np.int32) - 8).astype(np.float32)
         hi = ((b[:, 2:] >> 4).astype(np.int32) - 8).astype(np.float32)
         return (np.concatenate([lo, hi], axis=1) * d[:, None]).reshape(-1)
+    if ty in (GGML_Q5_0, GGML_Q5_1):  # ggml's dequantize_row_q5_0 / q5_1
+        one = ty == GGML_Q5_1
+        b = b.reshape(-1, 24 if one else 22)
+        d = _f16(b[:, 0:2].tobytes())[:, None]
+        h = 4 if one else 2
+        qh = b[:, h:h + 4].copy().view("<u4").astype(np.uint32)  # (nb, 1)
+        qs = b[:, h + 4:h + 20].astype(np.uint32)
+        u = np.concatenate([qs & 0xF, qs >> 4], axis=1) | (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4)
+        if one:
+            return ((u.astype(np.float32) * d).astype(np.float32) + _f16(b[:, 2:4].tobytes())[:, None]).reshape(-1)[:n]
+        return ((u.astype(np.int32) - 16).astype(np.float32) * d).reshape(-1)[:n]
     if ty == GGML_MXFP4:  # 1 e8m0 byte + 16 code bytes: byte j holds element j (low) and j + 16 (high)
         b = b.reshape(-1, 17)
         e = b[:, 0].astype(np.int32)
@@ -307,6 +362,10 @@ def write_gguf(path, kvs, tensors, alignment=32):
                 raw = quantize_q8_0(a)
             elif ty == GGML_Q4_0:
                 raw = quantize_q4_0(a)
+            elif ty == GGML_Q5_0:
+                raw = quantize_q5_0(a)
+            elif ty == GGML_Q5_1:
+                raw = quantize_q5_1(a)
             else:
                 raise ValueError("no quantiser for ggml type %d" % ty)
         ne = list(reversed(shape))

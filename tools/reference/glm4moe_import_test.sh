@@ -4,7 +4,8 @@
 # variants (air: q/k/v biases, no q/k norm; full: q/k norm, routed scale 2.5,
 # 4 expert groups, tied head; plain: no biases, a quarter of each head
 # rotated, 2 dense layers, 2 shared experts), each with its MTP layer, as
-# safetensors F32/F16/BF16 (sharded) and GGUF glm4moe F32/F16/Q8_0/Q4_K, are
+# safetensors F32/F16/BF16 (sharded) and GGUF glm4moe F32/F16/Q8_0/Q4_K and
+# llama.cpp's Q4_K_M mix (Q5_0 / Q8_0 down matrices, as GLM-4.5-Air's), are
 # imported, `spill verify` must pass, and spill's logits (act_quant f32) at
 # every position must agree with glm4moe_ref.py's float64 forward pass from
 # the SOURCE file within 1e-4 of the logit scale. The summary names the
@@ -27,11 +28,18 @@ for v in air full plain; do
     $PY "$REF" make-hf "$in" --variant "$v" --dtype "$ty" --shards "$shards" --seed 7 || { bad "$v $ty: make"; continue; }
     import_check "$in" "hf $v $ty" "--tol 1e-4"
   done
-  for ty in F32 F16 Q8_0 Q4_K; do
+  for ty in F32 F16 Q8_0 Q4_K Q4_K_M; do
     in="$TMP/$v-$ty.gguf"
     $PY "$REF" make-gguf "$in" --variant "$v" --type "$ty" --seed 7 || { bad "gguf $v $ty: make"; continue; }
     import_check "$in" "gguf $v $ty" "--tol 1e-4"
   done
+  # Q4_K_M as llama-quantize writes GLM-4.5-Air: the down matrices (96 / 160
+  # / 192 columns, not whole 256-blocks) fall back to Q5_0 (Q8_0 where Q6_K),
+  # kept verbatim: a v3 container with per-bank section dtypes
+  d=$(tr -d ' \t\n' <"$TMP/$v-Q4_K_M.gguf.spill/manifest.json" | grep -o '"dtypes":\[[^]]*\]' | tr '\n' ' ')
+  want='"dtypes":["q4_k","q4_k","q5_0"] "dtypes":["q4_k","q4_k","q8"] '
+  [ "$v" = plain ] && want='"dtypes":["q4_k","q4_k","q8"] "dtypes":["q4_k","q4_k","q5_0"] '
+  [ "$d" = "$want" ] && ok "gguf $v Q4_K_M: per-bank section dtypes $d" || bad "gguf $v Q4_K_M: section dtypes '$d'"
 done
 
 # transformers >= 5 writes rope_theta and partial_rotary_factor inside

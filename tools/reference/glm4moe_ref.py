@@ -37,6 +37,9 @@ import import_ref as ir  # noqa: E402
 
 DIMS = dict(V=300, D=64, L=3, H=4, Hk=2, d=16, E=8, k=3, F=32, Fd=64, S=1, dense=1, mtp=1)
 KQ_DIMS = dict(D=256, d=64, F=256, Fd=256)  # K-quant rows are whole 256-element super-blocks
+# Q4_K_M: d_model and heads whole super-blocks, the down matrices' inputs
+# (expert, shared and dense FFN widths) not, as GLM-4.5-Air's 1408 / 10944
+MIX_DIMS = dict(D=256, d=64, F=96, Fd=160)
 
 VARIANTS = {
     # GLM-4.5-Air: q/k/v biases, no q/k norm, routed scale 1, one shared expert
@@ -55,7 +58,9 @@ def dims(var, kq=False):
     for key in ("dense", "L", "S"):
         if key in v:
             c[key] = v[key]
-    if kq:
+    if kq == "mix":
+        c.update(MIX_DIMS)
+    elif kq:
         c.update(KQ_DIMS)
     c["rd"] = int(c["d"] * v["prf"])
     return c
@@ -178,7 +183,7 @@ def make_gguf(out, var, ty, seed, vocab=False, set_kv=(), drop=()):
     included). Hostile fixtures: set_kv "KEY=JSON" sets or adds a key (JSON
     null drops it), drop names tensors left out."""
     kq = ty in ("Q4_K", "Q5_K", "Q6_K")
-    w, c = random_weights(var, seed, kq)
+    w, c = random_weights(var, seed, "mix" if ty == "Q4_K_M" else kq)
     v = VARIANTS[var]
     gt = ir.GG_TYPES[ty]
     krng = np.random.default_rng(seed + 1000)
@@ -205,10 +210,12 @@ def make_gguf(out, var, ty, seed, vocab=False, set_kv=(), drop=()):
     f32 = ck.GGML_F32
 
     def mat(name, arr):
-        if kq:  # random super-blocks of the array's shape: the reference dequantises the same blocks
-            T.append((name, gt, ck.random_kquant(gt, arr.shape, krng, 1.0 / np.sqrt(arr.shape[-1]))))
-        else:
-            T.append((name, gt, arr))
+        t = mix_type(name, arr.shape[-1], c["L"] + c["mtp"], c["E"]) if ty == "Q4_K_M" else gt
+        if t in (ck.GGML_Q4_K, ck.GGML_Q5_K, ck.GGML_Q6_K):
+            # random super-blocks of the array's shape: the reference dequantises the same blocks
+            T.append((name, t, ck.random_kquant(t, arr.shape, krng, 1.0 / np.sqrt(arr.shape[-1]))))
+        else:  # quantised from the values by ckpt_io's quantisers (Q8_0, Q5_0, ...)
+            T.append((name, t, arr))
 
     mat("token_embd.weight", w["model.embed_tokens.weight"])
     T.append(("output_norm.weight", f32, w["model.norm.weight"]))
@@ -241,6 +248,18 @@ def make_gguf(out, var, ty, seed, vocab=False, set_kv=(), drop=()):
             T.append((b + "nextn.hnorm.weight", f32, w[p + "hnorm.weight"]))
             T.append((b + "nextn.shared_head_norm.weight", f32, w[p + "shared_head.norm.weight"]))
     ck.write_gguf(out, kv, [t for t in T if t[0] not in drop])
+
+
+def mix_type(name, cols, n_layers, n_expert):
+    """llama.cpp's Q4_K_M type for `name` (import_ref.q4_k_m_type) with
+    llama-quantize's fallback for a matrix whose column count is not a
+    multiple of 256 (llama-quant.cpp, llama.cpp de3ff81): Q4_K -> Q5_0,
+    Q5_K -> Q5_1, Q6_K -> Q8_0. GLM-4.5-Air's Q4_K_M GGUF stores its
+    1408-column expert and 10944-column dense down matrices so."""
+    t = ir.q4_k_m_type(name, n_layers, n_expert)
+    if cols % 256:
+        t = {ck.GGML_Q4_K: ck.GGML_Q5_0, ck.GGML_Q5_K: ck.GGML_Q5_1, ck.GGML_Q6_K: ck.GGML_Q8_0}.get(t, t)
+    return t
 
 
 # ------------------------------------------------------------------ forward
@@ -332,7 +351,8 @@ class Model:
                 return None
             w = ck.gguf_tensor_f32(t[n]).astype(np.float64)
             ty = t[n][0]
-            if self.ggml_act and not emb and w.ndim >= 2 and ty in kq + (ck.GGML_Q8_0,):
+            # (Q5_0's vec_dot_type is Q8_0; Q5_1's Q8_1 block sums are not emulated)
+            if self.ggml_act and not emb and w.ndim >= 2 and ty in kq + (ck.GGML_Q8_0, ck.GGML_Q5_0):
                 rnd = ir.q8_k_round if ty in kq else q8_0_round
                 return [GgmlAct(m, rnd) for m in w] if w.ndim == 3 else GgmlAct(w, rnd)
             return list(w) if w.ndim == 3 else w
@@ -440,7 +460,10 @@ def main(argv=None):
     g = sub.add_parser("make-gguf")
     g.add_argument("out")
     g.add_argument("--variant", required=True, choices=sorted(VARIANTS))
-    g.add_argument("--type", default="F32", choices=["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"])
+    g.add_argument("--type", default="F32",
+                   choices=["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "Q4_K_M"],
+                   help="Q4_K_M: llama.cpp's mix with its fallback for down matrices whose columns are "
+                        "not whole 256-blocks (Q5_0 / Q8_0)")
     g.add_argument("--vocab", action="store_true", help="a byte-level BPE vocabulary llama.cpp loads")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--set-kv", action="append", default=[], metavar="KEY=JSON", help="hostile fixture")

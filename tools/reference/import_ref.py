@@ -14,7 +14,7 @@ norm, softmax router with top-k renormalised when norm_topk_prob), llama.cpp
 semantics for GGUF (qwen3moe/olmoe NeoX RoPE; llama: interleaved RoPE on the
 permuted q/k rows). Nothing here reads a spill container or imports the C
 engine. `check-weights` compares a container's dequantised weights with the
-GGUF's bit for bit (Q8_0/Q4_0 -> q8/q4).
+GGUF's bit for bit (Q8_0/Q4_0 -> q8/q4; K-quants, Q5_0/Q5_1 kept).
 """
 
 import argparse
@@ -199,7 +199,7 @@ def llama_permute(wt, n_head):
 
 GG_TYPES = {"F32": ck.GGML_F32, "F16": ck.GGML_F16, "BF16": ck.GGML_BF16, "Q8_0": ck.GGML_Q8_0,
             "Q4_0": ck.GGML_Q4_0, "Q4_K": ck.GGML_Q4_K, "Q5_K": ck.GGML_Q5_K, "Q6_K": ck.GGML_Q6_K,
-            "Q4_K_M": ck.GGML_Q4_K}
+            "Q4_K_M": ck.GGML_Q4_K, "Q5_0": ck.GGML_Q5_0, "Q5_1": ck.GGML_Q5_1}
 
 
 def q4_k_m_type(name, n_layers, n_expert):
@@ -537,7 +537,8 @@ def check_weights(gguf_path, container, rename=None):
     a = kv["general.architecture"]
     n = 0
     for name, (ty, shape, raw) in t.items():
-        if ty not in (ck.GGML_Q8_0, ck.GGML_Q4_0, ck.GGML_Q4_K, ck.GGML_Q5_K, ck.GGML_Q6_K) or "_exps" in name:
+        if ty not in (ck.GGML_Q8_0, ck.GGML_Q4_0, ck.GGML_Q4_K, ck.GGML_Q5_K, ck.GGML_Q6_K, ck.GGML_Q5_0,
+                      ck.GGML_Q5_1) or "_exps" in name:
             continue
         if a == "llama" and (".attn_q." in name or ".attn_k." in name):
             continue  # rows un-permuted by the import; covered by the logits

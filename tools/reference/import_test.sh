@@ -2,7 +2,8 @@
 # `spill import` end to end (docs/MODEL.md "Imported architectures"): for
 # each architecture (qwen3_moe, olmoe, mixtral) and source format
 # (safetensors F32/F16/BF16, sharded with an index; GGUF F32/F16/BF16/Q8_0/
-# Q4_0/Q4_K/Q5_K/Q6_K and llama.cpp's Q4_K_M mix), a tiny random checkpoint written by import_ref.py is imported,
+# Q4_0/Q4_K/Q5_K/Q6_K, llama.cpp's Q4_K_M mix and Q5_0/Q5_1 (quantised by
+# ckpt_io.py's own ggml reference quantisers, kept verbatim)), a tiny random checkpoint written by import_ref.py is imported,
 # `spill verify` must pass, and spill's logits at every position must agree
 # with import_ref.py's float64 forward pass computed from the SOURCE file
 # within 1e-4 of the logit scale. GGUF Q8_0/Q4_0 weights must dequantise
@@ -22,7 +23,7 @@ import_test_init imp
 
 for arch in qwen3_moe olmoe mixtral; do
   for src in hf:F32:1 hf:F16:2 hf:BF16:3 gguf:F32 gguf:F16 gguf:BF16 gguf:Q8_0 gguf:Q4_0 \
-      gguf:Q4_K gguf:Q5_K gguf:Q6_K gguf:Q4_K_M; do
+      gguf:Q4_K gguf:Q5_K gguf:Q6_K gguf:Q4_K_M gguf:Q5_0 gguf:Q5_1; do
     IFS=: read -r kind ty shards <<<"$src"
     if [ "$kind" = hf ]; then
       in="$TMP/$arch-$ty"

@@ -42,7 +42,8 @@ BANK_MAGIC = b"SPILLBNK"
 MANIFEST_MAX_BYTES = 64 << 20
 
 DTYPE_IDS = {"f32": 0, "f16": 1, "bf16": 2, "q8": 3, "q4": 4, "rvq3": 5, "q4_k": 6, "q5_k": 7,
-             "q6_k": 8}
+             "q6_k": 8, "q5_0": 10, "q5_1": 11}
+Q5_BLOCK = {"q5_0": 22, "q5_1": 24}  # bytes per 32 (ggml block_q5_0 / block_q5_1)
 KQUANT_BLOCK = {"q4_k": 144, "q5_k": 176, "q6_k": 210}  # bytes per 256 (ggml super-blocks)
 DTYPE_NAMES = {v: k for k, v in DTYPE_IDS.items()}
 RVQ_STAGES, RVQ_ENTRIES, RVQ_DIM = 3, 256, 8
@@ -76,6 +77,10 @@ def dtype_matrix_bytes(dtype, rows, cols, group=0):
         if cols % 256 != 0:
             raise FormatError(f"{dtype}: cols {cols} not a multiple of 256")
         return rows * (cols // 256) * KQUANT_BLOCK[dtype]
+    if dtype in Q5_BLOCK:
+        if cols % 32 != 0:
+            raise FormatError(f"{dtype}: cols {cols} not a multiple of 32")
+        return rows * (cols // 32) * Q5_BLOCK[dtype]
     if dtype == "rvq3":
         if cols % RVQ_DIM != 0:
             raise FormatError(f"rvq3: cols {cols} not a multiple of {RVQ_DIM}")
@@ -166,6 +171,11 @@ def dequant(dtype, buf, rows, cols, group=0, codebook=None):
         import ckpt_io
         _need(buf, rows * (cols // 256) * KQUANT_BLOCK[dtype], dtype)
         ty = {"q4_k": ckpt_io.GGML_Q4_K, "q5_k": ckpt_io.GGML_Q5_K, "q6_k": ckpt_io.GGML_Q6_K}[dtype]
+        return ckpt_io.dequant_ggml(ty, bytes(buf), rows * cols).astype(np.float64).reshape(rows, cols)
+    if dtype in Q5_BLOCK:
+        import ckpt_io
+        _need(buf, rows * (cols // 32) * Q5_BLOCK[dtype], dtype)
+        ty = {"q5_0": ckpt_io.GGML_Q5_0, "q5_1": ckpt_io.GGML_Q5_1}[dtype]
         return ckpt_io.dequant_ggml(ty, bytes(buf), rows * cols).astype(np.float64).reshape(rows, cols)
     if dtype == "rvq3":
         if codebook is None:
